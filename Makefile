@@ -1,0 +1,39 @@
+# One entry point for people and CI. Every target bootstraps what it needs.
+SHELL := /bin/bash
+.SHELLFLAGS := -eo pipefail -c
+PY      ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+REQS    := $(wildcard requirements/*.txt)
+PIP     := $(BIN)/pip --disable-pip-version-check -q
+# The machine's pip config names a local index that may be absent; drop that noise only.
+QUIET   := { grep -v '^WARNING: Location' || true; }
+
+.PHONY: venv demo test test-gateway lint bench synth clean
+
+venv: $(STAMP)
+
+$(STAMP): $(REQS) pyproject.toml gateway_src/pyproject.toml
+	@echo "==> bootstrapping $(VENV) from pinned requirements (first run takes a few minutes)"
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	@$(PIP) install $(foreach r,$(REQS),-r $(r)) 2>&1 | $(QUIET)
+	@$(PIP) install --no-deps -e gateway_src -e . 2>&1 | $(QUIET)
+	@$(BIN)/python -c "import inference_gateway" 
+	@touch $(STAMP)
+
+demo: venv
+	$(BIN)/igw demo
+
+test: venv
+	$(BIN)/python -m pytest
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+bench: venv
+	$(BIN)/igw bench run
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache cdk.out

@@ -1,0 +1,52 @@
+"""The package's exception tree, one root so callers can catch everything of ours.
+
+    InferenceGatewayError
+    ├── ConfigError          a config, scenario or profile file is invalid (field paths)
+    ├── NoCapacityError      every pod of the pool is saturated (→ HTTP 429 + Retry-After)
+    ├── NoEndpointError      no ready pod can take the request (→ HTTP 503)
+    └── UnknownModelError    no pool serves the requested model (→ HTTP 404)
+
+Errors from libraries (pydantic, YAML, aiohttp) are translated into these at the
+boundary that meets them, in one place each.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "InferenceGatewayError",
+    "NoCapacityError",
+    "NoEndpointError",
+    "UnknownModelError",
+]
+
+
+class InferenceGatewayError(Exception):
+    """Root of every error this package raises on purpose."""
+
+
+class ConfigError(InferenceGatewayError):
+    """An input file is invalid; `problems` holds `"field.path: message"` lines."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.source = source
+        self.problems = problems
+        super().__init__(f"{source}: " + "; ".join(problems))
+
+
+class UnknownModelError(InferenceGatewayError):
+    def __init__(self, model: str) -> None:
+        self.model = model
+        super().__init__(f"The model `{model}` does not exist.")
+
+
+class NoEndpointError(InferenceGatewayError):
+    """No ready endpoint: all pods stale, filtered out, or none discovered."""
+
+
+class NoCapacityError(InferenceGatewayError):
+    """The pool is saturated; `retry_after_s` tells the client when to come back."""
+
+    def __init__(self, message: str, retry_after_s: int) -> None:
+        self.retry_after_s = retry_after_s
+        super().__init__(message)

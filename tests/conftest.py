@@ -1,0 +1,1 @@
+"""Shared test setup: tests only ever talk to loopback."""
