@@ -35,5 +35,17 @@ lint: venv
 bench: venv
 	$(BIN)/igw bench run
 
+# Every environment: CDK templates into cdk.out/<env>/ (no AWS credentials needed), and
+# the Kubernetes side into gitops/environments/<env>/rendered/.
+ENVS ?= $(notdir $(wildcard gitops/environments/*))
+synth: venv
+	@for env in $(ENVS); do \
+	  echo "==> cdk synth $$env"; \
+	  JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION=1 CDK_OUTDIR=cdk.out/$$env \
+	    IGW_ENVIRONMENT=$$env $(BIN)/python app.py || exit 1; \
+	done
+	@echo "==> cdk8s synth"
+	@$(BIN)/python cdk8s/main.py
+
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache cdk.out
