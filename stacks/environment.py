@@ -59,9 +59,11 @@ class EnvironmentSpec(BaseModel):
                 problems.append(f"{where}.pool: unknown pool {server.pool!r}")
             if server.node_group not in groups:
                 problems.append(f"{where}.node_group: unknown node group {server.node_group!r}")
-            elif (gpu := pools.get(server.pool)) and gpu.gpu and gpu.gpu != groups[
-                server.node_group
-            ].gpu:
+            elif (
+                (gpu := pools.get(server.pool))
+                and gpu.gpu
+                and gpu.gpu != groups[server.node_group].gpu
+            ):
                 problems.append(
                     f"{where}.node_group: pool {server.pool!r} expects GPU {gpu.gpu}, "
                     f"node group {server.node_group!r} has {groups[server.node_group].gpu}"
@@ -85,7 +87,9 @@ def load_environment(name_or_path: str | Path) -> EnvironmentSpec:
     try:
         data: Any = yaml.safe_load(path.read_text())
     except FileNotFoundError:
-        known = sorted(p.name for p in ENVIRONMENTS_DIR.iterdir()) if ENVIRONMENTS_DIR.is_dir() else []
+        known = (
+            sorted(p.name for p in ENVIRONMENTS_DIR.iterdir()) if ENVIRONMENTS_DIR.is_dir() else []
+        )
         raise ConfigError(str(path), [f"<file>: no such environment (known: {known})"]) from None
     except yaml.YAMLError as error:
         raise ConfigError(str(path), [f"<yaml>: {error}"]) from None

@@ -1,0 +1,60 @@
+"""`igw`: the command-line entry point. Each subcommand lives beside the code it drives.
+
+Exit codes: 0 success, 1 runtime failure, 2 bad input (usage, config, scenario).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from .errors import ConfigError
+
+# subcommand → module that defines `register(subparsers)`; imported lazily so that
+# `igw simulate` does not pay for aiohttp or grpc imports, and vice versa.
+SUBCOMMANDS = {
+    "emulate": "inference_gateway.emulator.cli",
+    "simulate": "inference_gateway.sim.cli",
+    "serve": "inference_gateway.dataplane.cli",
+    "demo": "inference_gateway.demo",
+}
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="igw",
+        description="GPU-aware inference gateway: serve, emulate and simulate LLM fleets.",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, module in SUBCOMMANDS.items():
+        if only is not None and name != only:
+            subparsers.add_parser(name, help=f"see `igw {name} --help`")
+            continue
+        try:
+            importlib.import_module(module).register(subparsers)
+        except ModuleNotFoundError as error:
+            if error.name != module:
+                raise
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser(command if command in SUBCOMMANDS else None)
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args) or 0)
+    except ConfigError as error:
+        print(f"igw {args.command}: invalid input in {error.source}", file=sys.stderr)
+        for problem in error.problems:
+            print(f"  {problem}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,108 @@
+"""KV block pool with vLLM-style prefix caching.
+
+Blocks hold `BLOCK_SIZE` tokens. A full prompt block is identified by its chained hash
+(each block's hash covers every token before it), so two prompts that share a prefix
+share its blocks. When the last request holding a hashed block finishes, the block is
+not cleared: it stays cached, counted as free, in an LRU list, and is evicted only when a
+new block is needed. A later request whose prompt starts with the same blocks skips
+their prefill. Blocks for unique prompt tails and generated tokens are "private": they
+never hit, so they are only counted.
+
+Invariant (tested): `used <= num_blocks` at every step.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Hashable, Sequence
+
+__all__ = ["BlockPool"]
+
+
+class BlockPool:
+    def __init__(self, num_blocks: int, *, prefix_caching: bool = True) -> None:
+        self.num_blocks = num_blocks
+        self.prefix_caching = prefix_caching
+        self.used = 0  # blocks referenced by at least one running request
+        self._refs: dict[Hashable, int] = {}  # hashed blocks in use → reference count
+        self._cached: OrderedDict[Hashable, None] = OrderedDict()  # free but reusable, LRU first
+
+    @property
+    def free(self) -> int:
+        """Blocks that can be handed out now (cached-but-idle blocks count as free)."""
+        return self.num_blocks - self.used
+
+    @property
+    def usage(self) -> float:
+        return self.used / self.num_blocks
+
+    def match_prefix(self, hashes: Sequence[Hashable]) -> int:
+        """Number of leading blocks of `hashes` already in the pool (in use or cached)."""
+        if not self.prefix_caching:
+            return 0
+        refs, cached = self._refs, self._cached
+        n = 0
+        for h in hashes:
+            if h in refs or h in cached:
+                n += 1
+            else:
+                break
+        return n
+
+    def blocks_needed(self, hashes: Sequence[Hashable], private: int) -> int:
+        """New blocks that `acquire(hashes, private)` would take from the free count."""
+        if not self.prefix_caching:
+            return len(hashes) + private
+        refs = self._refs
+        return sum(1 for h in hashes if h not in refs) + private
+
+    def acquire(self, hashes: Sequence[Hashable], private: int) -> None:
+        """Reference the hashed prompt blocks and take `private` plain blocks."""
+        need = self.blocks_needed(hashes, private)
+        if need > self.free:
+            raise RuntimeError(f"KV pool over-committed: need {need}, free {self.free}")
+        if not self.prefix_caching:
+            self.used += need
+            self._evict_to_fit()
+            return
+        refs, cached = self._refs, self._cached
+        for h in hashes:
+            count = refs.get(h)
+            if count is not None:
+                refs[h] = count + 1
+                continue
+            if h in cached:
+                del cached[h]
+            refs[h] = 1
+            self.used += 1
+        self.used += private
+        self._evict_to_fit()
+
+    def grow(self, private: int) -> None:
+        """Take more plain blocks for generated tokens."""
+        if private > self.free:
+            raise RuntimeError(f"KV pool over-committed: need {private}, free {self.free}")
+        self.used += private
+        self._evict_to_fit()
+
+    def release(self, hashes: Sequence[Hashable], private: int) -> None:
+        """Drop a finished or preempted request's blocks; its hashed blocks stay cached."""
+        self.used -= private
+        if not self.prefix_caching:
+            self.used -= len(hashes)
+            return
+        refs, cached = self._refs, self._cached
+        for h in hashes:
+            count = refs[h]
+            if count > 1:
+                refs[h] = count - 1
+            else:
+                del refs[h]
+                self.used -= 1
+                cached[h] = None
+                cached.move_to_end(h)
+
+    def _evict_to_fit(self) -> None:
+        cached = self._cached
+        while cached and self.used + len(cached) > self.num_blocks:
+            cached.popitem(last=False)
