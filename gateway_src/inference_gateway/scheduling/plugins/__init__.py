@@ -1,0 +1,1 @@
+"""Scheduling plugins, one module each. `registry` builds them by upstream type name."""

@@ -1,0 +1,23 @@
+"""What every plugin shares: a typed parameter model that rejects unknown keys, and
+the min-max normalisation the upstream scorers use."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+__all__ = ["Params", "inverse_minmax"]
+
+
+class Params(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+def inverse_minmax(values: list[float]) -> list[float]:
+    """Upstream queue formula `(max - v) / (max - min)`; all equal → 1 for everyone."""
+    if not values:
+        return []
+    low, high = min(values), max(values)
+    if high == low:
+        return [1.0] * len(values)
+    span = high - low
+    return [(high - v) / span for v in values]

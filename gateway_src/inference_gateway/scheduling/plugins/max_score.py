@@ -1,0 +1,35 @@
+"""`max-score-picker`: the highest total score wins; ties are broken at random.
+
+Returns every candidate ranked, so the data plane has fallbacks for retries.
+"""
+
+from __future__ import annotations
+
+import random
+
+from ..types import Endpoint, LLMRequest
+from .base import Params
+
+TYPE = "max-score-picker"
+
+
+class MaxScoreParams(Params):
+    max_num_of_endpoints: int = 1  # upstream name; fallbacks are always ranked after it
+
+
+class MaxScorePicker:
+    def __init__(self, name: str = TYPE, *, seed: int | None = None) -> None:
+        self.name = name
+        self._random = random.Random(seed)
+
+    def pick(
+        self, request: LLMRequest, endpoints: list[Endpoint], scores: list[float]
+    ) -> list[Endpoint]:
+        rnd = self._random.random
+        order = sorted(range(len(endpoints)), key=lambda i: (-scores[i], rnd()))
+        return [endpoints[i] for i in order]
+
+
+def build(name: str, params: dict, *, seed: int | None = None, **_: object) -> MaxScorePicker:
+    MaxScoreParams.model_validate(params)
+    return MaxScorePicker(name, seed=seed)

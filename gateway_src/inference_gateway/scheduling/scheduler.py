@@ -1,0 +1,139 @@
+"""The scheduler: builds the profiles of a `GatewayConfigSpec` and runs one per request.
+
+It owns what plugins share across requests: the approximate prefix index (updated after
+every pick) and the picker's own bookkeeping on each endpoint (sent since the last
+scrape, in flight). Data planes call `schedule`, then report outcomes through
+`on_picked`, `on_first_token` and `on_finished`, so learning plugins see every result.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..config import GatewayConfigSpec, PluginRef
+from ..errors import ConfigError, NoEndpointError
+from .filters import eligible
+from .plugins.prefix import PrefixIndex
+from .profile import PluginTimer, SchedulingProfile
+from .registry import build_plugin
+from .types import Endpoint, LLMRequest, SchedulingObserver
+
+__all__ = ["Scheduler", "gpu_priors"]
+
+
+def gpu_priors(model: str = "llama-3.1-8b") -> dict[str, float]:
+    """Seconds per prefill token of each GPU profile for an 8B-class model: a starting
+    point for the TTFT predictor before it has measured a pod (ratios matter, not scale)."""
+    from ..emulator.profiles import gpu_profiles, model_profiles
+
+    m = model_profiles()[model]
+    return {
+        name: 2 * m.params_b * 1e9 / (g.dense_bf16_tflops * 1e12 * g.mfu_prefill)
+        for name, g in gpu_profiles().items()
+    }
+
+
+class Scheduler:
+    def __init__(
+        self,
+        config: GatewayConfigSpec,
+        *,
+        count_inflight: bool = True,
+        seed: int | None = None,
+        priors: dict[str, float] | None = None,
+        timer: PluginTimer | None = None,
+    ) -> None:
+        self.config = config
+        self.count_inflight = count_inflight
+        self.index = PrefixIndex()
+        context: dict[str, Any] = {
+            "index": self.index,
+            "seed": seed,
+            "count_inflight": count_inflight,
+            "priors": gpu_priors() if priors is None else priors,
+        }
+        plugins = {
+            spec.instance_name: build_plugin(spec, f"plugins[{i}]", **context)
+            for i, spec in enumerate(config.plugins)
+        }
+        self.profiles = {
+            p.name: self._build_profile(i, p.name, p.plugins, plugins, timer)
+            for i, p in enumerate(config.scheduling_profiles)
+        }
+        used = {ref.plugin_ref for p in config.scheduling_profiles for ref in p.plugins}
+        self._observers = [
+            plugin
+            for name, plugin in plugins.items()
+            if name in used and isinstance(plugin, SchedulingObserver)
+        ]
+        self.uses_prefix = any(
+            plugins[r.plugin_ref].__class__.__name__ in ("PrefixCacheScorer", "PredictedTTFTScorer")
+            for p in config.scheduling_profiles
+            for r in p.plugins
+        )
+
+    @staticmethod
+    def _build_profile(
+        index: int,
+        name: str,
+        refs: list[PluginRef],
+        plugins: dict[str, Any],
+        timer: PluginTimer | None,
+    ) -> SchedulingProfile:
+        scorers, picker = [], None
+        for j, ref in enumerate(refs):
+            plugin = plugins[ref.plugin_ref]
+            if hasattr(plugin, "pick"):
+                picker = plugin
+            elif hasattr(plugin, "score"):
+                scorers.append((plugin, float(ref.weight or 0)))
+            else:
+                raise ConfigError(
+                    "config",
+                    [
+                        f"schedulingProfiles[{index}].plugins[{j}]: {ref.plugin_ref!r} is "
+                        "neither a scorer nor a picker"
+                    ],
+                )
+        if picker is None:
+            from .plugins.max_score import MaxScorePicker
+
+            picker = MaxScorePicker()
+        return SchedulingProfile(name, scorers, picker, timer)
+
+    def profile_for(self, request: LLMRequest) -> SchedulingProfile:
+        name = request.profile or self.config.default_profile
+        profile = self.profiles.get(name)
+        if profile is None:
+            raise ConfigError("request", [f"profile: unknown scheduling profile {name!r}"])
+        return profile
+
+    def schedule(self, request: LLMRequest, endpoints: list[Endpoint]) -> list[Endpoint]:
+        """Ranked candidates, best first; `NoEndpointError` when none is eligible."""
+        candidates = eligible(request, endpoints)
+        if not candidates:
+            raise NoEndpointError(f"no ready endpoint serves model {request.model!r}")
+        return self.profile_for(request).run(request, candidates)
+
+    def on_picked(self, request: LLMRequest, endpoint: Endpoint, now: float) -> None:
+        endpoint.sent_requests += 1
+        endpoint.sent_tokens += request.prompt_tokens
+        endpoint.inflight += 1
+        for observer in self._observers:
+            observer.on_picked(request, endpoint, now)
+        if self.uses_prefix and request.prefix_hashes:
+            m = endpoint.metrics
+            if m is not None and m.num_gpu_blocks:
+                self.index.set_capacity(endpoint.name, m.num_gpu_blocks * m.block_size // 16)
+            self.index.add(endpoint.name, request.prefix_hashes)
+
+    def on_first_token(
+        self, request: LLMRequest, endpoint: Endpoint, ttft_s: float, now: float
+    ) -> None:
+        for observer in self._observers:
+            observer.on_first_token(request, endpoint, ttft_s, now)
+
+    def on_finished(self, request: LLMRequest, endpoint: Endpoint, now: float) -> None:
+        endpoint.inflight = max(0, endpoint.inflight - 1)
+        for observer in self._observers:
+            observer.on_finished(request, endpoint, now)

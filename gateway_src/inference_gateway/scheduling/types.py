@@ -1,0 +1,122 @@
+"""The scheduling contracts: what a request and a pod look like to the picker, and the
+plugin interfaces. Implementations live one per module beside this one.
+
+Nothing here imports a data plane, a web framework or AWS: the same objects are filled
+by the HTTP proxy, the ext_proc server and the simulator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+__all__ = [
+    "Endpoint",
+    "Filter",
+    "LLMRequest",
+    "Picker",
+    "PodMetrics",
+    "SchedulingObserver",
+    "Scorer",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class PodMetrics:
+    """One scrape of one pod, engine-neutral (see endpoints.adapters for the names)."""
+
+    waiting: int = 0
+    running: int = 0
+    kv_usage: float = 0.0
+    running_adapters: frozenset[str] = frozenset()
+    waiting_adapters: frozenset[str] = frozenset()
+    max_loras: int = 0
+    block_size: int = 16
+    num_gpu_blocks: int = 0
+
+
+@dataclass(slots=True, eq=False)
+class Endpoint:
+    """A model-server pod as the picker sees it: identity, last scrape, own bookkeeping.
+
+    `sent_requests` / `sent_tokens` count what this picker dispatched since the last
+    scrape, so a burst inside one scrape interval does not herd onto the pod that looked
+    best at the last scrape. `inflight` counts requests dispatched and not yet finished.
+    """
+
+    name: str
+    address: str
+    port: int
+    pool: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+    models: frozenset[str] = frozenset()  # served model names; empty = not yet known
+    metrics: PodMetrics | None = None
+    scraped_at: float = float("-inf")  # time of the last good scrape
+    stale: bool = True
+    sent_requests: int = 0
+    sent_tokens: int = 0
+    inflight: int = 0
+    index: int = 0  # position in its store, for array-based bookkeeping
+
+    @property
+    def hostport(self) -> str:
+        return f"{self.address}:{self.port}"
+
+    def serves(self, model: str) -> bool:
+        return not self.models or model in self.models
+
+
+@dataclass(slots=True)
+class LLMRequest:
+    """A request as scheduling sees it, after model routing."""
+
+    request_id: str
+    model: str  # the model name sent to the pod (base model or adapter)
+    prompt_tokens: int = 0  # estimated
+    prefix_hashes: Sequence[int] = ()  # router blocks of the prompt, chained hashes
+    adapter: str | None = None
+    band: str = "standard"
+    fairness_id: str = ""
+    profile: str | None = None
+    subset: frozenset[str] | None = None  # Envoy subset hint: allowed "ip:port"s
+    prefix_matches: dict[str, int] | None = None  # pod → leading blocks cached (per cycle)
+
+
+class Filter(Protocol):
+    name: str
+
+    def filter(self, request: LLMRequest, endpoints: list[Endpoint]) -> list[Endpoint]: ...
+
+
+class Scorer(Protocol):
+    name: str
+
+    def score(self, request: LLMRequest, endpoints: list[Endpoint]) -> list[float]:
+        """One score in [0, 1] per endpoint, higher is better."""
+        ...
+
+
+class Picker(Protocol):
+    name: str
+
+    def pick(
+        self, request: LLMRequest, endpoints: list[Endpoint], scores: list[float]
+    ) -> list[Endpoint]:
+        """Endpoints ranked best first (the first is the target, the rest fallbacks)."""
+        ...
+
+
+@runtime_checkable
+class SchedulingObserver(Protocol):
+    """Plugins that learn from outcomes (the TTFT predictor) implement this."""
+
+    def on_picked(self, request: LLMRequest, endpoint: Endpoint, now: float) -> None: ...
+
+    def on_first_token(
+        self, request: LLMRequest, endpoint: Endpoint, ttft_s: float, now: float
+    ) -> None: ...
+
+    def on_finished(self, request: LLMRequest, endpoint: Endpoint, now: float) -> None:
+        """The request ended (done, failed or cancelled); always called once after a pick."""
+        ...

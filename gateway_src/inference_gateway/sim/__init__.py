@@ -1,0 +1,1 @@
+"""Discrete-event fleet simulation over the emulator's engine model."""

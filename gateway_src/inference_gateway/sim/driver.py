@@ -1,0 +1,131 @@
+"""The discrete-event driver: a heap of `(time, priority, sequence, kind, payload)`.
+
+At equal times engine step ends run first, then metric scrapes, then arrivals, and the
+sequence number (itertools.count) keeps everything else in insertion order, so a
+scenario and seed always replay identically. Routers see pods only through scrapes at
+`scrape_interval_ms`, exactly as a production picker would.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+from ..emulator.engine import EngineRequest
+from .fleet import SimPod, build_fleet, scrape
+from .metrics import Observer
+from .policies import Policy, make_policy
+from .scenario import Scenario
+from .workload import SimRequest, generate, prefix_block_ids
+
+__all__ = ["run_policy"]
+
+ENGINE, SCRAPE, ARRIVAL = 0, 1, 2
+DRAIN_FACTOR = 4.0  # stop waiting for stragglers after this many scenario durations
+
+
+class _Listener:
+    """Routes engine callbacks to the observer and the policy."""
+
+    def __init__(self, observer: Observer) -> None:
+        self.observer = observer
+        self.policy: Policy | None = None
+
+    def on_first_token(self, request: EngineRequest, time: float) -> None:
+        sim, pod = request.tag
+        assert self.policy is not None
+        self.policy.on_first_token(sim, pod, time - request.arrival, time)
+
+    def on_finish(self, request: EngineRequest, time: float) -> None:
+        sim, pod = request.tag
+        assert self.policy is not None and request.first_token_time is not None
+        self.observer.on_finish(
+            request.arrival, request.first_token_time, time, request.output_tokens, sim.priority
+        )
+        self.policy.on_finished(sim, pod, time)
+
+    def on_step(self, time: float) -> None:
+        return None
+
+
+def run_policy(
+    scenario: Scenario,
+    policy_name: str,
+    capacity_rps: float,
+    *,
+    progress: Callable[[float], None] | None = None,
+) -> dict[str, Any]:
+    """Simulate the scenario under one policy and return its report."""
+    observer = Observer()
+    listener = _Listener(observer)
+    pods = build_fleet(scenario.fleet, listener)
+    policy = make_policy(policy_name, pods, scenario.seed)
+    listener.policy = policy
+    heap: list[tuple[float, int, int, int, Any]] = []
+    seq = itertools.count()
+    push = heapq.heappush
+    arrivals = generate(scenario.workload, scenario.duration_s, scenario.seed, capacity_rps)
+    first = next(arrivals, None)
+    if first is not None:
+        push(heap, (first.t, ARRIVAL, next(seq), ARRIVAL, first))
+    interval = scenario.scrape_interval_ms / 1000
+    if policy.needs_scrapes:
+        for pod in pods:
+            scrape(pod, 0.0)
+        push(heap, (interval, SCRAPE, next(seq), SCRAPE, None))
+    deadline = scenario.duration_s * DRAIN_FACTOR
+    next_progress = 0.0
+
+    def wake(pod: SimPod, before: float | None) -> None:
+        busy = pod.engine.busy_until
+        if busy is not None and busy != before:
+            push(heap, (busy, ENGINE, next(seq), ENGINE, pod))
+
+    while heap:
+        t, _, _, kind, payload = heapq.heappop(heap)
+        if t > deadline:
+            break
+        if kind == ENGINE:
+            engine = payload.engine
+            if engine.busy_until != t:
+                continue  # superseded by a cut segment
+            engine.advance(t)
+            wake(payload, t)
+        elif kind == SCRAPE:
+            for pod in pods:
+                scrape(pod, t)
+            if t < scenario.duration_s or any(not p.engine.idle for p in pods):
+                push(heap, (t + interval, SCRAPE, next(seq), SCRAPE, None))
+        else:
+            request: SimRequest = payload
+            nxt = next(arrivals, None)
+            if nxt is not None:
+                push(heap, (nxt.t, ARRIVAL, next(seq), ARRIVAL, nxt))
+            if progress is not None and t >= next_progress:
+                progress(t / scenario.duration_s)
+                next_progress = t + scenario.duration_s / 50
+            pod = policy.route(request, t)
+            if pod is None:
+                observer.on_rejected()
+                continue
+            hashes = (
+                prefix_block_ids(request.prefix_group, request.prefix_tokens)
+                if (request.prefix_group is not None)
+                else ()
+            )
+            engine_request = EngineRequest(
+                request.request_id,
+                request.prompt_tokens,
+                request.output_tokens,
+                hashes,
+                request.adapter,
+                tag=(request, pod),
+            )
+            before = pod.engine.busy_until
+            pod.engine.advance(t)
+            pod.engine.submit(engine_request, t)
+            wake(pod, before)
+    fleet_usd = sum(p.profile.hourly_usd for p in pods)
+    return observer.report(duration_s=scenario.duration_s, fleet_usd_per_hour=fleet_usd)

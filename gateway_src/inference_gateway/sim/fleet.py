@@ -1,0 +1,76 @@
+"""Simulated pods: one engine each, and the `Endpoint` through which routers see it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..emulator.engine import Engine, EngineListener
+from ..emulator.profiles import PodProfile, pod_profile
+from ..scheduling.types import Endpoint, PodMetrics
+from .scenario import PoolSpec
+
+__all__ = ["SimPod", "build_fleet", "pool_profile", "scrape"]
+
+
+@dataclass(slots=True)
+class SimPod:
+    index: int
+    pool: PoolSpec
+    profile: PodProfile
+    engine: Engine
+    endpoint: Endpoint
+
+
+def pool_profile(pool: PoolSpec) -> PodProfile:
+    return pod_profile(
+        pool.gpu, pool.model, tp=pool.tp, max_loras=pool.max_loras, hourly_usd=pool.hourly_usd
+    )
+
+
+def build_fleet(pools: list[PoolSpec], listener: EngineListener) -> list[SimPod]:
+    pods: list[SimPod] = []
+    for pool in pools:
+        profile = pool_profile(pool)
+        models = frozenset([pool.model, *pool.adapters])
+        for replica in range(pool.replicas):
+            i = len(pods)
+            endpoint = Endpoint(
+                name=f"{pool.name}-{replica}",
+                address=f"sim-{i}",
+                port=8000,
+                pool=pool.name,
+                labels={"igw.dev/gpu": pool.gpu, "igw.dev/pool": pool.name},
+                models=models,
+                index=i,
+            )
+            pods.append(SimPod(i, pool, profile, Engine(profile, listener=listener), endpoint))
+    return pods
+
+
+def scrape(pod: SimPod, now: float) -> None:
+    """What a metrics scrape of the pod returns, stored on its endpoint.
+
+    Equivalent to rendering `/metrics` and parsing it back (a test proves the two agree),
+    without the text round trip, which would dominate a long simulation.
+    """
+    engine = pod.engine
+    adapters_running = engine._adapters_running
+    adapters_waiting = engine._adapters_waiting
+    pod.endpoint.metrics = PodMetrics(
+        waiting=len(engine.waiting),
+        running=engine.num_running,
+        kv_usage=engine.pool.usage,
+        running_adapters=frozenset(a for a, n in adapters_running.items() if n)
+        if adapters_running
+        else frozenset(),
+        waiting_adapters=frozenset(a for a, n in adapters_waiting.items() if n)
+        if adapters_waiting
+        else frozenset(),
+        max_loras=pod.profile.max_loras,
+        block_size=16,
+        num_gpu_blocks=pod.profile.num_gpu_blocks,
+    )
+    pod.endpoint.scraped_at = now
+    pod.endpoint.stale = False
+    pod.endpoint.sent_requests = 0
+    pod.endpoint.sent_tokens = 0

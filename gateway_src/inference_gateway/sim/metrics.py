@@ -1,0 +1,62 @@
+"""The simulator's observer: per-request outcomes in, one report per policy out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Observer"]
+
+
+@dataclass(slots=True)
+class Observer:
+    arrivals: list[float] = field(default_factory=list)
+    ttft: list[float] = field(default_factory=list)
+    e2e: list[float] = field(default_factory=list)
+    bands: list[str] = field(default_factory=list)
+    output_tokens: int = 0
+    completed: int = 0
+    rejected: int = 0
+    last_finish: float = 0.0
+
+    def on_rejected(self) -> None:
+        self.rejected += 1
+
+    def on_finish(
+        self, arrival: float, first_token: float, finish: float, tokens: int, band: str
+    ) -> None:
+        self.ttft.append(first_token - arrival)
+        self.e2e.append(finish - arrival)
+        self.bands.append(band)
+        self.output_tokens += tokens
+        self.completed += 1
+        self.last_finish = max(self.last_finish, finish)
+
+    def report(self, *, duration_s: float, fleet_usd_per_hour: float) -> dict[str, Any]:
+        ttft = np.asarray(self.ttft) if self.ttft else np.asarray([np.nan])
+        e2e = np.asarray(self.e2e) if self.e2e else np.asarray([np.nan])
+        span = max(duration_s, self.last_finish)
+        tokens = max(self.output_tokens, 1)
+        out: dict[str, Any] = {
+            "ttft_p50_s": _round(np.percentile(ttft, 50)),
+            "ttft_p95_s": _round(np.percentile(ttft, 95)),
+            "ttft_p99_s": _round(np.percentile(ttft, 99)),
+            "e2e_p50_s": _round(np.percentile(e2e, 50)),
+            "e2e_p99_s": _round(np.percentile(e2e, 99)),
+            "output_tokens_per_s": _round(self.output_tokens / span),
+            "completed": self.completed,
+            "rejected": self.rejected,
+            "cost_per_million_tokens": _round(fleet_usd_per_hour * span / 3600 / tokens * 1e6),
+        }
+        if len(set(self.bands)) > 1:
+            bands = np.asarray(self.bands)
+            out["ttft_p99_s_by_band"] = {
+                b: _round(np.percentile(ttft[bands == b], 99)) for b in sorted(set(self.bands))
+            }
+        return out
+
+
+def _round(value: float) -> float:
+    return float(round(float(value), 6))

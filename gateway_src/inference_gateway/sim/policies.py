@@ -1,0 +1,238 @@
+"""Routing policies the simulator compares. `gateway` and `upstream-default` run the
+real scheduling code; the baselines are a few lines each; `oracle` reads engine state
+that no real router can see and is the limit to compare against.
+
+Every policy sees the fleet through `SimPod.endpoint` (scraped metrics) except the
+oracle, which reads `SimPod.engine` directly.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+from typing import Protocol
+
+from ..config import GatewayConfigSpec, PluginRef, PluginSpec, SchedulingProfileSpec
+from ..errors import ConfigError, NoEndpointError
+from ..scheduling import LLMRequest, Scheduler
+from .fleet import SimPod
+from .workload import SimRequest, prefix_block_ids
+
+__all__ = ["POLICIES", "Policy", "make_policy"]
+
+
+class Policy(Protocol):
+    name: str
+    needs_scrapes: bool
+
+    def route(self, request: SimRequest, now: float) -> SimPod | None: ...
+    def on_first_token(self, request: SimRequest, pod: SimPod, ttft: float, now: float) -> None: ...
+    def on_finished(self, request: SimRequest, pod: SimPod, now: float) -> None: ...
+
+
+def _serves(pod: SimPod, request: SimRequest) -> bool:
+    return request.adapter is None or request.adapter in pod.pool.adapters
+
+
+class _Baseline:
+    needs_scrapes = False
+
+    def __init__(self, name: str, pods: list[SimPod], seed: int) -> None:
+        self.name = name
+        self.pods = pods
+        self.random = random.Random(seed)
+
+    def candidates(self, request: SimRequest) -> list[SimPod]:
+        if request.adapter is None:
+            return self.pods
+        return [p for p in self.pods if _serves(p, request)]
+
+    def on_first_token(self, request: SimRequest, pod: SimPod, ttft: float, now: float) -> None:
+        return None
+
+    def on_finished(self, request: SimRequest, pod: SimPod, now: float) -> None:
+        return None
+
+
+class RoundRobin(_Baseline):
+    """Kubernetes Service behaviour (kube-proxy round-robins connections; one request per
+    connection here)."""
+
+    def __init__(self, name: str, pods: list[SimPod], seed: int) -> None:
+        super().__init__(name, pods, seed)
+        self._next = 0
+
+    def route(self, request: SimRequest, now: float) -> SimPod | None:
+        pods = self.candidates(request)
+        pod = pods[self._next % len(pods)]
+        self._next += 1
+        return pod
+
+
+class RandomPolicy(_Baseline):
+    def route(self, request: SimRequest, now: float) -> SimPod | None:
+        return self.random.choice(self.candidates(request))
+
+
+class LeastOutstanding(_Baseline):
+    """Fewest requests this router has in flight at the pod (exact: it is its own count);
+    ties broken at random."""
+
+    def __init__(self, name: str, pods: list[SimPod], seed: int) -> None:
+        super().__init__(name, pods, seed)
+        self.outstanding = [0] * len(pods)
+
+    def route(self, request: SimRequest, now: float) -> SimPod | None:
+        out, rnd = self.outstanding, self.random.random
+        pod = min(self.candidates(request), key=lambda p: (out[p.index], rnd()))
+        out[pod.index] += 1
+        return pod
+
+    def on_finished(self, request: SimRequest, pod: SimPod, now: float) -> None:
+        self.outstanding[pod.index] -= 1
+
+
+class Oracle(_Baseline):
+    """Clairvoyant: reads each engine's true queue, batch and KV cache and picks the pod
+    whose predicted TTFT for this request is lowest."""
+
+    def route(self, request: SimRequest, now: float) -> SimPod | None:
+        best, best_t = None, math.inf
+        for pod in self.candidates(request):
+            t = self.predict(pod, request, now)
+            if t < best_t:
+                best, best_t = pod, t
+        return best
+
+    @staticmethod
+    def predict(pod: SimPod, request: SimRequest, now: float) -> float:
+        engine = pod.engine
+        hashes = (
+            prefix_block_ids(request.prefix_group, request.prefix_tokens)
+            if (request.prefix_group is not None)
+            else ()
+        )
+        own = max(1, request.prompt_tokens - 16 * engine.pool.match_prefix(hashes))
+        ahead = engine.outstanding_tokens() + own
+        n_decode = engine.num_running
+        per_step = max(1, engine.profile.max_num_batched_tokens - n_decode)
+        steps = math.ceil(ahead / per_step)
+        dt = engine.step_time(min(ahead, per_step), 0, n_decode, engine._decode_ctx())
+        wait = max(0.0, (engine.busy_until or now) - now)
+        blocks_short = -(-request.prompt_tokens // 16) - engine.pool.free
+        if blocks_short > 0 or engine.num_running >= engine.profile.max_num_seqs:
+            wait += 1.0 + max(0, blocks_short) * 0.01  # must wait for requests to finish
+        if request.adapter and request.adapter not in engine._resident:
+            wait += engine.profile.lora_load_s
+        return wait + steps * dt
+
+
+def upstream_default_config() -> GatewayConfigSpec:
+    """The upstream picker's default profile: queue 2, kv-cache 2, prefix 3."""
+    return GatewayConfigSpec(
+        plugins=[
+            PluginSpec(type="queue-scorer"),
+            PluginSpec(type="kv-cache-utilization-scorer"),
+            PluginSpec(type="prefix-cache-scorer"),
+            PluginSpec(type="max-score-picker"),
+        ],
+        scheduling_profiles=[
+            SchedulingProfileSpec(
+                name="default",
+                plugins=[
+                    PluginRef(plugin_ref="queue-scorer", weight=2),
+                    PluginRef(plugin_ref="kv-cache-utilization-scorer", weight=2),
+                    PluginRef(plugin_ref="prefix-cache-scorer", weight=3),
+                    PluginRef(plugin_ref="max-score-picker"),
+                ],
+            )
+        ],
+        default_profile="default",
+    )
+
+
+class SchedulerPolicy:
+    """Runs the gateway's own scheduling code on scraped metrics."""
+
+    needs_scrapes = True
+
+    def __init__(
+        self,
+        name: str,
+        pods: list[SimPod],
+        seed: int,
+        config: GatewayConfigSpec,
+        *,
+        count_inflight: bool,
+        profile: str | None = None,
+    ) -> None:
+        self.name = name
+        self.pods = pods
+        self.scheduler = Scheduler(config, count_inflight=count_inflight, seed=seed)
+        self.endpoints = [p.endpoint for p in pods]
+        self.profile = profile
+        self._requests: dict[int, LLMRequest] = {}
+
+    def route(self, request: SimRequest, now: float) -> SimPod | None:
+        hashes: tuple[int, ...] = ()
+        if request.prefix_group is not None:
+            hashes = prefix_block_ids(request.prefix_group, request.prefix_tokens)
+        llm = LLMRequest(
+            request_id=str(request.request_id),
+            model=request.adapter or self.pods[0].pool.model,
+            prompt_tokens=request.prompt_tokens,
+            prefix_hashes=hashes,
+            adapter=request.adapter,
+            band=request.priority,
+            profile=self.profile,
+        )
+        try:
+            endpoint = self.scheduler.schedule(llm, self.endpoints)[0]
+        except NoEndpointError:
+            return None
+        self.scheduler.on_picked(llm, endpoint, now)
+        self._requests[request.request_id] = llm
+        return self.pods[endpoint.index]
+
+    def on_first_token(self, request: SimRequest, pod: SimPod, ttft: float, now: float) -> None:
+        llm = self._requests.get(request.request_id)
+        if llm is not None:
+            self.scheduler.on_first_token(llm, pod.endpoint, ttft, now)
+
+    def on_finished(self, request: SimRequest, pod: SimPod, now: float) -> None:
+        llm = self._requests.pop(request.request_id, None)
+        if llm is not None:
+            self.scheduler.on_finished(llm, pod.endpoint, now)
+
+
+PolicyFactory = Callable[[str, list[SimPod], int], Policy]
+
+POLICIES: dict[str, PolicyFactory] = {
+    "round-robin": RoundRobin,
+    "random": RandomPolicy,
+    "least-outstanding": LeastOutstanding,
+    "oracle": Oracle,
+    "upstream-default": lambda name, pods, seed: SchedulerPolicy(
+        name, pods, seed, upstream_default_config(), count_inflight=False
+    ),
+    "gateway": lambda name, pods, seed: SchedulerPolicy(
+        name, pods, seed, GatewayConfigSpec(), count_inflight=True
+    ),
+}
+
+
+def make_policy(name: str, pods: list[SimPod], seed: int) -> Policy:
+    """`gateway:PROFILE` selects a named profile of the default gateway config."""
+    base, _, profile = name.partition(":")
+    if base == "gateway" and profile:
+        config = GatewayConfigSpec()
+        if profile not in {p.name for p in config.scheduling_profiles}:
+            raise ConfigError("policies", [f"policies: unknown gateway profile {profile!r}"])
+        return SchedulerPolicy(name, pods, seed, config, count_inflight=True, profile=profile)
+    factory = POLICIES.get(base)
+    if factory is None:
+        raise ConfigError(
+            "policies", [f"policies: unknown policy {name!r} (known: {sorted(POLICIES)})"]
+        )
+    return factory(name, pods, seed)
