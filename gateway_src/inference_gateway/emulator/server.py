@@ -1,0 +1,439 @@
+"""One emulated vLLM pod over HTTP: the OpenAI endpoints, `/v1/models`, `/health`, `/metrics`.
+
+Shapes follow vLLM's OpenAI server where a client or router can see them:
+
+* `POST /v1/chat/completions` and `/v1/completions`, streaming (SSE `data: {...}` chunks,
+  one per token, the first chat chunk carrying the role, `finish_reason` on the last
+  token's chunk, a `usage` chunk when `stream_options.include_usage` is true, then
+  `data: [DONE]`) and non-streaming JSON with `usage`;
+* LoRA adapters are addressed by model name; an unknown model is a 404 and malformed
+  input a 400, both as `{"error": {"message", "type", "param", "code"}}` as vLLM sends;
+  a request without `model` uses the base model, as vLLM does;
+* `GET /v1/models` lists the base model and each adapter with `parent` set to the base.
+
+Token counts, prefix hashes and output text come from `tokens.py`. Two deliberate
+simplifications: `n` must be 1, and a client that disconnects mid-stream does not abort
+its request (vLLM would); the engine runs it to completion, so its KV blocks and batch
+slot stay busy until then, as a slow abort would.
+
+A stopped pod (`EmulatedPod.stop`) aborts its open connections, so clients see what a
+crashed pod gives them: a stream cut without `[DONE]`, or a reset connection.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from .engine import EngineRequest
+from .metrics_text import PodMetrics
+from .profiles import BLOCK_SIZE, PodProfile
+from .realtime import PodStoppedError, RealtimeDriver
+from .tokens import (
+    block_hashes,
+    count_tokens,
+    default_output_tokens,
+    filler_text,
+    filler_tokens,
+    prompt_seed,
+    render_chat,
+)
+
+__all__ = ["EmulatedPod", "PodApp"]
+
+log = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 32 * 2**20  # a 128k-token prompt is ~512 KiB; leave room
+PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class _BadRequest(Exception):
+    """Raised while parsing a request; becomes an OpenAI-shaped error response."""
+
+    def __init__(self, status: int, message: str, kind: str = "BadRequestError") -> None:
+        super().__init__(message)
+        self.status = status
+        self.kind = kind
+
+
+def _error(status: int, message: str, kind: str) -> web.Response:
+    body = {"error": {"message": message, "type": kind, "param": None, "code": status}}
+    return web.Response(status=status, body=orjson.dumps(body), content_type="application/json")
+
+
+def _json(data: Any) -> web.Response:
+    return web.Response(body=orjson.dumps(data), content_type="application/json")
+
+
+def _abort(request: web.Request) -> None:
+    """Drop the connection as a crashed server would (no clean end of the response)."""
+    if request.transport is not None:
+        request.transport.abort()
+
+
+class PodApp:
+    """The HTTP handlers of one pod run; a restarted pod gets a fresh one (empty cache)."""
+
+    def __init__(
+        self, profile: PodProfile, *, served_model_name: str, adapters: Sequence[str]
+    ) -> None:
+        self.profile = profile
+        self.served_model_name = served_model_name
+        self.adapters = tuple(adapters)
+        self.created = int(time.time())
+        # vLLM refuses to start when one max-length sequence cannot fit in the KV cache;
+        # operators then lower --max-model-len. Capping it here does that for them, and
+        # guarantees the engine can always fit a lone request (no deadlock).
+        self.max_model_len = min(profile.model.max_model_len, profile.kv_capacity_tokens)
+        self.metrics = PodMetrics(
+            model_name=served_model_name,
+            snapshot=lambda: self.driver.engine.snapshot(),
+            cache_info={
+                "block_size": str(BLOCK_SIZE),
+                "cache_dtype": "auto",
+                "enable_prefix_caching": "True",
+                "gpu_memory_utilization": str(profile.gpu_memory_utilization),
+                "num_cpu_blocks": "0",
+                "num_gpu_blocks": str(profile.num_gpu_blocks),
+                "num_gpu_blocks_override": "None",
+                "sliding_window": "None",
+                "swap_space_bytes": "0",
+            },
+        )
+        self.driver = RealtimeDriver(profile, observer=self.metrics)
+        self._ids = itertools.count(1)
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=MAX_BODY_BYTES)
+        app.router.add_post("/v1/chat/completions", self.chat_completions)
+        app.router.add_post("/v1/completions", self.completions)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/health", self.health)
+        app.router.add_get("/metrics", self.metrics_handler)
+        return app
+
+    # ------------------------------------------------------------------ small endpoints
+
+    async def health(self, request: web.Request) -> web.Response:
+        return web.Response(status=200)
+
+    async def metrics_handler(self, request: web.Request) -> web.Response:
+        self.driver.sync()
+        return web.Response(body=self.metrics.render(), headers={"Content-Type": PROMETHEUS_TEXT})
+
+    async def models(self, request: web.Request) -> web.Response:
+        base = self.served_model_name
+
+        def card(name: str, parent: str | None) -> dict[str, Any]:
+            return {
+                "id": name,
+                "object": "model",
+                "created": self.created,
+                "owned_by": "vllm",
+                "root": self.profile.model.description if parent is None else name,
+                "parent": parent,
+                "max_model_len": self.max_model_len,
+            }
+
+        data = [card(base, None), *(card(a, base) for a in self.adapters)]
+        return _json({"object": "list", "data": data})
+
+    # ------------------------------------------------------------------ completions
+
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._complete(request, chat=True)
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._complete(request, chat=False)
+
+    async def _complete(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
+        try:
+            body = await self._read_body(request)
+            model, adapter = self._resolve_model(body.get("model"))
+            text = self._prompt_text(body, chat=chat)
+            stream, include_usage, max_tokens = self._options(body, chat=chat)
+        except _BadRequest as error:
+            return _error(error.status, str(error), error.kind)
+        prompt_tokens = count_tokens(text)
+        limit = self.max_model_len
+        if prompt_tokens >= limit or (max_tokens and prompt_tokens + max_tokens > limit):
+            return _error(
+                400,
+                f"This model's maximum context length is {limit} tokens. However, you "
+                f"requested {prompt_tokens + (max_tokens or 0)} tokens "
+                f"({prompt_tokens} in the messages, {max_tokens or 0} in the completion).",
+                "BadRequestError",
+            )
+        seed = prompt_seed(text)
+        output_tokens = max_tokens or min(default_output_tokens(seed), limit - prompt_tokens)
+        engine_request = EngineRequest(
+            request_id=next(self._ids),
+            prompt_tokens=prompt_tokens,
+            output_tokens=output_tokens,
+            block_hashes=block_hashes(model, text),
+            adapter=adapter,
+        )
+        reply = _Reply(
+            chat=chat,
+            model=model,
+            seed=seed,
+            request=engine_request,
+            finish_reason="length" if max_tokens else "stop",
+        )
+        try:
+            ticket = self.driver.submit(engine_request, finish_reason=reply.finish_reason)
+        except PodStoppedError:
+            return _error(503, "The server is shutting down.", "ServiceUnavailableError")
+        if stream:
+            return await self._stream(request, reply, include_usage)
+        try:
+            await ticket.done
+        except PodStoppedError:
+            _abort(request)
+            return web.Response(status=503)
+        return _json(reply.full_response())
+
+    async def _stream(
+        self, request: web.Request, reply: _Reply, include_usage: bool
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
+        engine_request, driver = reply.request, self.driver
+        sent = 0
+        try:
+            await response.prepare(request)
+            while True:
+                finished = engine_request.finish_time is not None
+                ready = engine_request.generated(driver.engine.clock)
+                if ready > sent:
+                    await response.write(reply.token_chunks(sent, ready))
+                    sent = ready
+                if finished:
+                    break
+                await driver.next_step()
+            tail = reply.usage_chunk() if include_usage else b""
+            await response.write(tail + b"data: [DONE]\n\n")
+            await response.write_eof()
+        except PodStoppedError:
+            _abort(request)
+        except ConnectionError:
+            # The client left; the engine keeps the request until it completes (see top).
+            log.debug("client disconnected from stream %s", reply.id)
+        return response
+
+    # ------------------------------------------------------------------ parsing
+
+    async def _read_body(self, request: web.Request) -> dict[str, Any]:
+        try:
+            body = orjson.loads(await request.read())
+        except orjson.JSONDecodeError as error:
+            raise _BadRequest(400, f"Invalid JSON in request body: {error}") from None
+        if not isinstance(body, dict):
+            raise _BadRequest(400, "Request body must be a JSON object")
+        return body
+
+    def _resolve_model(self, model: Any) -> tuple[str, str | None]:
+        """(model name echoed back, adapter or None); unknown names are 404 as in vLLM."""
+        if model is None:
+            return self.served_model_name, None
+        if not isinstance(model, str):
+            raise _BadRequest(400, "'model' must be a string")
+        if model == self.served_model_name:
+            return model, None
+        if model in self.adapters:
+            return model, model
+        raise _BadRequest(404, f"The model `{model}` does not exist.", "NotFoundError")
+
+    def _prompt_text(self, body: dict[str, Any], *, chat: bool) -> str:
+        if chat:
+            messages = body.get("messages")
+            if not isinstance(messages, list) or not messages:
+                raise _BadRequest(400, "'messages' must be a non-empty list")
+            try:
+                return render_chat(messages)
+            except ValueError as error:
+                raise _BadRequest(400, f"Invalid 'messages': {error}") from None
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+            prompt = prompt[0]
+        if isinstance(prompt, str):
+            return prompt
+        if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+            # Token ids: 4 bytes each, so the tokenization rule counts them back exactly.
+            return "".join(f"{t % 10000:04d}" for t in prompt)
+        raise _BadRequest(
+            400, "'prompt' must be a string, a list of one string, or a list of token ids"
+        )
+
+    def _options(self, body: dict[str, Any], *, chat: bool) -> tuple[bool, bool, int | None]:
+        stream = body.get("stream") or False
+        if not isinstance(stream, bool):
+            raise _BadRequest(400, "'stream' must be a boolean")
+        stream_options = body.get("stream_options") or {}
+        if not isinstance(stream_options, dict):
+            raise _BadRequest(400, "'stream_options' must be an object")
+        include_usage = bool(stream_options.get("include_usage"))
+        if body.get("n", 1) not in (1, None):
+            raise _BadRequest(400, "the emulator supports only n = 1")
+        max_tokens = body.get("max_completion_tokens") if chat else None
+        if max_tokens is None:
+            max_tokens = body.get("max_tokens")
+        if max_tokens is not None and (
+            not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1
+        ):
+            raise _BadRequest(400, "'max_tokens' must be a positive integer")
+        return stream, include_usage, max_tokens
+
+
+class _Reply:
+    """Renders one request's OpenAI response objects; stream chunks from byte templates.
+
+    Streams write one SSE event per token, so the per-token JSON is pre-split around the
+    token text (filler words never need escaping) instead of serialised per token.
+    """
+
+    def __init__(
+        self, *, chat: bool, model: str, seed: int, request: EngineRequest, finish_reason: str
+    ) -> None:
+        self.chat = chat
+        self.model = model
+        self.seed = seed
+        self.request = request
+        self.finish_reason = finish_reason
+        self.id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
+        self.created = int(time.time())
+        self.object = "chat.completion.chunk" if chat else "text_completion"
+        head = (
+            b'data: {"id":"' + self.id.encode() + b'","object":"' + self.object.encode()
+            + b'","created":' + str(self.created).encode()
+            + b',"model":' + orjson.dumps(model) + b',"choices":[{"index":0,'
+        )  # fmt: skip
+        self._head = head + (b'"delta":{"content":"' if chat else b'"text":"')
+        close = b'"}' if chat else b'"'
+        self._tail = close + b',"logprobs":null,"finish_reason":null}]}\n\n'
+        self._last_tail = (
+            close + b',"logprobs":null,"finish_reason":"' + finish_reason.encode() + b'"}]}\n\n'
+        )
+        self._role = (
+            head + b'"delta":{"role":"assistant","content":""},"logprobs":null,'
+            b'"finish_reason":null}]}\n\n'
+        )
+
+    def token_chunks(self, start: int, stop: int) -> bytes:
+        """SSE events for output tokens `start` .. `stop − 1` (the role chunk first)."""
+        parts = [self._role] if self.chat and start == 0 else []
+        last = self.request.output_tokens - 1
+        for i, token in enumerate(filler_tokens(self.seed, start, stop), start):
+            parts += (self._head, token, self._last_tail if i == last else self._tail)
+        return b"".join(parts)
+
+    def usage(self) -> dict[str, Any]:
+        r = self.request
+        return {
+            "prompt_tokens": r.prompt_tokens,
+            "completion_tokens": r.output_tokens,
+            "total_tokens": r.prompt_tokens + r.output_tokens,
+            "prompt_tokens_details": {"cached_tokens": r.cached_tokens},
+        }
+
+    def usage_chunk(self) -> bytes:
+        chunk = {
+            "id": self.id,
+            "object": self.object,
+            "created": self.created,
+            "model": self.model,
+            "choices": [],
+            "usage": self.usage(),
+        }
+        return b"data: " + orjson.dumps(chunk) + b"\n\n"
+
+    def full_response(self) -> dict[str, Any]:
+        text = filler_text(self.seed, 0, self.request.output_tokens)
+        choice: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": self.finish_reason}
+        if self.chat:
+            choice["message"] = {"role": "assistant", "content": text, "tool_calls": []}
+        else:
+            choice["text"] = text
+        return {
+            "id": self.id,
+            "object": "chat.completion" if self.chat else "text_completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": [choice],
+            "usage": self.usage(),
+        }
+
+
+class EmulatedPod:
+    """One pod's lifecycle on a loopback (or any) address: `start()`, `stop()`, restart.
+
+    `port=0` takes an ephemeral port on first start and keeps it across restarts, so an
+    endpoints file stays valid while a fault test stops and starts the pod.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        profile: PodProfile,
+        *,
+        served_model_name: str | None = None,
+        adapters: Sequence[str] = (),
+        host: str = "127.0.0.1",
+        port: int = 0,
+        labels: dict[str, str] | None = None,
+    ) -> None:
+        self.name = name
+        self.profile = profile
+        self.served_model_name = served_model_name or profile.model.name
+        self.adapters = tuple(adapters)
+        self.host = host
+        self.port = port
+        self.labels = dict(labels or {})
+        self.pod_app: PodApp | None = None
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._runner is not None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    async def start(self) -> None:
+        if self._runner is not None:
+            return
+        pod_app = PodApp(
+            self.profile, served_model_name=self.served_model_name, adapters=self.adapters
+        )
+        runner = web.AppRunner(
+            pod_app.app(), access_log=None, handle_signals=False, shutdown_timeout=0.1
+        )
+        await runner.setup()
+        site = web.TCPSite(runner, self.host, self.port, reuse_address=True)
+        try:
+            await site.start()
+        except BaseException:
+            pod_app.driver.close()
+            await runner.cleanup()
+            raise
+        if self.port == 0:
+            self.port = int(runner.addresses[0][1])
+        self.pod_app, self._runner = pod_app, runner
+
+    async def stop(self) -> None:
+        """Stop as a crash would: in-flight requests are cut, the engine state is lost."""
+        if self._runner is None:
+            return
+        assert self.pod_app is not None
+        self.pod_app.driver.close()
+        runner, self._runner, self.pod_app = self._runner, None, None
+        await runner.cleanup()

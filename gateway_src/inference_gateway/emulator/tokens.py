@@ -1,0 +1,129 @@
+"""The emulator's one tokenization rule, its chat template and its filler output.
+
+There is no real tokenizer here, so one documented deterministic rule stands in for it:
+
+* **One token is 4 bytes of UTF-8 text** (the last token may be shorter):
+  `prompt_tokens = ceil(len(text.encode()) / 4)`, at least 1. English BPE tokenizers
+  average about 4 characters per token, so counts land near the real ones.
+* **Prefix blocks** are 16 tokens = 64 bytes, as vLLM's block size. Each full block is
+  hashed with xxhash64 seeded with the previous block's hash, the chain seeded with
+  `xxh64(model name)`. This is the same rule as the picker's approximate prefix index
+  (`scheduling.plugins.prefix.prompt_block_hashes`), so a router that hashes the same
+  text predicts this pod's cache exactly; the model name is the requested one, so an
+  adapter never shares cache blocks with its base model (vLLM keys blocks by LoRA too).
+* **Chat template**: each message becomes `<|role|>\\n{content}\\n`, then `<|assistant|>\\n`
+  is appended (a generation prompt). Messages are rendered in order, so requests that
+  share a system prompt share a token prefix and hit the prefix cache.
+* **Output** is filler: each output token is one space and a three-letter word from a
+  fixed list (exactly 4 bytes, so re-tokenizing the output by the rule above gives back
+  its token count), cycled from a seed derived from the prompt. Length is `max_tokens`
+  when the client gives it (as benchmarks' `ignore_eos` runs do), else a deterministic
+  length in [16, 256] from the prompt hash.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import xxhash
+
+__all__ = [
+    "BLOCK_BYTES",
+    "BYTES_PER_TOKEN",
+    "DEFAULT_OUTPUT_RANGE",
+    "WORDS",
+    "block_hashes",
+    "count_tokens",
+    "default_output_tokens",
+    "filler_text",
+    "filler_tokens",
+    "prompt_seed",
+    "render_chat",
+]
+
+BYTES_PER_TOKEN = 4
+BLOCK_BYTES = 16 * BYTES_PER_TOKEN  # one vLLM KV block of 16 tokens
+DEFAULT_OUTPUT_RANGE = (16, 256)
+
+# Three-letter words, so " " + word is exactly one 4-byte token.
+WORDS: tuple[str, ...] = (
+    "the", "and", "for", "are", "but", "not", "you", "all", "any", "can", "had", "her",
+    "was", "one", "our", "out", "day", "get", "has", "him", "his", "how", "man", "new",
+    "now", "old", "see", "two", "way", "who", "boy", "did", "its", "let", "put", "say",
+    "she", "too", "use", "sky", "sea", "sun", "air", "art", "bus", "cap", "dog", "egg",
+    "fan", "gym", "hat", "ice", "jam", "key", "lab", "map", "net", "oak", "pan", "bed",
+    "cup", "fox", "gum", "ink",
+)  # fmt: skip
+_TOKEN_BYTES: tuple[bytes, ...] = tuple(f" {w}".encode() for w in WORDS)
+
+
+def count_tokens(text: str | bytes) -> int:
+    """Prompt tokens of `text` by the 4-bytes-per-token rule (at least 1)."""
+    data = text.encode() if isinstance(text, str) else text
+    return max(1, -(-len(data) // BYTES_PER_TOKEN))
+
+
+def block_hashes(model: str, text: str | bytes) -> list[int]:
+    """Chained xxhash64 of each full 64-byte (16-token) block, seeded with the model name."""
+    data = text.encode() if isinstance(text, str) else text
+    previous = xxhash.xxh64_intdigest(model.encode())
+    out = []
+    for start in range(0, len(data) - BLOCK_BYTES + 1, BLOCK_BYTES):
+        previous = xxhash.xxh64_intdigest(data[start : start + BLOCK_BYTES], seed=previous)
+        out.append(previous)
+    return out
+
+
+def _content_text(content: Any) -> str:
+    """A message's content: a string, or OpenAI content parts of which the text counts."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Sequence):
+        parts = []
+        for part in content:
+            if not isinstance(part, Mapping):
+                raise ValueError("content parts must be objects")
+            if part.get("type") == "text":
+                parts.append(str(part.get("text", "")))
+        return "".join(parts)
+    raise ValueError("content must be a string or a list of content parts")
+
+
+def render_chat(messages: Sequence[Mapping[str, Any]]) -> str:
+    """Render messages with the chat template of the module docstring (prefix-stable)."""
+    out = []
+    for message in messages:
+        if not isinstance(message, Mapping):
+            raise ValueError("each message must be an object")
+        role = message.get("role")
+        if not isinstance(role, str) or not role:
+            raise ValueError("each message needs a string 'role'")
+        out.append(f"<|{role}|>\n{_content_text(message.get('content'))}\n")
+    out.append("<|assistant|>\n")
+    return "".join(out)
+
+
+def prompt_seed(text: str | bytes) -> int:
+    """A 64-bit seed from the whole prompt: picks the filler words and default length."""
+    data = text.encode() if isinstance(text, str) else text
+    return xxhash.xxh64_intdigest(data)
+
+
+def default_output_tokens(seed: int) -> int:
+    """Deterministic output length in DEFAULT_OUTPUT_RANGE for a prompt without max_tokens."""
+    low, high = DEFAULT_OUTPUT_RANGE
+    return low + (seed >> 8) % (high - low + 1)
+
+
+def filler_tokens(seed: int, start: int, stop: int) -> list[bytes]:
+    """Output tokens `start` .. `stop - 1` as UTF-8 bytes (each exactly 4 bytes)."""
+    n = len(_TOKEN_BYTES)
+    return [_TOKEN_BYTES[(seed + i) % n] for i in range(start, stop)]
+
+
+def filler_text(seed: int, start: int, stop: int) -> str:
+    """Output tokens `start` .. `stop - 1` joined as text."""
+    return b"".join(filler_tokens(seed, start, stop)).decode()
