@@ -1,12 +1,60 @@
-"""Kubernetes-side sections of environment.yaml (owned by the cdk8s charts)."""
+"""Kubernetes-side sections of environment.yaml (owned by the cdk8s charts).
+
+`model_servers` says which vLLM Deployments run where, `canaries` which client-facing
+names are split onto other models (InferenceModelRewrite), `kubernetes` the few settings
+of the gateway's own workloads. `workload_problems` holds the cross checks that need the
+`gateway` section too (a pool whose selector matches no Deployment, a model served by a
+pool it is not routed to, a canary split across pools); `EnvironmentSpec` calls it, so a
+bad file fails at load time with the field path and nothing is synthesised.
+
+The pod labels of a model server are derived here (`model_server_pod_labels`), in one
+place, because both the validation and the charts must agree on them.
+"""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+if TYPE_CHECKING:
+    from inference_gateway.config import GatewayConfigSpec
+
+__all__ = [
+    "CanarySpec",
+    "CanaryTargetSpec",
+    "KubernetesSpec",
+    "ModelServerSpec",
+    "canary_pool",
+    "model_server_name",
+    "model_server_pod_labels",
+    "workload_problems",
+]
+
+_DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class KubernetesSpec(_Section):
+    """Settings of the gateway's own workloads in the cluster."""
+
+    namespace: str = Field(default="igw", pattern=_DNS_LABEL, max_length=63)
+    image_repository: str | None = Field(
+        default=None,
+        description="ECR repository of the gateway image; default igw-<env>/gateway (CDK).",
+    )
+    image_tag: str = Field(default="0.1.0", pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+    picker_replicas: int = Field(
+        default=2, ge=2, description="Active-active; two so a drained node never stops routing."
+    )
+    envoy_gateway_namespace: str = Field(default="envoy-gateway-system", pattern=_DNS_LABEL)
+    monitoring_namespace: str = Field(
+        default="monitoring", pattern=_DNS_LABEL, description="Where Prometheus runs."
+    )
 
 
 class ModelServerSpec(_Section):
@@ -18,23 +66,187 @@ class ModelServerSpec(_Section):
     model: str = Field(description="Hugging Face id or path the server loads.")
     served_model_name: str | None = None
     replicas: int = Field(default=1, ge=0)
+    max_replicas: int | None = Field(
+        default=None, ge=1, description="Set to scale on queue depth between replicas and this."
+    )
+    queue_depth_target: float = Field(
+        default=4.0, gt=0, description="Average waiting requests per pod the HPA aims for."
+    )
     gpus: int = Field(default=1, ge=1)
+    cpu: str = "4"
+    memory: str = "24Gi"
+    shm_size: str = Field(default="8Gi", description="/dev/shm, for NCCL and the tokenizer pool.")
     max_model_len: int = Field(default=8192, ge=256)
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
     enable_prefix_caching: bool = True
     max_loras: int = Field(default=0, ge=0)
     adapters: list[str] = Field(default_factory=list)
     tool_call_parser: str | None = None
+    drain_seconds: int = Field(
+        default=60, ge=0, le=3600, description="preStop sleep so in-flight streams finish."
+    )
+    hf_token_secret: str | None = Field(
+        default=None, description="Secret with key HF_TOKEN, for gated models."
+    )
+    pod_labels: dict[str, str] = Field(
+        default_factory=dict, description="Extra pod labels, e.g. for a pool selector."
+    )
+
+    @property
+    def served_name(self) -> str:
+        return self.served_model_name or self.model
 
 
 class CanaryTargetSpec(_Section):
     model: str
-    weight: int = Field(ge=0)
+    weight: int = Field(ge=0, le=1_000_000)
 
 
 class CanarySpec(_Section):
-    """An InferenceModelRewrite: a client-facing name split onto target models."""
+    """An InferenceModelRewrite: a client-facing name split onto target models.
 
-    name: str
+    A weight of 0 parks a target (it is left out of the rendered resource, whose weights
+    are at least 1 upstream); at least one weight must be above 0.
+    """
+
+    name: str = Field(pattern=_DNS_LABEL, max_length=63)
     model: str
     targets: list[CanaryTargetSpec] = Field(min_length=1)
+
+    @field_validator("targets")
+    @classmethod
+    def _some_weight(cls, targets: list[CanaryTargetSpec]) -> list[CanaryTargetSpec]:
+        if all(t.weight == 0 for t in targets):
+            raise ValueError("every weight is 0, so the rewrite would route nowhere")
+        return targets
+
+
+def model_server_name(server: ModelServerSpec) -> str:
+    """The Deployment name: stable when a second GPU generation joins the pool.
+
+    A pool already named after its node group (`llama-8b-a10g` on `a10g`) is not
+    suffixed twice.
+    """
+    if server.pool.endswith(f"-{server.node_group}"):
+        return f"vllm-{server.pool}"
+    return f"vllm-{server.pool}-{server.node_group}"
+
+
+def model_server_pod_labels(server: ModelServerSpec, *, gpu: str) -> dict[str, str]:
+    """The labels every pod of this model server carries; pools select on them."""
+    return {
+        "app.kubernetes.io/name": "vllm",
+        "app.kubernetes.io/instance": model_server_name(server),
+        "app.kubernetes.io/component": "model-server",
+        "app.kubernetes.io/part-of": "inference-gateway",
+        "igw.dev/pool": server.pool,
+        "igw.dev/gpu": gpu,
+        **server.pod_labels,
+    }
+
+
+def _selects(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
+    return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
+
+
+def workload_problems(
+    *,
+    gateway: GatewayConfigSpec,
+    model_servers: Sequence[ModelServerSpec],
+    canaries: Sequence[CanarySpec],
+    gpu_of_node_group: Mapping[str, str],
+) -> list[str]:
+    """Cross checks between `gateway`, `model_servers` and `canaries`, as field paths."""
+    problems: list[str] = []
+    pools = {p.name: p for p in gateway.pools}
+    model_pool = {m.name: m.pool for m in gateway.models}
+    adapter_model = {a: m.name for m in gateway.models for a in m.adapters}
+    labels = [
+        model_server_pod_labels(s, gpu=gpu_of_node_group.get(s.node_group, "unknown"))
+        for s in model_servers
+    ]
+
+    seen: dict[str, int] = {}
+    for i, server in enumerate(model_servers):
+        where = f"model_servers[{i}]"
+        name = model_server_name(server)
+        if name in seen:
+            problems.append(f"{where}: same pool and node_group as model_servers[{seen[name]}]")
+        seen[name] = i
+        pool = pools.get(server.pool)
+        if pool is not None and not _selects(pool.selector, labels[i]):
+            problems.append(
+                f"{where}.pod_labels: pods labelled {labels[i]} are not selected by "
+                f"pool {pool.name!r} (selector {pool.selector})"
+            )
+        routed = model_pool.get(server.served_name)
+        if routed is None:
+            problems.append(
+                f"{where}.served_model_name: {server.served_name!r} is not in gateway.models"
+            )
+        elif routed != server.pool:
+            problems.append(
+                f"{where}.served_model_name: {server.served_name!r} is routed to pool "
+                f"{routed!r}, so pool {server.pool!r} cannot claim it too"
+            )
+        for j, adapter in enumerate(server.adapters):
+            if adapter_model.get(adapter) != server.served_name:
+                problems.append(
+                    f"{where}.adapters[{j}]: {adapter!r} is not an adapter of "
+                    f"gateway model {server.served_name!r}"
+                )
+        if server.max_loras == 0 and server.adapters:
+            problems.append(f"{where}.max_loras: adapters need max_loras of at least 1")
+
+    for i, pool in enumerate(gateway.pools):
+        where = f"gateway.pools[{i}].selector"
+        if not pool.selector:
+            problems.append(f"{where}: empty, it would select every pod of the namespace")
+            continue
+        selected = [j for j in range(len(model_servers)) if _selects(pool.selector, labels[j])]
+        if not selected:
+            problems.append(f"{where}: {pool.selector} matches no model-server Deployment")
+        for j in selected:
+            if model_servers[j].pool != pool.name:
+                problems.append(
+                    f"{where}: also selects model_servers[{j}] of pool {model_servers[j].pool!r}"
+                )
+
+    canary_models: dict[str, int] = {}
+    for i, canary in enumerate(canaries):
+        where = f"canaries[{i}]"
+        if canary.model in canary_models:
+            problems.append(
+                f"{where}.model: {canary.model!r} already split by "
+                f"canaries[{canary_models[canary.model]}]"
+            )
+        canary_models[canary.model] = i
+        target_pools = set()
+        for target in canary.targets:
+            model = adapter_model.get(target.model, target.model)
+            if model in model_pool:
+                target_pools.add(model_pool[model])
+        if len(target_pools) > 1:
+            problems.append(
+                f"{where}.targets: models of pools {sorted(target_pools)}; one rewrite "
+                "splits within one pool"
+            )
+        elif target_pools and canary.model in model_pool:
+            (target_pool,) = target_pools
+            if model_pool[canary.model] != target_pool:
+                problems.append(
+                    f"{where}.model: {canary.model!r} is routed to pool "
+                    f"{model_pool[canary.model]!r}, its targets to pool {target_pool!r}"
+                )
+    return problems
+
+
+def canary_pool(canary: CanarySpec, gateway: GatewayConfigSpec) -> str:
+    """The pool a (validated) canary splits in: the pool of its first known target."""
+    model_pool = {m.name: m.pool for m in gateway.models}
+    adapter_model = {a: m.name for m in gateway.models for a in m.adapters}
+    for target in canary.targets:
+        model = adapter_model.get(target.model, target.model)
+        if model in model_pool:
+            return model_pool[model]
+    raise KeyError(canary.name)

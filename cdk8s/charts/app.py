@@ -1,0 +1,112 @@
+"""Synthesis of every environment: charts into `rendered/`, ArgoCD into `bootstrap/`.
+
+`synth_tree(out_root)` renders into a directory tree shaped like `gitops/`; `write_tree`
+then replaces the committed files with it. Nothing is written unless every environment
+loads, validates and synthesises, so a bad environment never leaves a half-updated tree.
+Output is deterministic: one file per chart, fixed names, stale files removed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+# jsii prints a banner about the Node version on every run; the output must stay quiet.
+os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
+os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20,22")
+
+from cdk8s import App, Chart, YamlOutputType
+from stacks.environment import ENVIRONMENTS_DIR, EnvironmentSpec, load_environment
+
+from .bootstrap import BootstrapChart, RootChart
+from .crds import CrdsChart
+from .gateway import GatewayChart
+from .inference import InferenceChart
+from .model_servers import ModelServersChart
+from .network import NetworkPoliciesChart
+from .observability import ObservabilityChart
+from .picker import PickerChart
+
+__all__ = [
+    "CHARTS",
+    "GITOPS_DIR",
+    "build_environment",
+    "environment_names",
+    "synth_tree",
+    "write_tree",
+]
+
+GITOPS_DIR = ENVIRONMENTS_DIR.parent
+
+# File name (without .k8s.yaml) → chart. The numbers keep `ls` in sync-wave order.
+CHARTS: dict[str, type[Chart]] = {
+    "00-crds": CrdsChart,
+    "10-network-policies": NetworkPoliciesChart,
+    "20-picker": PickerChart,
+    "30-gateway": GatewayChart,
+    "40-inference": InferenceChart,
+    "50-observability": ObservabilityChart,
+    "60-model-servers": ModelServersChart,
+}
+
+
+def environment_names(environments_dir: Path = ENVIRONMENTS_DIR) -> list[str]:
+    return sorted(p.parent.name for p in environments_dir.glob("*/environment.yaml"))
+
+
+def build_environment(env: EnvironmentSpec, *, outdir: Path) -> App:
+    app = App(outdir=str(outdir), yaml_output_type=YamlOutputType.FILE_PER_CHART)
+    for name, chart in CHARTS.items():
+        chart(app, name, env=env)  # type: ignore[call-arg]
+    return app
+
+
+def synth_tree(
+    out_root: Path,
+    *,
+    environments_dir: Path = ENVIRONMENTS_DIR,
+    names: Sequence[str] | None = None,
+) -> list[Path]:
+    """Render every environment (and the bootstrap) under `out_root`; return the files.
+
+    Every environment is loaded (and so validated) before anything is synthesised.
+    """
+    names = names or environment_names(environments_dir)
+    envs = [load_environment(environments_dir / n / "environment.yaml") for n in names]
+    for env in envs:
+        build_environment(env, outdir=out_root / "environments" / env.name / "rendered").synth()
+    for folder, chart in (("bootstrap", BootstrapChart), ("bootstrap/root", RootChart)):
+        app = App(outdir=str(out_root / folder), yaml_output_type=YamlOutputType.FILE_PER_CHART)
+        chart(app, "root" if chart is RootChart else "inference-gateway", envs=envs)
+        app.synth()
+    return sorted(p for p in out_root.rglob("*") if p.is_file())
+
+
+def write_tree(gitops_dir: Path = GITOPS_DIR, *, names: Sequence[str] | None = None) -> list[str]:
+    """Synthesise into a temporary tree, then mirror it into `gitops_dir`; list changes."""
+    changes: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="igw-synth-") as tmp:
+        fresh_root = Path(tmp)
+        synth_tree(fresh_root, environments_dir=gitops_dir / "environments", names=names)
+        fresh_dirs = [
+            fresh_root / "bootstrap",
+            fresh_root / "bootstrap" / "root",
+            *sorted((fresh_root / "environments").glob("*/rendered")),
+        ]
+        for fresh_dir in fresh_dirs:
+            target = gitops_dir / fresh_dir.relative_to(fresh_root)
+            target.mkdir(parents=True, exist_ok=True)
+            wanted = {p.name for p in fresh_dir.glob("*.yaml")}
+            for stale in sorted(target.glob("*.yaml")):
+                if stale.name not in wanted:
+                    stale.unlink()
+                    changes.append(f"deleted {stale}")
+            for name in sorted(wanted):
+                new, old = fresh_dir / name, target / name
+                if not old.exists() or old.read_bytes() != new.read_bytes():
+                    shutil.copyfile(new, old)
+                    changes.append(f"wrote {old}")
+    return changes

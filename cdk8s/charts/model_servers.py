@@ -1,0 +1,265 @@
+"""vLLM model servers: one Deployment per pool and GPU generation, scaled on queue depth.
+
+The pod labels come from `stacks.spec_workloads.model_server_pod_labels`, the same
+function the environment validation uses to prove that each pool's selector selects
+these pods. Pods drain before they stop: readiness fails first (the picker stops
+picking the pod), then `preStop` sleeps `drain_seconds` so streams in flight finish,
+and the grace period covers both.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from constructs import Construct
+
+from cdk8s import Chart
+from stacks.environment import EnvironmentSpec
+from stacks.spec_infra import NodeGroupSpec
+from stacks.spec_workloads import ModelServerSpec, model_server_name, model_server_pod_labels
+
+from .base import Wave, manifest, selector_labels
+from .workloads import (
+    CPU_LIMIT_SKIP,
+    DIGEST_SKIP,
+    container_security_context,
+    empty_dir,
+    pod_security_context,
+    spread,
+)
+
+__all__ = ["HTTP_PORT", "QUEUE_METRIC", "ModelServersChart", "vllm_args"]
+
+HTTP_PORT = 8000
+# `vllm:num_requests_waiting` as the custom-metrics API serves it (prometheus-adapter
+# rule in docs/operations.md: the colon is not allowed in a metric name there).
+QUEUE_METRIC = "vllm_num_requests_waiting"
+SERVICE_ACCOUNT = "vllm"
+HF_TOKEN_DIR = "/var/run/secrets/huggingface"
+
+
+def vllm_args(server: ModelServerSpec) -> list[str]:
+    """The vLLM command line, flag by flag from the environment."""
+    args = [
+        server.model,
+        "--served-model-name",
+        server.served_name,
+        "--port",
+        str(HTTP_PORT),
+        "--tensor-parallel-size",
+        str(server.gpus),
+        "--max-model-len",
+        str(server.max_model_len),
+        "--gpu-memory-utilization",
+        str(server.gpu_memory_utilization),
+        "--disable-uvicorn-access-log",
+    ]
+    if server.enable_prefix_caching:
+        args.append("--enable-prefix-caching")
+    if server.max_loras:
+        args += ["--enable-lora", "--max-loras", str(server.max_loras)]
+        if server.adapters:
+            args += ["--lora-modules", *(f"{a}={a}" for a in server.adapters)]
+    if server.tool_call_parser:
+        args += ["--enable-auto-tool-choice", "--tool-call-parser", server.tool_call_parser]
+    return args
+
+
+class ModelServersChart(Chart):
+    def __init__(self, scope: Construct, construct_id: str, *, env: EnvironmentSpec) -> None:
+        super().__init__(scope, construct_id, disable_resource_name_hashes=True)
+        namespace = env.kubernetes.namespace
+        groups = {g.name: g for g in env.node_groups}
+        manifest(
+            self,
+            "sa",
+            api_version="v1",
+            kind="ServiceAccount",
+            name=SERVICE_ACCOUNT,
+            namespace=namespace,
+            labels={
+                "app.kubernetes.io/name": "vllm",
+                "app.kubernetes.io/part-of": "inference-gateway",
+            },
+            wave=Wave.WORKLOADS,
+            body={"automountServiceAccountToken": False},
+        )
+        for server in env.model_servers:
+            self._server(server=server, group=groups[server.node_group], namespace=namespace)
+
+    def _server(self, *, server: ModelServerSpec, group: NodeGroupSpec, namespace: str) -> None:
+        name = model_server_name(server)
+        pod_labels = model_server_pod_labels(server, gpu=group.gpu)
+        meta = {**pod_labels, "app.kubernetes.io/managed-by": "cdk8s"}
+        selector = selector_labels(pod_labels)
+        common = {"namespace": namespace, "labels": meta, "wave": Wave.WORKLOADS}
+        scaled = server.max_replicas is not None and server.replicas >= 1
+        spec: dict[str, Any] = {}
+        if not scaled:
+            spec["replicas"] = server.replicas
+        spec |= {
+            "revisionHistoryLimit": 5,
+            "selector": {"matchLabels": selector},
+            # GPUs are scarce: with several replicas replace one at a time in place,
+            # with one replica surge so the model never goes dark.
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": (
+                    {"maxSurge": 0, "maxUnavailable": 1}
+                    if server.replicas > 1
+                    else {"maxSurge": 1, "maxUnavailable": 0}
+                ),
+            },
+            "template": {
+                "metadata": {"labels": pod_labels},
+                "spec": _pod_spec(server=server, group=group, selector=selector),
+            },
+        }
+        manifest(
+            self,
+            name,
+            api_version="apps/v1",
+            kind="Deployment",
+            name=name,
+            **common,
+            checkov_skips={**CPU_LIMIT_SKIP, **DIGEST_SKIP},
+            body={"spec": spec},
+        )
+        if scaled:
+            manifest(
+                self,
+                f"{name}-hpa",
+                api_version="autoscaling/v2",
+                kind="HorizontalPodAutoscaler",
+                name=name,
+                **common,
+                body={"spec": _hpa_spec(server=server, name=name)},
+            )
+        manifest(
+            self,
+            f"{name}-pdb",
+            api_version="policy/v1",
+            kind="PodDisruptionBudget",
+            name=name,
+            **common,
+            body={"spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector}}},
+        )
+
+
+def _hpa_spec(*, server: ModelServerSpec, name: str) -> dict[str, Any]:
+    return {
+        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
+        "minReplicas": server.replicas,
+        "maxReplicas": max(server.max_replicas or 1, server.replicas),
+        "metrics": [
+            {
+                "type": "Pods",
+                "pods": {
+                    "metric": {"name": QUEUE_METRIC},
+                    "target": {
+                        "type": "AverageValue",
+                        "averageValue": str(server.queue_depth_target),
+                    },
+                },
+            }
+        ],
+        # A GPU pod takes minutes to load a model: scale up fast, down slowly.
+        "behavior": {
+            "scaleUp": {
+                "stabilizationWindowSeconds": 0,
+                "policies": [{"type": "Pods", "value": 2, "periodSeconds": 60}],
+            },
+            "scaleDown": {
+                "stabilizationWindowSeconds": 600,
+                "policies": [{"type": "Pods", "value": 1, "periodSeconds": 300}],
+            },
+        },
+    }
+
+
+def _pod_spec(
+    *, server: ModelServerSpec, group: NodeGroupSpec, selector: dict[str, str]
+) -> dict[str, Any]:
+    gpus = str(server.gpus)
+    health = {"httpGet": {"path": "/health", "port": "http"}}
+    env = [
+        {"name": "HOME", "value": "/home/vllm"},
+        {"name": "HF_HOME", "value": "/models/huggingface"},
+        {"name": "VLLM_NO_USAGE_STATS", "value": "1"},
+        {"name": "DO_NOT_TRACK", "value": "1"},
+    ]
+    mounts = [
+        {"name": "shm", "mountPath": "/dev/shm"},
+        {"name": "models", "mountPath": "/models"},
+        {"name": "home", "mountPath": "/home/vllm"},
+        {"name": "tmp", "mountPath": "/tmp"},
+    ]
+    volumes = [
+        empty_dir("shm", size=server.shm_size, memory=True),
+        empty_dir("models", size="200Gi"),
+        empty_dir("home", size="10Gi"),
+        empty_dir("tmp", size="2Gi"),
+    ]
+    if server.hf_token_secret:
+        # A file, not an env var: secrets in the environment leak into crash dumps.
+        env.append({"name": "HF_TOKEN_PATH", "value": f"{HF_TOKEN_DIR}/HF_TOKEN"})
+        mounts.append({"name": "hf-token", "mountPath": HF_TOKEN_DIR, "readOnly": True})
+        volumes.append({"name": "hf-token", "secret": {"secretName": server.hf_token_secret}})
+    return {
+        "serviceAccountName": SERVICE_ACCOUNT,
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": pod_security_context(),
+        "terminationGracePeriodSeconds": server.drain_seconds + 30,
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {
+                                    "key": "node.kubernetes.io/instance-type",
+                                    "operator": "In",
+                                    "values": [group.instance_type],
+                                }
+                            ]
+                        }
+                    ]
+                }
+            }
+        },
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "topologySpreadConstraints": spread(selector),
+        "containers": [
+            {
+                "name": "vllm",
+                "image": server.image,
+                "imagePullPolicy": "Always",
+                "command": ["vllm", "serve"],
+                "args": vllm_args(server),
+                "env": env,
+                "ports": [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"}],
+                # Downloading and loading weights takes minutes; up to 30 here.
+                "startupProbe": {**health, "periodSeconds": 10, "failureThreshold": 180},
+                "readinessProbe": {**health, "periodSeconds": 5, "failureThreshold": 3},
+                "livenessProbe": {
+                    **health,
+                    "periodSeconds": 10,
+                    "timeoutSeconds": 5,
+                    "failureThreshold": 6,
+                },
+                "lifecycle": {"preStop": {"sleep": {"seconds": server.drain_seconds}}},
+                "resources": {
+                    "requests": {
+                        "cpu": server.cpu,
+                        "memory": server.memory,
+                        "nvidia.com/gpu": gpus,
+                    },
+                    "limits": {"memory": server.memory, "nvidia.com/gpu": gpus},
+                },
+                "securityContext": container_security_context(),
+                "volumeMounts": mounts,
+            }
+        ],
+        "volumes": volumes,
+    }

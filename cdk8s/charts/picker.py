@@ -1,0 +1,250 @@
+"""The endpoint picker (`igw picker`): the ext_proc server Envoy asks for every request.
+
+Active-active: every replica discovers the pool's pods by label selector and scrapes
+them itself, so no leader election and no shared state; Envoy spreads the ext_proc
+streams over the replicas. The config file is the whole `InferenceGatewayConfig`
+resource, mounted from a ConfigMap whose hash sits on the pod template, so a config
+change rolls the picker.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import yaml
+from constructs import Construct
+from inference_gateway.config import API_GROUP, API_VERSION
+
+from cdk8s import Chart
+from stacks.environment import EnvironmentSpec
+
+from .base import PICKER, Wave, gateway_image, labels, manifest, selector_labels
+from .workloads import (
+    CPU_LIMIT_SKIP,
+    DIGEST_SKIP,
+    container_security_context,
+    empty_dir,
+    pod_security_context,
+    spread,
+)
+
+__all__ = [
+    "CONFIG_PATH",
+    "GRPC_PORT",
+    "METRICS_PORT",
+    "PickerChart",
+    "gateway_config_resource",
+    "picker_labels",
+]
+
+GRPC_PORT = 9002
+METRICS_PORT = 9090
+CONFIG_PATH = "/etc/igw/config.yaml"
+CONFIG_NAME = "igw"
+
+
+def picker_labels() -> dict[str, str]:
+    return labels(name=PICKER, component="endpoint-picker")
+
+
+def gateway_config_resource(env: EnvironmentSpec) -> dict[str, Any]:
+    """The `InferenceGatewayConfig` resource: the CR and the picker's config file."""
+    return {
+        "apiVersion": f"{API_GROUP}/{API_VERSION}",
+        "kind": "InferenceGatewayConfig",
+        "metadata": {"name": CONFIG_NAME, "namespace": env.kubernetes.namespace},
+        "spec": env.gateway.model_dump(mode="json", by_alias=True, exclude_none=True),
+    }
+
+
+class PickerChart(Chart):
+    """ServiceAccount, read-only RBAC, ConfigMap, Deployment, Service, PDB."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, env: EnvironmentSpec) -> None:
+        super().__init__(scope, construct_id, disable_resource_name_hashes=True)
+        namespace = env.kubernetes.namespace
+        meta = picker_labels()
+        config = yaml.safe_dump(gateway_config_resource(env), sort_keys=False)
+        config_hash = hashlib.sha256(config.encode()).hexdigest()[:16]
+        common = {"namespace": namespace, "labels": meta, "wave": Wave.CONTROLLERS}
+
+        manifest(
+            self,
+            "sa",
+            api_version="v1",
+            kind="ServiceAccount",
+            name=PICKER,
+            **common,
+            body={"automountServiceAccountToken": False},
+        )
+        manifest(
+            self,
+            "role",
+            api_version="rbac.authorization.k8s.io/v1",
+            kind="Role",
+            name=PICKER,
+            **common,
+            body={"rules": _read_rules()},
+        )
+        manifest(
+            self,
+            "rolebinding",
+            api_version="rbac.authorization.k8s.io/v1",
+            kind="RoleBinding",
+            name=PICKER,
+            **common,
+            body={
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "Role",
+                    "name": PICKER,
+                },
+                "subjects": [{"kind": "ServiceAccount", "name": PICKER, "namespace": namespace}],
+            },
+        )
+        manifest(
+            self,
+            "config",
+            api_version="v1",
+            kind="ConfigMap",
+            name=f"{PICKER}-config",
+            **common,
+            body={"data": {"config.yaml": config}},
+        )
+        selector = selector_labels(meta)
+        manifest(
+            self,
+            "deployment",
+            api_version="apps/v1",
+            kind="Deployment",
+            name=PICKER,
+            **common,
+            checkov_skips={
+                **CPU_LIMIT_SKIP,
+                **DIGEST_SKIP,
+                "CKV_K8S_38": "the picker watches pods of its pools through the API",
+            },
+            body={
+                "spec": {
+                    "replicas": env.kubernetes.picker_replicas,
+                    "revisionHistoryLimit": 5,
+                    "selector": {"matchLabels": selector},
+                    "strategy": {
+                        "type": "RollingUpdate",
+                        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+                    },
+                    "template": {
+                        "metadata": {
+                            "labels": meta,
+                            "annotations": {"igw.dev/config-sha256": config_hash},
+                        },
+                        "spec": _pod_spec(env=env, selector=selector),
+                    },
+                }
+            },
+        )
+        manifest(
+            self,
+            "service",
+            api_version="v1",
+            kind="Service",
+            name=PICKER,
+            **common,
+            body={
+                "spec": {
+                    "type": "ClusterIP",
+                    "selector": selector,
+                    "ports": [
+                        {
+                            "name": "grpc",
+                            "port": GRPC_PORT,
+                            "targetPort": "grpc",
+                            "protocol": "TCP",
+                            "appProtocol": "kubernetes.io/h2c",
+                        },
+                        {
+                            "name": "metrics",
+                            "port": METRICS_PORT,
+                            "targetPort": "metrics",
+                            "protocol": "TCP",
+                        },
+                    ],
+                }
+            },
+        )
+        manifest(
+            self,
+            "pdb",
+            api_version="policy/v1",
+            kind="PodDisruptionBudget",
+            name=PICKER,
+            **common,
+            body={"spec": {"minAvailable": 1, "selector": {"matchLabels": selector}}},
+        )
+
+
+def _read_rules() -> list[dict[str, Any]]:
+    """What the picker reads, and nothing it could write."""
+    read = ["get", "list", "watch"]
+    return [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": read},
+        {
+            "apiGroups": ["inference.networking.k8s.io"],
+            "resources": ["inferencepools"],
+            "verbs": read,
+        },
+        {
+            "apiGroups": ["inference.networking.x-k8s.io"],
+            "resources": ["inferenceobjectives", "inferencemodelrewrites"],
+            "verbs": read,
+        },
+        {"apiGroups": [API_GROUP], "resources": ["inferencegatewayconfigs"], "verbs": read},
+    ]
+
+
+def _pod_spec(*, env: EnvironmentSpec, selector: dict[str, str]) -> dict[str, Any]:
+    grpc_probe = {"grpc": {"port": GRPC_PORT}}
+    return {
+        "serviceAccountName": PICKER,
+        # The ServiceAccount does not automount; only this pod, which watches the API, does.
+        "automountServiceAccountToken": True,
+        "enableServiceLinks": False,
+        "securityContext": pod_security_context(),
+        "topologySpreadConstraints": spread(selector),
+        "terminationGracePeriodSeconds": 30,
+        "containers": [
+            {
+                "name": "picker",
+                "image": gateway_image(env),
+                "imagePullPolicy": "Always",
+                "args": ["picker", "--grpc-port", str(GRPC_PORT), "--config", CONFIG_PATH],
+                "env": [
+                    {
+                        "name": "POD_NAMESPACE",
+                        "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}},
+                    }
+                ],
+                "ports": [
+                    {"name": "grpc", "containerPort": GRPC_PORT, "protocol": "TCP"},
+                    {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"},
+                ],
+                "startupProbe": {**grpc_probe, "periodSeconds": 2, "failureThreshold": 30},
+                "readinessProbe": {**grpc_probe, "periodSeconds": 5, "failureThreshold": 2},
+                "livenessProbe": {**grpc_probe, "periodSeconds": 10, "failureThreshold": 3},
+                "resources": {
+                    "requests": {"cpu": "1", "memory": "512Mi"},
+                    "limits": {"memory": "1Gi"},
+                },
+                "securityContext": container_security_context(),
+                "volumeMounts": [
+                    {"name": "config", "mountPath": "/etc/igw", "readOnly": True},
+                    {"name": "tmp", "mountPath": "/tmp"},
+                ],
+            }
+        ],
+        "volumes": [
+            {"name": "config", "configMap": {"name": f"{PICKER}-config"}},
+            empty_dir("tmp", size="64Mi"),
+        ],
+    }

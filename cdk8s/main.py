@@ -1,0 +1,35 @@
+"""Synthesise every environment into gitops/ (run as a script: `python cdk8s/main.py`).
+
+For each `gitops/environments/<env>/environment.yaml`, the charts of `charts.app` render
+into `gitops/environments/<env>/rendered/`, and the ArgoCD bootstrap into
+`gitops/bootstrap/`. A bad environment prints its field paths and writes nothing.
+This file is a script on purpose: `cdk8s/` must never be an importable package named
+`cdk8s` (it would shadow the library); the chart code is the `charts` package.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from charts.app import GITOPS_DIR, write_tree
+from inference_gateway.errors import ConfigError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--env", action="append", help="only this environment (repeatable)")
+    args = parser.parse_args(argv)
+    try:
+        changes = write_tree(GITOPS_DIR, names=args.env)
+    except (ConfigError, ValueError) as error:
+        print(f"synth failed, nothing written: {error}", file=sys.stderr)
+        return 1
+    for line in changes:
+        print(line)
+    print(f"cdk8s synth: {len(changes)} file(s) changed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
