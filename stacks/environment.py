@@ -7,7 +7,7 @@ disagree about node groups, GPU types or pools. A bad file fails with the field 
 Sections and their owners:
   aws, cluster, node_groups, ingress, alarms, gitops   → stacks/spec_infra.py (CDK)
   gateway                                             → inference_gateway.config (the CRD)
-  model_servers, canaries                             → stacks/spec_workloads.py (cdk8s)
+  model_servers, canaries, kubernetes                 → stacks/spec_workloads.py (cdk8s)
 This module stays free of aws_cdk and cdk8s imports.
 """
 
@@ -22,7 +22,7 @@ from inference_gateway.errors import ConfigError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .spec_infra import AlarmSpec, AwsSpec, ClusterSpec, GitOpsSpec, IngressSpec, NodeGroupSpec
-from .spec_workloads import CanarySpec, ModelServerSpec
+from .spec_workloads import CanarySpec, KubernetesSpec, ModelServerSpec, workload_problems
 
 __all__ = ["ENVIRONMENTS_DIR", "EnvironmentSpec", "load_environment"]
 
@@ -45,6 +45,7 @@ class EnvironmentSpec(BaseModel):
     gateway: GatewayConfigSpec
     model_servers: list[ModelServerSpec] = Field(default_factory=list)
     canaries: list[CanarySpec] = Field(default_factory=list)
+    kubernetes: KubernetesSpec = KubernetesSpec()
 
     @model_validator(mode="after")
     def _cross_references(self) -> EnvironmentSpec:
@@ -74,6 +75,12 @@ class EnvironmentSpec(BaseModel):
                     problems.append(
                         f"canaries[{i}].targets[{j}].model: unknown model {target.model!r}"
                     )
+        problems += workload_problems(
+            gateway=self.gateway,
+            model_servers=self.model_servers,
+            canaries=self.canaries,
+            gpu_of_node_group={g.name: g.gpu for g in self.node_groups},
+        )
         if problems:
             raise ValueError("; ".join(problems))
         return self

@@ -378,6 +378,23 @@ def openapi_v3_schema() -> dict[str, Any]:
                 return merged
         if "const" in node:
             node["enum"] = [node.pop("const")]
+        # A mapping with Literal keys: structural schemas have no `propertyNames`, so
+        # each allowed key becomes a named property with the value schema.
+        names = node.pop("propertyNames", None)
+        if names is not None and isinstance(node.get("additionalProperties"), dict):
+            value = node.pop("additionalProperties")
+            node["properties"] = {key: value for key in names.get("enum", [])}
+        # OpenAPI v3.0 bounds: a boolean beside minimum/maximum, not a number.
+        for bound, exclusive in (("minimum", "exclusiveMinimum"), ("maximum", "exclusiveMaximum")):
+            if isinstance(node.get(exclusive), int | float) and not isinstance(
+                node.get(exclusive), bool
+            ):
+                node[bound] = node[exclusive]
+                node[exclusive] = True
+        # A free-form mapping (`dict[str, Any]`) must keep its fields through pruning.
+        if node.get("additionalProperties") is True:
+            node.pop("additionalProperties")
+            node["x-kubernetes-preserve-unknown-fields"] = True
         if node.get("additionalProperties") is False:
             node.pop("additionalProperties")
         return {k: convert(v) for k, v in node.items()}
