@@ -1,0 +1,50 @@
+"""`igw serve --endpoints ENDPOINTS.yaml [--config CONFIG.yaml] --port 8080`."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+__all__ = ["register"]
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "serve",
+        help="run the standalone OpenAI-compatible gateway",
+        description="Serve /v1/chat/completions, /v1/completions and /v1/models in front of "
+        "the pods of an endpoints file, picking a pod per request from live metrics.",
+    )
+    parser.add_argument("--endpoints", required=True, help="endpoints YAML (upstream shape)")
+    parser.add_argument(
+        "--config",
+        help="InferenceGatewayConfig YAML (default: latency profile, every model the pods list)",
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument(
+        "--policy",
+        choices=["gateway", "round-robin"],
+        default="gateway",
+        help="round-robin runs the same proxy as a plain Service would route",
+    )
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from aiohttp import web
+
+    from .server import build_gateway
+
+    app, _ = build_gateway(args.endpoints, args.config, policy=args.policy)
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:  # pragma: no cover - uvloop is a pinned dependency
+        pass
+    print(
+        f"igw serve: listening on http://{args.host}:{args.port} (policy {args.policy})", flush=True
+    )
+    web.run_app(app, host=args.host, port=args.port, print=None)
+    return 0

@@ -1,0 +1,86 @@
+"""Prometheus metrics the gateway exports, under the upstream GIE names, so dashboards
+and alerts written for the upstream picker work unchanged."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+__all__ = ["GatewayMetrics"]
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+TOKEN_BUCKETS = (16, 64, 256, 1024, 4096, 16384, 65536)
+
+
+class GatewayMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        labels = ["model_name", "target_model_name"]
+        self.requests = Counter(
+            "inference_objective_request_total", "Requests by model.", labels, registry=r
+        )
+        self.errors = Counter(
+            "inference_objective_request_error_total",
+            "Failed requests by model and code.",
+            [*labels, "error_code"],
+            registry=r,
+        )
+        self.duration = Histogram(
+            "inference_objective_request_duration_seconds",
+            "End-to-end latency.",
+            labels,
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.ttft = Histogram(
+            "inference_objective_request_ttft_seconds",
+            "Time to first token.",
+            labels,
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.input_tokens = Histogram(
+            "inference_objective_input_tokens",
+            "Prompt tokens per request.",
+            labels,
+            buckets=TOKEN_BUCKETS,
+            registry=r,
+        )
+        self.output_tokens = Histogram(
+            "inference_objective_output_tokens",
+            "Output tokens per request.",
+            labels,
+            buckets=TOKEN_BUCKETS,
+            registry=r,
+        )
+        self.pool_kv = Gauge(
+            "inference_pool_average_kv_cache_utilization",
+            "Mean KV-cache use of ready pods.",
+            ["name"],
+            registry=r,
+        )
+        self.pool_queue = Gauge(
+            "inference_pool_average_queue_size",
+            "Mean waiting requests of ready pods.",
+            ["name"],
+            registry=r,
+        )
+        self.pool_ready = Gauge(
+            "inference_pool_ready_pods", "Pods with a fresh scrape.", ["name"], registry=r
+        )
+        self.scheduler_e2e = Histogram(
+            "inference_extension_scheduler_e2e_duration_seconds",
+            "Time to pick an endpoint.",
+            buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05),
+            registry=r,
+        )
+        self.plugin_duration = Histogram(
+            "inference_extension_plugin_duration_seconds",
+            "Time spent in one plugin call.",
+            ["plugin_type", "plugin_name"],
+            buckets=(0.00001, 0.00005, 0.0001, 0.0005, 0.001, 0.005),
+            registry=r,
+        )
+
+    def time_plugin(self, kind: str, name: str, seconds: float) -> None:
+        self.plugin_duration.labels(kind, name).observe(seconds)

@@ -1,0 +1,94 @@
+"""The simulator: determinism, bad input, and the routing claim on a small mixed fleet."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from inference_gateway.cli import main
+from inference_gateway.sim.runner import simulate
+from inference_gateway.sim.scenario import load_scenario, shipped_scenarios
+
+SMALL = """
+name: small-mixed
+seed: 3
+duration_s: 90
+fleet:
+  - {name: h100, gpu: H100, model: llama-3.1-8b, replicas: 2}
+  - {name: a10g, gpu: A10G, model: llama-3.1-8b, replicas: 2}
+workload:
+  arrival: {kind: bursty, load: 0.7, burst_factor: 3, burst_s: 10, period_s: 60}
+  prompt_tokens: {dist: lognormal, median: 800, sigma: 0.8, max: 6000}
+  output_tokens: {dist: lognormal, median: 150, sigma: 0.6, max: 2000}
+  shared_prefixes: {share: 0.5, groups: 8, tokens: 1500}
+policies: [gateway, round-robin, oracle]
+"""
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("scenario") / "small.yaml"
+    path.write_text(SMALL)
+    return path
+
+
+def test_same_seed_same_output(small: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", str(small), "--json", "--policies", "gateway,least-outstanding"]) == 0
+    first = capsys.readouterr().out
+    assert main(["simulate", str(small), "--json", "--policies", "gateway,least-outstanding"]) == 0
+    assert capsys.readouterr().out == first
+    result = json.loads(first)
+    assert set(result) == {"scenario", "seed", "capacity_rps", "policies"}
+    assert set(result["policies"]["gateway"]) >= {
+        "ttft_p50_s",
+        "ttft_p95_s",
+        "ttft_p99_s",
+        "e2e_p50_s",
+        "e2e_p99_s",
+        "output_tokens_per_s",
+        "completed",
+        "rejected",
+        "cost_per_million_tokens",
+    }
+
+
+def test_gateway_beats_round_robin_and_tracks_oracle(small: Path) -> None:
+    result = simulate(load_scenario(str(small)))["policies"]
+    assert result["gateway"]["ttft_p99_s"] < 0.2 * result["round-robin"]["ttft_p99_s"]
+    assert result["gateway"]["ttft_p99_s"] < 1.5 * result["oracle"]["ttft_p99_s"]
+    assert result["gateway"]["output_tokens_per_s"] >= result["round-robin"]["output_tokens_per_s"]
+
+
+@pytest.mark.parametrize(
+    ("patch", "field"),
+    [
+        ("duration_s: -1", "duration_s"),
+        ("bogus_key: 1", "bogus_key"),
+        ("fleet:\n  - {name: x, gpu: H100, model: llama-3.1-8b, replicas: 0}", "fleet[0].replicas"),
+    ],
+)
+def test_malformed_scenario_exits_2_naming_the_field(
+    tmp_path: Path, patch: str, field: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = [ln for ln in SMALL.splitlines() if not ln.startswith(patch.split(":")[0] + ":")]
+    if patch.startswith("fleet"):
+        lines = [ln for ln in lines if not ln.startswith("  - {name: ")]
+    path = tmp_path / "bad.yaml"
+    path.write_text("\n".join(lines) + "\n" + patch + "\n")
+    assert main(["simulate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert field in err and "Traceback" not in err
+
+
+def test_shipped_scenarios_load() -> None:
+    names = shipped_scenarios()
+    for required in (
+        "mixed-fleet-bursty",
+        "shared-prefix",
+        "lora-mix",
+        "homogeneous-steady",
+        "long-context",
+    ):
+        assert required in names
+        assert load_scenario(required).name == required
