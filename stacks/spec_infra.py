@@ -1,10 +1,29 @@
-"""AWS-side sections of environment.yaml (owned by the CDK stacks)."""
+"""AWS-side sections of environment.yaml (owned by the CDK stacks).
+
+Availability zones are written in full (`us-east-1a`), so one list can name zones of the
+primary and of the secondary regions: a node group is built in a region only where it
+lists a zone of that region (or everywhere when it lists none). That list is also what
+`igw preflight` checks against EC2 instance-type offerings before a deploy.
+"""
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+_REGION = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-\d$")
+_CERT = re.compile(r"^arn:aws[a-z-]*:acm:([a-z0-9-]+):\d{12}:certificate/[0-9a-f-]+$")
+_AZ = re.compile(r"^([a-z]{2}(-gov)?-[a-z]+-\d)[a-z]$")
+
+
+def region_of_zone(zone: str) -> str:
+    """`us-east-1a` -> `us-east-1`."""
+    match = _AZ.match(zone)
+    if match is None:
+        raise ValueError(f"{zone!r} is not an availability-zone name like us-east-1a")
+    return match.group(1)
 
 
 class _Section(BaseModel):
@@ -12,20 +31,71 @@ class _Section(BaseModel):
 
 
 class AwsSpec(_Section):
+    """Where the environment lives: one account, a primary region, optional secondaries."""
+
     account: str = Field(pattern=r"^\d{12}$")
-    region: str
+    region: str = Field(pattern=_REGION.pattern)
     secondary_regions: list[str] = Field(default_factory=list)
+    availability_zones: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="Region -> zones its VPC spans; default: the first cluster.max_azs "
+        "letters (a, b, c) of the region.",
+    )
+
+    @field_validator("secondary_regions")
+    @classmethod
+    def _regions_well_formed(cls, regions: list[str]) -> list[str]:
+        for region in regions:
+            if not _REGION.match(region):
+                raise ValueError(f"{region!r} is not a region name like us-west-2")
+        if len(set(regions)) != len(regions):
+            raise ValueError("a region is listed twice")
+        return regions
+
+    @model_validator(mode="after")
+    def _zones_match_regions(self) -> AwsSpec:
+        problems = []
+        if self.region in self.secondary_regions:
+            problems.append(f"secondary_regions: {self.region} is the primary region")
+        for region, zones in self.availability_zones.items():
+            if region not in self.regions:
+                problems.append(f"availability_zones.{region}: not one of {self.regions}")
+            for zone in zones:
+                if not zone.startswith(region) or not _AZ.match(zone):
+                    problems.append(f"availability_zones.{region}: {zone!r} is not in {region}")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    @property
+    def regions(self) -> list[str]:
+        """Primary first, then the secondaries in the order written."""
+        return [self.region, *self.secondary_regions]
 
 
 class HyperPodInstanceGroupSpec(_Section):
-    name: str
-    instance_type: str
+    name: str = Field(pattern=r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+    instance_type: str = Field(pattern=r"^ml\.[a-z0-9]+\.[a-z0-9]+$")
     instance_count: int = Field(ge=1)
+    threads_per_core: Literal[1, 2] = 1
 
 
 class HyperPodSpec(_Section):
+    """A SageMaker HyperPod cluster orchestrated by the EKS cluster (primary region)."""
+
     enabled: bool = False
     instance_groups: list[HyperPodInstanceGroupSpec] = Field(default_factory=list)
+    availability_zones: list[str] = Field(
+        default_factory=list,
+        description="Zones whose private subnets HyperPod nodes use; default all.",
+    )
+    node_recovery: Literal["Automatic", "None"] = "Automatic"
+
+    @model_validator(mode="after")
+    def _groups_when_enabled(self) -> HyperPodSpec:
+        if self.enabled and not self.instance_groups:
+            raise ValueError("instance_groups: HyperPod is enabled but lists no group")
+        return self
 
 
 class SystemNodeGroupSpec(_Section):
@@ -36,7 +106,7 @@ class SystemNodeGroupSpec(_Section):
 
 
 class ClusterSpec(_Section):
-    name: str
+    name: str = Field(pattern=r"^[a-zA-Z][a-zA-Z0-9-]{0,62}$")
     kubernetes_version: str = "1.32"
     vpc_cidr: str = "10.40.0.0/16"
     max_azs: int = Field(default=3, ge=2, le=6)
@@ -44,12 +114,20 @@ class ClusterSpec(_Section):
     system_node_group: SystemNodeGroupSpec = SystemNodeGroupSpec()
     hyperpod: HyperPodSpec = HyperPodSpec()
 
+    @field_validator("admin_role_arns")
+    @classmethod
+    def _arns(cls, arns: list[str]) -> list[str]:
+        for arn in arns:
+            if not re.match(r"^arn:aws[a-z-]*:iam::\d{12}:role/.+$", arn):
+                raise ValueError(f"{arn!r} is not an IAM role ARN")
+        return arns
+
 
 class NodeGroupSpec(_Section):
     """A GPU managed node group of one generation."""
 
-    name: str
-    instance_type: str
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,40}$")
+    instance_type: str = Field(pattern=r"^[a-z0-9]+\.[a-z0-9]+$")
     gpu: str = Field(description="GPU profile name, e.g. H100, A10G, L4.")
     gpus_per_node: int = Field(ge=1)
     min_size: int = Field(default=0, ge=0)
@@ -57,12 +135,46 @@ class NodeGroupSpec(_Section):
     desired_size: int = Field(default=1, ge=0)
     availability_zones: list[str] = Field(default_factory=list)
     capacity_type: Literal["ON_DEMAND", "SPOT", "CAPACITY_BLOCK"] = "ON_DEMAND"
+    disk_size_gib: int = Field(default=200, ge=20)
+
+    @field_validator("availability_zones")
+    @classmethod
+    def _zones(cls, zones: list[str]) -> list[str]:
+        for zone in zones:
+            region_of_zone(zone)
+        return zones
+
+    @model_validator(mode="after")
+    def _sizes(self) -> NodeGroupSpec:
+        if not self.min_size <= self.desired_size <= self.max_size:
+            raise ValueError("sizes must satisfy min_size <= desired_size <= max_size")
+        return self
 
 
 class IngressSpec(_Section):
-    certificate_arn: str | None = None
+    """The internal load balancer in front of Envoy Gateway."""
+
+    certificate_arns: dict[str, str] = Field(
+        default_factory=dict,
+        description="Region -> ACM certificate ARN for domain_name (certificates are "
+        "regional); a region without one gets a certificate requested with DNS validation.",
+    )
     domain_name: str = "inference.internal.example.com"
     allowed_cidrs: list[str] = Field(default_factory=lambda: ["10.0.0.0/8"])
+    target_port: int = Field(
+        default=10443, ge=1, le=65535, description="Envoy's HTTPS listener port in the pod."
+    )
+
+    @field_validator("certificate_arns")
+    @classmethod
+    def _certificates(cls, arns: dict[str, str]) -> dict[str, str]:
+        for region, arn in arns.items():
+            match = _CERT.match(arn)
+            if match is None:
+                raise ValueError(f"{region}: {arn!r} is not an ACM certificate ARN")
+            if match.group(1) != region:
+                raise ValueError(f"{region}: certificate {arn!r} lives in {match.group(1)}")
+        return arns
 
 
 class AlarmSpec(_Section):
@@ -71,9 +183,12 @@ class AlarmSpec(_Section):
     ttft_p99_max_s: float = Field(default=2.0, gt=0)
     rate_limited_max: float = Field(default=0.05, gt=0, le=1)
     ready_pods_min: int = Field(default=1, ge=0)
+    failover_events_max: int = Field(default=0, ge=0)
+    email: str | None = Field(default=None, pattern=r"^[^@\s]+@[^@\s]+$")
 
 
 class GitOpsSpec(_Section):
     repo_url: str
     revision: str = "main"
+    path: str = "gitops/bootstrap"
     argocd_chart_version: str = "7.7.10"

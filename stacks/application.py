@@ -1,0 +1,202 @@
+"""Wires an environment's stacks into a CDK app: one set of stacks per region.
+
+`app.py` only calls `environment_name` and `build`; tests call `build` on their own
+`App` so they synthesise exactly what `cdk synth` / `make synth` does.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from aws_cdk import App, Environment, Stack, Tags, Validations
+from cdk_nag import AwsSolutionsChecks
+from inference_gateway.errors import ConfigError
+
+from .cluster import ClusterStack, ClusterStackProps
+from .environment import EnvironmentSpec
+from .gitops import GitOpsStack, GitOpsStackProps
+from .identity import IdentityStack, IdentityStackProps
+from .images import ImagesStack, ImagesStackProps
+from .ingress import IngressStack, IngressStackProps
+from .network import NetworkStack, NetworkStackProps
+from .observability import ObservabilityStack, ObservabilityStackProps
+from .parts.alarms import ClusterAlarmsProps, FleetAlarmsProps
+from .parts.argocd import ArgoCdProps
+from .parts.eks_cluster import KUBECTL_LAYERS, InferenceClusterProps
+from .parts.images import GatewayImageProps
+from .parts.internal_lb import InternalLoadBalancerProps
+from .parts.network import NetworkProps
+from .parts.pod_identity import PodIdentityProps
+from .placement import RegionPlan, plan_regions
+
+__all__ = [
+    "DEFAULT_ENVIRONMENT",
+    "FEATURE_FLAGS",
+    "RegionStacks",
+    "build",
+    "environment_name",
+    "new_app",
+]
+
+DEFAULT_ENVIRONMENT = "dev"
+
+#: CDK feature flags, set in code rather than in cdk.json so that `python app.py`
+#: (make synth, tests) and `cdk synth` build the very same templates.
+FEATURE_FLAGS: dict[str, object] = {
+    "@aws-cdk/core:checkSecretUsage": True,
+    "@aws-cdk/core:target-partitions": ["aws"],
+    "@aws-cdk/core:validateSnapshotRemovalPolicy": True,
+    "@aws-cdk/aws-iam:minimizePolicies": True,
+    "@aws-cdk/aws-s3:serverAccessLogsUseBucketPolicy": True,
+    "@aws-cdk/aws-s3:createDefaultLoggingPolicy": True,
+}
+
+
+def new_app(outdir: str | None = None, context: dict[str, object] | None = None) -> App:
+    """An `App` with the project's feature flags; `outdir` defaults to $CDK_OUTDIR."""
+    return App(outdir=outdir, context={**FEATURE_FLAGS, **(context or {})})
+
+
+def environment_name(app: App) -> str:
+    """CDK context `environment` (`-c environment=prod`), else $IGW_ENVIRONMENT, else dev."""
+    return str(
+        app.node.try_get_context("environment")
+        or os.environ.get("IGW_ENVIRONMENT")
+        or DEFAULT_ENVIRONMENT
+    )
+
+
+@dataclass
+class RegionStacks:
+    plan: RegionPlan
+    network: NetworkStack
+    cluster: ClusterStack
+    ingress: IngressStack
+    identity: IdentityStack
+    images: ImagesStack
+    observability: ObservabilityStack
+    gitops: GitOpsStack
+    all: list[Stack] = field(default_factory=list)
+
+
+def _check(env: EnvironmentSpec, source: str) -> None:
+    if env.cluster.kubernetes_version not in KUBECTL_LAYERS:
+        raise ConfigError(
+            source,
+            [
+                f"cluster.kubernetes_version: no kubectl layer is pinned for "
+                f"{env.cluster.kubernetes_version} (pinned: {sorted(KUBECTL_LAYERS)})"
+            ],
+        )
+
+
+def build(
+    app: App, env: EnvironmentSpec, *, source: str = "environment.yaml", nag: bool = True
+) -> list[RegionStacks]:
+    """Add every stack of `env` to `app`; cdk-nag's AwsSolutions checks on all of them."""
+    _check(env, source)
+    plans = plan_regions(env, source)
+    built = [_region(app, env, plan) for plan in plans]
+    Tags.of(app).add("igw.dev/environment", env.name)
+    Tags.of(app).add("igw.dev/managed-by", "cdk")
+    if nag:
+        Validations.of(app).add_plugins(AwsSolutionsChecks(app, verbose=True))
+    return built
+
+
+def _region(app: App, env: EnvironmentSpec, plan: RegionPlan) -> RegionStacks:
+    aws_env = Environment(account=env.aws.account, region=plan.region)
+    prefix = f"igw-{env.name}-{plan.region}"
+
+    def kw(what: str) -> dict[str, object]:
+        return {
+            "env": aws_env,
+            "description": f"Inference gateway {env.name} {plan.region}: {what}",
+            "termination_protection": env.name == "prod",
+        }
+
+    network = NetworkStack(
+        app,
+        f"{prefix}-network",
+        NetworkStackProps(
+            NetworkProps(cidr=env.cluster.vpc_cidr, availability_zones=plan.availability_zones)
+        ),
+        **kw("VPC, endpoints"),
+    )
+    cluster = ClusterStack(
+        app,
+        f"{prefix}-cluster",
+        ClusterStackProps(
+            cluster=InferenceClusterProps(
+                spec=env.cluster,
+                node_groups=plan.node_groups,
+                node_group_zones=plan.node_group_zones,
+            ),
+            vpc=network.vpc,
+            access_logs=network.access_logs,
+            hyperpod_zones=plan.hyperpod_zones if plan.hyperpod else None,
+        ),
+        **kw("EKS, node groups, add-ons, HyperPod"),
+    )
+    ingress = IngressStack(
+        app,
+        f"{prefix}-ingress",
+        IngressStackProps(
+            load_balancer=InternalLoadBalancerProps(
+                environment=env.name,
+                region=plan.region,
+                domain_name=env.ingress.domain_name,
+                certificate_arn=env.ingress.certificate_arns.get(plan.region),
+                allowed_cidrs=tuple(env.ingress.allowed_cidrs),
+                target_port=env.ingress.target_port,
+                cluster_security_group_id=cluster.cluster.cluster_security_group_id,
+                access_logs=network.access_logs,
+            ),
+            vpc=network.vpc,
+        ),
+        **kw("internal load balancer"),
+    )
+    identity = IdentityStack(
+        app,
+        f"{prefix}-identity",
+        IdentityStackProps(
+            PodIdentityProps(
+                environment=env.name,
+                cluster_name=env.cluster.name,
+                regions=tuple(env.aws.regions),
+                gateway_namespace=env.kubernetes.namespace,
+            )
+        ),
+        **kw("Pod Identity roles"),
+    )
+    identity.add_stack_dependency(cluster, "associations need the cluster")
+    images = ImagesStack(
+        app,
+        f"{prefix}-images",
+        ImagesStackProps(GatewayImageProps(repository_name=f"igw-{env.name}/gateway")),
+        **kw("ECR repository and gateway image"),
+    )
+    observability = ObservabilityStack(
+        app,
+        f"{prefix}-observability",
+        ObservabilityStackProps(
+            cluster=ClusterAlarmsProps(cluster_name=env.cluster.name, thresholds=env.alarms),
+            fleet=FleetAlarmsProps(environment=env.name, thresholds=env.alarms)
+            if plan.primary
+            else None,
+        ),
+        **kw("alarms and dashboards"),
+    )
+    gitops = GitOpsStack(
+        app,
+        f"{prefix}-gitops",
+        GitOpsStackProps(
+            argocd=ArgoCdProps(spec=env.gitops, environment=env.name), cluster=cluster.cluster
+        ),
+        **kw("ArgoCD bootstrap"),
+    )
+    stacks: list[Stack] = [network, cluster, ingress, identity, images, observability, gitops]
+    return RegionStacks(
+        plan, network, cluster, ingress, identity, images, observability, gitops, stacks
+    )

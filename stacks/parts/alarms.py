@@ -1,0 +1,191 @@
+"""CloudWatch alarms and dashboards for one cluster and for the fleet.
+
+Cluster level (every region): average KV-cache use, error rate (5xx / requests), P99
+time to first token, 429 rate (429 / requests), ready pods. Fleet level (primary region):
+routing decisions, failover events, rate-limit hits of the global router. Rates are
+metric-math expressions, so an idle cluster (no requests) never divides by zero into an
+alarm: missing data is "not breaching" except for ready pods, where silence is an outage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aws_cdk import Duration
+from aws_cdk import aws_cloudwatch as cw
+from aws_cdk import aws_cloudwatch_actions as cw_actions
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sns_subscriptions as subs
+from constructs import Construct
+
+from ..spec_infra import AlarmSpec
+from .metrics import CLUSTER_METRICS, CLUSTER_NAMESPACE, FLEET_METRICS, FLEET_NAMESPACE
+
+__all__ = ["ClusterAlarms", "ClusterAlarmsProps", "FleetAlarms", "FleetAlarmsProps"]
+
+_PERIOD = Duration.minutes(1)
+
+
+def _metric(namespace: str, name: str, dims: dict[str, str], statistic: str) -> cw.Metric:
+    return cw.Metric(
+        namespace=namespace,
+        metric_name=name,
+        dimensions_map=dims,
+        statistic=statistic,
+        period=_PERIOD,
+    )
+
+
+class AlarmTopic(Construct):
+    """An SNS topic encrypted with a key CloudWatch may use, TLS-only publishing."""
+
+    def __init__(self, scope: Construct, construct_id: str, email: str | None) -> None:
+        super().__init__(scope, construct_id)
+        key = kms.Key(self, "Key", enable_key_rotation=True, description="Alarm topic")
+        key.add_to_resource_policy(
+            iam.PolicyStatement(
+                actions=["kms:Decrypt", "kms:GenerateDataKey*"],
+                principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
+                resources=["*"],  # in a key policy, "*" means this key
+            )
+        )
+        self.topic = sns.Topic(self, "Topic", master_key=key, enforce_ssl=True)
+        if email:
+            self.topic.add_subscription(subs.EmailSubscription(email))
+
+
+@dataclass(frozen=True)
+class ClusterAlarmsProps:
+    cluster_name: str
+    thresholds: AlarmSpec
+
+
+class ClusterAlarms(Construct):
+    """The five cluster-level alarms and the cluster dashboard."""
+
+    def __init__(self, scope: Construct, construct_id: str, props: ClusterAlarmsProps) -> None:
+        super().__init__(scope, construct_id)
+        t = props.thresholds
+        dims = {"Cluster": props.cluster_name}
+        m = {
+            key: _metric(
+                CLUSTER_NAMESPACE,
+                name,
+                dims,
+                {"kv_cache": "Average", "ttft": "p99", "ready_pods": "Minimum"}.get(key, "Sum"),
+            )
+            for key, name in CLUSTER_METRICS.items()
+        }
+        error_rate = cw.MathExpression(
+            expression="IF(requests > 0, errors / requests, 0)",
+            using_metrics={"errors": m["errors"], "requests": m["requests"]},
+            label="error rate",
+            period=_PERIOD,
+        )
+        limited_rate = cw.MathExpression(
+            expression="IF(requests > 0, limited / requests, 0)",
+            using_metrics={"limited": m["rate_limited"], "requests": m["requests"]},
+            label="429 rate",
+            period=_PERIOD,
+        )
+        self.topic = AlarmTopic(self, "Notify", t.email).topic
+        above = cw.ComparisonOperator.GREATER_THAN_THRESHOLD
+        spec = [
+            ("KvCacheHigh", m["kv_cache"], t.kv_cache_utilization_max, above, "KV-cache use"),
+            ("ErrorRateHigh", error_rate, t.error_rate_max, above, "5xx share"),
+            ("TtftP99High", m["ttft"], t.ttft_p99_max_s, above, "P99 TTFT in seconds"),
+            ("RateLimitedHigh", limited_rate, t.rate_limited_max, above, "429 share"),
+        ]
+        self.alarms: dict[str, cw.Alarm] = {}
+        for alarm_id, metric, threshold, operator, what in spec:
+            self.alarms[alarm_id] = metric.create_alarm(
+                self,
+                alarm_id,
+                alarm_name=f"{props.cluster_name}-{alarm_id}",
+                alarm_description=f"{what} of {props.cluster_name} above {threshold}",
+                threshold=threshold,
+                comparison_operator=operator,
+                evaluation_periods=5,
+                datapoints_to_alarm=3,
+                treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+            )
+        self.alarms["ReadyPodsLow"] = m["ready_pods"].create_alarm(
+            self,
+            "ReadyPodsLow",
+            alarm_name=f"{props.cluster_name}-ReadyPodsLow",
+            alarm_description=f"ready model-server pods of {props.cluster_name} below "
+            f"{t.ready_pods_min}",
+            threshold=t.ready_pods_min,
+            comparison_operator=cw.ComparisonOperator.LESS_THAN_THRESHOLD,
+            evaluation_periods=3,
+            datapoints_to_alarm=2,
+            treat_missing_data=cw.TreatMissingData.BREACHING,
+        )
+        action = cw_actions.SnsAction(self.topic)
+        for alarm in self.alarms.values():
+            alarm.add_alarm_action(action)
+            alarm.add_ok_action(action)
+        self.dashboard = cw.Dashboard(
+            self,
+            "Dashboard",
+            dashboard_name=f"{props.cluster_name}-gateway",
+            widgets=[
+                [
+                    cw.GraphWidget(title="KV-cache use (avg)", left=[m["kv_cache"]], width=8),
+                    cw.GraphWidget(title="Error rate", left=[error_rate], width=8),
+                    cw.GraphWidget(title="TTFT P99 (s)", left=[m["ttft"]], width=8),
+                ],
+                [
+                    cw.GraphWidget(title="429 rate", left=[limited_rate], width=8),
+                    cw.GraphWidget(title="Ready pods", left=[m["ready_pods"]], width=8),
+                    cw.AlarmStatusWidget(
+                        title="Alarms", alarms=list(self.alarms.values()), width=8
+                    ),
+                ],
+            ],
+        )
+
+
+@dataclass(frozen=True)
+class FleetAlarmsProps:
+    environment: str
+    thresholds: AlarmSpec
+
+
+class FleetAlarms(Construct):
+    """The global router's view: routing decisions, failovers, rate-limit hits."""
+
+    def __init__(self, scope: Construct, construct_id: str, props: FleetAlarmsProps) -> None:
+        super().__init__(scope, construct_id)
+        dims = {"Environment": props.environment}
+        m = {
+            key: _metric(FLEET_NAMESPACE, name, dims, "Sum") for key, name in FLEET_METRICS.items()
+        }
+        self.topic = AlarmTopic(self, "Notify", props.thresholds.email).topic
+        self.failover_alarm = m["failovers"].create_alarm(
+            self,
+            "FailoverEvents",
+            alarm_name=f"igw-{props.environment}-FailoverEvents",
+            alarm_description="the global router failed a cluster over",
+            threshold=props.thresholds.failover_events_max,
+            comparison_operator=cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            evaluation_periods=1,
+            treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+        )
+        self.failover_alarm.add_alarm_action(cw_actions.SnsAction(self.topic))
+        self.dashboard = cw.Dashboard(
+            self,
+            "Dashboard",
+            dashboard_name=f"igw-{props.environment}-fleet",
+            widgets=[
+                [
+                    cw.GraphWidget(
+                        title="Routing decisions", left=[m["routing_decisions"]], width=8
+                    ),
+                    cw.GraphWidget(title="Failover events", left=[m["failovers"]], width=8),
+                    cw.GraphWidget(title="Rate-limit hits", left=[m["rate_limit_hits"]], width=8),
+                ]
+            ],
+        )

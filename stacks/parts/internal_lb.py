@@ -1,0 +1,156 @@
+"""The internal Network Load Balancer in front of Envoy Gateway.
+
+Private only: the scheme is internal, it sits in private subnets, and its security group
+admits TLS on 443 from the environment's allowed CIDRs and nothing else. TLS terminates
+on an ACM certificate and is re-encrypted to Envoy's HTTPS listener, so tokens and
+prompts are never in clear text on the wire. Envoy's pods join the IP target group
+(named `igw-<env>-envoy`) through a TargetGroupBinding (cdk8s side); its ARN and the load balancer's DNS name are
+published as SSM parameters under `/igw/<env>/<region>/ingress/`, which the global
+router reads to find its peers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aws_cdk import Duration
+from aws_cdk import aws_certificatemanager as acm
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_elasticloadbalancingv2 as elbv2
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_ssm as ssm
+from constructs import Construct
+
+__all__ = [
+    "InternalLoadBalancer",
+    "InternalLoadBalancerProps",
+    "ingress_parameter_prefix",
+    "target_group_name",
+]
+
+
+def target_group_name(environment: str) -> str:
+    return f"igw-{environment}-envoy"[:32]
+
+
+def ingress_parameter_prefix(environment: str, region: str) -> str:
+    return f"/igw/{environment}/{region}/ingress"
+
+
+@dataclass(frozen=True)
+class InternalLoadBalancerProps:
+    environment: str
+    region: str
+    domain_name: str
+    certificate_arn: str | None
+    allowed_cidrs: tuple[str, ...]
+    target_port: int
+    cluster_security_group_id: str
+    access_logs: s3.IBucket
+
+
+class InternalLoadBalancer(Construct):
+    """Internal NLB, TLS 443 -> Envoy (IP targets), access logs, SSM outputs."""
+
+    def __init__(
+        self, scope: Construct, construct_id: str, vpc: ec2.IVpc, props: InternalLoadBalancerProps
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.security_group = ec2.SecurityGroup(
+            self,
+            "SecurityGroup",
+            vpc=vpc,
+            description="Internal inference endpoint: TLS from allowed CIDRs only",
+            allow_all_outbound=False,
+        )
+        for cidr in props.allowed_cidrs:
+            self.security_group.add_ingress_rule(
+                ec2.Peer.ipv4(cidr), ec2.Port.tcp(443), f"inference clients in {cidr}"
+            )
+        self.security_group.add_egress_rule(
+            ec2.Peer.ipv4(vpc.vpc_cidr_block),
+            ec2.Port.tcp(props.target_port),
+            "to Envoy Gateway pods",
+        )
+        # Envoy's pods use the cluster security group (VPC CNI on managed nodes).
+        ec2.CfnSecurityGroupIngress(
+            self,
+            "ToEnvoy",
+            group_id=props.cluster_security_group_id,
+            ip_protocol="tcp",
+            from_port=props.target_port,
+            to_port=props.target_port,
+            source_security_group_id=self.security_group.security_group_id,
+            description="internal NLB to Envoy Gateway",
+        )
+        self.load_balancer = elbv2.NetworkLoadBalancer(
+            self,
+            "Nlb",
+            vpc=vpc,
+            internet_facing=False,
+            vpc_subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
+            security_groups=[self.security_group],
+            cross_zone_enabled=True,
+            deletion_protection=False,
+        )
+        self.load_balancer.log_access_logs(props.access_logs, prefix="nlb")
+        if props.certificate_arn:
+            self.certificate: acm.ICertificate = acm.Certificate.from_certificate_arn(
+                self, "Certificate", props.certificate_arn
+            )
+        else:
+            self.certificate = acm.Certificate(
+                self,
+                "Certificate",
+                domain_name=props.domain_name,
+                validation=acm.CertificateValidation.from_dns(),
+            )
+        self.target_group = elbv2.NetworkTargetGroup(
+            self,
+            "Envoy",
+            vpc=vpc,
+            # A fixed name, so the cdk8s side can bind Envoy's Service to it by name
+            # (TargetGroupBinding spec.targetGroupName) in every region alike.
+            target_group_name=target_group_name(props.environment),
+            port=props.target_port,
+            protocol=elbv2.Protocol.TLS,
+            target_type=elbv2.TargetType.IP,
+            # Streams drain: Envoy finishes in-flight responses before a pod leaves.
+            deregistration_delay=Duration.seconds(120),
+            health_check=elbv2.HealthCheck(
+                protocol=elbv2.Protocol.TCP,
+                interval=Duration.seconds(10),
+                healthy_threshold_count=2,
+                unhealthy_threshold_count=2,
+            ),
+        )
+        self.listener = self.load_balancer.add_listener(
+            "Tls",
+            port=443,
+            protocol=elbv2.Protocol.TLS,
+            certificates=[elbv2.ListenerCertificate.from_certificate_manager(self.certificate)],
+            ssl_policy=elbv2.SslPolicy.TLS13_RES,
+            default_target_groups=[self.target_group],
+        )
+        prefix = ingress_parameter_prefix(props.environment, props.region)
+        ssm.StringParameter(
+            self,
+            "TargetGroupArnParameter",
+            parameter_name=f"{prefix}/target-group-arn",
+            string_value=self.target_group.target_group_arn,
+            description="Envoy's TargetGroupBinding targets this group",
+        )
+        ssm.StringParameter(
+            self,
+            "EndpointParameter",
+            parameter_name=f"{prefix}/endpoint",
+            string_value=f"https://{props.domain_name}",
+            description="This region's inference endpoint, read by the global router",
+        )
+        ssm.StringParameter(
+            self,
+            "LoadBalancerDnsParameter",
+            parameter_name=f"{prefix}/load-balancer-dns",
+            string_value=self.load_balancer.load_balancer_dns_name,
+            description="Point the private DNS record of the endpoint here",
+        )
