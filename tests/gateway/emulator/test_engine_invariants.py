@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections import Counter
 from collections.abc import Callable, Iterable
 
 import pytest
-
 from inference_gateway.emulator.engine import Engine, EngineRequest
 from inference_gateway.emulator.profiles import BLOCK_SIZE, PodProfile, pod_profile
 
@@ -178,7 +178,7 @@ def test_a10g_slower_than_h100_by_the_profiles_ratio() -> None:
 def test_throughput_grows_with_batch_until_compute_bound() -> None:
     sizes = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
     throughput = [n * 128 / _makespan(H100, 16, 128, n) for n in sizes]
-    for smaller, larger in zip(throughput, throughput[1:], strict=False):
+    for smaller, larger in itertools.pairwise(throughput):
         assert larger >= smaller * 0.99
     assert throughput[1] / throughput[0] > 1.8  # memory-bound: batching is nearly free
     assert throughput[-1] / throughput[-2] < 1.2  # compute-bound: it no longer helps

@@ -1,0 +1,46 @@
+"""The tokenization rule, the chat template and the filler output are deterministic."""
+
+from __future__ import annotations
+
+import pytest
+from inference_gateway.emulator import tokens
+from inference_gateway.scheduling.plugins.prefix import prompt_block_hashes
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"), [("", 1), ("abc", 1), ("abcd", 1), ("abcde", 2), ("é" * 4, 2)]
+)
+def test_four_bytes_per_token(text: str, expected: int) -> None:
+    assert tokens.count_tokens(text) == expected
+
+
+def test_block_hashes_match_the_pickers_prefix_index() -> None:
+    text = "You are a helpful assistant. " * 30
+    hashes = tokens.block_hashes("llama-3.1-8b", text)
+    assert len(hashes) == len(text.encode()) // 64
+    assert hashes == prompt_block_hashes("llama-3.1-8b", text)
+    assert hashes != tokens.block_hashes("sql", text)  # adapters never share blocks
+
+
+def test_chat_template_keeps_a_shared_system_prompt_a_shared_prefix() -> None:
+    system = {"role": "system", "content": "S" * 640}
+    a = tokens.render_chat([system, {"role": "user", "content": "first"}])
+    b = tokens.render_chat(
+        [system, {"role": "user", "content": [{"type": "text", "text": "second"}]}]
+    )
+    assert a.startswith("<|system|>\n" + "S" * 640 + "\n<|user|>\n")
+    assert a.endswith("<|assistant|>\n") and "second" in b
+    ha, hb = tokens.block_hashes("m", a), tokens.block_hashes("m", b)
+    assert ha[:10] == hb[:10]
+    with pytest.raises(ValueError):
+        tokens.render_chat([{"content": "no role"}])
+
+
+def test_filler_is_deterministic_and_one_token_per_word() -> None:
+    seed = tokens.prompt_seed("hello")
+    text = tokens.filler_text(seed, 0, 50)
+    assert text == tokens.filler_text(seed, 0, 50)
+    assert tokens.count_tokens(text) == 50 and len(text.split()) == 50
+    assert tokens.filler_text(seed, 0, 20) + tokens.filler_text(seed, 20, 50) == text
+    lengths = {tokens.default_output_tokens(tokens.prompt_seed(str(i))) for i in range(2000)}
+    assert min(lengths) >= 16 and max(lengths) <= 256 and len(lengths) > 200
