@@ -84,6 +84,8 @@ class PodApp:
     def __init__(
         self, profile: PodProfile, *, served_model_name: str, adapters: Sequence[str]
     ) -> None:
+        if adapters and not profile.max_loras:
+            raise ValueError("adapters need LoRA slots: build the profile with max_loras >= 1")
         self.profile = profile
         self.served_model_name = served_model_name
         self.adapters = tuple(adapters)
