@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from charts.app import GITOPS_DIR, write_tree
 from inference_gateway.errors import ConfigError
@@ -19,9 +20,10 @@ from inference_gateway.errors import ConfigError
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--env", action="append", help="only this environment (repeatable)")
+    parser.add_argument("--gitops-dir", type=Path, default=GITOPS_DIR, help="default: gitops/")
     args = parser.parse_args(argv)
     try:
-        changes = write_tree(GITOPS_DIR, names=args.env)
+        changes = write_tree(args.gitops_dir, names=args.env)
     except (ConfigError, ValueError) as error:
         print(f"synth failed, nothing written: {error}", file=sys.stderr)
         return 1

@@ -1,0 +1,326 @@
+"""Chart unit tests on `Testing.synth` output: the fields that make routing work."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+import yaml
+from charts.gateway import GatewayChart
+from charts.inference import InferenceChart
+from charts.model_servers import ModelServersChart
+from charts.network import NetworkPoliciesChart
+from charts.observability import ObservabilityChart
+from charts.picker import PickerChart
+from inference_gateway.config import parse_config
+from k8s_docs import find, one, pod_spec
+
+from stacks.environment import EnvironmentSpec
+
+
+def _with(env: EnvironmentSpec, **changes: object) -> EnvironmentSpec:
+    """A validated copy of `env` with some top-level sections replaced."""
+    data = env.model_dump(mode="json", by_alias=True)
+    data.update(changes)
+    return EnvironmentSpec.model_validate(data)
+
+
+class TestExtProcWiring:
+    def test_policy_runs_bbr_then_picker_on_the_gateway(self, synth, dev_env):
+        policy = one(synth(GatewayChart, dev_env), "EnvoyExtensionPolicy", "igw-ext-proc")
+        spec = policy["spec"]
+        assert spec["targetRefs"] == [
+            {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "igw"}
+        ]
+        bbr, picker = spec["extProc"]
+        assert bbr["backendRefs"] == [
+            {"group": "", "kind": "Service", "name": "igw-bbr", "port": 9004}
+        ]
+        assert bbr["processingMode"] == {"request": {"body": "FullDuplexStreamed"}}
+        assert picker["backendRefs"] == [
+            {"group": "", "kind": "Service", "name": "igw-picker", "port": 9002}
+        ]
+        assert picker["processingMode"] == {
+            "request": {"body": "FullDuplexStreamed"},
+            "response": {"body": "FullDuplexStreamed"},
+        }
+        assert picker["failOpen"] is False
+
+    def test_message_timeout_outlasts_the_longest_queue_wait(self, synth, dev_env):
+        picker = one(synth(GatewayChart, dev_env), "EnvoyExtensionPolicy")["spec"]["extProc"][1]
+        longest = max(b.ttl_s for b in dev_env.gateway.flow_control.bands.values())
+        assert picker["messageTimeout"] == f"{int(longest) + 5}s"
+
+    def test_every_route_cluster_is_original_dst_on_the_destination_header(self, synth, dev_env):
+        docs = synth(GatewayChart, dev_env)
+        patch = one(docs, "EnvoyPatchPolicy")["spec"]
+        assert patch["type"] == "JSONPatch"
+        assert patch["targetRef"]["kind"] == "Gateway" and patch["targetRef"]["name"] == "igw"
+        routes = {r["metadata"]["name"] for r in find(docs, "HTTPRoute")}
+        clusters = {f"httproute/igw/{name}/rule/0" for name in routes}
+        by_cluster: dict[str, dict[str, object]] = {}
+        for p in patch["jsonPatches"]:
+            assert p["type"] == "type.googleapis.com/envoy.config.cluster.v3.Cluster"
+            by_cluster.setdefault(p["name"], {})[p["operation"]["path"]] = p["operation"]
+        assert set(by_cluster) == clusters
+        for ops in by_cluster.values():
+            assert ops["/type"]["value"] == "ORIGINAL_DST"
+            assert ops["/lb_policy"]["value"] == "CLUSTER_PROVIDED"
+            assert ops["/original_dst_lb_config"]["value"] == {
+                "use_http_header": True,
+                "http_header_name": "x-gateway-destination-endpoint",
+            }
+            assert ops["/eds_cluster_config"]["op"] == "remove"
+
+    def test_routes_match_the_model_header_per_pool(self, synth, dev_env):
+        docs = synth(GatewayChart, dev_env)
+        route = one(docs, "HTTPRoute", "llama-8b-a10g-route")["spec"]
+        assert route["parentRefs"] == [{"name": "igw", "sectionName": "https"}]
+        (rule,) = route["rules"]
+        headers = [m["headers"][0] for m in rule["matches"]]
+        assert headers == [
+            {"type": "Exact", "name": "X-Gateway-Model-Name", "value": "llama-3.1-8b"},
+            {"type": "Exact", "name": "X-Gateway-Model-Name", "value": "sql-assistant"},
+        ]
+        assert rule["backendRefs"] == [
+            {"group": "", "kind": "Service", "name": "llama-8b-a10g", "port": 8000}
+        ]
+        default = one(docs, "HTTPRoute", "igw-default-route")["spec"]["rules"][0]
+        assert default["matches"] == [{"path": {"type": "PathPrefix", "value": "/v1"}}]
+
+    def test_gateway_is_https_behind_an_internal_nlb(self, synth, dev_env):
+        docs = synth(GatewayChart, dev_env)
+        (listener,) = one(docs, "Gateway", "igw")["spec"]["listeners"]
+        assert (listener["protocol"], listener["port"]) == ("HTTPS", 443)
+        assert listener["hostname"] == dev_env.ingress.domain_name
+        service = one(docs, "EnvoyProxy")["spec"]["provider"]["kubernetes"]["envoyService"]
+        scheme = "service.beta.kubernetes.io/aws-load-balancer-scheme"
+        assert service["annotations"][scheme] == "internal"
+        assert service["loadBalancerSourceRanges"] == dev_env.ingress.allowed_cidrs
+        gateway_class = one(docs, "GatewayClass")["spec"]
+        assert gateway_class["parametersRef"]["name"] == one(docs, "EnvoyProxy")["metadata"]["name"]
+
+
+class TestPoolsSelectModelServers:
+    def test_every_pool_selects_exactly_its_deployments(self, synth, dev_env):
+        pools = find(synth(InferenceChart, dev_env), "InferencePool")
+        deployments = find(synth(ModelServersChart, dev_env), "Deployment")
+        assert pools and deployments
+        for pool in pools:
+            selector = pool["spec"]["selector"]["matchLabels"]
+            selected = [
+                d["metadata"]["name"]
+                for d in deployments
+                if selector.items() <= d["spec"]["template"]["metadata"]["labels"].items()
+            ]
+            expected = [
+                d["metadata"]["name"]
+                for d in deployments
+                if d["metadata"]["labels"]["igw.dev/pool"] == pool["metadata"]["name"]
+            ]
+            assert selected == expected != []
+
+    def test_pool_points_at_the_picker(self, synth, dev_env):
+        pool = one(synth(InferenceChart, dev_env), "InferencePool", "llama-8b-a10g")["spec"]
+        assert pool["targetPorts"] == [{"number": 8000}]
+        assert pool["endpointPickerRef"] == {
+            "group": "",
+            "kind": "Service",
+            "name": "igw-picker",
+            "port": {"number": 9002},
+            "failureMode": "FailClose",
+        }
+
+    def test_deployment_selector_is_a_subset_of_its_pod_labels(self, synth, dev_env):
+        for deployment in find(synth(ModelServersChart, dev_env), "Deployment"):
+            labels = deployment["spec"]["template"]["metadata"]["labels"]
+            assert deployment["spec"]["selector"]["matchLabels"].items() <= labels.items()
+
+
+class TestCanaries:
+    def test_rewrite_carries_the_environment_weights(self, synth, dev_env):
+        rewrite = one(synth(InferenceChart, dev_env), "InferenceModelRewrite", "sql-assistant")
+        assert rewrite["spec"] == {
+            "poolRef": {"group": "inference.networking.k8s.io", "name": "llama-8b-a10g"},
+            "rules": [
+                {
+                    "matches": [{"model": {"type": "Exact", "value": "sql-assistant"}}],
+                    "targets": [
+                        {"modelRewrite": "sql-lora", "weight": 90},
+                        {"modelRewrite": "llama-3.1-8b", "weight": 10},
+                    ],
+                }
+            ],
+        }
+
+    def test_a_zero_weight_parks_the_target(self, synth, dev_env):
+        canary = {
+            "name": "sql-assistant",
+            "model": "sql-assistant",
+            "targets": [{"model": "sql-lora", "weight": 0}, {"model": "llama-3.1-8b", "weight": 5}],
+        }
+        env = _with(dev_env, canaries=[canary])
+        rewrite = one(synth(InferenceChart, env), "InferenceModelRewrite")
+        assert rewrite["spec"]["rules"][0]["targets"] == [
+            {"modelRewrite": "llama-3.1-8b", "weight": 5}
+        ]
+
+    def test_objectives_per_priority_band(self, synth, dev_env):
+        objectives = find(synth(InferenceChart, dev_env), "InferenceObjective")
+        assert {o["metadata"]["name"]: o["spec"]["priority"] for o in objectives} == {
+            "critical-chat": 10,
+            "standard": 0,
+            "batch": -1,
+        }
+        assert {o["spec"]["poolRef"]["name"] for o in objectives} == {"llama-8b-a10g"}
+
+
+class TestModelServers:
+    def test_vllm_args_come_from_the_environment(self, synth, dev_env):
+        deployment = one(synth(ModelServersChart, dev_env), "Deployment", "vllm-llama-8b-a10g")
+        (container,) = pod_spec(deployment)["containers"]
+        assert container["command"] == ["vllm", "serve"]
+        assert container["args"] == [
+            "meta-llama/Llama-3.1-8B-Instruct",
+            "--served-model-name", "llama-3.1-8b",
+            "--port", "8000",
+            "--tensor-parallel-size", "1",
+            "--max-model-len", "4096",
+            "--gpu-memory-utilization", "0.9",
+            "--disable-uvicorn-access-log",
+            "--enable-prefix-caching",
+            "--enable-lora", "--max-loras", "2",
+            "--lora-modules", "sql-lora=sql-lora",
+            "--enable-auto-tool-choice", "--tool-call-parser", "llama3_json",
+        ]  # fmt: skip
+
+    def test_gpu_scheduling_drain_and_probes(self, synth, dev_env):
+        deployment = one(synth(ModelServersChart, dev_env), "Deployment", "vllm-llama-8b-a10g")
+        spec = pod_spec(deployment)
+        (container,) = spec["containers"]
+        assert container["resources"]["requests"]["nvidia.com/gpu"] == "1"
+        assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
+        assert spec["tolerations"] == [
+            {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+        ]
+        term = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert term["nodeSelectorTerms"][0]["matchExpressions"] == [
+            {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["g5.2xlarge"]}
+        ]
+        assert spec["enableServiceLinks"] is False
+        shm = next(v for v in spec["volumes"] if v["name"] == "shm")
+        assert shm["emptyDir"]["medium"] == "Memory"
+        assert {"name": "shm", "mountPath": "/dev/shm"} in container["volumeMounts"]
+        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+            assert container[probe]["httpGet"] == {"path": "/health", "port": "http"}
+        drain = dev_env.model_servers[0].drain_seconds
+        assert container["lifecycle"]["preStop"] == {"sleep": {"seconds": drain}}
+        assert spec["terminationGracePeriodSeconds"] > drain
+
+    def test_scaled_on_queue_depth_and_replicas_left_to_the_hpa(self, synth, dev_env):
+        docs = synth(ModelServersChart, dev_env)
+        deployment = one(docs, "Deployment", "vllm-llama-8b-a10g")
+        assert "replicas" not in deployment["spec"]
+        hpa = one(docs, "HorizontalPodAutoscaler", "vllm-llama-8b-a10g")["spec"]
+        server = dev_env.model_servers[0]
+        assert (hpa["minReplicas"], hpa["maxReplicas"]) == (server.replicas, server.max_replicas)
+        assert hpa["metrics"][0]["pods"]["metric"]["name"] == "vllm_num_requests_waiting"
+
+    def test_fixed_replicas_without_max_replicas(self, synth, dev_env):
+        server = dev_env.model_servers[0].model_dump(mode="json") | {"max_replicas": None}
+        docs = synth(ModelServersChart, _with(dev_env, model_servers=[server]))
+        assert one(docs, "Deployment")["spec"]["replicas"] == server["replicas"]
+        assert find(docs, "HorizontalPodAutoscaler") == []
+
+
+CHARTS_WITH_PODS = [PickerChart, GatewayChart, ModelServersChart]
+
+
+@pytest.mark.parametrize("chart", CHARTS_WITH_PODS, ids=lambda c: c.__name__)
+def test_pods_are_hardened(synth, dev_env, chart):
+    deployments = find(synth(chart, dev_env), "Deployment")
+    assert deployments
+    for deployment in deployments:
+        spec = pod_spec(deployment)
+        assert spec["securityContext"]["runAsNonRoot"] is True
+        assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        for container in spec["containers"]:
+            context = container["securityContext"]
+            assert context["readOnlyRootFilesystem"] is True
+            assert context["allowPrivilegeEscalation"] is False
+            assert context["capabilities"] == {"drop": ["ALL"]}
+            assert container["resources"]["requests"] and container["resources"]["limits"]
+
+
+class TestPicker:
+    def test_deployment_runs_the_ext_proc_picker(self, synth, dev_env):
+        docs = synth(PickerChart, dev_env)
+        deployment = one(docs, "Deployment", "igw-picker")
+        assert deployment["spec"]["replicas"] == 2
+        (container,) = pod_spec(deployment)["containers"]
+        assert container["args"] == [
+            "picker", "--grpc-port", "9002", "--config", "/etc/igw/config.yaml"
+        ]  # fmt: skip
+        registry = f"{dev_env.aws.account}.dkr.ecr.{dev_env.aws.region}.amazonaws.com"
+        assert container["image"] == f"{registry}/igw-dev/gateway:0.1.0"
+        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+            assert container[probe]["grpc"] == {"port": 9002}
+        assert one(docs, "PodDisruptionBudget", "igw-picker")["spec"]["minAvailable"] == 1
+
+    def test_config_file_is_the_environment_gateway_and_rolls_the_pods(self, synth, dev_env):
+        docs = synth(PickerChart, dev_env)
+        text = one(docs, "ConfigMap", "igw-picker-config")["data"]["config.yaml"]
+        assert parse_config(yaml.safe_load(text)) == dev_env.gateway
+        template = one(docs, "Deployment")["spec"]["template"]["metadata"]
+        expected = hashlib.sha256(text.encode()).hexdigest()[:16]
+        assert template["annotations"]["igw.dev/config-sha256"] == expected
+
+    def test_rbac_only_reads(self, synth, dev_env):
+        rules = one(synth(PickerChart, dev_env), "Role", "igw-picker")["rules"]
+        assert {verb for rule in rules for verb in rule["verbs"]} == {"get", "list", "watch"}
+        assert ["pods"] in [rule["resources"] for rule in rules]
+        assert all("*" not in rule["resources"] for rule in rules)
+
+
+def test_network_policies_let_only_the_gateway_in(synth, dev_env):
+    docs = synth(NetworkPoliciesChart, dev_env)
+    deny = one(docs, "NetworkPolicy", "default-deny-ingress")["spec"]
+    assert deny == {"podSelector": {}, "policyTypes": ["Ingress"], "ingress": []}
+    envoy_ns = {"matchLabels": {"kubernetes.io/metadata.name": "envoy-gateway-system"}}
+    models = one(docs, "NetworkPolicy", "model-servers")["spec"]["ingress"]
+    sources = models[0]["from"]
+    assert sources[0]["namespaceSelector"] == envoy_ns
+    assert (
+        sources[0]["podSelector"]["matchLabels"]["gateway.envoyproxy.io/owning-gateway-name"]
+        == "igw"
+    )
+    assert sources[1] == {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "igw-picker"}}}
+    assert models[0]["ports"] == [{"protocol": "TCP", "port": 8000}]
+    picker = one(docs, "NetworkPolicy", "igw-picker")["spec"]["ingress"]
+    assert [s["namespaceSelector"] for s in picker[0]["from"]] == [envoy_ns]
+    assert picker[0]["ports"] == [{"protocol": "TCP", "port": 9002}]
+
+
+def test_observability_scrapes_vllm_and_dashboards_cover_the_engine_metrics(synth, dev_env):
+    docs = synth(ObservabilityChart, dev_env)
+    monitor = one(docs, "PodMonitor", "vllm")["spec"]
+    pod_labels = find(synth(ModelServersChart, dev_env), "Deployment")[0]["spec"]["template"]
+    assert monitor["selector"]["matchLabels"].items() <= pod_labels["metadata"]["labels"].items()
+    assert monitor["podMetricsEndpoints"][0]["port"] == "http"
+    for level in ("pools", "pods"):
+        configmap = one(docs, "ConfigMap", f"igw-dashboard-{level}")
+        assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
+        dashboard = json.loads(configmap["data"][f"igw-{level}.json"])
+        queries = " ".join(t["expr"] for p in dashboard["panels"] for t in p["targets"])
+        for metric in (
+            "vllm:kv_cache_usage_perc",
+            "vllm:num_requests_waiting",
+            "vllm:num_requests_running",
+            "vllm:lora_requests_info",
+            "vllm:request_success_total",
+            "vllm:time_to_first_token_seconds_bucket",
+            "vllm:prompt_tokens_total",
+            "vllm:generation_tokens_total",
+        ):
+            assert metric in queries
