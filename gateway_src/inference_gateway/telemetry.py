@@ -82,5 +82,24 @@ class GatewayMetrics:
             registry=r,
         )
 
+        self.pool_saturation = Gauge(
+            "inference_pool_saturation",
+            "Mean per-pod max(queue/threshold, kv/threshold); 1 means full (autoscaling signal).",
+            ["name"],
+            registry=r,
+        )
+        self.queue_size = Gauge(
+            "inference_extension_flow_control_queue_size",
+            "Requests waiting for admission, per pool and priority band.",
+            ["name", "band"],
+            registry=r,
+        )
+        self.rejected = Counter(
+            "inference_objective_request_rejected_total",
+            "Requests turned away before reaching a pod, by reason.",
+            ["model_name", "reason"],
+            registry=r,
+        )
+
     def time_plugin(self, kind: str, name: str, seconds: float) -> None:
         self.plugin_duration.labels(kind, name).observe(seconds)

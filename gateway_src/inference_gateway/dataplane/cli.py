@@ -20,6 +20,10 @@ def register(subparsers: Any) -> None:
         "--config",
         help="InferenceGatewayConfig YAML (default: latency profile, every model the pods list)",
     )
+    parser.add_argument(
+        "--rewrites",
+        help="InferenceModelRewrite YAML file or folder (canary splits); reloaded on change",
+    )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument(
@@ -36,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
 
     from .server import build_gateway
 
-    app, _ = build_gateway(args.endpoints, args.config, policy=args.policy)
+    app, _ = build_gateway(args.endpoints, args.config, policy=args.policy, rewrites=args.rewrites)
     try:
         import uvloop
 

@@ -10,8 +10,11 @@ than a silent truncation. Responses stream through chunk by chunk, unbuffered.
 
 from __future__ import annotations
 
+import logging
+import random
 import time
 import uuid
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import aiohttp
@@ -19,14 +22,23 @@ import orjson
 from aiohttp import web
 from prometheus_client import generate_latest
 
+from ..config import GatewayConfigSpec
 from ..endpoints.store import EndpointStore
-from ..errors import NoEndpointError, UnknownModelError
+from ..errors import NoCapacityError, NoEndpointError, UnknownModelError
 from ..scheduling.plugins.prefix import prompt_block_hashes
 from ..scheduling.types import Endpoint, LLMRequest
 from ..telemetry import GatewayMetrics
-from ..traffic.routing import ModelRouter
+from ..traffic.objectives import band_for
+from ..traffic.ratelimit import RateLimiter
+from ..traffic.rewrites import RewriteSet
+from ..traffic.routing import ModelRouter, Route
+from .admission import PoolGate, QueueTimeoutError
+from .sse import ModelNameRewriter
 
-__all__ = ["Gateway", "SchedulerLike", "error_response"]
+__all__ = ["Gateway", "RoutingState", "SchedulerLike", "error_response"]
+
+log = logging.getLogger(__name__)
+DEFAULT_MAX_TOKENS = 256  # charged to token buckets when a request sets none
 
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 
@@ -76,12 +88,33 @@ def prompt_text(body: dict[str, Any]) -> str:
     return str(prompt or "")
 
 
+@dataclass(frozen=True)
+class RoutingState:
+    """Everything a reload replaces at once; a request keeps the state it started with."""
+
+    config: GatewayConfigSpec | None
+    router: ModelRouter
+    rewrites: RewriteSet = field(default_factory=RewriteSet.empty)
+    limiter: RateLimiter = field(default_factory=lambda: RateLimiter([]))
+
+    @classmethod
+    def build(
+        cls, config: GatewayConfigSpec | None, rewrites: RewriteSet | None = None
+    ) -> RoutingState:
+        return cls(
+            config,
+            ModelRouter(config),
+            rewrites or RewriteSet.empty(),
+            RateLimiter(config.rate_limits if config else []),
+        )
+
+
 class Gateway:
     def __init__(
         self,
         store: EndpointStore,
         scheduler: SchedulerLike,
-        router: ModelRouter,
+        router: ModelRouter | RoutingState,
         *,
         metrics: GatewayMetrics | None = None,
         max_body_bytes: int = 4 * 2**20,
@@ -91,7 +124,10 @@ class Gateway:
     ) -> None:
         self.store = store
         self.scheduler = scheduler
-        self.router = router
+        self.state = (
+            router if isinstance(router, RoutingState) else RoutingState(router.config, router)
+        )
+        self.gates: dict[str, PoolGate] = {}
         self.metrics = metrics or GatewayMetrics()
         self.max_body_bytes = max_body_bytes
         self.max_attempts = max_attempts
@@ -119,8 +155,33 @@ class Gateway:
         )
 
     async def _cleanup(self, app: web.Application) -> None:
+        for gate in self.gates.values():
+            await gate.close()
         if self._session is not None:
             await self._session.close()
+
+    @property
+    def router(self) -> ModelRouter:
+        return self.state.router
+
+    def reload(self, state: RoutingState) -> None:
+        """Swap config, rewrites and limits; requests in flight keep their old state."""
+        self.state = state
+        flow = state.config.flow_control if state.config else None
+        for gate in self.gates.values():
+            if flow is not None:
+                gate.spec = gate.controller.spec = flow
+
+    def gate(self, route: Route) -> PoolGate:
+        key = route.pool or "*"
+        gate = self.gates.get(key)
+        if gate is None:
+            config = self.state.config or GatewayConfigSpec()
+            gate = self.gates[key] = PoolGate(
+                config.flow_control,
+                lambda: self.state.router.candidates(route, self.store.endpoints),
+            )
+        return gate
 
     # ------------------------------------------------------------------ small handlers
 
@@ -184,13 +245,19 @@ class Gateway:
                 "missing_model",
                 headers,
             )
-        model = body["model"]
+        state = self.state
+        client_model = body["model"]
+        model = state.rewrites.rewrite(client_model)
         endpoints = self.store.endpoints
         try:
-            route = self.router.route(model, endpoints)
-        except UnknownModelError as error:
+            route = state.router.route(model, endpoints)
+        except UnknownModelError:
             return error_response(
-                404, str(error), "invalid_request_error", "model_not_found", headers
+                404,
+                f"The model `{client_model}` does not exist.",
+                "invalid_request_error",
+                "model_not_found",
+                headers,
             )
         text = prompt_text(body)
         llm = LLMRequest(
@@ -199,25 +266,90 @@ class Gateway:
             prompt_tokens=len(text) // 4 + 1,
             prefix_hashes=prompt_block_hashes(route.model, text),
             adapter=route.adapter,
+            band=band_for(
+                state.config, request.headers.get("x-gateway-inference-objective"), route.model
+            ),
             profile=request.headers.get("x-gateway-inference-profile") or route.profile,
             fairness_id=request.headers.get("x-gateway-inference-fairness-id", ""),
         )
+        limit = state.limiter.check(
+            api_key(request),
+            client_model,
+            llm.prompt_tokens
+            + int(
+                body.get("max_tokens") or body.get("max_completion_tokens") or DEFAULT_MAX_TOKENS
+            ),
+            time.monotonic(),
+        )
+        headers.update(limit.headers)
+        if not limit.allowed:
+            self.metrics.rejected.labels(client_model, "rate_limited").inc()
+            return error_response(
+                429,
+                f"Rate limit reached for `{client_model}`; retry after {limit.retry_after_s} s.",
+                "rate_limit_exceeded",
+                "rate_limited",
+                {**headers, "retry-after": str(limit.retry_after_s)},
+            )
+        gate = self.gate(route)
+        try:
+            await gate.admit(llm.band, llm.fairness_id)
+        except NoCapacityError as error:
+            self.metrics.rejected.labels(client_model, "pool_saturated").inc()
+            return error_response(
+                429,
+                str(error),
+                "rate_limit_exceeded",
+                "pool_saturated",
+                {**headers, "retry-after": str(error.retry_after_s)},
+            )
+        except QueueTimeoutError as error:
+            self.metrics.rejected.labels(client_model, "queue_timeout").inc()
+            return error_response(503, str(error), "service_unavailable", "queue_timeout", headers)
+        try:
+            ranked = self._rank(llm, route, endpoints)
+            if not ranked:
+                self.metrics.rejected.labels(client_model, "no_ready_endpoint").inc()
+                return error_response(
+                    503,
+                    f"No ready model server for `{client_model}`: every pod of the pool "
+                    "is stale or none serves the model.",
+                    "service_unavailable",
+                    "no_ready_endpoint",
+                    headers,
+                )
+            self.metrics.requests.labels(client_model, route.model).inc()
+            self.metrics.input_tokens.labels(client_model, route.model).observe(llm.prompt_tokens)
+            if model != client_model:
+                body["model"] = model
+                raw = orjson.dumps(body)
+            rewriter = ModelNameRewriter(client_model) if model != client_model else None
+            return await self._forward(
+                request, raw, llm, ranked[: self.max_attempts], client_model, headers, rewriter
+            )
+        finally:
+            gate.on_completion()
+
+    def _rank(self, llm: LLMRequest, route: Route, endpoints: list[Endpoint]) -> list[Endpoint]:
+        """Ranked pods; when all are stale, a `FailOpen` pool picks at random."""
+        candidates = self.state.router.candidates(route, endpoints)
         started = time.perf_counter()
         try:
-            ranked = self.scheduler.schedule(llm, self.router.candidates(route, endpoints))
-        except NoEndpointError as error:
-            self.metrics.errors.labels(model, route.model, "503").inc()
-            return error_response(
-                503,
-                f"No ready model server for `{model}`: {error}",
-                "service_unavailable",
-                "no_ready_endpoint",
-                headers,
+            ranked = self.scheduler.schedule(llm, candidates)
+        except NoEndpointError:
+            config = self.state.config
+            fail_open = bool(
+                config
+                and route.pool
+                and any(p.name == route.pool and p.failure_mode == "FailOpen" for p in config.pools)
             )
+            serving = [e for e in candidates if e.serves(llm.model)]
+            if not fail_open or not serving:
+                return []
+            log.warning("pool %s has no fresh pod; FailOpen picks at random", route.pool)
+            return random.sample(serving, len(serving))
         self.metrics.scheduler_e2e.observe(time.perf_counter() - started)
-        self.metrics.requests.labels(model, route.model).inc()
-        self.metrics.input_tokens.labels(model, route.model).observe(llm.prompt_tokens)
-        return await self._forward(request, raw, llm, ranked[: self.max_attempts], model, headers)
+        return ranked
 
     async def _forward(
         self,
@@ -227,6 +359,7 @@ class Gateway:
         ranked: list[Endpoint],
         model: str,
         headers: dict[str, str],
+        rewriter: ModelNameRewriter | None = None,
     ) -> web.StreamResponse:
         assert self._session is not None
         started = time.perf_counter()
@@ -250,7 +383,9 @@ class Gateway:
                 last_error = f"{endpoint.name}: HTTP {upstream.status}"
                 continue
             try:
-                return await self._relay(request, upstream, llm, endpoint, model, started, headers)
+                return await self._relay(
+                    request, upstream, llm, endpoint, model, started, headers, rewriter
+                )
             finally:
                 upstream.release()
                 self.scheduler.on_finished(llm, endpoint, time.monotonic())
@@ -272,8 +407,16 @@ class Gateway:
         model: str,
         started: float,
         headers: dict[str, str],
+        rewriter: ModelNameRewriter | None,
     ) -> web.StreamResponse:
+        """Stream the pod's answer through; a break after the first byte ends the stream
+        with an SSE error event, never a silent truncation."""
         content_type = upstream.headers.get("content-type", "application/json")
+        streaming = content_type.startswith("text/event-stream")
+        if not streaming:
+            return await self._relay_whole(
+                upstream, llm, endpoint, model, started, headers, rewriter, content_type
+            )
         response = web.StreamResponse(
             status=upstream.status,
             headers={
@@ -282,18 +425,19 @@ class Gateway:
                 "x-gateway-destination-endpoint": endpoint.hostport,
             },
         )
-        streaming = content_type.startswith("text/event-stream")
         first = True
         try:
             async for chunk in upstream.content.iter_any():
                 if first:
                     first = False
-                    ttft = time.perf_counter() - started
-                    self.scheduler.on_first_token(llm, endpoint, ttft, time.monotonic())
-                    self.metrics.ttft.labels(model, llm.model).observe(ttft)
+                    self._first_token(llm, endpoint, model, started)
                     await response.prepare(request)
-                await response.write(chunk)
-        except (TimeoutError, aiohttp.ClientError, OSError) as error:
+                await response.write(rewriter.stream_chunk(chunk) if rewriter else chunk)
+            if rewriter is not None:
+                tail = rewriter.flush()
+                if tail:
+                    await response.write(tail)
+        except (TimeoutError, aiohttp.ClientError) as error:
             self.metrics.errors.labels(model, llm.model, "stream_broken").inc()
             if first:
                 return error_response(
@@ -303,15 +447,14 @@ class Gateway:
                     "upstream_failed",
                     headers,
                 )
-            if streaming:
-                event = {
-                    "error": {
-                        "message": f"upstream stream broke: {error!r}",
-                        "type": "upstream_error",
-                        "code": "stream_broken",
-                    }
+            event = {
+                "error": {
+                    "message": f"The model server stream broke: {error!r}",
+                    "type": "upstream_error",
+                    "code": "stream_broken",
                 }
-                await response.write(b"data: " + orjson.dumps(event) + b"\n\n")
+            }
+            await response.write(b"data: " + orjson.dumps(event) + b"\n\n")
             await response.write_eof()
             return response
         if first:
@@ -319,3 +462,59 @@ class Gateway:
         await response.write_eof()
         self.metrics.duration.labels(model, llm.model).observe(time.perf_counter() - started)
         return response
+
+    async def _relay_whole(
+        self,
+        upstream: aiohttp.ClientResponse,
+        llm: LLMRequest,
+        endpoint: Endpoint,
+        model: str,
+        started: float,
+        headers: dict[str, str],
+        rewriter: ModelNameRewriter | None,
+        content_type: str,
+    ) -> web.Response:
+        """A non-streamed answer is one JSON document: read it, count usage, rewrite."""
+        try:
+            body = await upstream.read()
+        except (TimeoutError, aiohttp.ClientError) as error:
+            self.metrics.errors.labels(model, llm.model, "upstream_failed").inc()
+            return error_response(
+                502,
+                f"Model server {endpoint.name} failed: {error!r}",
+                "upstream_error",
+                "upstream_failed",
+                headers,
+            )
+        self._first_token(llm, endpoint, model, started)
+        if rewriter is not None:
+            body = rewriter.json_body(body)
+        if upstream.status == 200:
+            try:
+                usage = orjson.loads(body).get("usage") or {}
+                self.metrics.output_tokens.labels(model, llm.model).observe(
+                    int(usage.get("completion_tokens") or 0)
+                )
+            except (orjson.JSONDecodeError, AttributeError):
+                pass
+        self.metrics.duration.labels(model, llm.model).observe(time.perf_counter() - started)
+        return web.Response(
+            status=upstream.status,
+            body=body,
+            headers={
+                **headers,
+                "content-type": content_type,
+                "x-gateway-destination-endpoint": endpoint.hostport,
+            },
+        )
+
+    def _first_token(self, llm: LLMRequest, endpoint: Endpoint, model: str, started: float) -> None:
+        ttft = time.perf_counter() - started
+        self.scheduler.on_first_token(llm, endpoint, ttft, time.monotonic())
+        self.metrics.ttft.labels(model, llm.model).observe(ttft)
+
+
+def api_key(request: web.Request) -> str:
+    """The bearer token, or "anonymous" (limits without an apiKey apply per key)."""
+    auth = request.headers.get("authorization", "")
+    return auth[7:].strip() if auth.lower().startswith("bearer ") else "anonymous"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import aiohttp
@@ -13,11 +14,15 @@ from ..endpoints.store import EndpointStore
 from ..scheduling import Scheduler
 from ..scheduling.types import Endpoint
 from ..telemetry import GatewayMetrics
+from ..traffic.rewrites import load_rewrites
 from ..traffic.routing import ModelRouter
 from .baseline import RoundRobinScheduler
-from .proxy import Gateway
+from .proxy import Gateway, RoutingState
+from .reloader import FileWatcher
 
-__all__ = ["build_gateway", "http_fetch"]
+__all__ = ["WATCHER", "build_gateway", "http_fetch"]
+
+WATCHER = web.AppKey("watcher", FileWatcher)  # the app's config/rewrite file watcher
 
 
 def http_fetch(session_holder: dict[str, aiohttp.ClientSession]):
@@ -41,12 +46,19 @@ def build_gateway(
     config: GatewayConfigSpec | str | Path | None = None,
     *,
     policy: str = "gateway",
+    rewrites: str | Path | None = None,
+    seed: int | None = None,
 ) -> tuple[web.Application, Gateway]:
-    """The gateway app; scraping starts with the app and stops with it."""
+    """The gateway app; scraping (and file reloads) start with the app and stop with it.
+
+    `config` and `rewrites` given as paths are watched: a valid edit is swapped in
+    without a restart, an invalid one is logged and ignored.
+    """
     if not isinstance(endpoints, list):
         endpoints = load_endpoints_file(endpoints)
-    if config is not None and not isinstance(config, GatewayConfigSpec):
-        config = load_config(config)
+    config_path = None if config is None or isinstance(config, GatewayConfigSpec) else Path(config)
+    if config_path is not None:
+        config = load_config(config_path)
     spec = config or GatewayConfigSpec()
     for e in endpoints:
         if not e.pool:
@@ -65,14 +77,37 @@ def build_gateway(
         if policy == "round-robin"
         else Scheduler(spec, count_inflight=True, timer=metrics.time_plugin)
     )
-    gateway = Gateway(store, scheduler, ModelRouter(config), metrics=metrics)
+
+    def known_models() -> set[str] | None:
+        if isinstance(config, GatewayConfigSpec) and config.models:
+            return set(ModelRouter(config).models([]))
+        return {m for e in endpoints for m in e.models} or None
+
+    def load_state() -> RoutingState:
+        current = load_config(config_path) if config_path is not None else config
+        state = RoutingState.build(current)  # type: ignore[arg-type]
+        if rewrites is None:
+            return state
+        rules = load_rewrites(rewrites, known_models=known_models(), seed=seed)
+        return RoutingState.build(current, rules)  # type: ignore[arg-type]
+
+    gateway = Gateway(store, scheduler, RoutingState.build(config), metrics=metrics)
     app = gateway.app()
+    watched = [p for p in (config_path, Path(rewrites) if rewrites else None) if p]
+    tasks: list[asyncio.Task[None]] = []
 
     async def start_scraping(app: web.Application) -> None:
         await store.scrape_once()
         store.start()
+        gateway.reload(load_state())  # rewrites need the pods' model names
+        if watched:
+            watcher = FileWatcher(watched, lambda: gateway.reload(load_state()))
+            app[WATCHER] = watcher
+            tasks.append(asyncio.get_running_loop().create_task(watcher.run()))
 
     async def stop_scraping(app: web.Application) -> None:
+        for task in tasks:
+            task.cancel()
         await store.stop()
         session = sessions.pop("session", None)
         if session is not None:

@@ -1,0 +1,126 @@
+"""Asyncio glue around the pure flow controller: one gate per pool.
+
+`PoolGate.admit` returns when the request may be scheduled, or raises
+`NoCapacityError` (429, with a computed Retry-After) or `QueueTimeoutError` (503). A
+waiting request is a future; a ticker releases waiters as capacity frees and expires
+those past their band's TTL; a cancelled handler (the client went away) leaves the
+queue at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import time
+from collections.abc import Callable
+
+from ..config import FlowControlSpec
+from ..errors import InferenceGatewayError, NoCapacityError
+from ..scheduling.types import Endpoint
+from ..traffic.flow_control import FlowController
+
+__all__ = ["PoolGate", "QueueTimeoutError"]
+
+
+class QueueTimeoutError(InferenceGatewayError):
+    """The request waited its band's whole TTL without capacity (→ 503)."""
+
+
+class PoolGate:
+    def __init__(
+        self,
+        spec: FlowControlSpec,
+        endpoints: Callable[[], list[Endpoint]],
+        *,
+        tick_s: float = 0.02,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.controller = FlowController(spec)
+        self.spec = spec
+        self.endpoints = endpoints
+        self.tick_s = tick_s
+        self.clock = clock
+        self._ticker: asyncio.Task[None] | None = None
+
+    def free_slots(self) -> int:
+        """Requests that can be dispatched before every ready pod is saturated again."""
+        s = self.spec.saturation
+        slots = 0
+        for e in self.endpoints():
+            m = e.metrics
+            if e.stale or m is None or m.kv_usage >= s.kv_threshold:
+                continue
+            slots += max(0, math.ceil(s.queue_threshold - m.waiting - e.sent_requests))
+        return slots
+
+    def pool_waiting(self) -> int:
+        return sum(e.metrics.waiting for e in self.endpoints() if e.metrics and not e.stale)
+
+    async def admit(self, band: str, fairness_id: str) -> None:
+        """Return when the request may go on to scheduling (raises 429 / 503 errors).
+
+        A pool with no ready pod is not "saturated": the request goes on, so that
+        scheduling answers 503 (or a FailOpen pool picks at random) at once.
+        """
+        now = self.clock()
+        if not any(not e.stale for e in self.endpoints()):
+            return
+        saturated = self.free_slots() <= 0
+        decision = self.controller.offer(band, fairness_id, now, saturated)
+        if decision.admitted:
+            return
+        if decision.waiter is None:
+            retry = self.controller.retry_after(now, self.pool_waiting())
+            raise NoCapacityError(
+                f"The pool is saturated ({decision.reason.replace('_', ' ')}); "
+                f"retry after {retry} s.",
+                retry,
+            )
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        decision.waiter.handle = future
+        self._ensure_ticker()
+        try:
+            if not await future:
+                raise QueueTimeoutError(
+                    f"Waited {self.controller.bands[band].ttl_s:g} s in the {band} queue "
+                    "without capacity."
+                )
+        finally:
+            self.controller.cancel(decision.waiter)
+
+    def on_completion(self) -> None:
+        self.controller.on_completion(self.clock())
+        self.pump()
+
+    def pump(self) -> None:
+        """Release what capacity allows, expire what waited too long."""
+        now = self.clock()
+        for waiter in self.controller.expire(now):
+            if not waiter.handle.done():
+                waiter.handle.set_result(False)
+        slots = self.free_slots()
+
+        def capacity() -> bool:
+            nonlocal slots
+            slots -= 1
+            return slots >= 0
+
+        for waiter in self.controller.release(now, capacity):
+            if not waiter.handle.done():
+                waiter.handle.set_result(True)
+
+    def _ensure_ticker(self) -> None:
+        if self._ticker is None or self._ticker.done():
+            self._ticker = asyncio.get_running_loop().create_task(self._tick())
+
+    async def _tick(self) -> None:
+        while self.controller.queued():
+            await asyncio.sleep(self.tick_s)
+            self.pump()
+
+    async def close(self) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._ticker

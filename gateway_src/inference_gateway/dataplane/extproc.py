@@ -1,0 +1,393 @@
+"""The Envoy ext_proc endpoint picker: the in-cluster data plane over the shared core.
+
+Envoy opens one bidirectional gRPC stream per HTTP request and sends the request's
+headers, body and trailers, then the response's. An `Exchange` holds that stream's
+state and has one small handler per message kind; the servicer only feeds it messages
+and guarantees `finish()` runs exactly once, however the stream ends (response done,
+client hang-up, Envoy gone).
+
+Request side (`FULL_DUPLEX_STREAMED`, the protocol's mode): the body is collected until
+`end_of_stream`, then the shared `Director` decides and the picker answers with the
+headers response (`clear_route_cache`, `x-gateway-destination-endpoint`, `envoy.lb`
+metadata, the new `content-length`) followed by the body — rewritten when a canary rule
+applied — in chunks of at most 62,000 bytes. `BUFFERED` mode gets the same answer in one
+body response. A refusal is an `ImmediateResponse` with the OpenAI-shaped error.
+
+Response side: SSE streams flow through chunk by chunk (the `model` of each event
+written back to the client's name when it was rewritten); a JSON body is held only when
+it must be rewritten. `usage` is counted into the gateway metrics; the first response
+byte reports the TTFT to the scheduler.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+import orjson
+from envoy.extensions.filters.http.ext_proc.v3.processing_mode_pb2 import ProcessingMode
+from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
+from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
+
+from ..scheduling.types import Endpoint
+from .director import Decision, Director, Rejection
+from .extproc_wire import (
+    body_chunks,
+    body_replacement,
+    headers_response,
+    immediate_response,
+    read_headers,
+    read_subset,
+    trailers_response,
+)
+from .sse import ModelNameRewriter
+
+__all__ = ["Exchange", "ExtProcServicer", "PickerOptions", "UsageScanner"]
+
+log = logging.getLogger(__name__)
+
+FULL_DUPLEX = ProcessingMode.FULL_DUPLEX_STREAMED
+BUFFERED = ProcessingMode.BUFFERED
+STREAMED = ProcessingMode.STREAMED
+Responses = list[pb.ProcessingResponse]
+
+
+@dataclass(frozen=True, slots=True)
+class PickerOptions:
+    """Per-server settings; body modes apply when Envoy sends no `protocol_config`."""
+
+    fallbacks: int = 0  # extra ranked pods after the primary in the destination value
+    max_body_bytes: int = 4 * 2**20
+    request_body_mode: int = FULL_DUPLEX
+    response_body_mode: int = FULL_DUPLEX
+    max_usage_scan_bytes: int = 4 * 2**20  # JSON kept to read `usage` from
+
+
+class UsageScanner:
+    """Finds the `usage` object in a response body without holding SSE streams.
+
+    SSE: only complete lines that mention `"usage"` are parsed (the last one wins, as
+    vLLM sends usage in the final event). JSON: the body is kept up to a bound and
+    parsed once at the end.
+    """
+
+    def __init__(self, streaming: bool, limit: int) -> None:
+        self.streaming = streaming
+        self.limit = limit
+        self.usage: dict[str, Any] | None = None
+        self._partial = b""
+        self._kept: list[bytes] = []
+        self._size = 0
+
+    def feed(self, chunk: bytes) -> None:
+        if not self.streaming:
+            self._size += len(chunk)
+            if self._size <= self.limit:
+                self._kept.append(chunk)
+            return
+        data = self._partial + chunk
+        cut = data.rfind(b"\n")
+        if cut < 0:
+            self._partial = data
+            return
+        self._partial = data[cut + 1 :]
+        if b'"usage"' in data[:cut]:
+            for line in data[:cut].split(b"\n"):
+                if b'"usage"' in line and line.startswith(b"data:"):
+                    self._take(line[5:])
+
+    def close(self) -> dict[str, Any] | None:
+        if self.streaming:
+            if self._partial.startswith(b"data:") and b'"usage"' in self._partial:
+                self._take(self._partial[5:])
+        elif self._size <= self.limit:
+            self._take(b"".join(self._kept))
+        return self.usage
+
+    def _take(self, payload: bytes) -> None:
+        try:
+            event = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            return
+        if isinstance(event, dict) and isinstance(event.get("usage"), dict):
+            self.usage = event["usage"]
+
+
+class Exchange:
+    """One HTTP request's ext_proc stream: state plus one handler per message kind."""
+
+    def __init__(
+        self, director: Director, options: PickerOptions, clock: Callable[[], float]
+    ) -> None:
+        self.director = director
+        self.options = options
+        self.clock = clock
+        self.started = clock()
+        self.request_mode = options.request_body_mode
+        self.response_mode = options.response_body_mode
+        self.headers: dict[str, str] = {}
+        self.subset: list[str] | None = None
+        self.body = bytearray()
+        self.decision: Decision | None = None
+        self.decided_at = 0.0
+        self.closed = False  # an immediate response ended the exchange
+        self.finished = False
+        self.first_byte = False
+        self.status = 0
+        self.streaming = False
+        self.rewriter: ModelNameRewriter | None = None
+        self.usage: UsageScanner | None = None
+        self.held = bytearray()  # a JSON response held for the model rewrite
+        self._handlers = {
+            "request_headers": self.on_request_headers,
+            "request_body": self.on_request_body,
+            "request_trailers": self.on_request_trailers,
+            "response_headers": self.on_response_headers,
+            "response_body": self.on_response_body,
+            "response_trailers": self.on_response_trailers,
+        }
+
+    async def handle(self, request: pb.ProcessingRequest) -> Responses:
+        if request.HasField("protocol_config"):
+            config = request.protocol_config
+            self.request_mode = config.request_body_mode or self.request_mode
+            self.response_mode = config.response_body_mode or self.response_mode
+        if request.HasField("metadata_context") and self.subset is None:
+            self.subset = read_subset(request)
+        kind = request.WhichOneof("request")
+        handler = self._handlers.get(kind or "")
+        if handler is None:
+            return []
+        return await handler(request)
+
+    # ------------------------------------------------------------------ request
+
+    async def on_request_headers(self, request: pb.ProcessingRequest) -> Responses:
+        self.headers = read_headers(request.request_headers)
+        if request.request_headers.end_of_stream:
+            return self._bodiless()
+        if self.request_mode == FULL_DUPLEX:
+            return []  # the answer waits for the whole body
+        return [headers_response()]  # BUFFERED / STREAMED: Envoy waits for this first
+
+    async def on_request_body(self, request: pb.ProcessingRequest) -> Responses:
+        part = request.request_body
+        self.body += part.body
+        if len(self.body) > self.options.max_body_bytes:
+            return self._reject(
+                Rejection(
+                    413,
+                    f"Request body exceeds {self.options.max_body_bytes} bytes.",
+                    "invalid_request_error",
+                    "request_too_large",
+                )
+            )
+        if not part.end_of_stream:
+            if self.request_mode == STREAMED:
+                return [body_replacement(None)]  # held here, sent once complete
+            return []
+        return await self._decide()
+
+    async def on_request_trailers(self, request: pb.ProcessingRequest) -> Responses:
+        out = [] if self.decision is not None else await self._decide()
+        if self.closed:
+            return out
+        return [*out, trailers_response()]
+
+    def _bodiless(self) -> Responses:
+        """No body (e.g. GET /v1/models): any ready pod of the subset, as upstream."""
+        ready = [e for e in self.director.endpoints() if not e.stale]
+        if self.subset is not None:
+            ready = [e for e in ready if e.hostport in self.subset or e.address in self.subset]
+        if not ready:
+            return self._reject(
+                Rejection(503, "No ready model server.", "service_unavailable", "no_ready_endpoint")
+            )
+        chosen = random.choice(ready)
+        return [headers_response(clear_route_cache=True, destination=chosen.hostport)]
+
+    async def _decide(self) -> Responses:
+        request_id = self.headers.get("x-request-id") or uuid.uuid4().hex
+        try:
+            decision = await self.director.decide(
+                bytes(self.body), self.headers, request_id=request_id, subset=self.subset
+            )
+        except Rejection as rejection:
+            return self._reject(rejection)
+        self.decision = decision
+        self.decided_at = self.clock()
+        self.body = bytearray()
+        primary = decision.ranked[0]
+        self.director.scheduler.on_picked(decision.llm, primary, time.monotonic())
+        metrics = self.director.metrics
+        metrics.input_tokens.labels(decision.client_model, decision.target_model).observe(
+            decision.llm.prompt_tokens
+        )
+        destination = ",".join(
+            e.hostport for e in decision.ranked[: 1 + max(0, self.options.fallbacks)]
+        )
+        route_headers = {"content-length": str(len(decision.body))}
+        if decision.rewritten:
+            self.rewriter = ModelNameRewriter(decision.client_model)
+        if self.request_mode == FULL_DUPLEX:
+            return [
+                headers_response(
+                    set_headers=route_headers, clear_route_cache=True, destination=destination
+                ),
+                *body_chunks(decision.body),
+            ]
+        return [
+            body_replacement(
+                decision.body if decision.rewritten or self.request_mode == STREAMED else None,
+                set_headers=route_headers,
+                clear_route_cache=True,
+                destination=destination,
+            )
+        ]
+
+    def _reject(self, rejection: Rejection) -> Responses:
+        self.closed = True
+        model = self.decision.client_model if self.decision else ""
+        self.director.metrics.errors.labels(model, "", str(rejection.status)).inc()
+        log.info("rejected %s: %s", rejection.status, rejection.message)
+        return [
+            immediate_response(
+                rejection.status, rejection.body(), rejection.headers, details=rejection.code
+            )
+        ]
+
+    # ------------------------------------------------------------------ response
+
+    async def on_response_headers(self, request: pb.ProcessingRequest) -> Responses:
+        headers = read_headers(request.response_headers)
+        self.status = int(headers.get(":status", "200") or 200)
+        self.streaming = headers.get("content-type", "").startswith("text/event-stream")
+        self.usage = UsageScanner(self.streaming, self.options.max_usage_scan_bytes)
+        decision = self.decision
+        if decision is not None and self.status >= 400:
+            self.director.metrics.errors.labels(
+                decision.client_model, decision.target_model, str(self.status)
+            ).inc()
+        if request.response_headers.end_of_stream:
+            self._first_byte()
+            self.finish()
+        # A rewritten body changes length: drop content-length, Envoy re-frames it.
+        remove = ["content-length"] if self.rewriter is not None else None
+        return [headers_response(request=False, remove=remove)]
+
+    async def on_response_body(self, request: pb.ProcessingRequest) -> Responses:
+        part = request.response_body
+        chunk, eos = part.body, part.end_of_stream
+        if chunk:
+            self._first_byte()
+        out = self._rewrite(chunk, eos)
+        if self.usage is not None and out:
+            self.usage.feed(out)
+        if eos:
+            self.finish()
+        if self.response_mode == FULL_DUPLEX:
+            if out is None or (not out and not eos):
+                return []
+            return list(body_chunks(out, request=False, end_of_stream=eos))
+        # BUFFERED / STREAMED: exactly one answer per message.
+        changed = out is not None and out != chunk
+        return [body_replacement(out if changed else None, request=False)]
+
+    async def on_response_trailers(self, request: pb.ProcessingRequest) -> Responses:
+        self.finish()
+        return [trailers_response(request=False)]
+
+    def _rewrite(self, chunk: bytes, eos: bool) -> bytes | None:
+        """The bytes to pass on now; None while a JSON body is held for its rewrite."""
+        if self.rewriter is None:
+            return chunk
+        if self.streaming:
+            out = self.rewriter.stream_chunk(chunk)
+            return out + self.rewriter.flush() if eos else out
+        if self.response_mode == STREAMED:
+            return chunk  # one answer per chunk: a JSON body cannot be held
+        self.held += chunk
+        if not eos:
+            return None
+        whole, self.held = bytes(self.held), bytearray()
+        return self.rewriter.json_body(whole)
+
+    def _first_byte(self) -> None:
+        decision = self.decision
+        if self.first_byte or decision is None:
+            return
+        self.first_byte = True
+        ttft = self.clock() - self.decided_at
+        self.director.scheduler.on_first_token(
+            decision.llm, decision.ranked[0], ttft, time.monotonic()
+        )
+        self.director.metrics.ttft.labels(decision.client_model, decision.target_model).observe(
+            ttft
+        )
+
+    # ------------------------------------------------------------------ end
+
+    def finish(self) -> None:
+        """Report the outcome once: scheduler bookkeeping, admission slot, metrics."""
+        if self.finished:
+            return
+        self.finished = True
+        decision = self.decision
+        if decision is None:
+            return
+        self.director.scheduler.on_finished(decision.llm, decision.ranked[0], time.monotonic())
+        self.director.release(decision)
+        metrics = self.director.metrics
+        labels = (decision.client_model, decision.target_model)
+        usage = self.usage.close() if self.usage is not None else None
+        if usage is not None:
+            completion = usage.get("completion_tokens")
+            if isinstance(completion, int):
+                metrics.output_tokens.labels(*labels).observe(completion)
+        if self.status and self.status < 400 and self.first_byte:
+            metrics.duration.labels(*labels).observe(self.clock() - self.decided_at)
+
+
+class ExtProcServicer(pb_grpc.ExternalProcessorServicer):
+    """`envoy.service.ext_proc.v3.ExternalProcessor` over a `Director`."""
+
+    def __init__(
+        self,
+        director: Director,
+        options: PickerOptions | None = None,
+        *,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.director = director
+        self.options = options or PickerOptions()
+        self.clock = clock
+        self.active = 0
+
+    def exchange(self) -> Exchange:
+        return Exchange(self.director, self.options, self.clock)
+
+    async def Process(
+        self,
+        request_iterator: AsyncIterator[pb.ProcessingRequest],
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> AsyncIterator[pb.ProcessingResponse]:
+        exchange = self.exchange()
+        self.active += 1
+        try:
+            async for request in request_iterator:
+                for response in await exchange.handle(request):
+                    yield response
+                if exchange.closed:
+                    return
+        finally:
+            self.active -= 1
+            exchange.finish()
+
+    def endpoints_ready(self) -> list[Endpoint]:
+        return [e for e in self.director.endpoints() if not e.stale]

@@ -1,0 +1,228 @@
+"""Assemble and run the picker: endpoint store, director, gRPC server, health, metrics.
+
+`PickerServer` owns the moving parts of `igw picker` and starts and stops them in
+order: scraping first, then gRPC (health says NOT_SERVING until a scrape has found a
+ready pod, so Kubernetes does not send traffic to a picker that would answer 503),
+then the metrics port. Discovery (a static list or a Kubernetes watch) and live config
+are optional collaborators with a `start()` / `stop()` pair.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+import aiohttp
+import grpc
+from aiohttp import web
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1._async import HealthServicer
+from prometheus_client import generate_latest
+
+from ..config import GatewayConfigSpec, load_config
+from ..endpoints.discovery import load_endpoints_file
+from ..endpoints.store import EndpointStore
+from ..scheduling import Scheduler
+from ..scheduling.types import Endpoint
+from ..telemetry import GatewayMetrics
+from ..traffic.rewrites import RewriteSet
+from .director import Director
+from .extproc import ExtProcServicer, PickerOptions
+from .proxy import RoutingState
+from .server import http_fetch
+
+__all__ = ["SERVICE_NAME", "Lifecycle", "PickerServer", "build_picker", "refresh_pool_gauges"]
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = "envoy.service.ext_proc.v3.ExternalProcessor"
+
+
+class Lifecycle(Protocol):
+    async def start(self) -> None: ...
+    async def stop(self) -> None: ...
+
+
+def refresh_pool_gauges(metrics: GatewayMetrics, store: EndpointStore) -> None:
+    """Per-pool ready count, mean KV use and queue, computed at scrape time."""
+    for pool, endpoints in store.pools().items():
+        ready = [e.metrics for e in endpoints if not e.stale and e.metrics is not None]
+        metrics.pool_ready.labels(pool).set(len(ready))
+        if ready:
+            metrics.pool_kv.labels(pool).set(sum(m.kv_usage for m in ready) / len(ready))
+            metrics.pool_queue.labels(pool).set(sum(m.waiting for m in ready) / len(ready))
+
+
+class PickerServer:
+    """The running picker; `await start()`, then `port` is the bound gRPC port."""
+
+    def __init__(
+        self,
+        store: EndpointStore,
+        director: Director,
+        *,
+        options: PickerOptions | None = None,
+        host: str = "0.0.0.0",
+        grpc_port: int = 9002,
+        metrics_port: int | None = 9090,
+        credentials: grpc.ServerCredentials | None = None,
+        collaborators: list[Lifecycle] | None = None,
+        is_leader: Callable[[], bool] = lambda: True,
+        health_interval_s: float = 0.2,
+    ) -> None:
+        self.store = store
+        self.director = director
+        self.servicer = ExtProcServicer(director, options)
+        self.health = HealthServicer()
+        self.host = host
+        self.grpc_port = grpc_port
+        self.metrics_port = metrics_port
+        self.credentials = credentials
+        self.collaborators = collaborators or []
+        self.is_leader = is_leader
+        self.health_interval_s = health_interval_s
+        self.port = 0
+        self.metrics_bound = 0
+        self.serving = False
+        self._server: grpc.aio.Server | None = None
+        self._runner: web.AppRunner | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        for part in self.collaborators:
+            await part.start()
+        await self.store.scrape_once()
+        self.store.start()
+        server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+        from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
+
+        pb_grpc.add_ExternalProcessorServicer_to_server(self.servicer, server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        address = f"{self.host}:{self.grpc_port}"
+        if self.credentials is not None:
+            self.port = server.add_secure_port(address, self.credentials)
+        else:
+            self.port = server.add_insecure_port(address)
+        await self.update_health()
+        await server.start()
+        self._server = server
+        self._tasks.append(asyncio.get_running_loop().create_task(self._health_loop()))
+        if self.metrics_port is not None:
+            await self._start_metrics()
+
+    async def update_health(self) -> None:
+        """SERVING once a pod is ready (and, with leader election, while leading)."""
+        serving = bool(self.store.ready()) and self.is_leader()
+        if serving == self.serving and self._server is not None:
+            return
+        self.serving = serving
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if serving
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for service in ("", SERVICE_NAME):
+            await self.health.set(service, status)
+
+    async def _health_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.health_interval_s)
+            refresh_pool_gauges(self.director.metrics, self.store)
+            await self.update_health()
+
+    async def _start_metrics(self) -> None:
+        async def metrics(request: web.Request) -> web.Response:
+            refresh_pool_gauges(self.director.metrics, self.store)
+            return web.Response(
+                body=generate_latest(self.director.metrics.registry),
+                content_type="text/plain",
+                charset="utf-8",
+            )
+
+        app = web.Application()
+        app.router.add_get("/metrics", metrics)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.metrics_port)
+        await site.start()
+        self.metrics_bound = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    async def stop(self, grace_s: float = 1.0) -> None:
+        for task in self._tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+        if self._server is not None:
+            await self.health.enter_graceful_shutdown()
+            await self._server.stop(grace_s)
+            self._server = None
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        await self.store.stop()
+        await self.director.close()
+        for part in reversed(self.collaborators):
+            await part.stop()
+
+    async def wait(self) -> None:
+        if self._server is not None:
+            await self._server.wait_for_termination()
+
+
+def build_picker(
+    endpoints: list[Endpoint] | str | Path | None,
+    config: GatewayConfigSpec | str | Path | None = None,
+    *,
+    fetch: Callable[[Endpoint, str], Awaitable[str]] | None = None,
+    options: PickerOptions | None = None,
+    rewrites: RewriteSet | None = None,
+    **server_kwargs: Any,
+) -> PickerServer:
+    """A picker over a static endpoint list (or an empty store that discovery fills).
+
+    `fetch` is the store's scrape seam (default: HTTP to each pod).
+    """
+    if endpoints is not None and not isinstance(endpoints, list):
+        endpoints = load_endpoints_file(endpoints)
+    if config is not None and not isinstance(config, GatewayConfigSpec):
+        config = load_config(config)
+    spec = config or GatewayConfigSpec()
+    endpoint_list = list(endpoints or [])
+    for e in endpoint_list:
+        if not e.pool:
+            e.pool = e.labels.get("igw.dev/pool", "default")
+    metrics = GatewayMetrics()
+    sessions: dict[str, aiohttp.ClientSession] = {}
+    store = EndpointStore(
+        endpoint_list,
+        fetch or http_fetch(sessions),
+        interval_s=spec.scrape.interval_ms / 1000,
+        timeout_s=spec.scrape.timeout_ms / 1000,
+        staleness_s=spec.scrape.staleness_ms / 1000,
+    )
+    scheduler = Scheduler(spec, count_inflight=True, timer=metrics.time_plugin)
+    state = RoutingState.build(config, rewrites)
+    director = Director(lambda: store.endpoints, scheduler, state, metrics=metrics)
+    picker = PickerServer(store, director, options=options, **server_kwargs)
+    picker.collaborators.append(_SessionCloser(sessions))
+    return picker
+
+
+class _SessionCloser:
+    """Closes the scrape session after the store stops (last collaborator to stop)."""
+
+    def __init__(self, sessions: dict[str, aiohttp.ClientSession]) -> None:
+        self.sessions = sessions
+
+    async def start(self) -> None:
+        return None
+
+    async def stop(self) -> None:
+        session = self.sessions.pop("session", None)
+        if session is not None:
+            await session.close()

@@ -1,0 +1,232 @@
+"""Priority bands and admission control: who goes first when a pool is full.
+
+A pool is *saturated* when every ready pod is: a pod is saturated at
+`queue + sent_since_scrape >= queue_threshold` or `kv_usage >= kv_threshold`
+(upstream's detector, `max(queue/5, kv/0.8) >= 1`, with the picker's own in-flight
+count added so a burst between scrapes is seen). While a pool is not saturated every
+request goes straight through. While it is:
+
+* `sheddable` requests are rejected at once (429);
+* `critical` and `standard` requests wait in bounded per-band queues; a full queue
+  answers 429, a request whose wait passes the band's TTL answers 503;
+* as capacity frees, waiters are released in strict band order (critical before
+  standard), and within a band round-robin across fairness ids, so one tenant's burst
+  cannot starve another's.
+
+This module is a pure state machine over explicit times: the HTTP proxy drives it with
+asyncio futures, the simulator with its virtual clock, and tests call it directly.
+`Retry-After` is computed from the pool's measured drain rate and the work ahead,
+clamped to the configured range.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..config import FlowControlSpec
+from ..scheduling.types import Endpoint
+
+__all__ = ["BANDS", "Admission", "FlowController", "Waiter", "pod_saturated"]
+
+BANDS = ("critical", "standard", "sheddable")
+
+
+def pod_saturated(endpoint: Endpoint, queue_threshold: float, kv_threshold: float) -> bool:
+    m = endpoint.metrics
+    if m is None:
+        return True
+    return m.waiting + endpoint.sent_requests >= queue_threshold or m.kv_usage >= kv_threshold
+
+
+@dataclass(slots=True, eq=False)
+class Waiter:
+    """A queued request. `handle` is the driver's (an asyncio future, a sim record)."""
+
+    band: str
+    fairness_id: str
+    enqueued_at: float
+    handle: Any = None
+    done: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """The answer to `offer`: admit now, wait (`waiter`), or reject with a status."""
+
+    admitted: bool
+    waiter: Waiter | None = None
+    status: int = 0  # 429 or 503 when rejected
+    reason: str = ""
+    retry_after_s: int = 0
+
+
+@dataclass(slots=True)
+class _Band:
+    max_queue: int
+    ttl_s: float
+    # fairness id → FIFO of waiters; OrderedDict order is the round-robin order
+    flows: OrderedDict[str, deque[Waiter]] = field(default_factory=OrderedDict)
+    size: int = 0
+
+
+class FlowController:
+    """Admission for one pool."""
+
+    def __init__(self, spec: FlowControlSpec, *, drain_halflife_s: float = 10.0) -> None:
+        self.spec = spec
+        self.bands = {
+            name: _Band(
+                spec.bands[name].max_queue if name in spec.bands else 0,
+                spec.bands[name].ttl_s if name in spec.bands else 1.0,
+            )
+            for name in BANDS
+        }
+        self.halflife = drain_halflife_s
+        self._count = 0.0  # completions, exponentially decayed
+        self._rate_at: float | None = None
+        self._first: float | None = None
+        self.rejected: dict[str, int] = {}
+
+    # ------------------------------------------------------------------ saturation
+
+    def saturated(self, endpoints: Iterable[Endpoint]) -> bool:
+        s = self.spec.saturation
+        ready = [e for e in endpoints if not e.stale]
+        return all(pod_saturated(e, s.queue_threshold, s.kv_threshold) for e in ready)
+
+    def saturation(self, endpoints: Iterable[Endpoint]) -> float:
+        """Mean per-pod `max(queue/q, kv/kv_t)`: the autoscaling signal (≥ 1 is full)."""
+        s = self.spec.saturation
+        values = [
+            max(
+                (e.metrics.waiting + e.sent_requests) / s.queue_threshold,
+                e.metrics.kv_usage / s.kv_threshold,
+            )
+            for e in endpoints
+            if not e.stale and e.metrics is not None
+        ]
+        return sum(values) / len(values) if values else 1.0
+
+    # ------------------------------------------------------------------ queueing
+
+    def queued(self, band: str | None = None) -> int:
+        if band is not None:
+            return self.bands[band].size
+        return sum(b.size for b in self.bands.values())
+
+    def offer(
+        self, band: str, fairness_id: str, now: float, saturated: bool, handle: Any = None
+    ) -> Admission:
+        """Admit, queue or reject a new request."""
+        if band not in self.bands:
+            band = "standard"
+        if not saturated and not self.queued():
+            return Admission(True)
+        queue = self.bands[band]
+        if band == "sheddable" or queue.size >= queue.max_queue:
+            reason = "sheddable" if band == "sheddable" else "queue_full"
+            return self._reject(429, reason)
+        waiter = Waiter(band, fairness_id, now, handle)
+        queue.flows.setdefault(fairness_id, deque()).append(waiter)
+        queue.size += 1
+        return Admission(False, waiter=waiter)
+
+    def release(self, now: float, capacity: Callable[[], bool]) -> list[Waiter]:
+        """Waiters to dispatch now, best band first, while `capacity()` says yes.
+
+        `capacity` is re-evaluated after each release, so the caller's accounting of
+        what it just dispatched is seen.
+        """
+        out = []
+        for name in BANDS:
+            queue = self.bands[name]
+            while queue.size and capacity():
+                waiter = self._pop_fair(queue)
+                if waiter is None:
+                    break
+                waiter.done = True
+                out.append(waiter)
+        return out
+
+    def expire(self, now: float) -> list[Waiter]:
+        """Waiters whose band TTL has passed (answer them 503)."""
+        out = []
+        for queue in self.bands.values():
+            for flow in queue.flows.values():
+                while flow and now - flow[0].enqueued_at >= queue.ttl_s:
+                    waiter = flow.popleft()
+                    queue.size -= 1
+                    if not waiter.done:
+                        waiter.done = True
+                        out.append(waiter)
+            self._drop_empty(queue)
+        for _ in out:
+            self.rejected["ttl_expired"] = self.rejected.get("ttl_expired", 0) + 1
+        return out
+
+    def cancel(self, waiter: Waiter) -> None:
+        """The client went away: leave the queue at once."""
+        if waiter.done:
+            return
+        waiter.done = True
+        queue = self.bands[waiter.band]
+        flow = queue.flows.get(waiter.fairness_id)
+        if flow is not None and waiter in flow:
+            flow.remove(waiter)
+            queue.size -= 1
+            self._drop_empty(queue)
+
+    @staticmethod
+    def _pop_fair(queue: _Band) -> Waiter | None:
+        while queue.flows:
+            fairness_id, flow = next(iter(queue.flows.items()))
+            waiter = flow.popleft()
+            queue.size -= 1
+            if flow:
+                queue.flows.move_to_end(fairness_id)  # next flow's turn
+            else:
+                del queue.flows[fairness_id]
+            if not waiter.done:
+                return waiter
+        return None
+
+    @staticmethod
+    def _drop_empty(queue: _Band) -> None:
+        for key in [k for k, flow in queue.flows.items() if not flow]:
+            del queue.flows[key]
+
+    # ------------------------------------------------------------------ Retry-After
+
+    def on_completion(self, now: float) -> None:
+        """Feed the drain-rate estimate: completions counted with exponential decay."""
+        if self._first is None:
+            self._first = self._rate_at = now
+        assert self._rate_at is not None
+        self._count = self._count * 0.5 ** ((now - self._rate_at) / self.halflife) + 1
+        self._rate_at = now
+
+    def drain_rate(self, now: float) -> float:
+        """Completions per second over a decaying window (corrected for a short history)."""
+        if self._first is None or self._rate_at is None:
+            return 0.0
+        count = self._count * 0.5 ** ((now - self._rate_at) / self.halflife)
+        window = self.halflife / math.log(2) * (1 - 0.5 ** ((now - self._first) / self.halflife))
+        return count / window if window > 0 else 0.0
+
+    def retry_after(self, now: float, pool_waiting: int = 0) -> int:
+        """Seconds until the work ahead of a new request should have drained:
+        `(queued here + waiting at the pods + 1) / drain rate`, clamped."""
+        lo, hi = self.spec.retry_after_min_s, self.spec.retry_after_max_s
+        rate = self.drain_rate(now)
+        if rate <= 0:
+            return hi
+        ahead = self.queued() + pool_waiting + 1
+        return int(min(hi, max(lo, math.ceil(ahead / rate))))
+
+    def _reject(self, status: int, reason: str) -> Admission:
+        self.rejected[reason] = self.rejected.get(reason, 0) + 1
+        return Admission(False, status=status, reason=reason)

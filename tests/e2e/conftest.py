@@ -1,0 +1,43 @@
+"""Helpers for end-to-end tests: an emulated fleet and a gateway on loopback ports."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+from aiohttp import web
+from inference_gateway.dataplane.proxy import Gateway
+from inference_gateway.dataplane.server import build_gateway
+from inference_gateway.emulator.fleet import EmulatedFleet
+from inference_gateway.scheduling.types import Endpoint
+
+
+def fleet_endpoints(fleet: EmulatedFleet) -> list[Endpoint]:
+    return [
+        Endpoint(e.name, e.host, e.port, pool=e.labels["igw.dev/pool"], labels=e.labels, index=i)
+        for i, e in enumerate(fleet.endpoints)
+    ]
+
+
+@asynccontextmanager
+async def running_gateway(
+    fleet: EmulatedFleet, **options: Any
+) -> AsyncIterator[tuple[str, Gateway, web.Application]]:
+    app, gateway = build_gateway(fleet_endpoints(fleet), **options)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port}", gateway, app
+    finally:
+        await runner.cleanup()
+
+
+@pytest.fixture
+def gateway_on() -> Callable[..., Any]:
+    """`async with gateway_on(fleet, config=..., rewrites=...) as (url, gateway, app)`."""
+    return running_gateway

@@ -1,0 +1,200 @@
+"""Traffic control through the real gateway on loopback, against emulated pods:
+canary rewrites (and live reload), rate limits, saturation (429 / 503), all-stale 503."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import openai
+import pytest
+import yaml
+from inference_gateway.config import parse_config
+from inference_gateway.dataplane.server import WATCHER
+from inference_gateway.emulator.fleet import EmulatedFleet
+
+FLEET = {
+    "base_port": 0,
+    "pods": [
+        {
+            "name": "v1",
+            "gpu": "H100",
+            "model": "llama-3.1-8b",
+            "replicas": 2,
+            "served_model_name": "chat-v1",
+        },
+        {
+            "name": "v2",
+            "gpu": "H100",
+            "model": "llama-3.1-8b",
+            "replicas": 1,
+            "served_model_name": "chat-v2",
+        },
+    ],
+}
+
+
+def config(**extra: object) -> dict[str, object]:
+    base: dict[str, object] = {
+        "pools": [{"name": "v1"}, {"name": "v2"}],
+        "models": [{"name": "chat-v1", "pool": "v1"}, {"name": "chat-v2", "pool": "v2"}],
+        "objectives": [{"name": "batch", "priority": -1}, {"name": "vip", "priority": 5}],
+    }
+    base.update(extra)
+    return base
+
+
+def rewrite_doc(v1: int, v2: int) -> dict[str, object]:
+    return {
+        "apiVersion": "inference.networking.x-k8s.io/v1alpha2",
+        "kind": "InferenceModelRewrite",
+        "metadata": {"name": "chat-canary"},
+        "spec": {
+            "rules": [
+                {
+                    "matches": [{"model": {"type": "Exact", "value": "chat"}}],
+                    "targets": [
+                        {"modelRewrite": "chat-v1", "weight": v1},
+                        {"modelRewrite": "chat-v2", "weight": v2},
+                    ],
+                }
+            ]
+        },
+    }
+
+
+@pytest.fixture
+async def fleet() -> EmulatedFleet:
+    async with EmulatedFleet(FLEET) as fleet:
+        yield fleet
+
+
+async def test_canary_split_rewrites_back_and_reloads_live(
+    fleet: EmulatedFleet, gateway_on: Callable[..., Any], tmp_path: Path
+) -> None:
+    rules = tmp_path / "rewrites.yaml"
+    rules.write_text(yaml.safe_dump(rewrite_doc(50, 50)))
+    v2_port = next(str(e.port) for e in fleet.endpoints if e.name == "v2")
+    async with gateway_on(fleet, config=parse_config(config()), rewrites=rules, seed=3) as (
+        url,
+        _,
+        app,
+    ):
+        client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="k", max_retries=0)
+        seen = set()
+        for _ in range(12):
+            reply = await client.with_raw_response.chat.completions.create(
+                model="chat", messages=[{"role": "user", "content": "hi"}], max_tokens=2
+            )
+            assert reply.parse().model == "chat"  # written back to the client's name
+            seen.add(reply.headers["x-gateway-destination-endpoint"].rsplit(":", 1)[1] == v2_port)
+        assert seen == {True, False}
+        stream = await client.chat.completions.create(
+            model="chat", messages=[{"role": "user", "content": "hi"}], max_tokens=3, stream=True
+        )
+        assert {chunk.model async for chunk in stream} == {"chat"}
+
+        rules.write_text(yaml.safe_dump(rewrite_doc(0, 100)))  # promote the canary
+        watcher = app[WATCHER]
+        await asyncio.sleep(0.05)
+        assert watcher.check() or watcher.reloads >= 1
+        for _ in range(5):
+            reply = await client.with_raw_response.completions.create(
+                model="chat", prompt="x", max_tokens=1
+            )
+            assert reply.headers["x-gateway-destination-endpoint"].endswith(":" + v2_port)
+
+        rules.write_text(yaml.safe_dump(rewrite_doc(0, 0)))  # invalid: weights sum to zero
+        await asyncio.sleep(0.05)
+        assert not watcher.check() and watcher.failures == 1
+        reply = await client.with_raw_response.completions.create(
+            model="chat", prompt="x", max_tokens=1
+        )
+        assert reply.headers["x-gateway-destination-endpoint"].endswith(":" + v2_port)
+        await client.close()
+
+
+async def test_rate_limit_answers_429_with_headers(
+    fleet: EmulatedFleet, gateway_on: Callable[..., Any]
+) -> None:
+    spec = parse_config(config(rateLimits=[{"apiKey": "tenant-a", "requestsPerMinute": 2}]))
+    async with gateway_on(fleet, config=spec) as (url, _, _app):
+        client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="tenant-a", max_retries=0)
+        for _ in range(2):
+            await client.completions.create(model="chat-v1", prompt="x", max_tokens=1)
+        with pytest.raises(openai.RateLimitError) as error:
+            await client.completions.create(model="chat-v1", prompt="x", max_tokens=1)
+        headers = error.value.response.headers
+        assert int(headers["retry-after"]) >= 1
+        assert headers["x-ratelimit-limit-requests"] == "2"
+        assert headers["x-ratelimit-remaining-requests"] == "0"
+        other = openai.AsyncOpenAI(base_url=url + "/v1", api_key="tenant-b", max_retries=0)
+        await other.completions.create(model="chat-v1", prompt="x", max_tokens=1)
+        await client.close()
+        await other.close()
+
+
+async def test_saturated_pool_sheds_sheddable_and_times_out_the_queue(
+    fleet: EmulatedFleet,
+    gateway_on: Callable[..., Any],
+) -> None:
+    # One scrape at start, then none for a minute: the picker's own in-flight count is
+    # all it sees, so the pool saturates after one request per pod and stays saturated.
+    spec = parse_config(
+        config(
+            scrape={"intervalMs": 60_000, "stalenessMs": 600_000},
+            flowControl={
+                "saturation": {"queueThreshold": 1},
+                "bands": {
+                    "standard": {"maxQueue": 4, "ttlS": 0.3},
+                    "critical": {"maxQueue": 4, "ttlS": 0.3},
+                    "sheddable": {"maxQueue": 0, "ttlS": 1},
+                },
+            },
+        )
+    )
+    async with (
+        gateway_on(fleet, config=spec) as (url, _, _app),
+        aiohttp.ClientSession() as session,
+    ):
+        body = {"model": "chat-v1", "prompt": "x", "max_tokens": 1}
+        for _ in range(2):  # fills both v1 pods' allowance
+            async with session.post(url + "/v1/completions", json=body) as r:
+                assert r.status == 200
+        async with session.post(
+            url + "/v1/completions",
+            json=body,
+            headers={"x-gateway-inference-objective": "batch"},
+        ) as r:
+            assert r.status == 429
+            assert int(r.headers["retry-after"]) >= 1
+            assert (await r.json())["error"]["code"] == "pool_saturated"
+        async with session.post(url + "/v1/completions", json=body) as r:
+            assert r.status == 503
+            assert (await r.json())["error"]["code"] == "queue_timeout"
+        async with session.get(url + "/metrics") as r:
+            text = await r.text()
+        assert (
+            'inference_objective_request_rejected_total{model_name="chat-v1",'
+            'reason="pool_saturated"} 1.0' in text
+        )
+        assert "inference_pool_saturation" in text
+
+
+async def test_every_pod_stale_answers_503(
+    fleet: EmulatedFleet, gateway_on: Callable[..., Any]
+) -> None:
+    spec = parse_config(config(scrape={"intervalMs": 20, "stalenessMs": 100, "timeoutMs": 50}))
+    async with gateway_on(fleet, config=spec) as (url, gateway, _app):
+        for name in ("v1-0", "v1-1"):
+            await fleet.stop_pod(name)
+        await asyncio.sleep(0.4)
+        assert all(e.stale for e in gateway.store.endpoints if e.pool == "v1")
+        async with aiohttp.ClientSession() as session:
+            body = {"model": "chat-v1", "prompt": "x", "max_tokens": 1}
+            async with session.post(url + "/v1/completions", json=body) as r:
+                assert r.status == 503
+                assert "stale" in (await r.json())["error"]["message"]
