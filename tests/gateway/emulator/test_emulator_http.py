@@ -46,6 +46,18 @@ def value(families: dict[str, object], name: str, **labels: str) -> float:
     raise AssertionError(f"no sample {name} with {labels}")
 
 
+async def wait_for(
+    session: aiohttp.ClientSession, pod: EmulatedPod, timeout: float = 10, **expected: float
+) -> dict[str, object]:
+    """Scrape until `vllm:num_requests_<key>` equals each expected value (no fixed sleeps)."""
+    async with asyncio.timeout(timeout):
+        while True:
+            families = await scrape(session, pod)
+            if all(value(families, f"vllm:num_requests_{k}") == v for k, v in expected.items()):
+                return families
+            await asyncio.sleep(0.02)
+
+
 def chat(content: str, max_tokens: int, model: str = "llama-3.1-8b", **extra: object) -> dict:
     return {
         "model": model,
@@ -100,17 +112,15 @@ async def test_metrics_parse_with_vllm_names_and_move_with_load(pod: EmulatedPod
         url = f"{pod.url}/v1/chat/completions"
         long_prompt = "tell me everything " * 400
         busy = [
-            asyncio.create_task(session.post(url, json=chat(long_prompt, 120, model=m)))
-            for m in ("sql", "sql", "support", "llama-3.1-8b")
+            asyncio.create_task(session.post(url, json=chat(long_prompt, tokens, model=m)))
+            for m, tokens in (("sql", 300), ("sql", 300), ("support", 5), ("llama-3.1-8b", 300))
         ]
-        await asyncio.sleep(0.2)
-        loaded = await scrape(session, pod)
+        # support waits for the only LoRA slot, which sql holds
+        loaded = await wait_for(session, pod, running=3, waiting=1)
         assert value(loaded, "vllm:kv_cache_usage_perc") > 0
         assert value(loaded, "vllm:gpu_cache_usage_perc") == value(
             loaded, "vllm:kv_cache_usage_perc"
         )
-        assert value(loaded, "vllm:num_requests_running") == 3  # support waits for the slot
-        assert value(loaded, "vllm:num_requests_waiting") == 1
         lora = loaded["vllm:lora_requests_info"].samples[0]  # type: ignore[attr-defined]
         assert lora.labels["running_lora_adapters"] == "sql"
         assert lora.labels["waiting_lora_adapters"] == "support"
@@ -118,7 +128,7 @@ async def test_metrics_parse_with_vllm_names_and_move_with_load(pod: EmulatedPod
             assert response.status == 200
             await response.read()
         done = await scrape(session, pod)
-    assert value(done, "vllm:generation_tokens_total") == 4 * 120
+    assert value(done, "vllm:generation_tokens_total") == 3 * 300 + 5
     assert value(done, "vllm:request_success_total", finished_reason="length") == 4
     assert value(done, "vllm:time_to_first_token_seconds_count") == 4
     assert (
@@ -157,10 +167,9 @@ async def test_client_disconnect_mid_stream_leaves_the_engine_healthy(pod: Emula
         async with session.post(url, json=chat("again", 5)) as again:
             assert again.status == 200
             assert (await again.json())["usage"]["completion_tokens"] == 5
-        await asyncio.sleep(200 * 0.0075)  # the abandoned request runs to completion
-        families = await scrape(session, pod)
+        families = await wait_for(session, pod, running=0, waiting=0)
+    # the abandoned request ran to completion in the engine
     assert value(families, "vllm:request_success_total", finished_reason="length") == 2
-    assert value(families, "vllm:num_requests_running") == 0
 
 
 async def test_stopped_pod_cuts_streams_and_restarts_on_its_port(pod: EmulatedPod) -> None:
