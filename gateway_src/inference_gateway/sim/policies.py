@@ -222,8 +222,28 @@ POLICIES: dict[str, PolicyFactory] = {
 }
 
 
+def _register_peers() -> None:
+    """The peer routers of DESIGN §5 (see `peers`)."""
+    from .peers import DynamoKV, ProductionStackPrefixAware, SGLangCacheAware
+
+    POLICIES["production-stack-prefixaware"] = ProductionStackPrefixAware
+    POLICIES["sglang-cache-aware"] = SGLangCacheAware
+    POLICIES["dynamo-kv"] = DynamoKV
+
+
+_register_peers()
+
+
 def make_policy(name: str, pods: list[SimPod], seed: int) -> Policy:
-    """`gateway:PROFILE` selects a named profile of the default gateway config."""
+    """`gateway:PROFILE` selects a named profile of the default gateway config;
+    `POLICY@N` runs N replicas of a policy, each with its own view (see `replicas`)."""
+    from .replicas import Replicated, parse_replicas
+
+    replicated = parse_replicas(name)
+    if replicated is not None:
+        base_name, count = replicated
+        make_policy(base_name, [], seed)  # fail on a bad base name now
+        return Replicated(name, pods, seed, base=base_name, count=count, make=make_policy)
     base, _, profile = name.partition(":")
     if base == "gateway" and profile:
         config = GatewayConfigSpec()
