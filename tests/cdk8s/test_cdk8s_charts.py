@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from typing import Any
 
 import pytest
 import yaml
@@ -14,9 +15,26 @@ from charts.network import NetworkPoliciesChart
 from charts.observability import ObservabilityChart
 from charts.picker import PickerChart
 from inference_gateway.config import parse_config
-from k8s_docs import find, one, pod_spec
 
 from stacks.environment import EnvironmentSpec
+
+Doc = dict[str, Any]
+
+
+def find(docs: list[Doc], kind: str, name: str | None = None) -> list[Doc]:
+    return [
+        d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)
+    ]
+
+
+def one(docs: list[Doc], kind: str, name: str | None = None) -> Doc:
+    found = find(docs, kind, name)
+    assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"
+    return found[0]
+
+
+def pod_spec(deployment: Doc) -> Doc:
+    return deployment["spec"]["template"]["spec"]
 
 
 def _with(env: EnvironmentSpec, **changes: object) -> EnvironmentSpec:
@@ -147,8 +165,8 @@ class TestCanaries:
                 {
                     "matches": [{"model": {"type": "Exact", "value": "sql-assistant"}}],
                     "targets": [
-                        {"modelRewrite": "sql-lora", "weight": 90},
-                        {"modelRewrite": "llama-3.1-8b", "weight": 10},
+                        {"modelRewrite": "sql-lora", "weight": 10},
+                        {"modelRewrite": "llama-3.1-8b", "weight": 90},
                     ],
                 }
             ],
