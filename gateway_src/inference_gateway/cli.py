@@ -17,6 +17,8 @@ from .errors import ConfigError
 SUBCOMMANDS = {
     "emulate": "inference_gateway.emulator.cli",
     "simulate": "inference_gateway.sim.cli",
+    "tune": "inference_gateway.sim.tune",
+    "what-if": "inference_gateway.sim.whatif",
     "serve": "inference_gateway.dataplane.cli",
     "demo": "inference_gateway.demo",
 }
