@@ -21,7 +21,7 @@ os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
 
 from inference_gateway.errors import ConfigError
 
-from stacks.application import build, environment_name, new_app
+from stacks.application import build, environment_name, nag_findings, new_app
 from stacks.environment import load_environment
 
 
@@ -34,7 +34,14 @@ def main() -> int:
     except ConfigError as error:
         print(f"cdk synth: {error}", file=sys.stderr)
         return 2
-    app.synth()
+    try:
+        app.synth()
+    except RuntimeError as error:  # jsii re-raises CDK's ValidationError as RuntimeError
+        if "ValidationFailed" not in str(error):
+            raise
+        print(f"cdk synth: {name}: {error}", file=sys.stderr)
+        print(nag_findings(app.outdir), file=sys.stderr)
+        return 1
     return 0
 
 

@@ -6,8 +6,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from aws_cdk import App, Environment, Stack, Tags, Validations
 from cdk_nag import AwsSolutionsChecks
@@ -34,8 +36,10 @@ __all__ = [
     "DEFAULT_ENVIRONMENT",
     "FEATURE_FLAGS",
     "RegionStacks",
+    "attach_nag",
     "build",
     "environment_name",
+    "nag_findings",
     "new_app",
 ]
 
@@ -80,6 +84,19 @@ class RegionStacks:
     all: list[Stack] = field(default_factory=list)
 
 
+def nag_findings(outdir: str) -> str:
+    """The unacknowledged cdk-nag findings of a failed synth, one per line."""
+    report = Path(outdir) / "validation-report.json"
+    if not report.is_file():
+        return "(no validation report)"
+    lines = []
+    for plugin in json.loads(report.read_text()).get("pluginReports", []):
+        for violation in plugin.get("violations", []):
+            for construct in violation.get("violatingConstructs", []):
+                lines.append(f"  {violation['ruleName']}  {construct['constructPath']}")
+    return "\n".join(lines)
+
+
 def _check(env: EnvironmentSpec, source: str) -> None:
     if env.cluster.kubernetes_version not in KUBECTL_LAYERS:
         raise ConfigError(
@@ -101,8 +118,13 @@ def build(
     Tags.of(app).add("igw.dev/environment", env.name)
     Tags.of(app).add("igw.dev/managed-by", "cdk")
     if nag:
-        Validations.of(app).add_plugins(AwsSolutionsChecks(app, verbose=True))
+        attach_nag(app)
     return built
+
+
+def attach_nag(app: App) -> None:
+    """cdk-nag's AwsSolutions pack on the whole app: an unacknowledged finding fails synth."""
+    Validations.of(app).add_plugins(AwsSolutionsChecks(app, verbose=True))
 
 
 def _region(app: App, env: EnvironmentSpec, plan: RegionPlan) -> RegionStacks:

@@ -4,9 +4,9 @@ Private only: the scheme is internal, it sits in private subnets, and its securi
 admits TLS on 443 from the environment's allowed CIDRs and nothing else. TLS terminates
 on an ACM certificate and is re-encrypted to Envoy's HTTPS listener, so tokens and
 prompts are never in clear text on the wire. Envoy's pods join the IP target group
-(named `igw-<env>-envoy`) through a TargetGroupBinding (cdk8s side); its ARN and the load balancer's DNS name are
-published as SSM parameters under `/igw/<env>/<region>/ingress/`, which the global
-router reads to find its peers.
+(named `igw-<env>-envoy`) through a TargetGroupBinding (cdk8s side); its ARN and the
+load balancer's DNS name are published as SSM parameters under
+`/igw/<env>/<region>/ingress/`, which the global router reads to find its peers.
 """
 
 from __future__ import annotations

@@ -1,0 +1,224 @@
+"""The cluster stack: EKS, GPU node groups per generation and zone, add-ons, HyperPod."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from aws_cdk.assertions import Match
+
+if TYPE_CHECKING:
+    from conftest import Synth
+
+PRIMARY, SECONDARY = "us-east-1", "us-west-2"
+GPU_TAINT = [{"Key": "nvidia.com/gpu", "Value": "true", "Effect": "NO_SCHEDULE"}]
+
+
+def _private_subnets(synth: Synth, region: str, zones: list[str]) -> list[dict[str, str]]:
+    """ImportValue references of the network stack's private subnets in `zones`."""
+    network = synth.raw(region, "network")["Resources"]
+    by_zone = {
+        res["Properties"]["AvailabilityZone"]: logical_id
+        for logical_id, res in network.items()
+        if res["Type"] == "AWS::EC2::Subnet" and "private" in logical_id
+    }
+    outputs = synth.raw(region, "network")["Outputs"]
+    refs = []
+    for zone in zones:
+        export = next(
+            o["Export"]["Name"] for o in outputs.values() if o["Value"] == {"Ref": by_zone[zone]}
+        )
+        refs.append({"Fn::ImportValue": export})
+    return refs
+
+
+def test_eks_cluster_is_private_logged_encrypted_and_uses_access_entries(
+    any_synth: Synth,
+) -> None:
+    for region in any_synth.env.aws.regions:
+        any_synth.template(region, "cluster").has_resource_properties(
+            "AWS::EKS::Cluster",
+            {
+                "Name": any_synth.env.cluster.name,
+                "Version": "1.32",
+                "AccessConfig": {"AuthenticationMode": "API"},
+                "ResourcesVpcConfig": Match.object_like(
+                    {"EndpointPrivateAccess": True, "EndpointPublicAccess": False}
+                ),
+                "EncryptionConfig": [Match.object_like({"Resources": ["secrets"]})],
+                "Logging": {
+                    "ClusterLogging": {
+                        "EnabledTypes": [
+                            {"Type": t}
+                            for t in (
+                                "api",
+                                "audit",
+                                "authenticator",
+                                "controllerManager",
+                                "scheduler",
+                            )
+                        ]
+                    }
+                },
+            },
+        )
+
+
+def test_admin_role_gets_a_cluster_admin_access_entry(prod_synth: Synth) -> None:
+    prod_synth.template(PRIMARY, "cluster").has_resource_properties(
+        "AWS::EKS::AccessEntry",
+        {
+            "PrincipalArn": "arn:aws:iam::222222222222:role/platform-admin",
+            "AccessPolicies": [
+                {
+                    "AccessScope": {"Type": "cluster"},
+                    "PolicyArn": {
+                        "Fn::Join": [
+                            "",
+                            Match.array_with(
+                                [Match.string_like_regexp("/AmazonEKSClusterAdminPolicy$")]
+                            ),
+                        ]
+                    },
+                }
+            ],
+        },
+    )
+
+
+def test_prod_h100_group_p5_nvidia_ami_labels_taint_and_listed_zones_only(
+    prod_synth: Synth,
+) -> None:
+    for region, zones in ((PRIMARY, ["us-east-1a", "us-east-1b"]), (SECONDARY, ["us-west-2b"])):
+        prod_synth.template(region, "cluster").has_resource_properties(
+            "AWS::EKS::Nodegroup",
+            {
+                "NodegroupName": "igw-prod-h100",
+                "InstanceTypes": ["p5.48xlarge"],
+                "AmiType": "AL2023_x86_64_NVIDIA",
+                "CapacityType": "ON_DEMAND",
+                "Labels": {
+                    "igw.dev/node-group": "h100",
+                    "igw.dev/gpu": "H100",
+                    "igw.dev/gpus-per-node": "8",
+                    "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+                },
+                "Taints": GPU_TAINT,
+                "Subnets": _private_subnets(prod_synth, region, zones),
+                "ScalingConfig": {"MinSize": 0, "MaxSize": 4, "DesiredSize": 1},
+            },
+        )
+
+
+def test_prod_a10g_group_g5_in_every_zone_of_both_regions(prod_synth: Synth) -> None:
+    for region in (PRIMARY, SECONDARY):
+        zones = [f"{region}{z}" for z in "abc"]
+        prod_synth.template(region, "cluster").has_resource_properties(
+            "AWS::EKS::Nodegroup",
+            {
+                "NodegroupName": "igw-prod-a10g",
+                "InstanceTypes": ["g5.2xlarge"],
+                "AmiType": "AL2023_x86_64_NVIDIA",
+                "Labels": Match.object_like(
+                    {"igw.dev/gpu": "A10G", "nvidia.com/gpu.product": "NVIDIA-A10G"}
+                ),
+                "Taints": GPU_TAINT,
+                "Subnets": _private_subnets(prod_synth, region, zones),
+            },
+        )
+        # system + h100 + a10g in each region
+        prod_synth.template(region, "cluster").resource_count_is("AWS::EKS::Nodegroup", 3)
+
+
+def test_dev_has_one_a10g_group_and_an_untainted_system_group(dev_synth: Synth) -> None:
+    template = dev_synth.template(PRIMARY, "cluster")
+    template.resource_count_is("AWS::EKS::Nodegroup", 2)
+    template.has_resource_properties(
+        "AWS::EKS::Nodegroup",
+        {
+            "NodegroupName": "igw-dev-a10g",
+            "InstanceTypes": ["g5.2xlarge"],
+            "AmiType": "AL2023_x86_64_NVIDIA",
+            "Taints": GPU_TAINT,
+            "Subnets": _private_subnets(dev_synth, PRIMARY, ["us-east-1a", "us-east-1b"]),
+        },
+    )
+    template.has_resource_properties(
+        "AWS::EKS::Nodegroup",
+        {
+            "NodegroupName": "igw-dev-system",
+            "AmiType": "AL2023_x86_64_STANDARD",
+            "Labels": {"igw.dev/role": "system"},
+            "Taints": Match.absent(),
+        },
+    )
+
+
+def test_addons_installed_in_dependency_order(any_synth: Synth) -> None:
+    addons = any_synth.resources(PRIMARY, "cluster", "AWS::EKS::Addon")
+    by_name = {res["Properties"]["AddonName"]: (lid, res) for lid, res in addons.items()}
+    assert set(by_name) == {
+        "vpc-cni",
+        "kube-proxy",
+        "coredns",
+        "eks-pod-identity-agent",
+        "amazon-cloudwatch-observability",
+    }
+    cloudwatch_deps = by_name["amazon-cloudwatch-observability"][1].get("DependsOn", [])
+    assert by_name["eks-pod-identity-agent"][0] in cloudwatch_deps
+    assert by_name["coredns"][0] in cloudwatch_deps
+    assert by_name["vpc-cni"][0] in by_name["coredns"][1]["DependsOn"]
+
+
+def test_hyperpod_cluster_is_orchestrated_by_the_eks_cluster(prod_synth: Synth) -> None:
+    template = prod_synth.template(PRIMARY, "cluster")
+    template.resource_count_is("AWS::SageMaker::Cluster", 1)
+    template.has_resource_properties(
+        "AWS::SageMaker::Cluster",
+        {
+            "ClusterName": "igw-prod-hyperpod",
+            "NodeRecovery": "Automatic",
+            "Orchestrator": {
+                "Eks": {
+                    "ClusterArn": {
+                        "Fn::GetAtt": [Match.string_like_regexp("^InferenceCluster"), "Arn"]
+                    }
+                }
+            },
+            "VpcConfig": {
+                "SecurityGroupIds": [
+                    {
+                        "Fn::GetAtt": [
+                            Match.string_like_regexp("^InferenceCluster"),
+                            "ClusterSecurityGroupId",
+                        ]
+                    }
+                ],
+                "Subnets": _private_subnets(prod_synth, PRIMARY, ["us-east-1b"]),
+            },
+            "InstanceGroups": [
+                Match.object_like(
+                    {
+                        "InstanceGroupName": "h100-hyperpod",
+                        "InstanceType": "ml.p5.48xlarge",
+                        "InstanceCount": 2,
+                        "LifeCycleConfig": Match.object_like({"OnCreate": "on_create.sh"}),
+                    }
+                )
+            ],
+        },
+    )
+    # The EKS cluster it names is this template's own cluster.
+    cluster_ids = prod_synth.resources(PRIMARY, "cluster", "AWS::EKS::Cluster")
+    hyperpod = next(
+        iter(prod_synth.resources(PRIMARY, "cluster", "AWS::SageMaker::Cluster").values())
+    )
+    assert (
+        hyperpod["Properties"]["Orchestrator"]["Eks"]["ClusterArn"]["Fn::GetAtt"][0] in cluster_ids
+    )
+
+
+def test_hyperpod_only_where_enabled_and_only_in_the_primary_region(
+    dev_synth: Synth, prod_synth: Synth
+) -> None:
+    dev_synth.template(PRIMARY, "cluster").resource_count_is("AWS::SageMaker::Cluster", 0)
+    prod_synth.template(SECONDARY, "cluster").resource_count_is("AWS::SageMaker::Cluster", 0)
