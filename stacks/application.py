@@ -98,14 +98,22 @@ def nag_findings(outdir: str) -> str:
 
 
 def _check(env: EnvironmentSpec, source: str) -> None:
+    """What only these stacks can judge; everything else is in the environment schema."""
+    problems = []
     if env.cluster.kubernetes_version not in KUBECTL_LAYERS:
-        raise ConfigError(
-            source,
-            [
-                f"cluster.kubernetes_version: no kubectl layer is pinned for "
-                f"{env.cluster.kubernetes_version} (pinned: {sorted(KUBECTL_LAYERS)})"
-            ],
+        problems.append(
+            f"cluster.kubernetes_version: no kubectl layer is pinned for "
+            f"{env.cluster.kubernetes_version} (pinned: {sorted(KUBECTL_LAYERS)})"
         )
+    for i, group in enumerate(env.node_groups):
+        if group.capacity_type == "CAPACITY_BLOCK":
+            problems.append(
+                f"node_groups[{i}].capacity_type: CAPACITY_BLOCK needs a launch template "
+                "that names the reservation, which these stacks do not build yet; use "
+                "ON_DEMAND, or HyperPod with a training plan"
+            )
+    if problems:
+        raise ConfigError(source, problems)
 
 
 def build(

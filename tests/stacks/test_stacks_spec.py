@@ -150,3 +150,13 @@ def test_addons_declare_dependencies_by_class() -> None:
     assert PodIdentityAgentAddOn in CloudWatchObservabilityAddOn.requires
     assert CoreDnsAddOn in CloudWatchObservabilityAddOn.requires
     assert all(isinstance(r, type) for r in CloudWatchObservabilityAddOn.requires)
+
+
+def test_capacity_block_groups_are_refused_until_supported(tmp_path: Path) -> None:
+    from stacks.application import build, new_app
+
+    data = _raw("dev")
+    data["node_groups"][0]["capacity_type"] = "CAPACITY_BLOCK"
+    env = EnvironmentSpec.model_validate(data)
+    with pytest.raises(ConfigError, match=r"node_groups\[0\]\.capacity_type: CAPACITY_BLOCK"):
+        build(new_app(outdir=str(tmp_path)), env)
