@@ -1,0 +1,227 @@
+"""An in-process fake Kubernetes API server (aiohttp on loopback) for discovery tests.
+
+It implements what a list/watch client relies on, with the real semantics:
+
+* one cluster-wide resourceVersion counter; every write bumps it and stamps the object;
+* list returns the collection and `metadata.resourceVersion`;
+* `?watch=true&resourceVersion=N` replays every change after N, then streams new ones
+  as JSON lines until `timeoutSeconds` or until the test drops the watches;
+* after `compact()`, a watch from a version older than the compaction gets an
+  `ERROR` event with a `Status` of code 410 (Gone), as etcd compaction causes;
+* label selectors of the `a=b,c=d` form; Leases with optimistic concurrency (409 on a
+  stale resourceVersion); Events are recorded for assertions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+
+@dataclass
+class _Watch:
+    collection: str
+    selector: dict[str, str]
+    queue: asyncio.Queue[dict[str, Any] | None] = field(default_factory=asyncio.Queue)
+
+
+def _matches(obj: dict[str, Any], selector: dict[str, str]) -> bool:
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+def _parse_selector(text: str) -> dict[str, str]:
+    out = {}
+    for part in filter(None, text.split(",")):
+        key, _, value = part.partition("=")
+        out[key] = value
+    return out
+
+
+class FakeApiServer:
+    def __init__(self) -> None:
+        self.version = 100
+        self.collections: dict[str, dict[str, dict[str, Any]]] = {}
+        self.history: list[tuple[int, str, str, dict[str, Any]]] = []  # rv, coll, type, obj
+        self.compacted = 0
+        self.watches: list[_Watch] = []
+        self.requests: list[str] = []
+        self.events: list[dict[str, Any]] = []
+        self.gone_served = 0  # watches answered 410 Gone
+        self.fail_next = 0  # answer this many list/watch requests with 500
+        self._runner: web.AppRunner | None = None
+        self.url = ""
+
+    # ------------------------------------------------------------------ test controls
+
+    def put(self, collection: str, obj: dict[str, Any]) -> dict[str, Any]:
+        self.version += 1
+        obj = copy.deepcopy(obj)
+        meta = obj.setdefault("metadata", {})
+        meta["resourceVersion"] = str(self.version)
+        items = self.collections.setdefault(collection, {})
+        kind = "MODIFIED" if meta["name"] in items else "ADDED"
+        items[meta["name"]] = obj
+        self._emit(collection, kind, obj)
+        return obj
+
+    def delete(self, collection: str, name: str) -> None:
+        self.version += 1
+        obj = self.collections[collection].pop(name)
+        obj["metadata"]["resourceVersion"] = str(self.version)
+        self._emit(collection, "DELETED", obj)
+
+    def compact(self) -> None:
+        """Forget history: watches from older versions now get 410 Gone."""
+        self.compacted = self.version
+        self.history.clear()
+
+    def drop_watches(self) -> None:
+        for watch in self.watches:
+            watch.queue.put_nowait(None)
+
+    def _emit(self, collection: str, kind: str, obj: dict[str, Any]) -> None:
+        self.history.append((self.version, collection, kind, copy.deepcopy(obj)))
+        for watch in self.watches:
+            if watch.collection == collection and _matches(obj, watch.selector):
+                watch.queue.put_nowait({"type": kind, "object": copy.deepcopy(obj)})
+
+    # ------------------------------------------------------------------ server
+
+    async def start(self) -> str:
+        app = web.Application()
+        app.router.add_get("/api/v1/namespaces/{ns}/pods", self.collection)
+        app.router.add_post("/api/v1/namespaces/{ns}/events", self.create_event)
+        leases = "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases"
+        app.router.add_post(leases, self.create)
+        app.router.add_get(leases + "/{name}", self.read)
+        app.router.add_put(leases + "/{name}", self.replace)
+        app.router.add_get("/apis/{group}/{version}/namespaces/{ns}/{plural}", self.collection)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.url = f"http://127.0.0.1:{port}"
+        return self.url
+
+    async def stop(self) -> None:
+        self.drop_watches()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def collection(self, request: web.Request) -> web.StreamResponse:
+        self.requests.append(request.path_qs)
+        if self.fail_next:
+            self.fail_next -= 1
+            return web.json_response({"kind": "Status", "code": 500}, status=500)
+        path = request.path
+        selector = _parse_selector(request.query.get("labelSelector", ""))
+        if request.query.get("watch") in ("true", "1", "True"):
+            return await self._watch(request, path, selector)
+        items = [o for o in self.collections.get(path, {}).values() if _matches(o, selector)]
+        return web.json_response(
+            {"kind": "List", "metadata": {"resourceVersion": str(self.version)}, "items": items}
+        )
+
+    async def _watch(
+        self, request: web.Request, path: str, selector: dict[str, str]
+    ) -> web.StreamResponse:
+        since = int(request.query.get("resourceVersion") or 0)
+        timeout = float(request.query.get("timeoutSeconds") or 300)
+        response = web.StreamResponse(headers={"content-type": "application/json"})
+        await response.prepare(request)
+        if since < self.compacted:
+            self.gone_served += 1
+            gone = {
+                "type": "ERROR",
+                "object": {
+                    "kind": "Status",
+                    "status": "Failure",
+                    "reason": "Expired",
+                    "code": 410,
+                    "message": f"too old resource version: {since} ({self.compacted})",
+                },
+            }
+            await response.write(orjson.dumps(gone) + b"\n")
+            await response.write_eof()
+            return response
+        watch = _Watch(path, selector)
+        for version, collection, kind, obj in self.history:
+            if version > since and collection == path and _matches(obj, selector):
+                watch.queue.put_nowait({"type": kind, "object": copy.deepcopy(obj)})
+        self.watches.append(watch)
+        try:
+            async with asyncio.timeout(timeout):
+                while True:
+                    event = await watch.queue.get()
+                    if event is None:
+                        break
+                    await response.write(orjson.dumps(event) + b"\n")
+        except TimeoutError:
+            pass
+        finally:
+            self.watches.remove(watch)
+        with contextlib.suppress(ConnectionError):  # the client may be gone already
+            await response.write_eof()
+        return response
+
+    # ------------------------------------------------------------------ leases, events
+
+    def _lease_key(self, request: web.Request) -> str:
+        return f"/apis/coordination.k8s.io/v1/namespaces/{request.match_info['ns']}/leases"
+
+    async def create(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        key = self._lease_key(request)
+        if body["metadata"]["name"] in self.collections.get(key, {}):
+            return web.json_response({"kind": "Status", "code": 409}, status=409)
+        return web.json_response(self.put(key, body), status=201)
+
+    async def read(self, request: web.Request) -> web.Response:
+        obj = self.collections.get(self._lease_key(request), {}).get(request.match_info["name"])
+        if obj is None:
+            return web.json_response({"kind": "Status", "code": 404}, status=404)
+        return web.json_response(obj)
+
+    async def replace(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        key = self._lease_key(request)
+        current = self.collections.get(key, {}).get(request.match_info["name"])
+        if current is None:
+            return web.json_response({"kind": "Status", "code": 404}, status=404)
+        if body["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
+            return web.json_response({"kind": "Status", "code": 409}, status=409)
+        return web.json_response(self.put(key, body))
+
+    async def create_event(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.events.append(body)
+        return web.json_response(body, status=201)
+
+
+def pod(
+    name: str,
+    ip: str | None = "10.0.0.1",
+    *,
+    ready: bool = True,
+    labels: dict[str, str] | None = None,
+    namespace: str = "igw",
+) -> dict[str, Any]:
+    """A Pod object as the API returns it (only the fields discovery reads)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels or {"app": "vllm"}},
+        "status": {
+            "phase": "Running",
+            **({"podIP": ip} if ip else {}),
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        },
+    }
