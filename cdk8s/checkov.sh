@@ -11,7 +11,8 @@ stamp="$venv/.installed-$(sha256sum "$reqs" | cut -c1-16)"
 if [[ ! -f $stamp ]]; then
   echo "==> installing checkov into $venv (first run takes a minute)" >&2
   "${PYTHON:-python3}" -m venv "$venv"
-  "$venv/bin/pip" install --disable-pip-version-check -q -r "$reqs" 2>&1 \
+  # The file is a complete freeze, so no resolution is needed (and none can drift).
+  "$venv/bin/pip" install --disable-pip-version-check -q --no-deps -r "$reqs" 2>&1 \
     | { grep -v '^WARNING: Location' || true; } >&2
   touch "$stamp"
 fi
