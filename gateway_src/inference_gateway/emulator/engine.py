@@ -151,6 +151,22 @@ class Engine:
     def idle(self) -> bool:
         return self._step is None
 
+    @property
+    def kv_usage(self) -> float:
+        """Fraction of KV blocks really in use, as vLLM reports it.
+
+        `pool.used` also holds the blocks booked ahead for a decode segment (up to the
+        next finish when segments are uncapped); vLLM takes a block only when a token
+        needs it, so that booking is left out, estimating each decoding request's
+        partly filled last block as half a block.
+        """
+        held = self._decode_held
+        if not held:
+            return self.pool.usage
+        in_use = -(-self._decode_ctx() // BLOCK_SIZE) + len(self._decoding) // 2
+        slack = max(0, held - in_use)
+        return (self.pool.used - slack) / self.pool.num_blocks
+
     def submit(self, request: EngineRequest, now: float) -> None:
         """Queue a request; if the pod is mid-segment, cut the segment at the next step."""
         if request.adapter and not self.profile.max_loras:
@@ -178,7 +194,7 @@ class Engine:
         return EngineSnapshot(
             num_waiting=len(self.waiting),
             num_running=self.num_running,
-            kv_usage=self.pool.usage,
+            kv_usage=self.kv_usage,
             running_adapters=tuple(sorted(a for a, n in self._adapters_running.items() if n)),
             waiting_adapters=tuple(sorted(a for a, n in self._adapters_waiting.items() if n)),
             max_loras=self.profile.max_loras,
@@ -260,7 +276,11 @@ class Engine:
             dt = self.step_time(prefill_tokens, prefill_ctx, n_decode, ctx) + lora_load
             self._step = _Step(now, dt, 1, chunks)
         else:
-            steps = self._book_decode_blocks(self._steps_to_next_finish())
+            steps = self._steps_to_next_finish()
+            if self.max_segment_s is not None:  # book no further ahead than the segment runs
+                dt = self.step_time(0, 0, n_decode, ctx + n_decode / 2)  # ≤ the real dt
+                steps = max(1, min(steps, int(self.max_segment_s // dt)))
+            steps = self._book_decode_blocks(steps)
             dt = self.step_time(0, 0, n_decode, ctx + n_decode * steps / 2)
             if self.max_segment_s is not None:
                 steps = max(1, min(steps, int(self.max_segment_s // dt)))
@@ -279,6 +299,8 @@ class Engine:
         Books against the bound Σ⌈c/16⌉ ≤ Σc/16 + n, so the pool never over-commits.
         Returns the steps actually booked (fewer when blocks are short); preempts the
         newest request while not even one step fits, as vLLM's recompute preemption does.
+        A booking larger than needed (left by a segment cut short by an arrival) is
+        handed back, so waiting requests see the blocks decode does not really use.
         """
         pool = self.pool
         while self._decoding:
@@ -290,7 +312,9 @@ class Engine:
                 need = -(-(base + n * k) // BLOCK_SIZE) + n - self._decode_held
                 if need > 0:
                     pool.grow(need)
-                    self._decode_held += need
+                elif need < 0:
+                    pool.release((), -need)
+                self._decode_held += need
                 return k
             self._preempt_newest()
         return steps
