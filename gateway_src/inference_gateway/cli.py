@@ -20,6 +20,8 @@ SUBCOMMANDS = {
     "tune": "inference_gateway.sim.tune",
     "what-if": "inference_gateway.sim.whatif",
     "serve": "inference_gateway.dataplane.cli",
+    "picker": "inference_gateway.dataplane.extproc_cli",
+    "bbr": "inference_gateway.dataplane.bbr_cli",
     "demo": "inference_gateway.demo",
 }
 

@@ -46,6 +46,7 @@ from .extproc_wire import (
     read_subset,
     trailers_response,
 )
+from .proxy import SchedulerLike
 from .sse import ModelNameRewriter
 
 __all__ = ["Exchange", "ExtProcServicer", "PickerOptions", "UsageScanner"]
@@ -135,6 +136,7 @@ class Exchange:
         self.subset: list[str] | None = None
         self.body = bytearray()
         self.decision: Decision | None = None
+        self.scheduler: SchedulerLike = director.scheduler
         self.decided_at = 0.0
         self.closed = False  # an immediate response ended the exchange
         self.finished = False
@@ -221,10 +223,11 @@ class Exchange:
         except Rejection as rejection:
             return self._reject(rejection)
         self.decision = decision
+        self.scheduler = self.director.scheduler  # a reload must not split one request
         self.decided_at = self.clock()
         self.body = bytearray()
         primary = decision.ranked[0]
-        self.director.scheduler.on_picked(decision.llm, primary, time.monotonic())
+        self.scheduler.on_picked(decision.llm, primary, time.monotonic())
         metrics = self.director.metrics
         metrics.input_tokens.labels(decision.client_model, decision.target_model).observe(
             decision.llm.prompt_tokens
@@ -324,9 +327,7 @@ class Exchange:
             return
         self.first_byte = True
         ttft = self.clock() - self.decided_at
-        self.director.scheduler.on_first_token(
-            decision.llm, decision.ranked[0], ttft, time.monotonic()
-        )
+        self.scheduler.on_first_token(decision.llm, decision.ranked[0], ttft, time.monotonic())
         self.director.metrics.ttft.labels(decision.client_model, decision.target_model).observe(
             ttft
         )
@@ -341,7 +342,7 @@ class Exchange:
         decision = self.decision
         if decision is None:
             return
-        self.director.scheduler.on_finished(decision.llm, decision.ranked[0], time.monotonic())
+        self.scheduler.on_finished(decision.llm, decision.ranked[0], time.monotonic())
         self.director.release(decision)
         metrics = self.director.metrics
         labels = (decision.client_model, decision.target_model)

@@ -85,12 +85,36 @@ class PickerServer:
         self.collaborators = collaborators or []
         self.is_leader = is_leader
         self.health_interval_s = health_interval_s
+        self.on_pools: Callable[[GatewayConfigSpec], None] | None = None
         self.port = 0
         self.metrics_bound = 0
         self.serving = False
         self._server: grpc.aio.Server | None = None
         self._runner: web.AppRunner | None = None
         self._tasks: list[asyncio.Task[None]] = []
+
+    def apply_config(self, config: GatewayConfigSpec | None, rewrites: RewriteSet) -> None:
+        """Swap in a validated config: routing state always, the scheduler only when its
+        plugins or profiles changed (so the prefix index survives other edits), and the
+        discovered pools when they changed."""
+        spec = config or GatewayConfigSpec()
+        self.director.reload(RoutingState.build(config, rewrites))
+        current = getattr(self.director.scheduler, "config", None)
+        if current is None or _scheduling(current) != _scheduling(spec):
+            self.director.scheduler = Scheduler(
+                spec, count_inflight=True, timer=self.director.metrics.time_plugin
+            )
+        self.store.interval_s = spec.scrape.interval_ms / 1000
+        self.store.timeout_s = spec.scrape.timeout_ms / 1000
+        self.store.staleness_s = spec.scrape.staleness_ms / 1000
+        if self.on_pools is not None:
+            self.on_pools(spec)
+        log.info(
+            "config applied: %d models, %d pools, rewrites %s",
+            len(spec.models),
+            len(spec.pools),
+            "on" if rewrites else "off",
+        )
 
     async def start(self) -> None:
         for part in self.collaborators:
@@ -211,6 +235,10 @@ def build_picker(
     picker = PickerServer(store, director, options=options, **server_kwargs)
     picker.collaborators.append(_SessionCloser(sessions))
     return picker
+
+
+def _scheduling(spec: GatewayConfigSpec) -> tuple[Any, ...]:
+    return (spec.plugins, spec.scheduling_profiles, spec.default_profile)
 
 
 class _SessionCloser:

@@ -47,6 +47,7 @@ __all__ = [
     "api_client",
     "pod_endpoints",
     "pod_ready",
+    "read_inference_pool",
 ]
 
 log = logging.getLogger(__name__)
@@ -287,6 +288,25 @@ class PoolTarget:
             ports or (8000,),
             str(meta.get("namespace", "default")),
         )
+
+
+async def read_inference_pool(client: Any, namespace: str, name: str) -> PoolTarget:
+    """Read one InferencePool (`inference.networking.k8s.io/v1`) as a discovery target."""
+    from kubernetes_asyncio.client import CustomObjectsApi
+
+    status, body = await _call(
+        CustomObjectsApi(client).get_namespaced_custom_object(
+            "inference.networking.k8s.io",
+            "v1",
+            namespace,
+            "inferencepools",
+            name,
+            _preload_content=False,
+        )
+    )
+    if status != 200:
+        raise RuntimeError(f"InferencePool {namespace}/{name}: HTTP {status}")
+    return PoolTarget.from_inference_pool(body)
 
 
 def pod_ready(pod: Mapping[str, Any]) -> bool:

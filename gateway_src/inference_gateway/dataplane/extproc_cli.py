@@ -1,0 +1,190 @@
+"""`igw picker`: the Envoy ext_proc endpoint picker.
+
+    igw picker --endpoints ENDPOINTS.yaml [--config CONFIG.yaml] [--rewrites PATH]
+               [--grpc-port 9002] [--metrics-port 9090] [--tls | --tls-cert F --tls-key F]
+
+Without `--endpoints` the pods come from Kubernetes: the pools of the config (label
+selector and target port) and/or the InferencePool named by `--pool`, in `--namespace`
+(default: $POD_NAMESPACE). In that mode InferenceGatewayConfig, InferenceObjective and
+InferenceModelRewrite resources are watched too (`--no-watch-api` turns that off); with
+a static endpoints file, the config and rewrites files are reloaded when they change.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import socket
+from typing import Any
+
+__all__ = ["register", "run"]
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "picker",
+        help="run the Envoy ext_proc endpoint picker (Gateway API Inference Extension)",
+        description="Serve envoy.service.ext_proc.v3.ExternalProcessor: pick a model-server "
+        "pod per request from live metrics and answer with x-gateway-destination-endpoint.",
+    )
+    parser.add_argument("--endpoints", help="endpoints YAML; default: Kubernetes discovery")
+    parser.add_argument("--config", help="InferenceGatewayConfig YAML (resource or bare spec)")
+    parser.add_argument("--rewrites", help="InferenceModelRewrite YAML file or folder")
+    parser.add_argument("--host", default="0.0.0.0")
+    parser.add_argument("--grpc-port", type=int, default=9002)
+    parser.add_argument("--metrics-port", type=int, default=9090, help="0 disables")
+    add_tls_arguments(parser)
+    parser.add_argument(
+        "--fallbacks",
+        type=int,
+        default=0,
+        help="ranked fallback pods appended to the destination (keep 0 for an "
+        "ORIGINAL_DST cluster, which takes exactly one address)",
+    )
+    parser.add_argument(
+        "--body-mode",
+        choices=["full-duplex", "buffered"],
+        default="full-duplex",
+        help="body mode assumed when Envoy sends no protocol_config",
+    )
+    k8s = parser.add_argument_group("Kubernetes (when no --endpoints is given)")
+    k8s.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE", "default"))
+    k8s.add_argument("--pool", action="append", default=[], help="InferencePool name to serve")
+    k8s.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster credentials)")
+    k8s.add_argument("--config-name", default="igw", help="InferenceGatewayConfig to watch")
+    k8s.add_argument("--no-watch-api", action="store_true", help="do not watch config resources")
+    k8s.add_argument("--leader-elect", action="store_true", help="active-passive via a Lease")
+    k8s.add_argument("--lease-name", default="igw-picker")
+    parser.set_defaults(handler=run)
+
+
+def add_tls_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tls", action="store_true", help="serve TLS (self-signed by default)")
+    parser.add_argument("--tls-cert", help="PEM certificate (with --tls-key)")
+    parser.add_argument("--tls-key", help="PEM private key (with --tls-cert)")
+
+
+def credentials(args: argparse.Namespace) -> Any:
+    if not (args.tls or args.tls_cert or args.tls_key):
+        return None
+    from .tls import server_credentials
+
+    return server_credentials(args.tls_cert, args.tls_key)[0]
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:  # pragma: no cover - uvloop is a pinned dependency
+        pass
+    return asyncio.run(_serve(args))
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    from envoy.extensions.filters.http.ext_proc.v3.processing_mode_pb2 import ProcessingMode
+
+    from .extproc import PickerOptions
+    from .extproc_server import build_picker
+
+    mode = (
+        ProcessingMode.BUFFERED
+        if args.body_mode == "buffered"
+        else ProcessingMode.FULL_DUPLEX_STREAMED
+    )
+    options = PickerOptions(
+        fallbacks=args.fallbacks, request_body_mode=mode, response_body_mode=mode
+    )
+    server = {
+        "options": options,
+        "host": args.host,
+        "grpc_port": args.grpc_port,
+        "metrics_port": args.metrics_port or None,
+        "credentials": credentials(args),
+    }
+    client = None
+    if args.endpoints:
+        from ..config_watch import FileConfigSource
+
+        picker = build_picker(args.endpoints, None, **server)
+        source = FileConfigSource(picker.apply_config, args.config, args.rewrites)
+        picker.collaborators.insert(0, source)
+    else:
+        picker, client = await _kubernetes_picker(args, server)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await picker.start()
+    print(
+        f"igw picker: ext_proc on {args.host}:{picker.port}"
+        f"{' (TLS)' if server['credentials'] else ''}, metrics on :{picker.metrics_bound}",
+        flush=True,
+    )
+    await stop.wait()
+    await picker.stop(grace_s=5)
+    if client is not None:
+        await client.close()
+    return 0
+
+
+async def _kubernetes_picker(args: argparse.Namespace, server: dict[str, Any]) -> tuple[Any, Any]:
+    from ..config import GatewayConfigSpec, load_config
+    from ..config_watch import FileConfigSource, KubernetesConfigSource
+    from ..endpoints.kubernetes import (
+        LeaderElector,
+        PodDiscovery,
+        PodSource,
+        PoolTarget,
+        api_client,
+        read_inference_pool,
+    )
+    from .extproc_server import build_picker
+
+    client = await api_client(kubeconfig=args.kubeconfig)
+    base = load_config(args.config) if args.config else None
+    named = [await read_inference_pool(client, args.namespace, name) for name in args.pool]
+    picker = build_picker([], base, **server)
+
+    def targets(spec: GatewayConfigSpec) -> list[PoolTarget]:
+        from_config = [
+            PoolTarget(p.name, dict(p.selector), (p.target_port,), args.namespace)
+            for p in spec.pools
+            if p.name not in {n.name for n in named}
+        ]
+        return [*named, *from_config]
+
+    discovery = PodDiscovery(
+        picker.store,
+        targets(base or GatewayConfigSpec()),
+        lambda p: PodSource(client, p.namespace, p.selector),
+    )
+    picker.on_pools = lambda spec: _spawn(discovery.set_pools(targets(spec)))
+    config_source: Any = (
+        FileConfigSource(picker.apply_config, args.config, args.rewrites)
+        if args.no_watch_api
+        else KubernetesConfigSource(
+            picker.apply_config, client, args.namespace, config_name=args.config_name, base=base
+        )
+    )
+    picker.collaborators[:0] = [config_source, discovery]
+    if args.leader_elect:
+        identity = os.environ.get("POD_NAME") or socket.gethostname()
+        elector = LeaderElector(client, args.namespace, args.lease_name, identity)
+        picker.is_leader = elector.is_leader
+        picker.collaborators.append(elector)
+    return picker, client
+
+
+_background: set[asyncio.Task[Any]] = set()
+
+
+def _spawn(coro: Any) -> None:
+    task = asyncio.get_running_loop().create_task(coro)
+    _background.add(task)
+    task.add_done_callback(_background.discard)
