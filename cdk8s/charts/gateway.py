@@ -34,8 +34,8 @@ from .base import (
     manifest,
     selector_labels,
 )
+from .picker import CONFIG_MAP, CONFIG_PATH, config_hash
 from .picker import GRPC_PORT as PICKER_PORT
-from .picker import METRICS_PORT
 from .workloads import (
     CPU_LIMIT_SKIP,
     DIGEST_SKIP,
@@ -74,12 +74,15 @@ def pool_route_name(pool: str) -> str:
 
 
 def routes(env: EnvironmentSpec) -> dict[str, list[str]]:
-    """Pool name → the client-facing model names routed to it (models, then canaries)."""
+    """Pool name → client-facing names routed to it: models, adapters, canary aliases."""
     from stacks.spec_workloads import canary_pool
 
     out: dict[str, list[str]] = {p.name: [] for p in env.gateway.pools}
     for model in env.gateway.models:
         out[model.pool].append(model.name)
+    # The body-based router puts an adapter's own name in the header.
+    for model in env.gateway.models:
+        out[model.pool] += [a for a in model.adapters if a not in out[model.pool]]
     for canary in env.canaries:
         pool = canary_pool(canary, env.gateway)
         if canary.model not in out[pool]:
@@ -255,7 +258,6 @@ class GatewayChart(Chart):
             **common,
             body={"automountServiceAccountToken": False},
         )
-        grpc_probe = {"grpc": {"port": BBR_PORT}}
         manifest(
             self,
             "bbr-deployment",
@@ -274,40 +276,12 @@ class GatewayChart(Chart):
                         "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
                     },
                     "template": {
-                        "metadata": {"labels": meta},
-                        "spec": {
-                            "serviceAccountName": BBR,
-                            "automountServiceAccountToken": False,
-                            "enableServiceLinks": False,
-                            "securityContext": pod_security_context(),
-                            "topologySpreadConstraints": spread(selector),
-                            "containers": [
-                                {
-                                    "name": "bbr",
-                                    "image": gateway_image(env),
-                                    "imagePullPolicy": "Always",
-                                    "args": ["bbr", "--grpc-port", str(BBR_PORT)],
-                                    "ports": [
-                                        {"name": "grpc", "containerPort": BBR_PORT},
-                                        {"name": "metrics", "containerPort": METRICS_PORT},
-                                    ],
-                                    "startupProbe": {
-                                        **grpc_probe,
-                                        "periodSeconds": 2,
-                                        "failureThreshold": 30,
-                                    },
-                                    "readinessProbe": {**grpc_probe, "periodSeconds": 5},
-                                    "livenessProbe": {**grpc_probe, "periodSeconds": 10},
-                                    "resources": {
-                                        "requests": {"cpu": "250m", "memory": "256Mi"},
-                                        "limits": {"memory": "512Mi"},
-                                    },
-                                    "securityContext": container_security_context(),
-                                    "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
-                                }
-                            ],
-                            "volumes": [empty_dir("tmp", size="64Mi")],
+                        # Adapter → base model comes from the config: roll on change.
+                        "metadata": {
+                            "labels": meta,
+                            "annotations": {"igw.dev/config-sha256": config_hash(env)},
                         },
+                        "spec": _bbr_pod_spec(env=env, selector=selector),
                     },
                 }
             },
@@ -329,8 +303,7 @@ class GatewayChart(Chart):
                             "port": BBR_PORT,
                             "targetPort": "grpc",
                             "appProtocol": "kubernetes.io/h2c",
-                        },
-                        {"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics"},
+                        }
                     ],
                 }
             },
@@ -344,6 +317,41 @@ class GatewayChart(Chart):
             **common,
             body={"spec": {"minAvailable": 1, "selector": {"matchLabels": selector}}},
         )
+
+
+def _bbr_pod_spec(*, env: EnvironmentSpec, selector: dict[str, str]) -> dict[str, Any]:
+    grpc_probe = {"grpc": {"port": BBR_PORT}}
+    container = {
+        "name": "bbr",
+        "image": gateway_image(env),
+        "imagePullPolicy": "Always",
+        "args": ["bbr", "--grpc-port", str(BBR_PORT), "--config", CONFIG_PATH],
+        "ports": [{"name": "grpc", "containerPort": BBR_PORT}],
+        "startupProbe": {**grpc_probe, "periodSeconds": 2, "failureThreshold": 30},
+        "readinessProbe": {**grpc_probe, "periodSeconds": 5},
+        "livenessProbe": {**grpc_probe, "periodSeconds": 10},
+        "resources": {
+            "requests": {"cpu": "250m", "memory": "256Mi"},
+            "limits": {"memory": "512Mi"},
+        },
+        "securityContext": container_security_context(),
+        "volumeMounts": [
+            {"name": "config", "mountPath": "/etc/igw", "readOnly": True},
+            {"name": "tmp", "mountPath": "/tmp"},
+        ],
+    }
+    return {
+        "serviceAccountName": BBR,
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": pod_security_context(),
+        "topologySpreadConstraints": spread(selector),
+        "containers": [container],
+        "volumes": [
+            {"name": "config", "configMap": {"name": CONFIG_MAP}},
+            empty_dir("tmp", size="64Mi"),
+        ],
+    }
 
 
 def _envoy_proxy_spec(env: EnvironmentSpec) -> dict[str, Any]:

@@ -64,10 +64,7 @@ class NetworkPoliciesChart(Chart):
             ),
             BBR: (
                 {"matchLabels": {"app.kubernetes.io/name": BBR}},
-                [
-                    {"from": [envoy], "ports": tcp(BBR_PORT)},
-                    {"from": [prometheus], "ports": tcp(METRICS_PORT)},
-                ],
+                [{"from": [envoy], "ports": tcp(BBR_PORT)}],
             ),
         }
         for name, (pods, ingress) in policies.items():

@@ -16,7 +16,7 @@ from constructs import Construct
 from cdk8s import Chart
 from stacks.environment import EnvironmentSpec
 
-from .base import BBR, PART_OF, PICKER, Wave, labels, manifest
+from .base import PART_OF, PICKER, Wave, labels, manifest
 
 __all__ = ["ObservabilityChart", "dashboard"]
 
@@ -171,7 +171,8 @@ class ObservabilityChart(Chart):
                 }
             },
         )
-        for name in (PICKER, BBR):
+        # The body-based router serves no metrics; the picker does.
+        for name in (PICKER,):
             manifest(
                 self,
                 f"{name}-servicemonitor",

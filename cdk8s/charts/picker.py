@@ -30,10 +30,12 @@ from .workloads import (
 )
 
 __all__ = [
+    "CONFIG_MAP",
     "CONFIG_PATH",
     "GRPC_PORT",
     "METRICS_PORT",
     "PickerChart",
+    "config_hash",
     "gateway_config_resource",
     "picker_labels",
 ]
@@ -42,6 +44,7 @@ GRPC_PORT = 9002
 METRICS_PORT = 9090
 CONFIG_PATH = "/etc/igw/config.yaml"
 CONFIG_NAME = "igw"
+CONFIG_MAP = f"{PICKER}-config"
 
 
 def picker_labels() -> dict[str, str]:
@@ -58,6 +61,15 @@ def gateway_config_resource(env: EnvironmentSpec) -> dict[str, Any]:
     }
 
 
+def config_file(env: EnvironmentSpec) -> str:
+    return yaml.safe_dump(gateway_config_resource(env), sort_keys=False)
+
+
+def config_hash(env: EnvironmentSpec) -> str:
+    """On the pod templates of the config's readers, so a change rolls them."""
+    return hashlib.sha256(config_file(env).encode()).hexdigest()[:16]
+
+
 class PickerChart(Chart):
     """ServiceAccount, read-only RBAC, ConfigMap, Deployment, Service, PDB."""
 
@@ -65,8 +77,7 @@ class PickerChart(Chart):
         super().__init__(scope, construct_id, disable_resource_name_hashes=True)
         namespace = env.kubernetes.namespace
         meta = picker_labels()
-        config = yaml.safe_dump(gateway_config_resource(env), sort_keys=False)
-        config_hash = hashlib.sha256(config.encode()).hexdigest()[:16]
+        config = config_file(env)
         common = {"namespace": namespace, "labels": meta, "wave": Wave.CONTROLLERS}
 
         manifest(
@@ -108,7 +119,7 @@ class PickerChart(Chart):
             "config",
             api_version="v1",
             kind="ConfigMap",
-            name=f"{PICKER}-config",
+            name=CONFIG_MAP,
             **common,
             body={"data": {"config.yaml": config}},
         )
@@ -137,7 +148,7 @@ class PickerChart(Chart):
                     "template": {
                         "metadata": {
                             "labels": meta,
-                            "annotations": {"igw.dev/config-sha256": config_hash},
+                            "annotations": {"igw.dev/config-sha256": config_hash(env)},
                         },
                         "spec": _pod_spec(env=env, selector=selector),
                     },
@@ -185,7 +196,7 @@ class PickerChart(Chart):
 
 
 def _read_rules() -> list[dict[str, Any]]:
-    """What the picker reads, and nothing it could write."""
+    """What the picker reads; the only write is an Event about a config it rejects."""
     read = ["get", "list", "watch"]
     return [
         {"apiGroups": [""], "resources": ["pods"], "verbs": read},
@@ -200,6 +211,8 @@ def _read_rules() -> list[dict[str, Any]]:
             "verbs": read,
         },
         {"apiGroups": [API_GROUP], "resources": ["inferencegatewayconfigs"], "verbs": read},
+        # A rejected config is reported as a Warning Event on the resource.
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
     ]
 
 
@@ -218,7 +231,15 @@ def _pod_spec(*, env: EnvironmentSpec, selector: dict[str, str]) -> dict[str, An
                 "name": "picker",
                 "image": gateway_image(env),
                 "imagePullPolicy": "Always",
-                "args": ["picker", "--grpc-port", str(GRPC_PORT), "--config", CONFIG_PATH],
+                "args": [
+                    "picker",
+                    "--grpc-port",
+                    str(GRPC_PORT),
+                    "--metrics-port",
+                    str(METRICS_PORT),
+                    "--config",
+                    CONFIG_PATH,
+                ],
                 "env": [
                     {
                         "name": "POD_NAMESPACE",
@@ -244,7 +265,7 @@ def _pod_spec(*, env: EnvironmentSpec, selector: dict[str, str]) -> dict[str, An
             }
         ],
         "volumes": [
-            {"name": "config", "configMap": {"name": f"{PICKER}-config"}},
+            {"name": "config", "configMap": {"name": CONFIG_MAP}},
             empty_dir("tmp", size="64Mi"),
         ],
     }

@@ -97,9 +97,11 @@ class TestExtProcWiring:
         assert route["parentRefs"] == [{"name": "igw", "sectionName": "https"}]
         (rule,) = route["rules"]
         headers = [m["headers"][0] for m in rule["matches"]]
+        header = {"type": "Exact", "name": "X-Gateway-Model-Name"}
         assert headers == [
-            {"type": "Exact", "name": "X-Gateway-Model-Name", "value": "llama-3.1-8b"},
-            {"type": "Exact", "name": "X-Gateway-Model-Name", "value": "sql-assistant"},
+            {**header, "value": "llama-3.1-8b"},
+            {**header, "value": "sql-lora"},  # an adapter keeps its own name in the header
+            {**header, "value": "sql-assistant"},  # the canary alias
         ]
         assert rule["backendRefs"] == [
             {"group": "", "kind": "Service", "name": "llama-8b-a10g", "port": 8000}
@@ -278,7 +280,10 @@ class TestPicker:
         assert deployment["spec"]["replicas"] == 2
         (container,) = pod_spec(deployment)["containers"]
         assert container["args"] == [
-            "picker", "--grpc-port", "9002", "--config", "/etc/igw/config.yaml"
+            "picker",
+            "--grpc-port", "9002",
+            "--metrics-port", "9090",
+            "--config", "/etc/igw/config.yaml",
         ]  # fmt: skip
         registry = f"{dev_env.aws.account}.dkr.ecr.{dev_env.aws.region}.amazonaws.com"
         assert container["image"] == f"{registry}/igw-dev/gateway:0.1.0"
@@ -294,11 +299,31 @@ class TestPicker:
         expected = hashlib.sha256(text.encode()).hexdigest()[:16]
         assert template["annotations"]["igw.dev/config-sha256"] == expected
 
-    def test_rbac_only_reads(self, synth, dev_env):
+    def test_rbac_reads_and_only_writes_events(self, synth, dev_env):
         rules = one(synth(PickerChart, dev_env), "Role", "igw-picker")["rules"]
-        assert {verb for rule in rules for verb in rule["verbs"]} == {"get", "list", "watch"}
+        writes = [r for r in rules if set(r["verbs"]) - {"get", "list", "watch"}]
+        assert writes == [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
         assert ["pods"] in [rule["resources"] for rule in rules]
-        assert all("*" not in rule["resources"] for rule in rules)
+        assert all("*" not in rule["resources"] + rule["verbs"] for rule in rules)
+
+    def test_bbr_reads_the_same_config_and_rolls_with_it(self, synth, dev_env):
+        picker = one(synth(PickerChart, dev_env), "Deployment", "igw-picker")
+        bbr = one(synth(GatewayChart, dev_env), "Deployment", "igw-bbr")
+        (container,) = pod_spec(bbr)["containers"]
+        assert container["args"] == [
+            "bbr",
+            "--grpc-port",
+            "9004",
+            "--config",
+            "/etc/igw/config.yaml",
+        ]
+        volumes = {v["name"]: v for v in pod_spec(bbr)["volumes"]}
+        assert volumes["config"] == {"name": "config", "configMap": {"name": "igw-picker-config"}}
+        hash_key = "igw.dev/config-sha256"
+        assert (
+            bbr["spec"]["template"]["metadata"]["annotations"][hash_key]
+            == picker["spec"]["template"]["metadata"]["annotations"][hash_key]
+        )
 
 
 def test_network_policies_let_only_the_gateway_in(synth, dev_env):
