@@ -237,3 +237,59 @@ def test_decode_booking_neither_blocks_admission_nor_shows_as_kv_use(
         engine.advance(engine.busy_until)
     alone = _makespan(profile, 8000, 1, 1)
     assert ttft(late) < alone * 1.3
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_configurations_keep_every_invariant(seed: int) -> None:
+    """Small pools, tiny budgets, LoRA, shared prefixes, capped segments: all combined."""
+    rng = random.Random(100 + seed)
+    profile = pod_profile(
+        "H100",
+        "llama-3.1-8b",
+        gpu_memory_utilization=rng.choice([0.255, 0.26, 0.3]),
+        max_loras=(max_loras := rng.choice([0, 1, 2])),
+        max_num_seqs=rng.choice([None, 4, 32]),
+        max_num_batched_tokens=rng.choice([None, 64, 512]),
+    )
+    capacity = profile.kv_capacity_tokens
+    prefixes = [[("p", g, b) for b in range(rng.randint(1, 60))] for g in range(3)]
+    arrivals = []
+    for i in range(rng.randint(20, 120)):
+        prompt = rng.randint(1, min(3000, capacity - 1))
+        hashes: list[object] = []
+        if rng.random() < 0.6:
+            hashes = list(rng.choice(prefixes))[: prompt // BLOCK_SIZE]
+        hashes += [("u", i, b) for b in range(len(hashes), prompt // BLOCK_SIZE)]
+        arrivals.append(
+            (
+                rng.uniform(0, rng.choice([0.01, 1.0, 5.0])),
+                request(
+                    i,
+                    prompt,
+                    rng.randint(1, max(1, min(600, capacity - prompt))),
+                    block_hashes=hashes,
+                    adapter=rng.choice([None, "a", "b", "c"]) if max_loras else None,
+                ),
+            )
+        )
+    recorder = Recorder()
+    engine = Engine(
+        profile, listener=recorder, report_progress=True, max_segment_s=rng.choice([None, 0.02])
+    )
+
+    def step_until(t: float | None) -> None:
+        while engine.busy_until is not None and (t is None or engine.busy_until <= t):
+            engine.advance(engine.busy_until)
+            assert 0 <= engine.pool.used <= engine.pool.num_blocks
+            assert 0 <= engine.kv_usage <= engine.pool.usage
+
+    for t, r in sorted(arrivals, key=lambda a: a[0]):
+        step_until(t)
+        engine.submit(r, t)
+    step_until(None)
+    assert engine.completed == len(arrivals) == len(recorder.finished)
+    assert set(recorder.finished.values()) == {1}
+    assert engine.pool.used == 0
+    for _, r in arrivals:
+        assert r.first_token_time is not None and r.finish_time is not None
+        assert r.arrival <= r.first_token_time <= r.finish_time
