@@ -23,6 +23,8 @@ SUBCOMMANDS = {
     "picker": "inference_gateway.dataplane.extproc_cli",
     "bbr": "inference_gateway.dataplane.bbr_cli",
     "demo": "inference_gateway.demo",
+    "bench": "inference_gateway.bench.cli",
+    "preflight": "inference_gateway.bench.preflight_cli",
 }
 
 

@@ -47,6 +47,12 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--max-num-seqs", type=int, default=None)
     parser.add_argument("--max-num-batched-tokens", type=int, default=None)
     parser.add_argument("--served-model-name", default=None)
+    for flag, text in (
+        ("--tool-call-miss-rate", "fraction of tool requests answered without a call"),
+        ("--tool-call-error-rate", "fraction of tool calls answered with a wrong value"),
+        ("--temperature0-jitter", "fraction of temperature-0 replies that vary per request"),
+    ):
+        parser.add_argument(flag, type=float, default=None, help=text + " (default 0)")
     parser.add_argument(
         "--write-endpoints",
         metavar="PATH",
@@ -66,6 +72,9 @@ def build_spec(args: argparse.Namespace) -> tuple[FleetSpec, str]:
         "--max-num-seqs": args.max_num_seqs,
         "--max-num-batched-tokens": args.max_num_batched_tokens,
         "--served-model-name": args.served_model_name,
+        "--tool-call-miss-rate": args.tool_call_miss_rate,
+        "--tool-call-error-rate": args.tool_call_error_rate,
+        "--temperature0-jitter": args.temperature0_jitter,
     }
     if args.fleet:
         given = [flag for flag, value in single.items() if value is not None]
@@ -89,6 +98,15 @@ def build_spec(args: argparse.Namespace) -> tuple[FleetSpec, str]:
         "max_num_seqs": args.max_num_seqs,
         "max_num_batched_tokens": args.max_num_batched_tokens,
         "served_model_name": args.served_model_name,
+        "behavior": {
+            key: value
+            for key, value in (
+                ("tool_call_miss_rate", args.tool_call_miss_rate),
+                ("tool_call_error_rate", args.tool_call_error_rate),
+                ("temperature0_jitter", args.temperature0_jitter),
+            )
+            if value is not None
+        },
     }
     data = {"base_port": args.port, "host": args.host or "127.0.0.1", "pods": [pod]}
     spec = parse_fleet(data, "arguments")

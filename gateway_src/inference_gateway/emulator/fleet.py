@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from ..config import format_validation_error
 from ..errors import ConfigError
+from .behaviors import PodBehavior
 from .profiles import PodProfile, pod_profile
 from .server import EmulatedPod
 
@@ -70,6 +71,11 @@ class PodGroupSpec(BaseModel):
     served_model_name: str | None = None
     hourly_usd: float | None = Field(default=None, ge=0)
     labels: dict[str, str] = Field(default_factory=dict)
+    behavior: PodBehavior = Field(
+        default_factory=PodBehavior,
+        description="Deliberate imperfections (tool-call errors, temperature-0 jitter); "
+        "see emulator/behaviors.py.",
+    )
 
     @model_validator(mode="after")
     def _adapters_need_slots(self) -> Self:
@@ -172,6 +178,7 @@ class EmulatedFleet:
                     host=self.spec.host,
                     port=port,
                     labels=labels,
+                    behavior=group.behavior,
                 )
                 if port:
                     port += 1

@@ -32,6 +32,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from .behaviors import Jitter, PodBehavior, ToolCall, decide_tool_call
 from .engine import EngineRequest
 from .metrics_text import PodMetrics
 from .profiles import BLOCK_SIZE, PodProfile
@@ -82,13 +83,20 @@ class PodApp:
     """The HTTP handlers of one pod run; a restarted pod gets a fresh one (empty cache)."""
 
     def __init__(
-        self, profile: PodProfile, *, served_model_name: str, adapters: Sequence[str]
+        self,
+        profile: PodProfile,
+        *,
+        served_model_name: str,
+        adapters: Sequence[str],
+        behavior: PodBehavior | None = None,
     ) -> None:
         if adapters and not profile.max_loras:
             raise ValueError("adapters need LoRA slots: build the profile with max_loras >= 1")
         self.profile = profile
         self.served_model_name = served_model_name
         self.adapters = tuple(adapters)
+        self.behavior = behavior or PodBehavior()  # tool calls, imperfections: behaviors.py
+        self.jitter = Jitter(self.behavior)
         self.created = int(time.time())
         # vLLM refuses to start when one max-length sequence cannot fit in the KV cache;
         # operators then lower --max-model-len. Capping it here does that for them, and
@@ -174,7 +182,12 @@ class PodApp:
                 "BadRequestError",
             )
         seed = prompt_seed(text)
-        output_tokens = max_tokens or min(default_output_tokens(seed), limit - prompt_tokens)
+        decision = decide_tool_call(body, text, self.behavior) if chat and not stream else None
+        tool_call = decision.call if decision else None
+        if tool_call is not None:
+            output_tokens = min(count_tokens(tool_call.arguments), max_tokens or limit)
+        else:
+            output_tokens = max_tokens or min(default_output_tokens(seed), limit - prompt_tokens)
         engine_request = EngineRequest(
             request_id=next(self._ids),
             prompt_tokens=prompt_tokens,
@@ -185,9 +198,10 @@ class PodApp:
         reply = _Reply(
             chat=chat,
             model=model,
-            seed=seed,
+            seed=self.jitter.output_seed(seed, body.get("temperature")),
             request=engine_request,
-            finish_reason="length" if max_tokens else "stop",
+            finish_reason="tool_calls" if tool_call else "length" if max_tokens else "stop",
+            tool_call=tool_call,
         )
         try:
             ticket = self.driver.submit(engine_request, finish_reason=reply.finish_reason)
@@ -303,9 +317,17 @@ class _Reply:
     """
 
     def __init__(
-        self, *, chat: bool, model: str, seed: int, request: EngineRequest, finish_reason: str
+        self,
+        *,
+        chat: bool,
+        model: str,
+        seed: int,
+        request: EngineRequest,
+        finish_reason: str,
+        tool_call: ToolCall | None = None,
     ) -> None:
         self.chat = chat
+        self.tool_call = tool_call
         self.model = model
         self.seed = seed
         self.request = request
@@ -360,7 +382,14 @@ class _Reply:
     def full_response(self) -> dict[str, Any]:
         text = filler_text(self.seed, 0, self.request.output_tokens)
         choice: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": self.finish_reason}
-        if self.chat:
+        if self.chat and self.tool_call is not None:
+            call = {
+                "id": f"chatcmpl-tool-{uuid.uuid4().hex}",
+                "type": "function",
+                "function": {"name": self.tool_call.name, "arguments": self.tool_call.arguments},
+            }
+            choice["message"] = {"role": "assistant", "content": None, "tool_calls": [call]}
+        elif self.chat:
             choice["message"] = {"role": "assistant", "content": text, "tool_calls": []}
         else:
             choice["text"] = text
@@ -391,9 +420,11 @@ class EmulatedPod:
         host: str = "127.0.0.1",
         port: int = 0,
         labels: dict[str, str] | None = None,
+        behavior: PodBehavior | None = None,
     ) -> None:
         self.name = name
         self.profile = profile
+        self.behavior = behavior
         self.served_model_name = served_model_name or profile.model.name
         self.adapters = tuple(adapters)
         self.host = host
@@ -414,7 +445,10 @@ class EmulatedPod:
         if self._runner is not None:
             return
         pod_app = PodApp(
-            self.profile, served_model_name=self.served_model_name, adapters=self.adapters
+            self.profile,
+            served_model_name=self.served_model_name,
+            adapters=self.adapters,
+            behavior=self.behavior,
         )
         runner = web.AppRunner(
             pod_app.app(), access_log=None, handle_signals=False, shutdown_timeout=0.1
