@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import sys
 from pathlib import Path
 
@@ -194,3 +195,13 @@ async def test_igw_emulate_fleet_process(tmp_path: Path) -> None:
         if process.returncode is None:
             process.kill()
             await process.wait()
+
+
+def test_port_in_use_is_a_runtime_failure(capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        argv = ["emulate", "--gpu", "H100", "--model", "llama-3.1-8b", "--port", str(port)]
+        assert main(argv) == 1
+    assert "cannot listen" in capsys.readouterr().err
