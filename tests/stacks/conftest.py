@@ -3,7 +3,8 @@
 jsii is slow to start and an environment takes seconds to synthesise, so every test of
 tests/stacks reads the same cloud assembly: `dev_synth` and `prod_synth` build the app
 with cdk-nag attached (a failed check raises during synth and is kept for the nag test),
-time it, and hand out `Template`s of the written templates.
+time it, and hand out `Template.from_stack` of each stack (the app is synthesised once;
+`from_stack` reads that assembly back).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
 
 import pytest
+from aws_cdk import Stack
 from aws_cdk.assertions import Template
 
 from stacks.application import RegionStacks, build, new_app
@@ -47,10 +49,17 @@ class Synth:
         path = self.outdir / f"{self.stack_name(region, part)}.template.json"
         return json.loads(path.read_text())
 
+    def stack(self, region: str, part: str) -> Stack:
+        (built,) = [r for r in self.regions if r.plan.region == region]
+        return getattr(built, part)
+
     def template(self, region: str, part: str) -> Template:
+        """`Template.from_stack` of the already synthesised app (no second synth)."""
+        if self.error is not None:
+            pytest.fail(f"synth of {self.name} failed: {self.error}")
         key = f"{region}/{part}"
         if key not in self._templates:
-            self._templates[key] = Template.from_json(self.raw(region, part))
+            self._templates[key] = Template.from_stack(self.stack(region, part))
         return self._templates[key]
 
     def resources(self, region: str, part: str, kind: str) -> dict[str, dict[str, Any]]:
