@@ -80,7 +80,11 @@ class ModelServerSpec(_Section):
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
     enable_prefix_caching: bool = True
     max_loras: int = Field(default=0, ge=0)
-    adapters: list[str] = Field(default_factory=list)
+    adapters: list[str] = Field(
+        default_factory=list,
+        description="LoRA adapters loaded at start, each from the Hugging Face id or path "
+        "of the same name (--lora-modules NAME=NAME).",
+    )
     tool_call_parser: str | None = None
     drain_seconds: int = Field(
         default=60, ge=0, le=3600, description="preStop sleep so in-flight streams finish."

@@ -10,13 +10,14 @@ import pytest
 import yaml
 from charts.gateway import GatewayChart
 from charts.inference import InferenceChart
-from charts.model_servers import ModelServersChart
+from charts.model_servers import ModelServersChart, vllm_args
 from charts.network import NetworkPoliciesChart
 from charts.observability import ObservabilityChart
 from charts.picker import PickerChart
 from inference_gateway.config import parse_config
 
 from stacks.environment import EnvironmentSpec
+from stacks.spec_workloads import ModelServerSpec
 
 Doc = dict[str, Any]
 
@@ -214,6 +215,16 @@ class TestModelServers:
             "--lora-modules", "sql-lora=sql-lora",
             "--enable-auto-tool-choice", "--tool-call-parser", "llama3_json",
         ]  # fmt: skip
+
+    def test_flags_follow_the_spec(self):
+        server = ModelServerSpec(
+            pool="p", node_group="h100", model="org/model", gpus=8, enable_prefix_caching=False
+        )
+        args = vllm_args(server)
+        assert args[:3] == ["org/model", "--served-model-name", "org/model"]
+        assert args[args.index("--tensor-parallel-size") + 1] == "8"
+        for flag in ("--enable-lora", "--enable-auto-tool-choice", "--enable-prefix-caching"):
+            assert flag not in args
 
     def test_gpu_scheduling_drain_and_probes(self, synth, dev_env):
         deployment = one(synth(ModelServersChart, dev_env), "Deployment", "vllm-llama-8b-a10g")
