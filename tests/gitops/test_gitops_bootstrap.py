@@ -5,8 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from charts.app import environment_names
+from charts.bootstrap import repo_of
+
+from stacks.environment import load_environment
 
 WAVE = "argocd.argoproj.io/sync-wave"
 
@@ -75,3 +79,14 @@ def test_large_crds_apply_server_side(gitops_dir):
             if doc["kind"] == "CustomResourceDefinition":
                 options = doc["metadata"]["annotations"]["argocd.argoproj.io/sync-options"]
                 assert options == "ServerSideApply=true"
+
+
+def test_environments_must_share_one_repository_and_revision():
+
+    env = load_environment("dev")
+    other = env.model_copy(
+        update={"gitops": env.gitops.model_copy(update={"revision": "release-1"})}
+    )
+    assert repo_of([env, env]) == (env.gitops.repo_url, env.gitops.revision)
+    with pytest.raises(ValueError, match=r"gitops\.revision"):
+        repo_of([env, other])
