@@ -9,6 +9,7 @@ import subprocess
 import aiohttp
 import pytest
 from inference_gateway.emulator.server import EmulatedPod
+from inference_gateway.endpoints.adapters import parse_metrics
 from prometheus_client.parser import text_string_to_metric_families
 
 VLLM_NAMES = {
@@ -190,3 +191,19 @@ async def test_stopped_pod_cuts_streams_and_restarts_on_its_port(pod: EmulatedPo
             assert health.status == 200
         families = await scrape(session, pod)
     assert value(families, "vllm:prompt_tokens_total") == 0  # a fresh process: no history
+
+
+async def test_the_gateways_scraper_reads_the_pod(pod: EmulatedPod) -> None:
+    """The picker's own vLLM adapter parses this text into the state the engine holds."""
+    async with aiohttp.ClientSession() as session:
+        url = f"{pod.url}/v1/chat/completions"
+        busy = asyncio.create_task(session.post(url, json=chat("x " * 500, 200, model="sql")))
+        await wait_for(session, pod, running=1)
+        async with session.get(f"{pod.url}/metrics") as response:
+            metrics = parse_metrics(await response.text())
+        (await busy).close()
+    assert metrics.running == 1 and metrics.waiting == 0
+    assert metrics.running_adapters == {"sql"} and metrics.max_loras == 1
+    assert metrics.block_size == 16
+    assert metrics.num_gpu_blocks == pod.profile.num_gpu_blocks
+    assert 0 < metrics.kv_usage < 0.01
