@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import time
 from collections.abc import Callable
 
 from ..config import FlowControlSpec
 from ..errors import InferenceGatewayError, NoCapacityError
 from ..scheduling.types import Endpoint
-from ..traffic.flow_control import FlowController
+from ..traffic.flow_control import FlowController, SlotCounter
 
 __all__ = ["PoolGate", "QueueTimeoutError"]
 
@@ -44,15 +43,8 @@ class PoolGate:
         self._ticker: asyncio.Task[None] | None = None
 
     def free_slots(self) -> int:
-        """Requests that can be dispatched before every ready pod is saturated again."""
-        s = self.spec.saturation
-        slots = 0
-        for e in self.endpoints():
-            m = e.metrics
-            if e.stale or m is None or m.kv_usage >= s.kv_threshold:
-                continue
-            slots += max(0, math.ceil(s.queue_threshold - m.waiting - e.sent_requests))
-        return slots
+        """Requests the pool takes before it saturates again (non-critical bands)."""
+        return SlotCounter(self.endpoints(), self.spec).normal
 
     def pool_waiting(self) -> int:
         return sum(e.metrics.waiting for e in self.endpoints() if e.metrics and not e.stale)
@@ -66,7 +58,7 @@ class PoolGate:
         now = self.clock()
         if not any(not e.stale for e in self.endpoints()):
             return
-        saturated = self.free_slots() <= 0
+        saturated = SlotCounter(self.endpoints(), self.spec).full(band)
         decision = self.controller.offer(band, fairness_id, now, saturated)
         if decision.admitted:
             return
@@ -99,14 +91,8 @@ class PoolGate:
         for waiter in self.controller.expire(now):
             if not waiter.handle.done():
                 waiter.handle.set_result(False)
-        slots = self.free_slots()
-
-        def capacity() -> bool:
-            nonlocal slots
-            slots -= 1
-            return slots >= 0
-
-        for waiter in self.controller.release(now, capacity):
+        slots = SlotCounter(self.endpoints(), self.spec)
+        for waiter in self.controller.release(now, slots.take):
             if not waiter.handle.done():
                 waiter.handle.set_result(True)
 

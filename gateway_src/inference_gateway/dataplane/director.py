@@ -34,7 +34,7 @@ from ..traffic.routing import Route
 from .admission import PoolGate, QueueTimeoutError
 from .proxy import RoutingState, SchedulerLike, prompt_text
 
-__all__ = ["Decision", "Director", "Rejection", "api_key_of", "subset_hostports"]
+__all__ = ["Decision", "Director", "Rejection", "Series", "api_key_of", "subset_hostports"]
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +115,26 @@ def subset_hostports(hint: list[str] | None, endpoints: list[Endpoint]) -> froze
     return frozenset(out)
 
 
+class Series:
+    """Cached labelled series of the gateway metrics: prometheus_client's `labels()` takes
+    a lock and builds keys on every call, and one request touches half a dozen series."""
+
+    def __init__(self, metrics: GatewayMetrics) -> None:
+        self.metrics = metrics
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+
+    def child(self, metric: Any, *labels: str) -> Any:
+        key = (id(metric), labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
+    def time_plugin(self, kind: str, name: str, seconds: float) -> None:
+        """The scheduler's plugin timer (`Scheduler(timer=...)`)."""
+        self.child(self.metrics.plugin_duration, kind, name).observe(seconds)
+
+
 class Director:
     """Runs the shared request pipeline over the live routing state.
 
@@ -128,12 +148,15 @@ class Director:
         state: RoutingState,
         *,
         metrics: GatewayMetrics | None = None,
+        series: Series | None = None,
     ) -> None:
         self.endpoints = endpoints
         self.scheduler = scheduler
         self.state = state
         self.metrics = metrics or GatewayMetrics()
         self.gates: dict[str, PoolGate] = {}
+        self.series = series or Series(self.metrics)
+        self.child = self.series.child
 
     def reload(self, state: RoutingState) -> None:
         """Swap config, rewrites and limits; requests in flight keep their old state."""
@@ -212,7 +235,7 @@ class Director:
             raise
         if not ranked:
             gate.on_completion()
-            self.metrics.rejected.labels(client_model, "no_ready_endpoint").inc()
+            self.child(self.metrics.rejected, client_model, "no_ready_endpoint").inc()
             raise Rejection(
                 503,
                 f"No ready model server for `{client_model}`: every pod of the pool is "
@@ -221,7 +244,7 @@ class Director:
                 "no_ready_endpoint",
                 headers=extra,
             )
-        self.metrics.requests.labels(client_model, route.model).inc()
+        self.child(self.metrics.requests, client_model, route.model).inc()
         if model != client_model:
             body["model"] = model
             raw = orjson.dumps(body)
@@ -260,7 +283,7 @@ class Director:
         )
         limit = state.limiter.check(api_key_of(headers), client_model, tokens, time.monotonic())
         if not limit.allowed:
-            self.metrics.rejected.labels(client_model, "rate_limited").inc()
+            self.child(self.metrics.rejected, client_model, "rate_limited").inc()
             raise Rejection(
                 429,
                 f"Rate limit reached for `{client_model}`; retry after {limit.retry_after_s} s.",
@@ -277,7 +300,7 @@ class Director:
         try:
             await gate.admit(llm.band, llm.fairness_id)
         except NoCapacityError as error:
-            self.metrics.rejected.labels(client_model, "pool_saturated").inc()
+            self.child(self.metrics.rejected, client_model, "pool_saturated").inc()
             raise Rejection(
                 429,
                 str(error),
@@ -287,7 +310,7 @@ class Director:
                 headers=extra,
             ) from None
         except QueueTimeoutError as error:
-            self.metrics.rejected.labels(client_model, "queue_timeout").inc()
+            self.child(self.metrics.rejected, client_model, "queue_timeout").inc()
             raise Rejection(
                 503, str(error), "service_unavailable", "queue_timeout", headers=extra
             ) from None

@@ -229,9 +229,9 @@ class Exchange:
         primary = decision.ranked[0]
         self.scheduler.on_picked(decision.llm, primary, time.monotonic())
         metrics = self.director.metrics
-        metrics.input_tokens.labels(decision.client_model, decision.target_model).observe(
-            decision.llm.prompt_tokens
-        )
+        self.director.child(
+            metrics.input_tokens, decision.client_model, decision.target_model
+        ).observe(decision.llm.prompt_tokens)
         destination = ",".join(
             e.hostport for e in decision.ranked[: 1 + max(0, self.options.fallbacks)]
         )
@@ -257,7 +257,7 @@ class Exchange:
     def _reject(self, rejection: Rejection) -> Responses:
         self.closed = True
         model = self.decision.client_model if self.decision else ""
-        self.director.metrics.errors.labels(model, "", str(rejection.status)).inc()
+        self.director.child(self.director.metrics.errors, model, "", str(rejection.status)).inc()
         log.info("rejected %s: %s", rejection.status, rejection.message)
         return [
             immediate_response(
@@ -274,8 +274,11 @@ class Exchange:
         self.usage = UsageScanner(self.streaming, self.options.max_usage_scan_bytes)
         decision = self.decision
         if decision is not None and self.status >= 400:
-            self.director.metrics.errors.labels(
-                decision.client_model, decision.target_model, str(self.status)
+            self.director.child(
+                self.director.metrics.errors,
+                decision.client_model,
+                decision.target_model,
+                str(self.status),
             ).inc()
         if request.response_headers.end_of_stream:
             self._first_byte()
@@ -328,9 +331,9 @@ class Exchange:
         self.first_byte = True
         ttft = self.clock() - self.decided_at
         self.scheduler.on_first_token(decision.llm, decision.ranked[0], ttft, time.monotonic())
-        self.director.metrics.ttft.labels(decision.client_model, decision.target_model).observe(
-            ttft
-        )
+        self.director.child(
+            self.director.metrics.ttft, decision.client_model, decision.target_model
+        ).observe(ttft)
 
     # ------------------------------------------------------------------ end
 
@@ -350,9 +353,9 @@ class Exchange:
         if usage is not None:
             completion = usage.get("completion_tokens")
             if isinstance(completion, int):
-                metrics.output_tokens.labels(*labels).observe(completion)
+                self.director.child(metrics.output_tokens, *labels).observe(completion)
         if self.status and self.status < 400 and self.first_byte:
-            metrics.duration.labels(*labels).observe(self.clock() - self.decided_at)
+            self.director.child(metrics.duration, *labels).observe(self.clock() - self.decided_at)
 
 
 class ExtProcServicer(pb_grpc.ExternalProcessorServicer):

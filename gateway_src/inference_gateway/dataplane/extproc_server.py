@@ -30,7 +30,7 @@ from ..scheduling import Scheduler
 from ..scheduling.types import Endpoint
 from ..telemetry import GatewayMetrics
 from ..traffic.rewrites import RewriteSet
-from .director import Director
+from .director import Director, Series
 from .extproc import ExtProcServicer, PickerOptions
 from .proxy import RoutingState
 from .server import http_fetch
@@ -102,7 +102,7 @@ class PickerServer:
         current = getattr(self.director.scheduler, "config", None)
         if current is None or _scheduling(current) != _scheduling(spec):
             self.director.scheduler = Scheduler(
-                spec, count_inflight=True, timer=self.director.metrics.time_plugin
+                spec, count_inflight=True, timer=self.director.series.time_plugin
             )
         self.store.interval_s = spec.scrape.interval_ms / 1000
         self.store.timeout_s = spec.scrape.timeout_ms / 1000
@@ -229,9 +229,10 @@ def build_picker(
         timeout_s=spec.scrape.timeout_ms / 1000,
         staleness_s=spec.scrape.staleness_ms / 1000,
     )
-    scheduler = Scheduler(spec, count_inflight=True, timer=metrics.time_plugin)
+    series = Series(metrics)
+    scheduler = Scheduler(spec, count_inflight=True, timer=series.time_plugin)
     state = RoutingState.build(config, rewrites)
-    director = Director(lambda: store.endpoints, scheduler, state, metrics=metrics)
+    director = Director(lambda: store.endpoints, scheduler, state, metrics=metrics, series=series)
     picker = PickerServer(store, director, options=options, **server_kwargs)
     picker.collaborators.append(_SessionCloser(sessions))
     return picker

@@ -21,7 +21,6 @@ from collections.abc import Iterator, Mapping
 from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.type.v3 import http_status_pb2
-from google.protobuf import struct_pb2
 
 __all__ = [
     "BODY_CHUNK_BYTES",
@@ -81,21 +80,36 @@ def header_map(headers: Mapping[str, str]) -> base_pb2.HeaderMap:
 def header_mutation(
     set_headers: Mapping[str, str] | None = None, remove: list[str] | None = None
 ) -> pb.HeaderMutation:
-    return pb.HeaderMutation(
-        set_headers=[
-            base_pb2.HeaderValueOption(header=base_pb2.HeaderValue(key=k, raw_value=v.encode()))
-            for k, v in (set_headers or {}).items()
-        ],
-        remove_headers=list(remove or []),
-    )
+    mutation = pb.HeaderMutation()
+    _fill_mutation(mutation, set_headers, remove)
+    return mutation
 
 
-def _destination_metadata(destination: str) -> struct_pb2.Struct:
-    metadata = struct_pb2.Struct()
-    metadata.fields[DESTINATION_NAMESPACE].struct_value.fields[
-        DESTINATION_HEADER
-    ].string_value = destination
-    return metadata
+def _fill_mutation(
+    mutation: pb.HeaderMutation,
+    set_headers: Mapping[str, str] | None,
+    remove: list[str] | None = None,
+) -> None:
+    """Fill in place: nested protobuf constructors copy, and this runs per request."""
+    for key, value in (set_headers or {}).items():
+        header = mutation.set_headers.add().header
+        header.key = key
+        header.raw_value = value.encode()
+    if remove:
+        mutation.remove_headers.extend(remove)
+
+
+def _common(response: pb.ProcessingResponse, field: str) -> pb.CommonResponse:
+    """The CommonResponse of `response.<field>` (request_headers, response_body, …),
+    marked present so an empty answer still reads as "continue"."""
+    common: pb.CommonResponse = getattr(response, field).response
+    common.SetInParent()
+    return common
+
+
+def _set_destination(response: pb.ProcessingResponse, destination: str) -> None:
+    lb = response.dynamic_metadata.fields[DESTINATION_NAMESPACE].struct_value
+    lb.fields[DESTINATION_HEADER].string_value = destination
 
 
 def headers_response(
@@ -108,20 +122,16 @@ def headers_response(
 ) -> pb.ProcessingResponse:
     """A request- or response-headers answer; with `destination`, the picker's choice
     as header and `envoy.lb` metadata."""
-    headers = dict(set_headers or {})
+    response = pb.ProcessingResponse()
+    field = "request_headers" if request else "response_headers"
+    common = _common(response, field)
+    if clear_route_cache:
+        common.clear_route_cache = True
     if destination is not None:
-        headers[DESTINATION_HEADER] = destination
-    common = pb.CommonResponse(clear_route_cache=clear_route_cache)
-    if headers or remove:
-        common.header_mutation.CopyFrom(header_mutation(headers, remove))
-    answer = pb.HeadersResponse(response=common)
-    response = (
-        pb.ProcessingResponse(request_headers=answer)
-        if request
-        else pb.ProcessingResponse(response_headers=answer)
-    )
-    if destination is not None:
-        response.dynamic_metadata.CopyFrom(_destination_metadata(destination))
+        set_headers = {**(set_headers or {}), DESTINATION_HEADER: destination}
+        _set_destination(response, destination)
+    if set_headers or remove:
+        _fill_mutation(common.header_mutation, set_headers, remove)
     return response
 
 
@@ -132,22 +142,18 @@ def body_chunks(
 
     An empty body still yields one message, so the end of the stream is always said.
     """
+    field = "request_body" if request else "response_body"
     size = len(body)
     offsets = range(0, size, BODY_CHUNK_BYTES) if size else [0]
     last = offsets[-1]
     for offset in offsets:
-        streamed = pb.StreamedBodyResponse(
-            body=body[offset : offset + BODY_CHUNK_BYTES],
-            end_of_stream=end_of_stream and offset == last,
+        response = pb.ProcessingResponse()
+        streamed = _common(response, field).body_mutation.streamed_response
+        streamed.body = (
+            body if size <= BODY_CHUNK_BYTES else body[offset : offset + BODY_CHUNK_BYTES]
         )
-        answer = pb.BodyResponse(
-            response=pb.CommonResponse(body_mutation=pb.BodyMutation(streamed_response=streamed))
-        )
-        yield (
-            pb.ProcessingResponse(request_body=answer)
-            if request
-            else pb.ProcessingResponse(response_body=answer)
-        )
+        streamed.end_of_stream = end_of_stream and offset == last
+        yield response
 
 
 def body_replacement(
@@ -160,22 +166,18 @@ def body_replacement(
 ) -> pb.ProcessingResponse:
     """A BUFFERED (or STREAMED) body answer: the whole body replaced when `body` is not
     None; in buffered request mode it also carries the routing headers and metadata."""
-    headers = dict(set_headers or {})
+    response = pb.ProcessingResponse()
+    field = "request_body" if request else "response_body"
+    common = _common(response, field)
+    if clear_route_cache:
+        common.clear_route_cache = True
     if destination is not None:
-        headers[DESTINATION_HEADER] = destination
-    common = pb.CommonResponse(clear_route_cache=clear_route_cache)
-    if headers:
-        common.header_mutation.CopyFrom(header_mutation(headers))
+        set_headers = {**(set_headers or {}), DESTINATION_HEADER: destination}
+        _set_destination(response, destination)
+    if set_headers:
+        _fill_mutation(common.header_mutation, set_headers)
     if body is not None:
-        common.body_mutation.CopyFrom(pb.BodyMutation(body=body))
-    answer = pb.BodyResponse(response=common)
-    response = (
-        pb.ProcessingResponse(request_body=answer)
-        if request
-        else pb.ProcessingResponse(response_body=answer)
-    )
-    if destination is not None:
-        response.dynamic_metadata.CopyFrom(_destination_metadata(destination))
+        common.body_mutation.body = body
     return response
 
 

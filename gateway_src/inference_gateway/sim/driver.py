@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..emulator.engine import EngineRequest
+from .admission import DEFERRED
 from .fleet import SimPod, build_fleet, scrape
 from .metrics import Observer
 from .policies import Policy, make_policy
@@ -41,8 +42,9 @@ class _Listener:
     def on_finish(self, request: EngineRequest, time: float) -> None:
         sim, pod = request.tag
         assert self.policy is not None and request.first_token_time is not None
+        # TTFT counts from the client's arrival, so time queued in the gateway counts too
         self.observer.on_finish(
-            request.arrival, request.first_token_time, time, request.output_tokens, sim.priority
+            sim.t, request.first_token_time, time, request.output_tokens, sim.priority
         )
         self.policy.on_finished(sim, pod, time)
 
@@ -78,6 +80,37 @@ def run_policy(
     deadline = scenario.duration_s * DRAIN_FACTOR
     next_progress = 0.0
 
+    drain = getattr(policy, "drain", None)
+
+    def dispatch(request: SimRequest, pod: SimPod | None, t: float) -> None:
+        if pod is DEFERRED:
+            return
+        if pod is None:
+            observer.on_rejected(request.priority)
+            return
+        hashes = (
+            prefix_block_ids(request.prefix_group, request.prefix_tokens)
+            if request.prefix_group is not None
+            else ()
+        )
+        engine_request = EngineRequest(
+            request.request_id,
+            request.prompt_tokens,
+            request.output_tokens,
+            hashes,
+            request.adapter,
+            tag=(request, pod),
+        )
+        before = pod.engine.busy_until
+        pod.engine.advance(t)
+        pod.engine.submit(engine_request, t)
+        wake(pod, before)
+
+    def dispatch_all(items: list[tuple[SimRequest, SimPod | None]], t: float) -> None:
+        for request, pod in items:
+            # the request's own arrival time stays its arrival: queueing counts in TTFT
+            dispatch(request, pod, t)
+
     def wake(pod: SimPod, before: float | None) -> None:
         busy = pod.engine.busy_until
         if busy is not None and busy != before:
@@ -93,9 +126,13 @@ def run_policy(
                 continue  # superseded by a cut segment
             engine.advance(t)
             wake(payload, t)
+            if drain is not None:
+                dispatch_all(drain(t), t)
         elif kind == SCRAPE:
             for pod in pods:
                 scrape(pod, t)
+            if drain is not None:
+                dispatch_all(drain(t), t)
             if t < scenario.duration_s or any(not p.engine.idle for p in pods):
                 push(heap, (t + interval, SCRAPE, next(seq), SCRAPE, None))
         else:
@@ -106,26 +143,6 @@ def run_policy(
             if progress is not None and t >= next_progress:
                 progress(t / scenario.duration_s)
                 next_progress = t + scenario.duration_s / 50
-            pod = policy.route(request, t)
-            if pod is None:
-                observer.on_rejected()
-                continue
-            hashes = (
-                prefix_block_ids(request.prefix_group, request.prefix_tokens)
-                if (request.prefix_group is not None)
-                else ()
-            )
-            engine_request = EngineRequest(
-                request.request_id,
-                request.prompt_tokens,
-                request.output_tokens,
-                hashes,
-                request.adapter,
-                tag=(request, pod),
-            )
-            before = pod.engine.busy_until
-            pod.engine.advance(t)
-            pod.engine.submit(engine_request, t)
-            wake(pod, before)
+            dispatch(request, policy.route(request, t), t)
     fleet_usd = sum(p.profile.hourly_usd for p in pods)
     return observer.report(duration_s=scenario.duration_s, fleet_usd_per_hour=fleet_usd)

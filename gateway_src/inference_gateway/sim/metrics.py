@@ -19,10 +19,12 @@ class Observer:
     output_tokens: int = 0
     completed: int = 0
     rejected: int = 0
+    rejected_by_band: dict[str, int] = field(default_factory=dict)
     last_finish: float = 0.0
 
-    def on_rejected(self) -> None:
+    def on_rejected(self, band: str = "standard") -> None:
         self.rejected += 1
+        self.rejected_by_band[band] = self.rejected_by_band.get(band, 0) + 1
 
     def on_finish(
         self, arrival: float, first_token: float, finish: float, tokens: int, band: str
@@ -50,11 +52,12 @@ class Observer:
             "rejected": self.rejected,
             "cost_per_million_tokens": _round(fleet_usd_per_hour * span / 3600 / tokens * 1e6),
         }
-        if len(set(self.bands)) > 1:
+        if len(set(self.bands)) > 1 or len(self.rejected_by_band) > 1:
             bands = np.asarray(self.bands)
             out["ttft_p99_s_by_band"] = {
                 b: _round(np.percentile(ttft[bands == b], 99)) for b in sorted(set(self.bands))
             }
+            out["rejected_by_band"] = dict(sorted(self.rejected_by_band.items()))
         return out
 
 

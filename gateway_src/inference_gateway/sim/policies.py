@@ -16,6 +16,7 @@ from typing import Protocol
 from ..config import GatewayConfigSpec, PluginRef, PluginSpec, SchedulingProfileSpec
 from ..errors import ConfigError, NoEndpointError
 from ..scheduling import LLMRequest, Scheduler
+from .admission import AdmissionPolicy
 from .fleet import SimPod
 from .workload import SimRequest, prefix_block_ids
 
@@ -216,8 +217,9 @@ POLICIES: dict[str, PolicyFactory] = {
     "upstream-default": lambda name, pods, seed: SchedulerPolicy(
         name, pods, seed, upstream_default_config(), count_inflight=False
     ),
-    "gateway": lambda name, pods, seed: SchedulerPolicy(
-        name, pods, seed, GatewayConfigSpec(), count_inflight=True
+    "gateway": lambda name, pods, seed: AdmissionPolicy(
+        SchedulerPolicy(name, pods, seed, GatewayConfigSpec(), count_inflight=True),
+        GatewayConfigSpec().flow_control,
     ),
 }
 
@@ -249,7 +251,10 @@ def make_policy(name: str, pods: list[SimPod], seed: int) -> Policy:
         config = GatewayConfigSpec()
         if profile not in {p.name for p in config.scheduling_profiles}:
             raise ConfigError("policies", [f"policies: unknown gateway profile {profile!r}"])
-        return SchedulerPolicy(name, pods, seed, config, count_inflight=True, profile=profile)
+        return AdmissionPolicy(
+            SchedulerPolicy(name, pods, seed, config, count_inflight=True, profile=profile),
+            config.flow_control,
+        )
     factory = POLICIES.get(base)
     if factory is None:
         raise ConfigError(

@@ -7,6 +7,8 @@ count added so a burst between scrapes is seen). While a pool is not saturated e
 request goes straight through. While it is:
 
 * `sheddable` requests are rejected at once (429);
+* standard and sheddable requests count a pod as full earlier than critical ones do
+  (`noncritical_*` thresholds), which leaves headroom only critical requests use;
 * `critical` and `standard` requests wait in bounded per-band queues; a full queue
   answers 429, a request whose wait passes the band's TTL answers 503;
 * as capacity frees, waiters are released in strict band order (critical before
@@ -30,7 +32,15 @@ from typing import Any
 from ..config import FlowControlSpec
 from ..scheduling.types import Endpoint
 
-__all__ = ["BANDS", "Admission", "FlowController", "Waiter", "pod_saturated"]
+__all__ = [
+    "BANDS",
+    "Admission",
+    "FlowController",
+    "SlotCounter",
+    "Waiter",
+    "free_slots",
+    "pod_saturated",
+]
 
 BANDS = ("critical", "standard", "sheddable")
 
@@ -40,6 +50,40 @@ def pod_saturated(endpoint: Endpoint, queue_threshold: float, kv_threshold: floa
     if m is None:
         return True
     return m.waiting + endpoint.sent_requests >= queue_threshold or m.kv_usage >= kv_threshold
+
+
+def free_slots(endpoints: Iterable[Endpoint], queue_threshold: float, kv_threshold: float) -> int:
+    """Requests the ready pods can take before each is saturated again."""
+    slots = 0
+    for e in endpoints:
+        m = e.metrics
+        if e.stale or m is None or m.kv_usage >= kv_threshold:
+            continue
+        slots += max(0, math.ceil(queue_threshold - m.waiting - e.sent_requests))
+    return slots
+
+
+class SlotCounter:
+    """Free slots per band for one admission round: critical requests may fill pods up to
+    the upstream thresholds, the other bands only up to the stricter non-critical ones;
+    every release uses a slot of both kinds."""
+
+    def __init__(self, endpoints: list[Endpoint], spec: FlowControlSpec) -> None:
+        s = spec.saturation
+        self.normal = free_slots(
+            endpoints, s.noncritical_queue_threshold, s.noncritical_kv_threshold
+        )
+        self.critical = free_slots(endpoints, s.queue_threshold, s.kv_threshold)
+
+    def full(self, band: str) -> bool:
+        return (self.critical if band == "critical" else self.normal) <= 0
+
+    def take(self, band: str) -> bool:
+        if self.full(band):
+            return False
+        self.normal -= 1
+        self.critical -= 1
+        return True
 
 
 @dataclass(slots=True, eq=False)
@@ -135,8 +179,8 @@ class FlowController:
         queue.size += 1
         return Admission(False, waiter=waiter)
 
-    def release(self, now: float, capacity: Callable[[], bool]) -> list[Waiter]:
-        """Waiters to dispatch now, best band first, while `capacity()` says yes.
+    def release(self, now: float, capacity: Callable[[str], bool]) -> list[Waiter]:
+        """Waiters to dispatch now, best band first, while `capacity(band)` says yes.
 
         `capacity` is re-evaluated after each release, so the caller's accounting of
         what it just dispatched is seen.
@@ -144,7 +188,7 @@ class FlowController:
         out = []
         for name in BANDS:
             queue = self.bands[name]
-            while queue.size and capacity():
+            while queue.size and capacity(name):
                 waiter = self._pop_fair(queue)
                 if waiter is None:
                     break

@@ -92,3 +92,20 @@ def test_shipped_scenarios_load() -> None:
     ):
         assert required in names
         assert load_scenario(required).name == required
+
+
+def test_admission_keeps_critical_ttft_under_twice_overload() -> None:
+    """2x overload: critical P99 TTFT stays within 1.5x of its unloaded P99, sheddable
+    requests take the rejections (the full 300 s figures are in the bench report)."""
+    overload = load_scenario("overload-priorities").model_copy(update={"duration_s": 120.0})
+    unloaded = overload.model_copy(
+        update={
+            "workload": overload.workload.model_copy(
+                update={"arrival": overload.workload.arrival.model_copy(update={"load": 0.3})}
+            )
+        }
+    )
+    hot = simulate(overload, ["gateway"])["policies"]["gateway"]
+    cold = simulate(unloaded, ["gateway"])["policies"]["gateway"]
+    assert hot["ttft_p99_s_by_band"]["critical"] <= 1.5 * cold["ttft_p99_s_by_band"]["critical"]
+    assert hot["rejected_by_band"]["sheddable"] > hot["rejected_by_band"].get("critical", 0) == 0

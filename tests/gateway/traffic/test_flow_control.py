@@ -5,20 +5,23 @@ from __future__ import annotations
 import math
 
 import pytest
-
 from inference_gateway.config import BandSpec, FlowControlSpec
 from inference_gateway.scheduling import Endpoint, PodMetrics
 from inference_gateway.traffic.flow_control import FlowController
 
 SPEC = FlowControlSpec(
-    bands={"critical": BandSpec(max_queue=3, ttl_s=10), "standard": BandSpec(max_queue=2, ttl_s=5),
-           "sheddable": BandSpec(max_queue=0, ttl_s=1)},
-    retry_after_min_s=1, retry_after_max_s=30,
+    bands={
+        "critical": BandSpec(max_queue=3, ttl_s=10),
+        "standard": BandSpec(max_queue=2, ttl_s=5),
+        "sheddable": BandSpec(max_queue=0, ttl_s=1),
+    },
+    retry_after_min_s=1,
+    retry_after_max_s=30,
 )
 
 
-def always(n: int):  # noqa: ANN201 - a capacity callback that says yes n times
-    def capacity() -> bool:
+def always(n: int):
+    def capacity(band: str = "") -> bool:
         nonlocal n
         n -= 1
         return n >= 0
@@ -50,12 +53,21 @@ def test_queued_requests_keep_new_ones_from_jumping_ahead() -> None:
 
 def test_release_is_strict_priority_then_round_robin_by_fairness_id() -> None:
     fc = FlowController(SPEC)
-    order = [("standard", "a"), ("standard", "b"), ("critical", "x"), ("critical", "x"),
-             ("critical", "y")]
+    order = [
+        ("standard", "a"),
+        ("standard", "b"),
+        ("critical", "x"),
+        ("critical", "x"),
+        ("critical", "y"),
+    ]
     waiters = [fc.offer(b, f, 0.0, saturated=True).waiter for b, f in order]
     released = fc.release(1.0, always(4))
     assert [(w.band, w.fairness_id) for w in released] == [
-        ("critical", "x"), ("critical", "y"), ("critical", "x"), ("standard", "a")]
+        ("critical", "x"),
+        ("critical", "y"),
+        ("critical", "x"),
+        ("standard", "a"),
+    ]
     assert fc.queued() == 1 and waiters[1] not in released
 
 

@@ -6,38 +6,48 @@ from collections import Counter
 from typing import Any
 
 import pytest
-
 from inference_gateway.errors import ConfigError
 from inference_gateway.traffic.rewrites import parse_rewrites
 
 
-def rewrite(name: str, rules: list[dict[str, Any]], created: str = "2026-01-01T00:00:00Z"
-            ) -> dict[str, Any]:
-    return {"apiVersion": "inference.networking.x-k8s.io/v1alpha2",
-            "kind": "InferenceModelRewrite",
-            "metadata": {"name": name, "creationTimestamp": created},
-            "spec": {"rules": rules}}
+def rewrite(
+    name: str, rules: list[dict[str, Any]], created: str = "2026-01-01T00:00:00Z"
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "inference.networking.x-k8s.io/v1alpha2",
+        "kind": "InferenceModelRewrite",
+        "metadata": {"name": name, "creationTimestamp": created},
+        "spec": {"rules": rules},
+    }
 
 
 def split(model: str, targets: dict[str, int]) -> dict[str, Any]:
-    return {"matches": [{"model": {"type": "Exact", "value": model}}],
-            "targets": [{"modelRewrite": t, "weight": w} for t, w in targets.items()]}
+    return {
+        "matches": [{"model": {"type": "Exact", "value": model}}],
+        "targets": [{"modelRewrite": t, "weight": w} for t, w in targets.items()],
+    }
 
 
 KNOWN = {"chat-v1", "chat-v2", "other"}
 
 
 def test_ninety_ten_split_lands_within_one_point_over_20000_requests() -> None:
-    rules = parse_rewrites([rewrite("canary", [split("chat", {"chat-v1": 90, "chat-v2": 10})])],
-                           known_models=KNOWN, seed=20260101)
+    rules = parse_rewrites(
+        [rewrite("canary", [split("chat", {"chat-v1": 90, "chat-v2": 10})])],
+        known_models=KNOWN,
+        seed=20260101,
+    )
     counts = Counter(rules.rewrite("chat") for _ in range(20_000))
     assert abs(counts["chat-v2"] / 20_000 - 0.10) <= 0.01
     assert set(counts) == {"chat-v1", "chat-v2"}
 
 
 def test_exact_match_beats_catch_all_and_older_beats_newer() -> None:
-    catch_all = rewrite("all", [{"targets": [{"modelRewrite": "other", "weight": 1}]}],
-                        created="2025-01-01T00:00:00Z")
+    catch_all = rewrite(
+        "all",
+        [{"targets": [{"modelRewrite": "other", "weight": 1}]}],
+        created="2025-01-01T00:00:00Z",
+    )
     newer = rewrite("new", [split("chat", {"chat-v2": 1})], created="2026-06-01T00:00:00Z")
     older = rewrite("old", [split("chat", {"chat-v1": 1})], created="2026-01-01T00:00:00Z")
     rules = parse_rewrites([catch_all, newer, older], known_models=KNOWN, seed=1)
