@@ -20,7 +20,9 @@ steps, each decoding request stores the clock value at which it finishes (a heap
 the sums the step time needs are kept incrementally. A segment ends at the next finish,
 when KV blocks would run out, at `max_segment_s`, or early (at the next step boundary)
 when a request arrives. KV blocks for decode are booked conservatively (one partial
-block per request), so reported KV use never exceeds capacity.
+block per request) for the segment ahead, so KV use never exceeds capacity; a booking
+left over when a segment is cut is handed back at the next step, and `kv_usage` (what
+`/metrics` reports) leaves booked-but-unwritten blocks out, as vLLM allocates lazily.
 
 The engine is driven from outside: `submit()` a request, and call `advance(now)` when
 `busy_until` has passed. The virtual-time simulator and the real-time HTTP server are
