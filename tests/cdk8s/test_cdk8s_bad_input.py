@@ -111,6 +111,7 @@ def test_the_script_exits_non_zero_and_says_nothing_was_written(gitops_copy, cap
 
 
 def test_stale_files_are_removed_and_a_clean_tree_is_left_alone(gitops_copy):
+    write_tree(gitops_copy)  # in sync first (drift itself is tests/gitops' job)
     stale = gitops_copy / "environments" / "dev" / "rendered" / "99-old.k8s.yaml"
     stale.write_text("kind: ConfigMap\n")
     changes = write_tree(gitops_copy)
