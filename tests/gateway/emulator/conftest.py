@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
+
 from inference_gateway.emulator.profiles import pod_profile
 from inference_gateway.emulator.server import EmulatedPod
 

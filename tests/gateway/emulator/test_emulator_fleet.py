@@ -12,6 +12,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 import yaml
+
 from inference_gateway.cli import main
 from inference_gateway.emulator.fleet import EmulatedFleet, load_fleet
 from inference_gateway.errors import ConfigError

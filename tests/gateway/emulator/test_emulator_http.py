@@ -8,9 +8,10 @@ import subprocess
 
 import aiohttp
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
 from inference_gateway.emulator.server import EmulatedPod
 from inference_gateway.endpoints.adapters import parse_metrics
-from prometheus_client.parser import text_string_to_metric_families
 
 VLLM_NAMES = {
     "vllm:num_requests_waiting": "gauge",

@@ -6,6 +6,7 @@ import asyncio
 
 import openai
 import pytest
+
 from inference_gateway.emulator.server import EmulatedPod
 from inference_gateway.emulator.tokens import count_tokens, render_chat
 

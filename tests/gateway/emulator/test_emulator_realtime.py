@@ -6,6 +6,7 @@ import asyncio
 import time
 
 import pytest
+
 from inference_gateway.emulator.engine import EngineRequest
 from inference_gateway.emulator.profiles import pod_profile
 from inference_gateway.emulator.realtime import PodStoppedError, RealtimeDriver

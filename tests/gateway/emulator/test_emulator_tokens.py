@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from inference_gateway.emulator import tokens
 from inference_gateway.scheduling.plugins.prefix import prompt_block_hashes
 

@@ -8,6 +8,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 
 import pytest
+
 from inference_gateway.emulator.engine import Engine, EngineRequest
 from inference_gateway.emulator.profiles import BLOCK_SIZE, PodProfile, pod_profile
 
