@@ -2,9 +2,11 @@
 
 Active-active: every replica discovers the pool's pods by label selector and scrapes
 them itself, so no leader election and no shared state; Envoy spreads the ext_proc
-streams over the replicas. The config file is the whole `InferenceGatewayConfig`
-resource, mounted from a ConfigMap whose hash sits on the pod template, so a config
-change rolls the picker.
+streams over the replicas. It starts from the mounted config file (the whole
+`InferenceGatewayConfig` resource, from a ConfigMap whose hash sits on the pod template,
+so a change rolls the pods) and watches the `igw` InferenceGatewayConfig, the
+InferenceObjectives and InferenceModelRewrites through the API, so a canary step applies
+without a restart.
 """
 
 from __future__ import annotations
