@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+
 from inference_gateway.dataplane.proxy import Gateway
 from inference_gateway.dataplane.server import build_gateway
 from inference_gateway.emulator.fleet import EmulatedFleet

@@ -8,6 +8,7 @@ import aiohttp
 import openai
 import pytest
 from aiohttp import web
+
 from inference_gateway.dataplane.server import build_gateway
 from inference_gateway.emulator.fleet import EmulatedFleet
 from inference_gateway.scheduling.types import Endpoint

@@ -12,6 +12,7 @@ import aiohttp
 import openai
 import pytest
 import yaml
+
 from inference_gateway.config import parse_config
 from inference_gateway.dataplane.server import WATCHER
 from inference_gateway.emulator.fleet import EmulatedFleet

@@ -386,6 +386,9 @@ class Gateway:
                 return await self._relay(
                     request, upstream, llm, endpoint, model, started, headers, rewriter
                 )
+            except _BrokeBeforeFirstByte as error:
+                last_error = f"{endpoint.name}: {error}"
+                continue
             finally:
                 upstream.release()
                 self.scheduler.on_finished(llm, endpoint, time.monotonic())
@@ -439,14 +442,8 @@ class Gateway:
                     await response.write(tail)
         except (TimeoutError, aiohttp.ClientError) as error:
             self.metrics.errors.labels(model, llm.model, "stream_broken").inc()
-            if first:
-                return error_response(
-                    502,
-                    f"Model server {endpoint.name} failed: {error!r}",
-                    "upstream_error",
-                    "upstream_failed",
-                    headers,
-                )
+            if first:  # nothing reached the client yet: the caller retries elsewhere
+                raise _BrokeBeforeFirstByte(repr(error)) from error
             event = {
                 "error": {
                     "message": f"The model server stream broke: {error!r}",
@@ -512,6 +509,10 @@ class Gateway:
         ttft = time.perf_counter() - started
         self.scheduler.on_first_token(llm, endpoint, ttft, time.monotonic())
         self.metrics.ttft.labels(model, llm.model).observe(ttft)
+
+
+class _BrokeBeforeFirstByte(Exception):
+    """The pod's answer broke before any byte reached the client: safe to retry."""
 
 
 def api_key(request: web.Request) -> str:

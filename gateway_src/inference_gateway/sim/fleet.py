@@ -59,7 +59,7 @@ def scrape(pod: SimPod, now: float) -> None:
     pod.endpoint.metrics = PodMetrics(
         waiting=len(engine.waiting),
         running=engine.num_running,
-        kv_usage=engine.pool.usage,
+        kv_usage=engine.kv_usage,
         running_adapters=frozenset(a for a, n in adapters_running.items() if n)
         if adapters_running
         else frozenset(),

@@ -44,6 +44,10 @@ class ModelRouter:
                     base = e.labels.get("igw.dev/model")
                     adapter = model if base and base != model else None
                     return Route(model, None, adapter, None)
+            if any(not e.models for e in endpoints):
+                # some pods have not told us their models yet: not a 404, scheduling
+                # answers 503 unless one of them is ready
+                return Route(model, None, None, None)
         raise UnknownModelError(model)
 
     def candidates(self, route: Route, endpoints: list[Endpoint]) -> list[Endpoint]:
