@@ -216,12 +216,15 @@ def _pod_spec(
                 "requiredDuringSchedulingIgnoredDuringExecution": {
                     "nodeSelectorTerms": [
                         {
+                            # Labels the CDK app puts on each GPU node group
+                            # (stacks/parts/gpu_nodes.py: gpu_labels).
                             "matchExpressions": [
+                                {"key": "igw.dev/gpu", "operator": "In", "values": [group.gpu]},
                                 {
-                                    "key": "node.kubernetes.io/instance-type",
+                                    "key": "igw.dev/node-group",
                                     "operator": "In",
-                                    "values": [group.instance_type],
-                                }
+                                    "values": [group.name],
+                                },
                             ]
                         }
                     ]

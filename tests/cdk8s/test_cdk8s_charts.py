@@ -237,7 +237,8 @@ class TestModelServers:
         ]
         term = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
         assert term["nodeSelectorTerms"][0]["matchExpressions"] == [
-            {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["g5.2xlarge"]}
+            {"key": "igw.dev/gpu", "operator": "In", "values": ["A10G"]},
+            {"key": "igw.dev/node-group", "operator": "In", "values": ["a10g"]},
         ]
         assert spec["enableServiceLinks"] is False
         shm = next(v for v in spec["volumes"] if v["name"] == "shm")
