@@ -13,9 +13,9 @@ from typing import Any
 
 import yaml
 from constructs import Construct
-from inference_gateway.config import API_GROUP, API_VERSION, openapi_v3_schema
 
 from cdk8s import Chart
+from inference_gateway.config import API_GROUP, API_VERSION, openapi_v3_schema
 from stacks.environment import EnvironmentSpec
 
 from .base import Wave, labels, manifest

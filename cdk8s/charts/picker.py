@@ -16,9 +16,9 @@ from typing import Any
 
 import yaml
 from constructs import Construct
-from inference_gateway.config import API_GROUP, API_VERSION
 
 from cdk8s import Chart
+from inference_gateway.config import API_GROUP, API_VERSION
 from stacks.environment import EnvironmentSpec
 
 from .base import PICKER, Wave, gateway_image, labels, manifest, selector_labels

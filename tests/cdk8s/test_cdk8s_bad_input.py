@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from charts.app import GITOPS_DIR, write_tree
 from inference_gateway.errors import ConfigError
 

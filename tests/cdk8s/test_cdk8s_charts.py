@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from charts.gateway import GatewayChart
 from charts.inference import InferenceChart
 from charts.model_servers import ModelServersChart, vllm_args
@@ -15,7 +16,6 @@ from charts.network import NetworkPoliciesChart
 from charts.observability import ObservabilityChart
 from charts.picker import PickerChart
 from inference_gateway.config import parse_config
-
 from stacks.environment import EnvironmentSpec
 from stacks.spec_workloads import ModelServerSpec
 

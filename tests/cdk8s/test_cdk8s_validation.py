@@ -13,8 +13,8 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
-from charts.crds import CRD_DIR
 
+from charts.crds import CRD_DIR
 from stacks.environment import load_environment
 
 EXTERNAL = CRD_DIR / "external"

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 import yaml
+
 from charts.app import environment_names
 from charts.bootstrap import repo_of
-
 from stacks.environment import load_environment
 
 WAVE = "argocd.argoproj.io/sync-wave"
