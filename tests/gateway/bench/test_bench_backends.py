@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 from aiohttp import web
+
 from inference_gateway.bench.runner import Target, run_benchmark
 from inference_gateway.bench.spec import BackendSpec, BenchSettings
 from inference_gateway.cli import main

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+
 from inference_gateway.bench.cost import cost_per_million_tokens
 
 

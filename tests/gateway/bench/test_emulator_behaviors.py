@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 import openai
 import orjson
 import pytest
+
 from inference_gateway.bench.tasks import COUNT_IDS_TOOL
 from inference_gateway.emulator.behaviors import (
     Jitter,
