@@ -20,7 +20,6 @@ os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
 
 from inference_gateway.errors import ConfigError
-
 from stacks.application import build, environment_name, nag_findings, new_app
 from stacks.environment import load_environment
 

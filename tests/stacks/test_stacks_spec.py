@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from inference_gateway.errors import ConfigError
 
+from inference_gateway.errors import ConfigError
 from stacks.environment import EnvironmentSpec, load_environment
 from stacks.parts.addons import (
     AddOn,
