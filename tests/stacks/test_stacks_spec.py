@@ -160,3 +160,10 @@ def test_capacity_block_groups_are_refused_until_supported(tmp_path: Path) -> No
     env = EnvironmentSpec.model_validate(data)
     with pytest.raises(ConfigError, match=r"node_groups\[0\]\.capacity_type: CAPACITY_BLOCK"):
         build(new_app(outdir=str(tmp_path)), env)
+
+
+def test_an_acknowledgement_without_a_real_reason_is_refused() -> None:
+    from stacks.nag import acknowledge
+
+    with pytest.raises(ValueError, match="needs a real reason"):
+        acknowledge(None, "IAM5", "because")  # type: ignore[arg-type]
