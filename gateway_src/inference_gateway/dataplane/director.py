@@ -20,7 +20,7 @@ import random
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -30,11 +30,22 @@ from ..scheduling.plugins.prefix import prompt_block_hashes
 from ..scheduling.types import Endpoint, LLMRequest
 from ..telemetry import GatewayMetrics
 from ..traffic.objectives import band_for
-from ..traffic.routing import Route
+from ..traffic.ratelimit import RateLimiter
+from ..traffic.rewrites import RewriteSet
+from ..traffic.routing import ModelRouter, Route
 from .admission import PoolGate, QueueTimeoutError
-from .proxy import RoutingState, SchedulerLike, prompt_text
 
-__all__ = ["Decision", "Director", "Rejection", "Series", "api_key_of", "subset_hostports"]
+__all__ = [
+    "Decision",
+    "Director",
+    "Rejection",
+    "RoutingState",
+    "SchedulerLike",
+    "Series",
+    "api_key_of",
+    "prompt_text",
+    "subset_hostports",
+]
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +54,58 @@ DEFAULT_MAX_TOKENS = 256  # charged to token buckets when a request sets none
 OBJECTIVE_HEADER = "x-gateway-inference-objective"
 FAIRNESS_HEADER = "x-gateway-inference-fairness-id"
 PROFILE_HEADER = "x-gateway-inference-profile"
+
+
+class SchedulerLike(Protocol):
+    """What a data plane needs of a scheduler (the real one, or a baseline for comparison)."""
+
+    def schedule(self, request: LLMRequest, endpoints: list[Endpoint]) -> list[Endpoint]: ...
+    def on_picked(self, request: LLMRequest, endpoint: Endpoint, now: float) -> None: ...
+    def on_first_token(
+        self, request: LLMRequest, endpoint: Endpoint, ttft_s: float, now: float
+    ) -> None: ...
+    def on_finished(self, request: LLMRequest, endpoint: Endpoint, now: float) -> None: ...
+
+
+def prompt_text(body: dict[str, Any]) -> str:
+    """The text the prefix index and token estimate see: messages or prompt, in order."""
+    messages = body.get("messages")
+    if isinstance(messages, list):
+        parts = []
+        for m in messages:
+            if isinstance(m, dict):
+                content = m.get("content")
+                if isinstance(content, list):  # content parts
+                    content = "".join(
+                        str(p.get("text", "")) for p in content if isinstance(p, dict)
+                    )
+                parts.append(f"{m.get('role', '')}:{content or ''}\n")
+        return "".join(parts)
+    prompt = body.get("prompt")
+    if isinstance(prompt, list):
+        return "".join(str(p) for p in prompt)
+    return str(prompt or "")
+
+
+@dataclass(frozen=True)
+class RoutingState:
+    """Everything a reload replaces at once; a request keeps the state it started with."""
+
+    config: GatewayConfigSpec | None
+    router: ModelRouter
+    rewrites: RewriteSet = field(default_factory=RewriteSet.empty)
+    limiter: RateLimiter = field(default_factory=lambda: RateLimiter([]))
+
+    @classmethod
+    def build(
+        cls, config: GatewayConfigSpec | None, rewrites: RewriteSet | None = None
+    ) -> RoutingState:
+        return cls(
+            config,
+            ModelRouter(config),
+            rewrites or RewriteSet.empty(),
+            RateLimiter(config.rate_limits if config else []),
+        )
 
 
 class Rejection(InferenceGatewayError):

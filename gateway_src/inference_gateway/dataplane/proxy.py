@@ -11,47 +11,29 @@ than a silent truncation. Responses stream through chunk by chunk, unbuffered.
 from __future__ import annotations
 
 import logging
-import random
 import time
 import uuid
-from dataclasses import dataclass, field
-from typing import Any, Protocol
 
 import aiohttp
 import orjson
 from aiohttp import web
 from prometheus_client import generate_latest
 
-from ..config import GatewayConfigSpec
 from ..endpoints.store import EndpointStore
-from ..errors import NoCapacityError, NoEndpointError, UnknownModelError
-from ..scheduling.plugins.prefix import prompt_block_hashes
 from ..scheduling.types import Endpoint, LLMRequest
 from ..telemetry import GatewayMetrics
-from ..traffic.objectives import band_for
-from ..traffic.ratelimit import RateLimiter
-from ..traffic.rewrites import RewriteSet
 from ..traffic.routing import ModelRouter, Route
-from .admission import PoolGate, QueueTimeoutError
+from .admission import PoolGate
+from .director import Director, Rejection, RoutingState, SchedulerLike, prompt_text
 from .sse import ModelNameRewriter
 
-__all__ = ["Gateway", "RoutingState", "SchedulerLike", "error_response"]
+# RoutingState, SchedulerLike and prompt_text live in `director` (shared with the ext_proc
+# picker) and are re-exported here for existing callers.
+__all__ = ["Gateway", "RoutingState", "SchedulerLike", "error_response", "prompt_text"]
 
 log = logging.getLogger(__name__)
-DEFAULT_MAX_TOKENS = 256  # charged to token buckets when a request sets none
 
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
-
-
-class SchedulerLike(Protocol):
-    """What the proxy needs of a scheduler (the real one, or a baseline for comparison)."""
-
-    def schedule(self, request: LLMRequest, endpoints: list[Endpoint]) -> list[Endpoint]: ...
-    def on_picked(self, request: LLMRequest, endpoint: Endpoint, now: float) -> None: ...
-    def on_first_token(
-        self, request: LLMRequest, endpoint: Endpoint, ttft_s: float, now: float
-    ) -> None: ...
-    def on_finished(self, request: LLMRequest, endpoint: Endpoint, now: float) -> None: ...
 
 
 def error_response(
@@ -68,47 +50,6 @@ def error_response(
     )
 
 
-def prompt_text(body: dict[str, Any]) -> str:
-    """The text the prefix index and token estimate see: messages or prompt, in order."""
-    messages = body.get("messages")
-    if isinstance(messages, list):
-        parts = []
-        for m in messages:
-            if isinstance(m, dict):
-                content = m.get("content")
-                if isinstance(content, list):  # content parts
-                    content = "".join(
-                        str(p.get("text", "")) for p in content if isinstance(p, dict)
-                    )
-                parts.append(f"{m.get('role', '')}:{content or ''}\n")
-        return "".join(parts)
-    prompt = body.get("prompt")
-    if isinstance(prompt, list):
-        return "".join(str(p) for p in prompt)
-    return str(prompt or "")
-
-
-@dataclass(frozen=True)
-class RoutingState:
-    """Everything a reload replaces at once; a request keeps the state it started with."""
-
-    config: GatewayConfigSpec | None
-    router: ModelRouter
-    rewrites: RewriteSet = field(default_factory=RewriteSet.empty)
-    limiter: RateLimiter = field(default_factory=lambda: RateLimiter([]))
-
-    @classmethod
-    def build(
-        cls, config: GatewayConfigSpec | None, rewrites: RewriteSet | None = None
-    ) -> RoutingState:
-        return cls(
-            config,
-            ModelRouter(config),
-            rewrites or RewriteSet.empty(),
-            RateLimiter(config.rate_limits if config else []),
-        )
-
-
 class Gateway:
     def __init__(
         self,
@@ -123,12 +64,12 @@ class Gateway:
         first_byte_timeout_s: float = 300.0,
     ) -> None:
         self.store = store
-        self.scheduler = scheduler
-        self.state = (
-            router if isinstance(router, RoutingState) else RoutingState(router.config, router)
-        )
-        self.gates: dict[str, PoolGate] = {}
         self.metrics = metrics or GatewayMetrics()
+        state = router if isinstance(router, RoutingState) else RoutingState(router.config, router)
+        # parse → rewrite → route → band → limits → admission → rank: shared with the picker
+        self.director = Director(
+            lambda: self.store.endpoints, scheduler, state, metrics=self.metrics
+        )
         self.max_body_bytes = max_body_bytes
         self.max_attempts = max_attempts
         self.timeout = aiohttp.ClientTimeout(
@@ -155,33 +96,32 @@ class Gateway:
         )
 
     async def _cleanup(self, app: web.Application) -> None:
-        for gate in self.gates.values():
-            await gate.close()
+        await self.director.close()
         if self._session is not None:
             await self._session.close()
 
     @property
+    def scheduler(self) -> SchedulerLike:
+        return self.director.scheduler
+
+    @property
+    def state(self) -> RoutingState:
+        return self.director.state
+
+    @property
+    def gates(self) -> dict[str, PoolGate]:
+        return self.director.gates
+
+    @property
     def router(self) -> ModelRouter:
-        return self.state.router
+        return self.director.state.router
 
     def reload(self, state: RoutingState) -> None:
         """Swap config, rewrites and limits; requests in flight keep their old state."""
-        self.state = state
-        flow = state.config.flow_control if state.config else None
-        for gate in self.gates.values():
-            if flow is not None:
-                gate.spec = gate.controller.spec = flow
+        self.director.reload(state)
 
     def gate(self, route: Route) -> PoolGate:
-        key = route.pool or "*"
-        gate = self.gates.get(key)
-        if gate is None:
-            config = self.state.config or GatewayConfigSpec()
-            gate = self.gates[key] = PoolGate(
-                config.flow_control,
-                lambda: self.state.router.candidates(route, self.store.endpoints),
-            )
-        return gate
+        return self.director.gate(route)
 
     # ------------------------------------------------------------------ small handlers
 
@@ -228,128 +168,33 @@ class Gateway:
                 headers,
             )
         try:
-            body = orjson.loads(raw)
-        except orjson.JSONDecodeError as error:
+            decision = await self.director.decide(raw, request.headers, request_id=request_id)
+        except Rejection as rejection:
             return error_response(
-                400,
-                f"Malformed JSON body: {error}",
-                "invalid_request_error",
-                "invalid_json",
-                headers,
+                rejection.status,
+                rejection.message,
+                rejection.kind,
+                rejection.code,
+                {**headers, **rejection.headers},
             )
-        if not isinstance(body, dict) or not isinstance(body.get("model"), str):
-            return error_response(
-                400,
-                "The request body must be a JSON object with a string `model` field.",
-                "invalid_request_error",
-                "missing_model",
-                headers,
-            )
-        state = self.state
-        client_model = body["model"]
-        model = state.rewrites.rewrite(client_model)
-        endpoints = self.store.endpoints
+        headers.update(decision.headers)
+        llm = decision.llm
         try:
-            route = state.router.route(model, endpoints)
-        except UnknownModelError:
-            return error_response(
-                404,
-                f"The model `{client_model}` does not exist.",
-                "invalid_request_error",
-                "model_not_found",
-                headers,
+            self.metrics.input_tokens.labels(decision.client_model, llm.model).observe(
+                llm.prompt_tokens
             )
-        text = prompt_text(body)
-        llm = LLMRequest(
-            request_id=request_id,
-            model=route.model,
-            prompt_tokens=len(text) // 4 + 1,
-            prefix_hashes=prompt_block_hashes(route.model, text),
-            adapter=route.adapter,
-            band=band_for(
-                state.config, request.headers.get("x-gateway-inference-objective"), route.model
-            ),
-            profile=request.headers.get("x-gateway-inference-profile") or route.profile,
-            fairness_id=request.headers.get("x-gateway-inference-fairness-id", ""),
-        )
-        limit = state.limiter.check(
-            api_key(request),
-            client_model,
-            llm.prompt_tokens
-            + int(
-                body.get("max_tokens") or body.get("max_completion_tokens") or DEFAULT_MAX_TOKENS
-            ),
-            time.monotonic(),
-        )
-        headers.update(limit.headers)
-        if not limit.allowed:
-            self.metrics.rejected.labels(client_model, "rate_limited").inc()
-            return error_response(
-                429,
-                f"Rate limit reached for `{client_model}`; retry after {limit.retry_after_s} s.",
-                "rate_limit_exceeded",
-                "rate_limited",
-                {**headers, "retry-after": str(limit.retry_after_s)},
-            )
-        gate = self.gate(route)
-        try:
-            await gate.admit(llm.band, llm.fairness_id)
-        except NoCapacityError as error:
-            self.metrics.rejected.labels(client_model, "pool_saturated").inc()
-            return error_response(
-                429,
-                str(error),
-                "rate_limit_exceeded",
-                "pool_saturated",
-                {**headers, "retry-after": str(error.retry_after_s)},
-            )
-        except QueueTimeoutError as error:
-            self.metrics.rejected.labels(client_model, "queue_timeout").inc()
-            return error_response(503, str(error), "service_unavailable", "queue_timeout", headers)
-        try:
-            ranked = self._rank(llm, route, endpoints)
-            if not ranked:
-                self.metrics.rejected.labels(client_model, "no_ready_endpoint").inc()
-                return error_response(
-                    503,
-                    f"No ready model server for `{client_model}`: every pod of the pool "
-                    "is stale or none serves the model.",
-                    "service_unavailable",
-                    "no_ready_endpoint",
-                    headers,
-                )
-            self.metrics.requests.labels(client_model, route.model).inc()
-            self.metrics.input_tokens.labels(client_model, route.model).observe(llm.prompt_tokens)
-            if model != client_model:
-                body["model"] = model
-                raw = orjson.dumps(body)
-            rewriter = ModelNameRewriter(client_model) if model != client_model else None
+            rewriter = ModelNameRewriter(decision.client_model) if decision.rewritten else None
             return await self._forward(
-                request, raw, llm, ranked[: self.max_attempts], client_model, headers, rewriter
+                request,
+                decision.body,
+                llm,
+                decision.ranked[: self.max_attempts],
+                decision.client_model,
+                headers,
+                rewriter,
             )
         finally:
-            gate.on_completion()
-
-    def _rank(self, llm: LLMRequest, route: Route, endpoints: list[Endpoint]) -> list[Endpoint]:
-        """Ranked pods; when all are stale, a `FailOpen` pool picks at random."""
-        candidates = self.state.router.candidates(route, endpoints)
-        started = time.perf_counter()
-        try:
-            ranked = self.scheduler.schedule(llm, candidates)
-        except NoEndpointError:
-            config = self.state.config
-            fail_open = bool(
-                config
-                and route.pool
-                and any(p.name == route.pool and p.failure_mode == "FailOpen" for p in config.pools)
-            )
-            serving = [e for e in candidates if e.serves(llm.model)]
-            if not fail_open or not serving:
-                return []
-            log.warning("pool %s has no fresh pod; FailOpen picks at random", route.pool)
-            return random.sample(serving, len(serving))
-        self.metrics.scheduler_e2e.observe(time.perf_counter() - started)
-        return ranked
+            self.director.release(decision)
 
     async def _forward(
         self,
@@ -513,9 +358,3 @@ class Gateway:
 
 class _BrokeBeforeFirstByte(Exception):
     """The pod's answer broke before any byte reached the client: safe to retry."""
-
-
-def api_key(request: web.Request) -> str:
-    """The bearer token, or "anonymous" (limits without an apiKey apply per key)."""
-    auth = request.headers.get("authorization", "")
-    return auth[7:].strip() if auth.lower().startswith("bearer ") else "anonymous"
