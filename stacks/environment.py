@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
 from inference_gateway.config import GatewayConfigSpec, format_validation_error
 from inference_gateway.errors import ConfigError
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .spec_infra import AlarmSpec, AwsSpec, ClusterSpec, GitOpsSpec, IngressSpec, NodeGroupSpec
 from .spec_workloads import CanarySpec, KubernetesSpec, ModelServerSpec, workload_problems

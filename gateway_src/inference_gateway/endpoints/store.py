@@ -84,6 +84,7 @@ class EndpointStore:
         endpoint.scraped_at = started
         endpoint.sent_requests = 0
         endpoint.sent_tokens = 0
+        endpoint.scrape_seq += 1
 
     async def run(self) -> None:
         while True:

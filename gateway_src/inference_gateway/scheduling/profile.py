@@ -44,8 +44,10 @@ class SchedulingProfile:
             scores = scorer.score(request, candidates)
             if timer:
                 timer("scorer", scorer.name, time.perf_counter() - start)
-            for i, s in enumerate(scores):
-                totals[i] += weight * (0.0 if s < 0 else 1.0 if s > 1 else s)
+            totals = [
+                t + weight * (0.0 if s < 0 else 1.0 if s > 1 else s)
+                for t, s in zip(totals, scores, strict=True)
+            ]
         start = time.perf_counter() if timer else 0.0
         ranked = self.picker.pick(request, candidates, totals)
         if timer:

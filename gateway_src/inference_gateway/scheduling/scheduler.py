@@ -46,6 +46,7 @@ class Scheduler:
         self.config = config
         self.count_inflight = count_inflight
         self.index = PrefixIndex()
+        self._sent: dict[tuple[str, str], int] = {}  # (request, pod) → scrape_seq at pick
         context: dict[str, Any] = {
             "index": self.index,
             "seed": seed,
@@ -119,6 +120,7 @@ class Scheduler:
         endpoint.sent_requests += 1
         endpoint.sent_tokens += request.prompt_tokens
         endpoint.inflight += 1
+        self._sent[(request.request_id, endpoint.name)] = endpoint.scrape_seq
         for observer in self._observers:
             observer.on_picked(request, endpoint, now)
         if self.uses_prefix and request.prefix_hashes:
@@ -135,5 +137,9 @@ class Scheduler:
 
     def on_finished(self, request: LLMRequest, endpoint: Endpoint, now: float) -> None:
         endpoint.inflight = max(0, endpoint.inflight - 1)
+        seq = self._sent.pop((request.request_id, endpoint.name), None)
+        if seq == endpoint.scrape_seq:  # not yet seen by a scrape: stop counting it
+            endpoint.sent_requests = max(0, endpoint.sent_requests - 1)
+            endpoint.sent_tokens = max(0, endpoint.sent_tokens - request.prompt_tokens)
         for observer in self._observers:
             observer.on_finished(request, endpoint, now)

@@ -41,8 +41,9 @@ class Endpoint:
     """A model-server pod as the picker sees it: identity, last scrape, own bookkeeping.
 
     `sent_requests` / `sent_tokens` count what this picker dispatched since the last
-    scrape, so a burst inside one scrape interval does not herd onto the pod that looked
-    best at the last scrape. `inflight` counts requests dispatched and not yet finished.
+    scrape and is still running, so a burst inside one scrape interval does not herd onto
+    the pod that looked best at the last scrape. `inflight` counts every request
+    dispatched and not yet finished. `scrape_seq` numbers the scrapes.
     """
 
     name: str
@@ -57,6 +58,7 @@ class Endpoint:
     sent_requests: int = 0
     sent_tokens: int = 0
     inflight: int = 0
+    scrape_seq: int = 0
     index: int = 0  # position in its store, for array-based bookkeeping
 
     @property

@@ -74,3 +74,4 @@ def scrape(pod: SimPod, now: float) -> None:
     pod.endpoint.stale = False
     pod.endpoint.sent_requests = 0
     pod.endpoint.sent_tokens = 0
+    pod.endpoint.scrape_seq += 1

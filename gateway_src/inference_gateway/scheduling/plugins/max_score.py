@@ -25,8 +25,14 @@ class MaxScorePicker:
     def pick(
         self, request: LLMRequest, endpoints: list[Endpoint], scores: list[float]
     ) -> list[Endpoint]:
-        rnd = self._random.random
-        order = sorted(range(len(endpoints)), key=lambda i: (-scores[i], rnd()))
+        order = sorted(range(len(endpoints)), key=scores.__getitem__, reverse=True)
+        best = scores[order[0]]
+        ties = 1
+        while ties < len(order) and scores[order[ties]] == best:
+            ties += 1
+        if ties > 1:  # random tie-break for the winner; fallbacks stay in score order
+            i = self._random.randrange(ties)
+            order[0], order[i] = order[i], order[0]
         return [endpoints[i] for i in order]
 
 

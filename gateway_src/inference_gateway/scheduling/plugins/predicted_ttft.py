@@ -90,7 +90,26 @@ class PredictedTTFTScorer:
         return self.params.base_latency_s + model.seconds_per_token * x
 
     def score(self, request: LLMRequest, endpoints: list[Endpoint]) -> list[float]:
-        predictions = [self.predict(request, e) for e in endpoints]
+        # `predict` inlined: this loop runs once per endpoint per request
+        get, mean = self._pods.get, self._mean_prompt
+        prompt, base = request.prompt_tokens, self.params.base_latency_s
+        matches = (
+            request_matches(self.index, request)
+            if self.index is not None and request.prefix_hashes
+            else None
+        )
+        predictions = []
+        for e in endpoints:
+            model = get(e.name) or self._model(e)
+            ahead = ((e.metrics.waiting if e.metrics else 0) + e.sent_requests) * mean
+            if model.backlog > ahead:
+                ahead = model.backlog
+            own = prompt
+            if matches:
+                own = prompt - matches.get(e.name, 0) * TOKENS_PER_BLOCK
+                if own < 1:
+                    own = 1
+            predictions.append(base + model.sum_ttft / model.sum_tokens * (ahead + own))
         if not predictions:
             return []
         best = min(predictions)
