@@ -6,7 +6,10 @@ on an ACM certificate and is re-encrypted to Envoy's HTTPS listener, so tokens a
 prompts are never in clear text on the wire. Envoy's pods join the IP target group
 (named `igw-<env>-envoy`) through a TargetGroupBinding (cdk8s side); its ARN and the
 load balancer's DNS name are published as SSM parameters under
-`/igw/<env>/<region>/ingress/`, which the global router reads to find its peers.
+`/igw/<env>/<region>/ingress/`, which the global router reads to find its peers. Clients
+use the environment's name (`ingress.domain_name`, resolved to the nearest healthy
+region); the global router addresses each cluster by its regional name
+`<region>.<domain_name>`, so the certificate covers both.
 """
 
 from __future__ import annotations
@@ -25,12 +28,18 @@ __all__ = [
     "InternalLoadBalancer",
     "InternalLoadBalancerProps",
     "ingress_parameter_prefix",
+    "regional_domain_name",
     "target_group_name",
 ]
 
 
 def target_group_name(environment: str) -> str:
     return f"igw-{environment}-envoy"[:32]
+
+
+def regional_domain_name(domain_name: str, region: str) -> str:
+    """`us-west-2.inference.internal.example.com`: one cluster, for the global router."""
+    return f"{region}.{domain_name}"
 
 
 def ingress_parameter_prefix(environment: str, region: str) -> str:
@@ -103,6 +112,7 @@ class InternalLoadBalancer(Construct):
                 self,
                 "Certificate",
                 domain_name=props.domain_name,
+                subject_alternative_names=[regional_domain_name(props.domain_name, props.region)],
                 validation=acm.CertificateValidation.from_dns(),
             )
         self.target_group = elbv2.NetworkTargetGroup(
@@ -144,8 +154,8 @@ class InternalLoadBalancer(Construct):
             self,
             "EndpointParameter",
             parameter_name=f"{prefix}/endpoint",
-            string_value=f"https://{props.domain_name}",
-            description="This region's inference endpoint, read by the global router",
+            string_value=f"https://{regional_domain_name(props.domain_name, props.region)}",
+            description="This region's own endpoint, which the global router probes and routes to",
         )
         ssm.StringParameter(
             self,

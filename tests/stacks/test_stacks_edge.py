@@ -65,8 +65,23 @@ def test_tls_listener_uses_the_regional_acm_certificate(prod_synth: Synth) -> No
 def test_dev_requests_a_dns_validated_certificate(dev_synth: Synth) -> None:
     dev_synth.template(PRIMARY, "ingress").has_resource_properties(
         "AWS::CertificateManager::Certificate",
-        {"DomainName": "inference.internal.example.com", "ValidationMethod": "DNS"},
+        {
+            "DomainName": "inference.internal.example.com",
+            "SubjectAlternativeNames": ["us-east-1.inference.internal.example.com"],
+            "ValidationMethod": "DNS",
+        },
     )
+
+
+def test_each_region_publishes_its_own_endpoint_for_the_global_router(prod_synth: Synth) -> None:
+    for region in (PRIMARY, SECONDARY):
+        prod_synth.template(region, "ingress").has_resource_properties(
+            "AWS::SSM::Parameter",
+            {
+                "Name": f"/igw/prod/{region}/ingress/endpoint",
+                "Value": f"https://{region}.inference.internal.example.com",
+            },
+        )
 
 
 # --- identity ------------------------------------------------------------------------

@@ -167,3 +167,22 @@ def test_an_acknowledgement_without_a_real_reason_is_refused() -> None:
 
     with pytest.raises(ValueError, match="needs a real reason"):
         acknowledge(None, "IAM5", "because")  # type: ignore[arg-type]
+
+
+def test_placement_is_importable_without_aws_cdk() -> None:
+    """`igw preflight` reads the same per-region plan without starting jsii."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, stacks.placement as p; "
+        "plans = p.plan_regions(__import__('stacks.environment').environment"
+        ".load_environment('prod')); "
+        "assert 'aws_cdk' not in sys.modules; "
+        "print({pl.region: dict(pl.node_group_zones) for pl in plans})"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert "'us-west-2': {'h100': ('us-west-2b',)" in result.stdout
