@@ -118,19 +118,17 @@ class PodIdentities(Construct):
             role = iam.Role(
                 self,
                 f"{_camel(key)}Role",
-                assumed_by=iam.ServicePrincipal("pods.eks.amazonaws.com").with_conditions(
-                    {
-                        "StringEquals": {"aws:SourceAccount": stack.account},
-                        "ArnEquals": {"aws:SourceArn": cluster_arn},
-                    }
+                # Pod Identity assumes the role and tags the session (namespace, service
+                # account, pod); both only for this account's cluster.
+                assumed_by=iam.SessionTagsPrincipal(
+                    iam.ServicePrincipal("pods.eks.amazonaws.com").with_conditions(
+                        {
+                            "StringEquals": {"aws:SourceAccount": stack.account},
+                            "ArnEquals": {"aws:SourceArn": cluster_arn},
+                        }
+                    )
                 ),
                 description=f"Pod Identity of {workload.namespace}/{workload.service_account}",
-            )
-            role.assume_role_policy.add_statements(  # type: ignore[union-attr]
-                iam.PolicyStatement(
-                    actions=["sts:TagSession"],
-                    principals=[iam.ServicePrincipal("pods.eks.amazonaws.com")],
-                )
             )
             policy = iam.Policy(self, f"{_camel(key)}Policy", statements=statements[key])
             policy.attach_to_role(role)

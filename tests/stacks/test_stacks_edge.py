@@ -102,18 +102,24 @@ def test_pod_identity_roles_trust_only_pod_identity_of_this_cluster(prod_synth: 
             "AssumeRolePolicyDocument": {
                 "Statement": [
                     {
-                        "Action": "sts:AssumeRole",
+                        "Action": ["sts:AssumeRole", "sts:TagSession"],
                         "Effect": "Allow",
                         "Principal": {"Service": "pods.eks.amazonaws.com"},
                         "Condition": {
                             "StringEquals": {"aws:SourceAccount": "222222222222"},
-                            "ArnEquals": {"aws:SourceArn": Match.any_value()},
+                            "ArnEquals": {
+                                "aws:SourceArn": {
+                                    "Fn::Join": [
+                                        "",
+                                        [
+                                            "arn:",
+                                            {"Ref": "AWS::Partition"},
+                                            ":eks:us-east-1:222222222222:cluster/igw-prod",
+                                        ],
+                                    ]
+                                }
+                            },
                         },
-                    },
-                    {
-                        "Action": "sts:TagSession",
-                        "Effect": "Allow",
-                        "Principal": {"Service": "pods.eks.amazonaws.com"},
                     },
                 ],
                 "Version": "2012-10-17",
