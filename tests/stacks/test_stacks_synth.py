@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+import yaml
 from aws_cdk import Environment, Stack
 from aws_cdk import aws_s3 as s3
 
@@ -123,10 +124,10 @@ def test_environment_comes_from_context_then_variable_then_dev(
 
 
 def test_app_rejects_a_bad_environment_with_the_field_path(tmp_path: Path) -> None:
-    bad = (REPO / "gitops/environments/dev/environment.yaml").read_text()
-    bad = bad.replace("instance_type: g5.2xlarge", "instance_type: g5 2xlarge")
+    data = yaml.safe_load((REPO / "gitops/environments/dev/environment.yaml").read_text())
+    data["node_groups"][0]["instance_type"] = "g5 2xlarge"
     path = tmp_path / "environment.yaml"
-    path.write_text(bad)
+    path.write_text(yaml.safe_dump(data))
     env = {
         **os.environ,
         "IGW_ENVIRONMENT": str(path),
