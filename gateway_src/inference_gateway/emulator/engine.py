@@ -253,7 +253,8 @@ class Engine:
 
     def _start_step(self, now: float) -> None:
         p = self.profile
-        self._book_decode_blocks(1)
+        if self.waiting or self.prefilling:  # admission must see one decode step booked
+            self._book_decode_blocks(1)
         n_decode = len(self._decoding)
         budget = p.max_num_batched_tokens - n_decode
         chunks: list[tuple[EngineRequest, int]] = []
