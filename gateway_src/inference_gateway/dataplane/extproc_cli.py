@@ -20,7 +20,7 @@ import signal
 import socket
 from typing import Any
 
-__all__ = ["register", "run"]
+__all__ = ["kubernetes_picker", "register", "run", "server_options"]
 
 
 def register(subparsers: Any) -> None:
@@ -54,6 +54,7 @@ def register(subparsers: Any) -> None:
     k8s.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE", "default"))
     k8s.add_argument("--pool", action="append", default=[], help="InferencePool name to serve")
     k8s.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster credentials)")
+    k8s.add_argument("--api-server", help="API server URL without credentials (dev, tests)")
     k8s.add_argument("--config-name", default="igw", help="InferenceGatewayConfig to watch")
     k8s.add_argument("--no-watch-api", action="store_true", help="do not watch config resources")
     k8s.add_argument("--leader-elect", action="store_true", help="active-passive via a Lease")
@@ -86,11 +87,11 @@ def run(args: argparse.Namespace) -> int:
     return asyncio.run(_serve(args))
 
 
-async def _serve(args: argparse.Namespace) -> int:
+def server_options(args: argparse.Namespace) -> dict[str, Any]:
+    """`PickerServer` keyword arguments from the command line."""
     from envoy.extensions.filters.http.ext_proc.v3.processing_mode_pb2 import ProcessingMode
 
     from .extproc import PickerOptions
-    from .extproc_server import build_picker
 
     mode = (
         ProcessingMode.BUFFERED
@@ -100,13 +101,19 @@ async def _serve(args: argparse.Namespace) -> int:
     options = PickerOptions(
         fallbacks=args.fallbacks, request_body_mode=mode, response_body_mode=mode
     )
-    server = {
+    return {
         "options": options,
         "host": args.host,
         "grpc_port": args.grpc_port,
         "metrics_port": args.metrics_port or None,
         "credentials": credentials(args),
     }
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    from .extproc_server import build_picker
+
+    server = server_options(args)
     client = None
     if args.endpoints:
         from ..config_watch import FileConfigSource
@@ -115,7 +122,7 @@ async def _serve(args: argparse.Namespace) -> int:
         source = FileConfigSource(picker.apply_config, args.config, args.rewrites)
         picker.collaborators.insert(0, source)
     else:
-        picker, client = await _kubernetes_picker(args, server)
+        picker, client = await kubernetes_picker(args, server)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -133,7 +140,8 @@ async def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _kubernetes_picker(args: argparse.Namespace, server: dict[str, Any]) -> tuple[Any, Any]:
+async def kubernetes_picker(args: argparse.Namespace, server: dict[str, Any]) -> tuple[Any, Any]:
+    """The picker of Kubernetes mode, wired but not started: (PickerServer, ApiClient)."""
     from ..config import GatewayConfigSpec, load_config
     from ..config_watch import FileConfigSource, KubernetesConfigSource
     from ..endpoints.kubernetes import (
@@ -146,7 +154,7 @@ async def _kubernetes_picker(args: argparse.Namespace, server: dict[str, Any]) -
     )
     from .extproc_server import build_picker
 
-    client = await api_client(kubeconfig=args.kubeconfig)
+    client = await api_client(host=args.api_server, kubeconfig=args.kubeconfig)
     base = load_config(args.config) if args.config else None
     named = [await read_inference_pool(client, args.namespace, name) for name in args.pool]
     picker = build_picker([], base, **server)

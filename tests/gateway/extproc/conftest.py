@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from inference_gateway.config import GatewayConfigSpec, parse_config
 from inference_gateway.dataplane.extproc import PickerOptions
 from inference_gateway.dataplane.extproc_server import PickerServer, build_picker

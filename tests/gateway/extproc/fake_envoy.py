@@ -21,6 +21,7 @@ import grpc
 from envoy.extensions.filters.http.ext_proc.v3.processing_mode_pb2 import ProcessingMode
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
+
 from inference_gateway.dataplane.extproc_wire import SUBSET_KEY, SUBSET_NAMESPACE, header_map
 
 FULL_DUPLEX = ProcessingMode.FULL_DUPLEX_STREAMED

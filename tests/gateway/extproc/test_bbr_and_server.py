@@ -16,6 +16,7 @@ import pytest
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from fake_envoy import FakeEnvoy, PickerFactory
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+
 from inference_gateway.config import parse_config
 from inference_gateway.dataplane.bbr import start_bbr
 from inference_gateway.dataplane.tls import server_credentials

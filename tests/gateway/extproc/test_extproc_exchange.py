@@ -9,6 +9,7 @@ import orjson
 import pytest
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from fake_envoy import BUFFERED, FakeEnvoy, PickerFactory
+
 from inference_gateway.dataplane.extproc_wire import BODY_CHUNK_BYTES, body_chunks, header_map
 from inference_gateway.emulator.fleet import EmulatedFleet
 from inference_gateway.traffic.rewrites import parse_rewrites

@@ -9,10 +9,13 @@ from typing import Any
 
 import pytest
 
-# The tests import the fake API server beside them as a plain module (no package here).
+# The tests import the fake API server beside them, and the fake Envoy of the picker
+# tests, as plain modules (no packages here).
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent.parent / "extproc"))
 
 from fake_apiserver import FakeApiServer
+
 from inference_gateway.endpoints.kubernetes import api_client
 
 

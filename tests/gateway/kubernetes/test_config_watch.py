@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 from fake_apiserver import FakeApiServer
+
 from inference_gateway.config import GatewayConfigSpec
 from inference_gateway.config_watch import FileConfigSource, KubernetesConfigSource
 from inference_gateway.traffic.rewrites import RewriteSet

@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 import pytest
 from fake_apiserver import FakeApiServer, pod
+
 from inference_gateway.config import GatewayConfigSpec
 from inference_gateway.dataplane.director import Director
 from inference_gateway.dataplane.proxy import RoutingState

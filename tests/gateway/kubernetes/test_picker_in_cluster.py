@@ -1,0 +1,92 @@
+"""`igw picker` in Kubernetes mode, end to end on loopback: pods from the fake API server
+(list and watch with resourceVersion and 410 semantics, see fake_apiserver.py), config
+from a file plus InferenceModelRewrites watched in the API, an emulated vLLM pod behind,
+and Envoy's side played by the fake Envoy of the picker tests."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+import orjson
+import yaml
+from fake_apiserver import FakeApiServer, pod
+from fake_envoy import FakeEnvoy
+
+from inference_gateway.cli import build_parser
+from inference_gateway.dataplane.extproc_cli import kubernetes_picker, server_options
+from inference_gateway.emulator.fleet import EmulatedFleet
+
+PODS = "/api/v1/namespaces/igw/pods"
+REWRITES = "/apis/inference.networking.x-k8s.io/v1alpha2/namespaces/igw/inferencemodelrewrites"
+CHAT = "/v1/chat/completions"
+
+
+async def until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    async with asyncio.timeout(timeout_s):
+        while not condition():
+            await asyncio.sleep(0.01)
+
+
+def chat(model: str) -> bytes:
+    return orjson.dumps(
+        {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
+    )
+
+
+async def test_discovers_pods_applies_api_rewrites_and_drops_unready_pods(
+    apiserver: FakeApiServer, tmp_path: Path
+) -> None:
+    solo = {"name": "solo", "gpu": "H100", "model": "llama-3.1-8b", "adapters": ["sql"]}
+    async with EmulatedFleet({"base_port": 0, "pods": [solo]}) as fleet:
+        port = fleet.endpoints[0].port
+        config = tmp_path / "config.yaml"
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "pools": [{"name": "chat", "selector": {"app": "vllm"}, "targetPort": port}],
+                    "models": [{"name": "llama-3.1-8b", "pool": "chat", "adapters": ["sql"]}],
+                }
+            )
+        )
+        apiserver.put(PODS, pod("solo-0", "127.0.0.1", labels={"app": "vllm"}))
+        argv = ["picker", "--config", str(config), "--api-server", apiserver.url]
+        argv += ["--namespace", "igw", "--host", "127.0.0.1", "--grpc-port", "0"]
+        args = build_parser("picker").parse_args([*argv, "--metrics-port", "0"])
+        picker, client = await kubernetes_picker(args, server_options(args))
+        await picker.start()
+        try:
+            await until(lambda: picker.serving)
+            async with FakeEnvoy(f"127.0.0.1:{picker.port}") as envoy:
+                plain = await envoy.exchange(CHAT, chat("llama-3.1-8b"))
+                assert plain.destination == f"127.0.0.1:{port}" and plain.status == 200
+
+                apiserver.put(
+                    REWRITES,
+                    {
+                        "apiVersion": "inference.networking.x-k8s.io/v1alpha2",
+                        "kind": "InferenceModelRewrite",
+                        "metadata": {"name": "canary", "namespace": "igw"},
+                        "spec": {
+                            "rules": [
+                                {
+                                    "matches": [{"model": {"value": "assistant"}}],
+                                    "targets": [{"modelRewrite": "sql", "weight": 1}],
+                                }
+                            ]
+                        },
+                    },
+                )
+                await until(lambda: bool(picker.director.state.rewrites))
+                canary = await envoy.exchange(CHAT, chat("assistant"))
+                assert orjson.loads(canary.upstream_body)["model"] == "sql"
+                assert orjson.loads(canary.response_body)["model"] == "assistant"
+
+                apiserver.put(PODS, pod("solo-0", "127.0.0.1", ready=False, labels={"app": "vllm"}))
+                await until(lambda: not picker.store.endpoints)
+                gone = await envoy.exchange(CHAT, chat("llama-3.1-8b"))
+                assert gone.immediate is not None and gone.immediate.status.code == 503
+        finally:
+            await picker.stop(grace_s=0)
+            await client.close()
