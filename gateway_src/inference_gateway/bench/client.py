@@ -81,7 +81,9 @@ class ChatClient:
             data = orjson.loads(raw)
         except orjson.JSONDecodeError:
             raise _not_openai(f"body is not JSON: {raw[:80]!r}") from None
-        choices = data.get("choices") if isinstance(data, dict) else None
+        if not isinstance(data, dict):
+            raise _not_openai("body is not a JSON object")
+        choices = data.get("choices")
         if not isinstance(choices, list) or not choices or "message" not in choices[0]:
             raise _not_openai("no choices[0].message in the response")
         return data

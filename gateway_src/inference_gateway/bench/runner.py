@@ -23,9 +23,10 @@ import asyncio
 import os
 import statistics
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import TypeVar
 
 import aiohttp
 
@@ -46,6 +47,7 @@ from .tasks import COUNT_IDS_TOOL, score_reply, tool_cases
 __all__ = ["Target", "run_benchmark"]
 
 Progress = Callable[[str], None]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,16 @@ def _median(values: Sequence[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
+async def _gather_all(coroutines: Iterable[Awaitable[T]]) -> list[T]:
+    """Like `asyncio.gather`, but lets every request finish before raising the first
+    error, so no request is left running against a backend that was just marked failed."""
+    outcomes = await asyncio.gather(*coroutines, return_exceptions=True)
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException):
+            raise outcome
+    return outcomes  # type: ignore[return-value]
+
+
 async def _throughput(
     client: ChatClient, settings: BenchSettings, samples: _Samples, run: int
 ) -> None:
@@ -79,11 +91,9 @@ async def _throughput(
     for level in settings.concurrency:
         for _ in range(t.repeats):
             start = time.perf_counter()
-            results = await asyncio.gather(
-                *(
-                    client.stream(messages, max_tokens=t.max_tokens, temperature=0)
-                    for _ in range(level)
-                )
+            results = await _gather_all(
+                client.stream(messages, max_tokens=t.max_tokens, temperature=0)
+                for _ in range(level)
             )
             wall = time.perf_counter() - start
             samples.levels.setdefault(level, []).append((wall, list(results)))
@@ -111,7 +121,7 @@ async def _tool_calls(client: ChatClient, settings: BenchSettings) -> ToolCallRe
         score = score_reply(case, response)
         return "ok" if score.filter_ok else ("call:" if score.called else "none:") + score.detail
 
-    outcomes = await asyncio.gather(*(one(i) for i in range(len(cases))))
+    outcomes = await _gather_all(one(i) for i in range(len(cases)))
     failures = [
         f"case {i + 1} ({cases[i].question!r}): {o.split(':', 1)[1]}"
         for i, o in enumerate(outcomes)

@@ -9,6 +9,9 @@ their field path)::
       - {name: h100, gpu: H100, model: llama-3.1-8b, replicas: 4}
       - {name: a10g, gpu: A10G, model: llama-3.1-8b, replicas: 4,
          max_loras: 2, adapters: [sql, support]}
+      # deliberate faults, for testing clients (emulator/behaviors.py)
+      - {name: flaky, gpu: L4, model: llama-3.1-8b,
+         behavior: {tool_call_error_rate: 0.2, temperature0_jitter: 1.0}}
 
 A group of one replica is named after the group; larger groups name pods `NAME-0`, … .
 Every pod gets the labels `igw.dev/pool`, `igw.dev/gpu` and `igw.dev/model` (plus the

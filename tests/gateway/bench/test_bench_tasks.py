@@ -11,7 +11,9 @@ from inference_gateway.bench.tasks import ToolCase, count_ids, score_reply, tool
 from inference_gateway.emulator.behaviors import parse_comparison
 
 
-def _reply(name: str = "count_ids", arguments: Any = None, raw: str | None = None) -> dict:
+def _reply(
+    name: str = "count_ids", arguments: Any = None, raw: str | None = None
+) -> dict[str, Any]:
     text = raw if raw is not None else orjson.dumps(arguments).decode()
     call = {"id": "c", "type": "function", "function": {"name": name, "arguments": text}}
     return {"choices": [{"message": {"role": "assistant", "tool_calls": [call]}}]}
@@ -54,7 +56,7 @@ CASE = ToolCase("How many IDs are greater than 420?", "gt", 420)
         ({"choices": [{"message": {"role": "assistant", "content": "580"}}]}, False, False),
     ],
 )
-def test_scoring(response: dict, called: bool, filter_ok: bool) -> None:
+def test_scoring(response: dict[str, Any], called: bool, filter_ok: bool) -> None:
     score = score_reply(CASE, response)
     assert (score.called, score.filter_ok) == (called, filter_ok)
     assert (score.detail == "") == filter_ok

@@ -7,6 +7,7 @@ an emulated pod on loopback.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import openai
 import orjson
@@ -40,7 +41,7 @@ def test_parse_comparison(text: str, expected: tuple[str, int] | None) -> None:
     assert parse_comparison(text) == expected
 
 
-def _body(question: str, **extra: object) -> dict:
+def _body(question: str, **extra: object) -> dict[str, Any]:
     return {"messages": [{"role": "user", "content": question}], "tools": [COUNT_IDS_TOOL],
             **extra}  # fmt: skip
 
@@ -104,7 +105,7 @@ async def test_openai_sdk_sees_tool_calls_and_jitter(fleet: EmulatedFleet) -> No
         reply = await client.chat.completions.create(
             model="llama-3.1-8b",
             messages=[{"role": "user", "content": question}],
-            tools=[COUNT_IDS_TOOL],  # type: ignore[list-item]
+            tools=[COUNT_IDS_TOOL],
         )
         choice = reply.choices[0]
         assert choice.finish_reason == "tool_calls"

@@ -63,7 +63,8 @@ def _environment(tmp_path: Path, *, secondary: str, h100_max: int = 2) -> Path:
 
 
 def _clients(service: str) -> Any:
-    return lambda region: boto3.client(service, region_name=region)
+    make: Any = boto3.client  # typed loosely: the service name is a plain str here
+    return lambda region: make(service, region_name=region)
 
 
 @pytest.mark.parametrize(
