@@ -196,7 +196,10 @@ class Exchange:
             )
         if not part.end_of_stream:
             if self.request_mode == STREAMED:
-                return [body_replacement(None)]  # held here, sent once complete
+                # One answer per chunk: hold it (clear it from the stream) and send the
+                # whole body with the last one. Envoy has routed by then, so STREAMED
+                # cannot steer; BUFFERED and FULL_DUPLEX_STREAMED are the picking modes.
+                return [body_replacement(b"", clear=True)]
             return []
         return await self._decide()
 

@@ -163,9 +163,11 @@ def body_replacement(
     set_headers: Mapping[str, str] | None = None,
     clear_route_cache: bool = False,
     destination: str | None = None,
+    clear: bool = False,
 ) -> pb.ProcessingResponse:
     """A BUFFERED (or STREAMED) body answer: the whole body replaced when `body` is not
-    None; in buffered request mode it also carries the routing headers and metadata."""
+    None (`clear`: emptied); in buffered request mode it also carries the routing
+    headers and metadata."""
     response = pb.ProcessingResponse()
     field = "request_body" if request else "response_body"
     common = _common(response, field)
@@ -176,7 +178,9 @@ def body_replacement(
         _set_destination(response, destination)
     if set_headers:
         _fill_mutation(common.header_mutation, set_headers)
-    if body is not None:
+    if clear:
+        common.body_mutation.clear_body = True
+    elif body is not None:
         common.body_mutation.body = body
     return response
 

@@ -295,3 +295,32 @@ def test_body_chunks_of_an_empty_body_still_end_the_stream() -> None:
     messages = list(body_chunks(b""))
     assert len(messages) == 1
     assert messages[0].request_body.response.body_mutation.streamed_response.end_of_stream
+
+
+async def test_bodiless_request_goes_to_a_ready_pod(
+    make_picker: PickerFactory, fleet: EmulatedFleet
+) -> None:
+    from fake_envoy import request_headers_message
+
+    picker = await make_picker()
+    async with FakeEnvoy(f"127.0.0.1:{picker.port}") as envoy:
+        stream = envoy.open()
+        await stream.send(request_headers_message("/v1/models", end_of_stream=True))
+        await stream.wait_for(lambda m: m.HasField("request_headers"))
+        stream.cancel()
+    answer = stream.received[0]
+    common = answer.request_headers.response
+    assert common.clear_route_cache
+    [header] = common.header_mutation.set_headers
+    assert header.header.key == "x-gateway-destination-endpoint"
+    assert header.header.raw_value.decode() in {f"{e.host}:{e.port}" for e in fleet.endpoints}
+
+
+async def test_oversized_body_is_413(make_picker: PickerFactory) -> None:
+    from inference_gateway.dataplane.extproc import PickerOptions
+
+    picker = await make_picker(options=PickerOptions(max_body_bytes=1000))
+    async with FakeEnvoy(f"127.0.0.1:{picker.port}") as envoy:
+        out = await envoy.exchange(CHAT, chat(metadata={"blob": "x" * 2000}), chunk_size=500)
+    assert out.immediate is not None and out.immediate.status.code == 413
+    assert orjson.loads(out.immediate.body)["error"]["code"] == "request_too_large"
