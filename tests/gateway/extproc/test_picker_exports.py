@@ -1,0 +1,84 @@
+"""The public API of the picker's modules, pinned; and the core's independence from them."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+
+import pytest
+
+EXPORTS = {
+    "inference_gateway.dataplane.extproc": [
+        "Exchange",
+        "ExtProcServicer",
+        "PickerOptions",
+        "UsageScanner",
+    ],
+    "inference_gateway.dataplane.extproc_server": [
+        "Lifecycle",
+        "PickerServer",
+        "SERVICE_NAME",
+        "build_picker",
+        "refresh_pool_gauges",
+    ],
+    "inference_gateway.dataplane.director": [
+        "Decision",
+        "Director",
+        "Rejection",
+        "RoutingState",
+        "SchedulerLike",
+        "Series",
+        "api_key_of",
+        "prompt_text",
+        "subset_hostports",
+    ],
+    "inference_gateway.dataplane.bbr": [
+        "BASE_MODEL_HEADER",
+        "BodyRouter",
+        "BodyRouterServicer",
+        "MODEL_HEADER",
+        "model_headers",
+        "start_bbr",
+    ],
+    "inference_gateway.endpoints.kubernetes": [
+        "CustomObjectSource",
+        "LeaderElector",
+        "PodDiscovery",
+        "PodSource",
+        "PoolTarget",
+        "Reflector",
+        "Source",
+        "WatchExpired",
+        "api_client",
+        "pod_endpoints",
+        "pod_ready",
+        "read_inference_pool",
+    ],
+    "inference_gateway.config_watch": [
+        "Apply",
+        "FileConfigSource",
+        "KubernetesConfigSource",
+        "known_models",
+        "merge_objectives",
+    ],
+}
+
+
+@pytest.mark.parametrize("module", sorted(EXPORTS))
+def test_public_api(module: str) -> None:
+    mod = importlib.import_module(module)
+    assert sorted(mod.__all__) == EXPORTS[module]
+    for name in mod.__all__:
+        assert getattr(mod, name) is not None
+
+
+def test_discovery_and_live_config_import_no_data_plane() -> None:
+    """The core never imports a data plane or gRPC (DESIGN §2)."""
+    code = (
+        "import sys, inference_gateway.endpoints.kubernetes, inference_gateway.config_watch; "
+        "bad = [m for m in sys.modules "
+        "if m == 'grpc' or m.startswith('inference_gateway.dataplane')]; "
+        "assert not bad, bad"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
