@@ -140,6 +140,7 @@ class KubernetesConfigSource:
         self.rejected = 0
         self.applied = 0
         self._last_error: str | None = None
+        self._pending: set[asyncio.Task[None]] = set()
 
         def reflector(group: str, version: str, plural: str) -> Reflector:
             source = CustomObjectSource(client, group, version, plural, namespace)
@@ -201,7 +202,9 @@ class KubernetesConfigSource:
         log.error("%s; still serving the last good config", message)
         if resource is not None and message != self._last_error:
             self._last_error = message
-            asyncio.get_running_loop().create_task(self._event(resource, message))
+            task = asyncio.get_running_loop().create_task(self._event(resource, message))
+            self._pending.add(task)  # keep a reference until it is done
+            task.add_done_callback(self._pending.discard)
 
     async def _event(self, resource: Mapping[str, Any], message: str) -> None:
         """A Warning Event on the resource; best effort (RBAC may not allow it)."""
