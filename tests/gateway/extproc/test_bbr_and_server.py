@@ -98,6 +98,17 @@ async def test_health_follows_ready_pods(make_picker: PickerFactory) -> None:
     assert await health(f"127.0.0.1:{live.port}") == health_pb2.HealthCheckResponse.SERVING
 
 
+async def test_health_is_not_serving_while_not_the_leader(make_picker: PickerFactory) -> None:
+    leading = [False]
+    picker = await make_picker(is_leader=lambda: leading[0], health_interval_s=0.01)
+    target = f"127.0.0.1:{picker.port}"
+    assert await health(target) == health_pb2.HealthCheckResponse.NOT_SERVING
+    leading[0] = True
+    async with asyncio.timeout(5):
+        while await health(target) != health_pb2.HealthCheckResponse.SERVING:
+            await asyncio.sleep(0.02)
+
+
 async def test_tls_with_a_self_signed_certificate_and_metrics_port(
     make_picker: PickerFactory,
 ) -> None:
