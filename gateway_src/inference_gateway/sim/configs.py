@@ -2,7 +2,8 @@
 `igw what-if`.
 
 A config is simulated as the `gateway` policy is (the real `Scheduler`, counting its own
-in-flight requests), but with the caller's plugins, weights and profiles. The driver
+in-flight requests, behind the config's own admission control), but with the caller's
+plugins, weights, profiles and flow-control settings. The driver
 builds policies by name, so a config is registered under a private name for the length
 of one run and removed afterwards.
 """
@@ -17,6 +18,7 @@ import yaml
 
 from ..config import GatewayConfigSpec, parse_config
 from ..errors import ConfigError
+from .admission import AdmissionPolicy
 from .capacity import fleet_capacity
 from .driver import run_policy
 from .fleet import SimPod
@@ -65,10 +67,11 @@ def run_config(
         capacity_rps = fleet_capacity(scenario.fleet, scenario.workload, scenario.seed)
     name = f"config-{next(_names)}"
 
-    def factory(policy_name: str, pods: list[SimPod], seed: int) -> SchedulerPolicy:
-        return SchedulerPolicy(
+    def factory(policy_name: str, pods: list[SimPod], seed: int) -> AdmissionPolicy:
+        inner = SchedulerPolicy(
             policy_name, pods, seed, config, count_inflight=True, profile=profile
         )
+        return AdmissionPolicy(inner, config.flow_control)
 
     POLICIES[name] = factory
     try:

@@ -13,7 +13,8 @@ newer scrape from the shared one (metrics and time) and reset their own "sent si
 scrape" counters, exactly as a real replica's store does when its scrape returns. All
 replicas see each scrape at the same instant, which is the worst case for herding (real
 replicas' scrapes are out of phase). Requests go to a replica chosen uniformly at random
-(seeded), as an L4 load balancer spreads connections.
+(seeded), as an L4 load balancer spreads connections. A replica with admission control
+queues in its own flow controller; the driver's `drain` reaches every replica's queue.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import random
 from collections.abc import Callable
 
 from ..errors import ConfigError
+from .admission import DEFERRED
 from .fleet import SimPod
 from .workload import SimRequest
 
@@ -67,6 +69,7 @@ class Replicated:
             self.views.append(view)
             self.replicas.append(make(base, view, seed + 7919 * i))
         self.needs_scrapes = any(r.needs_scrapes for r in self.replicas)
+        self._drains = [(i, r.drain) for i, r in enumerate(self.replicas) if hasattr(r, "drain")]
         self._owner: dict[int, int] = {}
 
     def _sync(self, view: list[SimPod]) -> None:
@@ -88,7 +91,18 @@ class Replicated:
         if pod is None:
             return None
         self._owner[request.request_id] = i
-        return self.pods[pod.index]
+        return pod if pod is DEFERRED else self.pods[pod.index]
+
+    def drain(self, now: float) -> list[tuple[SimRequest, SimPod | None]]:
+        """Requests leaving any replica's admission queue now (see `admission`)."""
+        out: list[tuple[SimRequest, SimPod | None]] = []
+        for i, drain in self._drains:
+            self._sync(self.views[i])
+            for request, pod in drain(now):
+                if pod is None:
+                    self._owner.pop(request.request_id, None)
+                out.append((request, None if pod is None else self.pods[pod.index]))
+        return out
 
     def on_first_token(self, request: SimRequest, pod: SimPod, ttft: float, now: float) -> None:
         i = self._owner.get(request.request_id)

@@ -1,0 +1,287 @@
+"""`make bench`: the routing benchmark matrix, written to bench/results/latest/.
+
+    .venv/bin/python bench/run.py [--quick] [--jobs N] [--only KIND,...] [--out DIR] [--json]
+
+Runs every case of `matrix.build_matrix()` (shipped scenarios under all policies, load
+sweeps, a 256-pod fleet, scrape-interval sensitivity, several gateway replicas) in
+worker processes, one (case, policy) simulation per job, longest first. Then runs the
+other overhead benchmarks in this folder when they exist (`<script> --json`, one JSON
+object on stdout; a missing or failing script is recorded, never fatal), evaluates the
+must-hold checks, and writes:
+
+* `results.json` — every figure; schema `igw-bench/1` (docs/benchmarks.md). Everything
+  under `cases` and `checks` depends only on the code and the seeds; timings and host
+  facts live under `run` and `overhead`.
+* `summary.md` — the tables of docs/benchmarks.md;
+* `report.html` — the same with charts (TTFT CDFs, P99 versus load, scrape interval,
+  replicas, overhead).
+
+Progress goes to stderr. Exit status 0 even when a check fails (the checks are findings
+to read, not a gate); 2 on bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from matrix import CHECKS, PEERS, QUANTILES, Case, build_matrix  # noqa: E402
+
+SCHEMA = "igw-bench/1"
+OVERHEAD_SCRIPTS = ["picker_throughput", "gateway_overhead", "emulator_streams"]
+OVERHEAD_TIMEOUT_S = 120
+
+
+def _init_worker() -> None:
+    """Keep a TTFT quantile sketch in each policy report (for the CDF charts) without
+    changing the simulator: the driver builds its observer from this module attribute."""
+    import numpy as np
+
+    from inference_gateway.sim import driver
+    from inference_gateway.sim.metrics import Observer
+
+    class QuantileObserver(Observer):
+        __slots__ = ()
+
+        def report(self, *, duration_s: float, fleet_usd_per_hour: float) -> dict[str, Any]:
+            out = super().report(duration_s=duration_s, fleet_usd_per_hour=fleet_usd_per_hour)
+            if self.ttft:
+                values = np.percentile(np.asarray(self.ttft), QUANTILES)
+                out["ttft_quantiles_s"] = [round(float(v), 6) for v in values]
+            return out
+
+    driver.Observer = QuantileObserver  # type: ignore[misc]
+
+
+def _job(case: Case, policy: str) -> tuple[str, str, float, dict[str, Any], float]:
+    from inference_gateway.sim.capacity import fleet_capacity
+    from inference_gateway.sim.driver import run_policy
+
+    s = case.scenario
+    capacity = fleet_capacity(s.fleet, s.workload, s.seed)
+    start = time.process_time()
+    report = run_policy(s, policy, capacity)
+    return case.id, policy, capacity, report, time.process_time() - start
+
+
+def run_matrix(cases: list[Case], jobs: int) -> tuple[dict[str, Any], dict[str, float]]:
+    """Every (case, policy) simulation; returns (cases, CPU seconds per job)."""
+    work = sorted(
+        ((c, p) for c in cases for p in c.policies),
+        key=lambda cp: -cp[0].weight * (3 if cp[1].startswith(("gateway", "upstream")) else 1),
+    )
+    out: dict[str, Any] = {}
+    cpu: dict[str, float] = {}
+    for case in cases:
+        s = case.scenario
+        out[case.id] = {
+            "kind": case.kind,
+            "scenario": s.name,
+            "seed": s.seed,
+            "duration_s": s.duration_s,
+            "pods": sum(p.replicas for p in s.fleet),
+            "scrape_interval_ms": s.scrape_interval_ms,
+            "params": case.params,
+            "capacity_rps": None,
+            "policies": {},
+        }
+    start = time.monotonic()
+    done = 0
+    with ProcessPoolExecutor(max_workers=jobs, initializer=_init_worker) as pool:
+        futures = [pool.submit(_job, c, p) for c, p in work]
+        for future in as_completed(futures):
+            case_id, policy, capacity, report, seconds = future.result()
+            done += 1
+            out[case_id]["capacity_rps"] = round(capacity, 3)
+            out[case_id]["policies"][policy] = report
+            cpu[f"{case_id}|{policy}"] = round(seconds, 2)
+            elapsed = time.monotonic() - start
+            print(
+                f"[{done:3d}/{len(work)}] {elapsed:6.0f}s  {case_id:40s} {policy:30s} "
+                f"P99 TTFT {report['ttft_p99_s']:10.3f} s  ({seconds:.1f} CPU-s)",
+                file=sys.stderr,
+                flush=True,
+            )
+    for case in cases:  # policies in matrix order, whatever order they finished in
+        entry = out[case.id]
+        entry["policies"] = {p: entry["policies"][p] for p in case.policies}
+    return out, cpu
+
+
+def evaluate_checks(cases: dict[str, Any]) -> list[dict[str, Any]]:
+    """The must-hold claims of issue 6, each with its figures and a verdict."""
+    results = []
+    for check, scenario, rule in CHECKS:
+        entry = cases.get(f"scenario/{scenario}")
+        if entry is None:
+            continue
+        gateway = entry["policies"]["gateway"]["ttft_p99_s"]
+        if rule.startswith("replicas"):
+            _, n, limit = rule.split(":")
+            other = cases.get(f"replicas/{scenario}", {}).get("policies", {}).get(f"gateway@{n}")
+            if other is None:
+                continue
+            value = other["ttft_p99_s"]
+            ratio = value / gateway
+            results.append(
+                {
+                    "check": check,
+                    "scenario": scenario,
+                    "rule": f"gateway@{n} P99 TTFT <= {limit} x gateway P99 TTFT",
+                    "gateway_p99_s": gateway,
+                    "reference": f"gateway@{n}",
+                    "reference_p99_s": value,
+                    "ratio": round(ratio, 4),
+                    "pass": ratio <= float(limit),
+                }
+            )
+            continue
+        peers = {p: entry["policies"][p]["ttft_p99_s"] for p in PEERS if p in entry["policies"]}
+        best = min(peers, key=peers.__getitem__)
+        ratio = gateway / peers[best]
+        limit = 1.0 if rule == "beat" else float(rule.split(":")[1])
+        results.append(
+            {
+                "check": check,
+                "scenario": scenario,
+                "rule": "gateway P99 TTFT < every peer's"
+                if rule == "beat"
+                else f"gateway P99 TTFT <= {limit} x best peer's",
+                "gateway_p99_s": gateway,
+                "reference": best,
+                "reference_p99_s": peers[best],
+                "ratio": round(ratio, 4),
+                "pass": ratio < 1.0 if rule == "beat" else ratio <= limit,
+            }
+        )
+    return results
+
+
+def run_overhead(skip: bool) -> dict[str, Any]:
+    """Figures from the other benchmark scripts here, when present."""
+    out: dict[str, Any] = {}
+    for name in OVERHEAD_SCRIPTS:
+        path = HERE / f"{name}.py"
+        if skip or not path.exists():
+            out[name] = {"status": "skipped" if skip else "missing"}
+            continue
+        print(f"overhead: {name} --json ...", file=sys.stderr, flush=True)
+        try:
+            proc = subprocess.run(
+                [sys.executable, str(path), "--json"],
+                capture_output=True,
+                text=True,
+                timeout=OVERHEAD_TIMEOUT_S,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            out[name] = {"status": "timeout", "timeout_s": OVERHEAD_TIMEOUT_S}
+            continue
+        try:
+            figures = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.stdout else None
+            if not isinstance(figures, dict):
+                figures = json.loads(proc.stdout)
+        except (json.JSONDecodeError, IndexError):
+            figures = None
+        if proc.returncode != 0 or not isinstance(figures, dict):
+            tail = (proc.stderr or proc.stdout or "").strip().splitlines()[-3:]
+            out[name] = {"status": "failed", "returncode": proc.returncode, "tail": tail}
+        else:
+            out[name] = {"status": "ok", "figures": figures}
+    return out
+
+
+def _git_commit() -> str | None:
+    try:
+        proc = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=HERE,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    except OSError:
+        return None
+    return proc.stdout.strip() or None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default=str(HERE / "results" / "latest"), help="output folder")
+    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
+    parser.add_argument("--quick", action="store_true", help="durations / 4 (smoke run)")
+    parser.add_argument(
+        "--only", help="comma-separated case kinds (scenario, load-sweep, scale, ...)"
+    )
+    parser.add_argument("--skip-overhead", action="store_true", help="simulations only")
+    parser.add_argument("--json", action="store_true", help="also print results.json")
+    args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error("--jobs must be at least 1")
+    cases = build_matrix(quick=args.quick)
+    if args.only:
+        kinds = {k.strip() for k in args.only.split(",")}
+        unknown = kinds - {c.kind for c in cases}
+        if unknown:
+            parser.error(f"--only: unknown kinds {sorted(unknown)}")
+        cases = [c for c in cases if c.kind in kinds]
+    started = datetime.now(UTC)
+    wall = time.monotonic()
+    jobs_total = sum(len(c.policies) for c in cases)
+    print(
+        f"igw bench: {len(cases)} cases, {jobs_total} simulations, {args.jobs} workers"
+        + (" (quick)" if args.quick else ""),
+        file=sys.stderr,
+        flush=True,
+    )
+    results, cpu = run_matrix(cases, args.jobs)
+    overhead = run_overhead(args.skip_overhead)
+    document = {
+        "schema": SCHEMA,
+        "run": {
+            "started_at": started.isoformat(timespec="seconds"),
+            "wall_s": round(time.monotonic() - wall, 1),
+            "quick": args.quick,
+            "jobs": args.jobs,
+            "git_commit": _git_commit(),
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+            "load_average": [round(x, 2) for x in os.getloadavg()],
+            "cpu_s_by_job": cpu,
+        },
+        "cases": results,
+        "checks": evaluate_checks(results),
+        "overhead": overhead,
+    }
+    from report import write_reports
+
+    out = Path(args.out)
+    write_reports(document, out)
+    print(f"igw bench: wrote {out}/results.json, summary.md, report.html", file=sys.stderr)
+    for check in document["checks"]:
+        verdict = "PASS" if check["pass"] else "FAIL"
+        print(
+            f"  {verdict}  {check['check']:24s} {check['scenario']:20s} "
+            f"gateway {check['gateway_p99_s']:.3f} s vs {check['reference']} "
+            f"{check['reference_p99_s']:.3f} s (x{check['ratio']:.3f})",
+            file=sys.stderr,
+        )
+    if args.json:
+        sys.stdout.write(json.dumps(document, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
