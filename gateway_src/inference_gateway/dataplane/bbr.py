@@ -65,55 +65,72 @@ def model_headers(body: bytes, config: GatewayConfigSpec | None = None) -> dict[
     return BodyRouter(config).headers(body)
 
 
+class _Stream:
+    """One request's stream: the body so far, and one handler per message kind."""
+
+    def __init__(self, router: BodyRouter, mode: int) -> None:
+        self.router = router
+        self.mode = mode
+        self.body = bytearray()
+        self.handlers = {
+            "request_headers": self.on_request_headers,
+            "request_body": self.on_request_body,
+            "request_trailers": lambda r: [trailers_response()],
+            "response_headers": lambda r: [headers_response(request=False)],
+            "response_body": self.on_response_body,
+            "response_trailers": lambda r: [trailers_response(request=False)],
+        }
+
+    def handle(self, request: pb.ProcessingRequest) -> list[pb.ProcessingResponse]:
+        if request.HasField("protocol_config"):
+            self.mode = request.protocol_config.request_body_mode or self.mode
+        handler = self.handlers.get(request.WhichOneof("request") or "")
+        return handler(request) if handler is not None else []
+
+    def on_request_headers(self, request: pb.ProcessingRequest) -> list[pb.ProcessingResponse]:
+        if request.request_headers.end_of_stream or self.mode != FULL_DUPLEX:
+            return [headers_response()]
+        return []  # full duplex: the answer waits for the body
+
+    def on_request_body(self, request: pb.ProcessingRequest) -> list[pb.ProcessingResponse]:
+        self.body += request.request_body.body
+        if not request.request_body.end_of_stream:
+            return []
+        body = bytes(self.body)
+        headers = self.router.headers(body)
+        if self.mode == FULL_DUPLEX:
+            return [
+                headers_response(set_headers=headers, clear_route_cache=bool(headers)),
+                *body_chunks(body),
+            ]
+        return [body_replacement(None, set_headers=headers, clear_route_cache=bool(headers))]
+
+    def on_response_body(self, request: pb.ProcessingRequest) -> list[pb.ProcessingResponse]:
+        part = request.response_body
+        if self.mode == FULL_DUPLEX:
+            return list(body_chunks(part.body, request=False, end_of_stream=part.end_of_stream))
+        return [body_replacement(None, request=False)]
+
+
 class BodyRouterServicer(pb_grpc.ExternalProcessorServicer):
-    """One stream per request: collect the body, answer headers, pass the body on."""
+    """`envoy.service.ext_proc.v3.ExternalProcessor` for the body-based router."""
 
     def __init__(self, router: BodyRouter, default_mode: int = FULL_DUPLEX) -> None:
         self.router = router
         self.default_mode = default_mode
 
-    async def Process(  # the gRPC method name, as generated
+    async def Process(  # gRPC's method name
         self,
         request_iterator: AsyncIterator[pb.ProcessingRequest],
         context: grpc.aio.ServicerContext[Any, Any],
-    ) -> AsyncIterator[pb.ProcessingResponse]:
-        mode = self.default_mode
-        body = bytearray()
-        async for request in request_iterator:
-            if request.HasField("protocol_config"):
-                mode = request.protocol_config.request_body_mode or mode
-            kind = request.WhichOneof("request")
-            if kind == "request_headers":
-                if request.request_headers.end_of_stream or mode != FULL_DUPLEX:
-                    yield headers_response()
-            elif kind == "request_body":
-                body += request.request_body.body
-                if not request.request_body.end_of_stream:
-                    continue
-                headers = self.router.headers(bytes(body))
-                if mode == FULL_DUPLEX:
-                    yield headers_response(set_headers=headers, clear_route_cache=bool(headers))
-                    for message in body_chunks(bytes(body)):
-                        yield message
-                else:
-                    yield body_replacement(
-                        None, set_headers=headers, clear_route_cache=bool(headers)
-                    )
-            elif kind == "request_trailers":
-                yield trailers_response()
-            elif kind == "response_headers":
-                yield headers_response(request=False)
-            elif kind == "response_body":
-                part = request.response_body
-                if mode == FULL_DUPLEX:
-                    for message in body_chunks(
-                        part.body, request=False, end_of_stream=part.end_of_stream
-                    ):
-                        yield message
-                else:
-                    yield body_replacement(None, request=False)
-            elif kind == "response_trailers":
-                yield trailers_response(request=False)
+    ) -> None:
+        stream = _Stream(self.router, self.default_mode)
+        while True:
+            request = await context.read()
+            if request is grpc.aio.EOF:
+                return
+            for response in stream.handle(request):
+                await context.write(response)
 
 
 async def start_bbr(
