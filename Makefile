@@ -10,7 +10,7 @@ PIP     := $(BIN)/pip --disable-pip-version-check -q
 # The machine's pip config names a local index that may be absent; drop that noise only.
 QUIET   := { grep -v '^WARNING: Location' || true; }
 
-.PHONY: venv demo test test-gateway lint bench synth clean
+.PHONY: venv demo test lint bench synth checkov clean
 
 venv: $(STAMP)
 
@@ -33,7 +33,7 @@ lint: venv
 	$(BIN)/ruff format --check .
 
 bench: venv
-	$(BIN)/igw bench run
+	$(BIN)/python bench/run.py
 
 # Every environment: CDK templates into cdk.out/<env>/ (no AWS credentials needed), and
 # the Kubernetes side into gitops/environments/<env>/rendered/.
@@ -41,11 +41,15 @@ ENVS ?= $(notdir $(wildcard gitops/environments/*))
 synth: venv
 	@for env in $(ENVS); do \
 	  echo "==> cdk synth $$env"; \
-	  JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION=1 CDK_OUTDIR=cdk.out/$$env \
+	  JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 CDK_OUTDIR=cdk.out/$$env \
 	    IGW_ENVIRONMENT=$$env $(BIN)/python app.py || exit 1; \
 	done
 	@echo "==> cdk8s synth"
 	@$(BIN)/python cdk8s/main.py
 
+# checkov lives in its own venv (its pins clash with pytest's); created on first use.
+checkov: venv
+	cdk8s/checkov.sh -d gitops --framework kubernetes
+
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache cdk.out
+	rm -rf $(VENV) cdk8s/.tools-venv .pytest_cache .ruff_cache cdk.out
