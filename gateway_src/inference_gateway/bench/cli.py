@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 from rich.console import Console
 
+from ..errors import ConfigError
 from .report import render_html, render_table
 from .results import BenchResult
 from .runner import run_benchmark
@@ -60,8 +61,6 @@ def _run_backends(args: argparse.Namespace) -> int:
     spec = load_bench_spec(args.file)
     if args.runs is not None:
         if args.runs < 1:
-            from ..errors import ConfigError
-
             raise ConfigError("arguments", ["--runs: must be at least 1"])
         spec = spec.model_copy(
             update={"settings": spec.settings.model_copy(update={"runs": args.runs})}
