@@ -152,9 +152,19 @@ async def kubernetes_picker(args: argparse.Namespace, server: dict[str, Any]) ->
         api_client,
         read_inference_pool,
     )
+    from ..errors import ConfigError
     from .extproc_server import build_picker
 
-    client = await api_client(host=args.api_server, kubeconfig=args.kubeconfig)
+    try:
+        client = await api_client(host=args.api_server, kubeconfig=args.kubeconfig)
+    except Exception as error:  # the client's config errors, translated at the boundary
+        raise ConfigError(
+            "Kubernetes discovery",
+            [
+                f"<credentials>: no in-cluster service account or usable kubeconfig ({error}); "
+                "pass --endpoints FILE to run without Kubernetes"
+            ],
+        ) from None
     base = load_config(args.config) if args.config else None
     named = [await read_inference_pool(client, args.namespace, name) for name in args.pool]
     picker = build_picker([], base, **server)
