@@ -14,6 +14,8 @@ from pathlib import Path
 
 import grpc
 
+from ..errors import ConfigError
+
 __all__ = ["self_signed", "server_credentials"]
 
 
@@ -56,9 +58,12 @@ def server_credentials(
 ) -> tuple[grpc.ServerCredentials, bytes]:
     """Credentials and the certificate PEM (for clients that pin it)."""
     if (cert_file is None) != (key_file is None):
-        raise ValueError("--tls-cert and --tls-key go together")
+        raise ConfigError("TLS", ["--tls-cert, --tls-key: give both or neither"])
     if cert_file is not None and key_file is not None:
-        cert, key = Path(cert_file).read_bytes(), Path(key_file).read_bytes()
+        try:
+            cert, key = Path(cert_file).read_bytes(), Path(key_file).read_bytes()
+        except OSError as error:
+            raise ConfigError("TLS", [f"{error.filename}: {error.strerror}"]) from None
     else:
         cert, key = self_signed()
     return grpc.ssl_server_credentials([(key, cert)]), cert
