@@ -142,8 +142,8 @@ async def test_saturated_pool_sheds_sheddable_and_times_out_the_queue(
     fleet: EmulatedFleet,
     gateway_on: Callable[..., Any],
 ) -> None:
-    # One scrape at start, then none for a minute: the picker's own in-flight count is
-    # all it sees, so the pool saturates after one request per pod and stays saturated.
+    # One scrape at start, then none for a minute: the picker's own count of what it sent
+    # and is still running is all it sees, so two long streams saturate the pool.
     spec = parse_config(
         config(
             scrape={"intervalMs": 60_000, "stalenessMs": 600_000},
@@ -162,9 +162,13 @@ async def test_saturated_pool_sheds_sheddable_and_times_out_the_queue(
         aiohttp.ClientSession() as session,
     ):
         body = {"model": "chat-v1", "prompt": "x", "max_tokens": 1}
-        for _ in range(2):  # fills both v1 pods' allowance
-            async with session.post(url + "/v1/completions", json=body) as r:
-                assert r.status == 200
+        long = {"model": "chat-v1", "prompt": "x", "max_tokens": 3000, "stream": True}
+        held = []
+        for _ in range(2):  # one long stream per v1 pod fills the pool's allowance
+            response = await session.post(url + "/v1/completions", json=long)
+            assert response.status == 200
+            await response.content.readline()  # first token: it is running
+            held.append(response)
         async with session.post(
             url + "/v1/completions",
             json=body,
@@ -183,6 +187,8 @@ async def test_saturated_pool_sheds_sheddable_and_times_out_the_queue(
             'reason="pool_saturated"} 1.0' in text
         )
         assert "inference_pool_saturation" in text
+        for response in held:
+            response.close()
 
 
 async def test_every_pod_stale_answers_503(
