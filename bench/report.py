@@ -295,10 +295,13 @@ started {{ run.started_at }}, {{ "%.0f"|format(run.wall_s) }} s wall on {{ run.c
 Figures are from the discrete-event simulator over the vLLM-faithful engine model
 (see docs/benchmarks.md for the method and assumptions).</p>
 <h2>Must-hold checks</h2>
-<table><tr><th>check</th><th>scenario</th><th>gateway P99 s</th><th>reference</th>
-<th>reference P99 s</th><th>ratio</th><th>result</th></tr>
+<table><tr><th>check</th><th>scenario</th><th>gateway P99 s</th><th>gateway rejected</th>
+<th>reference</th><th>reference P99 s</th><th>reference rejected</th><th>ratio</th>
+<th>result</th></tr>
 {% for c in checks %}<tr><td>{{ c.check }}</td><td>{{ c.scenario }}</td>
-<td>{{ fmt(c.gateway_p99_s) }}</td><td>{{ c.reference }}</td><td>{{ fmt(c.reference_p99_s) }}</td>
+<td>{{ fmt(c.gateway_p99_s) }}</td><td>{{ fmt(c.gateway_rejected) }}</td>
+<td>{{ c.reference }}</td><td>{{ fmt(c.reference_p99_s) }}</td>
+<td>{{ fmt(c.reference_rejected) }}</td>
 <td>{{ "%.3f"|format(c.ratio) }}</td>
 <td class="{{ 'pass' if c.pass else 'fail' }}">{{ "pass" if c.pass else "FAIL" }}</td></tr>
 {% endfor %}</table>
