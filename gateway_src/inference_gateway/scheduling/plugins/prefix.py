@@ -69,9 +69,13 @@ class PrefixIndex:
         for h in hashes:
             if h in lru:
                 lru.move_to_end(h)
+                continue
+            lru[h] = None
+            holders = pods_by_hash.get(h)
+            if holders is None:
+                pods_by_hash[h] = {pod}
             else:
-                lru[h] = None
-                pods_by_hash.setdefault(h, set()).add(pod)
+                holders.add(pod)
         capacity = self._capacity.get(pod, self.default_capacity)
         while len(lru) > capacity:
             old, _ = lru.popitem(last=False)
