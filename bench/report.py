@@ -203,7 +203,7 @@ def _charts(doc: dict[str, Any]) -> list[dict[str, str]]:
         fig, ax = plt.subplots(figsize=(7, 4))
         for policy, r in case["policies"].items():
             q = r.get("ttft_quantiles_s")
-            if q:
+            if q and len(q) == len(QUANTILES):
                 ax.plot(np.maximum(q, 1e-3), np.asarray(QUANTILES) / 100, label=policy)
         ax.set_xscale("log")
         ax.set_xlabel("TTFT (s, log)")

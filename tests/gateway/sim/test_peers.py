@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from inference_gateway.errors import ConfigError
 from inference_gateway.sim.fleet import SimPod, build_fleet
 from inference_gateway.sim.peers import DynamoKV, ProductionStackPrefixAware, SGLangCacheAware

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from inference_gateway.cli import main
 
 TINY = """
