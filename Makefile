@@ -6,23 +6,34 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 REQS    := $(wildcard requirements/*.txt)
+# The gateway alone (what `make demo` needs): a quicker first bootstrap than the IaC tools.
+CORE_STAMP := $(VENV)/.installed-core
+CORE_REQS  := $(wildcard requirements/gateway*.txt) requirements/dev.txt
 PIP     := $(BIN)/pip --disable-pip-version-check -q
 # The machine's pip config names a local index that may be absent; drop that noise only.
 QUIET   := { grep -v '^WARNING: Location' || true; }
 
-.PHONY: venv demo test lint bench synth checkov clean
+.PHONY: venv venv-core demo test lint bench synth checkov clean
 
 venv: $(STAMP)
+venv-core: $(CORE_STAMP)
+
+$(CORE_STAMP): $(CORE_REQS) gateway_src/pyproject.toml
+	@echo "==> bootstrapping $(VENV) with the gateway's pinned requirements"
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	@$(PIP) install $(foreach r,$(CORE_REQS),-r $(r)) 2>&1 | $(QUIET)
+	@$(PIP) install --no-deps -e gateway_src 2>&1 | $(QUIET)
+	@touch $(CORE_STAMP)
 
 $(STAMP): $(REQS) pyproject.toml gateway_src/pyproject.toml
 	@echo "==> bootstrapping $(VENV) from pinned requirements (first run takes a few minutes)"
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	@$(PIP) install $(foreach r,$(REQS),-r $(r)) 2>&1 | $(QUIET)
 	@$(PIP) install --no-deps -e gateway_src -e . 2>&1 | $(QUIET)
-	@$(BIN)/python -c "import inference_gateway" 
-	@touch $(STAMP)
+	@$(BIN)/python -c "import inference_gateway, stacks, charts"
+	@touch $(STAMP) $(CORE_STAMP)
 
-demo: venv
+demo: venv-core
 	$(BIN)/igw demo
 
 test: venv
