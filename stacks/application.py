@@ -27,7 +27,7 @@ from .observability import ObservabilityStack, ObservabilityStackProps
 from .parts.alarms import ClusterAlarmsProps, FleetAlarmsProps
 from .parts.argocd import ArgoCdProps
 from .parts.eks_cluster import KUBECTL_LAYERS, InferenceClusterProps
-from .parts.images import GatewayImageProps
+from .parts.images import GatewayImageProps, GatewayReleaseProps
 from .parts.internal_lb import InternalLoadBalancerProps
 from .parts.network import NetworkProps
 from .parts.pod_identity import PodIdentityProps
@@ -210,10 +210,12 @@ def _region(app: App, env: EnvironmentSpec, plan: RegionPlan) -> RegionStacks:
         **kw("Pod Identity roles"),
     )
     identity.add_stack_dependency(cluster, "associations need the cluster")
+    # The repository and tag the charts' image names (cdk8s/charts/base.py gateway_image).
+    repository = env.kubernetes.image_repository or f"igw-{env.name}/gateway"
     images = ImagesStack(
         app,
         f"{prefix}-images",
-        ImagesStackProps(GatewayImageProps(repository_name=f"igw-{env.name}/gateway")),
+        ImagesStackProps(GatewayImageProps(repository_name=repository)),
         **kw("ECR repository and gateway image"),
     )
     observability = ObservabilityStack(
@@ -231,10 +233,13 @@ def _region(app: App, env: EnvironmentSpec, plan: RegionPlan) -> RegionStacks:
         app,
         f"{prefix}-gitops",
         GitOpsStackProps(
-            argocd=ArgoCdProps(spec=env.gitops, environment=env.name), cluster=cluster.cluster
+            argocd=ArgoCdProps(spec=env.gitops, environment=env.name),
+            cluster=cluster.cluster,
+            release=GatewayReleaseProps(repository_name=repository, tag=env.kubernetes.image_tag),
         ),
-        **kw("ArgoCD bootstrap"),
+        **kw("ArgoCD bootstrap, gateway release image"),
     )
+    gitops.add_stack_dependency(images, "the release image is pushed into its repository")
     stacks: list[Stack] = [network, cluster, ingress, identity, images, observability, gitops]
     return RegionStacks(
         plan, network, cluster, ingress, identity, images, observability, gitops, stacks

@@ -1,15 +1,17 @@
-"""GitOpsStack: ArgoCD and the root Application on the region's cluster."""
+"""GitOpsStack: ArgoCD, its in-cluster Secret and the root Application on the region's
+cluster, and the gateway release image those manifests run (pushed before the stack)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from aws_cdk import Stack
+from aws_cdk import CfnOutput, Stack
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
 from .parts.argocd import ArgoCdBootstrap, ArgoCdProps
+from .parts.images import GatewayRelease, GatewayReleaseProps, release_synthesizer
 
 __all__ = ["GitOpsStack", "GitOpsStackProps"]
 
@@ -18,11 +20,19 @@ __all__ = ["GitOpsStack", "GitOpsStackProps"]
 class GitOpsStackProps:
     argocd: ArgoCdProps
     cluster: eks.ICluster
+    #: The image of `kubernetes.image_tag`; its repository (ImagesStack) must deploy first.
+    release: GatewayReleaseProps | None = None
 
 
 class GitOpsStack(Stack):
     def __init__(
         self, scope: Construct, construct_id: str, props: GitOpsStackProps, **kwargs: Any
     ) -> None:
+        if props.release is not None:
+            kwargs.setdefault("synthesizer", release_synthesizer(props.release.repository_name))
         super().__init__(scope, construct_id, **kwargs)
         self.argocd = ArgoCdBootstrap(self, "ArgoCd", props.cluster, props.argocd)
+        self.release: GatewayRelease | None = None
+        if props.release is not None:
+            self.release = GatewayRelease(self, "Release", props.release)
+            CfnOutput(self, "GatewayImageUri", value=self.release.image_uri)

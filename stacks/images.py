@@ -1,4 +1,4 @@
-"""ImagesStack: the gateway's ECR repository and its image asset."""
+"""ImagesStack: the gateway's ECR repository (the release image is pushed by GitOpsStack)."""
 
 from __future__ import annotations
 
@@ -25,4 +25,3 @@ class ImagesStack(Stack):
         super().__init__(scope, construct_id, **kwargs)
         self.image = GatewayImage(self, "Gateway", props.image)
         CfnOutput(self, "RepositoryUri", value=self.image.repository.repository_uri)
-        CfnOutput(self, "AssetImageUri", value=self.image.asset.image_uri)

@@ -21,7 +21,14 @@ from aws_cdk import aws_sns_subscriptions as subs
 from constructs import Construct
 
 from ..spec_infra import AlarmSpec
-from .metrics import CLUSTER_METRICS, CLUSTER_NAMESPACE, FLEET_METRICS, FLEET_NAMESPACE
+from .metrics import (
+    CLUSTER_DIMENSION,
+    CLUSTER_METRICS,
+    CLUSTER_NAMESPACE,
+    FLEET_DIMENSION,
+    FLEET_METRICS,
+    FLEET_NAMESPACE,
+)
 
 __all__ = ["ClusterAlarms", "ClusterAlarmsProps", "FleetAlarms", "FleetAlarmsProps"]
 
@@ -68,7 +75,7 @@ class ClusterAlarms(Construct):
     def __init__(self, scope: Construct, construct_id: str, props: ClusterAlarmsProps) -> None:
         super().__init__(scope, construct_id)
         t = props.thresholds
-        dims = {"Cluster": props.cluster_name}
+        dims = {CLUSTER_DIMENSION: props.cluster_name}
         m = {
             key: _metric(
                 CLUSTER_NAMESPACE,
@@ -159,7 +166,7 @@ class FleetAlarms(Construct):
 
     def __init__(self, scope: Construct, construct_id: str, props: FleetAlarmsProps) -> None:
         super().__init__(scope, construct_id)
-        dims = {"Environment": props.environment}
+        dims = {FLEET_DIMENSION: props.environment}
         m = {
             key: _metric(FLEET_NAMESPACE, name, dims, "Sum") for key, name in FLEET_METRICS.items()
         }

@@ -1,8 +1,11 @@
-"""ArgoCD from its Helm chart, and the root Application that points it at `gitops/`.
+"""ArgoCD from its Helm chart, the in-cluster cluster Secret, and the root Application
+that points it at `gitops/`.
 
 After this, every Kubernetes change is a pull request: the root Application syncs
 `gitops/bootstrap`, whose ApplicationSet (cdk8s side) fans out over the environments'
-rendered manifests. The chart version is pinned in the environment file.
+rendered manifests to the ArgoCD clusters labelled `igw.dev/environment: <env>`. The
+local cluster is registered by `cluster_secret` with exactly that label; without it the
+ApplicationSet generates nothing. The chart version is pinned in the environment file.
 """
 
 from __future__ import annotations
@@ -15,16 +18,45 @@ from constructs import Construct
 
 from ..spec_infra import GitOpsSpec
 
-__all__ = ["ARGOCD_NAMESPACE", "ArgoCdBootstrap", "ArgoCdProps", "root_application"]
+__all__ = [
+    "ARGOCD_NAMESPACE",
+    "ENVIRONMENT_LABEL",
+    "IN_CLUSTER",
+    "ArgoCdBootstrap",
+    "ArgoCdProps",
+    "cluster_secret",
+    "root_application",
+]
 
 ARGOCD_NAMESPACE = "argocd"
 ARGOCD_REPOSITORY = "https://argoproj.github.io/argo-helm"
+#: The label the ApplicationSet's clusters generator selects on (cdk8s/charts/bootstrap.py).
+ENVIRONMENT_LABEL = "igw.dev/environment"
+IN_CLUSTER = "https://kubernetes.default.svc"
 
 
 @dataclass(frozen=True)
 class ArgoCdProps:
     spec: GitOpsSpec
     environment: str
+
+
+def cluster_secret(environment: str) -> dict[str, object]:
+    """ArgoCD's own cluster, declared: the Secret ArgoCD reads a cluster from, labelled
+    with the environment so the ApplicationSet deploys this environment here."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": "in-cluster",
+            "namespace": ARGOCD_NAMESPACE,
+            "labels": {
+                "argocd.argoproj.io/secret-type": "cluster",
+                ENVIRONMENT_LABEL: environment,
+            },
+        },
+        "stringData": {"name": "in-cluster", "server": IN_CLUSTER},
+    }
 
 
 def root_application(spec: GitOpsSpec, environment: str) -> dict[str, object]:
@@ -35,7 +67,7 @@ def root_application(spec: GitOpsSpec, environment: str) -> dict[str, object]:
         "metadata": {
             "name": "root",
             "namespace": ARGOCD_NAMESPACE,
-            "labels": {"igw.dev/environment": environment},
+            "labels": {ENVIRONMENT_LABEL: environment},
             "finalizers": ["resources-finalizer.argocd.argoproj.io"],
         },
         "spec": {
@@ -46,7 +78,7 @@ def root_application(spec: GitOpsSpec, environment: str) -> dict[str, object]:
                 "path": spec.path,
             },
             "destination": {
-                "server": "https://kubernetes.default.svc",
+                "server": IN_CLUSTER,
                 "namespace": ARGOCD_NAMESPACE,
             },
             "syncPolicy": {
@@ -81,6 +113,15 @@ class ArgoCdBootstrap(Construct):
                 "configs": {"params": {"server.insecure": False}},
             },
         )
+        # Before the root Application: its first sync already finds the labelled cluster.
+        self.cluster_secret = eks.KubernetesManifest(
+            self,
+            "InClusterSecret",
+            cluster=cluster,
+            manifest=[cluster_secret(props.environment)],
+            overwrite=True,
+        )
+        self.cluster_secret.node.add_dependency(self.chart)
         self.root = eks.KubernetesManifest(
             self,
             "RootApplication",
@@ -88,4 +129,4 @@ class ArgoCdBootstrap(Construct):
             manifest=[root_application(props.spec, props.environment)],
             overwrite=True,
         )
-        self.root.node.add_dependency(self.chart)
+        self.root.node.add_dependency(self.chart, self.cluster_secret)

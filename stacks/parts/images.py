@@ -1,8 +1,17 @@
-"""The gateway's image: an ECR repository for releases and the image asset built at deploy.
+"""The gateway's image: the ECR repository, and the release the rendered manifests name.
 
-The asset is built from `gateway_src/` by `cdk deploy` (Docker is needed then, not at
-synth: synth only stages the build context). The repository is where CI pushes tagged
-releases; tags are immutable and every push is scanned.
+The charts (cdk8s/charts/base.py `gateway_image`) run
+`<account>.dkr.ecr.<region>.amazonaws.com/<repository>:<kubernetes.image_tag>`, so that
+exact image is what `cdk deploy` builds and pushes: `GatewayRelease` stages
+`gateway_src/` as a Docker image asset whose tag is the environment's `image_tag` and
+whose destination is the environment's repository (not the CDK bootstrap's asset
+repository). Docker is needed at deploy time, not at synth.
+
+Two consequences of asset publishing: the repository must exist before the stack that
+holds the release is deployed (the release lives in the GitOps stack, which depends on
+the images stack), and the bootstrap's image-publishing role may push to the repository
+(its repository policy says so). Tags are immutable: cdk-assets skips a tag that already
+exists, so a code change ships under a new `kubernetes.image_tag`, never over an old one.
 """
 
 from __future__ import annotations
@@ -10,24 +19,80 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from aws_cdk import RemovalPolicy
+from aws_cdk import (
+    AssetStaging,
+    DefaultStackSynthesizer,
+    Fn,
+    IgnoreMode,
+    RemovalPolicy,
+    Stack,
+)
 from aws_cdk import aws_ecr as ecr
-from aws_cdk import aws_ecr_assets as ecr_assets
+from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-__all__ = ["GATEWAY_SRC", "GatewayImage", "GatewayImageProps"]
+__all__ = [
+    "GATEWAY_SRC",
+    "GatewayImage",
+    "GatewayImageProps",
+    "GatewayRelease",
+    "GatewayReleaseProps",
+    "release_synthesizer",
+]
 
 GATEWAY_SRC = Path(__file__).resolve().parents[2] / "gateway_src"
+_EXCLUDE = ["**/__pycache__", "*.egg-info", "**/*.pyc", ".pytest_cache"]
+#: What cdk-assets does to publish an image (the bootstrap role's own ECR statement).
+_PUSH_ACTIONS = [
+    "ecr:BatchCheckLayerAvailability",
+    "ecr:BatchGetImage",
+    "ecr:CompleteLayerUpload",
+    "ecr:DescribeImages",
+    "ecr:DescribeRepositories",
+    "ecr:GetDownloadUrlForLayer",
+    "ecr:InitiateLayerUpload",
+    "ecr:PutImage",
+    "ecr:UploadLayerPart",
+]
+
+
+def _publishing_role_arn() -> str:
+    """The bootstrap's image-publishing role (default qualifier) of the stack's account."""
+    template = DefaultStackSynthesizer.DEFAULT_IMAGE_ASSET_PUBLISHING_ROLE_ARN.replace(
+        "${Qualifier}", DefaultStackSynthesizer.DEFAULT_QUALIFIER
+    )
+    return Fn.sub(template)
+
+
+def release_synthesizer(repository_name: str) -> DefaultStackSynthesizer:
+    """The synthesizer of the stack that holds a `GatewayRelease`: image assets go to
+    the gateway's repository, tagged with nothing but the release tag."""
+    return DefaultStackSynthesizer(
+        image_assets_repository_name=repository_name, docker_tag_prefix=""
+    )
+
+
+def _bind_for_python(synthesizer: DefaultStackSynthesizer, stack: Stack) -> None:
+    """Make `stack.synthesizer` callable from Python.
+
+    A stack binds a reusable synthesizer as `Object.create(synthesizer)`; jsii hands
+    Python the original object back, which is not bound, so its `add_*_asset` methods
+    fail. Binding the original to the same stack fixes that, and the asset lands in the
+    stack's manifest (the bound copy shares the original's asset-manifest builder;
+    tests/stacks check the written `.assets.json`).
+    """
+    synthesizer.bind(stack)  # once: a second GatewayRelease in the stack fails here
 
 
 @dataclass(frozen=True)
 class GatewayImageProps:
     repository_name: str
     keep_images: int = 50
-    context: Path = GATEWAY_SRC
 
 
 class GatewayImage(Construct):
+    """The repository: scanned on push, immutable tags, KMS, kept on stack deletion."""
+
     def __init__(self, scope: Construct, construct_id: str, props: GatewayImageProps) -> None:
         super().__init__(scope, construct_id)
         self.repository = ecr.Repository(
@@ -40,10 +105,47 @@ class GatewayImage(Construct):
             lifecycle_rules=[ecr.LifecycleRule(max_image_count=props.keep_images)],
             removal_policy=RemovalPolicy.RETAIN,
         )
-        self.asset = ecr_assets.DockerImageAsset(
-            self,
-            "Asset",
-            directory=str(props.context),
-            platform=ecr_assets.Platform.LINUX_AMD64,
-            exclude=["**/__pycache__", "*.egg-info", "**/*.pyc", ".pytest_cache"],
+        self.repository.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="CdkAssetPublishing",
+                principals=[iam.ArnPrincipal(_publishing_role_arn())],
+                actions=_PUSH_ACTIONS,
+            )
         )
+
+
+@dataclass(frozen=True)
+class GatewayReleaseProps:
+    repository_name: str
+    tag: str
+    context: Path = GATEWAY_SRC
+
+
+class GatewayRelease(Construct):
+    """`gateway_src/` built and pushed as `<repository>:<tag>`; `image_uri` names it."""
+
+    def __init__(self, scope: Construct, construct_id: str, props: GatewayReleaseProps) -> None:
+        super().__init__(scope, construct_id)
+        stack = Stack.of(self)
+        synthesizer = stack.synthesizer
+        if not isinstance(synthesizer, DefaultStackSynthesizer):
+            raise TypeError(
+                f"{stack.stack_name}: a GatewayRelease needs release_synthesizer("
+                f"{props.repository_name!r}), got {type(synthesizer).__name__}"
+            )
+        staging = AssetStaging(
+            self,
+            "Context",
+            source_path=str(props.context),
+            exclude=_EXCLUDE,
+            ignore_mode=IgnoreMode.DOCKER,
+        )
+        _bind_for_python(synthesizer, stack)
+        location = synthesizer.add_docker_image_asset(
+            source_hash=props.tag,
+            directory_name=staging.relative_staged_path(stack),
+            platform="linux/amd64",
+        )
+        self.repository_name = props.repository_name
+        self.tag = props.tag
+        self.image_uri = location.image_uri

@@ -1,37 +1,32 @@
 """The CloudWatch metric contract between the gateway's telemetry and the alarms.
 
-The gateway writes these as CloudWatch embedded-metric-format records (picker: one record
-per scrape/decision window; global router: per routing decision); the CloudWatch agent
-turns them into metrics. Dimension `Cluster` is the EKS cluster name.
+The names live in one place, `inference_gateway.telemetry_emf`, which writes them as
+CloudWatch embedded-metric-format records (`igw serve --emf-interval`: one record per
+interval; global router: `fleet_record`); the CloudWatch agent turns them into metrics.
+This module re-exports them for the alarms, so a renamed metric changes both sides at
+once. Dimension `Cluster` is the EKS cluster name, `Environment` the environment's.
 """
 
 from __future__ import annotations
 
+from inference_gateway.telemetry_emf import (
+    CLUSTER_DIMENSION,
+    CLUSTER_METRICS,
+    CLUSTER_NAMESPACE,
+    FLEET_DIMENSION,
+    FLEET_METRICS,
+    FLEET_NAMESPACE,
+)
+
 __all__ = [
     "AGENT_NAMESPACES",
+    "CLUSTER_DIMENSION",
     "CLUSTER_METRICS",
     "CLUSTER_NAMESPACE",
+    "FLEET_DIMENSION",
     "FLEET_METRICS",
     "FLEET_NAMESPACE",
 ]
 
-CLUSTER_NAMESPACE = "InferenceGateway"
-FLEET_NAMESPACE = "InferenceGateway/Global"
+#: Namespaces the CloudWatch agent writes to (Container Insights, the agent's own).
 AGENT_NAMESPACES = ("ContainerInsights", "CWAgent")
-
-#: Per cluster (namespace InferenceGateway, dimension Cluster).
-CLUSTER_METRICS = {
-    "kv_cache": "KvCacheUtilization",  # 0..1, average over the pool's pods
-    "requests": "Requests",  # count
-    "errors": "Errors",  # count of 5xx answers
-    "rate_limited": "RateLimited",  # count of 429 answers
-    "ttft": "TimeToFirstToken",  # seconds
-    "ready_pods": "ReadyPods",  # gauge
-}
-
-#: Across clusters (namespace InferenceGateway/Global, dimension Environment).
-FLEET_METRICS = {
-    "routing_decisions": "RoutingDecisions",
-    "failovers": "FailoverEvents",
-    "rate_limit_hits": "RateLimitHits",
-}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aws_cdk.assertions import Match
 
@@ -198,14 +198,79 @@ def test_ecr_repository_scans_and_keeps_tags_immutable(any_synth: Synth) -> None
             "EncryptionConfiguration": {"EncryptionType": "KMS"},
         },
     )
-    assets = json.loads(
+    # cdk-assets pushes the release with the bootstrap's publishing role: the repository
+    # policy lets exactly that role push.
+    template.has_resource_properties(
+        "AWS::ECR::Repository",
+        {
+            "RepositoryPolicyText": {
+                "Statement": [
+                    Match.object_like(
+                        {
+                            "Sid": "CdkAssetPublishing",
+                            "Effect": "Allow",
+                            "Action": Match.array_with(["ecr:DescribeImages", "ecr:PutImage"]),
+                            "Principal": {
+                                "AWS": {
+                                    "Fn::Sub": "arn:${AWS::Partition}:iam::${AWS::AccountId}:role/"
+                                    "cdk-hnb659fds-image-publishing-role-${AWS::AccountId}-"
+                                    "${AWS::Region}"
+                                }
+                            },
+                        }
+                    )
+                ]
+            }
+        },
+    )
+    images = json.loads(
         (any_synth.outdir / f"{any_synth.stack_name(PRIMARY, 'images')}.assets.json").read_text()
     )
+    assert images.get("dockerImages", {}) == {}  # the image is the release, in gitops
+
+
+def _release(synth: Synth, region: str) -> dict[str, Any]:
+    assets = json.loads(
+        (synth.outdir / f"{synth.stack_name(region, 'gitops')}.assets.json").read_text()
+    )
     (image,) = assets["dockerImages"].values()
-    staged = any_synth.outdir / image["source"]["directory"]
-    assert (staged / "Dockerfile").is_file()
-    assert (staged / "inference_gateway" / "__init__.py").is_file()
-    assert image["source"]["platform"] == "linux/amd64"
+    return image
+
+
+def test_cdk_pushes_the_image_the_charts_run(any_synth: Synth) -> None:
+    """The gateway image the picker and BBR Deployments name is the one cdk deploy pushes:
+    same registry, repository and tag (`kubernetes.image_tag`)."""
+    from charts.base import gateway_image
+
+    env = any_synth.env
+    for region in env.aws.regions:
+        image = _release(any_synth, region)
+        staged = any_synth.outdir / image["source"]["directory"]
+        assert (staged / "Dockerfile").is_file()
+        assert (staged / "inference_gateway" / "__init__.py").is_file()
+        assert image["source"]["platform"] == "linux/amd64"
+        (destination,) = image["destinations"].values()
+        assert destination["repositoryName"] == f"igw-{any_synth.name}/gateway"
+        assert destination["imageTag"] == env.kubernetes.image_tag
+        assert destination["region"] == region
+        if region == env.aws.region:
+            pushed = (
+                f"{env.aws.account}.dkr.ecr.{region}.amazonaws.com/"
+                f"{destination['repositoryName']}:{destination['imageTag']}"
+            )
+            assert pushed == gateway_image(env)
+        # The repository exists before cdk-assets pushes into it.
+        assert any_synth.stack(region, "images") in any_synth.stack(region, "gitops").dependencies
+        template = any_synth.template(region, "gitops")
+        template.has_output(
+            "GatewayImageUri",
+            {
+                "Value": {
+                    "Fn::Sub": f"{env.aws.account}.dkr.ecr.{region}.${{AWS::URLSuffix}}/"
+                    f"igw-{any_synth.name}/gateway:{env.kubernetes.image_tag}"
+                }
+            },
+        )
 
 
 # --- observability -------------------------------------------------------------------
@@ -322,13 +387,65 @@ def test_argocd_chart_and_root_application(any_synth: Synth) -> None:
         ),
     )
     manifests = any_synth.resources(PRIMARY, "gitops", "Custom::AWSCDK-EKS-KubernetesResource")
-    (resource,) = manifests.values()
-    manifest = json.loads(resource["Properties"]["Manifest"])
-    (application,) = manifest
-    assert application["kind"] == "Application"
+    (application,) = [
+        doc
+        for resource in manifests.values()
+        for doc in json.loads(resource["Properties"]["Manifest"])
+        if doc["kind"] == "Application"
+    ]
     assert application["spec"]["source"] == {
         "repoURL": any_synth.env.gitops.repo_url,
         "targetRevision": "main",
         "path": "gitops/bootstrap",
     }
     assert application["spec"]["syncPolicy"]["automated"] == {"prune": True, "selfHeal": True}
+
+
+def test_argocd_registers_its_own_cluster_for_the_environment(any_synth: Synth) -> None:
+    """The ApplicationSet deploys an environment only to clusters labelled with it."""
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": "in-cluster",
+            "namespace": "argocd",
+            "labels": {
+                "argocd.argoproj.io/secret-type": "cluster",
+                "igw.dev/environment": any_synth.name,
+            },
+        },
+        "stringData": {"name": "in-cluster", "server": "https://kubernetes.default.svc"},
+    }
+    for region in any_synth.env.aws.regions:
+        template = any_synth.template(region, "gitops")
+        # CDK adds its prune label next to ours.
+        labels = Match.object_like(secret["metadata"]["labels"])  # type: ignore[index]
+        template.has_resource_properties(
+            "Custom::AWSCDK-EKS-KubernetesResource",
+            {
+                "Manifest": Match.serialized_json(
+                    [{**secret, "metadata": {**secret["metadata"], "labels": labels}}]  # type: ignore[dict-item]
+                ),
+                "Overwrite": True,
+            },
+        )
+        resources = any_synth.raw(region, "gitops")["Resources"]
+        kinds = {
+            tuple(d["kind"] for d in json.loads(r["Properties"]["Manifest"])): name
+            for name, r in resources.items()
+            if r["Type"] == "Custom::AWSCDK-EKS-KubernetesResource"
+        }
+        (chart,) = [
+            name for name, r in resources.items() if r["Type"] == "Custom::AWSCDK-EKS-HelmChart"
+        ]
+        # Secret after the chart (its namespace), the root Application after both.
+        assert chart in resources[kinds[("Secret",)]]["DependsOn"]
+        assert {chart, kinds[("Secret",)]} <= set(resources[kinds[("Application",)]]["DependsOn"])
+
+
+def test_the_cluster_label_is_the_one_the_applicationset_selects() -> None:
+    from charts.bootstrap import ENV_LABEL
+    from stacks.parts.argocd import ENVIRONMENT_LABEL, cluster_secret
+
+    assert ENVIRONMENT_LABEL == ENV_LABEL
+    assert cluster_secret("dev")["metadata"]["labels"][ENV_LABEL] == "dev"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from typing import Any
 
 __all__ = ["register"]
@@ -32,6 +34,20 @@ def register(subparsers: Any) -> None:
         default="gateway",
         help="round-robin runs the same proxy as a plain Service would route",
     )
+    parser.add_argument(
+        "--emf-interval",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="write a CloudWatch embedded-metric-format record to stdout every SECONDS "
+        "(0, the default, is off)",
+    )
+    parser.add_argument(
+        "--emf-cluster",
+        default=os.environ.get("IGW_CLUSTER_NAME", "igw"),
+        help="the records' Cluster dimension: the EKS cluster name "
+        "(default $IGW_CLUSTER_NAME, else igw)",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -40,7 +56,17 @@ def run(args: argparse.Namespace) -> int:
 
     from .server import build_gateway
 
-    app, _ = build_gateway(args.endpoints, args.config, policy=args.policy, rewrites=args.rewrites)
+    if args.emf_interval < 0:
+        print("igw serve: --emf-interval must be 0 (off) or positive", file=sys.stderr)
+        return 2
+    app, _ = build_gateway(
+        args.endpoints,
+        args.config,
+        policy=args.policy,
+        rewrites=args.rewrites,
+        emf_interval_s=args.emf_interval,
+        emf_cluster=args.emf_cluster,
+    )
     try:
         import uvloop
 

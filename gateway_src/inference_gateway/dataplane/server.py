@@ -14,6 +14,7 @@ from ..endpoints.store import EndpointStore
 from ..scheduling import Scheduler
 from ..scheduling.types import Endpoint
 from ..telemetry import GatewayMetrics
+from ..telemetry_emf import EmfEmitter
 from ..traffic.rewrites import load_rewrites
 from ..traffic.routing import ModelRouter
 from .baseline import RoundRobinScheduler
@@ -48,11 +49,14 @@ def build_gateway(
     policy: str = "gateway",
     rewrites: str | Path | None = None,
     seed: int | None = None,
+    emf_interval_s: float = 0.0,
+    emf_cluster: str = "igw",
 ) -> tuple[web.Application, Gateway]:
     """The gateway app; scraping (and file reloads) start with the app and stop with it.
 
     `config` and `rewrites` given as paths are watched: a valid edit is swapped in
-    without a restart, an invalid one is logged and ignored.
+    without a restart, an invalid one is logged and ignored. `emf_interval_s` > 0 writes
+    a CloudWatch EMF record to stdout every that many seconds (telemetry_emf).
     """
     if not isinstance(endpoints, list):
         endpoints = load_endpoints_file(endpoints)
@@ -95,6 +99,7 @@ def build_gateway(
     app = gateway.app()
     watched = [p for p in (config_path, Path(rewrites) if rewrites else None) if p]
     tasks: list[asyncio.Task[None]] = []
+    emitters: list[EmfEmitter] = []
 
     async def start_scraping(app: web.Application) -> None:
         await store.scrape_once()
@@ -104,10 +109,21 @@ def build_gateway(
             watcher = FileWatcher(watched, lambda: gateway.reload(load_state()))
             app[WATCHER] = watcher
             tasks.append(asyncio.get_running_loop().create_task(watcher.run()))
+        if emf_interval_s > 0:
+            emitter = EmfEmitter(
+                metrics.registry,
+                cluster=emf_cluster,
+                interval_s=emf_interval_s,
+                refresh=lambda: _pool_gauges(store, metrics),
+            )
+            emitter.start()
+            emitters.append(emitter)
 
     async def stop_scraping(app: web.Application) -> None:
         for task in tasks:
             task.cancel()
+        for emitter in emitters:
+            await emitter.stop()
         await store.stop()
         session = sessions.pop("session", None)
         if session is not None:
@@ -116,3 +132,12 @@ def build_gateway(
     app.on_startup.append(start_scraping)
     app.on_cleanup.append(stop_scraping)
     return app, gateway
+
+
+def _pool_gauges(store: EndpointStore, metrics: GatewayMetrics) -> None:
+    """Ready pods and mean KV use per pool, as the /metrics handler sets them."""
+    for pool, endpoints in store.pools().items():
+        ready = [e.metrics for e in endpoints if not e.stale and e.metrics is not None]
+        metrics.pool_ready.labels(pool).set(len(ready))
+        if ready:
+            metrics.pool_kv.labels(pool).set(sum(m.kv_usage for m in ready) / len(ready))
