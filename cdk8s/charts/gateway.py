@@ -1,6 +1,7 @@
 """Envoy Gateway: the HTTPS entry point, model routing, and the ext_proc wiring.
 
-Request path: the internal NLB → Envoy (Gateway `igw`, HTTPS) → ext_proc #1, the
+Request path: the internal NLB (built by the CDK ingress stack, one per region) →
+Envoy (Gateway `igw`, HTTPS) → ext_proc #1, the
 body-based router (`igw bbr`), reads `model` from the body and sets
 `X-Gateway-Model-Name`, clearing the route cache → the HTTPRoute of the pool that
 serves that model matches → ext_proc #2, our picker, picks a pod and answers with
@@ -11,6 +12,13 @@ Both ext_procs sit in one EnvoyExtensionPolicy on the Gateway because Envoy Gate
 `extProc` entries in list order and a route-level policy would replace, not extend, a
 Gateway-level one. The ORIGINAL_DST patch needs Envoy Gateway's
 `extensionApis.enableEnvoyPatchPolicy: true` (set in gitops/bootstrap).
+
+One load balancer: Envoy's Service is `ClusterIP` with a fixed name (EnvoyProxy
+`envoyService.name`), and a TargetGroupBinding registers Envoy's pod IPs in the CDK
+target group `igw-<env>-envoy` by name (AWS Load Balancer Controller ≥ 2.7 resolves
+`spec.targetGroupName`; its ARN is also in SSM at
+`/igw/<env>/<region>/ingress/target-group-arn`). A `LoadBalancer` Service here would
+make the controller build a second, unmanaged NLB.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from constructs import Construct
 
 from cdk8s import Chart
 from stacks.environment import EnvironmentSpec
+from stacks.parts.names import target_group_name
 
 from .base import (
     BBR,
@@ -48,7 +57,9 @@ from .workloads import (
 __all__ = [
     "BBR_PORT",
     "DESTINATION_HEADER",
+    "ENVOY_SERVICE",
     "LISTENER",
+    "LISTENER_PORT",
     "MODEL_HEADER",
     "GatewayChart",
     "bbr_labels",
@@ -58,6 +69,9 @@ __all__ = [
 
 BBR_PORT = 9004
 LISTENER = "https"
+LISTENER_PORT = 443
+#: Envoy's Service, named rather than generated so the TargetGroupBinding can point at it.
+ENVOY_SERVICE = f"{GATEWAY}-envoy"
 MODEL_HEADER = "X-Gateway-Model-Name"
 DESTINATION_HEADER = "x-gateway-destination-endpoint"
 GATEWAY_API = "gateway.networking.k8s.io/v1"
@@ -150,7 +164,7 @@ class GatewayChart(Chart):
                         {
                             "name": LISTENER,
                             "protocol": "HTTPS",
-                            "port": 443,
+                            "port": LISTENER_PORT,
                             "hostname": env.ingress.domain_name,
                             "tls": {
                                 "mode": "Terminate",
@@ -161,6 +175,17 @@ class GatewayChart(Chart):
                     ],
                 }
             },
+        )
+        manifest(
+            self,
+            "target-group-binding",
+            api_version="elbv2.k8s.aws/v1beta1",
+            kind="TargetGroupBinding",
+            name=ENVOY_SERVICE,
+            namespace=env.kubernetes.envoy_gateway_namespace,
+            labels=gw_labels,
+            wave=Wave.CONFIG,
+            body={"spec": _target_group_binding_spec(env)},
         )
         self._routes(env=env, config=config)
         manifest(
@@ -355,25 +380,32 @@ def _bbr_pod_spec(*, env: EnvironmentSpec, selector: dict[str, str]) -> dict[str
 
 
 def _envoy_proxy_spec(env: EnvironmentSpec) -> dict[str, Any]:
-    """Envoy's Service is an internal NLB, reachable only from the allowed CIDRs."""
+    """Envoy's Service stays inside the cluster: the CDK's internal NLB is the only way
+    in (its security group admits `ingress.allowed_cidrs` on 443)."""
     return {
         "provider": {
             "type": "Kubernetes",
             "kubernetes": {
                 "envoyDeployment": {"replicas": 2},
-                "envoyService": {
-                    "type": "LoadBalancer",
-                    "externalTrafficPolicy": "Local",
-                    "loadBalancerSourceRanges": list(env.ingress.allowed_cidrs),
-                    "annotations": {
-                        "service.beta.kubernetes.io/aws-load-balancer-type": "external",
-                        "service.beta.kubernetes.io/aws-load-balancer-scheme": "internal",
-                        "service.beta.kubernetes.io/aws-load-balancer-nlb-target-type": "ip",
-                        "service.beta.kubernetes.io/aws-load-balancer-cross-zone-load-balancing-enabled": "true",  # noqa: E501
-                    },
-                },
+                "envoyService": {"name": ENVOY_SERVICE, "type": "ClusterIP"},
             },
         }
+    }
+
+
+def _target_group_binding_spec(env: EnvironmentSpec) -> dict[str, Any]:
+    """Envoy's pods (by IP) in the NLB target group the CDK ingress stack created.
+
+    The controller registers each pod at the Service port's target port: Envoy Gateway
+    maps the 443 listener to container port 443 + 10000, which is the target group's
+    port (`ingress.target_port`, default 10443). Security groups are the CDK's (the
+    cluster security group admits the NLB), so `networking` is left out.
+    """
+    return {
+        "serviceRef": {"name": ENVOY_SERVICE, "port": LISTENER_PORT},
+        "targetGroupName": target_group_name(env.name),
+        "targetType": "ip",
+        "ipAddressType": "ipv4",
     }
 
 

@@ -24,6 +24,8 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
+from .names import target_group_name
+
 __all__ = [
     "InternalLoadBalancer",
     "InternalLoadBalancerProps",
@@ -31,10 +33,6 @@ __all__ = [
     "regional_domain_name",
     "target_group_name",
 ]
-
-
-def target_group_name(environment: str) -> str:
-    return f"igw-{environment}-envoy"[:32]
 
 
 def regional_domain_name(domain_name: str, region: str) -> str:

@@ -115,12 +115,41 @@ class TestExtProcWiring:
         (listener,) = one(docs, "Gateway", "igw")["spec"]["listeners"]
         assert (listener["protocol"], listener["port"]) == ("HTTPS", 443)
         assert listener["hostname"] == dev_env.ingress.domain_name
-        service = one(docs, "EnvoyProxy")["spec"]["provider"]["kubernetes"]["envoyService"]
-        scheme = "service.beta.kubernetes.io/aws-load-balancer-scheme"
-        assert service["annotations"][scheme] == "internal"
-        assert service["loadBalancerSourceRanges"] == dev_env.ingress.allowed_cidrs
         gateway_class = one(docs, "GatewayClass")["spec"]
         assert gateway_class["parametersRef"]["name"] == one(docs, "EnvoyProxy")["metadata"]["name"]
+
+
+class TestOneLoadBalancer:
+    """The CDK builds the NLB; the cluster only binds Envoy's pods into its target group."""
+
+    def test_envoy_service_is_cluster_ip_with_a_fixed_name(self, synth, dev_env):
+        docs = synth(GatewayChart, dev_env)
+        service = one(docs, "EnvoyProxy")["spec"]["provider"]["kubernetes"]["envoyService"]
+        assert service == {"name": "igw-envoy", "type": "ClusterIP"}
+        text = json.dumps(docs)
+        assert "LoadBalancer" not in text.replace("TargetGroupBinding", "")
+        assert "service.beta.kubernetes.io/aws-load-balancer" not in text
+
+    @pytest.mark.parametrize("name", ["dev", "prod"])
+    def test_target_group_binding_names_the_cdk_target_group(self, synth, name):
+        from stacks.environment import load_environment
+        from stacks.parts.names import target_group_name
+
+        env = load_environment(name)
+        docs = synth(GatewayChart, env)
+        binding = one(docs, "TargetGroupBinding", "igw-envoy")
+        assert binding["apiVersion"] == "elbv2.k8s.aws/v1beta1"
+        # Beside the Service Envoy Gateway creates, in its own namespace.
+        assert binding["metadata"]["namespace"] == env.kubernetes.envoy_gateway_namespace
+        assert binding["spec"] == {
+            "serviceRef": {"name": "igw-envoy", "port": 443},
+            "targetGroupName": f"igw-{name}-envoy",
+            "targetType": "ip",
+            "ipAddressType": "ipv4",
+        }
+        assert binding["spec"]["targetGroupName"] == target_group_name(env.name)
+        # Envoy Gateway serves listener 443 on container port 10443: the target group's.
+        assert env.ingress.target_port == binding["spec"]["serviceRef"]["port"] + 10000
 
 
 class TestPoolsSelectModelServers:

@@ -113,6 +113,8 @@ def test_every_custom_resource_validates_against_its_crd_schema(rendered):
         "gateway.envoyproxy.io/v1alpha1/EnvoyPatchPolicy",
         "gateway.networking.k8s.io/v1/HTTPRoute",
         "argoproj.io/v1alpha1/ApplicationSet",
+        "elbv2.k8s.aws/v1beta1/TargetGroupBinding",
+        "gateway.envoyproxy.io/v1alpha1/EnvoyProxy",
     } <= checked
 
 
@@ -128,6 +130,16 @@ def test_the_schemas_reject_what_they_should(rendered):
     bad = copy.deepcopy(rewrite)
     bad["spec"]["rules"][0]["targets"][0]["weight"] = 0
     key = "inference.networking.x-k8s.io/v1alpha2/InferenceModelRewrite"
+    assert not jsonschema.Draft4Validator(schemas[key]).is_valid(bad)
+    binding = next(d for _, d in _objects(rendered) if d["kind"] == "TargetGroupBinding")
+    key = "elbv2.k8s.aws/v1beta1/TargetGroupBinding"
+    assert jsonschema.Draft4Validator(schemas[key]).is_valid(binding)
+    for change in ({"targetType": "pod"}, {"targetGroupname": "x"}):
+        bad = copy.deepcopy(binding)
+        bad["spec"].update(change)
+        assert not jsonschema.Draft4Validator(schemas[key]).is_valid(bad), change
+    bad = copy.deepcopy(binding)
+    del bad["spec"]["targetGroupName"]  # neither a name nor an ARN
     assert not jsonschema.Draft4Validator(schemas[key]).is_valid(bad)
 
 

@@ -449,3 +449,23 @@ def test_the_cluster_label_is_the_one_the_applicationset_selects() -> None:
 
     assert ENVIRONMENT_LABEL == ENV_LABEL
     assert cluster_secret("dev")["metadata"]["labels"][ENV_LABEL] == "dev"
+
+
+def test_the_target_group_is_the_one_envoys_binding_names(any_synth: Synth) -> None:
+    """One NLB: the cdk8s TargetGroupBinding joins Envoy's pods to this group by name."""
+    from charts.gateway import ENVOY_SERVICE, LISTENER_PORT, _target_group_binding_spec
+
+    binding = _target_group_binding_spec(any_synth.env)
+    assert binding["serviceRef"] == {"name": ENVOY_SERVICE, "port": LISTENER_PORT}
+    for region in any_synth.env.aws.regions:
+        template = any_synth.template(region, "ingress")
+        template.resource_count_is("AWS::ElasticLoadBalancingV2::TargetGroup", 1)
+        template.has_resource_properties(
+            "AWS::ElasticLoadBalancingV2::TargetGroup",
+            {
+                "Name": binding["targetGroupName"],
+                "TargetType": binding["targetType"],
+                # Envoy Gateway serves the 443 listener on container port 443 + 10000.
+                "Port": LISTENER_PORT + 10000,
+            },
+        )
