@@ -29,10 +29,12 @@ class GitOpsStack(Stack):
         self, scope: Construct, construct_id: str, props: GitOpsStackProps, **kwargs: Any
     ) -> None:
         if props.release is not None:
-            kwargs.setdefault("synthesizer", release_synthesizer(props.release.repository_name))
+            kwargs["synthesizer"] = release_synthesizer(props.release.repository_name)
         super().__init__(scope, construct_id, **kwargs)
         self.argocd = ArgoCdBootstrap(self, "ArgoCd", props.cluster, props.argocd)
         self.release: GatewayRelease | None = None
         if props.release is not None:
-            self.release = GatewayRelease(self, "Release", props.release)
+            self.release = GatewayRelease(
+                self, "Release", props.release, synthesizer=kwargs["synthesizer"]
+            )
             CfnOutput(self, "GatewayImageUri", value=self.release.image_uri)

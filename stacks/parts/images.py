@@ -73,13 +73,13 @@ def release_synthesizer(repository_name: str) -> DefaultStackSynthesizer:
 
 
 def _bind_for_python(synthesizer: DefaultStackSynthesizer, stack: Stack) -> None:
-    """Make `stack.synthesizer` callable from Python.
+    """Make the stack's synthesizer callable from Python.
 
-    A stack binds a reusable synthesizer as `Object.create(synthesizer)`; jsii hands
-    Python the original object back, which is not bound, so its `add_*_asset` methods
-    fail. Binding the original to the same stack fixes that, and the asset lands in the
-    stack's manifest (the bound copy shares the original's asset-manifest builder;
-    tests/stacks check the written `.assets.json`).
+    A stack binds a reusable synthesizer as `Object.create(synthesizer)`, a copy Python
+    cannot reach; the original is not bound, so its `add_*_asset` methods fail. Binding
+    the original to the same stack fixes that, and the asset lands in the stack's
+    manifest (the bound copy shares the original's asset-manifest builder; tests/stacks
+    check the written `.assets.json`).
     """
     synthesizer.bind(stack)  # once: a second GatewayRelease in the stack fails here
 
@@ -122,17 +122,23 @@ class GatewayReleaseProps:
 
 
 class GatewayRelease(Construct):
-    """`gateway_src/` built and pushed as `<repository>:<tag>`; `image_uri` names it."""
+    """`gateway_src/` built and pushed as `<repository>:<tag>`; `image_uri` names it.
 
-    def __init__(self, scope: Construct, construct_id: str, props: GatewayReleaseProps) -> None:
+    `synthesizer` is the one the enclosing stack was given (`release_synthesizer`),
+    passed in rather than read back from the stack, which jsii would hand over as a
+    foreign reference.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        props: GatewayReleaseProps,
+        *,
+        synthesizer: DefaultStackSynthesizer,
+    ) -> None:
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
-        synthesizer = stack.synthesizer
-        if not isinstance(synthesizer, DefaultStackSynthesizer):
-            raise TypeError(
-                f"{stack.stack_name}: a GatewayRelease needs release_synthesizer("
-                f"{props.repository_name!r}), got {type(synthesizer).__name__}"
-            )
         staging = AssetStaging(
             self,
             "Context",
