@@ -168,13 +168,17 @@ def fleet_record(
 
 
 class _Sample(Protocol):
-    name: str
-    labels: dict[str, str]
-    value: float
+    @property
+    def name(self) -> str: ...
+    @property
+    def labels(self) -> dict[str, str]: ...
+    @property
+    def value(self) -> float: ...
 
 
 class _Family(Protocol):
-    samples: Iterable[_Sample]
+    @property
+    def samples(self) -> Iterable[_Sample]: ...
 
 
 class Registry(Protocol):
