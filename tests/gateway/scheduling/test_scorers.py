@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from inference_gateway.config import GatewayConfigSpec, PluginSpec
 from inference_gateway.errors import ConfigError, NoEndpointError
 from inference_gateway.scheduling import Endpoint, LLMRequest, PodMetrics, Scheduler

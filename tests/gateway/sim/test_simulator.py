@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from inference_gateway.cli import main
 from inference_gateway.sim.runner import simulate
 from inference_gateway.sim.scenario import load_scenario, shipped_scenarios

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+
 from inference_gateway.config import BandSpec, FlowControlSpec
 from inference_gateway.scheduling import Endpoint, PodMetrics
 from inference_gateway.traffic.flow_control import FlowController

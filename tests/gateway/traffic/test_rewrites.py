@@ -6,6 +6,7 @@ from collections import Counter
 from typing import Any
 
 import pytest
+
 from inference_gateway.errors import ConfigError
 from inference_gateway.traffic.rewrites import parse_rewrites
 
