@@ -185,6 +185,23 @@ def _sweeps(doc: dict[str, Any]) -> dict[str, dict[str, list[tuple[float, float]
 # ---------------------------------------------------------------------------- charts
 
 
+PALETTE = {
+    "gateway": "tab:blue",
+    "round-robin": "tab:orange",
+    "least-outstanding": "tab:green",
+    "upstream-default": "tab:red",
+    "production-stack-prefixaware": "tab:purple",
+    "sglang-cache-aware": "tab:brown",
+    "dynamo-kv": "tab:pink",
+    "oracle": "tab:gray",
+}
+
+
+def _color(policy: str) -> str | None:
+    """One colour per policy in every chart (replicas share their base's)."""
+    return PALETTE.get(policy.split("@")[0])
+
+
 def _png(fig: Any) -> str:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
@@ -208,7 +225,13 @@ def _charts(doc: dict[str, Any]) -> list[dict[str, str]]:
         for policy, r in case["policies"].items():
             q = r.get("ttft_quantiles_s")
             if q and len(q) == len(QUANTILES):
-                ax.plot(np.maximum(q, 1e-3), np.asarray(QUANTILES) / 100, label=policy)
+                ax.plot(
+                    np.maximum(q, 1e-3),
+                    np.asarray(QUANTILES) / 100,
+                    label=policy,
+                    color=_color(policy),
+                    linestyle="--" if policy == "oracle" else "-",
+                )
         ax.set_xscale("log")
         ax.set_xlabel("TTFT (s, log)")
         ax.set_ylabel("fraction of requests")
@@ -221,7 +244,11 @@ def _charts(doc: dict[str, Any]) -> list[dict[str, str]]:
         for policy, points in curve.items():
             points = sorted(points)
             ax.plot(
-                [x * 100 for x, _ in points], [max(y, 1e-3) for _, y in points], "o-", label=policy
+                [x * 100 for x, _ in points],
+                [max(y, 1e-3) for _, y in points],
+                "o--" if policy == "oracle" else "o-",
+                label=policy,
+                color=_color(policy),
             )
         ax.set_yscale("log")
         ax.set_xlabel("offered load (% of capacity)")
@@ -235,7 +262,8 @@ def _charts(doc: dict[str, Any]) -> list[dict[str, str]]:
         fig, ax = plt.subplots(figsize=(7, 4))
         xs = [c["params"]["scrape_interval_ms"] for c in scrape]
         for policy in scrape[0]["policies"]:
-            ax.plot(xs, [c["policies"][policy]["ttft_p99_s"] for c in scrape], "o-", label=policy)
+            ys = [c["policies"][policy]["ttft_p99_s"] for c in scrape]
+            ax.plot(xs, ys, "o-", label=policy, color=_color(policy))
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("scrape interval (ms, log)")
@@ -253,7 +281,7 @@ def _charts(doc: dict[str, Any]) -> list[dict[str, str]]:
             bars["upstream-default"] = single["policies"]["upstream-default"]["ttft_p99_s"]
         for case in replicas.values():
             bars.update({p: r["ttft_p99_s"] for p, r in case["policies"].items()})
-        ax.bar(list(bars), list(bars.values()))
+        ax.bar(list(bars), list(bars.values()), color=[_color(p) for p in bars])
         ax.set_yscale("log")
         ax.set_ylabel("P99 TTFT (s, log)")
         ax.set_title("Router replicas, each with its own view — mixed-fleet-bursty")
