@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from inference_gateway.errors import ConfigError
@@ -9,7 +11,8 @@ from inference_gateway.sim.fleet import SimPod, build_fleet
 from inference_gateway.sim.peers import DynamoKV, ProductionStackPrefixAware, SGLangCacheAware
 from inference_gateway.sim.policies import POLICIES, make_policy
 from inference_gateway.sim.replicas import Replicated, parse_replicas
-from inference_gateway.sim.scenario import PoolSpec
+from inference_gateway.sim.runner import simulate
+from inference_gateway.sim.scenario import PoolSpec, load_scenario
 from inference_gateway.sim.workload import SimRequest, prefix_block_ids
 
 
@@ -157,3 +160,18 @@ def test_each_replica_keeps_its_own_view_of_the_fleet() -> None:
     views = [v[0].endpoint for v in gateway.views]
     assert views[0] is not views[1] is not fleet[0].endpoint
     assert views[0].name == fleet[0].endpoint.name
+
+
+def test_peers_and_replicas_replay_identically(tmp_path: Path) -> None:
+    scenario = tmp_path / "tiny.yaml"
+    scenario.write_text(
+        "name: tiny\nseed: 2\nduration_s: 15\n"
+        "fleet:\n  - {name: h100, gpu: H100, model: llama-3.1-8b, replicas: 2}\n"
+        "  - {name: a10g, gpu: A10G, model: llama-3.1-8b, replicas: 1}\n"
+        "workload:\n  arrival: {kind: poisson, load: 0.8}\n"
+        "  shared_prefixes: {share: 0.6, groups: 3, tokens: 1000}\n"
+    )
+    policies = ["production-stack-prefixaware", "sglang-cache-aware", "dynamo-kv", "gateway@2"]
+    first = simulate(load_scenario(str(scenario)), policies)
+    assert simulate(load_scenario(str(scenario)), policies) == first
+    assert all(r["completed"] > 0 for r in first["policies"].values())
