@@ -16,6 +16,7 @@ import jinja2
 
 __all__ = ["summary_markdown", "write_reports"]
 
+BANDS = ("critical", "standard", "sheddable")
 COLUMNS = [
     ("ttft_p50_s", "TTFT p50 s"),
     ("ttft_p95_s", "TTFT p95 s"),
@@ -107,6 +108,7 @@ def summary_markdown(doc: dict[str, Any]) -> str:
                 [[p, *[r[k] for k, _ in COLUMNS]] for p, r in case["policies"].items()],
             ),
         ]
+        parts += _bands(case)
     for name, curve in _sweeps(doc).items():
         loads = sorted({load for points in curve.values() for load, _ in points})
         parts += [
@@ -150,6 +152,22 @@ def summary_markdown(doc: dict[str, Any]) -> str:
         else:
             parts += [f"**{name}**: {entry.get('status')}", ""]
     return "\n".join(parts).rstrip() + "\n"
+
+
+def _bands(case: dict[str, Any]) -> list[str]:
+    """P99 TTFT and rejections per priority band, where the scenario has bands."""
+    rows = []
+    for policy, r in case["policies"].items():
+        p99 = r.get("ttft_p99_s_by_band") or {}
+        rejected = r.get("rejected_by_band") or {}
+        if p99 or rejected:
+            rows.append(
+                [policy] + [p99.get(b) for b in BANDS] + [rejected.get(b, 0) for b in BANDS]
+            )
+    if not rows:
+        return []
+    header = ["policy"] + [f"P99 s {b}" for b in BANDS] + [f"rejected {b}" for b in BANDS]
+    return ["", _table(header, rows)]
 
 
 def _flatten(figures: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:

@@ -241,6 +241,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--skip-overhead", action="store_true", help="simulations only")
     parser.add_argument("--json", action="store_true", help="also print results.json")
+    parser.add_argument("--cases", help="comma-separated substrings of case ids to run")
+    parser.add_argument(
+        "--merge", metavar="RESULTS_JSON", help="start from these results; re-run cases replace"
+    )
     parser.add_argument(
         "--render", metavar="RESULTS_JSON", help="only re-evaluate checks and rewrite reports"
     )
@@ -262,6 +266,11 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             parser.error(f"--only: unknown kinds {sorted(unknown)}")
         cases = [c for c in cases if c.kind in kinds]
+    if args.cases:
+        wanted = [w.strip() for w in args.cases.split(",") if w.strip()]
+        cases = [c for c in cases if any(w in c.id for w in wanted)]
+        if not cases:
+            parser.error(f"--cases: no case id contains any of {wanted}")
     started = datetime.now(UTC)
     wall = time.monotonic()
     jobs_total = sum(len(c.policies) for c in cases)
@@ -273,6 +282,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     results, cpu = run_matrix(cases, args.jobs)
     overhead = run_overhead(args.skip_overhead)
+    if args.merge:
+        base = json.loads(Path(args.merge).read_text())
+        results = {**base["cases"], **results}
+        cpu = {**base["run"].get("cpu_s_by_job", {}), **cpu}
+        if args.skip_overhead:
+            overhead = base.get("overhead", overhead)
     document = {
         "schema": SCHEMA,
         "run": {
