@@ -101,6 +101,9 @@ class EngineSnapshot:
     prefix_cache_hits: int
 
 
+_NO_CHUNKS: list[tuple[EngineRequest, int]] = []  # shared by decode-only segments, never mutated
+
+
 @dataclass(slots=True)
 class _Step:
     start: float
@@ -252,9 +255,11 @@ class Engine:
         return self._ctx_offset + len(self._decoding) * self.clock
 
     def _start_step(self, now: float) -> None:
+        if not self.waiting and not self.prefilling:
+            self._start_decode_segment(now)
+            return
         p = self.profile
-        if self.waiting or self.prefilling:  # admission must see one decode step booked
-            self._book_decode_blocks(1)
+        self._book_decode_blocks(1)  # admission must see one decode step booked
         n_decode = len(self._decoding)
         budget = p.max_num_batched_tokens - n_decode
         chunks: list[tuple[EngineRequest, int]] = []
@@ -289,6 +294,26 @@ class Engine:
                 steps = max(1, min(steps, int(self.max_segment_s // dt)))
             self._step = _Step(now, dt, steps)
         self.busy_until = now + self._step.dt * self._step.steps
+
+    def _start_decode_segment(self, now: float) -> None:
+        """The common case, nothing to prefill: k identical decode steps in one event."""
+        n_decode = len(self._decoding)
+        if not n_decode:
+            self._release_decode_slack()
+            self._step = None
+            self.busy_until = None
+            return
+        ctx = self._ctx_offset + n_decode * self.clock
+        steps = self._steps_to_next_finish()
+        cap = self.max_segment_s
+        if cap is not None:  # book no further ahead than the segment runs
+            steps = max(1, min(steps, int(cap // self.step_time(0, 0, n_decode, ctx))))
+        steps = self._book_decode_blocks(steps)
+        dt = self.step_time(0, 0, n_decode, ctx + n_decode * steps / 2)
+        if cap is not None:
+            steps = max(1, min(steps, int(cap // dt)))
+        self._step = _Step(now, dt, steps, _NO_CHUNKS)
+        self.busy_until = now + dt * steps
 
     def _steps_to_next_finish(self) -> int:
         heap = self._finish_heap

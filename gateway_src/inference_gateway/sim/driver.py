@@ -101,9 +101,11 @@ def run_policy(
             request.adapter,
             tag=(request, pod),
         )
-        before = pod.engine.busy_until
-        pod.engine.advance(t)
-        pod.engine.submit(engine_request, t)
+        engine = pod.engine
+        before = engine.busy_until
+        if before is not None and before <= t:
+            engine.advance(t)
+        engine.submit(engine_request, t)
         wake(pod, before)
 
     def dispatch_all(items: list[tuple[SimRequest, SimPod | None]], t: float) -> None:
