@@ -143,7 +143,7 @@ async def test_saturated_pool_sheds_sheddable_and_times_out_the_queue(
     gateway_on: Callable[..., Any],
 ) -> None:
     # One scrape at start, then none for a minute: the picker's own count of what it sent
-    # and is still running is all it sees, so two long streams saturate the pool.
+    # and has not started answering is all it sees, so two long prefills saturate the pool.
     spec = parse_config(
         config(
             scrape={"intervalMs": 60_000, "stalenessMs": 600_000},
@@ -162,13 +162,16 @@ async def test_saturated_pool_sheds_sheddable_and_times_out_the_queue(
         aiohttp.ClientSession() as session,
     ):
         body = {"model": "chat-v1", "prompt": "x", "max_tokens": 1}
-        long = {"model": "chat-v1", "prompt": "x", "max_tokens": 3000, "stream": True}
-        held = []
-        for _ in range(2):  # one long stream per v1 pod fills the pool's allowance
-            response = await session.post(url + "/v1/completions", json=long)
-            assert response.status == 200
-            await response.content.readline()  # first token: it is running
-            held.append(response)
+
+        async def hold(word: str) -> None:
+            # a 100k-token prompt prefills for seconds: sent, no first token yet (distinct
+            # prompts, so prefix affinity does not put both on one pod)
+            long = {"model": "chat-v1", "prompt": f"{word} " * 80_000, "max_tokens": 1}
+            async with session.post(url + "/v1/completions", json=long) as response:
+                await response.read()
+
+        held = [asyncio.create_task(hold(w)) for w in ("alpha", "omega")]  # one per v1 pod
+        await asyncio.sleep(0.3)
         async with session.post(
             url + "/v1/completions",
             json=body,
@@ -187,8 +190,9 @@ async def test_saturated_pool_sheds_sheddable_and_times_out_the_queue(
             'reason="pool_saturated"} 1.0' in text
         )
         assert "inference_pool_saturation" in text
-        for response in held:
-            response.close()
+        for task in held:
+            task.cancel()
+        await asyncio.gather(*held, return_exceptions=True)
 
 
 async def test_every_pod_stale_answers_503(

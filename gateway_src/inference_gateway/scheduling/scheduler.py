@@ -132,14 +132,20 @@ class Scheduler:
     def on_first_token(
         self, request: LLMRequest, endpoint: Endpoint, ttft_s: float, now: float
     ) -> None:
+        self._started(request, endpoint)
         for observer in self._observers:
             observer.on_first_token(request, endpoint, ttft_s, now)
 
-    def on_finished(self, request: LLMRequest, endpoint: Endpoint, now: float) -> None:
-        endpoint.inflight = max(0, endpoint.inflight - 1)
+    def _started(self, request: LLMRequest, endpoint: Endpoint) -> None:
+        """A request that produced its first token (or ended) no longer waits at the pod:
+        stop counting it as sent-but-unseen, unless a scrape already counted it."""
         seq = self._sent.pop((request.request_id, endpoint.name), None)
-        if seq == endpoint.scrape_seq:  # not yet seen by a scrape: stop counting it
+        if seq == endpoint.scrape_seq:
             endpoint.sent_requests = max(0, endpoint.sent_requests - 1)
             endpoint.sent_tokens = max(0, endpoint.sent_tokens - request.prompt_tokens)
+
+    def on_finished(self, request: LLMRequest, endpoint: Endpoint, now: float) -> None:
+        endpoint.inflight = max(0, endpoint.inflight - 1)
+        self._started(request, endpoint)
         for observer in self._observers:
             observer.on_finished(request, endpoint, now)

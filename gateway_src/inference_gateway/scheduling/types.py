@@ -41,8 +41,9 @@ class Endpoint:
     """A model-server pod as the picker sees it: identity, last scrape, own bookkeeping.
 
     `sent_requests` / `sent_tokens` count what this picker dispatched since the last
-    scrape and is still running, so a burst inside one scrape interval does not herd onto
-    the pod that looked best at the last scrape. `inflight` counts every request
+    scrape and has not produced a first token yet (so probably waits or prefills at the
+    pod), so a burst inside one scrape interval does not herd onto the pod that looked
+    best at the last scrape. `inflight` counts every request
     dispatched and not yet finished. `scrape_seq` numbers the scrapes.
     """
 
