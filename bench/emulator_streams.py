@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import statistics
@@ -186,6 +187,24 @@ async def run(args: argparse.Namespace) -> None:
         ("client CPU", f"{client_cpu:.2f} s ({client_cpu / wall:.2f} cores)"),
         ("machine", f"{os.cpu_count()} CPUs, load average {load:.1f} during the run"),
     ]  # fmt: skip
+    if args.json:  # the `make bench` report reads this
+        figures = {
+            "pods": args.pods,
+            "concurrency": args.concurrency,
+            "requests": args.requests,
+            "completed": results.completed,
+            "failed": results.failed,
+            "wall_s": wall,
+            "output_tokens_per_s": results.tokens / wall,
+            "ttft_p50_ms": p50,
+            "ttft_p99_ms": p99,
+            "ttft_mean_modelled_ms": mean_model * ms,
+            "fleet_cpu_s": server_cpu,
+            "client_cpu_s": client_cpu,
+            "load_average": load,
+        }
+        print(json.dumps(figures))
+        return
     width = max(len(k) for k, _ in rows)
     for key, val in rows:
         print(f"{key:<{width}}  {val}")
@@ -199,6 +218,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=600)
     parser.add_argument("--max-tokens", type=int, default=200)
     parser.add_argument("--ramp-s", type=float, default=1.0, help="stagger stream starts")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
     try:
         import uvloop
