@@ -31,10 +31,12 @@ async def one(
     url: str,
     outcomes: Counter[str],
     targets: list[tuple[float, str]],
+    i: int,
 ) -> None:
+    # distinct prompts: identical ones would (rightly) stick to the pods that cache them
     body = {
         "model": "llama-3.1-8b",
-        "prompt": "tell me a story " * 20,
+        "prompt": f"story {i}: " + "tell me a story " * 20,
         "max_tokens": 40,
         "stream": True,
     }
@@ -73,7 +75,7 @@ async def test_killed_pods_lose_nothing_and_come_back(gateway_on: Callable[..., 
             restarted_at = 0.0
             for i in range(REQUESTS):
                 await asyncio.sleep(max(0.0, start + i / RATE - time.monotonic()))
-                tasks.append(asyncio.create_task(one(session, url, outcomes, targets)))
+                tasks.append(asyncio.create_task(one(session, url, outcomes, targets, i)))
                 if i == REQUESTS // 4:
                     for name in VICTIMS:
                         await fleet.stop_pod(name)
