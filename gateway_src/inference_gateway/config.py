@@ -50,6 +50,7 @@ __all__ = [
     "load_config",
     "openapi_v3_schema",
     "parse_config",
+    "read_yaml",
 ]
 
 API_GROUP = "inference.igw.dev"
@@ -362,16 +363,19 @@ def parse_config(data: Mapping[str, Any], source: str = "<config>") -> GatewayCo
         raise ConfigError(source, format_validation_error(error, prefix)) from None
 
 
+def read_yaml(path: str | Path) -> Any:
+    """One YAML document from a file; an unreadable file or bad YAML is a ConfigError."""
+    try:
+        return yaml.safe_load(Path(path).read_text())
+    except OSError as error:
+        raise ConfigError(str(path), [f"<root>: cannot read file: {error.strerror}"]) from None
+    except yaml.YAMLError as error:
+        raise ConfigError(str(path), [f"<root>: invalid YAML: {error}"]) from None
+
+
 def load_config(path: str | Path) -> GatewayConfigSpec:
     """Read and validate a YAML config file."""
-    path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except OSError as error:
-        raise ConfigError(str(path), [f"<file>: {error.strerror}"]) from None
-    except yaml.YAMLError as error:
-        raise ConfigError(str(path), [f"<yaml>: {error}"]) from None
-    return parse_config(data, str(path))
+    return parse_config(read_yaml(path) or {}, str(path))
 
 
 def openapi_v3_schema() -> dict[str, Any]:

@@ -27,10 +27,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Self
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from ..config import format_validation_error
+from ..config import format_validation_error, read_yaml
 from ..emulator.behaviors import PodBehavior
 from ..errors import ConfigError
 
@@ -135,10 +134,4 @@ def parse_bench_spec(data: Any, source: str = "<backends>") -> BenchSpec:
 
 
 def load_bench_spec(path: str | Path) -> BenchSpec:
-    try:
-        data = yaml.safe_load(Path(path).read_text())
-    except OSError as error:
-        raise ConfigError(str(path), [f"<root>: cannot read file: {error.strerror}"]) from None
-    except yaml.YAMLError as error:
-        raise ConfigError(str(path), [f"<root>: invalid YAML: {error}"]) from None
-    return parse_bench_spec(data, str(path))
+    return parse_bench_spec(read_yaml(path), str(path))

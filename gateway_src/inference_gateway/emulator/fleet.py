@@ -35,7 +35,7 @@ from typing import Any, NamedTuple, Self
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from ..config import format_validation_error
+from ..config import format_validation_error, read_yaml
 from ..errors import ConfigError
 from .behaviors import PodBehavior
 from .profiles import PodProfile, pod_profile
@@ -125,13 +125,7 @@ def parse_fleet(data: Any, source: str = "<fleet>") -> FleetSpec:
 
 
 def load_fleet(path: str | Path) -> FleetSpec:
-    try:
-        data = yaml.safe_load(Path(path).read_text())
-    except OSError as error:
-        raise ConfigError(str(path), [f"<root>: cannot read file: {error.strerror}"]) from None
-    except yaml.YAMLError as error:
-        raise ConfigError(str(path), [f"<root>: invalid YAML: {error}"]) from None
-    return parse_fleet(data, str(path))
+    return parse_fleet(read_yaml(path), str(path))
 
 
 def _group_profile(group: PodGroupSpec, index: int, source: str) -> PodProfile:

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..config import format_validation_error
+from ..config import format_validation_error, read_yaml
 from ..errors import ConfigError
 from ..scheduling.types import Endpoint
 
@@ -28,13 +27,7 @@ class _EndpointsFile(BaseModel):
 
 
 def load_endpoints_file(path: str | Path) -> list[Endpoint]:
-    path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as error:
-        raise ConfigError(str(path), [f"<file>: {error.strerror}"]) from None
-    except yaml.YAMLError as error:
-        raise ConfigError(str(path), [f"<yaml>: {error}"]) from None
+    data = read_yaml(path)
     try:
         spec = _EndpointsFile.model_validate(data)
     except ValidationError as error:
