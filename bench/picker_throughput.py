@@ -49,7 +49,7 @@ MODEL = "llama-3.1-8b"
 # ---------------------------------------------------------------------- picker (child)
 
 
-async def serve(port_file: Path, pods: int) -> None:
+async def serve(port_file: Path, pods: int, transport: str = "http2") -> None:
     from inference_gateway.config import parse_config
     from inference_gateway.dataplane.extproc_server import build_picker
     from inference_gateway.scheduling.types import Endpoint
@@ -66,7 +66,13 @@ async def serve(port_file: Path, pods: int) -> None:
         {"flowControl": {"saturation": {"queueThreshold": 1e6, "noncriticalQueueThreshold": 1e6}}}
     )
     picker = build_picker(
-        endpoints, config, fetch=fetch, host="127.0.0.1", grpc_port=0, metrics_port=None
+        endpoints,
+        config,
+        fetch=fetch,
+        host="127.0.0.1",
+        grpc_port=0,
+        metrics_port=None,
+        transport=transport,
     )
     await picker.start()
     port_file.write_text(str(picker.port))

@@ -38,6 +38,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
 from ..scheduling.types import Endpoint
 from .director import Decision, Director, Rejection
+from .extproc_http2 import Call
 from .extproc_wire import (
     body_chunks,
     body_replacement,
@@ -399,6 +400,24 @@ class ExtProcServicer(pb_grpc.ExternalProcessorServicer):
                     return
                 for response in await exchange.handle(request):
                     await context.write(response)
+        finally:
+            self.active -= 1
+            exchange.finish()
+
+    async def serve_call(self, call: Call) -> None:
+        """The same loop on `Http2GrpcServer`: raw bytes in and out, one socket write
+        per answer (`Process` is the grpc.aio one)."""
+        exchange = self.exchange()
+        self.active += 1
+        parse = pb.ProcessingRequest.FromString
+        try:
+            while not exchange.closed:
+                raw = await call.read()
+                if raw is None:
+                    return
+                responses = await exchange.handle(parse(raw))
+                if responses:
+                    call.send([r.SerializeToString() for r in responses])
         finally:
             self.active -= 1
             exchange.finish()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -32,14 +33,25 @@ from ..telemetry import GatewayMetrics
 from ..traffic.rewrites import RewriteSet
 from .director import Director, Series
 from .extproc import ExtProcServicer, PickerOptions
+from .extproc_http2 import HealthService, Http2GrpcServer
 from .proxy import RoutingState
 from .server import http_fetch
 
-__all__ = ["SERVICE_NAME", "Lifecycle", "PickerServer", "build_picker", "refresh_pool_gauges"]
+__all__ = [
+    "SERVICE_NAME",
+    "TRANSPORTS",
+    "Lifecycle",
+    "PickerServer",
+    "build_picker",
+    "refresh_pool_gauges",
+]
 
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = "envoy.service.ext_proc.v3.ExternalProcessor"
+PROCESS_PATH = f"/{SERVICE_NAME}/Process"
+# `http2`: our own HTTP/2 server (extproc_http2.py), the fast path; `grpcio`: grpc.aio.
+TRANSPORTS = ("http2", "grpcio")
 
 
 class Lifecycle(Protocol):
@@ -70,18 +82,26 @@ class PickerServer:
         grpc_port: int = 9002,
         metrics_port: int | None = 9090,
         credentials: grpc.ServerCredentials | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        transport: str = "http2",
         collaborators: list[Lifecycle] | None = None,
         is_leader: Callable[[], bool] = lambda: True,
         health_interval_s: float = 0.2,
     ) -> None:
         self.store = store
         self.director = director
+        if transport not in TRANSPORTS:
+            raise ValueError(f"transport must be one of {TRANSPORTS}, not {transport!r}")
+        if transport == "http2" and credentials is not None:
+            raise ValueError("the http2 transport takes TLS as ssl_context, not gRPC credentials")
+        self.transport = transport
         self.servicer = ExtProcServicer(director, options)
-        self.health = HealthServicer()
+        self.health: Any = HealthServicer() if transport == "grpcio" else HealthService()
         self.host = host
         self.grpc_port = grpc_port
         self.metrics_port = metrics_port
         self.credentials = credentials
+        self.ssl_context = ssl_context
         self.collaborators = collaborators or []
         self.is_leader = is_leader
         self.health_interval_s = health_interval_s
@@ -89,7 +109,7 @@ class PickerServer:
         self.port = 0
         self.metrics_bound = 0
         self.serving = False
-        self._server: grpc.aio.Server | None = None
+        self._server: grpc.aio.Server | Http2GrpcServer | None = None
         self._runner: web.AppRunner | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -121,9 +141,25 @@ class PickerServer:
             await part.start()
         await self.store.scrape_once()
         self.store.start()
-        server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+        await self.update_health()
+        if self.transport == "http2":
+            await self._start_http2()
+        else:
+            await self._start_grpcio()
+        self._tasks.append(asyncio.get_running_loop().create_task(self._health_loop()))
+        if self.metrics_port is not None:
+            await self._start_metrics()
+
+    async def _start_http2(self) -> None:
+        handlers = {PROCESS_PATH: self.servicer.serve_call, **self.health.handlers()}
+        server = Http2GrpcServer(handlers, ssl_context=self.ssl_context)
+        self.port = await server.start(self.host, self.grpc_port)
+        self._server = server
+
+    async def _start_grpcio(self) -> None:
         from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
+        server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
         pb_grpc.add_ExternalProcessorServicer_to_server(self.servicer, server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         address = f"{self.host}:{self.grpc_port}"
@@ -131,12 +167,8 @@ class PickerServer:
             self.port = server.add_secure_port(address, self.credentials)
         else:
             self.port = server.add_insecure_port(address)
-        await self.update_health()
         await server.start()
         self._server = server
-        self._tasks.append(asyncio.get_running_loop().create_task(self._health_loop()))
-        if self.metrics_port is not None:
-            await self._start_metrics()
 
     async def update_health(self) -> None:
         """SERVING once a pod is ready (and, with leader election, while leading)."""
@@ -194,8 +226,10 @@ class PickerServer:
             await part.stop()
 
     async def wait(self) -> None:
-        if self._server is not None:
+        if isinstance(self._server, grpc.aio.Server):
             await self._server.wait_for_termination()
+        elif self._server is not None:
+            await self._server.wait_closed()
 
 
 def build_picker(

@@ -11,7 +11,7 @@ import pytest
 
 from inference_gateway.config import GatewayConfigSpec, parse_config
 from inference_gateway.dataplane.extproc import PickerOptions
-from inference_gateway.dataplane.extproc_server import PickerServer, build_picker
+from inference_gateway.dataplane.extproc_server import TRANSPORTS, PickerServer, build_picker
 from inference_gateway.emulator.fleet import EmulatedFleet
 from inference_gateway.scheduling.types import Endpoint
 from inference_gateway.traffic.rewrites import RewriteSet
@@ -50,8 +50,14 @@ def fleet_endpoints(fleet: EmulatedFleet) -> list[Endpoint]:
     ]
 
 
+@pytest.fixture(params=TRANSPORTS)
+def transport(request: pytest.FixtureRequest) -> str:
+    """Every picker test runs on both gRPC servers: ours (http2) and grpc.aio."""
+    return str(request.param)
+
+
 @pytest.fixture
-async def make_picker(fleet: EmulatedFleet) -> AsyncIterator[PickerFactory]:
+async def make_picker(fleet: EmulatedFleet, transport: str) -> AsyncIterator[PickerFactory]:
     started: list[PickerServer] = []
 
     async def make(
@@ -63,6 +69,7 @@ async def make_picker(fleet: EmulatedFleet) -> AsyncIterator[PickerFactory]:
         **kwargs: Any,
     ) -> PickerServer:
         spec = parse_config(config) if isinstance(config, dict) else config
+        kwargs.setdefault("transport", transport)
         picker = build_picker(
             endpoints if endpoints is not None else fleet_endpoints(fleet),
             spec,

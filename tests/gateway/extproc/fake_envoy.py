@@ -99,8 +99,21 @@ class ExchangeStream:
             self.done = True
             self._new.set()
 
+    def refused(self) -> bool:
+        return any(m.HasField("immediate_response") for m in self.received)
+
     async def send(self, message: pb.ProcessingRequest) -> None:
-        await self.call.write(message)
+        """Write a message; like Envoy, stop once the picker answered for good (an
+        `ImmediateResponse` ends the stream even while body chunks are still due)."""
+        if self.done or self.refused():
+            return
+        try:
+            await self.call.write(message)
+        except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
+            async with asyncio.timeout(TIMEOUT_S):
+                await asyncio.shield(self._reader)
+            if not self.refused():
+                raise
 
     async def wait_for(self, predicate: Any, start: int = 0) -> int:
         """Index of the first received message from `start` that matches."""

@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import grpc
@@ -19,7 +20,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from inference_gateway.config import parse_config
 from inference_gateway.dataplane.bbr import start_bbr
-from inference_gateway.dataplane.tls import server_credentials
+from inference_gateway.dataplane.extproc_http2 import ssl_context
+from inference_gateway.dataplane.tls import self_signed, server_credentials
 from inference_gateway.emulator.fleet import EmulatedFleet
 from inference_gateway.scheduling.types import Endpoint
 
@@ -109,11 +111,17 @@ async def test_health_is_not_serving_while_not_the_leader(make_picker: PickerFac
             await asyncio.sleep(0.02)
 
 
+@pytest.mark.parametrize("transport", ["http2", "grpcio"])
 async def test_tls_with_a_self_signed_certificate_and_metrics_port(
-    make_picker: PickerFactory,
+    make_picker: PickerFactory, transport: str
 ) -> None:
-    credentials, cert = server_credentials()
-    picker = await make_picker(credentials=credentials, metrics_port=0)
+    if transport == "http2":
+        cert, key = self_signed()
+        tls: dict[str, Any] = {"ssl_context": ssl_context(cert, key)}
+    else:
+        credentials, cert = server_credentials()
+        tls = {"credentials": credentials}
+    picker = await make_picker(metrics_port=0, transport=transport, **tls)
     client_credentials = grpc.ssl_channel_credentials(root_certificates=cert)
     target = f"127.0.0.1:{picker.port}"
     assert await health(target, client_credentials) == health_pb2.HealthCheckResponse.SERVING

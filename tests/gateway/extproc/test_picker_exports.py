@@ -19,8 +19,17 @@ EXPORTS = {
         "Lifecycle",
         "PickerServer",
         "SERVICE_NAME",
+        "TRANSPORTS",
         "build_picker",
         "refresh_pool_gauges",
+    ],
+    "inference_gateway.dataplane.extproc_http2": [
+        "Call",
+        "GrpcCode",
+        "Handler",
+        "HealthService",
+        "Http2GrpcServer",
+        "ssl_context",
     ],
     "inference_gateway.dataplane.director": [
         "Decision",
