@@ -59,6 +59,9 @@ FULL_DUPLEX = ProcessingMode.FULL_DUPLEX_STREAMED
 BUFFERED = ProcessingMode.BUFFERED
 STREAMED = ProcessingMode.STREAMED
 Responses = list[pb.ProcessingResponse]
+MESSAGE_KINDS = frozenset(
+    f"{side}_{part}" for side in ("request", "response") for part in ("headers", "body", "trailers")
+)
 # Ids for requests that carry no x-request-id: unique per process (the scheduler keys
 # its per-request state by id), and far cheaper than a uuid4 per request.
 _REQUEST_IDS = (f"igw-{uuid.uuid4().hex[:12]}-{n}" for n in itertools.count())
@@ -151,14 +154,6 @@ class Exchange:
         self.rewriter: ModelNameRewriter | None = None
         self.usage: UsageScanner | None = None
         self.held = bytearray()  # a JSON response held for the model rewrite
-        self._handlers = {
-            "request_headers": self.on_request_headers,
-            "request_body": self.on_request_body,
-            "request_trailers": self.on_request_trailers,
-            "response_headers": self.on_response_headers,
-            "response_body": self.on_response_body,
-            "response_trailers": self.on_response_trailers,
-        }
 
     async def handle(self, request: pb.ProcessingRequest) -> Responses:
         if request.HasField("protocol_config"):
@@ -168,7 +163,9 @@ class Exchange:
         if request.HasField("metadata_context") and self.subset is None:
             self.subset = read_subset(request)
         kind = request.WhichOneof("request")
-        handler = self._handlers.get(kind or "")
+        # By name, not a dict of bound methods: that dict would make every Exchange a
+        # reference cycle, left for the cyclic GC instead of freed when the stream ends.
+        handler = getattr(self, f"on_{kind}", None) if kind in MESSAGE_KINDS else None
         if handler is None:
             return []
         return await handler(request)

@@ -31,8 +31,8 @@ import logging
 import socket
 import ssl
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
-from typing import cast
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
+from typing import Any, cast
 
 from hpack import Decoder
 from hpack.exceptions import HPACKError
@@ -115,6 +115,7 @@ class Call:
         "_waiter",
         "cancelled",
         "closed_remote",
+        "coro",
         "done",
         "headers",
         "headers_sent",
@@ -142,6 +143,7 @@ class Call:
         self.send_window = conn.peer_initial_window
         self.recv_unacked = 0
         self.task: asyncio.Task[None] | None = None
+        self.coro: Coroutine[Any, Any, None] | None = None  # the handler, run in place
 
     async def read(self) -> bytes | None:
         """The next request message, or None when the client half-closed (or left)."""
@@ -177,14 +179,14 @@ class Call:
 
     def _push(self, message: bytes | None) -> None:
         self._inbox.append(message)
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        self._wake()
 
     def _wake(self) -> None:
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+            if self.coro is not None:  # parked in place: resume it now
+                self._conn.step(self)
 
     def _data(self, chunk: bytes | memoryview) -> str | None:
         """Split length-prefixed messages out of DATA; an error text if one is bad."""
@@ -448,7 +450,8 @@ class _Connection(asyncio.Protocol):
         elif encoding != "identity":
             self._end(call, GrpcCode.UNIMPLEMENTED, f"grpc-encoding {encoding} not supported")
         else:
-            call.task = self.loop.create_task(self._run(handler, call))
+            call.coro = self._run(handler, call)
+            self.step(call)
 
     def _on_window_update(self, stream: int, payload: memoryview) -> None:
         if len(payload) != 4:
@@ -565,16 +568,42 @@ class _Connection(asyncio.Protocol):
 
     def _end(self, call: Call, code: int, message: str) -> None:
         call.finish(code, message)
-        if call.task is not None:
-            call.task.cancel()
+        self._stop_handler(call)
 
     def _cancel(self, call: Call) -> None:
         if call.cancelled:
             return
         call.cancelled = True
-        call._wake()
-        if call.task is not None and not call.task.done():
+        self._stop_handler(call)
+
+    def _stop_handler(self, call: Call) -> None:
+        if call.coro is not None:
+            self.step(call, asyncio.CancelledError())
+        elif call.task is not None and not call.task.done():
             call.task.cancel()
+
+    def step(self, call: Call, error: BaseException | None = None) -> None:
+        """Run the call's handler in place until it waits again.
+
+        A handler waiting for its next message stays parked here and `Call._wake`
+        resumes it from `data_received`, so its answers join that read's single write
+        and no Task or event-loop turn is spent per message. Any other wait (an
+        admission queue, a timer) moves it into a Task, which carries on from there.
+        """
+        coro = call.coro
+        if coro is None:
+            return
+        try:
+            waiting = coro.send(None) if error is None else coro.throw(error)
+        except StopIteration:
+            call.coro = None
+            return
+        except BaseException:
+            call.coro = None
+            raise
+        if waiting is None or waiting is not call._waiter:
+            call.coro = None
+            call.task = self.loop.create_task(_continue(coro, waiting))
 
     def _abort(self, error: int, reason: str) -> None:
         log.warning("HTTP/2 connection error: %s", reason)
@@ -608,6 +637,36 @@ class _Connection(asyncio.Protocol):
         self._write([_frame(GOAWAY, 0, 0, payload)])
         if not self.streams:
             self.transport.close()
+
+
+class _Resume:
+    """Awaitable that continues, inside a Task, a coroutine suspended on `waiting`."""
+
+    __slots__ = ("coro", "waiting")
+
+    def __init__(self, coro: Coroutine[Any, Any, None], waiting: Any) -> None:
+        self.coro = coro
+        self.waiting = waiting
+
+    def __await__(self) -> Generator[Any, Any, None]:
+        coro, value = self.coro, self.waiting
+        while True:
+            try:
+                sent = yield value
+            except BaseException as error:  # Task.cancel(): into the coroutine
+                try:
+                    value = coro.throw(error)
+                except StopIteration:
+                    return
+            else:
+                try:
+                    value = coro.send(sent)
+                except StopIteration:
+                    return
+
+
+async def _continue(coro: Coroutine[Any, Any, None], waiting: Any) -> None:
+    await _Resume(coro, waiting)
 
 
 class Http2GrpcServer:
@@ -648,9 +707,9 @@ class Http2GrpcServer:
         tasks = []
         for conn in list(self.connections):
             for call in list(conn.streams.values()):
+                conn._cancel(call)
                 if call.task is not None:
                     tasks.append(call.task)
-                conn._cancel(call)
             if conn.transport is not None:
                 conn.transport.close()
         await asyncio.gather(*tasks, return_exceptions=True)

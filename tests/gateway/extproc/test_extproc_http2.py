@@ -198,6 +198,42 @@ async def test_compressed_message_is_unimplemented_and_bad_preface_gets_goaway(
     assert head[goaway + 10 : goaway + 14] == (1).to_bytes(4, "big")
 
 
+async def test_a_handler_that_waits_on_something_else_moves_into_a_task() -> None:
+    """Handlers run in place while they wait only for messages; any other wait (here a
+    timer, in the picker an admission queue) continues in a Task, cancellable there."""
+    tasks: list[asyncio.Task[object] | None] = []
+    cancelled = asyncio.Event()
+
+    async def slow(call: Call) -> None:
+        tasks.append(asyncio.current_task())  # None: running in place
+        while (message := await call.read()) is not None:
+            await asyncio.sleep(0.01)
+            tasks.append(asyncio.current_task())
+            call.send([message])
+            if message == b"park":
+                try:
+                    await asyncio.sleep(30)
+                finally:
+                    cancelled.set()
+
+    server = Http2GrpcServer({ECHO: slow})
+    port = await server.start("127.0.0.1", 0)
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            call = channel.stream_stream(ECHO)()
+            for message in (b"a", b"b"):
+                await call.write(message)
+                assert await call.read() == message
+            await call.write(b"park")
+            assert await call.read() == b"park"
+            call.cancel()  # RST_STREAM: the Task is cancelled
+            await asyncio.wait_for(cancelled.wait(), 5)
+    finally:
+        await server.stop(0)
+    assert tasks[0] is None
+    assert all(t is not None for t in tasks[1:]) and len(set(tasks[1:])) == 1
+
+
 async def test_stop_cancels_open_calls() -> None:
     started, ended = asyncio.Event(), asyncio.Event()
 
