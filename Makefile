@@ -13,10 +13,25 @@ PIP     := $(BIN)/pip --disable-pip-version-check -q
 # The machine's pip config names a local index that may be absent; drop that noise only.
 QUIET   := { grep -v '^WARNING: Location' || true; }
 
-.PHONY: venv venv-core demo test lint bench synth checkov clean
+.PHONY: venv venv-core native demo test lint bench synth checkov clean
 
 venv: $(STAMP)
 venv-core: $(CORE_STAMP)
+
+# mypyc builds of the simulator's hot modules (inference_gateway/native.py), rebuilt when
+# their sources change; without gcc the same modules run as plain Python (NATIVE=required
+# makes a failed build an error, as CI does).
+NATIVE_SRCS  := $(addprefix gateway_src/inference_gateway/,emulator/engine.py emulator/kvcache.py \
+                sim/driver.py sim/metrics.py sim/workload.py native.py)
+NATIVE_STAMP := $(VENV)/.native
+NATIVE       ?= optional
+native: $(NATIVE_STAMP)
+$(NATIVE_STAMP): $(STAMP) $(NATIVE_SRCS)
+	@echo "==> compiling the simulator's hot modules with mypyc (about a minute)"
+	@$(BIN)/python -c "from inference_gateway import native; native.build()" >$(VENV)/native-build.log 2>&1 \
+	  || { echo "    mypyc build failed (see $(VENV)/native-build.log); the simulator runs as plain Python"; \
+	       test "$(NATIVE)" != required; }
+	@touch $(NATIVE_STAMP)
 
 $(CORE_STAMP): $(CORE_REQS) gateway_src/pyproject.toml
 	@echo "==> bootstrapping $(VENV) with the gateway's pinned requirements"
@@ -36,14 +51,14 @@ $(STAMP): $(REQS) pyproject.toml gateway_src/pyproject.toml
 demo: venv-core
 	$(BIN)/igw demo
 
-test: venv
+test: venv native
 	$(BIN)/python -m pytest
 
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-bench: venv
+bench: venv native
 	$(BIN)/python bench/run.py
 
 # Every environment: CDK templates into cdk.out/<env>/ (no AWS credentials needed), and
@@ -64,3 +79,5 @@ checkov: venv
 
 clean:
 	rm -rf $(VENV) cdk8s/.tools-venv .pytest_cache .ruff_cache cdk.out
+	find gateway_src -name '*.so' -delete
+	rm -f gateway_src/inference_gateway/_native_manifest.json

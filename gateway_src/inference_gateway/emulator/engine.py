@@ -258,10 +258,9 @@ class Engine:
         if not self.waiting and not self.prefilling:
             self._start_decode_segment(now)
             return
-        p = self.profile
         self._book_decode_blocks(1)  # admission must see one decode step booked
         n_decode = len(self._decoding)
-        budget = p.max_num_batched_tokens - n_decode
+        budget = self.profile.max_num_batched_tokens - n_decode
         chunks: list[tuple[EngineRequest, int]] = []
         for request in self.prefilling:
             if budget <= 0:
@@ -272,44 +271,65 @@ class Engine:
         lora_load = 0.0
         if budget > 0 and self.waiting:
             lora_load = self._admit(budget, chunks)
-        if not chunks and not n_decode:
-            self._release_decode_slack()
-            self._step = None
-            self.busy_until = None
+        if not chunks and not lora_load:  # nothing admissible: decode only
+            self._start_decode_segment(now)
             return
-        ctx = self._decode_ctx()
-        if chunks or lora_load:
-            prefill_tokens = sum(n for _, n in chunks)
-            prefill_ctx = sum(n * (r._computed + n / 2) for r, n in chunks)
-            dt = self.step_time(prefill_tokens, prefill_ctx, n_decode, ctx) + lora_load
-            self._step = _Step(now, dt, 1, chunks)
-        else:
-            steps = self._steps_to_next_finish()
-            if self.max_segment_s is not None:  # book no further ahead than the segment runs
-                dt = self.step_time(0, 0, n_decode, ctx + n_decode / 2)  # ≤ the real dt
-                steps = max(1, min(steps, int(self.max_segment_s // dt)))
-            steps = self._book_decode_blocks(steps)
-            dt = self.step_time(0, 0, n_decode, ctx + n_decode * steps / 2)
-            if self.max_segment_s is not None:
-                steps = max(1, min(steps, int(self.max_segment_s // dt)))
-            self._step = _Step(now, dt, steps)
-        self.busy_until = now + self._step.dt * self._step.steps
+        prefill_tokens = 0
+        prefill_ctx = 0.0
+        for request, n in chunks:
+            prefill_tokens += n
+            prefill_ctx += n * (request._computed + n / 2)
+        ctx = self._ctx_offset + n_decode * self.clock
+        dt = self.step_time(prefill_tokens, prefill_ctx, n_decode, ctx) + lora_load
+        self._step = _Step(now, dt, 1, chunks)
+        self.busy_until = now + dt
 
     def _start_decode_segment(self, now: float) -> None:
-        """The common case, nothing to prefill: k identical decode steps in one event."""
-        n_decode = len(self._decoding)
-        if not n_decode:
+        """The common case, nothing to prefill: k identical decode steps in one event.
+
+        The hottest path of a long simulation, so the uncapped case (the simulator's)
+        inlines the next-finish lookup, the block booking and the decode-only roofline
+        with the same arithmetic as `_steps_to_next_finish`, `_book_decode_blocks` and
+        `step_time`; anything unusual (preemption, a segment cap) takes the general path.
+        """
+        n = len(self._decoding)
+        if not n:
             self._release_decode_slack()
             self._step = None
             self.busy_until = None
             return
-        ctx = self._ctx_offset + n_decode * self.clock
-        steps = self._steps_to_next_finish()
         cap = self.max_segment_s
+        if cap is None:
+            heap = self._finish_heap
+            while heap[0][2] != heap[0][3]._epoch:
+                heapq.heappop(heap)
+            steps = heap[0][0] - self.clock
+            pool = self.pool
+            base = self._ctx_offset + n * self.clock
+            held = self._decode_held
+            if steps * n <= (pool.num_blocks - pool.used + held - n) * BLOCK_SIZE - base:
+                need = -(-(base + n * steps) // BLOCK_SIZE) + n - held
+                if need > 0:
+                    pool.grow(need)
+                elif need < 0:
+                    pool.release((), -need)
+                self._decode_held = held + need
+                mean_ctx = base + n * steps / 2
+                compute = n * self._t_decode_token + mean_ctx * self._t_decode_attn
+                memory = self._t_weights + mean_ctx * self._t_kv_per_token
+                dt = self._t_overhead + (compute if compute > memory else memory)
+                self._step = _Step(now, dt, steps, _NO_CHUNKS)
+                self.busy_until = now + dt * steps
+                return
+        steps = self._steps_to_next_finish()
         if cap is not None:  # book no further ahead than the segment runs
-            steps = max(1, min(steps, int(cap // self.step_time(0, 0, n_decode, ctx))))
+            steps = max(1, min(steps, int(cap // self.step_time(0, 0, n, self._decode_ctx()))))
         steps = self._book_decode_blocks(steps)
-        dt = self.step_time(0, 0, n_decode, ctx + n_decode * steps / 2)
+        n = len(self._decoding)  # booking may have preempted
+        if not n:
+            self._start_step(now)
+            return
+        dt = self.step_time(0, 0, n, self._decode_ctx() + n * steps / 2)
         if cap is not None:
             steps = max(1, min(steps, int(cap // dt)))
         self._step = _Step(now, dt, steps, _NO_CHUNKS)
@@ -357,7 +377,8 @@ class Engine:
         p, pool, waiting = self.profile, self.pool, self.waiting
         lora_load = 0.0
         skipped: list[EngineRequest] = []
-        while waiting and budget > 0 and self.num_running < p.max_num_seqs:
+        prefilling, decoding, max_seqs = self.prefilling, self._decoding, p.max_num_seqs
+        while waiting and budget > 0 and len(prefilling) + len(decoding) < max_seqs:
             request = waiting[0]
             adapter = request.adapter
             if adapter and adapter not in self._resident:
@@ -368,10 +389,9 @@ class Engine:
             hashes = request.block_hashes[: request._target // BLOCK_SIZE]
             blocks = -(-request._target // BLOCK_SIZE)
             private = blocks - len(hashes)
-            hit = pool.match_prefix(hashes)
-            if pool.blocks_needed(hashes, private) > pool.free:
+            hit = pool.match_prefix(hashes) if hashes else 0
+            if not pool.try_acquire(hashes, private):
                 break  # head of line waits for blocks
-            pool.acquire(hashes, private)
             waiting.popleft()
             if adapter:
                 self._adapters_waiting[adapter] -= 1
@@ -387,7 +407,7 @@ class Engine:
                 request.cached_tokens = cached
                 self.prefix_queries += request._target
                 self.prefix_hits += cached
-            self.prefilling.append(request)
+            prefilling.append(request)
             n = min(request._target - cached, budget)
             chunks.append((request, n))
             budget -= n
@@ -415,9 +435,9 @@ class Engine:
         assert step is not None and self.busy_until is not None
         end = self.busy_until
         if self._decoding:
-            self.clock += step.steps
+            clock = self.clock = self.clock + step.steps
             heap = self._finish_heap
-            while heap and heap[0][0] <= self.clock:
+            while heap and heap[0][0] <= clock:
                 _, _, epoch, request = heapq.heappop(heap)
                 if epoch == request._epoch:
                     self._leave_decode(request)

@@ -51,20 +51,26 @@ class BlockPool:
 
     def blocks_needed(self, hashes: Sequence[Hashable], private: int) -> int:
         """New blocks that `acquire(hashes, private)` would take from the free count."""
-        if not self.prefix_caching:
+        if not hashes or not self.prefix_caching:
             return len(hashes) + private
         refs = self._refs
         return sum(1 for h in hashes if h not in refs) + private
 
     def acquire(self, hashes: Sequence[Hashable], private: int) -> None:
         """Reference the hashed prompt blocks and take `private` plain blocks."""
-        need = self.blocks_needed(hashes, private)
-        if need > self.free:
+        if not self.try_acquire(hashes, private):
+            need = self.blocks_needed(hashes, private)
             raise RuntimeError(f"KV pool over-committed: need {need}, free {self.free}")
+
+    def try_acquire(self, hashes: Sequence[Hashable], private: int) -> bool:
+        """`acquire` if the blocks fit; otherwise take nothing and return False."""
+        need = self.blocks_needed(hashes, private)
+        if need > self.num_blocks - self.used:
+            return False
         if not self.prefix_caching:
             self.used += need
             self._evict_to_fit()
-            return
+            return True
         refs, cached = self._refs, self._cached
         for h in hashes:
             count = refs.get(h)
@@ -76,14 +82,18 @@ class BlockPool:
             refs[h] = 1
             self.used += 1
         self.used += private
-        self._evict_to_fit()
+        if cached:
+            self._evict_to_fit()
+        return True
 
     def grow(self, private: int) -> None:
         """Take more plain blocks for generated tokens."""
-        if private > self.free:
+        used = self.used + private
+        if used > self.num_blocks:
             raise RuntimeError(f"KV pool over-committed: need {private}, free {self.free}")
-        self.used += private
-        self._evict_to_fit()
+        self.used = used
+        if self._cached:
+            self._evict_to_fit()
 
     def release(self, hashes: Sequence[Hashable], private: int) -> None:
         """Drop a finished or preempted request's blocks; its hashed blocks stay cached."""

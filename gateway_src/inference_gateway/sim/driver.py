@@ -1,6 +1,7 @@
-"""The discrete-event driver: a heap of `(time, priority, sequence, kind, payload)`.
+"""The discrete-event driver: a heap of `(time, kind, sequence, payload)`.
 
-At equal times engine step ends run first, then metric scrapes, then arrivals, and the
+At equal times engine step ends run first (the kinds are ordered), then metric scrapes,
+then arrivals, and the
 sequence number (itertools.count) keeps everything else in insertion order, so a
 scenario and seed always replay identically. Routers see pods only through scrapes at
 `scrape_interval_ms`, exactly as a production picker would.
@@ -65,18 +66,18 @@ def run_policy(
     pods = build_fleet(scenario.fleet, listener)
     policy = make_policy(policy_name, pods, scenario.seed)
     listener.policy = policy
-    heap: list[tuple[float, int, int, int, Any]] = []
+    heap: list[tuple[float, int, int, Any]] = []
     seq = itertools.count()
-    push = heapq.heappush
+    push, pop = heapq.heappush, heapq.heappop
     arrivals = generate(scenario.workload, scenario.duration_s, scenario.seed, capacity_rps)
     first = next(arrivals, None)
     if first is not None:
-        push(heap, (first.t, ARRIVAL, next(seq), ARRIVAL, first))
+        push(heap, (first.t, ARRIVAL, next(seq), first))
     interval = scenario.scrape_interval_ms / 1000
     if policy.needs_scrapes:
         for pod in pods:
             scrape(pod, 0.0)
-        push(heap, (interval, SCRAPE, next(seq), SCRAPE, None))
+        push(heap, (interval, SCRAPE, next(seq), None))
     deadline = scenario.duration_s * DRAIN_FACTOR
     next_progress = 0.0
 
@@ -116,10 +117,10 @@ def run_policy(
     def wake(pod: SimPod, before: float | None) -> None:
         busy = pod.engine.busy_until
         if busy is not None and busy != before:
-            push(heap, (busy, ENGINE, next(seq), ENGINE, pod))
+            push(heap, (busy, ENGINE, next(seq), pod))
 
     while heap:
-        t, _, _, kind, payload = heapq.heappop(heap)
+        t, kind, _, payload = pop(heap)
         if t > deadline:
             break
         if kind == ENGINE:
@@ -127,7 +128,9 @@ def run_policy(
             if engine.busy_until != t:
                 continue  # superseded by a cut segment
             engine.advance(t)
-            wake(payload, t)
+            busy = engine.busy_until
+            if busy is not None:  # a step always ends after `t`
+                push(heap, (busy, ENGINE, next(seq), payload))
             if drain is not None:
                 dispatch_all(drain(t), t)
         elif kind == SCRAPE:
@@ -136,12 +139,12 @@ def run_policy(
             if drain is not None:
                 dispatch_all(drain(t), t)
             if t < scenario.duration_s or any(not p.engine.idle for p in pods):
-                push(heap, (t + interval, SCRAPE, next(seq), SCRAPE, None))
+                push(heap, (t + interval, SCRAPE, next(seq), None))
         else:
             request: SimRequest = payload
             nxt = next(arrivals, None)
             if nxt is not None:
-                push(heap, (nxt.t, ARRIVAL, next(seq), ARRIVAL, nxt))
+                push(heap, (nxt.t, ARRIVAL, next(seq), nxt))
             if progress is not None and t >= next_progress:
                 progress(t / scenario.duration_s)
                 next_progress = t + scenario.duration_s / 50

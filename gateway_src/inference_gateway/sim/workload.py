@@ -13,12 +13,12 @@ import itertools
 import json
 import math
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError
-from .scenario import BurstyArrival, Fixed, PoissonArrival, TraceArrival, Workload
+from .scenario import BurstyArrival, Fixed, LogNormal, PoissonArrival, TraceArrival, Workload
 
 __all__ = ["SimRequest", "generate", "prefix_block_ids"]
 
@@ -50,10 +50,28 @@ def prefix_block_ids(group: int, tokens: int) -> tuple[int, ...]:
     return ids
 
 
+def _length_sampler(spec: LogNormal | Fixed, rnd: random.Random) -> Callable[[], int]:
+    """A draw function for one length spec (bound once: it runs twice per request)."""
+    if isinstance(spec, Fixed):
+        value = spec.value
+        return lambda: value
+    median, sigma, cap = spec.median, spec.sigma, spec.max
+    gauss, exp = rnd.gauss, math.exp
+
+    def draw() -> int:
+        value = int(median * exp(sigma * gauss(0, 1)))
+        value = value if value > 1 else 1
+        return value if not cap or value < cap else cap
+
+    return draw
+
+
 class _Sampler:
     def __init__(self, workload: Workload, rnd: random.Random) -> None:
         self.w = workload
         self.rnd = rnd
+        self._prompt_length = _length_sampler(workload.prompt_tokens, rnd)
+        self._output_length = _length_sampler(workload.output_tokens, rnd)
         adapters = workload.adapters
         if adapters:
             weights = [1 / (i + 1) ** adapters.zipf for i in range(len(adapters.names))]
@@ -67,15 +85,9 @@ class _Sampler:
             self._band_names = names
             self._band_cdf = list(itertools.accumulate(v / total for v in values))
 
-    def length(self, spec: object) -> int:
-        if isinstance(spec, Fixed):
-            return spec.value
-        value = max(1, int(spec.median * math.exp(spec.sigma * self.rnd.gauss(0, 1))))
-        return min(value, spec.max) if spec.max else value
-
     def request(self, t: float) -> SimRequest:
         w, rnd = self.w, self.rnd
-        r = SimRequest(t, self.length(w.prompt_tokens), self.length(w.output_tokens))
+        r = SimRequest(t, self._prompt_length(), self._output_length())
         shared = w.shared_prefixes
         if shared and rnd.random() < shared.share:
             r.prefix_group = rnd.randrange(shared.groups)
@@ -109,13 +121,18 @@ def generate(
     sampler = _Sampler(workload, random.Random(seed + 1))
     counter = itertools.count()
     if isinstance(arrival, PoissonArrival):
-        rate = arrival.rate_rps if arrival.rate_rps is not None else arrival.load * capacity_rps
+        if arrival.rate_rps is not None:
+            rate = arrival.rate_rps
+        else:
+            assert arrival.load is not None  # the spec validates exactly one of the two
+            rate = arrival.load * capacity_rps
         t = 0.0
+        expovariate, request = rnd.expovariate, sampler.request
         while True:
-            t += rnd.expovariate(rate)
+            t += expovariate(rate)
             if t >= duration_s:
                 return
-            r = sampler.request(t)
+            r = request(t)
             r.request_id = next(counter)
             yield r
     assert isinstance(arrival, BurstyArrival)
