@@ -8,6 +8,7 @@ from typing import Any
 
 import orjson
 
+from .. import native
 from .scenario import load_scenario, shipped_scenarios
 
 __all__ = ["register"]
@@ -57,6 +58,8 @@ def run(args: argparse.Namespace) -> int:
     from rich.progress import Progress
 
     console = Console(stderr=True)
+    engine = {"compiled": "compiled (mypyc)", "stale": "sources (compiled build is stale)"}
+    console.print(f"simulator modules: {engine.get(native.status(), 'sources')}", style="dim")
     with Progress(console=console, transient=True) as bar:
         tasks: dict[str, Any] = {}
 
