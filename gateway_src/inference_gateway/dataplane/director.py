@@ -340,6 +340,8 @@ class Director:
         llm: LLMRequest,
         body: dict[str, Any],
     ) -> dict[str, str]:
+        if not state.limiter.rules:  # nothing to charge (the common case): no headers
+            return {}
         max_tokens = body.get("max_tokens") or body.get("max_completion_tokens")
         tokens = llm.prompt_tokens + (
             max_tokens if isinstance(max_tokens, int) else DEFAULT_MAX_TOKENS
