@@ -40,8 +40,9 @@ sys.path.insert(0, str(HERE))
 from matrix import CHECKS, PEERS, QUANTILES, Case, build_matrix  # noqa: E402
 
 SCHEMA = "igw-bench/1"
-OVERHEAD_SCRIPTS = ["picker_throughput", "gateway_overhead", "emulator_streams"]
-OVERHEAD_TIMEOUT_S = 120
+OVERHEAD_SCRIPTS = ["picker_throughput", "gateway_overhead", "emulator_streams", "simulator_speed"]
+OVERHEAD_TIMEOUT_S = {"simulator_speed": 400}  # one simulated hour plus a side-by-side slice
+DEFAULT_OVERHEAD_TIMEOUT_S = 120
 
 
 def _init_worker() -> None:
@@ -192,11 +193,12 @@ def run_overhead(skip: bool) -> dict[str, Any]:
                 [sys.executable, str(path), "--json"],
                 capture_output=True,
                 text=True,
-                timeout=OVERHEAD_TIMEOUT_S,
+                timeout=OVERHEAD_TIMEOUT_S.get(name, DEFAULT_OVERHEAD_TIMEOUT_S),
                 check=False,
             )
         except subprocess.TimeoutExpired:
-            out[name] = {"status": "timeout", "timeout_s": OVERHEAD_TIMEOUT_S}
+            timeout = OVERHEAD_TIMEOUT_S.get(name, DEFAULT_OVERHEAD_TIMEOUT_S)
+            out[name] = {"status": "timeout", "timeout_s": timeout}
             continue
         figures = _parse_json(proc.stdout)
         if proc.returncode != 0 or not isinstance(figures, dict):
