@@ -7,6 +7,12 @@ side of whole exchanges over loopback gRPC: request headers, an 8 KB JSON body,
 the picker's routing answer (headers + streamed body), then response headers and a
 JSON response body with `usage`, as Envoy sends them in FULL_DUPLEX_STREAMED mode.
 
+The picker runs on `--transport` (default `http2`, its own HTTP/2 gRPC server; `grpcio`
+for grpc.aio). The same drive is played against "echo" ext_proc servers that answer with
+fixed messages and pick nothing, one per gRPC server (`--floors`): the floor any Python
+ext_proc on that stack pays per exchange, so the picker's figure reads apart from the
+machine.
+
 Two phases:
 
 * sequential — one exchange at a time: the latency the picker adds to a request
@@ -14,7 +20,8 @@ Two phases:
 * load — `--concurrency` streams at once for `--seconds`: exchanges per second, the
   picker's CPU seconds, and so exchanges per second per busy core.
 
-    python bench/picker_throughput.py [--pods 8] [--concurrency 64] [--seconds 8] [--json]
+    python bench/picker_throughput.py [--pods 8] [--concurrency 64] [--seconds 8]
+        [--transport http2|grpcio] [--floors http2,grpcio] [--json]
 
 A benchmark, not a test: figures depend on the machine; the client shares it, so on a
 small machine the client may saturate before the picker does (then the per-core figure,
@@ -82,40 +89,66 @@ async def serve(port_file: Path, pods: int, transport: str = "http2") -> None:
     await picker.stop(grace_s=0)
 
 
-async def serve_echo(port_file: Path) -> None:
-    """The same gRPC stack answering with fixed messages: the floor a Python ext_proc
-    server pays per exchange before any picking."""
-    import grpc
-    from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
-
+def echo_answers(request: Any) -> list[Any]:
+    """Fixed answers in the picker's shapes (headers + streamed body), no picking."""
     from inference_gateway.dataplane.extproc_wire import body_chunks, headers_response
 
+    kind = request.WhichOneof("request")
+    if kind == "request_body" and request.request_body.end_of_stream:
+        return [
+            headers_response(clear_route_cache=True, destination="10.0.0.1:8000"),
+            *body_chunks(request.request_body.body),
+        ]
+    if kind == "response_headers":
+        return [headers_response(request=False)]
+    if kind == "response_body":
+        return list(body_chunks(request.response_body.body, request=False))
+    return []
+
+
+async def serve_echo(port_file: Path, transport: str) -> None:
+    """An echo ext_proc on one of the picker's gRPC servers: the floor a Python ext_proc
+    server pays per exchange on that stack before any picking. Each reads and writes the
+    way the picker does on it (`context.read`/`write`; raw bytes in place)."""
+    import grpc
+    from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
+    from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
+
+    from inference_gateway.dataplane.extproc_http2 import Call, Http2GrpcServer
+    from inference_gateway.dataplane.extproc_server import PROCESS_PATH
+
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    if transport == "http2":
+
+        async def process(call: Call) -> None:
+            while (raw := await call.read()) is not None:
+                answers = echo_answers(pb.ProcessingRequest.FromString(raw))
+                if answers:
+                    call.send([a.SerializeToString() for a in answers])
+
+        http2 = Http2GrpcServer({PROCESS_PATH: process})
+        port_file.write_text(str(await http2.start("127.0.0.1", 0)))
+        await stop.wait()
+        await http2.stop(0)
+        return
+
     class Echo(pb_grpc.ExternalProcessorServicer):
-        async def Process(self, requests: Any, context: Any) -> Any:  # gRPC's name
-            async for r in requests:
-                kind = r.WhichOneof("request")
-                if kind == "request_body" and r.request_body.end_of_stream:
-                    yield headers_response(clear_route_cache=True, destination="10.0.0.1:8000")
-                    for message in body_chunks(r.request_body.body):
-                        yield message
-                elif kind == "response_headers":
-                    yield headers_response(request=False)
-                elif kind == "response_body":
-                    for message in body_chunks(r.response_body.body, request=False):
-                        yield message
+        async def Process(self, requests: Any, context: Any) -> None:  # gRPC's name
+            while (request := await context.read()) is not grpc.aio.EOF:
+                for answer in echo_answers(request):
+                    await context.write(answer)
 
     server = grpc.aio.server()
     pb_grpc.add_ExternalProcessorServicer_to_server(Echo(), server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     port_file.write_text(str(port))
-    stop = asyncio.Event()
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     await stop.wait()
     await server.stop(0)
 
 
-def serve_main(port_file: str, pods: int, cpu: int, echo: bool = False) -> None:
+def serve_main(port_file: str, pods: int, cpu: int, transport: str, echo: bool = False) -> None:
     with contextlib.suppress(AttributeError, OSError):
         os.sched_setaffinity(0, {cpu})
     try:
@@ -124,7 +157,8 @@ def serve_main(port_file: str, pods: int, cpu: int, echo: bool = False) -> None:
         uvloop.install()
     except ImportError:
         pass
-    asyncio.run(serve_echo(Path(port_file)) if echo else serve(Path(port_file), pods))
+    path = Path(port_file)
+    asyncio.run(serve_echo(path, transport) if echo else serve(path, pods, transport))
 
 
 # ---------------------------------------------------------------------- Envoy (client)
@@ -287,12 +321,12 @@ async def drive(port: int, args: argparse.Namespace, pid: int) -> dict[str, Any]
     }
 
 
-def run_server(args: argparse.Namespace, *, echo: bool) -> dict[str, Any]:
-    """Start the picker (or the echo floor) pinned to one CPU, drive it, stop it."""
+def run_server(args: argparse.Namespace, *, echo: bool, transport: str) -> dict[str, Any]:
+    """Start the picker (or an echo floor) pinned to one CPU, drive it, stop it."""
     with tempfile.TemporaryDirectory() as tmp:
         port_file = Path(tmp) / "port"
         command = [sys.executable, __file__, "--serve", str(port_file)]
-        command += ["--pods", str(args.pods), "--cpu", str(args.cpu)]
+        command += ["--pods", str(args.pods), "--cpu", str(args.cpu), "--transport", transport]
         child = subprocess.Popen([*command, *(["--echo"] if echo else [])])
         try:
             for _ in range(300):  # up to 30 s for imports and the first scrape
@@ -323,11 +357,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--serve", metavar="PORT_FILE", help=argparse.SUPPRESS)
     parser.add_argument("--cpu", type=int, default=0, help="CPU the picker is pinned to")
     parser.add_argument("--echo", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--no-floor", action="store_true", help="skip the gRPC floor run")
+    parser.add_argument("--transport", choices=["http2", "grpcio"], default="http2")
+    parser.add_argument(
+        "--floors",
+        default="http2,grpcio",
+        help="echo floors to measure, comma-separated (http2, grpcio); empty: none",
+    )
+    parser.add_argument("--no-floor", action="store_true", help="skip the floor runs")
     args = parser.parse_args(argv)
     if args.serve:
-        serve_main(args.serve, args.pods, args.cpu, args.echo)
+        serve_main(args.serve, args.pods, args.cpu, args.transport, args.echo)
         return 0
+    floors = [] if args.no_floor else [f for f in args.floors.split(",") if f]
+    if any(f not in ("http2", "grpcio") for f in floors):
+        parser.error(f"--floors: http2 and/or grpcio, not {args.floors!r}")
 
     with contextlib.suppress(AttributeError, OSError):  # the client stays off the picker's CPU
         others = set(range(os.cpu_count() or 1)) - {args.cpu}
@@ -339,18 +382,24 @@ def main(argv: list[str] | None = None) -> int:
         uvloop.install()
     except ImportError:
         pass
-    figures = run_server(args, echo=False)
-    if not args.no_floor:
-        floor = run_server(args, echo=True)
-        figures["grpc_floor"] = {"sequential": floor["sequential"], "load": floor["load"]}
-        ratio = figures["load"]["exchanges_per_picker_core_s"] or 0
-        base = floor["load"]["exchanges_per_picker_core_s"] or 0
-        figures["picker_vs_floor_per_core"] = round(ratio / base, 3) if base else None
+    figures = run_server(args, echo=False, transport=args.transport)
+    figures["transport"] = args.transport
+    for transport in floors:
+        floor = run_server(args, echo=True, transport=transport)
+        key = "grpc_floor" if transport == "grpcio" else f"{transport}_floor"
+        figures[key] = {"sequential": floor["sequential"], "load": floor["load"]}
+        if transport == args.transport:
+            ratio = figures["load"]["exchanges_per_picker_core_s"] or 0
+            base = floor["load"]["exchanges_per_picker_core_s"] or 0
+            figures["picker_vs_floor_per_core"] = round(ratio / base, 3) if base else None
     if args.json:
         print(json.dumps(figures))
     else:
         s, load = figures["sequential"], figures["load"]
-        print(f"picker, {figures['pods']} pods, {figures['body_bytes']} B bodies, loopback gRPC")
+        print(
+            f"picker ({args.transport}), {figures['pods']} pods, "
+            f"{figures['body_bytes']} B bodies, loopback gRPC"
+        )
         print(
             f"  sequential ({s['exchanges']}): route p50 {s['route_p50_ms']} ms, "
             f"p99 {s['route_p99_ms']} ms; whole exchange p50 {s['exchange_p50_ms']} ms, "
@@ -362,13 +411,16 @@ def main(argv: list[str] | None = None) -> int:
             f"{load['exchanges_per_picker_core_s']} exchanges per picker CPU-second; "
             f"route p99 {load['route_p99_ms']} ms"
         )
-        if "grpc_floor" in figures:
-            f_seq, f_load = figures["grpc_floor"]["sequential"], figures["grpc_floor"]["load"]
+        for transport in floors:
+            key = "grpc_floor" if transport == "grpcio" else f"{transport}_floor"
+            f_seq, f_load = figures[key]["sequential"], figures[key]["load"]
             print(
-                f"  gRPC floor (same stack, fixed answers): route p99 {f_seq['route_p99_ms']} ms, "
-                f"{f_load['exchanges_per_picker_core_s']} exchanges per CPU-second; "
-                f"picker/floor per core {figures['picker_vs_floor_per_core']}"
+                f"  {transport} echo floor (fixed answers): route p99 {f_seq['route_p99_ms']} ms, "
+                f"exchange p99 {f_seq['exchange_p99_ms']} ms, "
+                f"{f_load['exchanges_per_picker_core_s']} exchanges per CPU-second"
             )
+        if "picker_vs_floor_per_core" in figures:
+            print(f"  picker/floor per core: {figures['picker_vs_floor_per_core']}")
     return 0
 
 

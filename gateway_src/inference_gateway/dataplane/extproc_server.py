@@ -38,6 +38,7 @@ from .proxy import RoutingState
 from .server import http_fetch
 
 __all__ = [
+    "PROCESS_PATH",
     "SERVICE_NAME",
     "TRANSPORTS",
     "Lifecycle",

@@ -23,6 +23,8 @@ from inference_gateway.dataplane.extproc_http2 import (
     GrpcCode,
     HealthService,
     Http2GrpcServer,
+    _Connection,
+    _only_indexed,
 )
 from inference_gateway.dataplane.extproc_wire import BODY_CHUNK_BYTES
 
@@ -275,3 +277,33 @@ async def test_megabyte_bodies_flow_through_the_windows(make_picker: PickerFacto
     assert len(chunks) == -(-len(body) // BODY_CHUNK_BYTES)
     assert out.upstream_body == body
     assert out.status == 200
+
+
+async def test_header_cache_follows_the_dynamic_table() -> None:
+    """Equal indexed-only blocks share one decode; a block that can change the HPACK
+    table clears the cache, so a later equal byte string is decoded afresh."""
+    conn = _Connection(Http2GrpcServer({}))
+    encoder = Encoder()
+    first = encoder.encode([(":path", "/a"), ("x-id", "1")])
+    assert not _only_indexed(first)
+    assert conn._decode(first) == {":path": "/a", "x-id": "1"}
+    again = encoder.encode([(":path", "/a"), ("x-id", "1")])
+    assert _only_indexed(again)
+    assert conn._decode(again) is conn._decode(again)  # cached
+    assert conn._decode(encoder.encode([("x-id", "2")])) == {"x-id": "2"}  # table grows
+    assert conn.header_cache == {}
+    shifted = encoder.encode([(":path", "/a"), ("x-id", "1")])
+    assert conn._decode(shifted) == {":path": "/a", "x-id": "1"}
+
+
+@pytest.mark.parametrize(
+    ("block", "indexed"),
+    [
+        (b"\x86\x83\xc3", True),
+        (b"\xff\x80\x01\x82", True),  # index 255 in continuation bytes, then index 2
+        (b"\xff\x49\x40", False),  # index 200, then a literal
+        (b"\x3f\xe1\x1f", False),  # a table size update
+    ],
+)
+def test_only_indexed(block: bytes, indexed: bool) -> None:
+    assert _only_indexed(block) is indexed

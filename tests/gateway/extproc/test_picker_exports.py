@@ -17,6 +17,7 @@ EXPORTS = {
     ],
     "inference_gateway.dataplane.extproc_server": [
         "Lifecycle",
+        "PROCESS_PATH",
         "PickerServer",
         "SERVICE_NAME",
         "TRANSPORTS",
