@@ -20,8 +20,9 @@ from ..traffic.routing import ModelRouter
 from .baseline import RoundRobinScheduler
 from .proxy import Gateway, RoutingState
 from .reloader import FileWatcher
+from .upstream import Upstream, UpstreamError
 
-__all__ = ["WATCHER", "build_gateway", "http_fetch"]
+__all__ = ["WATCHER", "build_gateway", "http_fetch", "upstream_fetch"]
 
 WATCHER = web.AppKey("watcher", FileWatcher)  # the app's config/rewrite file watcher
 
@@ -38,6 +39,25 @@ def http_fetch(session_holder: dict[str, aiohttp.ClientSession]):
         async with session.get(f"http://{endpoint.hostport}{path}") as response:
             response.raise_for_status()
             return await response.text()
+
+    return fetch
+
+
+def upstream_fetch(upstream: Upstream):
+    """The store's fetch seam over the proxy's lean client: GET http://pod{path} → text.
+    Cheaper per scrape than `http_fetch` (20 scrapes a second per pod share the event
+    loop with the requests being proxied)."""
+
+    async def fetch(endpoint: Endpoint, path: str) -> str:
+        response = await upstream.get(endpoint.address, endpoint.port, path).response()
+        try:
+            body = await response.read()
+        finally:
+            response.release()
+        if response.status >= 400:
+            raise UpstreamError(f"GET {path} answered HTTP {response.status}")
+        charset = response.headers.get("content-type", "").partition("charset=")[2]
+        return body.decode(charset.strip().strip('"') or "utf-8", errors="replace")
 
     return fetch
 
@@ -68,10 +88,13 @@ def build_gateway(
         if not e.pool:
             e.pool = e.labels.get("igw.dev/pool", "default")
     metrics = GatewayMetrics()
-    sessions: dict[str, aiohttp.ClientSession] = {}
+    scrape_client = Upstream(
+        connect_timeout_s=spec.scrape.timeout_ms / 1000,
+        read_timeout_s=spec.scrape.timeout_ms / 1000,
+    )
     store = EndpointStore(
         endpoints,
-        http_fetch(sessions),
+        upstream_fetch(scrape_client),
         interval_s=spec.scrape.interval_ms / 1000,
         timeout_s=spec.scrape.timeout_ms / 1000,
         staleness_s=spec.scrape.staleness_ms / 1000,
@@ -125,9 +148,7 @@ def build_gateway(
         for emitter in emitters:
             await emitter.stop()
         await store.stop()
-        session = sessions.pop("session", None)
-        if session is not None:
-            await session.close()
+        await scrape_client.close()
 
     app.on_startup.append(start_scraping)
     app.on_cleanup.append(stop_scraping)

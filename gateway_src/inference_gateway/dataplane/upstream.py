@@ -1,11 +1,12 @@
 """Outbound HTTP/1.1 to model servers: a lean keep-alive client, one idle pool per pod.
 
-The proxy forwards one POST per request and relays the answer, so this client does only
-that: it writes the request line, headers and body in one `transport.write` from the
-caller's own task, parses the status line and headers itself, and hands the body over as
-it arrives (`Content-Length`, chunked, or until close), chunk by chunk for SSE. No
-cookies, redirects, proxies, TLS, compression or tracing: what aiohttp's general client
-spends most of its per-request time on, and what a pod on the pod network never needs.
+The proxy forwards one POST per request and relays the answer (and the endpoint store
+GETs each pod's metrics every 50 ms), so this client does only that: it writes the
+request line, headers and body in one `transport.write` from the caller's own task,
+parses the status line and headers itself, and hands the body over as it arrives
+(`Content-Length`, chunked, or until close), chunk by chunk for SSE. No cookies,
+redirects, proxies, TLS, compression or tracing: what aiohttp's general client spends
+most of its per-request time on, and what a pod on the pod network never needs.
 
     UpstreamError                   every failure, translated here in one place
     ├── UpstreamConnectError        the pod could not be reached (refused, connect timeout)
@@ -459,7 +460,7 @@ class PendingResponse:
 
 
 class Upstream:
-    """Keep-alive HTTP/1.1 POSTs to model servers: the proxy's one outbound seam."""
+    """Keep-alive HTTP/1.1 to model servers: the proxy's POSTs and the scrape's GETs."""
 
     def __init__(
         self,
@@ -478,7 +479,7 @@ class Upstream:
         self.max_idle_per_pod = max_idle_per_pod
         self._idle: dict[tuple[str, int], list[_Connection]] = {}
         self._open: set[_Connection] = set()
-        self._prefixes: dict[tuple[str, int, str], bytes] = {}
+        self._prefixes: dict[tuple[bytes, str, int, str], bytes] = {}
 
     def post(
         self, host: str, port: int, path: str, body: bytes, headers: Mapping[str, str]
@@ -487,12 +488,30 @@ class Upstream:
         caller's bookkeeping overlaps the pod's work), else on the first await of
         `PendingResponse.response()`, which returns once the status line and headers
         are in."""
+        return self._send(b"POST", host, port, path, body, headers)
+
+    def get(
+        self, host: str, port: int, path: str, headers: Mapping[str, str] | None = None
+    ) -> PendingResponse:
+        """A GET (the metrics scrape), sent like `post`."""
+        return self._send(b"GET", host, port, path, None, headers or {})
+
+    def _send(
+        self,
+        method: bytes,
+        host: str,
+        port: int,
+        path: str,
+        body: bytes | None,
+        headers: Mapping[str, str],
+    ) -> PendingResponse:
         key = (host, port)
-        head = self._head(host, port, path, len(body), headers)
+        head = self._head(method, host, port, path, body, headers)
+        payload = body or b""
         conn = self._take(key)
         if conn is not None:
-            conn.send(head, body)
-        return PendingResponse(self, key, head, body, conn)
+            conn.send(head, payload)
+        return PendingResponse(self, key, head, payload, conn)
 
     async def close(self) -> None:
         for conn in list(self._open):
@@ -550,24 +569,33 @@ class Upstream:
         return conn
 
     def _head(
-        self, host: str, port: int, path: str, length: int, headers: Mapping[str, str]
+        self,
+        method: bytes,
+        host: str,
+        port: int,
+        path: str,
+        body: bytes | None,
+        headers: Mapping[str, str],
     ) -> bytes:
-        """Request line and headers; the fixed part is built once per pod and path."""
-        prefix = self._prefixes.get((host, port, path))
+        """Request line and headers; the fixed part is built once per pod, method and path."""
+        key = (method, host, port, path)
+        prefix = self._prefixes.get(key)
         if prefix is None:
             if len(self._prefixes) > 4096:
                 self._prefixes.clear()
             hostname = f"[{host}]" if ":" in host else host
-            prefix = self._prefixes[(host, port, path)] = (
-                f"POST {path} HTTP/1.1\r\nhost: {hostname}:{port}\r\n".encode()
+            prefix = self._prefixes[key] = b"%s %s HTTP/1.1\r\nhost: %s:%d\r\n" % (
+                method,
+                path.encode(),
+                hostname.encode(),
+                port,
             )
         lines = []
         for name, value in headers.items():
             if "\n" in value or "\r" in value or "\n" in name or "\r" in name:
                 raise ValueError(f"header {name!r} holds a CR or LF")
             lines.append(f"{name}: {value}\r\n")
-        return b"%scontent-length: %d\r\n%s\r\n" % (
-            prefix,
-            length,
-            "".join(lines).encode("utf-8", "surrogateescape"),
-        )
+        text = "".join(lines).encode("utf-8", "surrogateescape")
+        if body is None:
+            return b"%s%s\r\n" % (prefix, text)
+        return b"%scontent-length: %d\r\n%s\r\n" % (prefix, len(body), text)

@@ -12,9 +12,11 @@ from typing import Any
 
 import aiohttp
 import orjson
+import pytest
 from aiohttp import web
 
-from inference_gateway.dataplane.server import build_gateway
+from inference_gateway.dataplane.server import build_gateway, upstream_fetch
+from inference_gateway.dataplane.upstream import Upstream, UpstreamError
 from inference_gateway.scheduling.types import Endpoint
 
 MODEL = "llama-3.1-8b"
@@ -226,3 +228,17 @@ async def test_a_stream_breaking_after_the_first_byte_ends_with_an_error_event()
         error = orjson.loads(events[-1].removeprefix(b"data: "))["error"]
         assert error["code"] == "stream_broken"
         assert attempts == 1  # never retried once a byte reached the client
+
+
+async def test_scrape_fetch_decodes_text_and_refuses_errors() -> None:
+    async def handler(request: web.Request) -> web.Response:
+        return web.Response(status=500)
+
+    async with pod(handler, waiting=2) as (port, _):
+        client = Upstream()
+        fetch = upstream_fetch(client)
+        endpoint = Endpoint("pod", "127.0.0.1", port)
+        assert "vllm:num_requests_waiting 2\n" in await fetch(endpoint, "/metrics")
+        with pytest.raises(UpstreamError, match="HTTP 404"):
+            await fetch(endpoint, "/nowhere")
+        await client.close()

@@ -355,3 +355,17 @@ def test_public_api() -> None:
         "UpstreamResponse",
         "UpstreamTimeout",
     ]
+
+
+async def test_get_has_no_body_headers(upstream: Upstream) -> None:
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        pod.heads.append(await reader.readuntil(b"\r\n\r\n"))
+        writer.write(answer(b"vllm:num_requests_waiting 0\n"))
+        await reader.read()
+
+    async with Pod(script) as pod:
+        response = await upstream.get("127.0.0.1", pod.port, "/metrics").response()
+        assert await response.read() == b"vllm:num_requests_waiting 0\n"
+        response.release()
+        head = f"GET /metrics HTTP/1.1\r\nhost: 127.0.0.1:{pod.port}\r\n\r\n"
+        assert pod.heads == [head.encode()]
