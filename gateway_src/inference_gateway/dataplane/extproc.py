@@ -142,7 +142,7 @@ class Exchange:
         self.response_mode = options.response_body_mode
         self.headers: dict[str, str] = {}
         self.subset: list[str] | None = None
-        self.body = bytearray()
+        self.body: bytes | bytearray = b""  # the request body collected so far
         self.decision: Decision | None = None
         self.scheduler: SchedulerLike = director.scheduler
         self.decided_at = 0.0
@@ -182,7 +182,12 @@ class Exchange:
 
     async def on_request_body(self, request: pb.ProcessingRequest) -> Responses:
         part = request.request_body
-        self.body += part.body
+        if not self.body and part.end_of_stream:
+            self.body = part.body  # the usual case, the whole body at once: no copies
+        else:
+            if not isinstance(self.body, bytearray):
+                self.body = bytearray(self.body)
+            self.body += part.body
         if len(self.body) > self.options.max_body_bytes:
             return self._reject(
                 Rejection(
@@ -223,14 +228,17 @@ class Exchange:
         request_id = self.headers.get("x-request-id") or next(_REQUEST_IDS)
         try:
             decision = await self.director.decide(
-                bytes(self.body), self.headers, request_id=request_id, subset=self.subset
+                self.body if isinstance(self.body, bytes) else bytes(self.body),
+                self.headers,
+                request_id=request_id,
+                subset=self.subset,
             )
         except Rejection as rejection:
             return self._reject(rejection)
         self.decision = decision
         self.scheduler = self.director.scheduler  # a reload must not split one request
         self.decided_at = self.clock()
-        self.body = bytearray()
+        self.body = b""
         primary = decision.ranked[0]
         self.scheduler.on_picked(decision.llm, primary, time.monotonic())
         metrics = self.director.metrics

@@ -30,6 +30,7 @@ import contextlib
 import logging
 import socket
 import ssl
+import struct
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from typing import Any, cast
@@ -103,6 +104,7 @@ def _status_block(code: int, message: str) -> bytes:
 RESPONSE_HEADERS = b"\x88" + _literal(b"content-type", b"application/grpc")
 TRAILERS_OK = _status_block(GrpcCode.OK, "")
 SETTINGS_ACK = _frame(SETTINGS, ACK, 0)
+FRAME_HEAD = struct.Struct(">BHBBL")  # length as 1 + 2 bytes, type, flags, stream id
 
 
 class Call:
@@ -289,16 +291,15 @@ class _Connection(asyncio.Protocol):
         self.out = out
         try:
             while size - offset >= 9 and not self.closed:
-                length = int.from_bytes(data[offset : offset + 3], "big")
+                high, low, kind, flags, stream = FRAME_HEAD.unpack_from(data, offset)
+                length = high << 16 | low
                 if length > RECV_MAX_FRAME:
                     self._abort(FRAME_SIZE_ERROR, "frame too large")
                     return
                 end = offset + 9 + length
                 if end > size:
                     break
-                kind = data[offset + 3]
-                flags = data[offset + 4]
-                stream = int.from_bytes(data[offset + 5 : offset + 9], "big") & 0x7FFFFFFF
+                stream &= 0x7FFFFFFF
                 payload = view[offset + 9 : end]
                 offset = end
                 if self.header_stream and kind != CONTINUATION:
@@ -306,12 +307,12 @@ class _Connection(asyncio.Protocol):
                     return
                 if kind == DATA:
                     self._on_data(flags, stream, payload)
+                elif kind == WINDOW_UPDATE:
+                    self._on_window_update(stream, payload)
                 elif kind == HEADERS:
                     self._on_headers(flags, stream, payload)
                 elif kind == CONTINUATION:
                     self._on_continuation(flags, stream, payload)
-                elif kind == WINDOW_UPDATE:
-                    self._on_window_update(stream, payload)
                 elif kind == SETTINGS:
                     self._on_settings(flags, stream, payload)
                 elif kind == PING:
