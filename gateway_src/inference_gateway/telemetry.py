@@ -3,6 +3,8 @@ and alerts written for the upstream picker work unchanged."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 __all__ = ["GatewayMetrics"]
@@ -100,6 +102,12 @@ class GatewayMetrics:
             ["model_name", "reason"],
             registry=r,
         )
+        self._plugin_series: dict[tuple[str, str], Any] = {}
 
     def time_plugin(self, kind: str, name: str, seconds: float) -> None:
-        self.plugin_duration.labels(kind, name).observe(seconds)
+        """The scheduler's plugin timer; the labelled series are cached, since `labels()`
+        takes a lock and builds its key on every call (several plugin calls a request)."""
+        series = self._plugin_series.get((kind, name))
+        if series is None:
+            series = self._plugin_series[(kind, name)] = self.plugin_duration.labels(kind, name)
+        series.observe(seconds)
