@@ -185,10 +185,14 @@ class _Connection(asyncio.Protocol):
         self.got_bytes = False
         self.response = None
         self.failure = None
-        if len(body) < 16384:
-            self.transport.write(head + body)
-        else:
-            self.transport.writelines((head, body))
+        try:
+            if len(body) < 16384:
+                self.transport.write(head + body)
+            else:
+                self.transport.writelines((head, body))
+        except (OSError, RuntimeError) as error:  # closed under us: nothing was sent
+            self._fail(UpstreamError(f"write failed: {error!r}", before_response=True))
+            self.close()
 
     async def read_head(self) -> UpstreamResponse:
         while self.response is None:
@@ -527,7 +531,8 @@ class Upstream:
         oldest_ok = time.monotonic() - self.idle_timeout_s
         while idle:
             conn = idle.pop()
-            if not conn.closed and conn.idle_since >= oldest_ok:
+            closing = conn.transport is None or conn.transport.is_closing()
+            if not conn.closed and not closing and conn.idle_since >= oldest_ok:
                 return conn
             conn.close()
         return None

@@ -369,3 +369,26 @@ async def test_get_has_no_body_headers(upstream: Upstream) -> None:
         response.release()
         head = f"GET /metrics HTTP/1.1\r\nhost: 127.0.0.1:{pod.port}\r\n\r\n"
         assert pod.heads == [head.encode()]
+
+
+async def test_a_failed_write_on_a_pooled_connection_is_retried_on_a_new_one(
+    upstream: Upstream,
+) -> None:
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            await read_request(reader)
+            writer.write(answer(b"{}"))
+
+    def refuse(data: bytes) -> None:
+        raise RuntimeError("unable to perform operation: the handler is closed")
+
+    async with Pod(script) as pod:
+        response = await upstream.post("127.0.0.1", pod.port, "/", b"{}", {}).response()
+        await response.read()
+        response.release()
+        (pooled,) = upstream._idle[("127.0.0.1", pod.port)]
+        pooled.transport.write = refuse  # type: ignore[union-attr, method-assign]
+        response = await upstream.post("127.0.0.1", pod.port, "/", b"{}", {}).response()
+        assert await response.read() == b"{}"
+        response.release()
+        assert pod.connections == 2
