@@ -80,7 +80,9 @@ async def drive(url: str, rate: float, seconds: float, seed: int) -> dict[str, A
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
 
         async def one(band: str, i: int) -> None:
-            prompt = f"request {i} " + "lorem ipsum " * (PROMPT_TOKENS * 4 // 12)
+            # distinct across load levels too: a prompt cached by the unloaded run would
+            # make the overloaded one look cheaper than it is
+            prompt = f"request {seed}-{i} " + "lorem ipsum " * (PROMPT_TOKENS * 4 // 12)
             body = {
                 "model": "llama-3.1-8b",
                 "prompt": prompt,

@@ -144,27 +144,65 @@ class BandSpec(Spec):
 
 
 class SaturationSpec(Spec):
-    """Saturation detector: a pod is full at queue >= q or kv >= kv_threshold.
+    """Saturation detector: when a pod counts as full, per band.
 
-    `queue_threshold` / `kv_threshold` are upstream's detector (5 and 0.8) and bound what
-    critical requests may use. Standard and sheddable requests are held to the stricter
-    `noncritical_*` thresholds, which keeps pod queues short and leaves headroom that
-    only critical requests can take: in the `overload-priorities` scenario this keeps
-    critical P99 TTFT at 1.4x its unloaded value under 2x overload, against 3.1x with
-    upstream's thresholds for every band, for 1.5 % less throughput
-    (docs/traffic-control.md). Set them equal to the upstream ones for upstream behaviour.
+    A pod is full at `waiting + sent >= queue_threshold`, at `kv >= kv_threshold`, or at
+    `pending prefill >= prefill_threshold_s` (upstream's `max(queue/5, kv/0.8) >= 1`
+    plus a prefill term). Pending prefill is the prompt tokens this gateway sent to the
+    pod that have not produced a first token yet (waiting or being prefilled, which
+    vLLM reports as *running*), times the pod's prefill speed measured online from
+    TTFTs: the delay a new request would queue behind.
+
+    The plain thresholds bound what critical requests may use; standard and sheddable
+    requests are held to the stricter `noncritical_*` ones, which leaves headroom only
+    critical requests take, for `critical_reserve_s` after the last critical request
+    (headroom nobody uses only slows the other bands down). The prefill term matters
+    for long prompts: vLLM admits several into its chunked-prefill batch at once, so a
+    pod's waiting queue is empty while a new request would wait for all of them
+    (measurements in docs/traffic-control.md). `None` turns the prefill term off; with it off for both and the
+    non-critical thresholds equal to the plain ones, the detector is upstream's.
     """
 
-    queue_threshold: float = Field(default=5.0, gt=0)
-    kv_threshold: float = Field(default=0.8, gt=0, le=1)
-    noncritical_queue_threshold: float = Field(default=1.0, gt=0)
-    noncritical_kv_threshold: float = Field(default=0.6, gt=0, le=1)
+    queue_threshold: float = Field(
+        default=5.0, gt=0, description="Waiting plus sent requests that fill a pod (upstream 5)."
+    )
+    kv_threshold: float = Field(
+        default=0.8, gt=0, le=1, description="KV-cache use that fills a pod (upstream 0.8)."
+    )
+    prefill_threshold_s: float | None = Field(
+        default=1.0,
+        gt=0,
+        description="Seconds of pending prefill that fill a pod; null turns the term off.",
+    )
+    noncritical_queue_threshold: float = Field(
+        default=1.0, gt=0, description="queueThreshold for standard and sheddable requests."
+    )
+    noncritical_kv_threshold: float = Field(
+        default=0.6, gt=0, le=1, description="kvThreshold for standard and sheddable requests."
+    )
+    noncritical_prefill_threshold_s: float | None = Field(
+        default=0.05,
+        gt=0,
+        description="prefillThresholdS for standard and sheddable requests; null: off.",
+    )
+
+    critical_reserve_s: float | None = Field(
+        default=30.0,
+        gt=0,
+        description=(
+            "The noncritical thresholds apply for this long after the last critical "
+            "request; without recent critical traffic every band fills pods to the plain "
+            "thresholds. null: always apply them."
+        ),
+    )
 
     @model_validator(mode="after")
     def _stricter_for_noncritical(self) -> SaturationSpec:
+        critical, noncritical = self.prefill_threshold_s, self.noncritical_prefill_threshold_s
         if (
             self.noncritical_queue_threshold > self.queue_threshold
             or self.noncritical_kv_threshold > self.kv_threshold
+            or (critical is not None and (noncritical is None or noncritical > critical))
         ):
             raise ValueError("noncritical thresholds must not exceed the critical ones")
         return self

@@ -195,6 +195,63 @@ async def test_saturated_pool_sheds_sheddable_and_times_out_the_queue(
         await asyncio.gather(*held, return_exceptions=True)
 
 
+@pytest.mark.parametrize("prefill_threshold_s", [0.5, None])
+async def test_pending_prefill_saturates_the_pool_for_noncritical_requests(
+    fleet: EmulatedFleet,
+    gateway_on: Callable[..., Any],
+    prefill_threshold_s: float | None,
+) -> None:
+    # The queue term is lax here (5 per pod) and scrapes stop after the first, so only the
+    # prefill term can see two long prompts that are prefilling (vLLM counts them running)
+    spec = parse_config(
+        config(
+            scrape={"intervalMs": 60_000, "stalenessMs": 600_000},
+            flowControl={
+                "saturation": {
+                    "prefillThresholdS": None,
+                    "noncriticalQueueThreshold": 5,
+                    "noncriticalKvThreshold": 0.8,
+                    "noncriticalPrefillThresholdS": prefill_threshold_s,
+                    "criticalReserveS": None,  # keep the headroom without critical traffic
+                }
+            },
+        )
+    )
+    async with (
+        gateway_on(fleet, config=spec) as (url, gateway, _app),
+        aiohttp.ClientSession() as session,
+    ):
+
+        async def complete(prompt: str, objective: str = "") -> int:
+            body = {"model": "chat-v1", "prompt": prompt, "max_tokens": 1, "stream": True}
+            headers = {"x-gateway-inference-objective": objective} if objective else {}
+            async with session.post(url + "/v1/completions", json=body, headers=headers) as r:
+                await r.read()
+                return r.status
+
+        # calibrate: a few concurrent short requests measure each pod's prefill speed
+        assert await asyncio.gather(*(complete(f"warm {i} " * 50) for i in range(6))) == [200] * 6
+        pods = [e for e in gateway.store.endpoints if e.pool == "v1"]
+        assert all(e.prefill_s_per_token > 0 for e in pods), "a pod got no warm-up request"
+        held = [asyncio.create_task(complete(f"{w} " * 80_000)) for w in ("alpha", "omega")]
+        await asyncio.sleep(0.3)
+        assert all(e.prefill_tokens > 0 for e in pods)
+        body = {"model": "chat-v1", "prompt": "x", "max_tokens": 1, "stream": True}
+        async with session.post(
+            url + "/v1/completions",
+            json=body,
+            headers={"x-gateway-inference-objective": "batch"},
+        ) as r:
+            if prefill_threshold_s is None:  # upstream detector: the pool looks free
+                assert r.status == 200
+            else:
+                assert r.status == 429
+                assert (await r.json())["error"]["code"] == "pool_saturated"
+        for task in held:
+            task.cancel()
+        await asyncio.gather(*held, return_exceptions=True)
+
+
 async def test_every_pod_stale_answers_503(
     fleet: EmulatedFleet, gateway_on: Callable[..., Any]
 ) -> None:

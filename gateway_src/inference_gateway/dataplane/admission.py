@@ -4,7 +4,8 @@
 `NoCapacityError` (429, with a computed Retry-After) or `QueueTimeoutError` (503). A
 waiting request is a future; a ticker releases waiters as capacity frees and expires
 those past their band's TTL; a cancelled handler (the client went away) leaves the
-queue at once.
+queue at once. A released waiter holds a slot until its handler resumes and picks a pod
+(the picker's bookkeeping then counts it), so two rounds never hand out the same slot.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ class PoolGate:
         spec: FlowControlSpec,
         endpoints: Callable[[], list[Endpoint]],
         *,
-        tick_s: float = 0.02,
+        tick_s: float = 0.005,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.controller = FlowController(spec)
@@ -41,10 +42,14 @@ class PoolGate:
         self.tick_s = tick_s
         self.clock = clock
         self._ticker: asyncio.Task[None] | None = None
+        self._in_transit = 0  # released, handler not resumed yet (no pod picked)
+
+    def slots(self) -> SlotCounter:
+        return self.controller.slots(self.endpoints(), self.clock(), self._in_transit)
 
     def free_slots(self) -> int:
         """Requests the pool takes before it saturates again (non-critical bands)."""
-        return SlotCounter(self.endpoints(), self.spec).normal
+        return self.slots().normal
 
     def pool_waiting(self) -> int:
         return sum(e.metrics.waiting for e in self.endpoints() if e.metrics and not e.stale)
@@ -58,7 +63,7 @@ class PoolGate:
         now = self.clock()
         if not any(not e.stale for e in self.endpoints()):
             return
-        saturated = SlotCounter(self.endpoints(), self.spec).full(band)
+        saturated = self.slots().full(band)
         decision = self.controller.offer(band, fairness_id, now, saturated)
         if decision.admitted:
             return
@@ -73,13 +78,16 @@ class PoolGate:
         decision.waiter.handle = future
         self._ensure_ticker()
         try:
-            if not await future:
-                raise QueueTimeoutError(
-                    f"Waited {self.controller.bands[band].ttl_s:g} s in the {band} queue "
-                    "without capacity."
-                )
+            admitted = await future
         finally:
+            if future.done() and not future.cancelled() and future.result():
+                self._in_transit -= 1  # the caller picks a pod before it next yields
             self.controller.cancel(decision.waiter)
+        if not admitted:
+            raise QueueTimeoutError(
+                f"Waited {self.controller.bands[band].ttl_s:g} s in the {band} queue "
+                "without capacity."
+            )
 
     def on_completion(self) -> None:
         self.controller.on_completion(self.clock())
@@ -91,10 +99,11 @@ class PoolGate:
         for waiter in self.controller.expire(now):
             if not waiter.handle.done():
                 waiter.handle.set_result(False)
-        slots = SlotCounter(self.endpoints(), self.spec)
+        slots = self.slots()
         for waiter in self.controller.release(now, slots.take):
             if not waiter.handle.done():
                 waiter.handle.set_result(True)
+                self._in_transit += 1
 
     def _ensure_ticker(self) -> None:
         if self._ticker is None or self._ticker.done():

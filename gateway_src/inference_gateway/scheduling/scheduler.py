@@ -20,6 +20,9 @@ from .types import Endpoint, LLMRequest, SchedulingObserver
 
 __all__ = ["Scheduler", "gpu_priors"]
 
+PREFILL_SPEED_DECAY = 0.98  # weight of history per TTFT observed
+BLOCK_TOKENS = 16  # tokens per prefix-index block (64 characters)
+
 
 def gpu_priors(model: str = "llama-3.1-8b") -> dict[str, float]:
     """Seconds per prefill token of each GPU profile for an 8B-class model: a starting
@@ -46,7 +49,9 @@ class Scheduler:
         self.config = config
         self.count_inflight = count_inflight
         self.index = PrefixIndex()
-        self._sent: dict[tuple[str, str], int] = {}  # (request, pod) → scrape_seq at pick
+        # (request, pod) → (scrape_seq at pick, prefill tokens ahead of it and its own, its own)
+        self._sent: dict[tuple[str, str], tuple[int, int, int]] = {}
+        self._speed: dict[str, tuple[float, float]] = {}  # pod → decayed Σ ttft, Σ tokens
         context: dict[str, Any] = {
             "index": self.index,
             "seed": seed,
@@ -120,7 +125,15 @@ class Scheduler:
         endpoint.sent_requests += 1
         endpoint.sent_tokens += request.prompt_tokens
         endpoint.inflight += 1
-        self._sent[(request.request_id, endpoint.name)] = endpoint.scrape_seq
+        own = request.prompt_tokens  # minus what the prefix index says the pod holds
+        if request.prefix_matches:
+            own = max(1, own - request.prefix_matches.get(endpoint.name, 0) * BLOCK_TOKENS)
+        endpoint.prefill_tokens += own
+        self._sent[(request.request_id, endpoint.name)] = (
+            endpoint.scrape_seq,
+            endpoint.prefill_tokens,
+            own,
+        )
         for observer in self._observers:
             observer.on_picked(request, endpoint, now)
         if self.uses_prefix and request.prefix_hashes:
@@ -132,17 +145,35 @@ class Scheduler:
     def on_first_token(
         self, request: LLMRequest, endpoint: Endpoint, ttft_s: float, now: float
     ) -> None:
-        self._started(request, endpoint)
+        tokens = self._started(request, endpoint)
+        if tokens:
+            self._learn_prefill_speed(endpoint, ttft_s, tokens)
         for observer in self._observers:
             observer.on_first_token(request, endpoint, ttft_s, now)
 
-    def _started(self, request: LLMRequest, endpoint: Endpoint) -> None:
+    def _started(self, request: LLMRequest, endpoint: Endpoint) -> int:
         """A request that produced its first token (or ended) no longer waits at the pod:
-        stop counting it as sent-but-unseen, unless a scrape already counted it."""
-        seq = self._sent.pop((request.request_id, endpoint.name), None)
+        stop counting its uncached prompt tokens as pending prefill, and as sent-but-unseen unless a
+        scrape already counted it. Returns the prefill tokens it was dispatched behind
+        (its own included), 0 when it was not pending."""
+        sent = self._sent.pop((request.request_id, endpoint.name), None)
+        if sent is None:
+            return 0
+        seq, tokens, own = sent
+        endpoint.prefill_tokens = max(0, endpoint.prefill_tokens - own)
         if seq == endpoint.scrape_seq:
             endpoint.sent_requests = max(0, endpoint.sent_requests - 1)
             endpoint.sent_tokens = max(0, endpoint.sent_tokens - request.prompt_tokens)
+        return tokens
+
+    def _learn_prefill_speed(self, endpoint: Endpoint, ttft_s: float, tokens: int) -> None:
+        """Seconds per prefill token as a decayed ratio of sums, Σ ttft / Σ tokens ahead
+        at dispatch (the TTFT predictor's estimator), kept on the endpoint."""
+        ttft_sum, token_sum = self._speed.get(endpoint.name, (0.0, 0.0))
+        ttft_sum = ttft_sum * PREFILL_SPEED_DECAY + ttft_s
+        token_sum = token_sum * PREFILL_SPEED_DECAY + tokens
+        self._speed[endpoint.name] = (ttft_sum, token_sum)
+        endpoint.prefill_s_per_token = ttft_sum / token_sum
 
     def on_finished(self, request: LLMRequest, endpoint: Endpoint, now: float) -> None:
         endpoint.inflight = max(0, endpoint.inflight - 1)

@@ -45,6 +45,10 @@ class Endpoint:
     pod), so a burst inside one scrape interval does not herd onto the pod that looked
     best at the last scrape. `inflight` counts every request
     dispatched and not yet finished. `scrape_seq` numbers the scrapes.
+    `prefill_tokens` counts the prompt tokens this picker dispatched that have no first
+    token yet (waiting or being prefilled; never reset by a scrape) and
+    `prefill_s_per_token` is the pod's measured prefill speed (0 until measured): their
+    product is the prefill a new request queues behind (the saturation detector's term).
     """
 
     name: str
@@ -59,6 +63,8 @@ class Endpoint:
     sent_requests: int = 0
     sent_tokens: int = 0
     inflight: int = 0
+    prefill_tokens: int = 0
+    prefill_s_per_token: float = 0.0
     scrape_seq: int = 0
     index: int = 0  # position in its store, for array-based bookkeeping
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..config import FlowControlSpec
-from ..traffic.flow_control import FlowController, SlotCounter
+from ..traffic.flow_control import FlowController
 from .fleet import SimPod
 from .workload import SimRequest
 
@@ -32,7 +32,7 @@ class AdmissionPolicy:
         self.rejected_by_band: dict[str, int] = {}
 
     def route(self, request: SimRequest, now: float) -> Any:
-        slots = SlotCounter(self.endpoints, self.spec)
+        slots = self.controller.slots(self.endpoints, now)
         decision = self.controller.offer(
             request.priority, "", now, saturated=slots.full(request.priority), handle=request
         )
@@ -51,7 +51,7 @@ class AdmissionPolicy:
         for waiter in self.controller.expire(now):
             self._count(waiter.handle)
             out.append((waiter.handle, None))
-        slots = SlotCounter(self.endpoints, self.spec)
+        slots = self.controller.slots(self.endpoints, now)
         for waiter in self.controller.release(now, slots.take):
             out.append((waiter.handle, self.inner.route(waiter.handle, now)))
         return out

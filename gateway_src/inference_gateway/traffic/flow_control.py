@@ -1,10 +1,18 @@
 """Priority bands and admission control: who goes first when a pool is full.
 
-A pool is *saturated* when every ready pod is: a pod is saturated at
-`queue + sent_since_scrape >= queue_threshold` or `kv_usage >= kv_threshold`
-(upstream's detector, `max(queue/5, kv/0.8) >= 1`, with the picker's own in-flight
-count added so a burst between scrapes is seen). While a pool is not saturated every
-request goes straight through. While it is:
+A pool is *saturated* for a band when every ready pod is full for it. A pod is full at
+
+    max(queue / queue_threshold, kv / kv_threshold, prefill_s / prefill_threshold_s) >= 1
+
+where `queue` is the scraped waiting count plus what the picker sent since the scrape
+(upstream's detector, `max(queue/5, kv/0.8)`, with the burst between scrapes seen), and
+`prefill_s` is the pending prefill: prompt tokens dispatched to the pod without a first
+token yet, times its measured seconds per token (`Endpoint.prefill_tokens`,
+`prefill_s_per_token`). vLLM moves waiting requests into its chunked-prefill batch
+(*running*) as soon as the token budget allows, so with long prompts the queue looks empty
+while a new request would wait for several prefills; the prefill term sees them.
+
+While a pool is not saturated every request goes straight through. While it is:
 
 * `sheddable` requests are rejected at once (429);
 * standard and sheddable requests count a pod as full earlier than critical ones do
@@ -29,51 +37,97 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config import FlowControlSpec
+from ..config import FlowControlSpec, SaturationSpec
 from ..scheduling.types import Endpoint
 
 __all__ = [
     "BANDS",
     "Admission",
     "FlowController",
+    "Limits",
     "SlotCounter",
     "Waiter",
     "free_slots",
+    "pod_load",
     "pod_saturated",
 ]
 
 BANDS = ("critical", "standard", "sheddable")
 
 
-def pod_saturated(endpoint: Endpoint, queue_threshold: float, kv_threshold: float) -> bool:
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What fills a pod for one band; `prefill_s` None leaves the prefill term out."""
+
+    queue: float
+    kv: float
+    prefill_s: float | None = None
+
+    @classmethod
+    def for_band(cls, spec: SaturationSpec, band: str, reserve: bool = True) -> Limits:
+        """`reserve`: hold non-critical bands to the stricter thresholds (see
+        `FlowController.reserving`)."""
+        if band == "critical" or not reserve:
+            return cls(spec.queue_threshold, spec.kv_threshold, spec.prefill_threshold_s)
+        return cls(
+            spec.noncritical_queue_threshold,
+            spec.noncritical_kv_threshold,
+            spec.noncritical_prefill_threshold_s,
+        )
+
+
+def pending_prefill_s(endpoint: Endpoint) -> float:
+    """Seconds of prefill dispatched to the pod and not started: what a new request waits."""
+    return endpoint.prefill_tokens * endpoint.prefill_s_per_token
+
+
+def pod_load(endpoint: Endpoint, limits: Limits) -> float:
+    """`max(queue/q, kv/kv_t, prefill_s/prefill_t)`: 1 or more is full."""
     m = endpoint.metrics
     if m is None:
-        return True
-    return m.waiting + endpoint.sent_requests >= queue_threshold or m.kv_usage >= kv_threshold
+        return math.inf
+    load = max((m.waiting + endpoint.sent_requests) / limits.queue, m.kv_usage / limits.kv)
+    if limits.prefill_s is not None:
+        load = max(load, pending_prefill_s(endpoint) / limits.prefill_s)
+    return load
 
 
-def free_slots(endpoints: Iterable[Endpoint], queue_threshold: float, kv_threshold: float) -> int:
-    """Requests the ready pods can take before each is saturated again."""
+def pod_saturated(endpoint: Endpoint, limits: Limits) -> bool:
+    return pod_load(endpoint, limits) >= 1
+
+
+def free_slots(endpoints: Iterable[Endpoint], limits: Limits) -> int:
+    """Requests the ready pods can take before each is full again: the queue headroom,
+    and at most one request per pod under its prefill threshold (its size, and so its
+    prefill time, is unknown until it is picked)."""
     slots = 0
     for e in endpoints:
-        m = e.metrics
-        if e.stale or m is None or m.kv_usage >= kv_threshold:
+        if e.stale or e.metrics is None or pod_saturated(e, limits):
             continue
-        slots += max(0, math.ceil(queue_threshold - m.waiting - e.sent_requests))
+        room = max(1, math.ceil(limits.queue - e.metrics.waiting - e.sent_requests))
+        slots += 1 if limits.prefill_s is not None else room
     return slots
 
 
 class SlotCounter:
     """Free slots per band for one admission round: critical requests may fill pods up to
     the upstream thresholds, the other bands only up to the stricter non-critical ones;
-    every release uses a slot of both kinds."""
+    every release uses a slot of both kinds. `in_transit` requests were released and have
+    not reached a pod yet: they hold slots too. `reserve` False: no headroom is kept for
+    critical requests (none arrived lately)."""
 
-    def __init__(self, endpoints: list[Endpoint], spec: FlowControlSpec) -> None:
+    def __init__(
+        self,
+        endpoints: list[Endpoint],
+        spec: FlowControlSpec,
+        in_transit: int = 0,
+        *,
+        reserve: bool = True,
+    ) -> None:
         s = spec.saturation
-        self.normal = free_slots(
-            endpoints, s.noncritical_queue_threshold, s.noncritical_kv_threshold
-        )
-        self.critical = free_slots(endpoints, s.queue_threshold, s.kv_threshold)
+        normal = Limits.for_band(s, "standard", reserve)
+        self.normal = free_slots(endpoints, normal) - in_transit
+        self.critical = free_slots(endpoints, Limits.for_band(s, "critical")) - in_transit
 
     def full(self, band: str) -> bool:
         return (self.critical if band == "critical" else self.normal) <= 0
@@ -133,26 +187,34 @@ class FlowController:
         self._count = 0.0  # completions, exponentially decayed
         self._rate_at: float | None = None
         self._first: float | None = None
+        self._critical_at = -math.inf  # when the last critical request was offered
         self.rejected: dict[str, int] = {}
 
     # ------------------------------------------------------------------ saturation
 
-    def saturated(self, endpoints: Iterable[Endpoint]) -> bool:
-        s = self.spec.saturation
-        ready = [e for e in endpoints if not e.stale]
-        return all(pod_saturated(e, s.queue_threshold, s.kv_threshold) for e in ready)
+    def reserving(self, now: float) -> bool:
+        """Whether non-critical bands are held to the stricter thresholds now: within
+        `critical_reserve_s` of the last critical request (always when it is None)."""
+        window = self.spec.saturation.critical_reserve_s
+        return window is None or now - self._critical_at <= window
+
+    def slots(self, endpoints: list[Endpoint], now: float, in_transit: int = 0) -> SlotCounter:
+        """Free slots per band for one admission round at `now`."""
+        return SlotCounter(endpoints, self.spec, in_transit, reserve=self.reserving(now))
+
+    def saturated(
+        self, endpoints: Iterable[Endpoint], band: str = "critical", now: float | None = None
+    ) -> bool:
+        """Every ready pod is full for `band` (at `now`'s reserve; None: reserving)."""
+        reserve = True if now is None else self.reserving(now)
+        limits = Limits.for_band(self.spec.saturation, band, reserve)
+        return all(pod_saturated(e, limits) for e in endpoints if not e.stale)
 
     def saturation(self, endpoints: Iterable[Endpoint]) -> float:
-        """Mean per-pod `max(queue/q, kv/kv_t)`: the autoscaling signal (≥ 1 is full)."""
-        s = self.spec.saturation
-        values = [
-            max(
-                (e.metrics.waiting + e.sent_requests) / s.queue_threshold,
-                e.metrics.kv_usage / s.kv_threshold,
-            )
-            for e in endpoints
-            if not e.stale and e.metrics is not None
-        ]
+        """Mean per-pod load at the critical (upstream) thresholds: the autoscaling signal
+        (1 or more is full)."""
+        limits = Limits.for_band(self.spec.saturation, "critical")
+        values = [pod_load(e, limits) for e in endpoints if not e.stale and e.metrics is not None]
         return sum(values) / len(values) if values else 1.0
 
     # ------------------------------------------------------------------ queueing
@@ -165,10 +227,14 @@ class FlowController:
     def offer(
         self, band: str, fairness_id: str, now: float, saturated: bool, handle: Any = None
     ) -> Admission:
-        """Admit, queue or reject a new request."""
+        """Admit, queue or reject a new request. `saturated`: the pool is full for this
+        band. A request goes straight through when it is not and nobody of its band or a
+        better one waits (lower bands wait because the pool is full for them)."""
         if band not in self.bands:
             band = "standard"
-        if not saturated and not self.queued():
+        if band == "critical":
+            self._critical_at = now
+        if not saturated and not any(self.bands[b].size for b in BANDS[: BANDS.index(band) + 1]):
             return Admission(True)
         queue = self.bands[band]
         if band == "sheddable" or queue.size >= queue.max_queue:
