@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -70,13 +72,38 @@ def test_prefix_score_is_matched_over_total_blocks() -> None:
     assert scores == pytest.approx([0.75, 0.25, 0.0])
 
 
-def test_prefix_index_evicts_lru_per_pod() -> None:
+def test_prefix_index_evicts_lru_per_pod_tail_blocks_first() -> None:
     index = PrefixIndex()
-    index.set_capacity("a", 2)
-    index.add("a", [1, 2])
-    index.add("a", [3])
-    assert index.matches([1]) == {}
-    assert index.matches([2, 3]) == {"a": 2}
+    index.set_capacity("a", 3)
+    index.add("a", [1, 2, 3])
+    index.add("a", [4])  # one block over capacity: the older chain loses its tail block
+    assert index.matches([1, 2, 3]) == {"a": 2}
+    assert index.matches([4]) == {"a": 1}
+    index.add("a", [5, 6])  # two more: the older chain goes, its tail block first
+    assert index.matches([1, 2, 3]) == {}
+    assert index.matches([5, 6, 7]) == {"a": 2}
+    index.forget("a")
+    assert index.matches([5]) == {}
+
+
+def test_prefix_index_matches_equal_a_linear_scan() -> None:
+    rnd = random.Random(5)
+    index = PrefixIndex()
+    chains = [[rnd.getrandbits(64) for _ in range(rnd.randint(1, 40))] for _ in range(30)]
+    for pod in ("a", "b", "c"):
+        index.set_capacity(pod, rnd.randint(20, 200))
+    for _ in range(300):  # requests share chains' heads, as prompts share system prompts
+        chain = rnd.choice(chains)
+        index.add(rnd.choice("abc"), chain[: rnd.randint(1, len(chain))])
+    for chain in chains:
+        expected = {}
+        for pod, lru in index._lru.items():
+            depth = 0
+            while depth < len(chain) and chain[depth] in lru:
+                depth += 1
+            if depth:
+                expected[pod] = depth
+        assert index.matches(chain) == expected
 
 
 def test_every_registered_type_builds_from_empty_parameters() -> None:

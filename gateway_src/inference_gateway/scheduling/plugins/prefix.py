@@ -37,11 +37,19 @@ def prompt_block_hashes(model: str, text: str, block_chars: int = 64) -> list[in
 
 
 class PrefixIndex:
-    """Which pod probably holds which prompt blocks: hash → pods, and an LRU per pod."""
+    """Which prompt blocks each pod probably holds: one LRU of block hashes per pod.
+
+    A request's blocks are recorded tail first, so the chain's root is the most recent
+    entry and eviction takes a chain's tail blocks before its head, as vLLM frees a
+    request's blocks in reverse. A pod therefore holds a block only if it holds every
+    block before it in the chain, and its leading match is found by binary search:
+    about log2(blocks) lookups per pod, whatever the fleet shares, instead of keeping a
+    hash → pods map up to date on every insert and eviction (the picker's dearest step
+    when it was one).
+    """
 
     def __init__(self, default_capacity: int = 31_250) -> None:
         self.default_capacity = default_capacity
-        self._pods: dict[int, set[str]] = {}
         self._lru: dict[str, OrderedDict[int, None]] = {}
         self._capacity: dict[str, int] = {}
 
@@ -51,46 +59,38 @@ class PrefixIndex:
     def matches(self, hashes: Sequence[int]) -> dict[str, int]:
         """Leading blocks of `hashes` held, per pod (pods with no match are absent)."""
         out: dict[str, int] = {}
-        live: set[str] | None = None
-        for depth, h in enumerate(hashes):
-            pods = self._pods.get(h)
-            if not pods:
-                break
-            live = set(pods) if live is None else live & pods
-            if not live:
-                break
-            for pod in live:
-                out[pod] = depth + 1
+        if not hashes:
+            return out
+        first, last = hashes[0], len(hashes)
+        for pod, lru in self._lru.items():
+            if first not in lru:
+                continue
+            held, missing = 1, last + 1  # held blocks: at least `held`, fewer than `missing`
+            while missing - held > 1:
+                middle = (held + missing) // 2
+                if hashes[middle - 1] in lru:
+                    held = middle
+                else:
+                    missing = middle
+            out[pod] = held
         return out
 
     def add(self, pod: str, hashes: Sequence[int]) -> None:
-        lru = self._lru.setdefault(pod, OrderedDict())
-        pods_by_hash = self._pods
-        for h in hashes:
+        lru = self._lru.get(pod)
+        if lru is None:
+            lru = self._lru[pod] = OrderedDict()
+        touch = lru.move_to_end
+        for h in reversed(hashes):
             if h in lru:
-                lru.move_to_end(h)
-                continue
-            lru[h] = None
-            holders = pods_by_hash.get(h)
-            if holders is None:
-                pods_by_hash[h] = {pod}
+                touch(h)
             else:
-                holders.add(pod)
-        capacity = self._capacity.get(pod, self.default_capacity)
-        while len(lru) > capacity:
-            old, _ = lru.popitem(last=False)
-            holders = pods_by_hash[old]
-            holders.discard(pod)
-            if not holders:
-                del pods_by_hash[old]
+                lru[h] = None
+        evict = lru.popitem
+        for _ in range(len(lru) - self._capacity.get(pod, self.default_capacity)):
+            evict(last=False)
 
     def forget(self, pod: str) -> None:
-        for h in self._lru.pop(pod, {}):
-            holders = self._pods.get(h)
-            if holders is not None:
-                holders.discard(pod)
-                if not holders:
-                    del self._pods[h]
+        self._lru.pop(pod, None)
 
 
 class PrefixParams(Params):
