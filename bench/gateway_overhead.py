@@ -3,7 +3,9 @@
 1. Proxy: a zero-delay model server (answers at once, vLLM metric names, no engine) is
    called at 200 requests/s open-loop, directly and through `igw serve`, each in its own
    process, the two paths interleaved request by request so both see the same machine.
-   Reported: p50 and p99 of each and of the difference.
+   Reported: p50 and p99 of each and of the difference, and the machine's 1-minute load
+   average before and after the run: pod, gateway and client share the machine's cores,
+   so any other load inflates both paths and the difference (compare runs at like load).
 2. Picker: one scheduling decision (`latency` profile, prefix hashes of a 2 KB prompt)
    over 256 endpoints with random metrics, timed in-process.
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import socket
 import subprocess
@@ -110,6 +113,7 @@ async def proxy_overhead(requests: int, rate: float) -> dict[str, float]:
         stdout=subprocess.DEVNULL,
     )
     body = orjson.dumps({"model": MODEL, "prompt": "hello " * 40, "max_tokens": 1})
+    load_before = os.getloadavg()[0]
     direct: list[float] = []
     via: list[float] = []
     try:
@@ -156,6 +160,8 @@ async def proxy_overhead(requests: int, rate: float) -> dict[str, float]:
         "gateway_p99_ms": float(np.percentile(v, 99)),
         "added_p50_ms": float(np.percentile(v, 50) - np.percentile(d, 50)),
         "added_p99_ms": float(np.percentile(v, 99) - np.percentile(d, 99)),
+        "load_1min_before": load_before,
+        "load_1min_after": os.getloadavg()[0],
     }
 
 
@@ -230,7 +236,10 @@ def main() -> int:
         sys.stdout.write(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode() + "\n")
         return 0
     p, k = result["proxy"], result["picker"]
-    print(f"proxy at {p['rate_rps']:.0f} req/s, {p['requests_each']} requests per path")
+    print(
+        f"proxy at {p['rate_rps']:.0f} req/s, {p['requests_each']} requests per path "
+        f"(load average {p['load_1min_before']:.2f} before, {p['load_1min_after']:.2f} after)"
+    )
     print(f"  direct   p50 {p['direct_p50_ms']:.2f} ms  p99 {p['direct_p99_ms']:.2f} ms")
     print(f"  gateway  p50 {p['gateway_p50_ms']:.2f} ms  p99 {p['gateway_p99_ms']:.2f} ms")
     print(
