@@ -69,7 +69,7 @@ class UpstreamResponse:
     read whole (`read`) or as it arrives (`chunks`). `release()` when done: the
     connection goes back to the pool only if the body was read to its end."""
 
-    __slots__ = ("_conn", "_eof", "_error", "_pieces", "_size", "headers", "status")
+    __slots__ = ("_conn", "_eof", "_error", "_pieces", "_size", "_whole", "headers", "status")
 
     def __init__(self, conn: _Connection, status: int, headers: dict[str, str]) -> None:
         self._conn: _Connection | None = conn
@@ -79,11 +79,15 @@ class UpstreamResponse:
         self._size = 0
         self._eof = False
         self._error: UpstreamError | None = None
+        self._whole = False  # read() holds the whole body anyway: never pause for it
 
     async def read(self) -> bytes:
         """The whole body."""
+        self._whole = True
         while not self._eof and self._error is None:
-            await self._connection().wait()
+            conn = self._connection()
+            conn.resume()
+            await conn.wait()
         if self._error is not None:
             raise self._error
         body = b"".join(self._pieces) if len(self._pieces) != 1 else self._pieces[0]
@@ -355,7 +359,12 @@ class _Connection(asyncio.Protocol):
         assert response is not None
         response._pieces.append(piece)
         response._size += len(piece)
-        if response._size > HIGH_WATER and not self.paused and self.transport is not None:
+        if (
+            response._size > HIGH_WATER
+            and not response._whole
+            and not self.paused
+            and self.transport is not None
+        ):
             self.paused = True
             self.transport.pause_reading()
 

@@ -392,3 +392,21 @@ async def test_a_failed_write_on_a_pooled_connection_is_retried_on_a_new_one(
         assert await response.read() == b"{}"
         response.release()
         assert pod.connections == 2
+
+
+async def test_a_large_body_read_whole_does_not_stall(upstream: Upstream) -> None:
+    big = b"z" * 3_000_000
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        reply = answer(big)
+        for i in range(0, len(reply), 100_000):  # arrives in pieces, past the high water
+            writer.write(reply[i : i + 100_000])
+            await writer.drain()
+            await asyncio.sleep(0.001)
+        await reader.read()
+
+    async with Pod(script) as pod:
+        response = await upstream.post("127.0.0.1", pod.port, "/", b"{}", {}).response()
+        assert await asyncio.wait_for(response.read(), 5) == big
+        response.release()
