@@ -159,8 +159,9 @@ class SaturationSpec(Spec):
     (headroom nobody uses only slows the other bands down). The prefill term matters
     for long prompts: vLLM admits several into its chunked-prefill batch at once, so a
     pod's waiting queue is empty while a new request would wait for all of them
-    (measurements in docs/traffic-control.md). `None` turns the prefill term off; with it off for both and the
-    non-critical thresholds equal to the plain ones, the detector is upstream's.
+    (measurements in docs/traffic-control.md). `None` turns the prefill term off; with
+    it off for both and the non-critical thresholds equal to the plain ones, the
+    detector is upstream's.
     """
 
     queue_threshold: float = Field(

@@ -12,6 +12,7 @@ import aiohttp
 import openai
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from inference_gateway.config import parse_config
 from inference_gateway.dataplane.server import WATCHER
@@ -189,7 +190,20 @@ async def test_saturated_pool_sheds_sheddable_and_times_out_the_queue(
             'inference_objective_request_rejected_total{model_name="chat-v1",'
             'reason="pool_saturated"} 1.0' in text
         )
-        assert "inference_pool_saturation" in text
+        samples = {
+            (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+        }
+        # the autoscaling signals: v1 is full (two prefills in flight, threshold 1), v2 idle
+        assert samples[("inference_pool_saturation", (("name", "v1"),))] >= 1.0
+        assert samples[("inference_pool_saturation", (("name", "v2"),))] < 1.0
+        for band in ("critical", "standard", "sheddable"):
+            queued = (
+                "inference_extension_flow_control_queue_size",
+                (("band", band), ("name", "v1")),
+            )
+            assert samples[queued] == 0.0  # the 503'd request left the queue
         for task in held:
             task.cancel()
         await asyncio.gather(*held, return_exceptions=True)

@@ -29,6 +29,7 @@ from ..errors import InferenceGatewayError, NoCapacityError, NoEndpointError, Un
 from ..scheduling.plugins.prefix import prompt_block_hashes
 from ..scheduling.types import Endpoint, LLMRequest
 from ..telemetry import GatewayMetrics
+from ..traffic.flow_control import BANDS, FlowController
 from ..traffic.objectives import band_for
 from ..traffic.ratelimit import RateLimiter
 from ..traffic.rewrites import RewriteSet
@@ -242,6 +243,25 @@ class Director:
                 lambda: self.state.router.candidates(route, self.endpoints()),
             )
         return gate
+
+    def refresh_gauges(self, pools: Mapping[str, list[Endpoint]]) -> None:
+        """Pool gauges, computed when `/metrics` is read: ready pods, mean KV use and
+        queue, and the autoscaling signals, saturation (mean per-pod load at the critical
+        thresholds, 1 = full) and the admission queue per band."""
+        metrics = self.metrics
+        spec = (self.state.config or GatewayConfigSpec()).flow_control
+        for pool, endpoints in pools.items():
+            ready = [e.metrics for e in endpoints if not e.stale and e.metrics is not None]
+            metrics.pool_ready.labels(pool).set(len(ready))
+            if ready:
+                metrics.pool_kv.labels(pool).set(sum(m.kv_usage for m in ready) / len(ready))
+                metrics.pool_queue.labels(pool).set(sum(m.waiting for m in ready) / len(ready))
+            gate = self.gates.get(pool)
+            controller = gate.controller if gate is not None else FlowController(spec)
+            metrics.pool_saturation.labels(pool).set(controller.saturation(endpoints))
+        for pool, gate in self.gates.items():
+            for band in BANDS:
+                metrics.queue_size.labels(pool, band).set(gate.controller.queued(band))
 
     def release(self, decision: Decision) -> None:
         """The request is over: give its admission slot back (idempotent)."""

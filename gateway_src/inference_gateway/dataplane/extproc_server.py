@@ -44,7 +44,6 @@ __all__ = [
     "Lifecycle",
     "PickerServer",
     "build_picker",
-    "refresh_pool_gauges",
 ]
 
 log = logging.getLogger(__name__)
@@ -58,16 +57,6 @@ TRANSPORTS = ("http2", "grpcio")
 class Lifecycle(Protocol):
     async def start(self) -> None: ...
     async def stop(self) -> None: ...
-
-
-def refresh_pool_gauges(metrics: GatewayMetrics, store: EndpointStore) -> None:
-    """Per-pool ready count, mean KV use and queue, computed at scrape time."""
-    for pool, endpoints in store.pools().items():
-        ready = [e.metrics for e in endpoints if not e.stale and e.metrics is not None]
-        metrics.pool_ready.labels(pool).set(len(ready))
-        if ready:
-            metrics.pool_kv.labels(pool).set(sum(m.kv_usage for m in ready) / len(ready))
-            metrics.pool_queue.labels(pool).set(sum(m.waiting for m in ready) / len(ready))
 
 
 class PickerServer:
@@ -188,12 +177,12 @@ class PickerServer:
     async def _health_loop(self) -> None:
         while True:
             await asyncio.sleep(self.health_interval_s)
-            refresh_pool_gauges(self.director.metrics, self.store)
+            self.director.refresh_gauges(self.store.pools())
             await self.update_health()
 
     async def _start_metrics(self) -> None:
         async def metrics(request: web.Request) -> web.Response:
-            refresh_pool_gauges(self.director.metrics, self.store)
+            self.director.refresh_gauges(self.store.pools())
             return web.Response(
                 body=generate_latest(self.director.metrics.registry),
                 content_type="text/plain",

@@ -149,16 +149,7 @@ class Gateway:
         return web.json_response({"object": "list", "data": data})
 
     async def prometheus(self, request: web.Request) -> web.Response:
-        for pool, endpoints in self.store.pools().items():
-            ready = [e for e in endpoints if not e.stale and e.metrics is not None]
-            self.metrics.pool_ready.labels(pool).set(len(ready))
-            if ready:
-                self.metrics.pool_kv.labels(pool).set(
-                    sum(e.metrics.kv_usage for e in ready) / len(ready)
-                )  # type: ignore[union-attr]
-                self.metrics.pool_queue.labels(pool).set(
-                    sum(e.metrics.waiting for e in ready) / len(ready)
-                )  # type: ignore[union-attr]
+        self.director.refresh_gauges(self.store.pools())
         return web.Response(
             body=generate_latest(self.metrics.registry), content_type="text/plain", charset="utf-8"
         )

@@ -137,7 +137,7 @@ def build_gateway(
                 metrics.registry,
                 cluster=emf_cluster,
                 interval_s=emf_interval_s,
-                refresh=lambda: _pool_gauges(store, metrics),
+                refresh=lambda: gateway.director.refresh_gauges(store.pools()),
             )
             emitter.start()
             emitters.append(emitter)
@@ -153,12 +153,3 @@ def build_gateway(
     app.on_startup.append(start_scraping)
     app.on_cleanup.append(stop_scraping)
     return app, gateway
-
-
-def _pool_gauges(store: EndpointStore, metrics: GatewayMetrics) -> None:
-    """Ready pods and mean KV use per pool, as the /metrics handler sets them."""
-    for pool, endpoints in store.pools().items():
-        ready = [e.metrics for e in endpoints if not e.stale and e.metrics is not None]
-        metrics.pool_ready.labels(pool).set(len(ready))
-        if ready:
-            metrics.pool_kv.labels(pool).set(sum(m.kv_usage for m in ready) / len(ready))

@@ -22,7 +22,6 @@ EXPORTS = {
         "SERVICE_NAME",
         "TRANSPORTS",
         "build_picker",
-        "refresh_pool_gauges",
     ],
     "inference_gateway.dataplane.extproc_http2": [
         "Call",
