@@ -61,9 +61,10 @@ class PoolGate:
         scheduling answers 503 (or a FailOpen pool picks at random) at once.
         """
         now = self.clock()
-        if not any(not e.stale for e in self.endpoints()):
+        endpoints = self.endpoints()
+        if not any(not e.stale for e in endpoints):
             return
-        saturated = self.slots().full(band)
+        saturated = self.controller.full(band, endpoints, now, self._in_transit)
         decision = self.controller.offer(band, fairness_id, now, saturated)
         if decision.admitted:
             return
@@ -95,6 +96,8 @@ class PoolGate:
 
     def pump(self) -> None:
         """Release what capacity allows, expire what waited too long."""
+        if not self.controller.queued():
+            return  # every completion pumps; with nobody waiting there is nothing to do
         now = self.clock()
         for waiter in self.controller.expire(now):
             if not waiter.handle.done():

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,17 +96,32 @@ def pod_saturated(endpoint: Endpoint, limits: Limits) -> bool:
     return pod_load(endpoint, limits) >= 1
 
 
-def free_slots(endpoints: Iterable[Endpoint], limits: Limits) -> int:
-    """Requests the ready pods can take before each is full again: the queue headroom,
-    and at most one request per pod under its prefill threshold (its size, and so its
-    prefill time, is unknown until it is picked)."""
-    slots = 0
+def _pod_slots(endpoints: Iterable[Endpoint], limits: Limits) -> Iterator[int]:
+    """Requests each ready pod can take before it is full again: the queue headroom, or
+    one under a prefill threshold (a request's size, and so its prefill time, is unknown
+    until it is picked)."""
     for e in endpoints:
         if e.stale or e.metrics is None or pod_saturated(e, limits):
             continue
-        room = max(1, math.ceil(limits.queue - e.metrics.waiting - e.sent_requests))
-        slots += 1 if limits.prefill_s is not None else room
-    return slots
+        if limits.prefill_s is not None:
+            yield 1
+        else:
+            yield max(1, math.ceil(limits.queue - e.metrics.waiting - e.sent_requests))
+
+
+def free_slots(endpoints: Iterable[Endpoint], limits: Limits) -> int:
+    """Requests the ready pods can take before each is full again."""
+    return sum(_pod_slots(endpoints, limits))
+
+
+def has_free_slot(endpoints: Iterable[Endpoint], limits: Limits, taken: int = 0) -> bool:
+    """`free_slots(...) > taken`, stopping at the first pod that settles it (the
+    admission check of every request, where usually the first pod does)."""
+    for room in _pod_slots(endpoints, limits):
+        taken -= room
+        if taken < 0:
+            return True
+    return False
 
 
 class SlotCounter:
@@ -201,6 +216,11 @@ class FlowController:
     def slots(self, endpoints: list[Endpoint], now: float, in_transit: int = 0) -> SlotCounter:
         """Free slots per band for one admission round at `now`."""
         return SlotCounter(endpoints, self.spec, in_transit, reserve=self.reserving(now))
+
+    def full(self, band: str, endpoints: list[Endpoint], now: float, in_transit: int = 0) -> bool:
+        """`slots(endpoints, now, in_transit).full(band)`, without counting every pod."""
+        limits = Limits.for_band(self.spec.saturation, band, self.reserving(now))
+        return not has_free_slot(endpoints, limits, in_transit)
 
     def saturated(
         self, endpoints: Iterable[Endpoint], band: str = "critical", now: float | None = None

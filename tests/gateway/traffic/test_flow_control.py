@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from inference_gateway.config import BandSpec, FlowControlSpec, SaturationSpec
@@ -244,3 +246,46 @@ def test_upstream_detector_is_selectable() -> None:
     )
     assert Limits.for_band(spec, "standard") == Limits.for_band(spec, "critical")
     assert Limits.for_band(spec, "critical") == Limits(5, 0.8, None)
+
+
+@given(
+    pods=st.lists(
+        st.tuples(
+            st.integers(0, 8),  # waiting
+            st.integers(0, 4),  # sent since the scrape
+            st.floats(0, 1),  # kv use
+            st.integers(0, 20_000),  # prompt tokens without a first token
+            st.booleans(),  # stale
+        ),
+        max_size=6,
+    ),
+    in_transit=st.integers(0, 5),
+    band=st.sampled_from(["critical", "standard", "sheddable"]),
+    prefill=st.sampled_from([None, 0.05, 1.0]),
+    critical_seen_at=st.sampled_from([-100.0, 0.0]),
+)
+def test_full_equals_the_whole_slot_count(
+    pods: list[tuple[int, int, float, int, bool]],
+    in_transit: int,
+    band: str,
+    prefill: float | None,
+    critical_seen_at: float,
+) -> None:
+    spec = FlowControlSpec(
+        saturation=SaturationSpec(
+            prefill_threshold_s=prefill,
+            noncritical_prefill_threshold_s=prefill and prefill / 2,
+            critical_reserve_s=30,
+        )
+    )
+    endpoints = []
+    for i, (waiting, sent, kv, tokens, stale) in enumerate(pods):
+        e = Endpoint(f"p{i}", "127.0.0.1", 8000 + i)
+        e.metrics = PodMetrics(waiting=waiting, running=1, kv_usage=kv)
+        e.sent_requests, e.prefill_tokens, e.stale = sent, tokens, stale
+        e.prefill_s_per_token = 1e-4
+        endpoints.append(e)
+    fc = FlowController(spec)
+    fc.offer("critical", "", critical_seen_at, saturated=False)  # sets the reserve window
+    whole = fc.slots(endpoints, 1.0, in_transit).full(band)
+    assert fc.full(band, endpoints, 1.0, in_transit) == whole
