@@ -6,7 +6,7 @@ compiles exactly those files with mypyc (part of mypy) into extension modules ne
 their sources, and Python imports an extension in preference to the `.py`. The sources
 stay the only truth: they are type-checked and compiled unchanged, and give identical
 results (a test compares the two). Where no C compiler or mypy is at hand (the gateway's
-container image), nothing is built and the same modules run as plain Python, about 1.7x
+container image), nothing is built and the same modules run as plain Python, about 1.5x
 slower in `igw simulate`.
 
 An extension built from an older source would silently shadow an edited `.py`, so the
