@@ -16,13 +16,13 @@ state keeps serving.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime
 import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from .background import cancel_and_wait
 from .config import API_GROUP, API_VERSION, GatewayConfigSpec, load_config, parse_config
 from .errors import ConfigError
 from .traffic.rewrites import RewriteSet, load_rewrites, parse_rewrites
@@ -111,10 +111,7 @@ class FileConfigSource:
             self._task = asyncio.get_running_loop().create_task(self.watcher.run())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait(self._task)
 
 
 class KubernetesConfigSource:

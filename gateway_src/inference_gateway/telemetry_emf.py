@@ -21,7 +21,6 @@ histogram observations (interpolated within a bucket, as Prometheus'
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import math
 import sys
@@ -29,6 +28,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TextIO
+
+from .background import cancel_and_wait
 
 __all__ = [
     "CLUSTER_DIMENSION",
@@ -348,8 +349,6 @@ class EmfEmitter:
         """Stop the loop and write the last, partial interval, so no count is lost."""
         if self._task is None:
             return
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
+        await cancel_and_wait(self._task)
         self._task = None
         self.emit()

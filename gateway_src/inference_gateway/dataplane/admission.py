@@ -11,10 +11,10 @@ queue at once. A released waiter holds a slot until its handler resumes and pick
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable
 
+from ..background import cancel_and_wait
 from ..config import FlowControlSpec
 from ..errors import InferenceGatewayError, NoCapacityError
 from ..scheduling.types import Endpoint
@@ -118,7 +118,4 @@ class PoolGate:
             self.pump()
 
     async def close(self) -> None:
-        if self._ticker is not None:
-            self._ticker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._ticker
+        await cancel_and_wait(self._ticker)

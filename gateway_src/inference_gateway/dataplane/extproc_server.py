@@ -10,7 +10,6 @@ are optional collaborators with a `start()` / `stop()` pair.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import ssl
 from collections.abc import Awaitable, Callable
@@ -24,6 +23,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from prometheus_client import generate_latest
 
+from ..background import cancel_and_wait
 from ..config import GatewayConfigSpec, load_config
 from ..endpoints.discovery import load_endpoints_file
 from ..endpoints.store import EndpointStore
@@ -199,9 +199,7 @@ class PickerServer:
 
     async def stop(self, grace_s: float = 1.0) -> None:
         for task in self._tasks:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)
         self._tasks.clear()
         if self._server is not None:
             await self.health.enter_graceful_shutdown()

@@ -32,6 +32,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from ..background import cancel_and_wait
 from ..scheduling.types import Endpoint
 from .store import EndpointStore
 
@@ -251,11 +252,8 @@ class Reflector:
         self._task = asyncio.get_running_loop().create_task(self.run())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
 
 
 def _key(obj: Mapping[str, Any]) -> str:
@@ -565,8 +563,5 @@ class LeaderElector:
         self._task = asyncio.get_running_loop().create_task(self.run())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait(self._task)
         self.leading = False

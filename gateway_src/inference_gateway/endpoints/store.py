@@ -9,13 +9,13 @@ itself on its next good scrape.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
 
 import orjson
 
+from ..background import cancel_and_wait
 from ..scheduling.types import Endpoint
 from .adapters import parse_metrics
 
@@ -96,8 +96,5 @@ class EndpointStore:
         self._task = asyncio.get_running_loop().create_task(self.run())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
