@@ -52,6 +52,7 @@ from .workloads import (
     empty_dir,
     pod_security_context,
     spread,
+    surge_deployment_spec,
 )
 
 __all__ = [
@@ -292,23 +293,14 @@ class GatewayChart(Chart):
             **common,
             checkov_skips={**CPU_LIMIT_SKIP, **DIGEST_SKIP},
             body={
-                "spec": {
-                    "replicas": 2,
-                    "revisionHistoryLimit": 5,
-                    "selector": {"matchLabels": selector},
-                    "strategy": {
-                        "type": "RollingUpdate",
-                        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
-                    },
-                    "template": {
-                        # Adapter → base model comes from the config: roll on change.
-                        "metadata": {
-                            "labels": meta,
-                            "annotations": {"igw.dev/config-sha256": config_hash(env)},
-                        },
-                        "spec": _bbr_pod_spec(env=env, selector=selector),
-                    },
-                }
+                "spec": surge_deployment_spec(
+                    replicas=2,
+                    selector=selector,
+                    pod_labels=meta,
+                    pod_spec=_bbr_pod_spec(env=env, selector=selector),
+                    # Adapter → base model comes from the config: roll on change.
+                    annotations={"igw.dev/config-sha256": config_hash(env)},
+                )
             },
         )
         manifest(

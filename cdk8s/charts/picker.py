@@ -29,6 +29,7 @@ from .workloads import (
     empty_dir,
     pod_security_context,
     spread,
+    surge_deployment_spec,
 )
 
 __all__ = [
@@ -139,22 +140,13 @@ class PickerChart(Chart):
                 "CKV_K8S_38": "the picker watches pods of its pools through the API",
             },
             body={
-                "spec": {
-                    "replicas": env.kubernetes.picker_replicas,
-                    "revisionHistoryLimit": 5,
-                    "selector": {"matchLabels": selector},
-                    "strategy": {
-                        "type": "RollingUpdate",
-                        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
-                    },
-                    "template": {
-                        "metadata": {
-                            "labels": meta,
-                            "annotations": {"igw.dev/config-sha256": config_hash(env)},
-                        },
-                        "spec": _pod_spec(env=env, selector=selector),
-                    },
-                }
+                "spec": surge_deployment_spec(
+                    replicas=env.kubernetes.picker_replicas,
+                    selector=selector,
+                    pod_labels=meta,
+                    pod_spec=_pod_spec(env=env, selector=selector),
+                    annotations={"igw.dev/config-sha256": config_hash(env)},
+                )
             },
         )
         manifest(

@@ -7,6 +7,7 @@ Security `restricted` level and checkov the same way.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 __all__ = [
@@ -16,6 +17,7 @@ __all__ = [
     "empty_dir",
     "pod_security_context",
     "spread",
+    "surge_deployment_spec",
 ]
 
 RUN_AS = 10001
@@ -69,3 +71,29 @@ def spread(selector: dict[str, str]) -> list[dict[str, Any]]:
         }
         for key in ("topology.kubernetes.io/zone", "kubernetes.io/hostname")
     ]
+
+
+def surge_deployment_spec(
+    *,
+    replicas: int,
+    selector: Mapping[str, str],
+    pod_labels: Mapping[str, str],
+    pod_spec: Mapping[str, Any],
+    annotations: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """A Deployment spec for a stateless gateway component: a rollout starts one new pod
+    before it retires an old one (no dip in routing capacity), and keeps five revisions
+    for `kubectl rollout undo`."""
+    metadata: dict[str, Any] = {"labels": dict(pod_labels)}
+    if annotations:
+        metadata["annotations"] = dict(annotations)
+    return {
+        "replicas": replicas,
+        "revisionHistoryLimit": 5,
+        "selector": {"matchLabels": dict(selector)},
+        "strategy": {
+            "type": "RollingUpdate",
+            "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+        },
+        "template": {"metadata": metadata, "spec": pod_spec},
+    }
