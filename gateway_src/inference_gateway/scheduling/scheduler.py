@@ -131,7 +131,7 @@ class Scheduler:
         endpoint.prefill_tokens += own
         self._sent[(request.request_id, endpoint.name)] = (
             endpoint.scrape_seq,
-            endpoint.prefill_tokens,
+            endpoint.prefill_tokens + endpoint.peer_prefill_tokens,  # other replicas' too
             own,
         )
         for observer in self._observers:

@@ -49,6 +49,10 @@ class Endpoint:
     token yet (waiting or being prefilled; never reset by a scrape) and
     `prefill_s_per_token` is the pod's measured prefill speed (0 until measured): their
     product is the prefill a new request queues behind (the saturation detector's term).
+    `peer_requests` / `peer_prefill_tokens` are the same two counts summed over the other
+    gateway replicas (their `sent_requests` and `prefill_tokens` for this pod, shared
+    through the store a few milliseconds late; 0 with one replica): the picking adds
+    them to its own, so N replicas pick like one (`scheduling.shared_view`).
     """
 
     name: str
@@ -65,6 +69,8 @@ class Endpoint:
     inflight: int = 0
     prefill_tokens: int = 0
     prefill_s_per_token: float = 0.0
+    peer_requests: int = 0
+    peer_prefill_tokens: int = 0
     scrape_seq: int = 0
     index: int = 0  # position in its store, for array-based bookkeeping
 

@@ -238,14 +238,18 @@ _register_peers()
 
 def make_policy(name: str, pods: list[SimPod], seed: int) -> Policy:
     """`gateway:PROFILE` selects a named profile of the default gateway config;
-    `POLICY@N` runs N replicas of a policy, each with its own view (see `replicas`)."""
+    `POLICY@N` runs N replicas of a policy, each with its own view, sharing their
+    dispatch counts through the store as shipped; `POLICY@N-unshared` runs them without
+    (see `replicas`)."""
     from .replicas import Replicated, parse_replicas
 
     replicated = parse_replicas(name)
     if replicated is not None:
-        base_name, count = replicated
+        base_name, count, sharing = replicated
         make_policy(base_name, [], seed)  # fail on a bad base name now
-        return Replicated(name, pods, seed, base=base_name, count=count, make=make_policy)
+        return Replicated(
+            name, pods, seed, base=base_name, count=count, make=make_policy, sharing=sharing
+        )
     base, _, profile = name.partition(":")
     if base == "gateway" and profile:
         config = GatewayConfigSpec()

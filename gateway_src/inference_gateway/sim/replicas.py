@@ -3,9 +3,20 @@
 Production gateways run more than one replica for availability; a load balancer spreads
 requests across them, and each replica keeps its own view of the fleet: its own scrape
 results, its own count of what it sent since the last scrape, its own in-flight
-bookkeeping, prefix index and TTFT model. None of them sees what the others just sent,
-so a burst can *herd*: every replica picks the same pod that looked best at the last
-scrape. This module measures that.
+bookkeeping, prefix index and TTFT model.
+
+`POLICY@N` runs the replicas as shipped: they share their dispatch view through the
+store (`scheduling.shared_view`): every `PUBLISH_INTERVAL_S` each replica, in one store
+round trip, publishes its own pending requests and prefill tokens per pod and reads the
+others'. Modelled honestly: replica i's loop ticks at its own phase; the exchange of a
+tick at time t reaches the store at t + rtt/2 and its answer is used from t + rtt on;
+the store then holds, for each other replica j, the counts j had at its own last tick at
+or before t. So a peer's dispatch is seen between rtt and 2 x interval + rtt late, never
+at once.
+
+`POLICY@N-unshared` keeps the old behaviour: none of the replicas sees what the others
+just sent, so a burst can *herd* onto the pod that looked best at the last scrape. It
+stays in the benchmark beside the shared figure, as what the store buys.
 
 Each replica is a full instance of the base policy built over *views* of the pods: the
 same engine, a private `Endpoint`. Before each decision the replica's endpoints take any
@@ -20,34 +31,131 @@ queues in its own flow controller; the driver's `drain` reaches every replica's 
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
+from collections import deque
 from collections.abc import Callable
 
 from ..errors import ConfigError
+from ..scheduling.shared_view import (
+    PUBLISH_INTERVAL_S,
+    STORE_RTT_S,
+    DispatchCounts,
+    apply_peer_dispatch,
+    own_dispatch,
+)
+from ..traffic.flow_control import BANDS, FlowController
 from .admission import DEFERRED
 from .fleet import SimPod
 from .workload import SimRequest
 
-__all__ = ["Replicated", "parse_replicas"]
+__all__ = ["Replicated", "Sharing", "parse_replicas"]
 
 MAX_REPLICAS = 64
+UNSHARED = "-unshared"
 
 
-def parse_replicas(name: str) -> tuple[str, int] | None:
-    """`gateway@4` → (`gateway`, 4); a name without `@` → None."""
+@dataclasses.dataclass(frozen=True, slots=True)
+class Sharing:
+    """How replicas exchange dispatch counts: one store round trip every `interval_s`."""
+
+    interval_s: float = PUBLISH_INTERVAL_S
+    rtt_s: float = STORE_RTT_S
+
+
+def parse_replicas(name: str) -> tuple[str, int, Sharing | None] | None:
+    """`gateway@4` → (`gateway`, 4, default sharing); `gateway@4-unshared` → (…, None);
+    a name without `@` → None."""
     base, sep, count = name.rpartition("@")
     if not sep:
         return None
+    shared = not count.endswith(UNSHARED)
+    count = count.removesuffix(UNSHARED)
     if not count.isdigit() or not 1 <= int(count) <= MAX_REPLICAS or not base:
         raise ConfigError(
             "policies",
-            [f"policies: {name!r}: expected POLICY@N with 1 <= N <= {MAX_REPLICAS}"],
+            [
+                f"policies: {name!r}: expected POLICY@N or POLICY@N{UNSHARED} "
+                f"with 1 <= N <= {MAX_REPLICAS}"
+            ],
         )
-    return base, int(count)
+    return base, int(count), Sharing() if shared else None
+
+
+class _Exchange:
+    """The store as the replicas see it, on the simulator's clock (see module docstring).
+
+    Each replica's own counts and queue heads are logged when they change; a replica's
+    view of the others is rebuilt only when its next exchange completes."""
+
+    def __init__(self, views: list[list[SimPod]], replicas: list, sharing: Sharing) -> None:
+        self.sharing = sharing
+        self.endpoints = [[p.endpoint for p in view] for view in views]
+        # admission queues, where the base policy has them (`gateway`)
+        self.controllers: list[FlowController | None] = [
+            getattr(r, "controller", None) for r in replicas
+        ]
+        n = len(views)
+        self.phase = [sharing.interval_s * i / n for i in range(n)]
+        # per replica: (time, its counts, its oldest waiter per band) from then on
+        empty: _Entry = (-math.inf, {}, {})
+        self.log: list[deque[_Entry]] = [deque([empty]) for _ in views]
+        self.seen = [-math.inf] * n  # tick whose answer each replica applied last
+        # a log entry older than this can no longer be the answer to any exchange
+        self.horizon = 2 * sharing.interval_s + sharing.rtt_s
+
+    def _tick_at_or_before(self, i: int, t: float) -> float:
+        interval, phase = self.sharing.interval_s, self.phase[i]
+        return phase + math.floor((t - phase) / interval) * interval
+
+    def record(self, i: int, now: float) -> None:
+        """Replica i's own state may have changed at `now`: log it if it did."""
+        counts = own_dispatch(self.endpoints[i])
+        controller = self.controllers[i]
+        heads = {} if controller is None else _oldest_waiters(controller)
+        log = self.log[i]
+        if counts == log[-1][1] and heads == log[-1][2]:
+            return
+        log.append((now, counts, heads))
+        while len(log) > 1 and log[1][0] <= now - self.horizon:
+            log.popleft()
+
+    def _published(self, j: int, t: float) -> tuple[DispatchCounts, dict[str, float]]:
+        """What replica j published at its last tick at or before `t`: its counts and
+        its queue heads as ages, as the store holds them."""
+        tick = self._tick_at_or_before(j, t)
+        entry = self.log[j][0]
+        for logged in self.log[j]:
+            if logged[0] > tick:
+                break
+            entry = logged
+        return entry[1], {band: tick - at for band, at in entry[2].items()}
+
+    def refresh(self, i: int, now: float) -> None:
+        """Apply the answer of replica i's last completed exchange to its view."""
+        tick = self._tick_at_or_before(i, now - self.sharing.rtt_s)
+        if tick == self.seen[i]:
+            return
+        self.seen[i] = tick
+        published = [self._published(j, tick) for j in range(len(self.log)) if j != i]
+        apply_peer_dispatch(self.endpoints[i], (counts for counts, _ in published))
+        controller = self.controllers[i]
+        if controller is not None:
+            controller.set_peer_heads((ages for _, ages in published), at=tick)
+
+
+_Entry = tuple[float, DispatchCounts, dict[str, float]]
+
+
+def _oldest_waiters(controller: FlowController) -> dict[str, float]:
+    """Band → enqueue time of the oldest waiter (the simulator's clock is shared, so
+    the log keeps times and `_published` turns them into the ages a replica sends)."""
+    return {band: at for band in BANDS if (at := controller.oldest(band)) < math.inf}
 
 
 class Replicated:
-    """N independent instances of one policy, each over its own view of the pods."""
+    """N instances of one policy, each over its own view of the pods, sharing their
+    dispatch counts through a modelled store unless `sharing` is None."""
 
     def __init__(
         self,
@@ -58,6 +166,7 @@ class Replicated:
         base: str,
         count: int,
         make: Callable[[str, list[SimPod], int], object],
+        sharing: Sharing | None = None,
     ) -> None:
         self.name = name
         self.pods = pods
@@ -71,6 +180,9 @@ class Replicated:
         self.needs_scrapes = any(r.needs_scrapes for r in self.replicas)
         self._drains = [(i, r.drain) for i, r in enumerate(self.replicas) if hasattr(r, "drain")]
         self._owner: dict[int, int] = {}
+        self.exchange = (
+            _Exchange(self.views, self.replicas, sharing) if sharing is not None else None
+        )
 
     def _sync(self, view: list[SimPod]) -> None:
         for mine, shared in zip(view, self.pods, strict=True):
@@ -82,34 +194,52 @@ class Replicated:
                 ep.sent_requests = 0
                 ep.sent_tokens = 0
 
+    def _prepare(self, i: int, now: float) -> None:
+        """Replica i's view as of `now`: the latest scrape, and the others' counts."""
+        exchange = self.exchange
+        if exchange is None:
+            if self.needs_scrapes:
+                self._sync(self.views[i])
+            return
+        for j, view in enumerate(self.views):  # a scrape resets every replica's counts
+            self._sync(view)
+            exchange.record(j, now)
+        exchange.refresh(i, now)
+
+    def _changed(self, i: int, now: float) -> None:
+        if self.exchange is not None:
+            self.exchange.record(i, now)
+
     def route(self, request: SimRequest, now: float) -> SimPod | None:
         i = self.random.randrange(len(self.replicas))
-        view = self.views[i]
-        if self.needs_scrapes:
-            self._sync(view)
+        self._prepare(i, now)
         pod = self.replicas[i].route(request, now)
         if pod is None:
             return None
         self._owner[request.request_id] = i
+        self._changed(i, now)
         return pod if pod is DEFERRED else self.pods[pod.index]
 
     def drain(self, now: float) -> list[tuple[SimRequest, SimPod | None]]:
         """Requests leaving any replica's admission queue now (see `admission`)."""
         out: list[tuple[SimRequest, SimPod | None]] = []
         for i, drain in self._drains:
-            self._sync(self.views[i])
+            self._prepare(i, now)
             for request, pod in drain(now):
                 if pod is None:
                     self._owner.pop(request.request_id, None)
                 out.append((request, None if pod is None else self.pods[pod.index]))
+            self._changed(i, now)
         return out
 
     def on_first_token(self, request: SimRequest, pod: SimPod, ttft: float, now: float) -> None:
         i = self._owner.get(request.request_id)
         if i is not None:
             self.replicas[i].on_first_token(request, self.views[i][pod.index], ttft, now)
+            self._changed(i, now)
 
     def on_finished(self, request: SimRequest, pod: SimPod, now: float) -> None:
         i = self._owner.pop(request.request_id, None)
         if i is not None:
             self.replicas[i].on_finished(request, self.views[i][pod.index], now)
+            self._changed(i, now)

@@ -4,7 +4,9 @@ Per pod, predicted TTFT = `seconds_per_token × (backlog + own uncached tokens)`
 
 * backlog: prompt tokens this picker sent to the pod that have not produced a first token
   yet (known exactly), or, when the pod's scraped queue says more is waiting (traffic
-  from other replicas), `waiting × mean prompt tokens`;
+  from other replicas), `waiting × mean prompt tokens`; with a shared dispatch view the
+  other replicas' pending prefill tokens and sent requests are added to each
+  (`Endpoint.peer_prefill_tokens`, `Endpoint.peer_requests`);
 * own uncached tokens: the prompt minus the blocks the prefix index says the pod holds;
 * seconds_per_token: learned online per pod from observed TTFTs, as a decayed ratio of
   sums Σ ttft / Σ tokens-ahead-at-dispatch. It starts from a prior: the pod's GPU profile
@@ -76,7 +78,10 @@ class PredictedTTFTScorer:
 
     def _tokens_ahead(self, endpoint: Endpoint, model: _PodModel) -> float:
         waiting = endpoint.metrics.waiting if endpoint.metrics else 0
-        return max(model.backlog, (waiting + endpoint.sent_requests) * self._mean_prompt)
+        return max(
+            model.backlog + endpoint.peer_prefill_tokens,
+            (waiting + endpoint.sent_requests + endpoint.peer_requests) * self._mean_prompt,
+        )
 
     def _uncached(self, request: LLMRequest, endpoint: Endpoint) -> int:
         if self.index is None or not request.prefix_hashes:
@@ -101,9 +106,11 @@ class PredictedTTFTScorer:
         predictions = []
         for e in endpoints:
             model = get(e.name) or self._model(e)
-            ahead = ((e.metrics.waiting if e.metrics else 0) + e.sent_requests) * mean
-            if model.backlog > ahead:
-                ahead = model.backlog
+            waiting = e.metrics.waiting if e.metrics else 0
+            ahead = (waiting + e.sent_requests + e.peer_requests) * mean
+            backlog = model.backlog + e.peer_prefill_tokens
+            if backlog > ahead:
+                ahead = backlog
             own = prompt
             if matches:
                 own = prompt - matches.get(e.name, 0) * TOKENS_PER_BLOCK

@@ -1,7 +1,8 @@
 """`queue-scorer`: prefer pods with fewer waiting requests.
 
 Formula (upstream GIE): `(max_q - q) / (max_q - min_q)` over the candidates; all equal → 1.
-With in-flight accounting on, `q` includes what this picker sent since the last scrape.
+With in-flight accounting on, `q` includes what this picker sent since the last scrape,
+and what the other replicas sent (`Endpoint.peer_requests`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ class QueueScorer:
         extra = self.count_inflight
         return inverse_minmax(
             [
-                (e.metrics.waiting if e.metrics else 0) + (e.sent_requests if extra else 0)
+                (e.metrics.waiting if e.metrics else 0)
+                + (e.sent_requests + e.peer_requests if extra else 0)
                 for e in endpoints
             ]
         )
