@@ -97,7 +97,7 @@ class _Exchange:
         ]
         n = len(views)
         self.phase = [sharing.interval_s * i / n for i in range(n)]
-        # per replica: (time, its counts, its oldest waiter per band) from then on
+        # per replica: (time, its counts, its oldest waiters per band) from then on
         empty: _Entry = (-math.inf, {}, {})
         self.log: list[deque[_Entry]] = [deque([empty]) for _ in views]
         self.seen = [-math.inf] * n  # tick whose answer each replica applied last
@@ -120,16 +120,16 @@ class _Exchange:
         while len(log) > 1 and log[1][0] <= now - self.horizon:
             log.popleft()
 
-    def _published(self, j: int, t: float) -> tuple[DispatchCounts, dict[str, float]]:
+    def _published(self, j: int, t: float) -> tuple[DispatchCounts, dict[str, list[float]]]:
         """What replica j published at its last tick at or before `t`: its counts and
-        its queue heads as ages, as the store holds them."""
+        its oldest waiters' ages, as the store holds them."""
         tick = self._tick_at_or_before(j, t)
         entry = self.log[j][0]
         for logged in self.log[j]:
             if logged[0] > tick:
                 break
             entry = logged
-        return entry[1], {band: tick - at for band, at in entry[2].items()}
+        return entry[1], {band: [tick - at for at in times] for band, times in entry[2].items()}
 
     def refresh(self, i: int, now: float) -> None:
         """Apply the answer of replica i's last completed exchange to its view."""
@@ -141,16 +141,18 @@ class _Exchange:
         apply_peer_dispatch(self.endpoints[i], (counts for counts, _ in published))
         controller = self.controllers[i]
         if controller is not None:
-            controller.set_peer_heads((ages for _, ages in published), at=tick)
+            controller.set_peer_waiters((ages for _, ages in published), at=tick)
 
 
-_Entry = tuple[float, DispatchCounts, dict[str, float]]
+_Entry = tuple[float, DispatchCounts, dict[str, tuple[float, ...]]]
 
 
-def _oldest_waiters(controller: FlowController) -> dict[str, float]:
-    """Band → enqueue time of the oldest waiter (the simulator's clock is shared, so
+def _oldest_waiters(controller: FlowController) -> dict[str, tuple[float, ...]]:
+    """Band → enqueue times of the oldest waiters (the simulator's clock is shared, so
     the log keeps times and `_published` turns them into the ages a replica sends)."""
-    return {band: at for band in BANDS if (at := controller.oldest(band)) < math.inf}
+    return {
+        band: tuple(controller.oldest_waiters(band)) for band in BANDS if controller.queued(band)
+    }
 
 
 class Replicated:

@@ -25,14 +25,18 @@ While a pool is not saturated every request goes straight through. While it is:
   standard), and within a band round-robin across fairness ids, so one tenant's burst
   cannot starve another's.
 
-With several gateway replicas sharing a dispatch view, each replica also learns the
-oldest waiter of every band at the others (`peer_heads`, a few milliseconds late), and
-the queues behave like one: a new request queues behind the others' waiters of its band
-or a better one, and a replica releases its own waiter only when no other replica holds
-an older one of that band (or any of a better band). Without that, N replicas each
-release into the same free slots in their own order, and a request can wait behind
-newer ones that reached a luckier replica (in `mixed-fleet-bursty`, 4 replicas' P99
-TTFT rose to about 1.3x one replica's even with dispatch counts shared at once).
+With several gateway replicas sharing a dispatch view, each replica also learns when
+the others' oldest waiters of every band were enqueued (`peer_waiters`, a few
+milliseconds late, published together with their dispatch counts), and the queues
+behave like one: a new request queues behind the others' waiters of its band or a
+better one, and in each release round the others' older waiters (and all of a better
+band) are given their free slots first, so a replica releases its own waiter only with
+a slot to spare. Both come from one snapshot of the other replica, so a waiter it has
+released since shows either as waiting or as dispatched, never as neither. Without
+this, N replicas each release into the same free slots in their own order, and a
+request waits behind newer ones that reached a luckier replica (in
+`mixed-fleet-bursty`, 4 replicas' P99 TTFT stayed about 1.3x one replica's with only
+dispatch counts shared, even at once).
 
 This module is a pure state machine over explicit times: the HTTP proxy drives it with
 asyncio futures, the simulator with its virtual clock, and tests call it directly.
@@ -42,9 +46,11 @@ clamped to the configured range.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import math
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,6 +70,9 @@ __all__ = [
 ]
 
 BANDS = ("critical", "standard", "sheddable")
+# waiters per band a replica tells the others about (the oldest); a longer queue's tail
+# is released by its own replica once these have gone
+SHARED_WAITERS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,9 +226,9 @@ class FlowController:
         self._first: float | None = None
         self._critical_at = -math.inf  # when the last critical request was offered
         self.rejected: dict[str, int] = {}
-        # band → when the oldest waiter of that band at the other replicas was enqueued,
-        # on this controller's clock (`set_peer_heads`); empty with one replica
-        self.peer_heads: dict[str, float] = {}
+        # band → when the other replicas' oldest waiters of that band were enqueued,
+        # oldest first, on this controller's clock (`set_peer_waiters`); empty with one
+        self.peer_waiters: dict[str, list[float]] = {}
 
     # ------------------------------------------------------------------ saturation
 
@@ -271,7 +280,7 @@ class FlowController:
         if band == "critical":
             self._critical_at = now
         ahead = BANDS[: BANDS.index(band) + 1]
-        if not saturated and not any(self.bands[b].size or b in self.peer_heads for b in ahead):
+        if not saturated and not any(self.bands[b].size or b in self.peer_waiters for b in ahead):
             return Admission(True)
         queue = self.bands[band]
         if band == "sheddable" or queue.size >= queue.max_queue:
@@ -286,24 +295,31 @@ class FlowController:
         """Waiters to dispatch now, best band first, while `capacity(band)` says yes.
 
         `capacity` is re-evaluated after each release, so the caller's accounting of
-        what it just dispatched is seen. Another replica's older waiter of a band (or any
-        of a better band) goes first: the release stops there (see `peer_heads`).
+        what it just dispatched is seen. The other replicas' older waiters of a band, and
+        all of a better band, take their slots from `capacity` first (see
+        `peer_waiters`): their own replica releases them.
         """
         out: list[Waiter] = []
-        peers = self.peer_heads
         for name in BANDS:
             queue = self.bands[name]
-            peer = peers.get(name)
-            while queue.size and capacity(name):
-                if peer is not None and peer < self.oldest(name):
+            theirs = self.peer_waiters.get(name, ())
+            owed = 0  # the others' waiters of this band given a slot so far
+            while queue.size:
+                mine = self.oldest(name)
+                while owed < len(theirs) and theirs[owed] < mine:
+                    if not capacity(name):
+                        return out
+                    owed += 1
+                if not capacity(name):
                     return out
                 waiter = self._pop_fair(queue)
                 if waiter is None:
                     break
                 waiter.done = True
                 out.append(waiter)
-            if peer is not None:
-                return out  # lower bands wait for the other replica's waiters of this one
+            for _ in range(owed, len(theirs)):  # they go before any worse band
+                if not capacity(name):
+                    return out
         return out
 
     def oldest(self, band: str) -> float:
@@ -314,22 +330,30 @@ class FlowController:
         )
         return min(heads, default=math.inf)
 
-    def queue_heads(self, now: float) -> dict[str, float]:
-        """What this replica shares: per band with waiters, the oldest one's age (s)."""
+    def oldest_waiters(self, band: str, limit: int = SHARED_WAITERS) -> list[float]:
+        """Enqueue times of the `limit` oldest live waiters of `band`, oldest first."""
+        flows = (
+            (w.enqueued_at for w in flow if not w.done) for flow in self.bands[band].flows.values()
+        )
+        return list(itertools.islice(heapq.merge(*flows), limit))  # each flow is FIFO
+
+    def waiter_ages(self, now: float) -> dict[str, list[float]]:
+        """What this replica shares: per band with waiters, the ages (s) of its oldest
+        ones, oldest first."""
         return {
-            band: now - oldest
+            band: [now - t for t in self.oldest_waiters(band)]
             for band in BANDS
-            if self.bands[band].size and (oldest := self.oldest(band)) < math.inf
+            if self.bands[band].size
         }
 
-    def set_peer_heads(self, peers: Iterable[Mapping[str, float]], at: float) -> None:
-        """The other replicas' `queue_heads`, measured at (about) `at` on this clock."""
-        heads: dict[str, float] = {}
+    def set_peer_waiters(self, peers: Iterable[Mapping[str, Sequence[float]]], at: float) -> None:
+        """The other replicas' `waiter_ages`, measured at (about) `at` on this clock."""
+        merged: dict[str, list[float]] = {}
         for ages in peers:
-            for band, age in ages.items():
-                if band in self.bands:
-                    heads[band] = min(heads.get(band, math.inf), at - age)
-        self.peer_heads = heads
+            for band, band_ages in ages.items():
+                if band in self.bands and band_ages:
+                    merged.setdefault(band, []).extend(at - age for age in band_ages)
+        self.peer_waiters = {band: sorted(times) for band, times in merged.items()}
 
     def expire(self, now: float) -> list[Waiter]:
         """Waiters whose band TTL has passed (answer them 503)."""
