@@ -49,6 +49,13 @@ def register(subparsers: Any) -> None:
         help="the records' Cluster dimension: the EKS cluster name "
         "(default $IGW_CLUSTER_NAME, else igw)",
     )
+    parser.add_argument(
+        "--store",
+        default=os.environ.get("IGW_STORE_URL") or None,
+        metavar="URL",
+        help="redis:// store through which gateway replicas share their dispatch view, so "
+        "N replicas pick like one (default $IGW_STORE_URL; none: own dispatches only)",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -60,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     if args.emf_interval < 0:
         print("igw serve: --emf-interval must be 0 (off) or positive", file=sys.stderr)
         return 2
-    app, _ = build_gateway(
+    app, gateway = build_gateway(
         args.endpoints,
         args.config,
         policy=args.policy,
@@ -74,6 +81,12 @@ def run(args: argparse.Namespace) -> int:
         uvloop.install()
     except ImportError:  # pragma: no cover - uvloop is a pinned dependency
         pass
+    if args.store:
+        from ..store.dispatch import for_director
+
+        share = for_director(args.store, gateway.director)
+        app.on_startup.append(lambda _: share.start())
+        app.on_cleanup.append(lambda _: share.stop())
     app.on_startup.append(_freeze_startup_objects)
     print(
         f"igw serve: listening on http://{args.host}:{args.port} (policy {args.policy})", flush=True

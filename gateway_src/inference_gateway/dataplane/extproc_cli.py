@@ -57,6 +57,13 @@ def register(subparsers: Any) -> None:
         default="full-duplex",
         help="body mode assumed when Envoy sends no protocol_config",
     )
+    parser.add_argument(
+        "--store",
+        default=os.environ.get("IGW_STORE_URL") or None,
+        metavar="URL",
+        help="redis:// store through which picker replicas share their dispatch view, so "
+        "N replicas pick like one (default $IGW_STORE_URL; none: own dispatches only)",
+    )
     k8s = parser.add_argument_group("Kubernetes (when no --endpoints is given)")
     k8s.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE", "default"))
     k8s.add_argument("--pool", action="append", default=[], help="InferencePool name to serve")
@@ -163,6 +170,10 @@ async def _serve(args: argparse.Namespace) -> int:
         picker.collaborators.insert(0, source)
     else:
         picker, client = await kubernetes_picker(args, server)
+    if args.store:
+        from ..store.dispatch import for_director
+
+        picker.collaborators.append(for_director(args.store, picker.director))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
