@@ -203,9 +203,12 @@ class DispatchShare:
         await self.redis.aclose()
 
     async def run(self) -> None:
+        task = asyncio.current_task()
         while True:
             started = time.monotonic()
             await self.exchange_once()
+            if task is not None and task.cancelling():
+                raise asyncio.CancelledError  # a cancel the client swallowed mid-command
             period = self.interval_s if self.up else RETRY_S
             await asyncio.sleep(max(0.0, period - (time.monotonic() - started)))
 
@@ -231,6 +234,10 @@ class DispatchShare:
                     args=[self.replica_id, entry, int(self.ttl_s * 1000), self.prefix],
                 )
         except self.failures as error:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                # the client turns a cancel in mid-command into a connection error
+                raise asyncio.CancelledError from error
             self._local_view(error)
             return False
         peers = []
