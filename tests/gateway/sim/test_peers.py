@@ -10,7 +10,7 @@ from inference_gateway.errors import ConfigError
 from inference_gateway.sim.fleet import SimPod, build_fleet
 from inference_gateway.sim.peers import DynamoKV, ProductionStackPrefixAware, SGLangCacheAware
 from inference_gateway.sim.policies import POLICIES, make_policy
-from inference_gateway.sim.replicas import Replicated, parse_replicas
+from inference_gateway.sim.replicas import Replicated, Sharing, parse_replicas
 from inference_gateway.sim.runner import simulate
 from inference_gateway.sim.scenario import PoolSpec, load_scenario
 from inference_gateway.sim.workload import SimRequest, prefix_block_ids
@@ -138,9 +138,10 @@ def test_dynamo_counts_cached_blocks_from_the_engine_and_shares_active_prefixes(
 
 
 def test_replicas_parse_and_reject_bad_counts() -> None:
-    assert parse_replicas("gateway@4") == ("gateway", 4)
+    assert parse_replicas("gateway@4") == ("gateway", 4, Sharing())
+    assert parse_replicas("gateway@4-unshared") == ("gateway", 4, None)
     assert parse_replicas("gateway:latency") is None
-    for bad in ("gateway@0", "gateway@x", "@2"):
+    for bad in ("gateway@0", "gateway@x", "@2", "gateway@4-shared", "gateway@-unshared"):
         with pytest.raises(ConfigError):
             parse_replicas(bad)
     with pytest.raises(ConfigError):
