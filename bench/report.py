@@ -302,9 +302,11 @@ def _charts(doc: dict[str, Any]) -> list[dict[str, str]]:
         ax.bar(list(bars), list(bars.values()), color=[_color(p) for p in bars])
         ax.set_yscale("log")
         ax.set_ylabel("P99 TTFT (s, log)")
-        ax.set_title("Router replicas, each with its own view — mixed-fleet-bursty")
+        ax.set_title(
+            "Router replicas sharing their dispatch view (-unshared: not) — mixed-fleet-bursty"
+        )
         ax.tick_params(axis="x", labelrotation=20)
-        charts.append({"title": "Gateway replicas (herding)", "src": _png(fig)})
+        charts.append({"title": "Gateway replicas (shared view and herding)", "src": _png(fig)})
     cpu = doc["run"].get("cpu_s_by_job", {})
     speed: dict[str, list[float]] = {}
     for key, seconds in cpu.items():
