@@ -9,15 +9,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
+import aiohttp
 import orjson
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 
 from inference_gateway.config import FlowControlSpec, GatewayConfigSpec
@@ -293,3 +298,67 @@ def test_decode_entry_rejects_what_it_cannot_read() -> None:
 def test_a_store_url_that_is_not_redis_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="--store"):
         DispatchShare("http://127.0.0.1:1", list)
+
+
+async def _metric_from(url: str, name: str) -> float | None:
+    """One sample of `/metrics` at `url`, None while the process is not up yet."""
+    try:
+        async with aiohttp.ClientSession() as session, session.get(url) as response:
+            text = await response.text()
+    except aiohttp.ClientError:
+        return None
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name:
+                return sample.value
+    return None
+
+
+@pytest.mark.slow
+async def test_igw_serve_and_igw_picker_share_through_store(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """The real commands: `igw serve --store URL` and `igw picker` with `$IGW_STORE_URL`
+    each see the other as a peer, and both report the outage when the store stops."""
+    endpoints = tmp_path / "endpoints.yaml"
+    endpoints.write_text(
+        f"endpoints:\n  - {{name: pod, address: 127.0.0.1, port: {_free_port()}}}\n"
+    )
+    serve_port, metrics_port = _free_port(), _free_port()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    cli = [sys.executable, "-m", "inference_gateway.cli"]
+    serve = await asyncio.create_subprocess_exec(
+        *cli, "serve", "--endpoints", str(endpoints), "--port", str(serve_port),
+        "--store", redis_server.url,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL, env=env,
+    )  # fmt: skip
+    picker = await asyncio.create_subprocess_exec(
+        *cli, "picker", "--endpoints", str(endpoints), "--host", "127.0.0.1",
+        "--grpc-port", "0", "--metrics-port", str(metrics_port),
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+        env={**env, "IGW_STORE_URL": redis_server.url},
+    )  # fmt: skip
+    urls = [f"http://127.0.0.1:{serve_port}/metrics", f"http://127.0.0.1:{metrics_port}/metrics"]
+    try:
+        for wanted, metric in ((1.0, "igw_dispatch_peers"), (1.0, "igw_dispatch_store_up")):
+            deadline = time.monotonic() + 60  # two interpreters starting on a loaded machine
+            while [await _metric_from(u, metric) for u in urls] != [wanted, wanted]:
+                assert serve.returncode is None and picker.returncode is None
+                assert time.monotonic() < deadline, f"{metric} never reached {wanted}"
+                await asyncio.sleep(0.1)
+        redis_server.stop()
+        deadline = time.monotonic() + WAIT_S
+        while [await _metric_from(u, "igw_dispatch_store_up") for u in urls] != [0.0, 0.0]:
+            assert time.monotonic() < deadline, "the outage was not reported"
+            await asyncio.sleep(0.1)
+    finally:
+        for process in (serve, picker):
+            if process.returncode is None:
+                process.send_signal(signal.SIGTERM)
+        for process in (serve, picker):
+            try:
+                async with asyncio.timeout(10):
+                    await process.wait()
+            except TimeoutError:
+                process.kill()
+                await process.wait()
