@@ -301,26 +301,30 @@ class FlowController:
         """
         out: list[Waiter] = []
         for name in BANDS:
-            queue = self.bands[name]
-            theirs = self.peer_waiters.get(name, ())
-            owed = 0  # the others' waiters of this band given a slot so far
-            while queue.size:
+            self._release_band(name, capacity, out)
+        return out
+
+    def _release_band(self, name: str, capacity: Callable[[str], bool], out: list[Waiter]) -> None:
+        queue = self.bands[name]
+        theirs = self.peer_waiters.get(name, ())
+        owed = 0  # the others' waiters of this band given a slot so far
+        while queue.size:
+            if theirs:
                 mine = self.oldest(name)
                 while owed < len(theirs) and theirs[owed] < mine:
                     if not capacity(name):
-                        return out
+                        return
                     owed += 1
-                if not capacity(name):
-                    return out
-                waiter = self._pop_fair(queue)
-                if waiter is None:
-                    break
-                waiter.done = True
-                out.append(waiter)
-            for _ in range(owed, len(theirs)):  # they go before any worse band
-                if not capacity(name):
-                    return out
-        return out
+            if not capacity(name):
+                return
+            waiter = self._pop_fair(queue)
+            if waiter is None:
+                break
+            waiter.done = True
+            out.append(waiter)
+        for _ in range(owed, len(theirs)):  # they go before any worse band
+            if not capacity(name):
+                return
 
     def oldest(self, band: str) -> float:
         """When the oldest live waiter of `band` here was enqueued (inf: none)."""
