@@ -295,6 +295,16 @@ def test_decode_entry_rejects_what_it_cannot_read() -> None:
     assert decode_entry(b'{"q": {"p": {"vip": [1], "standard": ["x"]}}}') == ({}, {"p": {}})
 
 
+async def test_an_unreachable_store_at_start_leaves_the_replica_on_its_local_view() -> None:
+    replica = Replica(f"redis://127.0.0.1:{_free_port()}/0")  # nothing listens there
+    await replica.share.start()
+    try:
+        assert replica.share.up is False and replica.metric("igw_dispatch_store_up") == 0
+        assert (await replica.dispatch(1))[0].ranked  # type: ignore[attr-defined]
+    finally:
+        await replica.share.stop()
+
+
 def test_a_store_url_that_is_not_redis_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="--store"):
         DispatchShare("http://127.0.0.1:1", list)
