@@ -6,9 +6,9 @@ results, its own count of what it sent since the last scrape, its own in-flight
 bookkeeping, prefix index and TTFT model.
 
 `POLICY@N` runs the replicas as shipped: they share their dispatch view through the
-store (`scheduling.shared_view`): every `PUBLISH_INTERVAL_S` each replica, in one store
-round trip, publishes its own pending requests and prefill tokens per pod and reads the
-others'. Modelled honestly: replica i's loop ticks at its own phase; the exchange of a
+store (`scheduling.shared_view`, `store.dispatch`): every `PUBLISH_INTERVAL_S` each
+replica, in one store round trip, publishes its own pending requests and prefill tokens
+per pod and the ages of its oldest admission waiters, and reads the others'. Modelled honestly: replica i's loop ticks at its own phase; the exchange of a
 tick at time t reaches the store at t + rtt/2 and its answer is used from t + rtt on;
 the store then holds, for each other replica j, the counts j had at its own last tick at
 or before t. So a peer's dispatch is seen between rtt and 2 x interval + rtt late, never
@@ -57,7 +57,7 @@ UNSHARED = "-unshared"
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Sharing:
-    """How replicas exchange dispatch counts: one store round trip every `interval_s`."""
+    """How replicas exchange their dispatch view: one store round trip every `interval_s`."""
 
     interval_s: float = PUBLISH_INTERVAL_S
     rtt_s: float = STORE_RTT_S
