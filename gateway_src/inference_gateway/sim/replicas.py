@@ -8,11 +8,11 @@ bookkeeping, prefix index and TTFT model.
 `POLICY@N` runs the replicas as shipped: they share their dispatch view through the
 store (`scheduling.shared_view`, `store.dispatch`): every `PUBLISH_INTERVAL_S` each
 replica, in one store round trip, publishes its own pending requests and prefill tokens
-per pod and the ages of its oldest admission waiters, and reads the others'. Modelled honestly: replica i's loop ticks at its own phase; the exchange of a
-tick at time t reaches the store at t + rtt/2 and its answer is used from t + rtt on;
-the store then holds, for each other replica j, the counts j had at its own last tick at
-or before t. So a peer's dispatch is seen between rtt and 2 x interval + rtt late, never
-at once.
+per pod and the ages of its oldest admission waiters, and reads the others'. Modelled
+honestly: replica i's loop ticks at its own phase; the exchange of a tick at time t
+reaches the store at t + rtt/2 and its answer is used from t + rtt on; the store then
+holds, for each other replica j, what j had at its own last tick at or before t. So a
+peer's dispatch is seen between rtt and 2 x interval + rtt late, never at once.
 
 `POLICY@N-unshared` keeps the old behaviour: none of the replicas sees what the others
 just sent, so a burst can *herd* onto the pod that looked best at the last scrape. It
