@@ -66,6 +66,13 @@ def register(subparsers: Any) -> None:
     k8s.add_argument("--no-watch-api", action="store_true", help="do not watch config resources")
     k8s.add_argument("--leader-elect", action="store_true", help="active-passive via a Lease")
     k8s.add_argument("--lease-name", default="igw-picker")
+    k8s.add_argument(
+        "--status-interval",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="how often the InferenceGatewayConfig's status is refreshed (written on change)",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -185,6 +192,7 @@ async def kubernetes_picker(args: argparse.Namespace, server: dict[str, Any]) ->
     """The picker of Kubernetes mode, wired but not started: (PickerServer, ApiClient)."""
     from ..config import GatewayConfigSpec, load_config
     from ..config_watch import FileConfigSource, KubernetesConfigSource
+    from ..endpoints.config_status import ConfigStatusWriter
     from ..endpoints.kubernetes import (
         LeaderElector,
         PodDiscovery,
@@ -223,7 +231,13 @@ async def kubernetes_picker(args: argparse.Namespace, server: dict[str, Any]) ->
         targets(base or GatewayConfigSpec()),
         lambda p: PodSource(client, p.namespace, p.selector),
     )
-    picker.on_pools = lambda spec: _spawn(discovery.set_pools(targets(spec)))
+    declared = [p.name for p in (base or GatewayConfigSpec()).pools] + [n.name for n in named]
+
+    def pools_changed(spec: GatewayConfigSpec) -> None:
+        declared[:] = [p.name for p in spec.pools] + [n.name for n in named]
+        _spawn(discovery.set_pools(targets(spec)))
+
+    picker.on_pools = pools_changed
     config_source: Any = (
         FileConfigSource(picker.apply_config, args.config, args.rewrites)
         if args.no_watch_api
@@ -237,6 +251,19 @@ async def kubernetes_picker(args: argparse.Namespace, server: dict[str, Any]) ->
         elector = LeaderElector(client, args.namespace, args.lease_name, identity)
         picker.is_leader = elector.is_leader
         picker.collaborators.append(elector)
+    if isinstance(config_source, KubernetesConfigSource):
+        picker.collaborators.append(
+            ConfigStatusWriter(
+                client,
+                args.namespace,
+                resource=config_source.served_resource,
+                config_error=lambda: config_source.last_error,
+                pools=picker.store.pools,
+                declared=lambda: list(declared),
+                is_leader=lambda: picker.is_leader(),
+                interval_s=args.status_interval,
+            )
+        )
     return picker, client
 
 

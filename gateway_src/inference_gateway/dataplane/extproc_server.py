@@ -39,6 +39,8 @@ from .server import http_fetch
 
 __all__ = [
     "PROCESS_PATH",
+    "LIVENESS_SERVICE",
+    "READINESS_SERVICE",
     "SERVICE_NAME",
     "TRANSPORTS",
     "Lifecycle",
@@ -49,6 +51,13 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = "envoy.service.ext_proc.v3.ExternalProcessor"
+# The health service names of the endpoint-picker protocol: `liveness` answers SERVING for as
+# long as the process runs (a model outage, a scale-from-zero or a standby replica must never
+# restart the picker), `readiness` only while it can pick (a fresh pod, and the lease when
+# leader election is on). The empty name and the ext_proc service follow readiness, as before.
+LIVENESS_SERVICE = "liveness"
+READINESS_SERVICE = "readiness"
+READINESS_NAMES = ("", SERVICE_NAME, READINESS_SERVICE)
 PROCESS_PATH = f"/{SERVICE_NAME}/Process"
 # `http2`: our own HTTP/2 server (extproc_http2.py), the fast path; `grpcio`: grpc.aio.
 TRANSPORTS = ("http2", "grpcio")
@@ -161,17 +170,19 @@ class PickerServer:
         self._server = server
 
     async def update_health(self) -> None:
-        """SERVING once a pod is ready (and, with leader election, while leading)."""
+        """Readiness: SERVING once a pod is ready (and, with leader election, while leading).
+        Liveness: SERVING from the first call on, whatever the pods or the lease."""
         serving = bool(self.store.ready()) and self.is_leader()
         if serving == self.serving and self._server is not None:
             return
+        await self.health.set(LIVENESS_SERVICE, health_pb2.HealthCheckResponse.SERVING)
         self.serving = serving
         status = (
             health_pb2.HealthCheckResponse.SERVING
             if serving
             else health_pb2.HealthCheckResponse.NOT_SERVING
         )
-        for service in ("", SERVICE_NAME):
+        for service in READINESS_NAMES:
             await self.health.set(service, status)
 
     async def _health_loop(self) -> None:

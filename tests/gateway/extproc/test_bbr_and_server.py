@@ -31,7 +31,9 @@ CONFIG = {
 }
 
 
-async def health(target: str, credentials: grpc.ChannelCredentials | None = None) -> int:
+async def health(
+    target: str, credentials: grpc.ChannelCredentials | None = None, service: str = ""
+) -> int:
     channel = (
         grpc.aio.secure_channel(
             target, credentials, options=[("grpc.ssl_target_name_override", "localhost")]
@@ -41,7 +43,7 @@ async def health(target: str, credentials: grpc.ChannelCredentials | None = None
     )
     async with channel:
         stub = health_pb2_grpc.HealthStub(channel)
-        reply = await stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=5)
+        reply = await stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
         return int(reply.status)
 
 
@@ -98,6 +100,28 @@ async def test_health_follows_ready_pods(make_picker: PickerFactory) -> None:
     assert await health(target) == health_pb2.HealthCheckResponse.NOT_SERVING
     live = await make_picker()
     assert await health(f"127.0.0.1:{live.port}") == health_pb2.HealthCheckResponse.SERVING
+
+
+@pytest.mark.parametrize("transport", ["http2", "grpcio"])
+async def test_liveness_ignores_pods_and_lease_readiness_follows_them(
+    make_picker: PickerFactory, transport: str
+) -> None:
+    """A picker with no ready pod and no lease stays live, so its liveness probe never
+    restarts it during a model outage, a scale-from-zero or on a standby replica; readiness
+    says it cannot pick. Upstream: the endpoint picker's gRPC health server answers the
+    `liveness` service SERVING regardless of datastore and leader state, and `readiness`
+    only when the pool is synced and (with leader election) it leads
+    (kubernetes-sigs/gateway-api-inference-extension, pkg/epp/server health service names
+    `liveness` / `readiness`)."""
+    dead = [Endpoint("dead", "127.0.0.1", 9, pool="p")]
+    picker = await make_picker(endpoints=dead, is_leader=lambda: False, transport=transport)
+    target = f"127.0.0.1:{picker.port}"
+    serving, not_serving = health_pb2.HealthCheckResponse.SERVING, (
+        health_pb2.HealthCheckResponse.NOT_SERVING
+    )
+    assert await health(target, service="liveness") == serving
+    assert await health(target, service="readiness") == not_serving
+    assert await health(target) == not_serving
 
 
 async def test_health_is_not_serving_while_not_the_leader(make_picker: PickerFactory) -> None:
