@@ -38,8 +38,8 @@ from .proxy import RoutingState
 from .server import http_fetch
 
 __all__ = [
-    "PROCESS_PATH",
     "LIVENESS_SERVICE",
+    "PROCESS_PATH",
     "READINESS_SERVICE",
     "SERVICE_NAME",
     "TRANSPORTS",
