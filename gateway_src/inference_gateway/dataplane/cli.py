@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import gc
-import os
 import sys
 from typing import Any
+
+from .extproc_cli import add_emf_arguments
 
 __all__ = ["register"]
 
@@ -35,20 +36,7 @@ def register(subparsers: Any) -> None:
         default="gateway",
         help="round-robin runs the same proxy as a plain Service would route",
     )
-    parser.add_argument(
-        "--emf-interval",
-        type=float,
-        default=0.0,
-        metavar="SECONDS",
-        help="write a CloudWatch embedded-metric-format record to stdout every SECONDS "
-        "(0, the default, is off)",
-    )
-    parser.add_argument(
-        "--emf-cluster",
-        default=os.environ.get("IGW_CLUSTER_NAME", "igw"),
-        help="the records' Cluster dimension: the EKS cluster name "
-        "(default $IGW_CLUSTER_NAME, else igw)",
-    )
+    add_emf_arguments(parser)
     auth = parser.add_argument_group(
         "authentication", "checked before any pod is touched (docs/operations.md)"
     )

@@ -57,6 +57,7 @@ def register(subparsers: Any) -> None:
         default="full-duplex",
         help="body mode assumed when Envoy sends no protocol_config",
     )
+    add_emf_arguments(parser)
     k8s = parser.add_argument_group("Kubernetes (when no --endpoints is given)")
     k8s.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE", "default"))
     k8s.add_argument("--pool", action="append", default=[], help="InferencePool name to serve")
@@ -74,6 +75,40 @@ def register(subparsers: Any) -> None:
         help="how often the InferenceGatewayConfig's status is refreshed (written on change)",
     )
     parser.set_defaults(handler=run)
+
+
+def add_emf_arguments(parser: argparse.ArgumentParser) -> None:
+    """The CloudWatch EMF flags `igw serve` and `igw picker` share: in the cluster the
+    picker is what routes, so it is what writes the records the alarms read."""
+    parser.add_argument(
+        "--emf-interval",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="write a CloudWatch embedded-metric-format record to stdout every SECONDS "
+        "(0, the default, is off)",
+    )
+    parser.add_argument(
+        "--emf-cluster",
+        default=os.environ.get("IGW_CLUSTER_NAME", "igw"),
+        help="the records' Cluster dimension: the EKS cluster name "
+        "(default $IGW_CLUSTER_NAME, else igw)",
+    )
+
+
+def emf_emitter(args: argparse.Namespace, registry: Any, refresh: Any) -> Any:
+    """The EmfEmitter the flags ask for, or None; ConfigError on a negative interval."""
+    if args.emf_interval < 0:
+        from ..errors import ConfigError
+
+        raise ConfigError("--emf-interval", ["<value>: must be 0 (off) or positive"])
+    if args.emf_interval == 0:
+        return None
+    from ..telemetry_emf import EmfEmitter
+
+    return EmfEmitter(
+        registry, cluster=args.emf_cluster, interval_s=args.emf_interval, refresh=refresh
+    )
 
 
 def add_tls_arguments(parser: argparse.ArgumentParser) -> None:
@@ -170,6 +205,13 @@ async def _serve(args: argparse.Namespace) -> int:
         picker.collaborators.insert(0, source)
     else:
         picker, client = await kubernetes_picker(args, server)
+    emitter = emf_emitter(
+        args,
+        picker.director.metrics.registry,
+        lambda: picker.director.refresh_gauges(picker.store.pools()),
+    )
+    if emitter is not None:
+        picker.collaborators.append(emitter)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

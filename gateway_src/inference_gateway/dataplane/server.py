@@ -143,7 +143,7 @@ def build_gateway(
                 interval_s=emf_interval_s,
                 refresh=lambda: gateway.director.refresh_gauges(store.pools()),
             )
-            emitter.start()
+            await emitter.start()
             emitters.append(emitter)
 
     async def stop_scraping(app: web.Application) -> None:

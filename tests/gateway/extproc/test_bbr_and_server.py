@@ -116,8 +116,9 @@ async def test_liveness_ignores_pods_and_lease_readiness_follows_them(
     dead = [Endpoint("dead", "127.0.0.1", 9, pool="p")]
     picker = await make_picker(endpoints=dead, is_leader=lambda: False, transport=transport)
     target = f"127.0.0.1:{picker.port}"
-    serving, not_serving = health_pb2.HealthCheckResponse.SERVING, (
-        health_pb2.HealthCheckResponse.NOT_SERVING
+    serving, not_serving = (
+        health_pb2.HealthCheckResponse.SERVING,
+        (health_pb2.HealthCheckResponse.NOT_SERVING),
     )
     assert await health(target, service="liveness") == serving
     assert await health(target, service="readiness") == not_serving
@@ -180,6 +181,10 @@ async def test_igw_picker_process_serves_and_stops_on_sigterm(
         "0",
         "--metrics-port",
         "0",
+        "--emf-interval",
+        "60",
+        "--emf-cluster",
+        "igw-test",
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.DEVNULL,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
@@ -191,9 +196,18 @@ async def test_igw_picker_process_serves_and_stops_on_sigterm(
         assert line.startswith("igw picker: ext_proc on 127.0.0.1:"), line
         port = int(line.split("127.0.0.1:")[1].split(",")[0])
         assert await health(f"127.0.0.1:{port}") == health_pb2.HealthCheckResponse.SERVING
+        body = orjson.dumps({"model": "llama-3.1-8b", "prompt": "hi", "max_tokens": 2})
+        async with FakeEnvoy(f"127.0.0.1:{port}") as envoy:
+            assert (await envoy.exchange("/v1/completions", body)).status == 200
         process.send_signal(signal.SIGTERM)
         async with asyncio.timeout(30):
+            rest = (await process.stdout.read()).decode().splitlines()
             assert await process.wait() == 0
+        # In the cluster the picker routes, so it writes the EMF records the CloudWatch
+        # alarms read (the last, partial interval is written on SIGTERM).
+        records = [orjson.loads(r) for r in rest if r.startswith('{"_aws"')]
+        assert records and records[-1]["Cluster"] == "igw-test"
+        assert sum(r["Requests"] for r in records) == 1 and records[-1]["ReadyPods"] >= 1
     finally:
         if process.returncode is None:
             process.kill()
