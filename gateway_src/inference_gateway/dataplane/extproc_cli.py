@@ -37,6 +37,12 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--host", default="0.0.0.0")
     parser.add_argument("--grpc-port", type=int, default=9002)
     parser.add_argument("--metrics-port", type=int, default=9090, help="0 disables")
+    parser.add_argument(
+        "--grpc-health-port",
+        type=int,
+        help="also serve gRPC health (liveness, readiness) in plain text on this port, for "
+        "the kubelet's probes when the ext_proc port serves TLS",
+    )
     add_tls_arguments(parser)
     parser.add_argument(
         "--transport",
@@ -187,6 +193,7 @@ def server_options(args: argparse.Namespace) -> dict[str, Any]:
         "host": args.host,
         "grpc_port": args.grpc_port,
         "metrics_port": args.metrics_port or None,
+        "health_port": args.grpc_health_port,
         "transport": transport(args.transport),
         **tls_options(args),
     }

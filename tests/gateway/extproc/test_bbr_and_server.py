@@ -146,10 +146,14 @@ async def test_tls_with_a_self_signed_certificate_and_metrics_port(
     else:
         credentials, cert = server_credentials()
         tls = {"credentials": credentials}
-    picker = await make_picker(metrics_port=0, transport=transport, **tls)
+    picker = await make_picker(metrics_port=0, transport=transport, health_port=0, **tls)
     client_credentials = grpc.ssl_channel_credentials(root_certificates=cert)
     target = f"127.0.0.1:{picker.port}"
     assert await health(target, client_credentials) == health_pb2.HealthCheckResponse.SERVING
+    # the kubelet's gRPC probes speak plain text: health alone on its own port
+    plain = f"127.0.0.1:{picker.health_bound}"
+    for service in ("liveness", "readiness"):
+        assert await health(plain, service=service) == health_pb2.HealthCheckResponse.SERVING
     body = orjson.dumps({"model": "llama-3.1-8b", "prompt": "hi", "max_tokens": 2})
     async with FakeEnvoy(target, client_credentials) as envoy:
         out = await envoy.exchange("/v1/completions", body)
