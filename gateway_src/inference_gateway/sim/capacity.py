@@ -28,11 +28,13 @@ _CACHE: dict[tuple[str, str, int], float] = {}
 
 @dataclass(frozen=True, slots=True)
 class ClosedLoop:
-    """Steady-state figures of one pod kept at a fixed number of requests in flight,
-    measured after the first quarter of completions (warm-up)."""
+    """Figures of one pod kept at a fixed number of requests in flight: steady state
+    (after the first quarter of completions), or one whole wave (every request sent at
+    t = 0, measured to the last finish, as `vllm bench serve --request-rate inf` does)."""
 
     requests_per_s: float
     output_tokens_per_s: float
+    total_tokens_per_s: float  # prompt + output tokens
     tpot_s: float  # mean time per output token after the first, over measured requests
     concurrency: int
 
@@ -66,10 +68,14 @@ def closed_loop(
     requests: list[SimRequest],
     concurrency: int,
     adapters: set[str] | None = None,
+    *,
+    wave: bool = False,
 ) -> ClosedLoop:
     """Run `requests` through one engine, `concurrency` at a time, each finished request
     replaced at once (a benchmark client with `--max-concurrency`), and measure the steady
-    completion rate, output token rate and time per output token."""
+    completion rate, token rates and time per output token; with `wave`, measure every
+    request from t = 0 to the last finish instead (a one-shot benchmark's figures, tail
+    included)."""
     engine = Engine(profile)
     done: list[EngineRequest] = []
 
@@ -111,8 +117,10 @@ def closed_loop(
         seen = len(done)
     warm = len(done) // 4
     start, end = done[warm].finish_time or 0.0, done[-1].finish_time or 0.0
-    span = max(end - start, 1e-9)
     measured = done[warm + 1 :]
+    if wave:
+        start, measured = 0.0, done
+    span = max(end - start, 1e-9)
     tpots = [
         ((r.finish_time or 0.0) - (r.first_token_time or 0.0)) / (r.output_tokens - 1)
         for r in measured
@@ -121,6 +129,7 @@ def closed_loop(
     return ClosedLoop(
         requests_per_s=len(measured) / span,
         output_tokens_per_s=sum(r.output_tokens for r in measured) / span,
+        total_tokens_per_s=sum(r.prompt_tokens + r.output_tokens for r in measured) / span,
         tpot_s=sum(tpots) / len(tpots) if tpots else 0.0,
         concurrency=concurrency,
     )
