@@ -148,8 +148,6 @@ def test_a_wave_is_measured_from_zero_to_the_last_finish() -> None:
     assert wave.output_tokens_per_s == pytest.approx(20 * 50 / end, rel=0.02)
     assert wave.total_tokens_per_s == pytest.approx(wave.output_tokens_per_s * 3, rel=1e-12)
     assert wave.requests_per_s == pytest.approx(wave.output_tokens_per_s / 50, rel=1e-12)
-    steady = closed_loop(profile, requests, 20)
-    assert steady.requests_per_s < wave.requests_per_s  # steady leaves out the warm-up
 
 
 def test_speed_check_pins_the_calibrated_pairs(bench: Any) -> None:
