@@ -131,9 +131,10 @@ PUBLISHED = [
         None,
         -0.89,
         None,
-        why="no A10G shape holds the model, so the fleet is identical H100 pods; bursts at "
-        "70 % mean load leave round-robin's tail short, and the oracle cannot take much "
-        "off it either: the published gain needs a fleet or traffic the text does not give",
+        why="no A10G shape holds the model, so the fleet is identical H100 pods, where "
+        "only bursts and prefixes separate routers; at 70 % mean load round-robin's tail "
+        "stays short, and even the oracle's reduction is a fraction of the published one: "
+        "that gain needs a fleet or traffic the published text does not give",
     ),
     PublishedRow(
         "any model, homogeneous fleet, steady traffic",
@@ -153,8 +154,10 @@ PUBLISHED = [
         None,
         quantile="p50",
         headline=-0.82,
-        why="the median is over completed requests: round-robin leaves requests queued on "
-        "the A10G pods when the run ends, and its median is over the ones that finished",
+        why="the median is over completed requests: round-robin sends half the requests "
+        "to A10G pods that cannot keep up, leaves many of them unserved when the run ends, "
+        "and its median is mostly over the H100 pods' requests, while ours also uses the "
+        "slower A10G prefill for the requests it sends there",
     ),
 ]
 PUBLISHED_SCENARIOS = {r.scenario for r in PUBLISHED}

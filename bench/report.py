@@ -156,7 +156,10 @@ def summary_markdown(doc: dict[str, Any]) -> str:
 
 
 def _pct(value: float | None) -> str:
-    return "–" if value is None else f"{value * 100:+.0f} %"
+    if value is None:
+        return "–"
+    percent = round(value * 100)
+    return f"{percent:+d} %" if percent else "0 %"
 
 
 def _triple(changes: dict[str, Any] | None, first: str = "p95") -> str:
