@@ -13,7 +13,7 @@ PIP     := $(BIN)/pip --disable-pip-version-check -q
 # The machine's pip config names a local index that may be absent; drop that noise only.
 QUIET   := { grep -v '^WARNING: Location' || true; }
 
-.PHONY: venv venv-core native demo test lint bench synth cdk-cli checkov clean
+.PHONY: venv venv-core native demo test lint bench synth cdk-cli preflight checkov clean
 
 venv: $(STAMP)
 venv-core: $(CORE_STAMP)
@@ -82,6 +82,12 @@ $(CDK_CLI): package.json package-lock.json
 	@echo "==> installing the pinned AWS CDK CLI into node_modules/"
 	@npm ci --no-audit --no-fund --loglevel=error
 	@touch $(CDK_CLI)
+
+# Capacity preflight of one environment (AWS credentials from the boto3 chain; read-only):
+# instance offerings per zone and vCPU quotas. ARGS=--allow-unread-quotas, --json PATH, …
+ENV ?= dev
+preflight: venv
+	$(BIN)/python -m stacks.preflight $(ENV) $(ARGS)
 
 # checkov lives in its own venv (its pins clash with pytest's); created on first use.
 checkov: venv

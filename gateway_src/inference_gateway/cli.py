@@ -23,8 +23,7 @@ SUBCOMMANDS = {
     "picker": "inference_gateway.dataplane.extproc_cli",
     "bbr": "inference_gateway.dataplane.bbr_cli",
     "demo": "inference_gateway.demo",
-    "bench": "inference_gateway.bench.cli",
-    "preflight": "inference_gateway.bench.preflight_cli",
+    "bench": "inference_gateway.backend_bench.cli",
 }
 
 

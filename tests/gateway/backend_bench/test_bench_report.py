@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from inference_gateway.bench.report import render_html, render_table, row_cells
-from inference_gateway.bench.results import (
+from inference_gateway.backend_bench.report import render_html, render_table, row_cells
+from inference_gateway.backend_bench.results import (
     BackendResult,
     BenchResult,
     ConcurrencyPoint,
     DeterminismResult,
     ToolCallResult,
 )
-from inference_gateway.bench.stats import summarize
+from inference_gateway.backend_bench.stats import summarize
 
 
 def _result() -> BenchResult:
