@@ -82,7 +82,12 @@ def test_what_if_gate_and_bad_config(
     argv = ["what-if", "--base", str(files["base"]), "--head", str(files["head"])]
     argv += ["--scenario", str(files["scenario"]), "--json", "--fail-above", "-100"]
     assert main(argv) == 1  # any P99 above −100% of base "regresses" past this gate
-    capsys.readouterr()
+    captured = capsys.readouterr()
+    p99 = json.loads(captured.out)["changes"]["ttft_p99_s"]
+    assert (
+        f"P99 TTFT changed by {p99['change_pct']:+.1f}% ({p99['base']:.3f} s -> "
+        f"{p99['head']:.3f} s), above --fail-above -100%" in captured.err
+    )
     bad = tmp_path / "bad.yaml"
     bad.write_text("schedulingProfiles:\n  - name: latency\n    plugins: [{pluginRef: nope}]\n")
     assert main(["what-if", "--base", str(bad), "--head", str(files["head"])]) == 2
