@@ -87,7 +87,7 @@ def tune(
     capacity = fleet_capacity(scenario.fleet, scenario.workload, scenario.seed)
     rnd = random.Random(seed)
     seen = {_key(current)}
-    results = [_trial(scenario, config, profile, current, capacity)]
+    results = [_trial(scenario, config, profile, current, capacity, searchable)]
     if progress is not None:
         progress(1, trials)
     explore = max(1, trials // 2)  # the first half explores, the second refines the best
@@ -105,7 +105,7 @@ def tune(
         if not weights or _key(weights) in seen:
             continue
         seen.add(_key(weights))
-        results.append(_trial(scenario, config, profile, weights, capacity))
+        results.append(_trial(scenario, config, profile, weights, capacity, searchable))
         if progress is not None:
             progress(len(results), trials)
     return results[0], sorted(results, key=Trial.key)
@@ -121,9 +121,14 @@ def _trial(
     profile: str,
     weights: dict[str, float],
     capacity: float,
+    order: list[str],
 ) -> Trial:
+    """One run; the trial's weights listed in `order` (the config's plugin order), so every
+    row of the table and the JSON names the scorers in the same order."""
     tuned = with_weights(config, profile, weights)
-    return Trial(weights, run_config(scenario, tuned, profile=profile, capacity_rps=capacity))
+    listed = {n: weights[n] for n in order if n in weights}
+    listed.update({n: w for n, w in weights.items() if n not in listed})
+    return Trial(listed, run_config(scenario, tuned, profile=profile, capacity_rps=capacity))
 
 
 def register(subparsers: Any) -> None:
@@ -151,14 +156,12 @@ def run(args: argparse.Namespace) -> int:
     profile = args.profile or config.default_profile
 
     def progress(done: int, total: int) -> None:
-        if not args.json:
-            print(f"\r  trial {done}/{total}", end="", file=sys.stderr, flush=True)
+        if not args.json:  # one line each: logs and CI keep them apart from the table
+            print(f"  trial {done}/{total}", file=sys.stderr, flush=True)
 
     current, ranked = tune(
         scenario, config, profile=profile, trials=args.trials, seed=args.seed, progress=progress
     )
-    if not args.json:
-        print(file=sys.stderr)
     out = {
         "scenario": scenario.name,
         "profile": profile,

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from inference_gateway.cli import main
+from inference_gateway.config import GatewayConfigSpec
 
 TINY = """
 name: tiny
@@ -112,4 +113,8 @@ def test_tune_keeps_the_current_weights_as_a_trial_and_ranks_by_p99(
     keys = [(t["rejected"], t["ttft_p99_s"], t["ttft_p95_s"]) for t in trials]
     assert keys == sorted(keys) and result["best"] == trials[0]
     assert result["best"]["ttft_p99_s"] <= result["current"]["ttft_p99_s"]
+    # every row names the scorers in one order, the config's plugin order
+    order = [p.instance_name for p in GatewayConfigSpec().plugins]
+    for t in trials:
+        assert list(t["weights"]) == sorted(t["weights"], key=order.index)
     assert main(["tune", str(files["scenario"]), "--profile", "nope"]) == 2
