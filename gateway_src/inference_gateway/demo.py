@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -191,6 +192,7 @@ class _Progress:
 async def _run(args: argparse.Namespace) -> int:
     from aiohttp import web
     from rich.console import Console
+    from rich.table import Table
 
     from .dataplane.server import build_gateway
     from .demo_report import render_report, write_report
@@ -207,8 +209,10 @@ async def _run(args: argparse.Namespace) -> int:
     results: dict[str, dict[str, float]] = {}
     ttft: dict[str, list[float]] = {}
     async with EmulatedFleet(FLEET) as fleet:
+        pods = Table.grid(padding=(0, 2), pad_edge=True)  # wraps inside cells at 80 columns
         for line in fleet.describe():
-            console.print(f"  pod {line}")
+            pods.add_row(*re.split(r"\s{2,}", line.strip()))
+        console.print(pods)
         for policy in ("gateway", "round-robin"):
             endpoints = [
                 Endpoint(
@@ -243,7 +247,7 @@ async def _run(args: argparse.Namespace) -> int:
     for policy, row in results.items():
         table.add_row(
             policy,
-            *[f"{row[k]:.3f}" if isinstance(row[k], float) else str(row[k]) for k, _ in COLUMNS],
+            *[_cell(k, row[k]) for k, _ in COLUMNS],
         )
     console.print(table)
     ratio = results["gateway"]["ttft_p99_s"] / max(results["round-robin"]["ttft_p99_s"], 1e-9)
@@ -252,6 +256,12 @@ async def _run(args: argparse.Namespace) -> int:
     path = write_report(Path(args.out), html)
     console.print(f"report: {path}")
     return 0
+
+
+def _cell(key: str, value: float) -> str:
+    if key == "tokens_per_s":
+        return f"{value:.1f}"
+    return f"{value:.3f}" if isinstance(value, float) else str(value)
 
 
 def _fleet_summary() -> list[str]:

@@ -41,6 +41,7 @@ def ttft_cdf_svg(samples: Mapping[str, Sequence[float]]) -> str | None:
 
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt
+    from matplotlib.ticker import FuncFormatter
 
     figure, axes = plt.subplots(figsize=(7, 4))
     for i, (name, values) in enumerate(series.items()):
@@ -60,6 +61,7 @@ def ttft_cdf_svg(samples: Mapping[str, Sequence[float]]) -> str | None:
             color="grey",
         )
     axes.set_xscale("log")
+    axes.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))  # 0.1, not 10⁻¹
     axes.set_xlabel("time to first token, seconds (log scale)")
     axes.set_ylabel("share of requests with TTFT ≤ x")
     axes.set_ylim(0, 1.02)
