@@ -26,10 +26,11 @@ def compact_table(
     caption: str | None = None,
     names: Sequence[str] = (),
     name_width: int = 16,
+    text_columns: int = 1,
 ) -> Table:
     """A table whose first column holds names (wrapped at `name_width`, as `wrap_name`
     does for the rows, and never narrower than the longest wrapped piece of `names`) and
-    the others right-aligned figures that never wrap."""
+    the others figures that never wrap, right-aligned after the first `text_columns`."""
     table = Table(
         title=title,
         caption=caption,
@@ -45,7 +46,8 @@ def compact_table(
             widest = max([len(p) for p in pieces] + [len(column)])
             table.add_column(column, min_width=widest, max_width=max(widest, name_width))
         else:
-            table.add_column(column, justify="right", no_wrap=True)
+            justify = "left" if i < text_columns else "right"
+            table.add_column(column, justify=justify, no_wrap=True)
     return table
 
 

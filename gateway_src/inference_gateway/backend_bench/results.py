@@ -14,7 +14,7 @@ The JSON (`igw bench backends --json`) is one object::
          "emulated": "emulated H100, llama-3.1-8b" | null}]}
 
 `tokens_per_s` is per request at concurrency 1, output tokens over the whole request;
-`cost_per_million_tokens` is computed from its median (bench/cost.py).
+`cost_per_million_tokens` is computed from its median (`cost.py`).
 """
 
 from __future__ import annotations

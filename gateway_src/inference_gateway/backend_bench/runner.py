@@ -6,7 +6,7 @@ for the client machine; passes interleave backends, so a drift over time hits al
 1. **throughput / concurrency** — for each level `c` (1 always included), `repeats`
    rounds of `c` concurrent streamed requests of the throughput prompt at temperature 0
    with capped `max_tokens`; per request tokens/s and TTFT, per round the aggregate.
-2. **tool calls** — the 20 built-in `count_ids` cases (bench/tasks.py), non-streamed,
+2. **tool calls** — the 20 built-in `count_ids` cases (`tasks.py`), non-streamed,
    `tool_choice: auto`, at most `tool_calls.concurrency` at a time.
 3. **determinism** — `determinism.repeats` sequential requests of one prompt at
    temperature 0; the count of distinct outputs (1 is deterministic).

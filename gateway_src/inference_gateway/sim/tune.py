@@ -187,16 +187,22 @@ def _short(scorer: str) -> str:
 
 def _print(out: dict[str, Any]) -> None:
     from rich.console import Console
-    from rich.table import Table
 
-    table = Table(title=f"igw tune {out['scenario']} — profile {out['profile']}")
-    for column in ("", "weights", "TTFT p95 s", "TTFT p99 s", "tok/s", "rejected"):
-        table.add_column(column, justify="right" if column.startswith(("T", "t", "r")) else "left")
+    from ..terminal import compact_table
+
+    table = compact_table(
+        f"igw tune {out['scenario']} — profile {out['profile']}",
+        ["trial", "weights", "TTFT\np95", "TTFT\np99", "tok/s", "rej"],
+        caption="TTFT in seconds (time to first token); tok/s: output tokens per second; "
+        "rej: rejected. Weights one per line, in the config's plugin order.",
+        names=["current", "best"],
+        text_columns=2,
+    )
     rows = [("current", out["current"])] + [
         ("best" if i == 0 else f"#{i + 1}", t) for i, t in enumerate(out["trials"][:5])
     ]
     for label, t in rows:
-        weights = " ".join(f"{_short(k)} {v:g}" for k, v in t["weights"].items())
+        weights = "\n".join(f"{_short(k)} {v:g}" for k, v in t["weights"].items())
         table.add_row(
             label,
             weights,
@@ -204,6 +210,7 @@ def _print(out: dict[str, Any]) -> None:
             f"{t['ttft_p99_s']:.3f}",
             f"{t['output_tokens_per_s']:,.0f}",
             str(t["rejected"]),
+            end_section=True,
         )
     Console().print(table)
     cur, best = out["current"]["ttft_p99_s"], out["best"]["ttft_p99_s"]
