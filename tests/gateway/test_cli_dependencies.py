@@ -45,6 +45,12 @@ def _igw_without(tmp_path: Path, hidden: set[str], *argv: str) -> subprocess.Com
         ({"aiohttp"}, ["emulate", "--gpu", "H100", "--model", "llama-3.1-8b"], "gateway.txt"),
         ({"orjson"}, ["simulate", "--list"], "gateway.txt"),
         ({"rich"}, ["bench", "backends", "examples/backends.yaml"], "gateway.txt"),
+        # Kubernetes mode imports its client late, inside the command
+        (
+            {"kubernetes_asyncio"},
+            ["picker", "--grpc-port", "0", "--metrics-port", "0"],
+            "gateway-k8s.txt",
+        ),
     ],
 )
 def test_a_missing_package_says_what_to_install_and_exits_1(
