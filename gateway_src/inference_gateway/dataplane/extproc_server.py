@@ -33,7 +33,7 @@ from ..telemetry import GatewayMetrics
 from ..traffic.rewrites import RewriteSet
 from .director import Director, Series
 from .extproc import ExtProcServicer, PickerOptions
-from .extproc_http2 import HealthService, Http2GrpcServer
+from .extproc_http2 import ConnectionPolicy, HealthService, Http2GrpcServer, Method
 from .proxy import RoutingState
 from .server import http_fetch
 
@@ -52,6 +52,7 @@ SERVICE_NAME = "envoy.service.ext_proc.v3.ExternalProcessor"
 PROCESS_PATH = f"/{SERVICE_NAME}/Process"
 # `http2`: our own HTTP/2 server (extproc_http2.py), the fast path; `grpcio`: grpc.aio.
 TRANSPORTS = ("http2", "grpcio")
+MESSAGE_OVERHEAD = 64 * 1024  # headers, metadata and framing around a body in one message
 
 
 class Lifecycle(Protocol):
@@ -68,7 +69,7 @@ class PickerServer:
         director: Director,
         *,
         options: PickerOptions | None = None,
-        host: str = "0.0.0.0",
+        host: str = "127.0.0.1",
         grpc_port: int = 9002,
         metrics_port: int | None = 9090,
         credentials: grpc.ServerCredentials | None = None,
@@ -77,6 +78,7 @@ class PickerServer:
         collaborators: list[Lifecycle] | None = None,
         is_leader: Callable[[], bool] = lambda: True,
         health_interval_s: float = 0.2,
+        policy: ConnectionPolicy | None = None,
     ) -> None:
         self.store = store
         self.director = director
@@ -95,6 +97,7 @@ class PickerServer:
         self.collaborators = collaborators or []
         self.is_leader = is_leader
         self.health_interval_s = health_interval_s
+        self.policy = policy
         self.on_pools: Callable[[GatewayConfigSpec], None] | None = None
         self.port = 0
         self.metrics_bound = 0
@@ -141,8 +144,15 @@ class PickerServer:
             await self._start_metrics()
 
     async def _start_http2(self) -> None:
-        handlers = {PROCESS_PATH: self.servicer.serve_call, **self.health.handlers()}
-        server = Http2GrpcServer(handlers, ssl_context=self.ssl_context)
+        # An ext_proc message carries at most one body (or chunk) plus headers: the
+        # body limit and room for the rest; anything larger is RESOURCE_EXHAUSTED
+        # before it is buffered.
+        process = Method(
+            self.servicer.serve_call,
+            max_message=self.servicer.options.max_body_bytes + MESSAGE_OVERHEAD,
+        )
+        handlers = {PROCESS_PATH: process, **self.health.handlers()}
+        server = Http2GrpcServer(handlers, ssl_context=self.ssl_context, policy=self.policy)
         self.port = await server.start(self.host, self.grpc_port)
         self._server = server
 
