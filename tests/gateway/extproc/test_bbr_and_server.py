@@ -48,7 +48,13 @@ async def health(target: str, credentials: grpc.ChannelCredentials | None = None
 @pytest.mark.parametrize(
     ("model", "expected"),
     [
-        ("llama-3.1-8b", [("X-Gateway-Model-Name", b"llama-3.1-8b")]),
+        (
+            "llama-3.1-8b",
+            [
+                ("X-Gateway-Model-Name", b"llama-3.1-8b"),
+                ("X-Gateway-Base-Model-Name", b"llama-3.1-8b"),
+            ],
+        ),
         (
             "sql",
             [("X-Gateway-Model-Name", b"sql"), ("X-Gateway-Base-Model-Name", b"llama-3.1-8b")],
