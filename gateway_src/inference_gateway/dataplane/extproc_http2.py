@@ -81,6 +81,7 @@ DEFAULT_FRAME = 16_384
 DEFAULT_MAX_MESSAGE = 4 * 2**20  # gRPC's own default receive limit
 HEADER_TABLE_SIZE = 4_096  # the HPACK table we let the peer use (the protocol default)
 KEEPALIVE_PING = b"igw-kpal"
+LINGER_S = 1.0  # after GOAWAY for an error: what the peer still sends is read and dropped
 
 
 class GrpcCode:
@@ -431,6 +432,8 @@ class _Connection(asyncio.Protocol):
             self.transport.resume_reading()
 
     def data_received(self, data: bytes) -> None:
+        if self.closed:  # lingering after GOAWAY: dropped unread
+            return
         self.last_read = self.loop.time()
         buffer = self.buffer
         if buffer:
@@ -961,6 +964,13 @@ class _Connection(asyncio.Protocol):
         self._abort(ENHANCE_YOUR_CALM, reason)
 
     def _abort(self, error: int, reason: str) -> None:
+        """GOAWAY with `error`, every call cancelled, the connection closed.
+
+        Our side is shut for writing first and what the peer still sends is dropped
+        unread for a moment (a "lingering close", as nghttp2 and Go do): closing a
+        socket with unread input resets it, and the peer would lose the GOAWAY and
+        the reason with it.
+        """
         log.warning("HTTP/2 connection error: %s", reason)
         transport = self.transport
         if transport is not None and not self.closed:
@@ -968,10 +978,16 @@ class _Connection(asyncio.Protocol):
             pending = b"".join(self.out or [])
             transport.write(pending + _frame(GOAWAY, 0, 0, payload + reason.encode()))
             self.out = []
-            transport.close()
-            if transport.get_write_buffer_size():  # a peer that does not read: drop it
-                self.loop.call_later(self.policy.keepalive_timeout_s, transport.abort)
+            if transport.can_write_eof():
+                transport.write_eof()
+                self.loop.call_later(LINGER_S, transport.abort)
+            else:
+                transport.close()
+                if transport.get_write_buffer_size():  # a peer that does not read
+                    self.loop.call_later(self.policy.keepalive_timeout_s, transport.abort)
         self.closed = True
+        for call in list(self.streams.values()):
+            self._cancel(call)
 
     # ------------------------------------------------------------ keepalive
 
