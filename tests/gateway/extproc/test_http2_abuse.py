@@ -13,11 +13,15 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import inspect
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import grpc
+import orjson
 import pytest
+from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
+from fake_envoy import PickerFactory, request_headers_message
 from h2.events import RemoteSettingsChanged, ResponseReceived, StreamEnded, TrailersReceived
 from h2_peer import (
     DATA,
@@ -29,6 +33,7 @@ from h2_peer import (
 )
 from hyperframe.frame import ContinuationFrame, HeadersFrame
 
+from inference_gateway.dataplane.extproc import PickerOptions
 from inference_gateway.dataplane.extproc_http2 import (
     Call,
     ConnectionPolicy,
@@ -37,6 +42,7 @@ from inference_gateway.dataplane.extproc_http2 import (
     Method,
     parse_grpc_timeout,
 )
+from inference_gateway.dataplane.extproc_server import PROCESS_PATH
 
 ECHO = "/test.Echo/Once"
 HOLD = "/test.Hold/Forever"
@@ -464,3 +470,67 @@ def test_policy_rejects_frame_sizes_outside_16_to_64_kib() -> None:
         ConnectionPolicy(max_frame_size=2**20)
     with pytest.raises(ValueError, match="16-64 KiB"):
         ConnectionPolicy(max_frame_size=8_192)
+
+
+# ---------------------------------------------------------------- the picker itself
+
+
+@pytest.mark.parametrize("transport", ["http2"])
+async def test_a_vanished_envoy_releases_its_in_flight_counts(make_picker: PickerFactory) -> None:
+    """The must-hold line: an Envoy node that vanishes mid-exchange (decided, response
+    not yet streamed) must not leave its pods' in-flight counts raised for ever; the
+    keepalive drops the connection, the exchange finishes, the counts return to 0."""
+    policy = ConnectionPolicy(keepalive_s=0.2, keepalive_timeout_s=0.4)
+    picker = await make_picker(policy=policy)
+    peer = await H2Peer.connect(picker.port)
+    stream = peer.start_call(PROCESS_PATH)
+    body = orjson.dumps({"model": "llama-3.1-8b", "prompt": "hi", "max_tokens": 2})
+    peer.send_message(stream, request_headers_message("/v1/completions").SerializeToString())
+    peer.send_message(
+        stream,
+        pb.ProcessingRequest(
+            request_body=pb.HttpBody(body=body, end_of_stream=True)
+        ).SerializeToString(),
+    )
+    async with asyncio.timeout(5):
+        while sum(e.inflight for e in picker.store.endpoints) == 0:
+            await asyncio.sleep(0.01)
+    assert picker.servicer.active == 1
+    # Vanish: no FIN, nothing read or written from here on.
+    async with asyncio.timeout(5):
+        while picker.servicer.active or any(e.inflight for e in picker.store.endpoints):
+            await asyncio.sleep(0.02)
+    peer.close()
+
+
+@pytest.mark.parametrize("transport", ["http2"])
+async def test_picker_message_limit_follows_the_body_limit(make_picker: PickerFactory) -> None:
+    """The ext_proc method accepts one body (or chunk) plus headers room, no more: a
+    message twice the body limit is RESOURCE_EXHAUSTED at its length prefix (before,
+    64 MiB per message were buffered against a 4 MiB body limit)."""
+    options = PickerOptions(max_body_bytes=64 * 1024)
+    picker = await make_picker(options=options)
+    huge = pb.ProcessingRequest(request_body=pb.HttpBody(body=b"x" * (256 * 1024)))
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{picker.port}") as channel:
+        call = channel.stream_stream(PROCESS_PATH)()
+        await call.write(huge.SerializeToString())
+        with pytest.raises(grpc.aio.AioRpcError) as error:
+            await call.read()
+    assert error.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert picker.servicer.active == 0
+
+
+def test_igw_picker_binds_loopback_unless_told() -> None:
+    """`igw picker` used to listen on 0.0.0.0 by default: any host that could reach
+    the machine could steer its traffic. Loopback is the default now; the Kubernetes
+    chart passes its address explicitly."""
+    import argparse
+
+    from inference_gateway.dataplane import extproc_cli
+    from inference_gateway.dataplane.extproc_server import PickerServer
+
+    parser = argparse.ArgumentParser()
+    extproc_cli.register(parser.add_subparsers())
+    assert parser.parse_args(["picker"]).host == "127.0.0.1"
+    assert parser.parse_args(["picker", "--host", "0.0.0.0"]).host == "0.0.0.0"
+    assert inspect.signature(PickerServer).parameters["host"].default == "127.0.0.1"
