@@ -36,6 +36,7 @@ own Task from the start, for handlers that need `asyncio.timeout` or context var
 from __future__ import annotations
 
 import asyncio
+import collections.abc
 import contextlib
 import logging
 import socket
@@ -957,7 +958,7 @@ class _Connection(asyncio.Protocol):
             raise
         if waiting is None or waiting is not call._waiter:
             call.coro = None
-            call.task = self.loop.create_task(_continue(coro, waiting))
+            call.task = self.loop.create_task(_Continuation(coro, waiting))
 
     def _calm(self, reason: str) -> None:
         """A budget is spent: GOAWAY ENHANCE_YOUR_CALM (RFC 9113 7), calls cancelled."""
@@ -1060,34 +1061,41 @@ def _only_indexed(block: bytes) -> bool:
     return True
 
 
-class _Resume:
-    """Awaitable that continues, inside a Task, a coroutine suspended on `waiting`."""
+class _Continuation(collections.abc.Coroutine):  # type: ignore[type-arg]
+    """The rest of a handler started in place, as a coroutine a Task can run.
+
+    Its first step hands the Task the future the handler already waits on; every
+    later step, and any exception (a cancel included, even one that comes before the
+    Task's first step), goes straight into the handler's coroutine.
+    """
 
     __slots__ = ("coro", "waiting")
 
     def __init__(self, coro: Coroutine[Any, Any, None], waiting: Any) -> None:
         self.coro = coro
-        self.waiting = waiting
+        self.waiting: Any = waiting
+
+    def send(self, value: Any) -> Any:
+        waiting = self.waiting
+        if waiting is not _STARTED:
+            self.waiting = _STARTED
+            return waiting
+        return self.coro.send(value)
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        self.waiting = _STARTED
+        if val is None and tb is None:
+            return self.coro.throw(typ)
+        return self.coro.throw(typ, val, tb)
+
+    def close(self) -> None:
+        self.coro.close()
 
     def __await__(self) -> Generator[Any, Any, None]:
-        coro, value = self.coro, self.waiting
-        while True:
-            try:
-                sent = yield value
-            except BaseException as error:  # Task.cancel(): into the coroutine
-                try:
-                    value = coro.throw(error)
-                except StopIteration:
-                    return
-            else:
-                try:
-                    value = coro.send(sent)
-                except StopIteration:
-                    return
+        return self.coro.__await__()
 
 
-async def _continue(coro: Coroutine[Any, Any, None], waiting: Any) -> None:
-    await _Resume(coro, waiting)
+_STARTED = object()
 
 
 class Http2GrpcServer:

@@ -534,3 +534,26 @@ def test_igw_picker_binds_loopback_unless_told() -> None:
     assert parser.parse_args(["picker"]).host == "127.0.0.1"
     assert parser.parse_args(["picker", "--host", "0.0.0.0"]).host == "0.0.0.0"
     assert inspect.signature(PickerServer).parameters["host"].default == "127.0.0.1"
+
+
+async def test_a_handler_cancelled_before_its_task_starts_still_ends(
+    served: tuple[Http2GrpcServer, Handlers, int],
+) -> None:
+    """Found by the fuzzer: a handler that moved into a Task and was cancelled in the
+    same read (here: a bad SETTINGS right after its HEADERS) never saw the cancel,
+    because a Task cancelled before its first step never runs its coroutine; its
+    `finally` did not run and what it held leaked."""
+    server, handlers, port = served
+    peer = await H2Peer.connect(port)
+    block = peer.h2.encoder.encode(
+        [(":method", "POST"), (":path", HOLD), ("content-type", "application/grpc")]
+    )
+    bad_settings = raw_frame(4, 0, 0, (5).to_bytes(2, "big") + (2**30).to_bytes(4, "big"))
+    peer.raw(raw_frame(1, 0x4 | 0x1, 1, block) + bad_settings)
+    await peer.goaway()
+    peer.close()
+    await connections_drop_to_zero(server)
+    async with asyncio.timeout(2):
+        while handlers.active:
+            await asyncio.sleep(0.01)
+    assert handlers.cancelled == 1
