@@ -147,19 +147,30 @@ class PickerServer:
         # An ext_proc message carries at most one body (or chunk) plus headers: the
         # body limit and room for the rest; anything larger is RESOURCE_EXHAUSTED
         # before it is buffered.
-        process = Method(
-            self.servicer.serve_call,
-            max_message=self.servicer.options.max_body_bytes + MESSAGE_OVERHEAD,
-        )
+        process = Method(self.servicer.serve_call, max_message=self._max_message())
         handlers = {PROCESS_PATH: process, **self.health.handlers()}
         server = Http2GrpcServer(handlers, ssl_context=self.ssl_context, policy=self.policy)
         self.port = await server.start(self.host, self.grpc_port)
         self._server = server
 
+    def _max_message(self) -> int:
+        return self.servicer.options.max_body_bytes + MESSAGE_OVERHEAD
+
     async def _start_grpcio(self) -> None:
         from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
-        server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+        # The same limits as the http2 transport, where grpc core has them.
+        policy = self.policy or ConnectionPolicy()
+        server = grpc.aio.server(
+            options=[
+                ("grpc.so_reuseport", 0),
+                ("grpc.max_receive_message_length", self._max_message()),
+                ("grpc.max_concurrent_streams", policy.max_concurrent_streams),
+                ("grpc.keepalive_time_ms", int(policy.keepalive_s * 1000)),
+                ("grpc.keepalive_timeout_ms", int(policy.keepalive_timeout_s * 1000)),
+                ("grpc.max_connection_idle_ms", int(policy.idle_timeout_s * 1000)),
+            ]
+        )
         pb_grpc.add_ExternalProcessorServicer_to_server(self.servicer, server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         address = f"{self.host}:{self.grpc_port}"

@@ -503,11 +503,10 @@ async def test_a_vanished_envoy_releases_its_in_flight_counts(make_picker: Picke
     peer.close()
 
 
-@pytest.mark.parametrize("transport", ["http2"])
 async def test_picker_message_limit_follows_the_body_limit(make_picker: PickerFactory) -> None:
     """The ext_proc method accepts one body (or chunk) plus headers room, no more: a
     message twice the body limit is RESOURCE_EXHAUSTED at its length prefix (before,
-    64 MiB per message were buffered against a 4 MiB body limit)."""
+    64 MiB per message were buffered against a 4 MiB body limit). Both transports."""
     options = PickerOptions(max_body_bytes=64 * 1024)
     picker = await make_picker(options=options)
     huge = pb.ProcessingRequest(request_body=pb.HttpBody(body=b"x" * (256 * 1024)))
