@@ -36,16 +36,20 @@ from envoy.extensions.filters.http.ext_proc.v3.processing_mode_pb2 import Proces
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
+from ..config import GatewayConfigSpec
 from ..scheduling.types import Endpoint
 from .director import Decision, Director, Rejection
 from .extproc_http2 import Call
 from .extproc_wire import (
     body_chunks,
     body_replacement,
+    endpoint_address,
     headers_response,
+    hinted_hostports,
     immediate_response,
     read_headers,
     read_subset,
+    timeout_override,
     trailers_response,
 )
 from .proxy import SchedulerLike
@@ -124,8 +128,38 @@ class UsageScanner:
             event = orjson.loads(payload)
         except orjson.JSONDecodeError:
             return
-        if isinstance(event, dict) and isinstance(event.get("usage"), dict):
-            self.usage = event["usage"]
+        usage = usage_of(event)
+        if usage is not None:
+            self.usage = usage
+
+
+def usage_of(event: Any) -> dict[str, Any] | None:
+    """`usage` of a chat/completions body or chunk, or of a Responses API body or its
+    `response.completed` event (there it sits inside `response`)."""
+    if not isinstance(event, dict):
+        return None
+    usage = event.get("usage")
+    if not isinstance(usage, dict) and isinstance(event.get("response"), dict):
+        usage = event["response"].get("usage")
+    return usage if isinstance(usage, dict) else None
+
+
+def output_tokens(usage: dict[str, Any]) -> int | None:
+    """Generated tokens: `completion_tokens` (chat/completions) or `output_tokens`
+    (Responses API)."""
+    for key in ("completion_tokens", "output_tokens"):
+        value = usage.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def admission_wait_s(director: Director) -> float:
+    """The longest a request can wait for admission: the largest TTL of a band that
+    queues (0 when none does)."""
+    config = director.state.config or GatewayConfigSpec()  # the director's own default
+    bands = config.flow_control.bands.values()
+    return max((band.ttl_s for band in bands if band.max_queue), default=0.0)
 
 
 class Exchange:
@@ -207,7 +241,8 @@ class Exchange:
         return await self._decide()
 
     async def on_request_trailers(self, request: pb.ProcessingRequest) -> Responses:
-        out = [] if self.decision is not None else await self._decide()
+        # The body ended without end_of_stream (trailers follow): say none either.
+        out = [] if self.decision is not None else await self._decide(end_of_stream=False)
         if self.closed:
             return out
         return [*out, trailers_response()]
@@ -216,22 +251,36 @@ class Exchange:
         """No body (e.g. GET /v1/models): any ready pod of the subset, as upstream."""
         ready = [e for e in self.director.endpoints() if not e.stale]
         if self.subset is not None:
-            ready = [e for e in ready if e.hostport in self.subset or e.address in self.subset]
+            allowed = set(hinted_hostports(self.subset, ready) or ())
+            ready = [e for e in ready if e.hostport in allowed]
         if not ready:
             return self._reject(
                 Rejection(503, "No ready model server.", "service_unavailable", "no_ready_endpoint")
             )
         chosen = random.choice(ready)
-        return [headers_response(clear_route_cache=True, destination=chosen.hostport)]
+        destination = endpoint_address(chosen.address, chosen.port)
+        return [headers_response(clear_route_cache=True, destination=destination)]
 
-    async def _decide(self) -> Responses:
+    def timeout_override(self, request: pb.ProcessingRequest) -> pb.ProcessingResponse | None:
+        """Before a BUFFERED body is decided: extend Envoy's message timer (200 ms by
+        default) to the longest admission wait, or a queued request ends in 504."""
+        if (
+            self.request_mode != BUFFERED
+            or request.WhichOneof("request") != "request_body"
+            or not request.request_body.end_of_stream
+        ):
+            return None
+        wait = admission_wait_s(self.director)
+        return timeout_override(wait + 1.0) if wait else None
+
+    async def _decide(self, end_of_stream: bool = True) -> Responses:
         request_id = self.headers.get("x-request-id") or next(_REQUEST_IDS)
         try:
             decision = await self.director.decide(
                 self.body if isinstance(self.body, bytes) else bytes(self.body),
                 self.headers,
                 request_id=request_id,
-                subset=self.subset,
+                subset=hinted_hostports(self.subset, self.director.endpoints()),
             )
         except Rejection as rejection:
             return self._reject(rejection)
@@ -246,7 +295,8 @@ class Exchange:
             metrics.input_tokens, decision.client_model, decision.target_model
         ).observe(decision.llm.prompt_tokens)
         destination = ",".join(
-            e.hostport for e in decision.ranked[: 1 + max(0, self.options.fallbacks)]
+            endpoint_address(e.address, e.port)
+            for e in decision.ranked[: 1 + max(0, self.options.fallbacks)]
         )
         route_headers = {"content-length": str(len(decision.body))}
         if decision.rewritten:
@@ -256,7 +306,7 @@ class Exchange:
                 headers_response(
                     set_headers=route_headers, clear_route_cache=True, destination=destination
                 ),
-                *body_chunks(decision.body),
+                *body_chunks(decision.body, end_of_stream=end_of_stream),
             ]
         return [
             body_replacement(
@@ -319,8 +369,25 @@ class Exchange:
         return [body_replacement(out if changed else None, request=False)]
 
     async def on_response_trailers(self, request: pb.ProcessingRequest) -> Responses:
+        out = self._flush_held()
         self.finish()
-        return [trailers_response(request=False)]
+        return [*out, trailers_response(request=False)]
+
+    def _flush_held(self) -> Responses:
+        """Trailers end the body: what the rewriter still holds (a JSON body, a partial
+        SSE line) goes out before them, without end_of_stream (Envoy sent none)."""
+        if self.rewriter is None or self.response_mode != FULL_DUPLEX:
+            return []
+        if self.streaming:
+            tail = self.rewriter.flush()
+        else:
+            whole, self.held = bytes(self.held), bytearray()
+            tail = self.rewriter.json_body(whole) if whole else b""
+        if not tail:
+            return []
+        if self.usage is not None:
+            self.usage.feed(tail)
+        return list(body_chunks(tail, request=False, end_of_stream=False))
 
     def _rewrite(self, chunk: bytes, eos: bool) -> bytes | None:
         """The bytes to pass on now; None while a JSON body is held for its rewrite."""
@@ -332,7 +399,7 @@ class Exchange:
         if self.response_mode == STREAMED:
             return chunk  # one answer per chunk: a JSON body cannot be held
         self.held += chunk
-        if not eos:
+        if not eos and self.response_mode != BUFFERED:  # BUFFERED: one message, whole
             return None
         whole, self.held = bytes(self.held), bytearray()
         return self.rewriter.json_body(whole)
@@ -364,8 +431,8 @@ class Exchange:
         labels = (decision.client_model, decision.target_model)
         usage = self.usage.close() if self.usage is not None else None
         if usage is not None:
-            completion = usage.get("completion_tokens")
-            if isinstance(completion, int):
+            completion = output_tokens(usage)
+            if completion is not None:
                 self.director.child(metrics.output_tokens, *labels).observe(completion)
         if self.status and self.status < 400 and self.first_byte:
             self.director.child(metrics.duration, *labels).observe(self.clock() - self.decided_at)
@@ -403,6 +470,9 @@ class ExtProcServicer(pb_grpc.ExternalProcessorServicer):
                 request = await context.read()
                 if request is grpc.aio.EOF:
                     return
+                early = exchange.timeout_override(request)
+                if early is not None:
+                    await context.write(early)
                 for response in await exchange.handle(request):
                     await context.write(response)
         finally:
@@ -420,7 +490,11 @@ class ExtProcServicer(pb_grpc.ExternalProcessorServicer):
                 raw = await call.read()
                 if raw is None:
                     return
-                responses = await exchange.handle(parse(raw))
+                request = parse(raw)
+                early = exchange.timeout_override(request)
+                if early is not None:
+                    call.send([early.SerializeToString()])
+                responses = await exchange.handle(request)
                 if responses:
                     call.send([r.SerializeToString() for r in responses])
         finally:

@@ -25,10 +25,13 @@ EXPORTS = {
     ],
     "inference_gateway.dataplane.extproc_http2": [
         "Call",
+        "ConnectionPolicy",
         "GrpcCode",
         "Handler",
         "HealthService",
         "Http2GrpcServer",
+        "Method",
+        "parse_grpc_timeout",
         "ssl_context",
     ],
     "inference_gateway.dataplane.director": [
