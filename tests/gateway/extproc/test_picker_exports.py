@@ -16,9 +16,11 @@ EXPORTS = {
         "UsageScanner",
     ],
     "inference_gateway.dataplane.extproc_server": [
+        "LIVENESS_SERVICE",
         "Lifecycle",
         "PROCESS_PATH",
         "PickerServer",
+        "READINESS_SERVICE",
         "SERVICE_NAME",
         "TRANSPORTS",
         "build_picker",
@@ -35,6 +37,7 @@ EXPORTS = {
         "ssl_context",
     ],
     "inference_gateway.dataplane.director": [
+        "CLIENT_ID_HEADER",
         "Decision",
         "Director",
         "Rejection",
