@@ -49,13 +49,19 @@ def register(subparsers: Any) -> None:
         help="the records' Cluster dimension: the EKS cluster name "
         "(default $IGW_CLUSTER_NAME, else igw)",
     )
+    parser.add_argument(
+        "--debug-destination-headers",
+        action="store_true",
+        help="name the chosen pod to clients (x-gateway-destination-endpoint header, pod "
+        "names in 502 messages); off by default, as it exposes pod addresses",
+    )
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from aiohttp import web
 
-    from .server import build_gateway
+    from .server import RUN_OPTIONS, build_gateway
 
     if args.emf_interval < 0:
         print("igw serve: --emf-interval must be 0 (off) or positive", file=sys.stderr)
@@ -67,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
         rewrites=args.rewrites,
         emf_interval_s=args.emf_interval,
         emf_cluster=args.emf_cluster,
+        expose_endpoints=args.debug_destination_headers,
     )
     try:
         import uvloop
@@ -78,8 +85,7 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"igw serve: listening on http://{args.host}:{args.port} (policy {args.policy})", flush=True
     )
-    # no access log (the request metrics count every request); it costs per request
-    web.run_app(app, host=args.host, port=args.port, print=None, access_log=None)
+    web.run_app(app, host=args.host, port=args.port, print=None, **RUN_OPTIONS)  # type: ignore[arg-type]
     return 0
 
 

@@ -35,6 +35,7 @@ EXPORTS = {
         "Decision",
         "Director",
         "Rejection",
+        "RequestLifecycle",
         "RoutingState",
         "SchedulerLike",
         "Series",
