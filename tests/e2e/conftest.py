@@ -26,6 +26,8 @@ def fleet_endpoints(fleet: EmulatedFleet) -> list[Endpoint]:
 async def running_gateway(
     fleet: EmulatedFleet, **options: Any
 ) -> AsyncIterator[tuple[str, Gateway, web.Application]]:
+    # the tests watch where requests go: the debugging header that names the pod is on
+    options.setdefault("expose_endpoints", True)
     app, gateway = build_gateway(fleet_endpoints(fleet), **options)
     runner = app_runner(app)
     await runner.setup()
