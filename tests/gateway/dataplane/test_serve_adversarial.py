@@ -27,6 +27,7 @@ from aiohttp import web
 from inference_gateway.config import (
     FlowControlSpec,
     GatewayConfigSpec,
+    RateLimitSpec,
     SaturationSpec,
 )
 from inference_gateway.dataplane.proxy import Gateway
@@ -382,3 +383,122 @@ async def test_a_pod_closing_before_any_answer_byte_is_retried() -> None:
                     assert r.status == 200
         assert dying.seen >= 1 and good.seen == 4
         await settled(gateway)
+
+
+# ---------------------------------------------------------------------- hostile bodies
+
+
+@pytest.mark.parametrize(
+    ("data", "status", "code", "param"),
+    [
+        (b"{not json", 400, "invalid_json", None),
+        (b"[1, 2]", 400, "missing_model", None),
+        (b'{"prompt": "no model"}', 400, "missing_model", None),
+        (body(prompt="x" * (4 * 2**20)), 413, "request_too_large", None),
+        (body(model="nope"), 404, "model_not_found", None),
+        (body(max_tokens=-1000), 400, "invalid_value", "max_tokens"),
+        (body(max_tokens=10**12), 400, "invalid_value", "max_tokens"),
+        (body(max_tokens="9"), 400, "invalid_value", "max_tokens"),
+        (body(max_completion_tokens=0), 400, "invalid_value", "max_completion_tokens"),
+        (body(n=-3), 400, "invalid_value", "n"),
+    ],
+)
+async def test_hostile_bodies_are_openai_errors_and_leave_nothing_behind(
+    data: bytes, status: int, code: str, param: str | None
+) -> None:
+    pod = ScriptedPod()
+    async with pods(pod), serve(pod) as (url, gateway), aiohttp.ClientSession() as client:
+        async with client.post(url + "/v1/completions", data=data) as r:
+            assert r.status == status
+            error = (await r.json())["error"]
+            assert (error["code"], error["param"]) == (code, param)
+            assert set(error) == {"message", "type", "param", "code"}
+        assert pod.seen == 0
+        await settled(gateway)
+        await normal_request_succeeds(url, client)
+
+
+def limited(tokens_per_minute: int = 1000) -> GatewayConfigSpec:
+    return GatewayConfigSpec(
+        flow_control=OPEN, rate_limits=[RateLimitSpec(tokens_per_minute=tokens_per_minute)]
+    )
+
+
+async def remaining_tokens(client: aiohttp.ClientSession, url: str, data: bytes) -> int:
+    async with client.post(url + "/v1/completions", data=data) as r:
+        assert r.status == 200, await r.text()
+        await r.read()
+        return int(r.headers["x-ratelimit-remaining-tokens"])
+
+
+async def test_a_negative_max_tokens_cannot_credit_a_token_bucket() -> None:
+    """Defect 8: `max_tokens: -1000000` answered 200 with a million tokens remaining."""
+    pod = ScriptedPod()
+    async with (
+        pods(pod),
+        serve(pod, config=limited()) as (url, _),
+        aiohttp.ClientSession() as client,
+    ):
+        async with client.post(url + "/v1/completions", data=body(max_tokens=-(10**6))) as r:
+            assert r.status == 400
+        assert await remaining_tokens(client, url, body()) <= 1000
+        assert pod.seen == 1
+
+
+async def test_the_largest_output_bound_is_charged_then_settled_from_usage() -> None:
+    """Defect 8: `max_tokens: 1` beside `max_completion_tokens: 900` was charged 1. The
+    charge is the larger bound; the answer's usage (12 tokens) then settles it."""
+    pod = ScriptedPod()
+    async with (
+        pods(pod),
+        serve(pod, config=limited()) as (url, gateway),
+        aiohttp.ClientSession() as client,
+    ):
+        split = body(max_tokens=1, max_completion_tokens=900)
+        assert await remaining_tokens(client, url, split) <= 1000 - 900
+        await settled(gateway)  # the answer is in: 900 + prompt charged, 12 used
+        # the next request sees the refund: 1000 - 12 used - its own 12, plus any refill
+        after_refund = await remaining_tokens(client, url, body())
+        assert 1000 - 12 - 12 <= after_refund <= 1000
+        await settled(gateway)
+        # `n` choices: n times the bound (2 x 100 + the prompt's 2)
+        assert await remaining_tokens(client, url, body(max_tokens=100, n=2)) <= (
+            after_refund - 202 + 5  # 5: what the bucket refills meanwhile, generously
+        )
+
+
+# ---------------------------------------------------------------------- parity and leaks
+
+
+async def test_streamed_usage_is_counted_like_the_picker_counts_it() -> None:
+    """Defect 12: the proxy's SSE path never counted output tokens."""
+    pod = ScriptedPod()
+    async with pods(pod), serve(pod) as (url, gateway), aiohttp.ClientSession() as client:
+        async with client.post(url + "/v1/completions", data=body(stream=True)) as r:
+            assert (await r.read()).endswith(b"data: [DONE]\n\n")
+        await settled(gateway)
+        labels = {"model_name": MODEL, "target_model_name": MODEL}
+        sample = gateway.metrics.registry.get_sample_value
+        assert sample("inference_objective_output_tokens_sum", labels) == 10
+        assert sample("inference_objective_output_tokens_count", labels) == 1
+
+
+async def test_pod_addresses_reach_clients_only_with_the_debug_switch() -> None:
+    """Defect 6: 502 messages and a response header named pods and their addresses."""
+    pod = ScriptedPod()
+    async with pods(pod):
+        for expose in (False, True):
+            async with (
+                serve(pod, expose_endpoints=expose) as (url, gateway),
+                aiohttp.ClientSession() as client,
+            ):
+                async with client.post(url + "/v1/completions", data=body()) as r:
+                    assert r.status == 200
+                    header = r.headers.get("x-gateway-destination-endpoint")
+                    assert header == (f"127.0.0.1:{pod.port}" if expose else None)
+                gateway.store.endpoints[0].port = 1  # nothing listens there: refused
+                async with client.post(url + "/v1/completions", data=body()) as r:
+                    assert r.status == 502
+                    message = (await r.json())["error"]["message"]
+                    assert ("127.0.0.1" in message and "pod-0" in message) is expose
+                await settled(gateway)
