@@ -14,9 +14,13 @@ that ended because its connection went away (the engine's view of a cancel).
 from __future__ import annotations
 
 import asyncio
+import signal
+import socket
+import sys
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -502,3 +506,91 @@ async def test_pod_addresses_reach_clients_only_with_the_debug_switch() -> None:
                     message = (await r.json())["error"]["message"]
                     assert ("127.0.0.1" in message and "pod-0" in message) is expose
                 await settled(gateway)
+
+
+# ---------------------------------------------------------------------- SIGTERM
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_sigterm_under_load_drains_streams_and_refuses_new_connections(
+    tmp_path: Path,
+) -> None:
+    """`igw serve` as a process: on SIGTERM it stops listening at once, lets the 12
+    streams in flight finish (none is cut at the pod), and exits 0."""
+    pod = ScriptedPod()
+    async with pods(pod):
+        endpoints = tmp_path / "endpoints.yaml"
+        endpoints.write_text(
+            f"endpoints:\n- name: pod-0\n  address: 127.0.0.1\n  port: {pod.port}\n"
+            "  labels: {igw.dev/pool: p}\n"
+        )
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            "import sys; from inference_gateway.cli import main; sys.exit(main())",
+            "serve",
+            "--endpoints",
+            str(endpoints),
+            "--port",
+            str(port),
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        try:
+            async with aiohttp.ClientSession() as client:
+                await until_serving(client, url)
+                streams = [
+                    await client.post(
+                        url + "/v1/completions",
+                        data=body(stream=True, script={"chunks": 10, "interval": 0.1}),
+                    )
+                    for _ in range(12)
+                ]
+                for r in streams:
+                    assert r.status == 200
+                    await r.content.readuntil(b"\n\n")
+                process.send_signal(signal.SIGTERM)
+                await until_refused(port)
+                for r in streams:
+                    rest = await asyncio.wait_for(r.content.read(), 10)
+                    assert rest.endswith(b"data: [DONE]\n\n")
+                    r.close()
+            assert await asyncio.wait_for(process.wait(), 15) == 0
+        finally:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+        assert pod.cancelled == [] and pod.active == 0 and pod.seen == 12
+
+
+async def until_serving(client: aiohttp.ClientSession, url: str) -> None:
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            async with client.get(url + "/health") as r:
+                if r.status == 200:
+                    return
+        except aiohttp.ClientConnectionError:
+            pass
+        assert time.monotonic() < deadline, "igw serve did not come up"
+        await asyncio.sleep(0.1)
+
+
+async def until_refused(port: int) -> None:
+    """New connections are refused within 2 s of the signal."""
+    deadline = time.monotonic() + 2
+    while True:
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+        except ConnectionRefusedError:
+            return
+        writer.close()
+        assert time.monotonic() < deadline, "still accepting connections"
+        await asyncio.sleep(0.05)
