@@ -20,6 +20,7 @@ limiter, swapped whole on reload), `PoolGate` admission, `band_for`, the `Schedu
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 import time
@@ -29,6 +30,7 @@ from typing import Any
 
 import orjson
 
+from ..background import cancel_and_wait
 from ..config import GatewayConfigSpec
 from ..errors import InferenceGatewayError, NoCapacityError, NoEndpointError, UnknownModelError
 from ..scheduling.plugins.prefix import prompt_block_hashes
@@ -197,9 +199,10 @@ class Director:
         self.endpoints = endpoints
         self.scheduler = scheduler
         self.state = state
-        self.max_lifetime_s = max_lifetime_s  # a request's watchdog (RequestLifecycle)
+        self.max_lifetime_s = max_lifetime_s  # the watchdog ends requests older than this
         self.max_usage_scan_bytes = max_usage_scan_bytes
-        self.active = 0  # requests with a live lifecycle (admitted, not ended)
+        self.live: dict[str, RequestLifecycle] = {}  # admitted, not ended, by internal id
+        self._watchdog: asyncio.Task[None] | None = None
         self.metrics = metrics or GatewayMetrics()
         self.gates: dict[str, PoolGate] = {}
         self.series = series or Series(self.metrics)
@@ -212,7 +215,28 @@ class Director:
             for gate in self.gates.values():
                 gate.spec = gate.controller.spec = state.config.flow_control
 
+    @property
+    def active(self) -> int:
+        """Requests admitted and not ended yet."""
+        return len(self.live)
+
+    def track(self, life: RequestLifecycle) -> None:
+        """A new lifecycle: watched until it ends (it removes itself from `live`)."""
+        self.live[life.id] = life
+        if self._watchdog is None or self._watchdog.done():
+            self._watchdog = asyncio.get_running_loop().create_task(self._watch())
+
+    async def _watch(self) -> None:
+        """End what outlived `max_lifetime_s`, checking a few times per lifetime (at most
+        once a second); the task ends when nothing is live."""
+        while self.live:
+            await asyncio.sleep(min(1.0, self.max_lifetime_s / 4))
+            oldest = time.perf_counter() - self.max_lifetime_s
+            for life in [life for life in self.live.values() if life.started < oldest]:
+                life.expire()
+
     async def close(self) -> None:
+        await cancel_and_wait(self._watchdog)
         for gate in self.gates.values():
             await gate.close()
 
@@ -316,7 +340,6 @@ class Director:
             decision,
             client_request_id,
             charge=charge,
-            max_lifetime_s=self.max_lifetime_s,
             usage_scan_bytes=self.max_usage_scan_bytes,
         )
 

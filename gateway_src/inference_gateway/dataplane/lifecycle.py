@@ -11,8 +11,10 @@ and the lifecycle alone does the bookkeeping: the scheduler's per-pod state (`on
 `on_first_token`, `on_finished`, so learning plugins see every outcome), the admission
 slot, the rate-limit charge (settled from the answer's `usage`), and the request
 metrics. It ends exactly once, whichever report comes first; later reports are no-ops.
-A watchdog ends it after `max_lifetime_s` whatever the data plane does, and calls
-`on_expire` (the proxy cancels its handler), so nothing a request holds can outlive it.
+The director's watchdog ends it after its maximum lifetime whatever the data plane does
+(`expire`, which also calls `on_expire`: the proxy cancels its handler), so nothing a
+request holds can outlive it. One sweeping task per director rather than a timer per
+request: arming and cancelling an event-loop timer would cost every request ~3 µs.
 
 Internal state is keyed by `id`, an id this process made; the client's `x-request-id`
 (`client_id`) is only logged and echoed, so two requests that send the same one cannot
@@ -21,7 +23,6 @@ overwrite each other's bookkeeping.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import logging
 import time
@@ -41,8 +42,10 @@ __all__ = ["Charge", "RequestLifecycle", "new_internal_id"]
 
 log = logging.getLogger(__name__)
 
-# Unique per process, cheap (no uuid4 per request); never derived from the client.
-_INTERNAL_IDS = (f"igw-{uuid.uuid4().hex[:12]}-{n}" for n in itertools.count())
+# Unique per process, cheap (one uuid4 per process, a counter per request); never
+# derived from the client.
+_ID_PREFIX = f"igw-{uuid.uuid4().hex[:12]}-"
+_ID_COUNTER = itertools.count()
 
 CLIENT_CANCELLED = "client_cancelled"  # the client left before the answer ended
 EXPIRED = "lifetime_exceeded"  # the watchdog ended it
@@ -50,7 +53,7 @@ STREAM_BROKEN = "stream_broken"  # the pod's answer broke after its first byte
 
 
 def new_internal_id() -> str:
-    return next(_INTERNAL_IDS)
+    return f"{_ID_PREFIX}{next(_ID_COUNTER)}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +68,6 @@ class Charge:
 
 class RequestLifecycle:
     __slots__ = (
-        "_watchdog",
         "charge",
         "client_id",
         "decision",
@@ -90,7 +92,6 @@ class RequestLifecycle:
         client_id: str,
         *,
         charge: Charge | None = None,
-        max_lifetime_s: float = 3600.0,
         usage_scan_bytes: int = 4 * 2**20,
     ) -> None:
         self.id = decision.llm.request_id
@@ -108,8 +109,7 @@ class RequestLifecycle:
         self.input_counted = False
         self.outcome: str | None = None  # set once: "ok" or why it ended early
         self.on_expire: Callable[[], object] | None = None
-        self._watchdog = asyncio.get_running_loop().call_later(max_lifetime_s, self._expire)
-        director.active += 1
+        director.track(self)
 
     @property
     def ended(self) -> bool:
@@ -183,7 +183,8 @@ class RequestLifecycle:
             self.director.metrics.errors, decision.client_model, decision.target_model, code
         ).inc()
 
-    def _expire(self) -> None:
+    def expire(self) -> None:
+        """The watchdog's call: the request outlived its maximum lifetime."""
         if self.outcome is not None:
             return
         log.warning("request %s (%s) exceeded its maximum lifetime", self.id, self.client_id)
@@ -195,9 +196,8 @@ class RequestLifecycle:
         if self.outcome is not None:
             return
         self.outcome = outcome
-        self._watchdog.cancel()
         director, decision = self.director, self.decision
-        director.active -= 1
+        director.live.pop(self.id, None)
         endpoint, self.endpoint = self.endpoint, None
         if endpoint is not None:
             self.scheduler.on_finished(decision.llm, endpoint, time.monotonic())

@@ -19,7 +19,7 @@ from .profile import PluginTimer, SchedulingProfile
 from .registry import build_plugin
 from .types import Endpoint, LLMRequest, SchedulingObserver
 
-__all__ = ["Scheduler", "gpu_priors"]
+__all__ = ["Scheduler"]
 
 PREFILL_SPEED_DECAY = 0.98  # weight of history per TTFT observed
 BLOCK_TOKENS = 16  # tokens per prefix-index block (64 characters)
