@@ -211,8 +211,11 @@ class Gateway:
         except asyncio.CancelledError:
             life.cancelled(CLIENT_CANCELLED)  # a no-op when the watchdog ended it
             raise
+        except BaseException:
+            life.cancelled("internal_error")
+            raise
         finally:
-            life.finished()  # a no-op when an outcome was reported already
+            life.finished()  # every path reports its outcome; this only backs them up
 
     async def _forward(
         self, request: web.Request, life: RequestLifecycle, headers: dict[str, str]
@@ -310,13 +313,8 @@ class Gateway:
             status=upstream.status, headers=self._answer_headers(headers, content_type, endpoint)
         )
         first = True
-        chunks = upstream.chunks()
         try:
-            while True:
-                try:
-                    chunk = await anext(chunks)
-                except StopAsyncIteration:
-                    break
+            async for chunk in upstream.chunks():
                 if rewriter is not None:
                     chunk = rewriter.stream_chunk(chunk)
                 if first:

@@ -2,7 +2,8 @@
 minute (OpenAI's `x-ratelimit-*` headers on every answer, 429 + `Retry-After` when a
 bucket is empty). One gateway replica's view; the global limit is the global router's.
 
-A rule with no `apiKey` applies to each key separately; with no `model`, to all models.
+A rule with no `client` (the authenticated client id) and no `apiKey` applies to each
+caller separately; with no `model`, to all models.
 Token limits charge the prompt estimate plus the largest output bound the request sets
 (or a default) up front, as the cost is not known until the answer ends; `settle` then
 corrects the charge to the answer's `usage` (a refund, or more taken when it was larger).
@@ -61,7 +62,7 @@ class RateLimiter:
         return [
             (i, rule, model if rule.model is not None else "*")
             for i, rule in enumerate(self.rules)
-            if (rule.api_key is None or rule.api_key == api_key)
+            if (rule.client if rule.client is not None else rule.api_key) in (None, api_key)
             and (rule.model is None or rule.model == model)
         ]
 

@@ -32,6 +32,7 @@ EXPORTS = {
         "ssl_context",
     ],
     "inference_gateway.dataplane.director": [
+        "CLIENT_ID_HEADER",
         "Decision",
         "Director",
         "Rejection",
