@@ -102,6 +102,12 @@ class GatewayMetrics:
             ["model_name", "reason"],
             registry=r,
         )
+        self.cancelled = Counter(  # not errors: the error-rate alarm must not fire on them
+            "inference_objective_request_cancelled_total",
+            "Requests whose client left before the answer ended.",
+            labels,
+            registry=r,
+        )
         self._plugin_series: dict[tuple[str, str], Any] = {}
 
     def time_plugin(self, kind: str, name: str, seconds: float) -> None:

@@ -169,10 +169,17 @@ class RequestLifecycle:
         self._end("ok")
 
     def cancelled(self, reason: str) -> None:
-        """The request ended early: `CLIENT_CANCELLED`, `STREAM_BROKEN`, `EXPIRED`, or an
-        error code (`upstream_timeout`, ...). Counted in the errors metric by reason."""
+        """The request ended early: `CLIENT_CANCELLED` (counted apart, as the client's
+        choice, not a failure), or an error code counted in the errors metric:
+        `STREAM_BROKEN`, `EXPIRED`, `upstream_timeout`, ..."""
         if self.outcome is None:
-            self._count_error(reason)
+            if reason == CLIENT_CANCELLED:
+                decision = self.decision
+                self.director.child(
+                    self.director.metrics.cancelled, decision.client_model, decision.target_model
+                ).inc()
+            else:
+                self._count_error(reason)
         self._end(reason)
 
     # ------------------------------------------------------------------ end

@@ -259,7 +259,12 @@ class Gateway:
                 return await self._relay(request, upstream, life, endpoint, headers, rewriter)
             finally:
                 upstream.release()
-        log.warning("request %s: every model server attempt failed: %s", life.id, failures)
+        log.warning(
+            "request %s (x-request-id %s): every model server attempt failed: %s",
+            life.id,
+            life.client_id,
+            failures,
+        )
         life.cancelled("upstream_unavailable")
         detail = f" ({'; '.join(failures)})" if self.expose_endpoints else ""
         return error_response(
@@ -274,7 +279,7 @@ class Gateway:
         self, life: RequestLifecycle, headers: dict[str, str], error: Exception
     ) -> web.Response:
         """The pod went quiet: 504, and the request is not run anywhere else."""
-        log.warning("request %s: %s", life.id, error)
+        log.warning("request %s (x-request-id %s): %s", life.id, life.client_id, error)
         life.cancelled("upstream_timeout")
         return error_response(
             504,
@@ -353,7 +358,12 @@ class Gateway:
     ) -> web.StreamResponse:
         """The pod's stream broke. Before any byte reached the client: a plain 504 / 502;
         after: the SSE error event, then the end of the stream."""
-        log.warning("request %s: the model server stream broke: %s", life.id, error)
+        log.warning(
+            "request %s (x-request-id %s): the model server stream broke: %s",
+            life.id,
+            life.client_id,
+            error,
+        )
         if not started:
             if isinstance(error, (TimeoutError, UpstreamTimeout)):
                 return self._timeout(life, headers, error)
@@ -388,7 +398,12 @@ class Gateway:
         except (TimeoutError, UpstreamError) as error:
             if isinstance(error, (TimeoutError, UpstreamTimeout)):
                 return self._timeout(life, headers, error)
-            log.warning("request %s: the model server's answer broke: %s", life.id, error)
+            log.warning(
+                "request %s (x-request-id %s): the model server's answer broke: %s",
+                life.id,
+                life.client_id,
+                error,
+            )
             life.cancelled("upstream_failed")
             message = "The model server's answer broke."
             return error_response(502, message, "upstream_error", "upstream_failed", headers)
