@@ -203,13 +203,11 @@ class Director:
         metrics: GatewayMetrics | None = None,
         series: Series | None = None,
         max_lifetime_s: float = 3600.0,
-        max_usage_scan_bytes: int = 4 * 2**20,
     ) -> None:
         self.endpoints = endpoints
         self.scheduler = scheduler
         self.state = state
         self.max_lifetime_s = max_lifetime_s  # the watchdog ends requests older than this
-        self.max_usage_scan_bytes = max_usage_scan_bytes
         self.live: dict[str, RequestLifecycle] = {}  # admitted, not ended, by internal id
         self._watchdog: asyncio.Task[None] | None = None
         self.metrics = metrics or GatewayMetrics()
@@ -344,13 +342,7 @@ class Director:
             body["model"] = model
             raw = orjson.dumps(body)
         decision = Decision(llm, ranked, client_model, route, raw, gate, extra)
-        return RequestLifecycle(
-            self,
-            decision,
-            client_request_id,
-            charge=charge,
-            usage_scan_bytes=self.max_usage_scan_bytes,
-        )
+        return RequestLifecycle(self, decision, client_request_id, charge=charge)
 
     # ------------------------------------------------------------------ steps
 

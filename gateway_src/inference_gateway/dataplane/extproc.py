@@ -223,7 +223,7 @@ class Exchange:
         self.status = int(headers.get(":status", "200") or 200)
         self.streaming = headers.get("content-type", "").startswith("text/event-stream")
         if self.life is not None:
-            self.life.answered(self.status, self.streaming)
+            self.life.answered(self.status, self.streaming, self.options.max_usage_scan_bytes)
         if request.response_headers.end_of_stream:
             self._first_byte()
             self.finish()

@@ -50,6 +50,7 @@ _ID_COUNTER = itertools.count()
 CLIENT_CANCELLED = "client_cancelled"  # the client left before the answer ended
 EXPIRED = "lifetime_exceeded"  # the watchdog ended it
 STREAM_BROKEN = "stream_broken"  # the pod's answer broke after its first byte
+USAGE_SCAN_BYTES = 4 * 2**20
 
 
 def new_internal_id() -> str:
@@ -82,7 +83,6 @@ class RequestLifecycle:
         "started",
         "status",
         "usage",
-        "usage_scan_bytes",
     )
 
     def __init__(
@@ -92,7 +92,6 @@ class RequestLifecycle:
         client_id: str,
         *,
         charge: Charge | None = None,
-        usage_scan_bytes: int = 4 * 2**20,
     ) -> None:
         self.id = decision.llm.request_id
         self.client_id = client_id
@@ -105,7 +104,6 @@ class RequestLifecycle:
         self.first_byte_at = 0.0
         self.status = 0
         self.usage: UsageScanner | None = None
-        self.usage_scan_bytes = usage_scan_bytes
         self.input_counted = False
         self.outcome: str | None = None  # set once: "ok" or why it ended early
         self.on_expire: Callable[[], object] | None = None
@@ -138,10 +136,13 @@ class RequestLifecycle:
         if endpoint is not None:
             self.scheduler.on_finished(self.decision.llm, endpoint, time.monotonic())
 
-    def answered(self, status: int, streaming: bool) -> None:
-        """The pod's status line and headers are in."""
+    def answered(
+        self, status: int, streaming: bool, usage_scan_bytes: int = USAGE_SCAN_BYTES
+    ) -> None:
+        """The pod's status line and headers are in. A JSON answer is kept up to
+        `usage_scan_bytes` to read its `usage` (SSE streams are never held)."""
         self.status = status
-        self.usage = UsageScanner(streaming, self.usage_scan_bytes) if status == 200 else None
+        self.usage = UsageScanner(streaming, usage_scan_bytes) if status == 200 else None
         if status >= 400:
             self._count_error(str(status))
 

@@ -32,13 +32,13 @@ class UsageScanner:
             if self._size <= self.limit:
                 self._kept.append(chunk)
             return
-        data = self._partial + chunk
+        data = self._partial + chunk if self._partial else chunk
         cut = data.rfind(b"\n")
         if cut < 0:
             self._partial = data
             return
         self._partial = data[cut + 1 :]
-        if b'"usage"' in data[:cut]:
+        if data.find(b'"usage"', 0, cut) >= 0:  # no copy of the chunk to look
             for line in data[:cut].split(b"\n"):
                 if b'"usage"' in line and line.startswith(b"data:"):
                     self._take(line[5:])
