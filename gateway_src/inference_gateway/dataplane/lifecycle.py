@@ -109,10 +109,6 @@ class RequestLifecycle:
         self.on_expire: Callable[[], object] | None = None
         director.track(self)
 
-    @property
-    def ended(self) -> bool:
-        return self.outcome is not None
-
     # ------------------------------------------------------------------ reports
 
     def picked(self, endpoint: Endpoint) -> None:
@@ -234,4 +230,6 @@ class RequestLifecycle:
             if not (isinstance(prompt, int) and isinstance(completion, int)):
                 return
             total = prompt + completion
+        if total < 0:
+            return  # a pod's nonsense never credits a bucket
         charge.limiter.settle(charge.api_key, charge.model, charge.tokens, total, time.monotonic())
