@@ -123,3 +123,24 @@ async def test_the_watchdog_ends_a_request_nobody_finishes() -> None:
     assert held(d)["live"] == 1
     await asyncio.sleep(0.2)
     assert held(d) == IDLE
+
+
+async def test_an_exchange_cancelled_while_queued_leaves_the_queue() -> None:
+    """Envoy gone while the request waits for admission: the servicer's task is
+    cancelled, and the request leaves the queue without reaching a pod."""
+    d = director()
+    saturated = FlowControlSpec(saturation=SaturationSpec(critical_reserve_s=None))
+    d.reload(RoutingState.build(GatewayConfigSpec(flow_control=saturated)))
+    for pod in d.endpoints():
+        pod.metrics = PodMetrics(waiting=50)  # every pod full: standard requests queue
+    exchange = Exchange(d, PickerOptions(), asyncio.get_running_loop().time)
+    await exchange.handle(request_headers("r"))
+    waiting = asyncio.create_task(exchange.handle(request_body()))
+    await asyncio.sleep(0.05)
+    assert sum(g.controller.queued() for g in d.gates.values()) == 1
+    waiting.cancel()
+    await asyncio.gather(waiting, return_exceptions=True)
+    exchange.cancel()  # what the servicer does as the cancellation passes through
+    assert sum(g.controller.queued() for g in d.gates.values()) == 0
+    assert held(d) == IDLE and exchange.life is None
+    await d.close()
