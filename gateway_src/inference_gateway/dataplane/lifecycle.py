@@ -29,11 +29,11 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..scheduling.types import Endpoint
 from ..traffic.ratelimit import RateLimiter
-from .usage import UsageScanner
+from .usage import UsageScanner, output_tokens, total_tokens
 
 if TYPE_CHECKING:
     from .director import Decision, Director
@@ -209,8 +209,8 @@ class RequestLifecycle:
         labels = (decision.client_model, decision.target_model)
         usage = self.usage.close() if self.usage is not None and outcome == "ok" else None
         if usage is not None:
-            completion = usage.get("completion_tokens")
-            if isinstance(completion, int) and not isinstance(completion, bool):
+            completion = output_tokens(usage)
+            if completion is not None:
                 director.child(director.metrics.output_tokens, *labels).observe(completion)
             self._settle(usage)
         if outcome == "ok" and 0 < self.status < 400 and self.first_byte_at:
@@ -218,18 +218,11 @@ class RequestLifecycle:
                 time.perf_counter() - self.started
             )
 
-    def _settle(self, usage: dict[str, object]) -> None:
+    def _settle(self, usage: dict[str, Any]) -> None:
         """Give back (or take more of) the up-front token charge: the answer says what
         the request really cost."""
         charge = self.charge
-        if charge is None:
-            return
-        total = usage.get("total_tokens")
-        if not isinstance(total, int) or isinstance(total, bool) or total < 0:
-            prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
-            if not (isinstance(prompt, int) and isinstance(completion, int)):
-                return
-            total = prompt + completion
-        if total < 0:
-            return  # a pod's nonsense never credits a bucket
+        total = total_tokens(usage) if charge is not None else None
+        if charge is None or total is None:
+            return  # no charge, or a usage that does not say: the charge stands
         charge.limiter.settle(charge.api_key, charge.model, charge.tokens, total, time.monotonic())

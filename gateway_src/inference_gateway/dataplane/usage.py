@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["UsageScanner"]
+__all__ = ["UsageScanner", "output_tokens", "total_tokens", "usage_of"]
 
 
 class UsageScanner:
@@ -56,5 +56,42 @@ class UsageScanner:
             event = orjson.loads(payload)
         except orjson.JSONDecodeError:
             return
-        if isinstance(event, dict) and isinstance(event.get("usage"), dict):
-            self.usage = event["usage"]
+        usage = usage_of(event)
+        if usage is not None:
+            self.usage = usage
+
+
+def usage_of(event: Any) -> dict[str, Any] | None:
+    """`usage` of a chat/completions body or chunk, or of a Responses API body or its
+    `response.completed` event (there it sits inside `response`)."""
+    if not isinstance(event, dict):
+        return None
+    usage = event.get("usage")
+    if not isinstance(usage, dict) and isinstance(event.get("response"), dict):
+        usage = event["response"].get("usage")
+    return usage if isinstance(usage, dict) else None
+
+
+def _count(usage: dict[str, Any], *keys: str) -> int | None:
+    for key in keys:
+        value = usage.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+    return None
+
+
+def output_tokens(usage: dict[str, Any]) -> int | None:
+    """Generated tokens: `completion_tokens` (chat/completions) or `output_tokens`
+    (Responses API)."""
+    return _count(usage, "completion_tokens", "output_tokens")
+
+
+def total_tokens(usage: dict[str, Any]) -> int | None:
+    """Prompt plus generated tokens, as reported or summed; None when the pod's usage
+    does not say (a nonsense value never counts)."""
+    total = _count(usage, "total_tokens")
+    if total is not None:
+        return total
+    prompt = _count(usage, "prompt_tokens", "input_tokens")
+    output = output_tokens(usage)
+    return None if prompt is None or output is None else prompt + output
