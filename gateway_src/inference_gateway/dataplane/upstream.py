@@ -9,11 +9,8 @@ redirects, proxies, TLS, compression or tracing: what aiohttp's general client s
 most of its per-request time on, and what a pod on the pod network never needs.
 
     UpstreamError                   every failure, translated here in one place
-    ├── UpstreamConnectError        the request never reached the engine: connect refused
-    │                               or timed out, or closed before any response byte
-    │                               (safe to retry elsewhere, `retry.RetryPolicy`)
+    ├── UpstreamConnectError        the pod could not be reached (refused, connect timeout)
     └── UpstreamTimeout             no byte for `read_timeout_s` while waiting for one
-                                    (the engine may be working: 504, never retried)
 
 Every error before `PendingResponse.response()` returns leaves the client untouched, so
 the proxy may try another pod. `UpstreamError.before_response` is true when not a byte
@@ -54,13 +51,11 @@ class UpstreamError(Exception):
 
 
 class UpstreamConnectError(UpstreamError):
-    """The request never reached the engine: the TCP connection failed (refused,
-    unreachable, timed out) or closed before a single byte of the answer."""
+    """The TCP connection to the model server failed (refused, unreachable, timed out)."""
 
 
 class UpstreamTimeout(UpstreamError):
-    """No byte arrived for `read_timeout_s` while one was awaited: the engine may still
-    be working on the request, so it is a 504, never a retry."""
+    """No byte arrived for `read_timeout_s` while one was awaited."""
 
 
 # body framing

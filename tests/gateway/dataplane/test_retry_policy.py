@@ -16,7 +16,7 @@ from inference_gateway.scheduling.types import Endpoint
 @pytest.mark.parametrize(
     ("error", "retried"),
     [
-        (UpstreamConnectError("refused", before_response=True), True),
+        (UpstreamConnectError("refused"), True),
         (UpstreamError("closed before answering", before_response=True), True),
         (UpstreamError("closed mid-answer"), False),
         (UpstreamTimeout("no first byte", before_response=True), False),
