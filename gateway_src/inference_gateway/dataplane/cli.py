@@ -31,6 +31,12 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument(
+        "--debug-destination-headers",
+        action="store_true",
+        help="name the chosen pod to clients (x-gateway-destination-endpoint header, pod "
+        "names in 502 messages); off by default, as it exposes pod addresses",
+    )
+    parser.add_argument(
         "--policy",
         choices=["gateway", "round-robin"],
         default="gateway",
@@ -60,12 +66,6 @@ def register(subparsers: Any) -> None:
     )
     auth.add_argument(
         "--jwt-client-claim", default="sub", help="the claim naming the client (default sub)"
-    )
-    parser.add_argument(
-        "--debug-destination-headers",
-        action="store_true",
-        help="name the chosen pod to clients (x-gateway-destination-endpoint header, pod "
-        "names in 502 messages); off by default, as it exposes pod addresses",
     )
     parser.set_defaults(handler=run)
 

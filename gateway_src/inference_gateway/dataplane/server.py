@@ -85,13 +85,13 @@ def build_gateway(
     auth: Authenticator | None = None,
 ) -> tuple[web.Application, Gateway]:
     """The gateway app; scraping (and file reloads) start with the app and stop with it.
+    Serve it with `RUN_OPTIONS` (`app_runner`), so a client that leaves ends its request;
+    `expose_endpoints` names the chosen pod to clients (debugging only).
 
     `config` and `rewrites` given as paths are watched: a valid edit is swapped in
     without a restart, an invalid one is logged and ignored. `emf_interval_s` > 0 writes
     a CloudWatch EMF record to stdout every that many seconds (telemetry_emf). `auth`
     checks every request's credential before any pod is touched (dataplane/auth.py).
-    `expose_endpoints` names the chosen pod to clients (debugging only). Serve the app
-    with `RUN_OPTIONS` (`app_runner`), so a client that leaves ends its request.
     """
     if not isinstance(endpoints, list):
         endpoints = load_endpoints_file(endpoints)
