@@ -255,6 +255,8 @@ async def kubernetes_picker(args: argparse.Namespace, server: dict[str, Any]) ->
 
     try:
         client = await api_client(host=args.api_server, kubeconfig=args.kubeconfig)
+    except ModuleNotFoundError:  # a missing package is not bad input: the CLI says what to install
+        raise
     except Exception as error:  # the client's config errors, translated at the boundary
         raise ConfigError(
             "Kubernetes discovery",

@@ -18,6 +18,7 @@ import orjson
 from rich.console import Console
 
 from ..errors import ConfigError
+from ..terminal import progress_line
 from .report import render_html, render_table
 from .results import BenchResult
 from .runner import run_benchmark
@@ -66,12 +67,8 @@ def _run_backends(args: argparse.Namespace) -> int:
             update={"settings": spec.settings.model_copy(update={"runs": args.runs})}
         )
     to_stdout = args.json == "-"
-    console = Console(stderr=to_stdout)
-    if not console.is_terminal:
-        console = Console(stderr=to_stdout, width=120)  # logs and CI: keep the table whole
-    result = asyncio.run(
-        benchmark_backends(spec, progress=lambda line: console.print(f"[dim]{line}[/]"))
-    )
+    console = Console(stderr=to_stdout)  # not a terminal: $COLUMNS, else 80; cells wrap
+    result = asyncio.run(benchmark_backends(spec, progress=progress_line))
     document = orjson.dumps(result.to_json(), option=orjson.OPT_INDENT_2)
     if to_stdout:
         sys.stdout.write(document.decode() + "\n")

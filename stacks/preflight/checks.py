@@ -8,13 +8,15 @@ else the region's VPC zones), this module checks:
 * **offerings** — which of the group's zones offer its instance type
   (`ec2:DescribeInstanceTypeOfferings`, location type `availability-zone`);
 * **vCPU quota** — the group needs `max_size × vCPUs of the type`; groups of one region
-  that share a quota (bench/quotas.py) add up, and the sum is compared with the account's
+  that share a quota (`quotas.py`) add up, and the sum is compared with the account's
   quota in that region (Service Quotas).
 
 Verdict per (group, region): `ok`; `partial` (some zones do not offer the type — the node
-group still launches in the others); `blocked` (no zone offers it, or the region's quota
-is below what its groups need). A quota that cannot be read is reported as unknown, never
-guessed. `igw preflight` exits 1 when any group is blocked somewhere.
+group still launches in the others); `unchecked` (its vCPU quota could not be read: a
+quota is not capacity, and an unread quota is not a pass); `blocked` (no zone offers it,
+or the region's quota is below what its groups need). A quota that cannot be read is
+reported as unknown, never guessed. The CLI exits 1 when any group is blocked, or
+unchecked unless told to accept that.
 
 AWS is reached only through two narrow seams: `Ec2Api` (offerings and vCPU counts) and
 `quotas.QuotaSource`, so tests use moto and a stub without patching.
@@ -109,10 +111,15 @@ class PreflightReport:
     def blocked(self) -> list[GroupPlacement]:
         return [p for p in self.placements if p.verdict == "blocked"]
 
+    @property
+    def unchecked(self) -> list[GroupPlacement]:
+        return [p for p in self.placements if p.verdict == "unchecked"]
+
     def to_json(self) -> dict[str, Any]:
         import dataclasses
 
-        return {"environment": self.environment, "ok": not self.blocked,
+        ok = not self.blocked and not self.unchecked
+        return {"environment": self.environment, "ok": ok,
                 "placements": [dataclasses.asdict(p) for p in self.placements]}  # fmt: skip
 
 
@@ -167,6 +174,8 @@ def _apply_quotas(placements: Sequence[GroupPlacement], quotas: QuotaSource) -> 
             continue
         p.quota_vcpus, p.region_vcpus_needed = values[key], totals[key]
         if p.quota_vcpus is None:
+            if p.verdict != "blocked":
+                p.verdict = "unchecked"
             p.reasons.append(f"vCPU quota {p.quota_code} could not be read")
         elif p.region_vcpus_needed > p.quota_vcpus:
             p.verdict = "blocked"

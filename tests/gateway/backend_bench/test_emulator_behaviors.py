@@ -13,7 +13,7 @@ import openai
 import orjson
 import pytest
 
-from inference_gateway.bench.tasks import COUNT_IDS_TOOL
+from inference_gateway.backend_bench.tasks import COUNT_IDS_TOOL
 from inference_gateway.emulator.behaviors import (
     Jitter,
     PodBehavior,

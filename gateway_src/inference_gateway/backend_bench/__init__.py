@@ -1,19 +1,19 @@
-"""Backend benchmark client (`igw bench backends`) and capacity preflight (`igw preflight`).
+"""Backend benchmark client (`igw bench backends`).
 
 Platform teams pick instance types and serving backends before they route anything; this
 package measures the candidates (tokens/s, TTFT, cost per million tokens, tool-call
-correctness, determinism at temperature 0, run-to-run change, a concurrency sweep) and
-checks that an environment's node groups can be placed (instance offerings per zone,
-vCPU quotas). Modules, one job each:
+correctness, determinism at temperature 0, run-to-run change, a concurrency sweep).
+Named apart from the top-level `bench/` (the routing benchmark harness behind
+`make bench`). The capacity preflight that checks where node groups can be placed is the
+platform's (`stacks/preflight`), since it reads environments. Modules, one job each:
 
     spec       BACKENDS.yaml               runner     the measurement passes
     client     OpenAI-compatible HTTP      tasks      the built-in count_ids tool task
     cost       $/h → $ per 10⁶ tokens      stats      median and spread
     results    dataclasses and JSON        report     terminal table, HTML page
     targets    emulated pods for `emulate:` entries
-    preflight  placement checks (boto3 behind `AwsApi`)   quotas  EC2 vCPU quota codes
 
-Nothing here imports aws_cdk; boto3 is imported only by `igw preflight`.
+Nothing here imports aws_cdk or boto3.
 """
 
 from __future__ import annotations

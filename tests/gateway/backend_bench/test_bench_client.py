@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from inference_gateway.bench.client import BackendError, ChatClient
+from inference_gateway.backend_bench.client import BackendError, ChatClient
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 

@@ -19,8 +19,8 @@ import pytest
 import yaml
 from aiohttp import web
 
-from inference_gateway.bench.runner import Target, run_benchmark
-from inference_gateway.bench.spec import BackendSpec, BenchSettings
+from inference_gateway.backend_bench.runner import Target, run_benchmark
+from inference_gateway.backend_bench.spec import BackendSpec, BenchSettings
 from inference_gateway.cli import main
 from inference_gateway.emulator.fleet import EmulatedFleet
 

@@ -1,4 +1,4 @@
-"""`igw preflight`: instance offerings per zone and vCPU quotas, without reaching AWS.
+"""The capacity preflight (`python -m stacks.preflight`): offerings per zone, vCPU quotas.
 
 AWS APIs cannot be reached from here (tests talk to loopback only), so:
 
@@ -16,6 +16,9 @@ AWS APIs cannot be reached from here (tests talk to loopback only), so:
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,10 +28,14 @@ import pytest
 import yaml
 from moto import mock_aws
 
-from inference_gateway.bench.preflight import BotoEc2Api, run_preflight
-from inference_gateway.bench.preflight_cli import planned_groups
-from inference_gateway.bench.quotas import FixedQuotas, ServiceQuotasSource, vcpu_quota_for
-from inference_gateway.cli import main
+from stacks.preflight import (
+    BotoEc2Api,
+    FixedQuotas,
+    ServiceQuotasSource,
+    run_preflight,
+    vcpu_quota_for,
+)
+from stacks.preflight.cli import main, planned_groups
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -146,8 +153,9 @@ def test_groups_sharing_a_quota_add_up(aws: None, tmp_path: Path) -> None:
     report = run_preflight(name, groups, BotoEc2Api(_clients("ec2")), quotas)
     assert [p.verdict for p in report.placements if p.group == "h100"] == ["ok", "ok"]
     unknown = next(p for p in report.placements if p.group == "a10g")
-    assert unknown.verdict == "ok" and unknown.quota_vcpus is None
+    assert unknown.verdict == "unchecked" and unknown.quota_vcpus is None
     assert "vCPU quota L-DB2E81BA could not be read" in unknown.reasons
+    assert report.to_json()["ok"] is False
 
 
 def test_cli_exits_1_when_a_group_cannot_be_placed(
@@ -155,7 +163,7 @@ def test_cli_exits_1_when_a_group_cannot_be_placed(
 ) -> None:
     out = tmp_path / "preflight.json"
     path = _environment(tmp_path, secondary="eu-west-3")
-    assert main(["preflight", str(path), "--json", str(out)]) == 1
+    assert main([str(path), "--json", str(out)]) == 1
     document = json.loads(out.read_text())
     assert document["ok"] is False
     printed = capsys.readouterr().out
@@ -163,15 +171,50 @@ def test_cli_exits_1_when_a_group_cannot_be_placed(
     assert "cannot be placed: h100 (eu-west-3)" in printed
 
 
-def test_cli_exits_0_for_a_placeable_environment(
+def test_cli_unread_quota_is_not_a_pass(aws: None, capsys: pytest.CaptureFixture[str]) -> None:
+    """moto cannot answer EC2 vCPU quotas: the verdict says so and the exit code is 1."""
+    assert main(["dev"]) == 1
+    captured = capsys.readouterr()
+    assert "unchecked" in captured.out and "could not be read" in captured.out
+    assert "not checked because a vCPU quota could not be read" in captured.err
+    assert "--allow-unread-quotas" in captured.err
+
+
+def test_cli_exits_0_when_told_to_accept_unread_quotas(
     aws: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["preflight", "dev"]) == 0  # quotas unknown under moto: reported, not fatal
-    assert "could not be read" in capsys.readouterr().out
+    assert main(["dev", "--allow-unread-quotas"]) == 0
+    assert "unchecked" in capsys.readouterr().out
+
+
+def test_cli_without_boto3_says_what_to_install(tmp_path: Path) -> None:
+    """A venv without boto3 (e.g. only the gateway's part, `make demo`): exit 1, not 2."""
+    blocker = tmp_path / "sitecustomize.py"
+    blocker.write_text(
+        "import sys\n"
+        "class _Hide:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in ('boto3', 'botocore'):\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+        "sys.meta_path.insert(0, _Hide())\n"
+    )
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    result = subprocess.run(
+        [sys.executable, "-m", "stacks.preflight", "dev"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1, result.stderr
+    assert "needs the Python package 'boto3'" in result.stderr
+    assert "pip install -r requirements/bench.txt" in result.stderr
+    assert "invalid input" not in result.stderr
 
 
 def test_cli_unknown_environment_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["preflight", "no-such-env"]) == 2
+    assert main(["no-such-env"]) == 2
     assert "no such environment" in capsys.readouterr().err
 
 
@@ -187,5 +230,5 @@ def test_cli_without_credentials_says_so(
     monkeypatch.delenv("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", raising=False)
     monkeypatch.delenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", raising=False)
     monkeypatch.delenv("AWS_WEB_IDENTITY_TOKEN_FILE", raising=False)
-    assert main(["preflight", "dev"]) == 1
+    assert main(["dev"]) == 1
     assert "cannot query AWS: Unable to locate credentials" in capsys.readouterr().err

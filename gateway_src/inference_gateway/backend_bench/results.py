@@ -10,10 +10,11 @@ The JSON (`igw bench backends --json`) is one object::
          "tool_calls": {"cases", "calls", "filters", "failures": [...]},
          "determinism": {"repeats", "distinct"},
          "concurrency": [{"level", "aggregate_tokens_per_s", "tokens_per_s_median",
-                          "ttft_s_median", "cost_per_million_tokens"}]}]}
+                          "ttft_s_median", "cost_per_million_tokens"}],
+         "emulated": "emulated H100, llama-3.1-8b" | null}]}
 
 `tokens_per_s` is per request at concurrency 1, output tokens over the whole request;
-`cost_per_million_tokens` is computed from its median (bench/cost.py).
+`cost_per_million_tokens` is computed from its median (`cost.py`).
 """
 
 from __future__ import annotations
@@ -80,6 +81,9 @@ class BackendResult:
     tool_calls: ToolCallResult | None = None
     determinism: DeterminismResult | None = None
     concurrency: list[ConcurrencyPoint] = field(default_factory=list)
+    #: what an emulated backend stands for ("emulated H100, llama-3.1-8b"); None for a
+    #: real endpoint. Reports say so: an emulator's figures are its model of the GPU.
+    emulated: str | None = None
 
     def fail(self, reason: str) -> None:
         """Mark the backend failed; keep what was measured before the failure."""

@@ -6,7 +6,7 @@ for the client machine; passes interleave backends, so a drift over time hits al
 1. **throughput / concurrency** — for each level `c` (1 always included), `repeats`
    rounds of `c` concurrent streamed requests of the throughput prompt at temperature 0
    with capped `max_tokens`; per request tokens/s and TTFT, per round the aggregate.
-2. **tool calls** — the 20 built-in `count_ids` cases (bench/tasks.py), non-streamed,
+2. **tool calls** — the 20 built-in `count_ids` cases (`tasks.py`), non-streamed,
    `tool_choice: auto`, at most `tool_calls.concurrency` at a time.
 3. **determinism** — `determinism.repeats` sequential requests of one prompt at
    temperature 0; the count of distinct outputs (1 is deterministic).
@@ -44,7 +44,7 @@ from .spec import BackendSpec, BenchSettings
 from .stats import relative_change_pct, summarize
 from .tasks import COUNT_IDS_TOOL, score_reply, tool_cases
 
-__all__ = ["Target", "run_benchmark"]
+__all__ = ["Target", "emulated_as", "run_benchmark"]
 
 Progress = Callable[[str], None]
 T = TypeVar("T")
@@ -58,6 +58,16 @@ class Target:
     base_url: str
     model: str
     hourly_usd: float
+
+
+def emulated_as(spec: BackendSpec) -> str | None:
+    """What an `emulate:` backend stands for, in words; None for a real endpoint."""
+    if spec.emulate is None:
+        return None
+    told = spec.emulate.behavior != type(spec.emulate.behavior)()
+    return f"emulated {spec.emulate.gpu}, {spec.emulate.model}" + (
+        " (told to misbehave)" if told else ""
+    )
 
 
 @dataclass
@@ -211,7 +221,9 @@ async def run_benchmark(
     environ = os.environ if environ is None else environ
     say = progress or (lambda _line: None)
     results = {
-        t.spec.label: BackendResult(t.spec.label, t.model, t.base_url, t.hourly_usd)
+        t.spec.label: BackendResult(
+            t.spec.label, t.model, t.base_url, t.hourly_usd, emulated=emulated_as(t.spec)
+        )
         for t in targets
     }
     samples = {t.spec.label: _Samples() for t in targets}

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from inference_gateway.bench.cost import cost_per_million_tokens
+from inference_gateway.backend_bench.cost import cost_per_million_tokens
 
 
 @pytest.mark.parametrize(

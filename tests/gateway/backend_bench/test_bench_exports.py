@@ -1,11 +1,11 @@
-"""The bench package's public API, pinned; and its isolation from aws_cdk and boto3."""
+"""The backend_bench package's public API, pinned; and its isolation from aws_cdk and boto3."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 
-import inference_gateway.bench as bench
+import inference_gateway.backend_bench as bench
 
 
 def test_public_api() -> None:
@@ -26,8 +26,7 @@ def test_public_api() -> None:
 
 def test_bench_imports_neither_aws_cdk_nor_boto3() -> None:
     code = (
-        "import sys, inference_gateway.bench, inference_gateway.bench.cli, "
-        "inference_gateway.bench.preflight, inference_gateway.bench.preflight_cli; "
+        "import sys, inference_gateway.backend_bench, inference_gateway.backend_bench.cli; "
         "print(sorted(m for m in ('aws_cdk', 'boto3', 'botocore') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

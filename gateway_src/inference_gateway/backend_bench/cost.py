@@ -4,7 +4,7 @@
 
 One instance serving one stream at `tokens_per_s` produces `tokens_per_s × 3,600` tokens
 an hour; dividing its hourly price by that gives the price of one token. Known data points
-(tests/gateway/bench/test_cost.py): $0.8048/h at 131.5 tok/s → $1.70; $0.556/h at
+(tests/gateway/backend_bench/test_bench_cost.py): $0.8048/h at 131.5 tok/s → $1.70; $0.556/h at
 37.2 tok/s → $4.15; $0.7582/h at 36.4 tok/s → $5.79; $1.3438/h at 37.1 tok/s → $10.06.
 """
 

@@ -7,7 +7,7 @@ from typing import Any
 import orjson
 import pytest
 
-from inference_gateway.bench.tasks import ToolCase, count_ids, score_reply, tool_cases
+from inference_gateway.backend_bench.tasks import ToolCase, count_ids, score_reply, tool_cases
 from inference_gateway.emulator.behaviors import parse_comparison
 
 
