@@ -21,6 +21,7 @@ GPU_SECONDS_PER_PREFILL_TOKEN: Mapping[str, float] = MappingProxyType(
         "A100": 1.355e-04,
         "A10G": 7.170e-04,
         "L4": 4.148e-04,
+        "A40": 3.353e-04,
     }
 )
 
