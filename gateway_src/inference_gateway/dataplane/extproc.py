@@ -15,23 +15,22 @@ body response. A refusal is an `ImmediateResponse` with the OpenAI-shaped error.
 
 Response side: SSE streams flow through chunk by chunk (the `model` of each event
 written back to the client's name when it was rewritten); a JSON body is held only when
-it must be rewritten. `usage` is counted into the gateway metrics; the first response
-byte reports the TTFT to the scheduler.
+it must be rewritten. The request's `RequestLifecycle` (lifecycle.py) does the
+bookkeeping: the first response byte reports the TTFT to the scheduler, `usage` is
+counted into the gateway metrics, and a stream that ends before the response did (Envoy
+or its client gone) counts as a client cancel and frees what the request held.
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
 import random
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import grpc
-import orjson
 from envoy.extensions.filters.http.ext_proc.v3.processing_mode_pb2 import ProcessingMode
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
@@ -52,8 +51,9 @@ from .extproc_wire import (
     timeout_override,
     trailers_response,
 )
-from .proxy import SchedulerLike
+from .lifecycle import CLIENT_CANCELLED, RequestLifecycle
 from .sse import ModelNameRewriter
+from .usage import UsageScanner
 
 __all__ = ["Exchange", "ExtProcServicer", "PickerOptions", "UsageScanner"]
 
@@ -66,9 +66,6 @@ Responses = list[pb.ProcessingResponse]
 MESSAGE_KINDS = frozenset(
     f"{side}_{part}" for side in ("request", "response") for part in ("headers", "body", "trailers")
 )
-# Ids for requests that carry no x-request-id: unique per process (the scheduler keys
-# its per-request state by id), and far cheaper than a uuid4 per request.
-_REQUEST_IDS = (f"igw-{uuid.uuid4().hex[:12]}-{n}" for n in itertools.count())
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,78 +77,6 @@ class PickerOptions:
     request_body_mode: int = FULL_DUPLEX
     response_body_mode: int = FULL_DUPLEX
     max_usage_scan_bytes: int = 4 * 2**20  # JSON kept to read `usage` from
-
-
-class UsageScanner:
-    """Finds the `usage` object in a response body without holding SSE streams.
-
-    SSE: only complete lines that mention `"usage"` are parsed (the last one wins, as
-    vLLM sends usage in the final event). JSON: the body is kept up to a bound and
-    parsed once at the end.
-    """
-
-    def __init__(self, streaming: bool, limit: int) -> None:
-        self.streaming = streaming
-        self.limit = limit
-        self.usage: dict[str, Any] | None = None
-        self._partial = b""
-        self._kept: list[bytes] = []
-        self._size = 0
-
-    def feed(self, chunk: bytes) -> None:
-        if not self.streaming:
-            self._size += len(chunk)
-            if self._size <= self.limit:
-                self._kept.append(chunk)
-            return
-        data = self._partial + chunk
-        cut = data.rfind(b"\n")
-        if cut < 0:
-            self._partial = data
-            return
-        self._partial = data[cut + 1 :]
-        if b'"usage"' in data[:cut]:
-            for line in data[:cut].split(b"\n"):
-                if b'"usage"' in line and line.startswith(b"data:"):
-                    self._take(line[5:])
-
-    def close(self) -> dict[str, Any] | None:
-        if self.streaming:
-            if self._partial.startswith(b"data:") and b'"usage"' in self._partial:
-                self._take(self._partial[5:])
-        elif self._size <= self.limit:
-            self._take(b"".join(self._kept))
-        return self.usage
-
-    def _take(self, payload: bytes) -> None:
-        try:
-            event = orjson.loads(payload)
-        except orjson.JSONDecodeError:
-            return
-        usage = usage_of(event)
-        if usage is not None:
-            self.usage = usage
-
-
-def usage_of(event: Any) -> dict[str, Any] | None:
-    """`usage` of a chat/completions body or chunk, or of a Responses API body or its
-    `response.completed` event (there it sits inside `response`)."""
-    if not isinstance(event, dict):
-        return None
-    usage = event.get("usage")
-    if not isinstance(usage, dict) and isinstance(event.get("response"), dict):
-        usage = event["response"].get("usage")
-    return usage if isinstance(usage, dict) else None
-
-
-def output_tokens(usage: dict[str, Any]) -> int | None:
-    """Generated tokens: `completion_tokens` (chat/completions) or `output_tokens`
-    (Responses API)."""
-    for key in ("completion_tokens", "output_tokens"):
-        value = usage.get(key)
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    return None
 
 
 def admission_wait_s(director: Director) -> float:
@@ -178,15 +103,13 @@ class Exchange:
         self.subset: list[str] | None = None
         self.body: bytes | bytearray = b""  # the request body collected so far
         self.decision: Decision | None = None
-        self.scheduler: SchedulerLike = director.scheduler
-        self.decided_at = 0.0
+        self.life: RequestLifecycle | None = None  # everything the request holds
         self.closed = False  # an immediate response ended the exchange
         self.finished = False
         self.first_byte = False
         self.status = 0
         self.streaming = False
         self.rewriter: ModelNameRewriter | None = None
-        self.usage: UsageScanner | None = None
         self.held = bytearray()  # a JSON response held for the model rewrite
 
     async def handle(self, request: pb.ProcessingRequest) -> Responses:
@@ -274,26 +197,19 @@ class Exchange:
         return timeout_override(wait + 1.0) if wait else None
 
     async def _decide(self, end_of_stream: bool = True) -> Responses:
-        request_id = self.headers.get("x-request-id") or next(_REQUEST_IDS)
         try:
-            decision = await self.director.decide(
+            life = await self.director.decide(
                 self.body if isinstance(self.body, bytes) else bytes(self.body),
                 self.headers,
-                request_id=request_id,
+                client_request_id=self.headers.get("x-request-id", ""),
                 subset=hinted_hostports(self.subset, self.director.endpoints()),
             )
         except Rejection as rejection:
             return self._reject(rejection)
-        self.decision = decision
-        self.scheduler = self.director.scheduler  # a reload must not split one request
-        self.decided_at = self.clock()
+        self.life = life
+        self.decision = decision = life.decision
         self.body = b""
-        primary = decision.ranked[0]
-        self.scheduler.on_picked(decision.llm, primary, time.monotonic())
-        metrics = self.director.metrics
-        self.director.child(
-            metrics.input_tokens, decision.client_model, decision.target_model
-        ).observe(decision.llm.prompt_tokens)
+        life.picked(decision.ranked[0])
         destination = ",".join(
             endpoint_address(e.address, e.port)
             for e in decision.ranked[: 1 + max(0, self.options.fallbacks)]
@@ -334,15 +250,8 @@ class Exchange:
         headers = read_headers(request.response_headers)
         self.status = int(headers.get(":status", "200") or 200)
         self.streaming = headers.get("content-type", "").startswith("text/event-stream")
-        self.usage = UsageScanner(self.streaming, self.options.max_usage_scan_bytes)
-        decision = self.decision
-        if decision is not None and self.status >= 400:
-            self.director.child(
-                self.director.metrics.errors,
-                decision.client_model,
-                decision.target_model,
-                str(self.status),
-            ).inc()
+        if self.life is not None:
+            self.life.answered(self.status, self.streaming, self.options.max_usage_scan_bytes)
         if request.response_headers.end_of_stream:
             self._first_byte()
             self.finish()
@@ -356,8 +265,8 @@ class Exchange:
         if chunk:
             self._first_byte()
         out = self._rewrite(chunk, eos)
-        if self.usage is not None and out:
-            self.usage.feed(out)
+        if self.life is not None and out:
+            self.life.chunk(out)
         if eos:
             self.finish()
         if self.response_mode == FULL_DUPLEX:
@@ -385,8 +294,8 @@ class Exchange:
             tail = self.rewriter.json_body(whole) if whole else b""
         if not tail:
             return []
-        if self.usage is not None:
-            self.usage.feed(tail)
+        if self.life is not None:
+            self.life.chunk(tail)
         return list(body_chunks(tail, request=False, end_of_stream=False))
 
     def _rewrite(self, chunk: bytes, eos: bool) -> bytes | None:
@@ -405,37 +314,26 @@ class Exchange:
         return self.rewriter.json_body(whole)
 
     def _first_byte(self) -> None:
-        decision = self.decision
-        if self.first_byte or decision is None:
+        if self.first_byte or self.life is None:
             return
         self.first_byte = True
-        ttft = self.clock() - self.decided_at
-        self.scheduler.on_first_token(decision.llm, decision.ranked[0], ttft, time.monotonic())
-        self.director.child(
-            self.director.metrics.ttft, decision.client_model, decision.target_model
-        ).observe(ttft)
+        self.life.first_byte()
 
     # ------------------------------------------------------------------ end
 
     def finish(self) -> None:
-        """Report the outcome once: scheduler bookkeeping, admission slot, metrics."""
+        """The response ended (or Envoy closed the stream cleanly): report it once."""
         if self.finished:
             return
         self.finished = True
-        decision = self.decision
-        if decision is None:
-            return
-        self.scheduler.on_finished(decision.llm, decision.ranked[0], time.monotonic())
-        self.director.release(decision)
-        metrics = self.director.metrics
-        labels = (decision.client_model, decision.target_model)
-        usage = self.usage.close() if self.usage is not None else None
-        if usage is not None:
-            completion = output_tokens(usage)
-            if completion is not None:
-                self.director.child(metrics.output_tokens, *labels).observe(completion)
-        if self.status and self.status < 400 and self.first_byte:
-            self.director.child(metrics.duration, *labels).observe(self.clock() - self.decided_at)
+        if self.life is not None:
+            self.life.finished()
+
+    def cancel(self) -> None:
+        """The stream broke before the response ended: Envoy or its client went away."""
+        if self.life is not None and not self.finished:
+            self.life.cancelled(CLIENT_CANCELLED)
+        self.finished = True
 
 
 class ExtProcServicer(pb_grpc.ExternalProcessorServicer):
@@ -475,6 +373,9 @@ class ExtProcServicer(pb_grpc.ExternalProcessorServicer):
                     await context.write(early)
                 for response in await exchange.handle(request):
                     await context.write(response)
+        except BaseException:
+            exchange.cancel()
+            raise
         finally:
             self.active -= 1
             exchange.finish()
@@ -497,6 +398,9 @@ class ExtProcServicer(pb_grpc.ExternalProcessorServicer):
                 responses = await exchange.handle(request)
                 if responses:
                     call.send([r.SerializeToString() for r in responses])
+        except BaseException:
+            exchange.cancel()
+            raise
         finally:
             self.active -= 1
             exchange.finish()

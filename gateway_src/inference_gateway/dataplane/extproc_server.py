@@ -34,7 +34,7 @@ from ..traffic.rewrites import RewriteSet
 from .director import Director, Series
 from .extproc import ExtProcServicer, PickerOptions
 from .extproc_http2 import ConnectionPolicy, HealthService, Http2GrpcServer, Method
-from .proxy import RoutingState
+from .contracts import RoutingState
 from .server import http_fetch
 
 __all__ = [

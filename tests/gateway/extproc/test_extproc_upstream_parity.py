@@ -20,9 +20,10 @@ from fake_envoy import FakeEnvoy, request_headers_message
 from inference_gateway.config import parse_config
 from inference_gateway.dataplane.bbr import start_bbr
 from inference_gateway.dataplane.director import Director
-from inference_gateway.dataplane.extproc import Exchange, PickerOptions, UsageScanner
+from inference_gateway.dataplane.extproc import Exchange, PickerOptions
 from inference_gateway.dataplane.extproc_server import build_picker
 from inference_gateway.dataplane.extproc_wire import header_map, hinted_hostports
+from inference_gateway.dataplane.usage import UsageScanner
 from inference_gateway.scheduling.types import Endpoint
 from inference_gateway.traffic.rewrites import RewriteSet, parse_rewrites
 
@@ -239,7 +240,7 @@ def test_usage_is_read_from_the_responses_api_shape(streaming: bool, body: bytes
     `usage.output_tokens`, in the streamed `response.completed` event inside `response`;
     chat/completions report `usage.completion_tokens`. Upstream GIE's response parser
     reads both shapes."""
-    from inference_gateway.dataplane.extproc import output_tokens
+    from inference_gateway.dataplane.usage import output_tokens
 
     scanner = UsageScanner(streaming, 1 << 20)
     scanner.feed(body)

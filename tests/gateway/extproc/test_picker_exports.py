@@ -41,6 +41,7 @@ EXPORTS = {
         "Decision",
         "Director",
         "Rejection",
+        "RequestLifecycle",
         "RoutingState",
         "SchedulerLike",
         "Series",
