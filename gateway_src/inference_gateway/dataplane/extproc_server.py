@@ -31,10 +31,10 @@ from ..scheduling import Scheduler
 from ..scheduling.types import Endpoint
 from ..telemetry import GatewayMetrics
 from ..traffic.rewrites import RewriteSet
+from .contracts import RoutingState
 from .director import Director, Series
 from .extproc import ExtProcServicer, PickerOptions
 from .extproc_http2 import ConnectionPolicy, HealthService, Http2GrpcServer, Method
-from .contracts import RoutingState
 from .server import http_fetch
 
 __all__ = [
