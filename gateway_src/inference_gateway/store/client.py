@@ -131,4 +131,6 @@ class StoreHealth:
             self.up = False
             self.up_gauge.set(0)
             self.fallbacks.inc()
-            log.warning("%s: shared store unreachable (%s); local fallback engaged", self.name, error)
+            log.warning(
+                "%s: shared store unreachable (%s); local fallback engaged", self.name, error
+            )

@@ -188,7 +188,11 @@ class GlobalRateLimiter:
                 ("tokens", rule.tokens_per_minute, tokens),
             ):
                 if limit:
-                    out.append(_Bucket(self._key(i, kind, api_key, scope_model), kind, limit, min(cost, limit)))
+                    out.append(
+                        _Bucket(
+                            self._key(i, kind, api_key, scope_model), kind, limit, min(cost, limit)
+                        )
+                    )
         return out
 
     def _key(self, rule: int, kind: str, api_key: str, model: str) -> str:

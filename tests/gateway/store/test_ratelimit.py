@@ -24,9 +24,7 @@ async def test_two_replicas_admit_exactly_the_limit(redis_server: LocalRedis) ->
     rules = [RateLimitSpec(requests_per_minute=50)]
     a = limiter(redis_server.url, "a", rules=rules)
     b = limiter(redis_server.url, "b", rules=rules)
-    results = await asyncio.gather(
-        *(r.check("key-1", "m", 10) for _ in range(60) for r in (a, b))
-    )
+    results = await asyncio.gather(*(r.check("key-1", "m", 10) for _ in range(60) for r in (a, b)))
     admitted = [x for x in results if x.allowed]
     assert len(admitted) == 50
     refused = [x for x in results if not x.allowed]
