@@ -49,6 +49,13 @@ def register(subparsers: Any) -> None:
         help="the records' Cluster dimension: the EKS cluster name "
         "(default $IGW_CLUSTER_NAME, else igw)",
     )
+    parser.add_argument(
+        "--hourly-cost",
+        type=float,
+        default=0.0,
+        metavar="USD",
+        help="the cluster's hourly price, for the cost per million tokens in GET /status",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -60,6 +67,9 @@ def run(args: argparse.Namespace) -> int:
     if args.emf_interval < 0:
         print("igw serve: --emf-interval must be 0 (off) or positive", file=sys.stderr)
         return 2
+    if not args.hourly_cost >= 0:
+        print("igw serve: --hourly-cost must be 0 or positive", file=sys.stderr)
+        return 2
     app, _ = build_gateway(
         args.endpoints,
         args.config,
@@ -67,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
         rewrites=args.rewrites,
         emf_interval_s=args.emf_interval,
         emf_cluster=args.emf_cluster,
+        hourly_cost_usd=args.hourly_cost,
     )
     try:
         import uvloop

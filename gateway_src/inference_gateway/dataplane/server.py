@@ -20,6 +20,7 @@ from ..traffic.routing import ModelRouter
 from .baseline import RoundRobinScheduler
 from .proxy import Gateway, RoutingState
 from .reloader import FileWatcher
+from .status import add_status_route
 from .upstream import Upstream, UpstreamError
 
 __all__ = ["WATCHER", "build_gateway", "http_fetch", "upstream_fetch"]
@@ -71,12 +72,15 @@ def build_gateway(
     seed: int | None = None,
     emf_interval_s: float = 0.0,
     emf_cluster: str = "igw",
+    hourly_cost_usd: float = 0.0,
 ) -> tuple[web.Application, Gateway]:
     """The gateway app; scraping (and file reloads) start with the app and stop with it.
 
     `config` and `rewrites` given as paths are watched: a valid edit is swapped in
     without a restart, an invalid one is logged and ignored. `emf_interval_s` > 0 writes
     a CloudWatch EMF record to stdout every that many seconds (telemetry_emf).
+    `GET /status` is the heartbeat the global router reads (status.py); `emf_cluster`
+    names the cluster there too, and `hourly_cost_usd` prices its tokens.
     """
     if not isinstance(endpoints, list):
         endpoints = load_endpoints_file(endpoints)
@@ -120,6 +124,7 @@ def build_gateway(
 
     gateway = Gateway(store, scheduler, RoutingState.build(config), metrics=metrics)
     app = gateway.app()
+    add_status_route(app, gateway, store, cluster=emf_cluster, hourly_cost_usd=hourly_cost_usd)
     watched = [p for p in (config_path, Path(rewrites) if rewrites else None) if p]
     tasks: list[asyncio.Task[None]] = []
     emitters: list[EmfEmitter] = []
