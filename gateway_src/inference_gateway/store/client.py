@@ -3,8 +3,9 @@
 `StoreSpec` says where the store is (`redis://` or `rediss://` for TLS, as ElastiCache
 Valkey with in-transit encryption wants), who we are (`username`, a password read from an
 environment variable so no secret sits in a config file) and how long one round trip may
-take. `connect` builds the client with no retries of its own: a request on the hot path
-waits for at most one round trip, then the caller uses its local view.
+take. `connect` builds the client with no retries of its own and a bounded pool (a burst
+of requests shares `maxConnections` sockets instead of opening one each): a request on
+the hot path waits for at most one round trip, then the caller uses its local view.
 
 `StoreHealth` is that decision in one place. Every store call is wrapped in `call`: a
 failure flips the state to "local fallback" (gauge `igw_store_up` 0, one warning line),
@@ -24,7 +25,7 @@ from typing import TypeVar
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
@@ -49,6 +50,7 @@ class StoreSpec(BaseModel):
     )
     ca_file: str | None = Field(default=None, description="CA bundle for rediss:// (TLS).")
     timeout_ms: int = Field(default=250, gt=0, le=10_000)
+    max_connections: int = Field(default=32, ge=1, le=10_000, description="Per replica.")
     retry_ms: int = Field(default=1000, gt=0, le=60_000, description="Probe period when down.")
 
     @field_validator("url")
@@ -69,6 +71,8 @@ def connect(spec: StoreSpec) -> Redis:
     password = os.environ.get(spec.password_env) if spec.password_env else None
     timeout = spec.timeout_ms / 1000
     options: dict[str, object] = {
+        "max_connections": spec.max_connections,
+        "timeout": timeout,  # wait for a free connection at most this long
         "socket_timeout": timeout,
         "socket_connect_timeout": timeout,
         "retry": Retry(NoBackoff(), 0),  # one round trip, never a hidden second one
@@ -77,7 +81,8 @@ def connect(spec: StoreSpec) -> Redis:
     }
     if spec.url.startswith("rediss://") and spec.ca_file:
         options["ssl_ca_certs"] = spec.ca_file
-    return Redis.from_url(spec.url, **options)  # type: ignore[arg-type]
+    pool = BlockingConnectionPool.from_url(spec.url, **options)  # type: ignore[arg-type]
+    return Redis(connection_pool=pool)
 
 
 class StoreHealth:

@@ -14,8 +14,9 @@ settled from the answer's `usage` afterwards (`settle`): the difference is added
 slot that was charged, if that slot is still in the window.
 
 When the store is away (`StoreHealth` says so), `check` falls back to the local token
-buckets of `traffic.ratelimit` with each limit divided by `fallbackReplicas`, so the
-fleet as a whole stays near the limit; the answer carries `x-ratelimit-scope: local`.
+buckets of `traffic.ratelimit` with each limit (scaled to a minute) divided by
+`fallbackReplicas`, so the fleet as a whole stays near the limit; the answer carries
+`x-ratelimit-scope: local`.
 
 Keys hash the client's API key and model name (a client sends them; they never appear in
 a key as such, and their length is bounded); all keys share one hash tag, so the script
@@ -160,13 +161,14 @@ class GlobalRateLimiter:
         self.health = health
         self._check = redis.register_script(CHECK_SCRIPT)
         self._settle = redis.register_script(SETTLE_SCRIPT)
-        share = spec.fallback_replicas
+        # the local buckets count per minute: scale each limit to a minute, then share it
+        scale = 60.0 / spec.window_s / spec.fallback_replicas
         self.local = RateLimiter(
             [
                 rule.model_copy(
                     update={
-                        "requests_per_minute": _share(rule.requests_per_minute, share),
-                        "tokens_per_minute": _share(rule.tokens_per_minute, share),
+                        "requests_per_minute": _share(rule.requests_per_minute, scale),
+                        "tokens_per_minute": _share(rule.tokens_per_minute, scale),
                     }
                 )
                 for rule in spec.rules
@@ -240,8 +242,8 @@ class GlobalRateLimiter:
         return Admission(decision.allowed, headers, decision.retry_after_s, scope="local")
 
 
-def _share(limit: int | None, replicas: int) -> int | None:
-    return None if limit is None else max(1, limit // replicas)
+def _share(limit: int | None, scale: float) -> int | None:
+    return None if limit is None else max(1, int(limit * scale))
 
 
 def _headers(buckets: list[_Bucket], used: list[int], wait_ms: int) -> dict[str, str]:

@@ -15,7 +15,7 @@ from inference_gateway.store.ratelimit import GlobalRateLimiter, GlobalRateLimit
 
 
 def limiter(url: str, name: str, **spec: object) -> GlobalRateLimiter:
-    store = StoreSpec(url=url, timeout_ms=200, retry_ms=100)
+    store = StoreSpec(url=url, timeout_ms=2000, retry_ms=100)  # a loaded CI machine
     health = StoreHealth(name, retry_s=0.1, registry=CollectorRegistry())
     return GlobalRateLimiter(GlobalRateLimitSpec(**spec), connect(store), health)
 
