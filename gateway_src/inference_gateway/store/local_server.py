@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-__all__ = ["LocalRedis"]
+__all__ = ["LocalRedis", "free_port"]
 
 
 class LocalRedis:
@@ -25,7 +25,7 @@ class LocalRedis:
             raise FileNotFoundError(f"{executable} not found (Debian package redis-server)")
         self.executable = found
         self.start_timeout_s = start_timeout_s
-        self.port = _free_port()
+        self.port = free_port()
         self._dir = tempfile.TemporaryDirectory(prefix="igw-redis-")
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -88,7 +88,8 @@ class LocalRedis:
         self.close()
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A loopback port nobody listens on now (tests give it to the processes they start)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
