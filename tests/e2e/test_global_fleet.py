@@ -83,9 +83,14 @@ class Proc:
         self.process = None
 
 
-async def wait_ready(session: aiohttp.ClientSession, url: str, timeout_s: float = 60.0) -> None:
+async def wait_ready(
+    session: aiohttp.ClientSession, proc: Proc, path: str, timeout_s: float = 60.0
+) -> None:
+    url = proc.url + path
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
+        if proc.process is None or proc.process.poll() is not None:
+            raise RuntimeError(f"{proc.args[0]} exited: {proc.log.read_text()[-2000:]}")
         try:
             async with session.get(url, timeout=aiohttp.ClientTimeout(total=1)) as r:
                 if r.status == 200:
@@ -110,7 +115,9 @@ def cluster_gateway(
     tmp: Path, fleet: EmulatedFleet, name: str, cost: float, config: dict[str, Any] | None = None
 ) -> Proc:
     document = fleet.endpoints_document()
-    mine = [e for e in document["endpoints"] if e["name"].startswith(f"{name}-")]
+    mine = [
+        e for e in document["endpoints"] if e["name"].rsplit("-", 1)[0] == name or e["name"] == name
+    ]
     endpoints = tmp / f"{name}-endpoints.yaml"
     endpoints.write_text(yaml.safe_dump({"endpoints": mine}))
     args = ["serve", "--endpoints", str(endpoints), "--emf-cluster", name]
@@ -220,9 +227,9 @@ async def test_cluster_and_region_failover_then_ramp_back(tmp_path: Path) -> Non
                 procs.append(p)
                 p.start()
             for g in gateways.values():
-                await wait_ready(s, g.url + "/status")
+                await wait_ready(s, g, "/status")
             for r in routers:
-                await wait_ready(s, r.url + "/health")
+                await wait_ready(s, r, "/health")
             await asyncio.sleep(1.5)  # every router has polled every cluster
 
             outcomes: list[Outcome] = []
@@ -246,7 +253,7 @@ async def test_cluster_and_region_failover_then_ramp_back(tmp_path: Path) -> Non
                     for name in ("c1", "c2"):
                         gateways[name].start()
                     for name in ("c1", "c2"):
-                        await wait_ready(s, gateways[name].url + "/status", timeout_s=20)
+                        await wait_ready(s, gateways[name], "/status", timeout_s=20)
                     marks["back"] = time.monotonic()
             await asyncio.wait_for(asyncio.gather(*tasks), timeout=60)
             failovers = [
@@ -306,9 +313,9 @@ async def test_two_routers_share_one_limit_and_survive_the_store(tmp_path: Path)
             for p in [gateway, *routers]:
                 procs.append(p)
                 p.start()
-            await wait_ready(s, gateway.url + "/status")
+            await wait_ready(s, gateway, "/status")
             for r in routers:
-                await wait_ready(s, r.url + "/health")
+                await wait_ready(s, r, "/health")
 
             async def one(i: int) -> tuple[int, str]:
                 body = {"model": MODEL, "prompt": f"q{i}", "max_tokens": 2}
@@ -346,8 +353,10 @@ async def test_two_routers_share_one_limit_and_survive_the_store(tmp_path: Path)
 
 
 async def test_cost_mode_prefers_the_cheaper_cluster_until_it_saturates(tmp_path: Path) -> None:
-    fleet = EmulatedFleet(fleet_spec({"dear": 1, "cheap": 1}))
-    # the cheap cluster fills at 2 requests per pod, so a few direct streams saturate it
+    spec = fleet_spec({"dear": 1, "cheap": 1})
+    spec["pods"][1]["max_num_seqs"] = 2  # a few long streams make its queue build
+    fleet = EmulatedFleet(spec)
+    # the cheap cluster counts a pod full at 2 waiting requests (default 5)
     small = {"flowControl": {"saturation": {"queueThreshold": 2, "noncriticalQueueThreshold": 2}}}
     with processes() as procs:
         async with fleet, session() as s:
@@ -367,8 +376,8 @@ async def test_cost_mode_prefers_the_cheaper_cluster_until_it_saturates(tmp_path
                 procs.append(p)
                 p.start()
             for p in (dear, cheap):
-                await wait_ready(s, p.url + "/status")
-            await wait_ready(s, front.url + "/health")
+                await wait_ready(s, p, "/status")
+            await wait_ready(s, front, "/health")
             await asyncio.sleep(1.2)
 
             async def shed(i: int) -> str:
@@ -381,14 +390,16 @@ async def test_cost_mode_prefers_the_cheaper_cluster_until_it_saturates(tmp_path
 
             calm = Counter([await shed(i) for i in range(40)])
 
-            async def hog(i: int) -> None:  # another client of the cheap cluster
+            pod_url = f"http://127.0.0.1:{fleet.pods['cheap'].port}"
+
+            async def hog(i: int) -> None:  # another client of the cheap cluster's pod
                 body = {"model": MODEL, "prompt": f"long {i}", "max_tokens": 3000}
                 body["stream"] = True
-                async with s.post(cheap.url + "/v1/completions", json=body) as r:
+                async with s.post(pod_url + "/v1/completions", json=body) as r:
                     async for _ in r.content.iter_any():
                         pass
 
-            hogs = [asyncio.create_task(hog(i)) for i in range(4)]
+            hogs = [asyncio.create_task(hog(i)) for i in range(8)]
             try:
                 deadline = time.monotonic() + 15
                 while time.monotonic() < deadline:
@@ -398,14 +409,22 @@ async def test_cost_mode_prefers_the_cheaper_cluster_until_it_saturates(tmp_path
                     await asyncio.sleep(0.2)
                 await asyncio.sleep(1.2)  # the router polls it
                 busy = Counter([await shed(i) for i in range(20)])
+                # moved by the status, not by refusals: (almost) nothing was retried off it
+                retried = await metric_total(
+                    s, front.url, "igw_global_retries_total", cluster="cheap"
+                )
             finally:
                 for task in hogs:
                     task.cancel()
                 await asyncio.gather(*hogs, return_exceptions=True)
 
-    print(f"\ncost mode: calm {dict(calm)}, cheap cluster saturated {dict(busy)}")
+    print(
+        f"\ncost mode: calm {dict(calm)}, cheap cluster saturated {dict(busy)} "
+        f"({retried:.0f} retried off it)"
+    )
     assert calm["cheap"] >= 0.9 * 40
     assert busy["dear"] >= 0.9 * 20
+    assert retried <= 2
 
 
 async def test_status_answer_is_what_the_router_reads() -> None:
