@@ -16,9 +16,10 @@ Order of choice:
    (the first-byte EWMA this router measured, unknown counts as meeting it) AND have
    headroom (saturation < `saturationMax`) come first; cost then dominates their score.
 3. Score descending, then priority ascending, then name: a deterministic ranking.
-4. Ramp-back: a cluster ramping with fraction f keeps its place with probability f and
-   is moved behind the others otherwise, so its share grows from 0 to its fair share
-   over the window while it stays available as a fallback.
+4. Ramp-back: a cluster ramping with fraction f keeps its place when the request's one
+   random draw is below f and is moved behind the others otherwise, so its share grows
+   from 0 to its fair share over the window (one draw for all: two clusters returning
+   together get f between them, not more) while it stays available as a fallback.
 
 The whole ranking is returned: the server tries the next cluster when one fails before
 streaming.
@@ -111,6 +112,7 @@ def rank_clusters(
             s.name,
         ),
     )
-    kept = [s for s in scored if rng() < s.ramp_fraction(now, spec.ramp_s)]
+    draw = rng()  # one draw per request: the returning clusters' share together is f
+    kept = [s for s in scored if draw < s.ramp_fraction(now, spec.ramp_s)]
     held = [s for s in scored if s not in kept]
     return Choice(kept + held, profile)
