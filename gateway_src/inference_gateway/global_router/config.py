@@ -93,6 +93,9 @@ class GlobalRouterSpec(_Spec):
     sheddable_objectives: list[str] = Field(default_factory=list)
     max_attempts: int = Field(default=3, ge=1, le=10)
     connect_timeout_ms: int = Field(default=1000, ge=10, le=60_000)
+    read_timeout_ms: int = Field(
+        default=300_000, ge=100, le=3_600_000, description="Longest silence from a cluster."
+    )
     max_body_bytes: int = Field(default=4 * 2**20, ge=1024)
     store: StoreSpec | None = None
     rate_limits: GlobalRateLimitSpec = Field(default_factory=GlobalRateLimitSpec)

@@ -2,9 +2,10 @@
 
 Per request: read the body (limit → 413), parse it (→ 400), charge the global rate limit
 (→ 429 with `Retry-After` and `x-ratelimit-*`), rank the clusters (choice.py) and send
-it to the first. A cluster that refuses the connection is drained at once (failover) and
-the request goes to the next; one that answers 429/5xx or breaks before the first byte
-is skipped the same way without being drained. Once a byte has reached the client nothing
+it to the first. A cluster that refuses the connection (or drops it before answering) is
+drained at once (failover) and the request goes to the next; one that answers 429/5xx,
+stays silent past `readTimeoutMs` or breaks before the first byte is skipped the same
+way without being drained. Once a byte has reached the client nothing
 is retried; a stream that breaks later ends with an SSE error event. Token buckets are
 settled from the answer's `usage` (the JSON body, or the last SSE chunk that has one).
 
@@ -101,7 +102,9 @@ class GlobalRouter:
 
     async def _startup(self, app: web.Application) -> None:
         timeout = aiohttp.ClientTimeout(
-            total=None, sock_connect=self.spec.connect_timeout_ms / 1000
+            total=None,
+            sock_connect=self.spec.connect_timeout_ms / 1000,
+            sock_read=self.spec.read_timeout_ms / 1000,  # a silent cluster frees the request
         )
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0), timeout=timeout, auto_decompress=False
@@ -234,6 +237,10 @@ class GlobalRouter:
                 upstream = await self._session.post(
                     state.spec.base_url + request.path, data=raw, headers=headers
                 )
+            except aiohttp.SocketTimeoutError as error:  # slow, not gone: skip, keep it
+                self.metrics.retries.labels(name, "read_timeout").inc()
+                last_error, last_status = f"{name}: {error}", 504
+                continue
             except (aiohttp.ClientConnectionError, TimeoutError, OSError) as error:
                 self.registry.drain(name, "connect_failed")
                 self.metrics.retries.labels(name, "connect_failed").inc()

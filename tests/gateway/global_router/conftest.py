@@ -51,6 +51,8 @@ class FakeCluster:
     async def _complete(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.hits[request.headers.get("x-gateway-inference-objective", "")] += 1
+        if self.answer_status == -1:  # a cluster that accepted and went silent
+            await asyncio.sleep(2)
         if self.answer_status != 200:
             return web.json_response({"error": {"message": "busy"}}, status=self.answer_status)
         usage = {"prompt_tokens": 5, "completion_tokens": 5, "total_tokens": 10}

@@ -221,3 +221,34 @@ async def test_no_routable_cluster_answers_503(fake_clusters: list[FakeCluster])
         assert status == 503 and body["error"]["code"] == "no_cluster_answered"
         async with s.get(url + "/health") as r:
             assert r.status == 503
+
+
+async def test_unreachable_store_at_start_serves_on_the_local_view(
+    fake_clusters: list[FakeCluster],
+) -> None:
+    cfg = config(
+        fake_clusters,
+        store={"url": "redis://127.0.0.1:9/0", "timeoutMs": 200},
+        rateLimits={"rules": [{"requestsPerMinute": 3}]},
+    )
+    async with running_router(cfg) as (url, router), aiohttp.ClientSession() as s:
+        answers = [await post(s, url, authorization="Bearer k") for _ in range(4)]
+        assert [status for status, _, _ in answers] == [200, 200, 200, 429]
+        assert {h["x-ratelimit-scope"] for _, h, _ in answers} == {"local"}
+        assert router.metrics.rate_limit_hits.labels("local")._value.get() == 1
+
+
+async def test_a_silent_cluster_is_left_after_the_read_timeout(
+    fake_clusters: list[FakeCluster],
+) -> None:
+    b = fake_clusters[1]  # the first choice
+    b.answer_status = -1  # accepts, then says nothing
+    async with (
+        running_router(config(fake_clusters, readTimeoutMs=300)) as (url, router),
+        aiohttp.ClientSession() as s,
+    ):
+        status, headers, _ = await post(s, url)
+        assert status == 200 and headers["x-igw-cluster"] == "a"
+        assert router.registry.states["b"].routable  # slow is not dead: not drained
+        assert router.metrics.failovers.labels("b", "connect_failed")._value.get() == 0
+        assert router.metrics.retries.labels("b", "read_timeout")._value.get() == 1
