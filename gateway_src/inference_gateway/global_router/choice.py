@@ -5,7 +5,8 @@ Signals, each in [0, 1] (1 = best), weighted by the profile (`WeightsSpec`):
     kvHeadroom  1 - saturation, the cluster's reported pool saturation
     queue       1 / (1 + queued requests per ready pod)
     proximity   1 in the client's home region, 0 elsewhere
-    errors      1 - error rate (reported, 5xx over requests)
+    errors      1 - error rate (the worse of the reported one and this router's own
+                EWMA of failed attempts)
     cost        cheapest / this, on cost per million tokens
                 (hourly / (tokens/s × 3600) × 1e6, from the status' measured tokens/s);
                 on hourly cost while any candidate has no measured rate yet
@@ -72,7 +73,7 @@ def score(
         (weights.kv_headroom, max(0.0, 1.0 - min(1.0, status.saturation))),
         (weights.queue, 1.0 / (1.0 + status.queued / ready)),
         (weights.proximity, 1.0 if state.spec.region == traits.home_region else 0.0),
-        (weights.errors, 1.0 - status.errorRate),
+        (weights.errors, 1.0 - state.error_rate),
     )
     total = sum(w * s for w, s in signals)
     if weights.cost > 0:

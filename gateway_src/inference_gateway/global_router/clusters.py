@@ -60,6 +60,13 @@ class ClusterState:
     routable: bool = False
     ramp_started: float = -math.inf  # when it last came back
     ttft_ewma_s: float | None = None  # passive: first-byte latency seen by this router
+    error_ewma: float = 0.0  # passive: share of this router's attempts that failed
+
+    @property
+    def error_rate(self) -> float:
+        """The worse of the reported and the passively seen error rate."""
+        reported = self.status.errorRate if self.status is not None else 0.0
+        return max(reported, self.error_ewma)
 
     @property
     def name(self) -> str:
@@ -125,6 +132,11 @@ class ClusterRegistry:
         state = self.states[name]
         prev = state.ttft_ewma_s
         state.ttft_ewma_s = seconds if prev is None else 0.8 * prev + 0.2 * seconds
+
+    def observe_outcome(self, name: str, failed: bool) -> None:
+        """Passive learning: every attempt moves the error EWMA (weight 0.1)."""
+        state = self.states[name]
+        state.error_ewma = 0.9 * state.error_ewma + (0.1 if failed else 0.0)
 
     def check_staleness(self) -> None:
         now = self.clock()

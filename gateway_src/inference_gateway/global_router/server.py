@@ -238,6 +238,7 @@ class GlobalRouter:
                     state.spec.base_url + request.path, data=raw, headers=headers
                 )
             except aiohttp.SocketTimeoutError as error:  # slow, not gone: skip, keep it
+                self.registry.observe_outcome(name, failed=True)
                 self.metrics.retries.labels(name, "read_timeout").inc()
                 last_error, last_status = f"{name}: {error}", 504
                 continue
@@ -247,6 +248,7 @@ class GlobalRouter:
                 last_error, last_status = f"{name}: {error}", 502
                 continue
             try:
+                self.registry.observe_outcome(name, failed=upstream.status >= 500)
                 if upstream.status in RETRYABLE_STATUS and state is not attempts[-1]:
                     self.metrics.retries.labels(name, str(upstream.status)).inc()
                     last_error, last_status = f"{name}: HTTP {upstream.status}", upstream.status
@@ -255,6 +257,7 @@ class GlobalRouter:
                 try:
                     return await self._relay(request, upstream, state, cross, started, extra)
                 except _BrokeBeforeFirstByte as error:
+                    self.registry.observe_outcome(name, failed=True)
                     self.metrics.retries.labels(name, "broke_before_first_byte").inc()
                     last_error, last_status = f"{name}: {error}", 502
                     continue

@@ -87,3 +87,12 @@ def test_ramp_fraction_grows_over_the_window(started: float, fraction: float) ->
     # with the draw at 0.5 the ramping cluster keeps its place only past half the window
     expected = ["near", "far"] if fraction > 0.5 else ["far", "near"]
     assert names("latency", s, state("far")) == expected
+
+
+def test_passively_seen_errors_lower_a_cluster() -> None:
+    near = state("near")
+    assert names("latency", near, state("far")) == ["near", "far"]
+    near.error_ewma = 1.0  # every attempt this router made there failed
+    near.status = ClusterStatus.model_validate({"readyPods": 4, "saturation": 0.9})
+    assert near.error_rate == 1.0
+    assert names("latency", near, state("far")) == ["far", "near"]

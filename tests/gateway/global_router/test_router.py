@@ -49,8 +49,9 @@ async def test_refused_cluster_is_drained_and_the_request_retried(
     fake_clusters: list[FakeCluster],
 ) -> None:
     b = fake_clusters[1]  # the first choice: home region, cheapest there
-    async with running_router(config(fake_clusters)) as (url, router), aiohttp.ClientSession() as s:
-        await b.stop()  # b's port now refuses connections; its status has not gone stale yet
+    slow_polls = config(fake_clusters, pollIntervalMs=30_000, staleAfterMs=60_000)
+    async with running_router(slow_polls) as (url, router), aiohttp.ClientSession() as s:
+        await b.stop()  # b's port refuses connections; no poll comes before the requests
         answers = [await post(s, url) for _ in range(10)]
         assert all(status == 200 for status, _, _ in answers)
         assert {h["x-igw-cluster"] for _, h, _ in answers} == {"a"}  # same region next
