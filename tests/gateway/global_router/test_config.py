@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from inference_gateway.cli import main
 from inference_gateway.errors import ConfigError
@@ -52,3 +53,18 @@ def test_cli_exits_2_on_a_bad_file(
     path.write_text(text)
     assert main(["global", "--config", str(path)]) == 2
     assert "invalid input in" in capsys.readouterr().err
+
+
+def test_the_documented_example_is_valid() -> None:
+    """docs/global-router.md's configuration example parses as written."""
+    text = (Path(__file__).parents[3] / "docs" / "global-router.md").read_text()
+    example = text.split("```yaml\n", 1)[1].split("```", 1)[0]
+    spec = parse_router_config(yaml.safe_load(example), "docs/global-router.md")
+    assert [c.name for c in spec.clusters] == ["use1-a", "use1-b", "usw2-a"]
+    assert spec.store is not None and spec.store.url.startswith("rediss://")
+    assert spec.rate_limits.rules[1].tokens_per_minute == 200_000
+
+
+def test_serve_refuses_a_negative_hourly_cost(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", "--endpoints", "x.yaml", "--hourly-cost", "-1"]) == 2
+    assert "--hourly-cost" in capsys.readouterr().err
