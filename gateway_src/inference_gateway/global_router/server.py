@@ -43,6 +43,7 @@ OBJECTIVE_HEADER = "x-gateway-inference-objective"
 CLUSTER_HEADER = "x-igw-cluster"
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 _FORWARDED = ("authorization", OBJECTIVE_HEADER, "x-gateway-inference-fairness-id", "x-request-id")
+_PASSED_BACK = ("x-request-id", "retry-after")  # a cluster's 429 keeps its Retry-After
 
 
 def error_response(
@@ -133,7 +134,7 @@ class GlobalRouter:
 
     async def models(self, request: web.Request) -> web.StreamResponse:
         assert self._session is not None
-        for state in self._ranked(request.headers).ranked:
+        for state in self._ranked(self._traits(request.headers)).ranked:
             try:
                 async with self._session.get(state.spec.base_url + "/v1/models") as upstream:
                     if upstream.status == 200:
@@ -158,13 +159,9 @@ class GlobalRouter:
         sheddable = objective is not None and objective in self.spec.sheddable_objectives
         return RequestTraits(region, profile, sheddable)
 
-    def _ranked(self, headers: Mapping[str, str]) -> Choice:
+    def _ranked(self, traits: RequestTraits) -> Choice:
         return rank_clusters(
-            self.spec,
-            self.registry.routable(),
-            self._traits(headers),
-            time.monotonic(),
-            self._rng.random,
+            self.spec, self.registry.routable(), traits, time.monotonic(), self._rng.random
         )
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
@@ -217,8 +214,8 @@ class GlobalRouter:
         self, request: web.Request, raw: bytes, extra: dict[str, str]
     ) -> tuple[web.StreamResponse, int | None]:
         assert self._session is not None
-        choice = self._ranked(request.headers)
         traits = self._traits(request.headers)
+        choice = self._ranked(traits)
         headers = {"content-type": "application/json"}
         for name in _FORWARDED:
             value = request.headers.get(name)
@@ -287,19 +284,20 @@ class GlobalRouter:
         name = state.name
         content_type = upstream.headers.get("content-type", "application/json")
         headers = {**extra, CLUSTER_HEADER: name, "content-type": content_type}
-        request_id = upstream.headers.get("x-request-id")
-        if request_id:
-            headers["x-request-id"] = request_id
+        for passed in _PASSED_BACK:
+            value = upstream.headers.get(passed)
+            if value is not None:
+                headers[passed] = value
         if not content_type.startswith("text/event-stream"):
             try:
                 body = await upstream.read()
             except (aiohttp.ClientError, TimeoutError) as error:
                 raise _BrokeBeforeFirstByte(str(error)) from error
             self._answered(state, cross, upstream.status, time.perf_counter() - started)
-            return (
-                web.Response(status=upstream.status, body=body, headers=headers),
-                _usage(body) if upstream.status == 200 else None,
-            )
+            whole = web.Response(status=upstream.status, body=body, headers=headers)
+            await whole.prepare(request)  # sent before the bookkeeping (settling usage)
+            await whole.write_eof()
+            return whole, _usage(body) if upstream.status == 200 else None
         response = web.StreamResponse(status=upstream.status, headers=headers)
         first = True
         last_data = b""

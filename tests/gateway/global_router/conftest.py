@@ -54,7 +54,11 @@ class FakeCluster:
         if self.answer_status == -1:  # a cluster that accepted and went silent
             await asyncio.sleep(2)
         if self.answer_status != 200:
-            return web.json_response({"error": {"message": "busy"}}, status=self.answer_status)
+            return web.json_response(
+                {"error": {"message": "busy"}},
+                status=self.answer_status,
+                headers={"retry-after": "7"},
+            )
         usage = {"prompt_tokens": 5, "completion_tokens": 5, "total_tokens": 10}
         if body.get("stream"):
             response = web.StreamResponse(headers={"content-type": "text/event-stream"})

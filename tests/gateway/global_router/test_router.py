@@ -253,3 +253,15 @@ async def test_a_silent_cluster_is_left_after_the_read_timeout(
         assert router.registry.states["b"].routable  # slow is not dead: not drained
         assert router.metrics.failovers.labels("b", "connect_failed")._value.get() == 0
         assert router.metrics.retries.labels("b", "read_timeout")._value.get() == 1
+
+
+async def test_every_cluster_full_passes_the_last_429_through(
+    fake_clusters: list[FakeCluster],
+) -> None:
+    for c in fake_clusters:
+        c.answer_status = 429
+    async with running_router(config(fake_clusters)) as (url, router), aiohttp.ClientSession() as s:
+        status, headers, _ = await post(s, url)
+        assert status == 429 and headers["Retry-After"] == "7"
+        assert sum(sum(c.hits.values()) for c in fake_clusters) == 3  # maxAttempts
+        assert all(router.registry.states[c.name].routable for c in fake_clusters)
