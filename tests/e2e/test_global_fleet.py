@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import openai
 import orjson
 import pytest
 import yaml
@@ -39,6 +40,7 @@ from aiohttp import web
 
 from inference_gateway.dataplane.server import build_gateway
 from inference_gateway.emulator.fleet import EmulatedFleet
+from inference_gateway.global_router import build_global_router, parse_router_config
 from inference_gateway.global_router.clusters import ClusterStatus
 from inference_gateway.scheduling.types import Endpoint
 from inference_gateway.store.local_server import LocalRedis, free_port
@@ -444,6 +446,81 @@ async def test_cost_mode_prefers_the_cheaper_cluster_until_it_saturates(tmp_path
     assert calm["cheap"] >= 0.9 * 40
     assert busy["dear"] >= 0.9 * 20
     assert retried <= 2
+
+
+@asynccontextmanager
+async def serving(app: web.Application) -> AsyncIterator[str]:
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+    finally:
+        await runner.cleanup()
+
+
+async def test_openai_sdk_through_the_global_router() -> None:
+    """The official openai SDK against `igw global` → `igw serve` → emulated pods (in
+    one process): chat, streaming with usage (which settles the token bucket), models,
+    a cluster's 404 passed through, and the global limit's 429 as `RateLimitError`."""
+    fleet = EmulatedFleet(fleet_spec({"c1": 2}))
+    with LocalRedis() as redis:
+        async with fleet:
+            endpoints = [
+                Endpoint(e.name, e.host, e.port, pool="default", labels=e.labels, index=i)
+                for i, e in enumerate(fleet.endpoints)
+            ]
+            cluster_app, _ = build_gateway(endpoints, emf_cluster="c1")
+            async with serving(cluster_app) as cluster_url:
+                spec = parse_router_config(
+                    {
+                        "clusters": [{"name": "c1", "region": "r1", "endpoint": cluster_url}],
+                        "store": {"url": redis.url, "timeoutMs": 2000},
+                        "rateLimits": {
+                            "rules": [{"requestsPerMinute": 3, "tokensPerMinute": 5000}]
+                        },
+                    }
+                )
+                router_app, _ = build_global_router(spec)
+                async with serving(router_app) as url:
+                    client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="k", max_retries=0)
+                    reply = await client.chat.completions.create(
+                        model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=8
+                    )
+                    assert reply.choices[0].message.content and reply.usage is not None
+                    stream = await client.chat.completions.create(
+                        model=MODEL,
+                        messages=[{"role": "user", "content": "stream"}],
+                        max_tokens=30,
+                        stream=True,
+                        stream_options={"include_usage": True},
+                    )
+                    chunks = [c async for c in stream]
+                    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens
+                    models = await client.models.list()
+                    assert MODEL in {m.id for m in models.data}
+                    await asyncio.sleep(0.3)  # usage settles after the answer is sent
+                    raw = await client.chat.completions.with_raw_response.create(
+                        model=MODEL, messages=[{"role": "user", "content": "x"}], max_tokens=600
+                    )
+                    assert raw.headers["x-ratelimit-scope"] == "global"
+                    # both earlier answers were settled to their `usage`, not the estimates
+                    used = reply.usage.total_tokens + chunks[-1].usage.total_tokens
+                    remaining = int(raw.headers["x-ratelimit-remaining-tokens"])
+                    assert remaining == 5000 - used - (len("x") // 4 + 1 + 600)
+                    with pytest.raises(openai.RateLimitError) as refused:
+                        await client.chat.completions.create(
+                            model=MODEL, messages=[{"role": "user", "content": "y"}], max_tokens=2
+                        )
+                    assert int(refused.value.response.headers["retry-after"]) >= 1
+                    other = openai.AsyncOpenAI(base_url=url + "/v1", api_key="k2", max_retries=0)
+                    with pytest.raises(openai.NotFoundError):
+                        await other.chat.completions.create(
+                            model="nope", messages=[{"role": "user", "content": "x"}], max_tokens=2
+                        )
+                    await client.close()
+                    await other.close()
 
 
 async def test_status_answer_is_what_the_router_reads() -> None:
