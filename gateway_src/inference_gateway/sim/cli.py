@@ -9,6 +9,7 @@ from typing import Any
 import orjson
 
 from .. import native
+from .global_scenario import is_fleet_scenario, shipped_fleet_scenarios
 from .scenario import load_scenario, shipped_scenarios
 
 __all__ = ["register"]
@@ -40,12 +41,16 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.list:
-        for name, description in shipped_scenarios().items():
+        for name, description in {**shipped_scenarios(), **shipped_fleet_scenarios()}.items():
             print(f"{name:24} {description}")
         return 0
     if not args.scenario:
         print("igw simulate: give a scenario name or file (or --list)", file=sys.stderr)
         return 2
+    if is_fleet_scenario(args.scenario):  # clusters behind the global router
+        from .fleet_cli import run_fleet
+
+        return run_fleet(args)
     from .runner import simulate
 
     scenario = load_scenario(args.scenario)
