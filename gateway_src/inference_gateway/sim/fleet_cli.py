@@ -104,9 +104,10 @@ def print_fleet(result: dict[str, Any]) -> None:
 
 
 def _events(profile: str, report: dict[str, Any]) -> Any:
+    from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title=f"[{profile}] events (P99 TTFT s by arrival window)")
+    table = Table(title=escape(f"[{profile}] events (P99 TTFT s by arrival window)"))
     for label in (
         "at s", "event", "clusters", "failover s", "lost", "retried",
         "before", "during", "after",
@@ -130,11 +131,12 @@ def _events(profile: str, report: dict[str, Any]) -> Any:
 
 
 def _shares(profile: str, report: dict[str, Any]) -> Any:
+    from rich.markup import escape
     from rich.table import Table
 
     share = report["share"]
     names = list(share["by_cluster"])
-    table = Table(title=f"[{profile}] share of routing decisions per {share['bin_s']:g} s")
+    table = Table(title=escape(f"[{profile}] share of routing decisions per {share['bin_s']:g} s"))
     table.add_column("from s", justify="right")
     for n in names:
         table.add_column(n, justify="right")

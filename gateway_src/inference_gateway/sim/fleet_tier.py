@@ -383,7 +383,7 @@ class FleetTier:
                 self._start(live, req, pod)
 
     def _reply(self, req: FleetRequest, cluster: SimCluster, then: Callable[[], None]) -> None:
-        self.later(self.now + self.one_way(req.router, cluster), MESSAGE, then)
+        self._reply_to(req.router, cluster, then)
 
     def first_token(self, req: FleetRequest, cluster: SimCluster, time: float) -> None:
         seen = time + self.one_way(req.router, cluster)
@@ -429,27 +429,36 @@ class FleetTier:
     # ------------------------------------------------------------------ heartbeats
 
     def poll(self) -> None:
+        """Every router asks every cluster for its status; the cluster answers when the
+        request reaches it (half a round trip), the answer takes the other half."""
         timeout = self.spec.status_timeout_ms / 1000
-        statuses = {
-            c.name: c.live.status(self.now) for c in self.clusters.values() if c.live is not None
-        }
         for router in self.routers.values():
             router.registry.check_staleness()
             for cluster in self.clusters.values():
-                rtt = 2 * self.one_way(router, cluster)
-                status = statuses.get(cluster.name)
-                if status is None or rtt > timeout:
+                one_way = self.one_way(router, cluster)
+                if 2 * one_way > timeout:  # the poll times out: drained as unreachable
                     self.later(
-                        self.now + min(rtt, timeout),
+                        self.now + timeout,
                         MESSAGE,
                         lambda r=router, c=cluster: r.registry.drain(c.name, "connect_failed"),
                     )
                 else:
                     self.later(
-                        self.now + rtt,
-                        MESSAGE,
-                        lambda r=router, c=cluster, s=status: r.registry.heartbeat(c.name, s),
+                        self.now + one_way, MESSAGE, lambda r=router, c=cluster: self._status(r, c)
                     )
+
+    def _status(self, router: SimRouter, cluster: SimCluster) -> None:
+        live = cluster.live
+        if live is None:  # refused: the poll fails one way later
+            self._reply_to(
+                router, cluster, lambda: router.registry.drain(cluster.name, "connect_failed")
+            )
+        else:
+            status = live.status(self.now)
+            self._reply_to(router, cluster, lambda: router.registry.heartbeat(cluster.name, status))
+
+    def _reply_to(self, router: SimRouter, cluster: SimCluster, then: Callable[[], None]) -> None:
+        self.later(self.now + self.one_way(router, cluster), MESSAGE, then)
 
     # ------------------------------------------------------------------ faults
 
