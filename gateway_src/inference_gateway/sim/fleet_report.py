@@ -9,7 +9,8 @@ Definitions (docs/global-router.md, "Simulating the fleet"):
   refused an attempt); `lost_started` (the cluster died after the first token: the
   stream breaks); `unanswered` (no cluster could take it: every attempt was refused, or
   nothing was routable); `rejected` (the last cluster's admission answered 429/503:
-  load shedding, not a failure of the tier).
+  load shedding, not a failure of the tier); `unfinished` (still open when the run
+  stopped, `DRAIN_FACTOR` durations after the start).
 * **ttft_p99_s** per event window, by arrival time: `before` = since the previous event,
   `during` = the event's first `window_s` (a restore: its `rampS`), `after` = from
   there to the next event. TTFT is what the client sees: network included.
@@ -47,9 +48,9 @@ class FleetRecorder:
         self.profile = profile
         self.clusters = clusters
         self.attempts: list[tuple[float, str, bool, bool]] = []  # t, cluster, cross, home in
-        self.served: list[tuple[float, float, float, str, bool, int, str, bool]] = []
+        # arrival, TTFT, E2E, cluster, cross-region, output tokens, band, refused at
+        self.served: list[tuple[float, float, float, str, bool, int, str, float | None]] = []
         self.failed: list[tuple[float, str, float]] = []  # arrival, outcome, when
-        self.retried_at: list[float] = []  # refusal times of retried-and-served requests
         self.events: list[tuple[FleetEvent, list[str], float]] = []
         self.unit_cost: dict[str, float] = {}
         self.arrivals = 0
@@ -73,11 +74,9 @@ class FleetRecorder:
                 cluster.region != req.router.region,
                 sim.output_tokens,
                 sim.priority,
-                req.refused_at is not None,
+                req.refused_at,
             )
         )
-        if req.refused_at is not None:
-            self.retried_at.append(req.refused_at)
 
     def on_failed(self, req: Any, outcome: str, now: float) -> None:
         self.failed.append((req.sim.t, outcome, now))
@@ -98,10 +97,11 @@ class FleetRecorder:
             "requests": {
                 "total": self.arrivals,
                 "served": len(self.served),
-                "retried_and_served": len(self.retried_at),
+                "retried_and_served": sum(1 for row in self.served if row[7] is not None),
                 "lost_started": outcomes["lost_started"],
                 "unanswered": outcomes["unanswered"],
                 "rejected": outcomes["rejected"],
+                "unfinished": self.arrivals - len(self.served) - len(self.failed),
             },
             "ttft_p50_s": _p(ttft, 50),
             "ttft_p99_s": _p(ttft, 99),
@@ -157,9 +157,14 @@ class FleetRecorder:
             out["lost_started"] = sum(
                 1 for _, o, when in self.failed if o == "lost_started" and when == t
             )
-            out["retried_and_served"] = sum(1 for r in self.retried_at if t <= r < end)
+            # a retry belongs to the latest kill before it, however late it came
+            later_kills = [e[2] for e in self.events[i + 1 :] if e[0].action == "kill"]
+            upto = later_kills[0] if later_kills else math.inf
+            retried = [row[1] for row in self.served if row[7] is not None and t <= row[7] < upto]
+            out["retried_and_served"] = len(retried)
+            out["retried_ttft_max_s"] = round(max(retried), 6) if retried else None
             out["unanswered"] = sum(
-                1 for _, o, when in self.failed if o == "unanswered" and t <= when < end
+                1 for _, o, when in self.failed if o == "unanswered" and t <= when < upto
             )
         else:
             out["share_during"] = self._share_between(set(names), t, during_end)

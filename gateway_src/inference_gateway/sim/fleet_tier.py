@@ -158,6 +158,7 @@ class SimCluster:
     spec: ClusterSimSpec
     hourly_usd: float
     live: Incarnation | None = None
+    silent: bool = False  # down as a black hole (no answer at all), not refusing
 
     @property
     def name(self) -> str:
@@ -322,8 +323,12 @@ class FleetTier:
 
     def _deliver(self, req: FleetRequest, cluster: SimCluster) -> None:
         live = cluster.live
-        if live is None:  # nothing listens: the connection is refused
-            self._reply(req, cluster, lambda: self._refused(req, cluster))
+        if live is None:
+            if cluster.silent:  # no answer: the connect timeout fails it
+                at = max(self.now, req.sent_at + self.spec.connect_timeout_ms / 1000)
+                self.later(at, MESSAGE, lambda: self._refused(req, cluster))
+            else:  # nothing listens: the connection is refused
+                self._reply(req, cluster, lambda: self._refused(req, cluster))
             return
         live.requests[req.sim.request_id] = req
         pod = live.policy.route(req.sim, self.now)
@@ -449,7 +454,14 @@ class FleetTier:
 
     def _status(self, router: SimRouter, cluster: SimCluster) -> None:
         live = cluster.live
-        if live is None:  # refused: the poll fails one way later
+        if live is None and cluster.silent:  # the poll times out
+            sent = self.now - self.one_way(router, cluster)
+            self.later(
+                sent + self.spec.status_timeout_ms / 1000,
+                MESSAGE,
+                lambda: router.registry.drain(cluster.name, "connect_failed"),
+            )
+        elif live is None:  # refused: the poll fails one way later
             self._reply_to(
                 router, cluster, lambda: router.registry.drain(cluster.name, "connect_failed")
             )
@@ -467,23 +479,38 @@ class FleetTier:
         for name in self.scenario.targets(event):
             cluster = self.clusters[name]
             if event.action == "kill" and cluster.live is not None:
-                self._kill(cluster)
+                self._kill(cluster, silent=event.failure == "blackhole")
                 changed.append(name)
             elif event.action == "restore" and cluster.live is None:
                 cluster.live = Incarnation(self, cluster, self.now)
+                cluster.silent = False
                 changed.append(name)
         self.recorder.on_event(event, changed, self.now)
 
-    def _kill(self, cluster: SimCluster) -> None:
+    def _kill(self, cluster: SimCluster, *, silent: bool) -> None:
+        """The cluster's gateway and pods stop. `silent` (a black hole): nothing answers
+        any more, so held requests wait for the router's read timeout; otherwise their
+        connections drop at once and the router learns one way later."""
         live = cluster.live
         assert live is not None
         live.alive = False
-        cluster.live = None
+        cluster.live, cluster.silent = None, silent
+        read_timeout = self.spec.read_timeout_ms / 1000
         for req in list(live.requests.values()):
             if req.first_token is not None:  # streaming: the stream breaks
                 req.done = True
                 self.open -= 1
                 self.recorder.on_failed(req, "lost_started", self.now)
+            elif silent:
+                at = max(self.now, req.sent_at + read_timeout)
+                self.later(at, MESSAGE, lambda r=req: self._timed_out(r, cluster))
             else:  # the connection drops before an answer: the router retries
                 self._reply(req, cluster, lambda r=req: self._refused(r, cluster))
         live.requests.clear()
+
+    def _timed_out(self, req: FleetRequest, cluster: SimCluster) -> None:
+        """`server._forward` on `readTimeoutMs` of silence: skip (not drained), next."""
+        req.router.registry.observe_outcome(cluster.name, failed=True)
+        req.router.metrics.retries.labels(cluster.name, "read_timeout").inc()
+        req.refused_at = self.now
+        self._next_attempt(req, "unanswered")

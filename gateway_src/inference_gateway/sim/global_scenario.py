@@ -23,8 +23,11 @@ what happens to the clusters when:
         fleet: [{name: h100, gpu: H100, model: llama-3.1-8b, replicas: 4}]
     workload: {...}                 # as in every scenario; `load` is of all clusters
     events:                         # in time order; each names a cluster or a region
+                                    # failure: refuse (default: the gateway's process is
+                                    # gone, connections are refused) | blackhole (nothing
+                                    # answers: connect, status and read timeouts apply)
       - {at_s: 60, action: kill, cluster: use1-a}
-      - {at_s: 120, action: kill, region: us-east-1}
+      - {at_s: 120, action: kill, region: us-east-1, failure: blackhole}
       - {at_s: 180, action: restore, region: us-east-1}
     profiles: [latency, cost]       # one run per router profile, side by side
     report: {bin_s: 5, window_s: 10}
@@ -101,11 +104,14 @@ class FleetEvent(_Spec):
     action: Literal["kill", "restore"]
     cluster: str | None = None
     region: str | None = None
+    failure: Literal["refuse", "blackhole"] | None = None  # kill only; default refuse
 
     @model_validator(mode="after")
     def _one_target(self) -> FleetEvent:
         if (self.cluster is None) == (self.region is None):
             raise ValueError("set exactly one of cluster or region")
+        if self.failure is not None and self.action != "kill":
+            raise ValueError("failure applies to a kill only")
         return self
 
 

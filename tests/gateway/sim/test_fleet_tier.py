@@ -84,12 +84,31 @@ def test_quiet_cluster_is_drained_by_the_failed_poll() -> None:
     assert event["unanswered"] == 0
 
 
+def test_black_hole_region_loss() -> None:
+    """A region that stops answering (no refusals): the status polls time out, so the
+    failover stays inside the bound; requests it held without a first token wait for
+    `readTimeoutMs` and are then retried elsewhere, not lost."""
+    events = [
+        {"at_s": 20.77, "action": "kill", "region": "r1", "failure": "blackhole"},
+        {"at_s": 40.5, "action": "restore", "region": "r1"},
+    ]
+    router = {**TWO_REGIONS["router"], "readTimeoutMs": 5000}
+    report = simulate_fleet(scenario(events=events, router=router))["profiles"]["latency"]
+    kill = report["events"][0]
+    assert kill["clusters"] == ["c1", "c2"]
+    assert 0 < kill["failover_s"] <= 3.0 + RTT_S
+    assert kill["retried_ttft_max_s"] >= 5.0
+    q = report["requests"]
+    assert q["unanswered"] == q["unfinished"] == 0
+
+
 def test_no_request_that_had_not_started_is_lost(two_regions: dict[str, Any]) -> None:
     """Every request is accounted for; none that had not streamed a token is lost: the
     ones a dying cluster held are retried on the next cluster of their ranking."""
     q = two_regions["profiles"]["latency"]["requests"]
     assert q["unanswered"] == 0
     assert q["retried_and_served"] > 0
+    assert q["unfinished"] == 0
     assert q["served"] + q["lost_started"] + q["rejected"] + q["unanswered"] == q["total"]
 
 
