@@ -109,7 +109,8 @@ def _events(profile: str, report: dict[str, Any]) -> Any:
 
     table = Table(title=escape(f"[{profile}] events (P99 TTFT s by arrival window)"))
     for label in (
-        "at s", "event", "clusters", "failover s", "lost", "retried", "retried max TTFT",
+        "at s", "event", "clusters", "failover s", "last retry s", "lost", "retried",
+        "retried max TTFT",
         "before", "during", "after",
     ):  # fmt: skip
         table.add_column(label, justify="left" if label in ("event", "clusters") else "right")
@@ -121,6 +122,7 @@ def _events(profile: str, report: dict[str, Any]) -> Any:
             f"{e['action']} {e['target']}",
             ",".join(e["clusters"]),
             _f(e.get("failover_s")) if kill else "",
+            _f(e.get("last_retry_s")) if kill else "",
             str(e["lost_started"]) if kill else "",
             str(e["retried_and_served"]) if kill else "",
             _f(e["retried_ttft_max_s"]) if kill else "",

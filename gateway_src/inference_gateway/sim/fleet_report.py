@@ -2,9 +2,11 @@
 
 Definitions (docs/global-router.md, "Simulating the fleet"):
 
-* **failover_s** of a kill: from the kill to the last attempt any router sent to a
+* **failover_s** of a kill: from the kill to the last new request any router sent to a
   killed cluster while it was down (0 when none was sent). After it, the dead cluster
-  receives no traffic.
+  receives no new traffic. **last_retry_s**: the same for retries, which follow the
+  ranking their request got on arrival (`server._forward`), so one ranked before the
+  drain can still try the dead cluster later (a black hole: after a read timeout).
 * **requests**: `served`; `retried_and_served` (served after a dead cluster dropped or
   refused an attempt); `lost_started` (the cluster died after the first token: the
   stream breaks); `unanswered` (no cluster could take it: every attempt was refused, or
@@ -47,7 +49,8 @@ class FleetRecorder:
         self.ramp_s = ramp_s
         self.profile = profile
         self.clusters = clusters
-        self.attempts: list[tuple[float, str, bool, bool]] = []  # t, cluster, cross, home in
+        # time, cluster, cross-region, home region in, retry (not the first attempt)
+        self.attempts: list[tuple[float, str, bool, bool, bool]] = []
         # arrival, TTFT, E2E, cluster, cross-region, output tokens, band, refused at
         self.served: list[tuple[float, float, float, str, bool, int, str, float | None]] = []
         self.failed: list[tuple[float, str, float]] = []  # arrival, outcome, when
@@ -61,7 +64,8 @@ class FleetRecorder:
         self.arrivals += 1
 
     def on_attempt(self, req: Any, cluster: Any, now: float, home_in: bool) -> None:
-        self.attempts.append((now, cluster.name, cluster.region != req.router.region, home_in))
+        cross = cluster.region != req.router.region
+        self.attempts.append((now, cluster.name, cross, home_in, req.attempt > 0))
 
     def on_served(self, req: Any, cluster: Any, seen: float) -> None:
         sim = req.sim
@@ -151,9 +155,11 @@ class FleetRecorder:
             "windows_s": [[start, t], [t, during_end], [during_end, end]],
         }
         if event.action == "kill":
-            dead = set(names)
-            last = max((a[0] for a in self.attempts if t <= a[0] < end and a[1] in dead), default=t)
+            dead = [a for a in self.attempts if t <= a[0] < end and a[1] in set(names)]
+            last = max((a[0] for a in dead if not a[4]), default=t)
             out["failover_s"] = round(last - t, 6)
+            last_retry = max((a[0] for a in dead if a[4]), default=None)
+            out["last_retry_s"] = None if last_retry is None else round(last_retry - t, 6)
             out["lost_started"] = sum(
                 1 for _, o, when in self.failed if o == "lost_started" and when == t
             )
@@ -175,7 +181,7 @@ class FleetRecorder:
         bin_s = self.scenario.report.bin_s
         count = max(1, math.ceil((b - a) / bin_s))
         hits, totals = [0] * count, [0] * count
-        for t, name, _, _ in self.attempts:
+        for t, name, *_ in self.attempts:
             if a <= t < b:
                 k = min(count - 1, int((t - a) / bin_s))
                 totals[k] += 1
@@ -188,7 +194,7 @@ class FleetRecorder:
         names = list(self.clusters)
         counts = {n: [0] * count for n in names}
         totals = [0] * count
-        for t, name, _, _ in self.attempts:
+        for t, name, *_ in self.attempts:
             k = min(count - 1, int(t / bin_s))
             counts[name][k] += 1
             totals[k] += 1
