@@ -114,7 +114,9 @@ class FleetRecorder:
                 "served": len(cross),
                 "ttft_p50_s": _p(cross, 50),
                 "ttft_p99_s": _p(cross, 99),
-                "while_home_in": sum(1 for a in self.attempts if a[2] and a[3]),
+                # new requests ranked across regions while a home cluster was in (a
+                # retry follows its request's first ranking, so it does not count)
+                "while_home_in": sum(1 for a in self.attempts if a[2] and a[3] and not a[4]),
             },
             "events": [self._event(i) for i in range(len(self.events))],
             "share": self._share(),
