@@ -64,11 +64,8 @@ class FleetRequest:
     attempts: list[str]
     attempt: int = 0
     sent_at: float = 0.0
-    cluster: str | None = None  # where the current attempt is
     first_token: float | None = None  # when the client saw it
     refused_at: float | None = None  # last time a dead cluster dropped it
-    retries: int = 0
-    done: bool = False
 
 
 class ClusterMeter:
@@ -315,7 +312,7 @@ class FleetTier:
         router.metrics.decisions.labels(
             name, self.spec.profile, "first" if req.attempt == 0 else "retry"
         ).inc()
-        req.sent_at, req.cluster = self.now, name
+        req.sent_at = self.now
         self.recorder.on_attempt(req, cluster, self.now, router.home_full(self.now))
         self.later(
             self.now + self.one_way(router, cluster), MESSAGE, lambda: self._deliver(req, cluster)
@@ -398,7 +395,6 @@ class FleetTier:
         registry.observe_ttft(cluster.name, seen - req.sent_at)
 
     def finished(self, req: FleetRequest, cluster: SimCluster, time: float) -> None:
-        req.done = True
         self.open -= 1
         self.recorder.on_served(req, cluster, time + self.one_way(req.router, cluster))
 
@@ -420,13 +416,11 @@ class FleetTier:
     def _next_attempt(self, req: FleetRequest, outcome: str) -> None:
         req.attempt += 1
         if req.attempt < len(req.attempts):
-            req.retries += 1
             self._send(req)
         else:
             self._fail(req, outcome)
 
     def _fail(self, req: FleetRequest, outcome: str) -> None:
-        req.done = True
         self.open -= 1
         req.router.metrics.failed.labels("503" if outcome == "unanswered" else "429").inc()
         self.recorder.on_failed(req, outcome, self.now)
@@ -498,7 +492,6 @@ class FleetTier:
         read_timeout = self.spec.read_timeout_ms / 1000
         for req in list(live.requests.values()):
             if req.first_token is not None:  # streaming: the stream breaks
-                req.done = True
                 self.open -= 1
                 self.recorder.on_failed(req, "lost_started", self.now)
             elif silent:
