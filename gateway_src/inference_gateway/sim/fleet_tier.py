@@ -32,6 +32,7 @@ import random
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from ..config import GatewayConfigSpec
@@ -132,14 +133,18 @@ class Incarnation:
 
     def status(self, now: float) -> ClusterStatus:
         tokens_per_s, error_rate = self.meter.rates(now)
-        ready = [p.endpoint for p in self.pods if not p.endpoint.stale]
+        ready = [
+            p.endpoint.metrics
+            for p in self.pods
+            if not p.endpoint.stale and p.endpoint.metrics is not None
+        ]
         hourly = self.cluster.hourly_usd
         return ClusterStatus.model_validate(
             {
                 "readyPods": len(ready),
                 "stalePods": len(self.pods) - len(ready),
                 "saturation": max(self.flow.saturation(e) for e in self.pools.values()),
-                "kvUsage": sum(e.metrics.kv_usage for e in ready) / len(ready) if ready else 1.0,
+                "kvUsage": sum(m.kv_usage for m in ready) / len(ready) if ready else 1.0,
                 "queue": {b: self.flow.queued(b) for b in BANDS},
                 "tokensPerSecond": tokens_per_s,
                 "errorRate": error_rate,
@@ -380,7 +385,7 @@ class FleetTier:
                 del live.requests[sim.request_id]
                 live.meter.answers += 1
                 live.meter.errors += 1
-                self._reply(req, live.cluster, lambda r=req: self._rejected(r, live.cluster, 503))
+                self._reply(req, live.cluster, partial(self._rejected, req, live.cluster, 503))
             else:
                 self._start(live, req, pod)
 
@@ -436,32 +441,25 @@ class FleetTier:
             for cluster in self.clusters.values():
                 one_way = self.one_way(router, cluster)
                 if 2 * one_way > timeout:  # the poll times out: drained as unreachable
-                    self.later(
-                        self.now + timeout,
-                        MESSAGE,
-                        lambda r=router, c=cluster: r.registry.drain(c.name, "connect_failed"),
-                    )
+                    drain = partial(router.registry.drain, cluster.name, "connect_failed")
+                    self.later(self.now + timeout, MESSAGE, drain)
                 else:
-                    self.later(
-                        self.now + one_way, MESSAGE, lambda r=router, c=cluster: self._status(r, c)
-                    )
+                    self.later(self.now + one_way, MESSAGE, partial(self._status, router, cluster))
 
     def _status(self, router: SimRouter, cluster: SimCluster) -> None:
         live = cluster.live
-        if live is None and cluster.silent:  # the poll times out
-            sent = self.now - self.one_way(router, cluster)
-            self.later(
-                sent + self.spec.status_timeout_ms / 1000,
-                MESSAGE,
-                lambda: router.registry.drain(cluster.name, "connect_failed"),
-            )
-        elif live is None:  # refused: the poll fails one way later
-            self._reply_to(
-                router, cluster, lambda: router.registry.drain(cluster.name, "connect_failed")
-            )
+        if live is None:
+            drain = partial(router.registry.drain, cluster.name, "connect_failed")
+            if cluster.silent:  # the poll times out
+                sent = self.now - self.one_way(router, cluster)
+                self.later(sent + self.spec.status_timeout_ms / 1000, MESSAGE, drain)
+            else:  # refused: the poll fails one way later
+                self._reply_to(router, cluster, drain)
         else:
             status = live.status(self.now)
-            self._reply_to(router, cluster, lambda: router.registry.heartbeat(cluster.name, status))
+            self._reply_to(
+                router, cluster, partial(router.registry.heartbeat, cluster.name, status)
+            )
 
     def _reply_to(self, router: SimRouter, cluster: SimCluster, then: Callable[[], None]) -> None:
         self.later(self.now + self.one_way(router, cluster), MESSAGE, then)
@@ -496,9 +494,9 @@ class FleetTier:
                 self.recorder.on_failed(req, "lost_started", self.now)
             elif silent:
                 at = max(self.now, req.sent_at + read_timeout)
-                self.later(at, MESSAGE, lambda r=req: self._timed_out(r, cluster))
+                self.later(at, MESSAGE, partial(self._timed_out, req, cluster))
             else:  # the connection drops before an answer: the router retries
-                self._reply(req, cluster, lambda r=req: self._refused(r, cluster))
+                self._reply(req, cluster, partial(self._refused, req, cluster))
         live.requests.clear()
 
     def _timed_out(self, req: FleetRequest, cluster: SimCluster) -> None:

@@ -49,7 +49,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from ..config import format_validation_error
 from ..errors import ConfigError
-from ..global_router.config import ClusterSpec, GlobalRouterSpec
+from ..global_router.config import ClusterSpec, GlobalRouterSpec, ProfileName
 from .policies import make_policy
 from .scenario import PoolSpec, TraceArrival, Workload
 
@@ -132,7 +132,7 @@ class FleetScenario(_Spec):
     clusters: list[ClusterSimSpec] = Field(min_length=1)
     workload: Workload
     events: list[FleetEvent] = Field(default_factory=list)
-    profiles: list[Literal["latency", "cost"]] = Field(default_factory=lambda: ["latency"])
+    profiles: list[ProfileName] = Field(default_factory=lambda: list[ProfileName](["latency"]))
     report: ReportSpec = ReportSpec()
 
     @property
