@@ -9,7 +9,6 @@ from typing import Any
 import orjson
 
 from .. import native
-from .global_scenario import is_fleet_scenario, shipped_fleet_scenarios
 from .scenario import load_scenario, shipped_scenarios
 
 __all__ = ["register"]
@@ -40,6 +39,8 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from .global_scenario import is_fleet_scenario, shipped_fleet_scenarios
+
     if args.list:
         for name, description in {**shipped_scenarios(), **shipped_fleet_scenarios()}.items():
             print(f"{name:24} {description}")
