@@ -67,6 +67,13 @@ def register(subparsers: Any) -> None:
     auth.add_argument(
         "--jwt-client-claim", default="sub", help="the claim naming the client (default sub)"
     )
+    parser.add_argument(
+        "--hourly-cost",
+        type=float,
+        default=0.0,
+        metavar="USD",
+        help="the cluster's hourly price, for the cost per million tokens in GET /status",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -118,6 +125,9 @@ def run(args: argparse.Namespace) -> int:
     if args.emf_interval < 0:
         print("igw serve: --emf-interval must be 0 (off) or positive", file=sys.stderr)
         return 2
+    if not args.hourly_cost >= 0:
+        print("igw serve: --hourly-cost must be 0 or positive", file=sys.stderr)
+        return 2
     app, _ = build_gateway(
         args.endpoints,
         args.config,
@@ -127,6 +137,7 @@ def run(args: argparse.Namespace) -> int:
         emf_cluster=args.emf_cluster,
         expose_endpoints=args.debug_destination_headers,
         auth=authenticator(args),
+        hourly_cost_usd=args.hourly_cost,
     )
     try:
         import uvloop
