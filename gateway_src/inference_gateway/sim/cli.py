@@ -89,7 +89,7 @@ def print_list() -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .global_scenario import is_fleet_scenario, shipped_fleet_scenarios
+    from .global_scenario import is_fleet_scenario
 
     if args.list:
         print_list()
