@@ -1,8 +1,8 @@
 """Active-active replicas through a real `redis-server` on loopback (store/dispatch.py).
 
 Two in-process directors, each with its own endpoint objects for the same pods, share
-their dispatch view through one redis-server started here (free port, temp dir). Every
-wait is a bounded poll; nothing asserts a duration.
+their dispatch view through one redis-server (the `redis_server` fixture: free port,
+temp dir). Every wait is a bounded poll; nothing asserts a duration.
 """
 
 from __future__ import annotations
@@ -10,13 +10,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import shutil
 import signal
-import socket
-import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import aiohttp
@@ -27,68 +24,15 @@ from redis.asyncio import Redis
 
 from inference_gateway.config import FlowControlSpec, GatewayConfigSpec
 from inference_gateway.dataplane.director import Director, RoutingState
+from inference_gateway.dataplane.lifecycle import RequestLifecycle
 from inference_gateway.errors import ConfigError
 from inference_gateway.scheduling import Endpoint, PodMetrics, Scheduler
 from inference_gateway.store.dispatch import DispatchShare, decode_entry
+from inference_gateway.store.local_server import LocalRedis, free_port
 from inference_gateway.traffic.flow_control import FlowController
 
 INTERVAL_S = 0.005
 WAIT_S = 5.0  # bound on every poll below
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class RedisServer:
-    """A real redis-server on loopback, stoppable and restartable on the same port."""
-
-    def __init__(self, workdir: Path) -> None:
-        binary = shutil.which("redis-server")
-        if binary is None:
-            pytest.fail("redis-server is not installed (.ci/run installs the Debian package)")
-        self.binary = binary
-        self.workdir = workdir
-        self.port = _free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        self.process = subprocess.Popen(
-            [
-                self.binary,
-                *("--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.workdir)),
-                *("--save", "", "--appendonly", "no"),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + WAIT_S
-        while time.monotonic() < deadline:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
-                    s.sendall(b"PING\r\n")
-                    if s.recv(16).startswith(b"+PONG"):
-                        return
-            except OSError:
-                time.sleep(0.02)
-        pytest.fail(f"redis-server did not answer on port {self.port}")
-
-    def stop(self) -> None:
-        if self.process is not None:
-            self.process.terminate()
-            self.process.wait(WAIT_S)
-            self.process = None
-
-
-@pytest.fixture
-def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path)
-    server.start()
-    yield server
-    server.stop()
 
 
 def _pods() -> list[Endpoint]:
@@ -128,22 +72,23 @@ class Replica:
             **options,  # type: ignore[arg-type]
         )
 
-    async def dispatch(self, n: int, prompt: str = "hello " * 200) -> list[object]:
-        """`n` requests through the director to its first-ranked pod, as a data plane does."""
-        decisions = []
-        for i in range(n):
+    async def dispatch(self, n: int, prompt: str = "hello " * 200) -> list[RequestLifecycle]:
+        """`n` requests through the director to their first-ranked pod, as a data plane
+        sends them (each request's lifecycle reports the pick)."""
+        lives = []
+        for _ in range(n):
             body = orjson.dumps({"model": "m", "prompt": prompt})
-            decision = await self.director.decide(body, {}, request_id=f"r{i}")
-            self.director.scheduler.on_picked(decision.llm, decision.ranked[0], time.monotonic())
-            decisions.append(decision)
-        return decisions
+            life = await self.director.decide(body, {})
+            life.picked(life.decision.ranked[0])
+            lives.append(life)
+        return lives
 
     def metric(self, name: str, **labels: str) -> float:
         return self.director.metrics.registry.get_sample_value(name, labels) or 0.0
 
 
 @pytest.fixture
-async def replicas(redis_server: RedisServer) -> AsyncIterator[tuple[Replica, Replica]]:
+async def replicas(redis_server: LocalRedis) -> AsyncIterator[tuple[Replica, Replica]]:
     a, b = Replica(redis_server.url), Replica(redis_server.url)
     await a.share.start()
     await b.share.start()
@@ -168,7 +113,7 @@ async def test_each_replica_sees_the_others_inflight_and_not_its_own(
     replicas: tuple[Replica, Replica],
 ) -> None:
     a, b = replicas
-    decisions = await a.dispatch(3)
+    lives = await a.dispatch(3)
     sent = {e.hostport: (e.sent_requests, e.prefill_tokens) for e in a.endpoints}
     assert sum(n for n, _ in sent.values()) == 3
     theirs = _by_hostport(b)
@@ -181,13 +126,8 @@ async def test_each_replica_sees_the_others_inflight_and_not_its_own(
     assert all(e.peer_requests == 0 and e.peer_prefill_tokens == 0 for e in a.endpoints)
     assert b.share.peers == 1 and b.metric("igw_dispatch_peers") == 1
     # first tokens arrive at A: nothing is pending any more, and B sees that too
-    for decision in decisions:
-        a.director.scheduler.on_first_token(
-            decision.llm,  # type: ignore[attr-defined]
-            decision.ranked[0],  # type: ignore[attr-defined]
-            0.1,
-            time.monotonic(),
-        )
+    for life in lives:
+        life.first_byte()
     await _until(lambda: all(e.peer_requests == e.peer_prefill_tokens == 0 for e in b.endpoints))
 
 
@@ -206,7 +146,7 @@ async def test_admission_waiters_are_seen_by_the_other_replica(
 
 
 async def test_store_outage_falls_back_to_the_local_view_and_recovers(
-    redis_server: RedisServer, replicas: tuple[Replica, Replica], caplog: pytest.LogCaptureFixture
+    redis_server: LocalRedis, replicas: tuple[Replica, Replica], caplog: pytest.LogCaptureFixture
 ) -> None:
     a, b = replicas
     await a.dispatch(2)
@@ -218,8 +158,7 @@ async def test_store_outage_falls_back_to_the_local_view_and_recovers(
         assert b.metric("igw_dispatch_store_up") == 0
         assert all(e.peer_requests == 0 for e in b.endpoints)  # local view only
         # still serving on the local view
-        decision = (await b.dispatch(1))[0]
-        assert decision.ranked  # type: ignore[attr-defined]
+        assert (await b.dispatch(1))[0].endpoint is not None
         await asyncio.sleep(0.6)  # a retry or two more, each failing
         down = [r for r in caplog.records if "unreachable" in r.getMessage()]
         assert len(down) == 2  # one line per replica, not one per failed exchange
@@ -230,7 +169,7 @@ async def test_store_outage_falls_back_to_the_local_view_and_recovers(
     assert b.metric("igw_dispatch_store_errors_total", kind="unreachable") >= 1
 
 
-async def test_a_dead_replicas_counts_expire(redis_server: RedisServer) -> None:
+async def test_a_dead_replicas_counts_expire(redis_server: LocalRedis) -> None:
     a = Replica(redis_server.url, ttl_s=0.3)
     b = Replica(redis_server.url, ttl_s=0.3)
     await a.share.start()
@@ -252,7 +191,7 @@ async def test_a_dead_replicas_counts_expire(redis_server: RedisServer) -> None:
 
 
 async def test_malformed_entries_in_the_store_are_skipped(
-    redis_server: RedisServer, replicas: tuple[Replica, Replica]
+    redis_server: LocalRedis, replicas: tuple[Replica, Replica]
 ) -> None:
     _, b = replicas
     client = Redis.from_url(redis_server.url)
@@ -296,11 +235,11 @@ def test_decode_entry_rejects_what_it_cannot_read() -> None:
 
 
 async def test_an_unreachable_store_at_start_leaves_the_replica_on_its_local_view() -> None:
-    replica = Replica(f"redis://127.0.0.1:{_free_port()}/0")  # nothing listens there
+    replica = Replica(f"redis://127.0.0.1:{free_port()}/0")  # nothing listens there
     await replica.share.start()
     try:
         assert replica.share.up is False and replica.metric("igw_dispatch_store_up") == 0
-        assert (await replica.dispatch(1))[0].ranked  # type: ignore[attr-defined]
+        assert (await replica.dispatch(1))[0].endpoint is not None
     finally:
         await replica.share.stop()
 
@@ -326,15 +265,15 @@ async def _metric_from(url: str, name: str) -> float | None:
 
 @pytest.mark.slow
 async def test_igw_serve_and_igw_picker_share_through_store(
-    redis_server: RedisServer, tmp_path: Path
+    redis_server: LocalRedis, tmp_path: Path
 ) -> None:
     """The real commands: `igw serve --store URL` and `igw picker` with `$IGW_STORE_URL`
     each see the other as a peer, and both report the outage when the store stops."""
     endpoints = tmp_path / "endpoints.yaml"
     endpoints.write_text(
-        f"endpoints:\n  - {{name: pod, address: 127.0.0.1, port: {_free_port()}}}\n"
+        f"endpoints:\n  - {{name: pod, address: 127.0.0.1, port: {free_port()}}}\n"
     )
-    serve_port, metrics_port = _free_port(), _free_port()
+    serve_port, metrics_port = free_port(), free_port()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     cli = [sys.executable, "-m", "inference_gateway.cli"]
     serve = await asyncio.create_subprocess_exec(
