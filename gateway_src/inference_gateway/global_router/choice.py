@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .clusters import ClusterState
-from .config import GlobalRouterSpec, WeightsSpec
+from .config import GlobalRouterSpec, ProfileName, WeightsSpec
 
 __all__ = ["Choice", "RequestTraits", "rank_clusters", "score"]
 
@@ -41,14 +41,14 @@ __all__ = ["Choice", "RequestTraits", "rank_clusters", "score"]
 @dataclass(frozen=True, slots=True)
 class RequestTraits:
     home_region: str | None
-    profile: str  # latency | cost
+    profile: ProfileName
     sheddable: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class Choice:
     ranked: list[ClusterState]
-    profile: str
+    profile: ProfileName
 
 
 def _cost_key(state: ClusterState, measured: bool) -> float:
@@ -89,7 +89,7 @@ def rank_clusters(
     now: float,
     rng: Callable[[], float] = random.random,
 ) -> Choice:
-    profile = "cost" if traits.sheddable else traits.profile
+    profile: ProfileName = "cost" if traits.sheddable else traits.profile
     weights = spec.weights(profile)
     measured = all(s.cost_per_million() is not None for s in routable)
     cheapest = min((_cost_key(s, measured) for s in routable), default=0.0)

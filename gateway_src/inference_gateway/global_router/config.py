@@ -73,7 +73,7 @@ class WeightsSpec(_Spec):
     cost: float = Field(default=0.0, ge=0)
 
 
-DEFAULT_PROFILES: dict[str, WeightsSpec] = {
+DEFAULT_PROFILES: dict[ProfileName, WeightsSpec] = {
     "latency": WeightsSpec(kv_headroom=2, queue=2, proximity=3, errors=2, cost=0.25),
     "cost": WeightsSpec(kv_headroom=0.5, queue=0.5, proximity=0.5, errors=1, cost=6),
 }
@@ -110,8 +110,8 @@ class GlobalRouterSpec(_Spec):
             raise ValueError("rateLimits need a store (a global limit is shared through it)")
         return self
 
-    def weights(self, profile: str) -> WeightsSpec:
-        return self.profiles.get(profile) or DEFAULT_PROFILES[profile]  # type: ignore[index]
+    def weights(self, profile: ProfileName) -> WeightsSpec:
+        return self.profiles.get(profile) or DEFAULT_PROFILES[profile]
 
     @property
     def regions(self) -> frozenset[str]:

@@ -30,7 +30,7 @@ from ..store.client import StoreHealth, connect
 from ..store.ratelimit import DEFAULT_MAX_TOKENS, GlobalRateLimiter, Ticket
 from .choice import Choice, RequestTraits, rank_clusters
 from .clusters import ClusterRegistry, ClusterState
-from .config import GlobalRouterSpec
+from .config import GlobalRouterSpec, ProfileName
 from .metrics import FleetEmfEmitter, GlobalMetrics
 
 __all__ = ["GlobalRouter", "build_global_router"]
@@ -43,6 +43,7 @@ OBJECTIVE_HEADER = "x-gateway-inference-objective"
 CLUSTER_HEADER = "x-igw-cluster"
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 _FORWARDED = ("authorization", OBJECTIVE_HEADER, "x-gateway-inference-fairness-id", "x-request-id")
+_PROFILES: dict[str, ProfileName] = {"latency": "latency", "cost": "cost"}
 _PASSED_BACK = ("x-request-id", "retry-after")  # a cluster's 429 keeps its Retry-After
 
 
@@ -152,9 +153,7 @@ class GlobalRouter:
         region = headers.get(REGION_HEADER)
         if region not in self.spec.regions:
             region = self.spec.home_region
-        profile = headers.get(PROFILE_HEADER)
-        if profile not in ("latency", "cost"):
-            profile = self.spec.profile
+        profile = _PROFILES.get(headers.get(PROFILE_HEADER, ""), self.spec.profile)
         objective = headers.get(OBJECTIVE_HEADER)
         sheddable = objective is not None and objective in self.spec.sheddable_objectives
         return RequestTraits(region, profile, sheddable)

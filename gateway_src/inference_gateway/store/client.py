@@ -81,7 +81,7 @@ def connect(spec: StoreSpec) -> Redis:
     }
     if spec.url.startswith("rediss://") and spec.ca_file:
         options["ssl_ca_certs"] = spec.ca_file
-    pool = BlockingConnectionPool.from_url(spec.url, **options)  # type: ignore[arg-type]
+    pool = BlockingConnectionPool.from_url(spec.url, **options)
     return Redis(connection_pool=pool)
 
 
