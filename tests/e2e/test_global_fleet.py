@@ -312,6 +312,70 @@ async def test_cluster_and_region_failover_then_ramp_back(tmp_path: Path) -> Non
     assert early < 0.5 and late >= 0.8
 
 
+async def test_hung_gateway_is_drained_by_its_stale_heartbeat(tmp_path: Path) -> None:
+    """A gateway that stops answering without closing anything (SIGSTOP: the kernel
+    still accepts connections) is found by its heartbeat alone: the status poll times
+    out and the cluster is drained; requests already sent there are retried elsewhere
+    after `readTimeoutMs`, so none is lost."""
+    rate = 10.0
+    fleet = EmulatedFleet(fleet_spec({"c1": 1, "c2": 1}))
+    with processes() as procs:
+        async with fleet, session() as s:
+            c1 = cluster_gateway(tmp_path, fleet, "c1", 98.0)
+            c2 = cluster_gateway(tmp_path, fleet, "c2", 98.0)
+            config = {
+                "homeRegion": "r1",
+                "readTimeoutMs": 2000,
+                "clusters": [
+                    {"name": "c1", "region": "r1", "endpoint": c1.url, "priority": 0},
+                    {"name": "c2", "region": "r1", "endpoint": c2.url, "priority": 1},
+                ],
+            }
+            front = router(tmp_path, "global", config)
+            for p in (c1, c2, front):
+                procs.append(p)
+                p.start()
+            for p in (c1, c2):
+                await wait_ready(s, p, "/status")
+            await wait_ready(s, front, "/health")
+            await asyncio.sleep(1.2)
+            outcomes: list[Outcome] = []
+            tasks = []
+            start = time.monotonic()
+            stopped_at = drained_at = 0.0
+            assert c1.process is not None
+            try:
+                for i in range(int(rate * 8)):
+                    await asyncio.sleep(max(0.0, start + i / rate - time.monotonic()))
+                    tasks.append(asyncio.create_task(stream_one(s, front.url, i, outcomes)))
+                    if i == int(rate * 2):
+                        c1.process.send_signal(signal.SIGSTOP)
+                        stopped_at = time.monotonic()
+                    if stopped_at and not drained_at and i % 2 == 0:
+                        healthy = await metric_total(
+                            s, front.url, "igw_global_cluster_healthy", cluster="c1"
+                        )
+                        drained_at = time.monotonic() if healthy == 0 else 0.0
+                await asyncio.wait_for(asyncio.gather(*tasks), timeout=30)
+                failovers = await metric_total(
+                    s, front.url, "igw_global_failover_events_total", cluster="c1"
+                )
+                timeouts = await metric_total(
+                    s, front.url, "igw_global_failover_events_total", reason="status_timeout"
+                )
+            finally:
+                c1.process.send_signal(signal.SIGCONT)
+    results = Counter(o.result for o in outcomes)
+    late_c1 = [o for o in outcomes if o.sent > drained_at and o.cluster == "c1"]
+    print(
+        f"\nhung gateway: drained {drained_at - stopped_at:.2f} s after SIGSTOP "
+        f"(poll every 1 s, status timeout 0.5 s); {dict(results)}; failover events {failovers}"
+    )
+    assert drained_at and drained_at - stopped_at < 5.0
+    assert set(results) == {"ok"}
+    assert not late_c1 and failovers == 1 and timeouts == 1
+
+
 # ---------------------------------------------------------------------------- rate limit
 
 

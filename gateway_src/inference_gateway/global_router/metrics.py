@@ -3,8 +3,8 @@
 Prometheus names (stable; dashboards and alarms read them):
 
     igw_global_routing_decisions_total{cluster,profile,attempt}   first | retry
-    igw_global_failover_events_total{cluster,reason}   status_stale | status_invalid |
-                                                        connect_failed
+    igw_global_failover_events_total{cluster,reason}   status_stale | status_timeout |
+                                                        status_invalid | connect_failed
     igw_global_rate_limit_hits_total{scope}             global | local
     igw_global_requests_total{cluster,region,cross_region,code}
     igw_global_request_ttft_seconds{cluster,cross_region}         histogram
