@@ -564,7 +564,7 @@ async def test_openai_sdk_through_the_global_router() -> None:
                     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens
                     models = await client.models.list()
                     assert MODEL in {m.id for m in models.data}
-                    await asyncio.sleep(0.3)  # usage settles after the answer is sent
+                    await asyncio.sleep(1.0)  # usage settles after the answer is sent
                     raw = await client.chat.completions.with_raw_response.create(
                         model=MODEL, messages=[{"role": "user", "content": "x"}], max_tokens=600
                     )

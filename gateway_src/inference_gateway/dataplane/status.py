@@ -26,7 +26,7 @@ from typing import Any
 
 from aiohttp import web
 
-from ..bench.cost import cost_per_million_tokens
+from ..backend_bench.cost import cost_per_million_tokens
 from ..endpoints.store import EndpointStore
 from ..telemetry import GatewayMetrics
 from ..telemetry_emf import Snapshot, snapshot

@@ -116,7 +116,7 @@ async def test_two_replicas_share_one_limit(
     fake_clusters: list[FakeCluster], redis_server: LocalRedis
 ) -> None:
     limits = {"rules": [{"requestsPerMinute": 30}], "windowS": 60}
-    store = {"url": redis_server.url}
+    store = {"url": redis_server.url, "timeoutMs": 2000}  # no fallback on a loaded machine
     cfg = config(fake_clusters, store=store, rateLimits=limits)
     async with (
         running_router(cfg) as (url1, _),
@@ -162,7 +162,7 @@ async def test_streamed_usage_settles_the_token_bucket(
 ) -> None:
     cfg = config(
         fake_clusters,
-        store={"url": redis_server.url},
+        store={"url": redis_server.url, "timeoutMs": 2000},
         rateLimits={"rules": [{"tokensPerMinute": 1000}]},
     )
     async with running_router(cfg) as (url, _), aiohttp.ClientSession() as s:
