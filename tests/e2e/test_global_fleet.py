@@ -20,6 +20,7 @@ count and time, and every process is stopped in a `finally`.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import signal
 import subprocess
 import sys
@@ -38,6 +39,7 @@ import pytest
 import yaml
 from aiohttp import web
 
+from inference_gateway.dataplane.auth import Authenticator, Identity
 from inference_gateway.dataplane.server import build_gateway
 from inference_gateway.emulator.fleet import EmulatedFleet
 from inference_gateway.global_router import build_global_router, parse_router_config
@@ -589,14 +591,18 @@ async def test_openai_sdk_through_the_global_router() -> None:
 
 async def test_status_answer_is_what_the_router_reads() -> None:
     """The cluster gateway's /status validates as the router's `ClusterStatus` (the two
-    sides of the heartbeat contract cannot drift), and its cost is the seed formula."""
+    sides of the heartbeat contract cannot drift), its cost is the seed formula, and it
+    is readable without a credential on a gateway that authenticates (as /metrics)."""
     fleet = EmulatedFleet(fleet_spec({"c1": 2}))
     async with fleet:
         endpoints = [
             Endpoint(e.name, e.host, e.port, pool="default", labels=e.labels, index=i)
             for i, e in enumerate(fleet.endpoints)
         ]
-        app, _ = build_gateway(endpoints, emf_cluster="c1", hourly_cost_usd=10.0)
+        keys = {hashlib.sha256(b"secret").digest(): Identity("team-a")}
+        app, _ = build_gateway(
+            endpoints, emf_cluster="c1", hourly_cost_usd=10.0, auth=Authenticator(keys)
+        )
         runner = web.AppRunner(app)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -608,7 +614,8 @@ async def test_status_answer_is_what_the_router_reads() -> None:
                     assert (await r.json())["costPerMillionTokens"] is None  # idle: no rate
                 for i in range(3):
                     body = {"model": MODEL, "prompt": f"p{i}", "max_tokens": 4}
-                    async with s.post(url + "/v1/completions", json=body) as r:
+                    auth = {"authorization": "Bearer secret"}
+                    async with s.post(url + "/v1/completions", json=body, headers=auth) as r:
                         assert r.status == 200
                 await asyncio.sleep(0.3)
                 async with s.get(url + "/status") as r:

@@ -13,6 +13,7 @@
     profiles:                        # weights per signal; missing profiles keep defaults
       cost: {kvHeadroom: 1, queue: 1, proximity: 0.5, errors: 1, cost: 4}
     store: {url: "rediss://…", passwordEnv: IGW_STORE_PASSWORD}
+    auth: {apiKeysFile: /etc/igw/keys.yaml}   # optional; as igw serve --api-keys / --jwt-*
     rateLimits: {rules: [{requestsPerMinute: 600}], windowS: 60}
 
 Unknown keys are errors; every problem is reported with its field path (`ConfigError`,
@@ -34,8 +35,10 @@ from ..store.client import StoreSpec
 from ..store.ratelimit import GlobalRateLimitSpec
 
 __all__ = [
+    "AuthSpec",
     "ClusterSpec",
     "GlobalRouterSpec",
+    "JwtSpec",
     "ProfileName",
     "WeightsSpec",
     "load_router_config",
@@ -79,6 +82,28 @@ DEFAULT_PROFILES: dict[ProfileName, WeightsSpec] = {
 }
 
 
+class JwtSpec(_Spec):
+    issuer: str = Field(min_length=1)
+    audiences: list[str] = Field(min_length=1)
+    jwks_file: str
+    claims: dict[str, str] = Field(default_factory=dict, description="Required claim values.")
+    client_claim: str = "sub"
+
+
+class AuthSpec(_Spec):
+    """Who may call the router: the same API key file and JWT checks as `igw serve`
+    (dataplane/auth.py); the client id keys the global rate limits."""
+
+    api_keys_file: str | None = None
+    jwt: JwtSpec | None = None
+
+    @model_validator(mode="after")
+    def _something(self) -> AuthSpec:
+        if self.api_keys_file is None and self.jwt is None:
+            raise ValueError("set apiKeysFile, jwt or both (or leave auth out)")
+        return self
+
+
 class GlobalRouterSpec(_Spec):
     clusters: list[ClusterSpec] = Field(min_length=1)
     home_region: str | None = None
@@ -98,6 +123,7 @@ class GlobalRouterSpec(_Spec):
     )
     max_body_bytes: int = Field(default=4 * 2**20, ge=1024)
     store: StoreSpec | None = None
+    auth: AuthSpec | None = None
     rate_limits: GlobalRateLimitSpec = Field(default_factory=GlobalRateLimitSpec)
 
     @model_validator(mode="after")

@@ -9,8 +9,11 @@ way without being drained. Once a byte has reached the client nothing
 is retried; a stream that breaks later ends with an SSE error event. Token buckets are
 settled from the answer's `usage` (the JSON body, or the last SSE chunk that has one).
 
-Client-supplied values are checked before use: `x-igw-client-region` counts only when it
-names a configured region, `x-igw-routing-profile` only when it names a profile.
+With an `auth` section the router checks the credential first (401 / 404 as `igw serve`
+does, with the same code) and keys the rate limits by the authenticated client id; the
+credential is forwarded, so every cluster gateway checks it again. Client-supplied values
+are checked before use: `x-igw-client-region` counts only when it names a configured
+region, `x-igw-routing-profile` only when it names a profile.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import logging
 import random
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -26,11 +30,12 @@ import orjson
 from aiohttp import web
 from prometheus_client import generate_latest
 
+from ..dataplane.auth import Authenticator, JwtSettings, load_api_keys
 from ..store.client import StoreHealth, connect
 from ..store.ratelimit import DEFAULT_MAX_TOKENS, GlobalRateLimiter, Ticket
 from .choice import Choice, RequestTraits, rank_clusters
 from .clusters import ClusterRegistry, ClusterState
-from .config import GlobalRouterSpec, ProfileName
+from .config import AuthSpec, GlobalRouterSpec, ProfileName
 from .metrics import FleetEmfEmitter, GlobalMetrics
 
 __all__ = ["GlobalRouter", "build_global_router"]
@@ -60,9 +65,27 @@ def error_response(
 
 
 def api_key_of(headers: Mapping[str, str]) -> str:
-    """The client's id for rate limits: the bearer key (until authentication lands)."""
+    """The bearer key: the client's id for rate limits where nothing authenticates."""
     auth = headers.get("authorization", "")
     return auth[7:].strip() if auth[:7].lower() == "bearer " else ""
+
+
+def build_authenticator(spec: AuthSpec | None) -> Authenticator | None:
+    """The `auth` section as the cluster gateways' own Authenticator (ConfigError on a bad
+    key file or JWKS, before the router listens)."""
+    if spec is None:
+        return None
+    keys = load_api_keys(spec.api_keys_file) if spec.api_keys_file else None
+    jwt = None
+    if spec.jwt is not None:
+        jwt = JwtSettings(
+            issuer=spec.jwt.issuer,
+            audiences=tuple(spec.jwt.audiences),
+            jwks_path=Path(spec.jwt.jwks_file),
+            required_claims=dict(spec.jwt.claims),
+            client_claim=spec.jwt.client_claim,
+        )
+    return Authenticator(keys, jwt)
 
 
 class _BrokeBeforeFirstByte(Exception):
@@ -86,6 +109,7 @@ class GlobalRouter:
                 "global-router", retry_s=spec.store.retry_ms / 1000, registry=self.metrics.registry
             )
             self.limiter = GlobalRateLimiter(spec.rate_limits, connect(spec.store), health)
+        self.auth = build_authenticator(spec.auth)
         self._rng = random.Random(seed)
         self._session: aiohttp.ClientSession | None = None
 
@@ -186,12 +210,29 @@ class GlobalRouter:
                 "invalid_request_error",
                 "missing_model",
             )
+        client = api_key_of(request.headers)
+        if self.auth is not None:
+            identity = self.auth.identify(request.headers.get("authorization"))
+            if identity is None:
+                return error_response(
+                    401,
+                    "Incorrect API key provided, or no valid bearer token.",
+                    "invalid_request_error",
+                    "invalid_api_key",
+                    {"WWW-Authenticate": 'Bearer realm="igw"'},
+                )
+            if not identity.may_use(body["model"]):  # 404, as OpenAI answers: no existence leak
+                return error_response(
+                    404,
+                    f"The model `{body['model']}` does not exist.",
+                    "invalid_request_error",
+                    "model_not_found",
+                )
+            client = identity.client
         extra: dict[str, str] = {}
         ticket = Ticket()
         if self.limiter is not None:
-            admission = await self.limiter.check(
-                api_key_of(request.headers), body["model"], _token_estimate(body)
-            )
+            admission = await self.limiter.check(client, body["model"], _token_estimate(body))
             extra = admission.headers
             if not admission.allowed:
                 self.metrics.rate_limit_hits.labels(admission.scope).inc()
