@@ -13,7 +13,8 @@ With an `auth` section the router checks the credential first (401 / 404 as `igw
 does, with the same code) and keys the rate limits by the authenticated client id; the
 credential is forwarded, so every cluster gateway checks it again. Client-supplied values
 are checked before use: `x-igw-client-region` counts only when it names a configured
-region, `x-igw-routing-profile` only when it names a profile.
+region, `x-igw-routing-profile` only when it names a profile, `x-igw-latency-budget-ms`
+only as whole milliseconds up to 600,000.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ REGION_HEADER = "x-igw-client-region"
 PROFILE_HEADER = "x-igw-routing-profile"
 OBJECTIVE_HEADER = "x-gateway-inference-objective"
 CLUSTER_HEADER = "x-igw-cluster"
+BUDGET_HEADER = "x-igw-latency-budget-ms"
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 _FORWARDED = ("authorization", OBJECTIVE_HEADER, "x-gateway-inference-fairness-id", "x-request-id")
 _PROFILES: dict[str, ProfileName] = {"latency": "latency", "cost": "cost"}
@@ -180,7 +182,7 @@ class GlobalRouter:
         profile = _PROFILES.get(headers.get(PROFILE_HEADER, ""), self.spec.profile)
         objective = headers.get(OBJECTIVE_HEADER)
         sheddable = objective is not None and objective in self.spec.sheddable_objectives
-        return RequestTraits(region, profile, sheddable)
+        return RequestTraits(region, profile, sheddable, _budget_s(headers.get(BUDGET_HEADER)))
 
     def _ranked(self, traits: RequestTraits) -> Choice:
         return rank_clusters(
@@ -373,6 +375,14 @@ class GlobalRouter:
         self.metrics.requests.labels(state.name, state.spec.region, cross, str(status)).inc()
         self.metrics.ttft.labels(state.name, cross).observe(ttft)
         self.registry.observe_ttft(state.name, ttft)
+
+
+def _budget_s(value: str | None) -> float | None:
+    """A client's latency budget: whole milliseconds, 1 to 600,000; anything else is ignored."""
+    if value is None or not (value.isascii() and value.isdigit()) or len(value) > 6:
+        return None
+    ms = int(value)
+    return ms / 1000 if 0 < ms <= 600_000 else None
 
 
 def _token_estimate(body: dict[str, Any]) -> int:

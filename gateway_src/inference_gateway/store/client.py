@@ -50,7 +50,7 @@ class StoreSpec(BaseModel):
     )
     ca_file: str | None = Field(default=None, description="CA bundle for rediss:// (TLS).")
     timeout_ms: int = Field(default=250, gt=0, le=10_000)
-    max_connections: int = Field(default=32, ge=1, le=10_000, description="Per replica.")
+    max_connections: int = Field(default=64, ge=1, le=10_000, description="Per replica.")
     retry_ms: int = Field(default=1000, gt=0, le=60_000, description="Probe period when down.")
 
     @field_validator("url")

@@ -10,6 +10,7 @@ import pytest
 from inference_gateway.global_router import parse_router_config
 from inference_gateway.global_router.choice import RequestTraits, rank_clusters
 from inference_gateway.global_router.clusters import ClusterState, ClusterStatus
+from inference_gateway.global_router.server import _budget_s
 
 SPEC = parse_router_config(
     {
@@ -96,3 +97,20 @@ def test_passively_seen_errors_lower_a_cluster() -> None:
     near.status = ClusterStatus.model_validate({"readyPods": 4, "saturation": 0.9})
     assert near.error_rate == 1.0
     assert names("latency", near, state("far")) == ["far", "near"]
+
+
+def test_a_request_budget_overrides_the_configured_one() -> None:
+    near, far = state("near"), state("far")
+    far.ttft_ewma_s = 1.5  # within the configured 2 s, over a 1 s budget
+    choice = rank_clusters(SPEC, [near, far], RequestTraits("r1", "cost", False, 1.0), 100.0)
+    assert [s.name for s in choice.ranked] == ["near", "far"]
+    assert names("cost", near, far) == ["far", "near"]
+
+
+@pytest.mark.parametrize(
+    ("value", "budget"),
+    [("250", 0.25), ("600000", 600.0), ("0", None), ("-5", None), ("1e3", None),
+     ("9999999", None), ("", None), (None, None), ("٣", None)],
+)  # fmt: skip
+def test_budget_header_is_checked(value: str | None, budget: float | None) -> None:
+    assert _budget_s(value) == budget
