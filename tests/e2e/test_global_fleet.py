@@ -434,6 +434,8 @@ async def test_two_routers_share_one_limit_and_survive_the_store(tmp_path: Path)
     assert abs(admitted - limit) <= 0.02 * limit
     assert {scope for _, scope in answers} == {"global"}
     assert all(status == 200 and scope == "local" for status, scope in fallback)
+    for r in routers:  # said once, in one line, by each replica
+        assert r.log.read_text().count("local fallback engaged") == 1
 
 
 # ---------------------------------------------------------------------------- cost

@@ -19,7 +19,6 @@ only as whole milliseconds up to 600,000.
 
 from __future__ import annotations
 
-import logging
 import random
 import time
 from collections.abc import Mapping
@@ -40,8 +39,6 @@ from .config import AuthSpec, GlobalRouterSpec, ProfileName
 from .metrics import FleetEmfEmitter, GlobalMetrics
 
 __all__ = ["GlobalRouter", "build_global_router"]
-
-log = logging.getLogger(__name__)
 
 REGION_HEADER = "x-igw-client-region"
 PROFILE_HEADER = "x-igw-routing-profile"
