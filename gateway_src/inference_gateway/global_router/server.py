@@ -22,21 +22,27 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Mapping
-from pathlib import Path
-from typing import Any
 
 import aiohttp
 import orjson
 from aiohttp import web
 from prometheus_client import generate_latest
 
-from ..dataplane.auth import Authenticator, JwtSettings, load_api_keys
 from ..store.client import StoreHealth, connect
-from ..store.ratelimit import DEFAULT_MAX_TOKENS, GlobalRateLimiter, Ticket
+from ..store.ratelimit import GlobalRateLimiter, Ticket
 from .choice import Choice, RequestTraits, rank_clusters
 from .clusters import ClusterRegistry, ClusterState
-from .config import AuthSpec, GlobalRouterSpec, ProfileName
+from .config import GlobalRouterSpec, ProfileName
 from .metrics import FleetEmfEmitter, GlobalMetrics
+from .requests import (
+    api_key_of,
+    budget_s,
+    build_authenticator,
+    error_response,
+    sse_usage,
+    token_estimate,
+    usage_of,
+)
 
 __all__ = ["GlobalRouter", "build_global_router"]
 
@@ -49,42 +55,6 @@ RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 _FORWARDED = ("authorization", OBJECTIVE_HEADER, "x-gateway-inference-fairness-id", "x-request-id")
 _PROFILES: dict[str, ProfileName] = {"latency": "latency", "cost": "cost"}
 _PASSED_BACK = ("x-request-id", "retry-after")  # a cluster's 429 keeps its Retry-After
-
-
-def error_response(
-    status: int, message: str, kind: str, code: str, headers: Mapping[str, str] | None = None
-) -> web.Response:
-    body = {"error": {"message": message, "type": kind, "code": code}}
-    return web.Response(
-        status=status,
-        body=orjson.dumps(body),
-        content_type="application/json",
-        headers=dict(headers or {}),
-    )
-
-
-def api_key_of(headers: Mapping[str, str]) -> str:
-    """The bearer key: the client's id for rate limits where nothing authenticates."""
-    auth = headers.get("authorization", "")
-    return auth[7:].strip() if auth[:7].lower() == "bearer " else ""
-
-
-def build_authenticator(spec: AuthSpec | None) -> Authenticator | None:
-    """The `auth` section as the cluster gateways' own Authenticator (ConfigError on a bad
-    key file or JWKS, before the router listens)."""
-    if spec is None:
-        return None
-    keys = load_api_keys(spec.api_keys_file) if spec.api_keys_file else None
-    jwt = None
-    if spec.jwt is not None:
-        jwt = JwtSettings(
-            issuer=spec.jwt.issuer,
-            audiences=tuple(spec.jwt.audiences),
-            jwks_path=Path(spec.jwt.jwks_file),
-            required_claims=dict(spec.jwt.claims),
-            client_claim=spec.jwt.client_claim,
-        )
-    return Authenticator(keys, jwt)
 
 
 class _BrokeBeforeFirstByte(Exception):
@@ -179,7 +149,7 @@ class GlobalRouter:
         profile = _PROFILES.get(headers.get(PROFILE_HEADER, ""), self.spec.profile)
         objective = headers.get(OBJECTIVE_HEADER)
         sheddable = objective is not None and objective in self.spec.sheddable_objectives
-        return RequestTraits(region, profile, sheddable, _budget_s(headers.get(BUDGET_HEADER)))
+        return RequestTraits(region, profile, sheddable, budget_s(headers.get(BUDGET_HEADER)))
 
     def _ranked(self, traits: RequestTraits) -> Choice:
         return rank_clusters(
@@ -231,7 +201,7 @@ class GlobalRouter:
         extra: dict[str, str] = {}
         ticket = Ticket()
         if self.limiter is not None:
-            admission = await self.limiter.check(client, body["model"], _token_estimate(body))
+            admission = await self.limiter.check(client, body["model"], token_estimate(body))
             extra = admission.headers
             if not admission.allowed:
                 self.metrics.rate_limit_hits.labels(admission.scope).inc()
@@ -336,7 +306,7 @@ class GlobalRouter:
             whole = web.Response(status=upstream.status, body=body, headers=headers)
             await whole.prepare(request)  # sent before the bookkeeping (settling usage)
             await whole.write_eof()
-            return whole, _usage(body) if upstream.status == 200 else None
+            return whole, usage_of(body) if upstream.status == 200 else None
         response = web.StreamResponse(status=upstream.status, headers=headers)
         first = True
         last_data = b""
@@ -366,56 +336,12 @@ class GlobalRouter:
             self._answered(state, cross, upstream.status, time.perf_counter() - started)
             await response.prepare(request)
         await response.write_eof()
-        return response, _sse_usage(last_data)
+        return response, sse_usage(last_data)
 
     def _answered(self, state: ClusterState, cross: str, status: int, ttft: float) -> None:
         self.metrics.requests.labels(state.name, state.spec.region, cross, str(status)).inc()
         self.metrics.ttft.labels(state.name, cross).observe(ttft)
         self.registry.observe_ttft(state.name, ttft)
-
-
-def _budget_s(value: str | None) -> float | None:
-    """A client's latency budget: whole milliseconds, 1 to 600,000; anything else is ignored."""
-    if value is None or not (value.isascii() and value.isdigit()) or len(value) > 6:
-        return None
-    ms = int(value)
-    return ms / 1000 if 0 < ms <= 600_000 else None
-
-
-def _token_estimate(body: dict[str, Any]) -> int:
-    """Prompt estimate (4 characters a token) plus `max_tokens`: charged up front."""
-    prompt = body.get("prompt")
-    messages = body.get("messages")
-    size = len(prompt) if isinstance(prompt, str) else 0
-    if isinstance(messages, list):
-        for m in messages:
-            content = m.get("content") if isinstance(m, dict) else None
-            size += len(content) if isinstance(content, str) else 0
-    max_tokens = body.get("max_tokens") or body.get("max_completion_tokens")
-    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 0:
-        max_tokens = DEFAULT_MAX_TOKENS
-    return size // 4 + 1 + max_tokens
-
-
-def _usage_total(document: Any) -> int | None:
-    usage = document.get("usage") if isinstance(document, dict) else None
-    total = usage.get("total_tokens") if isinstance(usage, dict) else None
-    return total if isinstance(total, int) and not isinstance(total, bool) and total >= 0 else None
-
-
-def _usage(body: bytes) -> int | None:
-    try:
-        return _usage_total(orjson.loads(body))
-    except orjson.JSONDecodeError:
-        return None
-
-
-def _sse_usage(chunk: bytes) -> int | None:
-    """`usage` from the last SSE event that carried one (stream_options.include_usage)."""
-    for line in reversed(chunk.split(b"\n")):
-        if line.startswith(b"data: ") and b'"usage"' in line:
-            return _usage(line[6:])
-    return None
 
 
 def build_global_router(

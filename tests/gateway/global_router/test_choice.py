@@ -11,7 +11,7 @@ import pytest
 from inference_gateway.global_router import parse_router_config
 from inference_gateway.global_router.choice import RequestTraits, rank_clusters
 from inference_gateway.global_router.clusters import ClusterState, ClusterStatus
-from inference_gateway.global_router.server import _budget_s
+from inference_gateway.global_router.requests import budget_s
 
 SPEC = parse_router_config(
     {
@@ -114,7 +114,7 @@ def test_a_request_budget_overrides_the_configured_one() -> None:
      ("9999999", None), ("", None), (None, None), ("٣", None)],
 )  # fmt: skip
 def test_budget_header_is_checked(value: str | None, budget: float | None) -> None:
-    assert _budget_s(value) == budget
+    assert budget_s(value) == budget
 
 
 @pytest.mark.parametrize("fraction", [0.25, 0.5, 0.75])
