@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import orjson
 import pytest
 import yaml
 
@@ -319,3 +320,21 @@ def test_a_bad_key_file_is_a_config_error(tmp_path: Path) -> None:
     )
     with pytest.raises(ConfigError):
         build_global_router(spec)
+
+
+async def test_emf_records_are_written_while_the_router_runs(
+    fake_clusters: list[FakeCluster], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from aiohttp import web
+
+    spec = parse_router_config(config(fake_clusters))
+    app, _ = build_global_router(spec, emf_interval_s=0.1, environment="prod")
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await asyncio.sleep(0.35)
+    await runner.cleanup()  # writes the last, partial interval too
+    lines = [orjson.loads(x) for x in capsys.readouterr().out.splitlines()]
+    fleet = [x for x in lines if "RoutingDecisions" in x]
+    clusters = {x["Cluster"] for x in lines if "ClusterHealthy" in x}
+    assert len(fleet) >= 3 and {x["Environment"] for x in fleet} == {"prod"}
+    assert clusters == {"a", "b", "c"}
