@@ -31,6 +31,12 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument(
+        "--debug-destination-headers",
+        action="store_true",
+        help="name the chosen pod to clients (x-gateway-destination-endpoint header, pod "
+        "names in 502 messages); off by default, as it exposes pod addresses",
+    )
+    parser.add_argument(
         "--policy",
         choices=["gateway", "round-robin"],
         default="gateway",
@@ -114,7 +120,7 @@ def authenticator(args: argparse.Namespace) -> Any:
 def run(args: argparse.Namespace) -> int:
     from aiohttp import web
 
-    from .server import build_gateway
+    from .server import RUN_OPTIONS, build_gateway
 
     if args.emf_interval < 0:
         print("igw serve: --emf-interval must be 0 (off) or positive", file=sys.stderr)
@@ -129,6 +135,7 @@ def run(args: argparse.Namespace) -> int:
         rewrites=args.rewrites,
         emf_interval_s=args.emf_interval,
         emf_cluster=args.emf_cluster,
+        expose_endpoints=args.debug_destination_headers,
         auth=authenticator(args),
         hourly_cost_usd=args.hourly_cost,
     )
@@ -144,8 +151,7 @@ def run(args: argparse.Namespace) -> int:
         + (", authentication on)" if _authenticating(args) else ")"),
         flush=True,
     )
-    # no access log (the request metrics count every request); it costs per request
-    web.run_app(app, host=args.host, port=args.port, print=None, access_log=None)
+    web.run_app(app, host=args.host, port=args.port, print=None, **RUN_OPTIONS)  # type: ignore[arg-type]
     return 0
 
 
