@@ -21,14 +21,23 @@ if TYPE_CHECKING:
     from .environment import EnvironmentSpec
 
 __all__ = [
+    "STORE_AUTH_KEY",
+    "STORE_URL_KEY",
     "GlobalClusterSpec",
     "GlobalRouterSpec",
     "GlobalStoreSpec",
     "ResolvedCluster",
     "fleet_hourly_cost",
+    "global_folder",
     "global_problems",
+    "global_target_group_name",
     "resolved_clusters",
+    "store_secret_names",
 ]
+
+#: JSON keys of the two Secrets Manager secrets the CDK writes and External Secrets reads.
+STORE_AUTH_KEY = "password"
+STORE_URL_KEY = "url"
 
 _CLUSTER_NAME = r"^[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?$"
 
@@ -138,3 +147,24 @@ def global_problems(env: EnvironmentSpec) -> list[str]:
     for name in sorted({n for n in names if names.count(n) > 1}):
         problems.append(f"global_router.clusters: two clusters are named {name!r}")
     return problems
+
+
+def global_target_group_name(environment: str) -> str:
+    """The router pods' NLB target group, by name on both sides (CDK creates, the
+    TargetGroupBinding of cdk8s/charts/global_router.py binds), the same in every region."""
+    return f"igw-{environment}-global"[:32]
+
+
+def store_secret_names(environment: str) -> tuple[str, str]:
+    """(auth token, endpoint) secrets in each region's Secrets Manager: same names in every
+    region, each holding that region's Valkey, so the per-region manifests differ only in
+    the region their SecretStore reads."""
+    return f"igw/{environment}/global-store/auth", f"igw/{environment}/global-store/endpoint"
+
+
+def global_folder(environment: str, region: str) -> str:
+    """Where a region's global-router manifests render, relative to gitops/. Outside
+    `rendered/` on purpose: every cluster of the environment syncs `rendered/`, while this
+    folder is synced only by its own region's cluster (the Application the region's
+    GlobalTierStack creates), because its store and home region are that region's."""
+    return f"environments/{environment}/global/{region}"
