@@ -37,6 +37,7 @@ def add_global_tier(app: App, env: EnvironmentSpec, regions: list[RegionStacks])
             environment=env.name,
             domain_name=env.ingress.domain_name,
             regions=tuple(_endpoints(env, r) for r in regions),
+            drained=tuple(env.global_router.drained_regions),
         ),
         env=Environment(account=env.aws.account, region=primary.plan.region),
         description=f"Inference gateway {env.name}: private DNS of the global tier",

@@ -49,6 +49,10 @@ class GlobalDnsStackProps:
     environment: str
     domain_name: str
     regions: tuple[RegionalEndpoints, ...]
+    #: Regions whose records are left out: clients resolve the others, and the routers'
+    #: calls to `<region>.<domain>` fail, so they drain its clusters at once and ramp
+    #: them back when the record returns (docs/operations.md).
+    drained: tuple[str, ...] = ()
 
 
 class GlobalDnsStack(Stack):
@@ -71,6 +75,8 @@ class GlobalDnsStack(Stack):
         )
         self.health_checks: dict[str, route53.CfnHealthCheck] = {}
         for r in props.regions:
+            if r.region in props.drained:
+                continue
             name = "".join(part.capitalize() for part in r.region.split("-"))
             check = route53.CfnHealthCheck(
                 self,

@@ -86,6 +86,11 @@ class GlobalRouterSpec(_Section):
     sheddable_objectives: list[str] = Field(default_factory=lambda: ["batch"])
     clusters: list[GlobalClusterSpec] = Field(default_factory=list)
     store: GlobalStoreSpec = GlobalStoreSpec()
+    drained_regions: list[str] = Field(
+        default_factory=list,
+        description="Regions taken out of DNS (clients and routers stop resolving them); "
+        "docs/operations.md, 'Drain a region and bring it back'.",
+    )
     emf_interval_s: int = Field(
         default=60, ge=0, le=3600, description="Fleet EMF records to CloudWatch; 0: off."
     )
@@ -143,6 +148,15 @@ def global_problems(env: EnvironmentSpec) -> list[str]:
                 f"global_router.clusters[{i}].region: {cluster.region!r} is not one of the "
                 f"environment's regions {env.aws.regions}"
             )
+    drained = env.global_router.drained_regions
+    for i, region in enumerate(drained):
+        if region not in env.aws.regions:
+            problems.append(
+                f"global_router.drained_regions[{i}]: {region!r} is not one of the "
+                f"environment's regions {env.aws.regions}"
+            )
+    if env.global_router.enabled and set(env.aws.regions) <= set(drained):
+        problems.append("global_router.drained_regions: every region drained, nothing serves")
     names = [c.name for c in resolved_clusters(env)]
     for name in sorted({n for n in names if names.count(n) > 1}):
         problems.append(f"global_router.clusters: two clusters are named {name!r}")

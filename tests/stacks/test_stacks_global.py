@@ -10,12 +10,19 @@ from __future__ import annotations
 import io
 import json
 import re
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from aws_cdk.assertions import Match
+import yaml
+from aws_cdk import Environment
+from aws_cdk.assertions import Match, Template
 
+from inference_gateway.errors import ConfigError
 from inference_gateway.telemetry_emf import FLEET_METRICS, fleet_record
+from stacks.application import new_app
+from stacks.environment import load_environment
+from stacks.global_dns import GlobalDnsStack, GlobalDnsStackProps, RegionalEndpoints
 from stacks.parts.global_lb import unhealthy_alarm_name
 from stacks.spec_global import (
     STORE_AUTH_KEY,
@@ -29,7 +36,7 @@ if TYPE_CHECKING:
     from conftest import Synth
 
 REGIONS = ("us-east-1", "us-west-2")
-GITOPS = __import__("pathlib").Path(__file__).resolve().parents[2] / "gitops"
+GITOPS = Path(__file__).resolve().parents[2] / "gitops"
 
 
 def _one(synth: Synth, region: str, part: str, kind: str) -> dict[str, Any]:
@@ -256,3 +263,70 @@ def test_failover_alarm_reads_what_the_router_itself_writes(prod_synth: Synth) -
         d: record[d] for d in dimensions
     }
     assert _dashboard_metrics(prod_synth) == {(namespace, n) for n in names}
+
+
+def _dns_template(drained: tuple[str, ...]) -> dict[str, Any]:
+    app = new_app()
+    endpoints = tuple(
+        RegionalEndpoints(
+            region=region,
+            vpc_id=f"vpc-{i}",
+            router_dns=f"router-{i}.elb.{region}.amazonaws.com",
+            router_zone="Z26RNL4JYFTOTI",
+            cluster_dns=f"envoy-{i}.elb.{region}.amazonaws.com",
+            cluster_zone="Z26RNL4JYFTOTI",
+            unhealthy_alarm=unhealthy_alarm_name("prod", region),
+        )
+        for i, region in enumerate(REGIONS)
+    )
+    stack = GlobalDnsStack(
+        app,
+        "Dns",
+        GlobalDnsStackProps("prod", "inference.example.com", endpoints, drained=drained),
+        env=Environment(account="222222222222", region=REGIONS[0]),
+    )
+    return Template.from_stack(stack).to_json()
+
+
+def test_a_drained_region_leaves_dns_and_comes_back() -> None:
+    """Draining takes both names of the region out (clients and routers stop resolving
+    it); the zone stays associated with its VPC, so its clients resolve the others."""
+
+    def names(template: dict[str, Any]) -> list[tuple[str, str | None]]:
+        return sorted(
+            (r["Properties"]["Name"], r["Properties"].get("Region"))
+            for r in template["Resources"].values()
+            if r["Type"] == "AWS::Route53::RecordSet"
+        )
+
+    both, drained = _dns_template(()), _dns_template(("us-west-2",))
+    domain = "inference.example.com"
+    assert names(both) == sorted(
+        [(domain, r) for r in REGIONS] + [(f"{r}.{domain}", None) for r in REGIONS]
+    )
+    assert names(drained) == [(domain, "us-east-1"), (f"us-east-1.{domain}", None)]
+    (zone,) = [r for r in drained["Resources"].values() if r["Type"] == "AWS::Route53::HostedZone"]
+    assert [v["VPCRegion"] for v in zone["Properties"]["VPCs"]] == list(REGIONS)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"drained_regions": ["eu-west-1"]}, "drained_regions[0]: 'eu-west-1' is not one"),
+        ({"drained_regions": list(REGIONS)}, "every region drained"),
+        ({"clusters": [{"region": "eu-west-1"}]}, "clusters[0].region: 'eu-west-1'"),
+        ({"clusters": [{"region": "us-east-1", "name": "a"}] * 2}, "duplicate names"),
+        ({"replicas": 1}, "replicas"),
+        ({"store": {"port": 6379, "nodes": 2}}, "nodes"),
+    ],
+)
+def test_bad_global_router_sections_fail_with_the_field_path(
+    tmp_path: Path, change: dict[str, Any], message: str
+) -> None:
+    data = yaml.safe_load((GITOPS / "environments/prod/environment.yaml").read_text())
+    data["global_router"] = {**data["global_router"], **change}
+    path = tmp_path / "environment.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError) as caught:
+        load_environment(path)
+    assert message in str(caught.value)
