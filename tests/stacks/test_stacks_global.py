@@ -147,6 +147,15 @@ def test_application_syncs_the_regions_own_rendered_folder(prod_synth: Synth, re
     assert path == f"gitops/{global_folder('prod', region)}"
     assert sorted((GITOPS.parent / path).glob("*.k8s.yaml")), f"{path} is not rendered"
     assert application["spec"]["syncPolicy"]["automated"] == {"prune": True, "selfHeal": True}
+    # The AppProject gitops/bootstrap declares must admit it (source, destination).
+    bootstrap = GITOPS / "bootstrap" / "inference-gateway.k8s.yaml"
+    (project,) = [
+        d for d in yaml.safe_load_all(bootstrap.read_text()) if d and d["kind"] == "AppProject"
+    ]
+    assert application["spec"]["project"] == project["metadata"]["name"]
+    assert application["spec"]["source"]["repoURL"] in project["spec"]["sourceRepos"]
+    namespace = application["spec"]["destination"]["namespace"]
+    assert {"server": "*", "namespace": namespace} in project["spec"]["destinations"]
     stack = prod_synth.stack(region, "fleet")
     assert prod_synth.stack(region, "gitops") in stack.dependencies
 
