@@ -19,9 +19,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from aws_cdk import Fn, RemovalPolicy, SecretValue
+from aws_cdk import Fn, RemovalPolicy, SecretValue, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_elasticache as elasticache
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_secretsmanager as secretsmanager
@@ -30,10 +31,25 @@ from constructs import Construct
 from ..nag import acknowledge
 from ..spec_global import STORE_AUTH_KEY, STORE_URL_KEY, GlobalStoreSpec, store_secret_names
 
-__all__ = ["GlobalStore", "GlobalStoreProps"]
+__all__ = ["GlobalStore", "GlobalStoreProps", "read_store_secrets"]
 
 #: Characters an ElastiCache AUTH token may not hold, besides whitespace ('/', '"', '@').
 _TOKEN_EXCLUDED = "/\"@'\\ "
+
+
+def read_store_secrets(stack: Stack, environment: str) -> iam.PolicyStatement:
+    """What External Secrets' role needs in `stack`'s region to sync the router's store
+    Secret: read the two secrets of that region, nothing else (Secrets Manager appends
+    "-" and six random characters to a secret's name in its ARN)."""
+    return iam.PolicyStatement(
+        sid="ReadGlobalStoreSecrets",
+        actions=["secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"],
+        resources=[
+            f"arn:{stack.partition}:secretsmanager:{stack.region}:{stack.account}"
+            f":secret:{name}-??????"
+            for name in store_secret_names(environment)
+        ],
+    )
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from stacks.application import new_app
 from stacks.environment import load_environment
 from stacks.global_dns import GlobalDnsStack, GlobalDnsStackProps, RegionalEndpoints
 from stacks.parts.global_lb import unhealthy_alarm_name
+from stacks.parts.valkey import read_store_secrets
 from stacks.spec_global import (
     STORE_AUTH_KEY,
     global_folder,
@@ -97,6 +98,29 @@ def test_connection_secrets_have_the_names_the_pods_read(prod_synth: Synth, regi
     assert by_name[auth]["GenerateSecretString"]["GenerateStringKey"] == STORE_AUTH_KEY
     url = json.dumps(by_name[endpoint]["SecretString"])
     assert "rediss://" in url and "PrimaryEndPoint.Address" in url
+
+
+@pytest.mark.parametrize("region", REGIONS)
+def test_the_read_statement_for_external_secrets_matches_the_secrets(
+    prod_synth: Synth, region
+) -> None:
+    """`read_store_secrets` (for External Secrets' Pod Identity role) covers exactly the
+    two secrets the region's fleet stack creates, by name pattern, in that region."""
+    stack = prod_synth.stack(region, "fleet")
+    statement = stack.resolve(read_store_secrets(stack, "prod").to_statement_json())
+    patterns = [_joined(r) for r in statement["Resource"]]
+    secrets = prod_synth.resources(region, "fleet", "AWS::SecretsManager::Secret")
+    names = sorted(s["Properties"]["Name"] for s in secrets.values())
+    assert len(patterns) == len(names) == 2
+    for pattern, name in zip(sorted(patterns), names, strict=True):
+        assert f":secretsmanager:{region}:222222222222:secret:{name}-??????" in pattern
+    assert statement["Action"] == [
+        "secretsmanager:DescribeSecret",
+        "secretsmanager:GetSecretValue",
+    ] or set(statement["Action"]) == {
+        "secretsmanager:GetSecretValue",
+        "secretsmanager:DescribeSecret",
+    }
 
 
 @pytest.mark.parametrize("region", REGIONS)
