@@ -20,6 +20,7 @@ count and time, and every process is stopped in a `finally`.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import signal
 import subprocess
 import sys
@@ -38,6 +39,7 @@ import pytest
 import yaml
 from aiohttp import web
 
+from inference_gateway.dataplane.auth import Authenticator, Identity
 from inference_gateway.dataplane.server import build_gateway
 from inference_gateway.emulator.fleet import EmulatedFleet
 from inference_gateway.global_router import build_global_router, parse_router_config
@@ -312,6 +314,70 @@ async def test_cluster_and_region_failover_then_ramp_back(tmp_path: Path) -> Non
     assert early < 0.5 and late >= 0.8
 
 
+async def test_hung_gateway_is_drained_by_its_stale_heartbeat(tmp_path: Path) -> None:
+    """A gateway that stops answering without closing anything (SIGSTOP: the kernel
+    still accepts connections) is found by its heartbeat alone: the status poll times
+    out and the cluster is drained; requests already sent there are retried elsewhere
+    after `readTimeoutMs`, so none is lost."""
+    rate = 10.0
+    fleet = EmulatedFleet(fleet_spec({"c1": 1, "c2": 1}))
+    with processes() as procs:
+        async with fleet, session() as s:
+            c1 = cluster_gateway(tmp_path, fleet, "c1", 98.0)
+            c2 = cluster_gateway(tmp_path, fleet, "c2", 98.0)
+            config = {
+                "homeRegion": "r1",
+                "readTimeoutMs": 2000,
+                "clusters": [
+                    {"name": "c1", "region": "r1", "endpoint": c1.url, "priority": 0},
+                    {"name": "c2", "region": "r1", "endpoint": c2.url, "priority": 1},
+                ],
+            }
+            front = router(tmp_path, "global", config)
+            for p in (c1, c2, front):
+                procs.append(p)
+                p.start()
+            for p in (c1, c2):
+                await wait_ready(s, p, "/status")
+            await wait_ready(s, front, "/health")
+            await asyncio.sleep(1.2)
+            outcomes: list[Outcome] = []
+            tasks = []
+            start = time.monotonic()
+            stopped_at = drained_at = 0.0
+            assert c1.process is not None
+            try:
+                for i in range(int(rate * 8)):
+                    await asyncio.sleep(max(0.0, start + i / rate - time.monotonic()))
+                    tasks.append(asyncio.create_task(stream_one(s, front.url, i, outcomes)))
+                    if i == int(rate * 2):
+                        c1.process.send_signal(signal.SIGSTOP)
+                        stopped_at = time.monotonic()
+                    if stopped_at and not drained_at and i % 2 == 0:
+                        healthy = await metric_total(
+                            s, front.url, "igw_global_cluster_healthy", cluster="c1"
+                        )
+                        drained_at = time.monotonic() if healthy == 0 else 0.0
+                await asyncio.wait_for(asyncio.gather(*tasks), timeout=30)
+                failovers = await metric_total(
+                    s, front.url, "igw_global_failover_events_total", cluster="c1"
+                )
+                timeouts = await metric_total(
+                    s, front.url, "igw_global_failover_events_total", reason="status_timeout"
+                )
+            finally:
+                c1.process.send_signal(signal.SIGCONT)
+    results = Counter(o.result for o in outcomes)
+    late_c1 = [o for o in outcomes if o.sent > drained_at and o.cluster == "c1"]
+    print(
+        f"\nhung gateway: drained {drained_at - stopped_at:.2f} s after SIGSTOP "
+        f"(poll every 1 s, status timeout 0.5 s); {dict(results)}; failover events {failovers}"
+    )
+    assert drained_at and drained_at - stopped_at < 5.0
+    assert set(results) == {"ok"}
+    assert not late_c1 and failovers == 1 and timeouts == 1
+
+
 # ---------------------------------------------------------------------------- rate limit
 
 
@@ -368,6 +434,8 @@ async def test_two_routers_share_one_limit_and_survive_the_store(tmp_path: Path)
     assert abs(admitted - limit) <= 0.02 * limit
     assert {scope for _, scope in answers} == {"global"}
     assert all(status == 200 and scope == "local" for status, scope in fallback)
+    for r in routers:  # said once, in one line, by each replica
+        assert r.log.read_text().count("local fallback engaged") == 1
 
 
 # ---------------------------------------------------------------------------- cost
@@ -500,7 +568,7 @@ async def test_openai_sdk_through_the_global_router() -> None:
                     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens
                     models = await client.models.list()
                     assert MODEL in {m.id for m in models.data}
-                    await asyncio.sleep(0.3)  # usage settles after the answer is sent
+                    await asyncio.sleep(1.0)  # usage settles after the answer is sent
                     raw = await client.chat.completions.with_raw_response.create(
                         model=MODEL, messages=[{"role": "user", "content": "x"}], max_tokens=600
                     )
@@ -525,14 +593,18 @@ async def test_openai_sdk_through_the_global_router() -> None:
 
 async def test_status_answer_is_what_the_router_reads() -> None:
     """The cluster gateway's /status validates as the router's `ClusterStatus` (the two
-    sides of the heartbeat contract cannot drift), and its cost is the seed formula."""
+    sides of the heartbeat contract cannot drift), its cost is the seed formula, and it
+    is readable without a credential on a gateway that authenticates (as /metrics)."""
     fleet = EmulatedFleet(fleet_spec({"c1": 2}))
     async with fleet:
         endpoints = [
             Endpoint(e.name, e.host, e.port, pool="default", labels=e.labels, index=i)
             for i, e in enumerate(fleet.endpoints)
         ]
-        app, _ = build_gateway(endpoints, emf_cluster="c1", hourly_cost_usd=10.0)
+        keys = {hashlib.sha256(b"secret").digest(): Identity("team-a")}
+        app, _ = build_gateway(
+            endpoints, emf_cluster="c1", hourly_cost_usd=10.0, auth=Authenticator(keys)
+        )
         runner = web.AppRunner(app)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -544,7 +616,8 @@ async def test_status_answer_is_what_the_router_reads() -> None:
                     assert (await r.json())["costPerMillionTokens"] is None  # idle: no rate
                 for i in range(3):
                     body = {"model": MODEL, "prompt": f"p{i}", "max_tokens": 4}
-                    async with s.post(url + "/v1/completions", json=body) as r:
+                    auth = {"authorization": "Bearer secret"}
+                    async with s.post(url + "/v1/completions", json=body, headers=auth) as r:
                         assert r.status == 200
                 await asyncio.sleep(0.3)
                 async with s.get(url + "/status") as r:

@@ -79,7 +79,7 @@ class StatusTracker:
         requests = snap.requests - before.requests + snap.rejected_5xx - before.rejected_5xx
         failed = snap.errors - before.errors + snap.rejected_5xx - before.rejected_5xx
         per_pool = {name: self._pool(name, eps, gauges) for name, eps in sorted(pools.items())}
-        ready = [e for e in self.store.endpoints if not e.stale and e.metrics is not None]
+        ready = [e.metrics for e in self.store.endpoints if not e.stale and e.metrics is not None]
         queue = {b: sum(int(p["queue"][b]) for p in per_pool.values()) for b in BANDS}
         return {
             "cluster": self.cluster,
@@ -87,7 +87,7 @@ class StatusTracker:
             "readyPods": len(ready),
             "stalePods": len(self.store.endpoints) - len(ready),
             "saturation": max((p["saturation"] for p in per_pool.values()), default=1.0),
-            "kvUsage": sum(e.metrics.kv_usage for e in ready) / len(ready) if ready else 1.0,  # type: ignore[union-attr]
+            "kvUsage": sum(m.kv_usage for m in ready) / len(ready) if ready else 1.0,
             "queue": queue,
             "tokensPerSecond": max(0.0, tokens_per_s),
             "errorRate": failed / requests if requests > 0 else 0.0,

@@ -14,7 +14,8 @@ Signals, each in [0, 1] (1 = best), weighted by the profile (`WeightsSpec`):
 Order of choice:
 1. Routable clusters only (registry); clusters without a ready pod go last.
 2. `cost` profile (asked for, or sheddable traffic): clusters that meet the latency budget
-   (the first-byte EWMA this router measured, unknown counts as meeting it) AND have
+   (the request's `x-igw-latency-budget-ms`, else the config's; against the first-byte
+   EWMA this router measured, unknown counts as meeting it) AND have
    headroom (saturation < `saturationMax`) come first; cost then dominates their score.
 3. Score descending, then priority ascending, then name: a deterministic ranking.
 4. Ramp-back: a cluster ramping with fraction f keeps its place when the request's one
@@ -33,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .clusters import ClusterState
-from .config import GlobalRouterSpec, WeightsSpec
+from .config import GlobalRouterSpec, ProfileName, WeightsSpec
 
 __all__ = ["Choice", "RequestTraits", "rank_clusters", "score"]
 
@@ -41,14 +42,15 @@ __all__ = ["Choice", "RequestTraits", "rank_clusters", "score"]
 @dataclass(frozen=True, slots=True)
 class RequestTraits:
     home_region: str | None
-    profile: str  # latency | cost
+    profile: ProfileName
     sheddable: bool = False
+    latency_budget_s: float | None = None  # None: the config's latencyBudgetMs
 
 
 @dataclass(frozen=True, slots=True)
 class Choice:
     ranked: list[ClusterState]
-    profile: str
+    profile: ProfileName
 
 
 def _cost_key(state: ClusterState, measured: bool) -> float:
@@ -89,11 +91,11 @@ def rank_clusters(
     now: float,
     rng: Callable[[], float] = random.random,
 ) -> Choice:
-    profile = "cost" if traits.sheddable else traits.profile
+    profile: ProfileName = "cost" if traits.sheddable else traits.profile
     weights = spec.weights(profile)
     measured = all(s.cost_per_million() is not None for s in routable)
     cheapest = min((_cost_key(s, measured) for s in routable), default=0.0)
-    budget_s = spec.latency_budget_ms / 1000
+    budget_s = traits.latency_budget_s or spec.latency_budget_ms / 1000
 
     def tier(state: ClusterState) -> int:
         status = state.status

@@ -37,6 +37,8 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import logging
+
     from aiohttp import web
 
     from .config import load_router_config
@@ -46,6 +48,8 @@ def run(args: argparse.Namespace) -> int:
         print("igw global: --emf-interval must be 0 (off) or positive", file=sys.stderr)
         return 2
     spec = load_router_config(args.config)  # ConfigError → exit 2
+    # drains, returns and store fallbacks are one line each
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     app, _ = build_global_router(
         spec, emf_interval_s=args.emf_interval, environment=args.environment
     )

@@ -1,14 +1,16 @@
 """The cluster registry: each cluster's last heartbeat, its health, and its ramp-back.
 
 A cluster is routable from its first good `GET /status`. It is drained AT ONCE when
-(a) a status poll fails or answers something that is not a valid status (reason
-`status_invalid`), (b) no good status arrived for `staleAfterMs` (`status_stale`), or
-(c) a request could not connect to it (`connect_failed`, learnt passively). Each drain
-is one failover event. The next good status brings it back ramping: its share cap grows
-linearly from 0 to 1 over `rampS` seconds, so it is not flooded on return.
+(a) a status poll fails (`connect_failed`), times out (`status_timeout`) or answers
+something that is not a valid status (`status_invalid`), (b) no good status arrived
+for `staleAfterMs` (`status_stale`), or (c) a request could not connect to it
+(`connect_failed`, learnt passively). Each drain is one failover event. The next good
+status brings it back ramping: its share cap grows linearly from 0 to 1 over `rampS`
+seconds, so it is not flooded on return.
 
-A status is hostile input like any other: it is validated (`ClusterStatus`), numbers are
-clamped to their ranges, and a garbage answer drains the cluster instead of crashing.
+A status is hostile input like any other: it is validated (`ClusterStatus`: types,
+ranges, finite numbers, at most 256 KiB), and a garbage answer drains the cluster
+instead of crashing the router.
 """
 
 from __future__ import annotations
@@ -169,7 +171,11 @@ class ClusterRegistry:
                 if len(raw) > MAX_STATUS_BYTES:
                     raise ValueError("status larger than 256 KiB")
             status = ClusterStatus.model_validate_json(raw)
-        except (aiohttp.ClientError, TimeoutError, OSError) as error:
+        except TimeoutError as error:  # accepted, but no heartbeat in time (a hung gateway)
+            self.drain(state.name, "status_timeout")
+            log.debug("status of %s: %s", state.name, error)
+            return
+        except (aiohttp.ClientError, OSError) as error:
             self.drain(state.name, "connect_failed")
             log.debug("status of %s: %s", state.name, error)
             return

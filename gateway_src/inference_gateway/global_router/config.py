@@ -13,6 +13,7 @@
     profiles:                        # weights per signal; missing profiles keep defaults
       cost: {kvHeadroom: 1, queue: 1, proximity: 0.5, errors: 1, cost: 4}
     store: {url: "rediss://…", passwordEnv: IGW_STORE_PASSWORD}
+    auth: {apiKeysFile: /etc/igw/keys.yaml}   # optional; as igw serve --api-keys / --jwt-*
     rateLimits: {rules: [{requestsPerMinute: 600}], windowS: 60}
 
 Unknown keys are errors; every problem is reported with its field path (`ConfigError`,
@@ -34,8 +35,10 @@ from ..store.client import StoreSpec
 from ..store.ratelimit import GlobalRateLimitSpec
 
 __all__ = [
+    "AuthSpec",
     "ClusterSpec",
     "GlobalRouterSpec",
+    "JwtSpec",
     "ProfileName",
     "WeightsSpec",
     "load_router_config",
@@ -73,10 +76,32 @@ class WeightsSpec(_Spec):
     cost: float = Field(default=0.0, ge=0)
 
 
-DEFAULT_PROFILES: dict[str, WeightsSpec] = {
+DEFAULT_PROFILES: dict[ProfileName, WeightsSpec] = {
     "latency": WeightsSpec(kv_headroom=2, queue=2, proximity=3, errors=2, cost=0.25),
     "cost": WeightsSpec(kv_headroom=0.5, queue=0.5, proximity=0.5, errors=1, cost=6),
 }
+
+
+class JwtSpec(_Spec):
+    issuer: str = Field(min_length=1)
+    audiences: list[str] = Field(min_length=1)
+    jwks_file: str
+    claims: dict[str, str] = Field(default_factory=dict, description="Required claim values.")
+    client_claim: str = "sub"
+
+
+class AuthSpec(_Spec):
+    """Who may call the router: the same API key file and JWT checks as `igw serve`
+    (dataplane/auth.py); the client id keys the global rate limits."""
+
+    api_keys_file: str | None = None
+    jwt: JwtSpec | None = None
+
+    @model_validator(mode="after")
+    def _something(self) -> AuthSpec:
+        if self.api_keys_file is None and self.jwt is None:
+            raise ValueError("set apiKeysFile, jwt or both (or leave auth out)")
+        return self
 
 
 class GlobalRouterSpec(_Spec):
@@ -98,6 +123,7 @@ class GlobalRouterSpec(_Spec):
     )
     max_body_bytes: int = Field(default=4 * 2**20, ge=1024)
     store: StoreSpec | None = None
+    auth: AuthSpec | None = None
     rate_limits: GlobalRateLimitSpec = Field(default_factory=GlobalRateLimitSpec)
 
     @model_validator(mode="after")
@@ -110,8 +136,8 @@ class GlobalRouterSpec(_Spec):
             raise ValueError("rateLimits need a store (a global limit is shared through it)")
         return self
 
-    def weights(self, profile: str) -> WeightsSpec:
-        return self.profiles.get(profile) or DEFAULT_PROFILES[profile]  # type: ignore[index]
+    def weights(self, profile: ProfileName) -> WeightsSpec:
+        return self.profiles.get(profile) or DEFAULT_PROFILES[profile]
 
     @property
     def regions(self) -> frozenset[str]:

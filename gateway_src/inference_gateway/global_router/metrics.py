@@ -3,8 +3,8 @@
 Prometheus names (stable; dashboards and alarms read them):
 
     igw_global_routing_decisions_total{cluster,profile,attempt}   first | retry
-    igw_global_failover_events_total{cluster,reason}   status_stale | status_invalid |
-                                                        connect_failed
+    igw_global_failover_events_total{cluster,reason}   status_stale | status_timeout |
+                                                        status_invalid | connect_failed
     igw_global_rate_limit_hits_total{scope}             global | local
     igw_global_requests_total{cluster,region,cross_region,code}
     igw_global_request_ttft_seconds{cluster,cross_region}         histogram
@@ -16,9 +16,12 @@ Prometheus names (stable; dashboards and alarms read them):
     igw_global_cluster_cost_per_million_tokens{cluster}
     igw_store_up{component}, igw_store_fallback_total{component}   (store/client.py)
 
-The EMF side writes `telemetry_emf.fleet_record` every interval with the deltas of the
+The EMF side writes, every interval, `telemetry_emf.fleet_record` with the deltas of the
 three counters the CDK fleet alarms read (`FLEET_METRICS`: RoutingDecisions,
-FailoverEvents, RateLimitHits in namespace InferenceGateway/Global).
+FailoverEvents, RateLimitHits in namespace InferenceGateway/Global, dimension
+Environment), then one record per cluster in the same namespace with dimensions
+Environment and Cluster (`CLUSTER_HEALTH_METRICS`): ClusterHealthy (1/0), RampFraction,
+ClusterSaturation (as they stand) and ClusterFailoverEvents (the interval's drains).
 """
 
 from __future__ import annotations
@@ -33,9 +36,18 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from ..background import cancel_and_wait
 from ..telemetry import LATENCY_BUCKETS
-from ..telemetry_emf import fleet_record
+from ..telemetry_emf import FLEET_DIMENSION, FLEET_NAMESPACE, emf_record, fleet_record
 
-__all__ = ["FleetEmfEmitter", "GlobalMetrics"]
+__all__ = ["CLUSTER_HEALTH_METRICS", "FleetEmfEmitter", "GlobalMetrics"]
+
+#: Per-cluster EMF records (namespace InferenceGateway/Global, dimensions Environment and
+#: Cluster): Prometheus series → (EMF metric name, unit).
+CLUSTER_HEALTH_METRICS = {
+    "igw_global_cluster_healthy": ("ClusterHealthy", "None"),
+    "igw_global_cluster_ramp_fraction": ("RampFraction", "None"),
+    "igw_global_cluster_saturation": ("ClusterSaturation", "None"),
+    "igw_global_failover_events_total": ("ClusterFailoverEvents", "Count"),
+}
 
 
 class GlobalMetrics:
@@ -124,9 +136,22 @@ class GlobalMetrics:
                     totals[key] += sample.value
         return totals
 
+    def cluster_values(self) -> dict[str, dict[str, float]]:
+        """Cluster → EMF metric name → current value (failover counts summed over reasons)."""
+        out: dict[str, dict[str, float]] = {}
+        for family in self.registry.collect():
+            for sample in family.samples:
+                named = CLUSTER_HEALTH_METRICS.get(sample.name)
+                cluster = sample.labels.get("cluster")
+                if named is None or cluster is None:
+                    continue
+                values = out.setdefault(cluster, {})
+                values[named[0]] = values.get(named[0], 0.0) + sample.value
+        return out
+
 
 class FleetEmfEmitter:
-    """One `InferenceGateway/Global` record per interval: the counters' deltas."""
+    """Per interval: the fleet record (the counters' deltas) and one record per cluster."""
 
     def __init__(
         self,
@@ -143,17 +168,45 @@ class FleetEmfEmitter:
         self.interval_s = interval_s
         self.stream = stream
         self._last = metrics.fleet_counts()
+        self._last_failovers = self._failovers(metrics.cluster_values())
         self._task: asyncio.Task[None] | None = None
 
-    def emit(self) -> dict[str, object]:
+    @staticmethod
+    def _failovers(values: dict[str, dict[str, float]]) -> dict[str, float]:
+        return {c: v.get("ClusterFailoverEvents", 0.0) for c, v in values.items()}
+
+    def records(self) -> list[dict[str, object]]:
+        """The fleet record, then one per cluster, for the interval since the last call."""
+        stamp = int(time.time() * 1000)
         now = self.metrics.fleet_counts()
         deltas = {k: now[k] - self._last.get(k, 0.0) for k in now}
         self._last = now
-        record = fleet_record(self.environment, deltas, int(time.time() * 1000))
+        out: list[dict[str, object]] = [fleet_record(self.environment, deltas, stamp)]
+        clusters = self.metrics.cluster_values()
+        totals = self._failovers(clusters)
+        units = dict(CLUSTER_HEALTH_METRICS.values())
+        for cluster, values in sorted(clusters.items()):
+            failovers = values.get("ClusterFailoverEvents", 0.0)
+            values["ClusterFailoverEvents"] = failovers - self._last_failovers.get(cluster, 0.0)
+            out.append(
+                emf_record(
+                    namespace=FLEET_NAMESPACE,
+                    dimensions={FLEET_DIMENSION: self.environment, "Cluster": cluster},
+                    metrics={n: (v, units[n]) for n, v in sorted(values.items())},
+                    timestamp_ms=stamp,
+                )
+            )
+        self._last_failovers = totals
+        return out
+
+    def emit(self) -> dict[str, object]:
+        """Write the interval's records (one JSON line each); the fleet record back."""
+        records = self.records()
         stream = self.stream or sys.stdout
-        stream.write(json.dumps(record, separators=(",", ":")) + "\n")
+        for record in records:
+            stream.write(json.dumps(record, separators=(",", ":")) + "\n")
         stream.flush()
-        return record
+        return records[0]
 
     async def _run(self) -> None:
         while True:

@@ -9,17 +9,19 @@ way without being drained. Once a byte has reached the client nothing
 is retried; a stream that breaks later ends with an SSE error event. Token buckets are
 settled from the answer's `usage` (the JSON body, or the last SSE chunk that has one).
 
-Client-supplied values are checked before use: `x-igw-client-region` counts only when it
-names a configured region, `x-igw-routing-profile` only when it names a profile.
+With an `auth` section the router checks the credential first (401 / 404 as `igw serve`
+does, with the same code) and keys the rate limits by the authenticated client id; the
+credential is forwarded, so every cluster gateway checks it again. Client-supplied values
+are checked before use: `x-igw-client-region` counts only when it names a configured
+region, `x-igw-routing-profile` only when it names a profile, `x-igw-latency-budget-ms`
+only as whole milliseconds up to 600,000.
 """
 
 from __future__ import annotations
 
-import logging
 import random
 import time
 from collections.abc import Mapping
-from typing import Any
 
 import aiohttp
 import orjson
@@ -27,41 +29,32 @@ from aiohttp import web
 from prometheus_client import generate_latest
 
 from ..store.client import StoreHealth, connect
-from ..store.ratelimit import DEFAULT_MAX_TOKENS, GlobalRateLimiter, Ticket
+from ..store.ratelimit import GlobalRateLimiter, Ticket
 from .choice import Choice, RequestTraits, rank_clusters
 from .clusters import ClusterRegistry, ClusterState
-from .config import GlobalRouterSpec
+from .config import GlobalRouterSpec, ProfileName
 from .metrics import FleetEmfEmitter, GlobalMetrics
+from .requests import (
+    api_key_of,
+    budget_s,
+    build_authenticator,
+    error_response,
+    sse_usage,
+    token_estimate,
+    usage_of,
+)
 
 __all__ = ["GlobalRouter", "build_global_router"]
-
-log = logging.getLogger(__name__)
 
 REGION_HEADER = "x-igw-client-region"
 PROFILE_HEADER = "x-igw-routing-profile"
 OBJECTIVE_HEADER = "x-gateway-inference-objective"
 CLUSTER_HEADER = "x-igw-cluster"
+BUDGET_HEADER = "x-igw-latency-budget-ms"
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 _FORWARDED = ("authorization", OBJECTIVE_HEADER, "x-gateway-inference-fairness-id", "x-request-id")
+_PROFILES: dict[str, ProfileName] = {"latency": "latency", "cost": "cost"}
 _PASSED_BACK = ("x-request-id", "retry-after")  # a cluster's 429 keeps its Retry-After
-
-
-def error_response(
-    status: int, message: str, kind: str, code: str, headers: Mapping[str, str] | None = None
-) -> web.Response:
-    body = {"error": {"message": message, "type": kind, "code": code}}
-    return web.Response(
-        status=status,
-        body=orjson.dumps(body),
-        content_type="application/json",
-        headers=dict(headers or {}),
-    )
-
-
-def api_key_of(headers: Mapping[str, str]) -> str:
-    """The client's id for rate limits: the bearer key (until authentication lands)."""
-    auth = headers.get("authorization", "")
-    return auth[7:].strip() if auth[:7].lower() == "bearer " else ""
 
 
 class _BrokeBeforeFirstByte(Exception):
@@ -85,6 +78,7 @@ class GlobalRouter:
                 "global-router", retry_s=spec.store.retry_ms / 1000, registry=self.metrics.registry
             )
             self.limiter = GlobalRateLimiter(spec.rate_limits, connect(spec.store), health)
+        self.auth = build_authenticator(spec.auth)
         self._rng = random.Random(seed)
         self._session: aiohttp.ClientSession | None = None
 
@@ -152,12 +146,10 @@ class GlobalRouter:
         region = headers.get(REGION_HEADER)
         if region not in self.spec.regions:
             region = self.spec.home_region
-        profile = headers.get(PROFILE_HEADER)
-        if profile not in ("latency", "cost"):
-            profile = self.spec.profile
+        profile = _PROFILES.get(headers.get(PROFILE_HEADER, ""), self.spec.profile)
         objective = headers.get(OBJECTIVE_HEADER)
         sheddable = objective is not None and objective in self.spec.sheddable_objectives
-        return RequestTraits(region, profile, sheddable)
+        return RequestTraits(region, profile, sheddable, budget_s(headers.get(BUDGET_HEADER)))
 
     def _ranked(self, traits: RequestTraits) -> Choice:
         return rank_clusters(
@@ -187,12 +179,29 @@ class GlobalRouter:
                 "invalid_request_error",
                 "missing_model",
             )
+        client = api_key_of(request.headers)
+        if self.auth is not None:
+            identity = self.auth.identify(request.headers.get("authorization"))
+            if identity is None:
+                return error_response(
+                    401,
+                    "Incorrect API key provided, or no valid bearer token.",
+                    "invalid_request_error",
+                    "invalid_api_key",
+                    {"WWW-Authenticate": 'Bearer realm="igw"'},
+                )
+            if not identity.may_use(body["model"]):  # 404, as OpenAI answers: no existence leak
+                return error_response(
+                    404,
+                    f"The model `{body['model']}` does not exist.",
+                    "invalid_request_error",
+                    "model_not_found",
+                )
+            client = identity.client
         extra: dict[str, str] = {}
         ticket = Ticket()
         if self.limiter is not None:
-            admission = await self.limiter.check(
-                api_key_of(request.headers), body["model"], _token_estimate(body)
-            )
+            admission = await self.limiter.check(client, body["model"], token_estimate(body))
             extra = admission.headers
             if not admission.allowed:
                 self.metrics.rate_limit_hits.labels(admission.scope).inc()
@@ -297,7 +306,7 @@ class GlobalRouter:
             whole = web.Response(status=upstream.status, body=body, headers=headers)
             await whole.prepare(request)  # sent before the bookkeeping (settling usage)
             await whole.write_eof()
-            return whole, _usage(body) if upstream.status == 200 else None
+            return whole, usage_of(body) if upstream.status == 200 else None
         response = web.StreamResponse(status=upstream.status, headers=headers)
         first = True
         last_data = b""
@@ -327,48 +336,12 @@ class GlobalRouter:
             self._answered(state, cross, upstream.status, time.perf_counter() - started)
             await response.prepare(request)
         await response.write_eof()
-        return response, _sse_usage(last_data)
+        return response, sse_usage(last_data)
 
     def _answered(self, state: ClusterState, cross: str, status: int, ttft: float) -> None:
         self.metrics.requests.labels(state.name, state.spec.region, cross, str(status)).inc()
         self.metrics.ttft.labels(state.name, cross).observe(ttft)
         self.registry.observe_ttft(state.name, ttft)
-
-
-def _token_estimate(body: dict[str, Any]) -> int:
-    """Prompt estimate (4 characters a token) plus `max_tokens`: charged up front."""
-    prompt = body.get("prompt")
-    messages = body.get("messages")
-    size = len(prompt) if isinstance(prompt, str) else 0
-    if isinstance(messages, list):
-        for m in messages:
-            content = m.get("content") if isinstance(m, dict) else None
-            size += len(content) if isinstance(content, str) else 0
-    max_tokens = body.get("max_tokens") or body.get("max_completion_tokens")
-    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 0:
-        max_tokens = DEFAULT_MAX_TOKENS
-    return size // 4 + 1 + max_tokens
-
-
-def _usage_total(document: Any) -> int | None:
-    usage = document.get("usage") if isinstance(document, dict) else None
-    total = usage.get("total_tokens") if isinstance(usage, dict) else None
-    return total if isinstance(total, int) and not isinstance(total, bool) and total >= 0 else None
-
-
-def _usage(body: bytes) -> int | None:
-    try:
-        return _usage_total(orjson.loads(body))
-    except orjson.JSONDecodeError:
-        return None
-
-
-def _sse_usage(chunk: bytes) -> int | None:
-    """`usage` from the last SSE event that carried one (stream_options.include_usage)."""
-    for line in reversed(chunk.split(b"\n")):
-        if line.startswith(b"data: ") and b'"usage"' in line:
-            return _usage(line[6:])
-    return None
 
 
 def build_global_router(

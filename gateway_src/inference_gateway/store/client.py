@@ -50,7 +50,7 @@ class StoreSpec(BaseModel):
     )
     ca_file: str | None = Field(default=None, description="CA bundle for rediss:// (TLS).")
     timeout_ms: int = Field(default=250, gt=0, le=10_000)
-    max_connections: int = Field(default=32, ge=1, le=10_000, description="Per replica.")
+    max_connections: int = Field(default=64, ge=1, le=10_000, description="Per replica.")
     retry_ms: int = Field(default=1000, gt=0, le=60_000, description="Probe period when down.")
 
     @field_validator("url")
@@ -81,7 +81,7 @@ def connect(spec: StoreSpec) -> Redis:
     }
     if spec.url.startswith("rediss://") and spec.ca_file:
         options["ssl_ca_certs"] = spec.ca_file
-    pool = BlockingConnectionPool.from_url(spec.url, **options)  # type: ignore[arg-type]
+    pool = BlockingConnectionPool.from_url(spec.url, **options)
     return Redis(connection_pool=pool)
 
 

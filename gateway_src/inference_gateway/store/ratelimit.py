@@ -18,7 +18,7 @@ buckets of `traffic.ratelimit` with each limit (scaled to a minute) divided by
 `fallbackReplicas`, so the fleet as a whole stays near the limit; the answer carries
 `x-ratelimit-scope: local`.
 
-Keys hash the client's API key and model name (a client sends them; they never appear in
+Keys hash the client id and model name (a client sends them; they never appear in
 a key as such, and their length is bounded); all keys share one hash tag, so the script
 runs on one shard in cluster mode.
 """
@@ -176,11 +176,13 @@ class GlobalRateLimiter:
         )
         self._window_ms = int(spec.window_s * 1000)
 
-    def buckets(self, api_key: str, model: str, tokens: int) -> list[_Bucket]:
-        """Every bucket a request of `api_key` for `model` is charged to."""
+    def buckets(self, client: str, model: str, tokens: int) -> list[_Bucket]:
+        """Every bucket a request of `client` (the authenticated client id, or the bearer
+        key where nothing authenticates) for `model` is charged to."""
         out = []
         for i, rule in enumerate(self.spec.rules):
-            if rule.api_key is not None and rule.api_key != api_key:
+            wanted = rule.client if rule.client is not None else rule.api_key
+            if wanted is not None and wanted != client:
                 continue
             if rule.model is not None and rule.model != model:
                 continue
@@ -192,18 +194,18 @@ class GlobalRateLimiter:
                 if limit:
                     out.append(
                         _Bucket(
-                            self._key(i, kind, api_key, scope_model), kind, limit, min(cost, limit)
+                            self._key(i, kind, client, scope_model), kind, limit, min(cost, limit)
                         )
                     )
         return out
 
-    def _key(self, rule: int, kind: str, api_key: str, model: str) -> str:
-        digest = hashlib.sha256(f"{rule}\0{kind}\0{api_key}\0{model}".encode()).hexdigest()[:32]
+    def _key(self, rule: int, kind: str, client: str, model: str) -> str:
+        digest = hashlib.sha256(f"{rule}\0{kind}\0{client}\0{model}".encode()).hexdigest()[:32]
         return f"{{{self.spec.key_prefix}:rl}}:{digest}"
 
-    async def check(self, api_key: str, model: str, tokens: int) -> Admission:
+    async def check(self, client: str, model: str, tokens: int) -> Admission:
         """Charge one request and `tokens` to every matching bucket, or to none."""
-        buckets = self.buckets(api_key, model, tokens)
+        buckets = self.buckets(client, model, tokens)
         if not buckets:
             return Admission(True)
         args: list[int] = [self._window_ms, self.spec.slots]
@@ -214,7 +216,7 @@ class GlobalRateLimiter:
                 lambda: self._check(keys=[b.key for b in buckets], args=args)
             )
         except StoreUnavailable:
-            return self._local(api_key, model, tokens)
+            return self._local(client, model, tokens)
         wait_ms, slot, *used = (int(v) for v in result)
         headers = _headers(buckets, used, wait_ms)
         if wait_ms > 0:
@@ -236,8 +238,8 @@ class GlobalRateLimiter:
         except StoreUnavailable:
             return  # the local buckets were charged the estimate; nothing to correct
 
-    def _local(self, api_key: str, model: str, tokens: int) -> Admission:
-        decision = self.local.check(api_key, model, tokens, time.monotonic())
+    def _local(self, client: str, model: str, tokens: int) -> Admission:
+        decision = self.local.check(client, model, tokens, time.monotonic())
         headers = {**decision.headers, "x-ratelimit-scope": "local"}
         return Admission(decision.allowed, headers, decision.retry_after_s, scope="local")
 

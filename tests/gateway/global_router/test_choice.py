@@ -4,12 +4,14 @@ ranking called directly."""
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 
 from inference_gateway.global_router import parse_router_config
 from inference_gateway.global_router.choice import RequestTraits, rank_clusters
 from inference_gateway.global_router.clusters import ClusterState, ClusterStatus
+from inference_gateway.global_router.requests import budget_s
 
 SPEC = parse_router_config(
     {
@@ -96,3 +98,49 @@ def test_passively_seen_errors_lower_a_cluster() -> None:
     near.status = ClusterStatus.model_validate({"readyPods": 4, "saturation": 0.9})
     assert near.error_rate == 1.0
     assert names("latency", near, state("far")) == ["far", "near"]
+
+
+def test_a_request_budget_overrides_the_configured_one() -> None:
+    near, far = state("near"), state("far")
+    far.ttft_ewma_s = 1.5  # within the configured 2 s, over a 1 s budget
+    choice = rank_clusters(SPEC, [near, far], RequestTraits("r1", "cost", False, 1.0), 100.0)
+    assert [s.name for s in choice.ranked] == ["near", "far"]
+    assert names("cost", near, far) == ["far", "near"]
+
+
+@pytest.mark.parametrize(
+    ("value", "budget"),
+    [("250", 0.25), ("600000", 600.0), ("0", None), ("-5", None), ("1e3", None),
+     ("9999999", None), ("", None), (None, None), ("٣", None)],
+)  # fmt: skip
+def test_budget_header_is_checked(value: str | None, budget: float | None) -> None:
+    assert budget_s(value) == budget
+
+
+@pytest.mark.parametrize("fraction", [0.25, 0.5, 0.75])
+def test_returning_clusters_together_get_the_ramp_fraction(fraction: float) -> None:
+    """Two home-region clusters back at once share f, not 1 - (1 - f)²."""
+    spec = parse_router_config(
+        {
+            "clusters": [
+                {"name": n, "region": r, "endpoint": f"http://127.0.0.1:{i + 1}"}
+                for i, (n, r) in enumerate([("a", "r1"), ("b", "r1"), ("c", "r2")])
+            ],
+            "rampS": 10,
+        }
+    )
+    started = 100.0 - fraction * 10
+    fields = {"readyPods": 4, "saturation": 0.2}
+    states = [
+        ClusterState(c, ClusterStatus.model_validate(fields), 100.0, True, started)
+        for c in spec.clusters[:2]
+    ] + [ClusterState(spec.clusters[2], ClusterStatus.model_validate(fields), 100.0, True)]
+    rng = random.Random(7)
+    firsts = [
+        rank_clusters(spec, states, RequestTraits("r1", "latency"), 100.0, rng.random)
+        .ranked[0]
+        .name
+        for _ in range(4000)
+    ]
+    share = sum(f in ("a", "b") for f in firsts) / len(firsts)
+    assert share == pytest.approx(fraction, abs=0.03)

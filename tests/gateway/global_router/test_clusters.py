@@ -7,6 +7,8 @@ from __future__ import annotations
 import io
 import json
 
+import pytest
+
 from inference_gateway.global_router import parse_router_config
 from inference_gateway.global_router.clusters import ClusterRegistry, ClusterStatus
 from inference_gateway.global_router.metrics import FleetEmfEmitter, GlobalMetrics
@@ -53,5 +55,31 @@ def test_fleet_emf_record_counts_the_interval() -> None:
     assert record["FailoverEvents"] == 1 and record["RoutingDecisions"] == 3
     assert record["RateLimitHits"] == 0 and record["Environment"] == "prod"
     assert record["_aws"]["CloudWatchMetrics"][0]["Namespace"] == "InferenceGateway/Global"
-    assert json.loads(stream.getvalue())["FailoverEvents"] == 1
+    assert json.loads(stream.getvalue().splitlines()[0])["FailoverEvents"] == 1
     assert emitter.emit()["FailoverEvents"] == 0  # deltas, not totals
+
+
+def test_per_cluster_emf_records_carry_health_ramp_and_drains() -> None:
+    now = [0.0]
+    metrics = GlobalMetrics()
+    registry = ClusterRegistry(SPEC, metrics, clock=lambda: now[0])
+    stream = io.StringIO()
+    emitter = FleetEmfEmitter(metrics, environment="prod", interval_s=60, stream=stream)
+    registry.heartbeat("a", OK)
+    registry.drain("a", "connect_failed")
+    now[0] = 1.0
+    registry.heartbeat("a", OK)
+    now[0] = 3.0  # 2 s into a 10 s ramp, within staleAfterMs
+    registry.check_staleness()
+    fleet, cluster = emitter.records()
+    assert fleet["FailoverEvents"] == 1
+    assert cluster["Cluster"] == "a" and cluster["Environment"] == "prod"
+    assert cluster["ClusterHealthy"] == 1 and cluster["RampFraction"] == pytest.approx(0.2)
+    assert cluster["ClusterFailoverEvents"] == 1 and cluster["ClusterSaturation"] == 0.2
+    meta = cluster["_aws"]["CloudWatchMetrics"][0]  # type: ignore[index]
+    assert meta["Dimensions"] == [["Environment", "Cluster"]]
+    assert {m["Name"]: m["Unit"] for m in meta["Metrics"]}["ClusterFailoverEvents"] == "Count"
+    _, again = emitter.records()
+    assert again["ClusterFailoverEvents"] == 0  # the interval's drains, not the total
+    emitter.emit()
+    assert len(stream.getvalue().splitlines()) == 2  # one fleet line, one per cluster

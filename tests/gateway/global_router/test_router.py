@@ -1,16 +1,23 @@
 """The global router in front of fake cluster gateways on loopback: failover before
 streaming, garbage heartbeats, ramp-back, global rate limits over a real `redis-server`
-(two router replicas), the store's local fallback, cost-aware shaping and bad requests."""
+(two router replicas), the store's local fallback, cost-aware shaping, authentication
+and bad requests."""
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import aiohttp
+import orjson
 import pytest
+import yaml
 
+from inference_gateway.errors import ConfigError
+from inference_gateway.global_router import build_global_router, parse_router_config
 from inference_gateway.store.local_server import LocalRedis
 
 from .conftest import FakeCluster, running_router
@@ -116,7 +123,7 @@ async def test_two_replicas_share_one_limit(
     fake_clusters: list[FakeCluster], redis_server: LocalRedis
 ) -> None:
     limits = {"rules": [{"requestsPerMinute": 30}], "windowS": 60}
-    store = {"url": redis_server.url}
+    store = {"url": redis_server.url, "timeoutMs": 2000}  # no fallback on a loaded machine
     cfg = config(fake_clusters, store=store, rateLimits=limits)
     async with (
         running_router(cfg) as (url1, _),
@@ -162,7 +169,7 @@ async def test_streamed_usage_settles_the_token_bucket(
 ) -> None:
     cfg = config(
         fake_clusters,
-        store={"url": redis_server.url},
+        store={"url": redis_server.url, "timeoutMs": 2000},
         rateLimits={"rules": [{"tokensPerMinute": 1000}]},
     )
     async with running_router(cfg) as (url, _), aiohttp.ClientSession() as s:
@@ -265,3 +272,69 @@ async def test_every_cluster_full_passes_the_last_429_through(
         assert status == 429 and headers["Retry-After"] == "7"
         assert sum(sum(c.hits.values()) for c in fake_clusters) == 3  # maxAttempts
         assert all(router.registry.states[c.name].routable for c in fake_clusters)
+
+
+def key_file(tmp_path: Path) -> str:
+    """Two keys of one client (a rotation in progress) and a key limited to model `m2`."""
+    entries = [
+        {"client": "team-a", "sha256": hashlib.sha256(b"key-old").hexdigest()},
+        {"client": "team-a", "sha256": hashlib.sha256(b"key-new").hexdigest()},
+        {"client": "batch", "sha256": hashlib.sha256(b"key-b").hexdigest(), "models": ["m2"]},
+    ]
+    path = tmp_path / "keys.yaml"
+    path.write_text(yaml.safe_dump({"keys": entries}))
+    return str(path)
+
+
+async def test_authenticated_client_ids_key_the_limits(
+    fake_clusters: list[FakeCluster], redis_server: LocalRedis, tmp_path: Path
+) -> None:
+    cfg = config(
+        fake_clusters,
+        auth={"apiKeysFile": key_file(tmp_path)},
+        store={"url": redis_server.url, "timeoutMs": 2000},
+        rateLimits={"rules": [{"client": "team-a", "requestsPerMinute": 3}]},
+    )
+    async with running_router(cfg) as (url, _), aiohttp.ClientSession() as s:
+        status, headers, body = await post(s, url, authorization="Bearer wrong")
+        assert status == 401 and body["error"]["code"] == "invalid_api_key"
+        assert headers["WWW-Authenticate"].startswith("Bearer")
+        status, _, body = await post(s, url, authorization="Bearer key-b")
+        assert status == 404 and body["error"]["code"] == "model_not_found"
+        # both keys of team-a spend one budget of 3
+        answers = [
+            await post(s, url, authorization=f"Bearer {k}")
+            for k in ("key-old", "key-new", "key-old", "key-new")
+        ]
+        assert [a[0] for a in answers] == [200, 200, 200, 429]
+    assert sum(sum(c.hits.values()) for c in fake_clusters) == 3  # refusals reached none
+
+
+def test_a_bad_key_file_is_a_config_error(tmp_path: Path) -> None:
+    (tmp_path / "keys.yaml").write_text("keys: [{client: a, sha256: nothex}]\n")
+    spec = parse_router_config(
+        {
+            "clusters": [{"name": "a", "region": "r1", "endpoint": "http://127.0.0.1:1"}],
+            "auth": {"apiKeysFile": str(tmp_path / "keys.yaml")},
+        }
+    )
+    with pytest.raises(ConfigError):
+        build_global_router(spec)
+
+
+async def test_emf_records_are_written_while_the_router_runs(
+    fake_clusters: list[FakeCluster], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from aiohttp import web
+
+    spec = parse_router_config(config(fake_clusters))
+    app, _ = build_global_router(spec, emf_interval_s=0.1, environment="prod")
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await asyncio.sleep(0.35)
+    await runner.cleanup()  # writes the last, partial interval too
+    lines = [orjson.loads(x) for x in capsys.readouterr().out.splitlines()]
+    fleet = [x for x in lines if "RoutingDecisions" in x]
+    clusters = {x["Cluster"] for x in lines if "ClusterHealthy" in x}
+    assert len(fleet) >= 3 and {x["Environment"] for x in fleet} == {"prod"}
+    assert clusters == {"a", "b", "c"}
