@@ -7,7 +7,7 @@ import gc
 import sys
 from typing import Any
 
-from .extproc_cli import add_emf_arguments, add_store_argument
+from .extproc_cli import add_cluster_arguments, add_store_argument
 
 __all__ = ["register"]
 
@@ -42,7 +42,7 @@ def register(subparsers: Any) -> None:
         default="gateway",
         help="round-robin runs the same proxy as a plain Service would route",
     )
-    add_emf_arguments(parser)
+    add_cluster_arguments(parser)
     auth = parser.add_argument_group(
         "authentication", "checked before any pod is touched (docs/operations.md)"
     )
@@ -66,13 +66,6 @@ def register(subparsers: Any) -> None:
     )
     auth.add_argument(
         "--jwt-client-claim", default="sub", help="the claim naming the client (default sub)"
-    )
-    parser.add_argument(
-        "--hourly-cost",
-        type=float,
-        default=0.0,
-        metavar="USD",
-        help="the cluster's hourly price, for the cost per million tokens in GET /status",
     )
     add_store_argument(parser)
     parser.set_defaults(handler=run)

@@ -146,7 +146,9 @@ def build_gateway(
     )
     app = gateway.app()
     app.middlewares.append(auth_middleware(auth))
-    add_status_route(app, gateway, store, cluster=emf_cluster, hourly_cost_usd=hourly_cost_usd)
+    add_status_route(
+        app, gateway.director, store, cluster=emf_cluster, hourly_cost_usd=hourly_cost_usd
+    )
     watched = [p for p in (config_path, Path(rewrites) if rewrites else None) if p]
     tasks: list[asyncio.Task[None]] = []
     emitters: list[EmfEmitter] = []

@@ -31,7 +31,7 @@ from ..endpoints.store import EndpointStore
 from ..telemetry import GatewayMetrics
 from ..telemetry_emf import Snapshot, snapshot
 from ..traffic.flow_control import BANDS
-from .proxy import Gateway
+from .director import Director
 
 __all__ = ["STATUS_PATH", "StatusTracker", "add_status_route"]
 
@@ -47,7 +47,7 @@ _POOL_GAUGES = (
 class StatusTracker:
     def __init__(
         self,
-        gateway: Gateway,
+        director: Director,
         store: EndpointStore,
         *,
         cluster: str,
@@ -55,7 +55,7 @@ class StatusTracker:
         window_s: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.gateway = gateway
+        self.director = director
         self.store = store
         self.cluster = cluster
         self.hourly_cost_usd = hourly_cost_usd
@@ -64,9 +64,9 @@ class StatusTracker:
         self._samples: deque[tuple[float, Snapshot, float]] = deque()
 
     def status(self) -> dict[str, Any]:
-        metrics: GatewayMetrics = self.gateway.metrics
+        metrics: GatewayMetrics = self.director.metrics
         pools = self.store.pools()
-        self.gateway.director.refresh_gauges(pools)
+        self.director.refresh_gauges(pools)
         now = self.clock()
         snap = snapshot(metrics.registry)
         tokens, gauges = _read(metrics)
@@ -137,13 +137,14 @@ def _read(metrics: GatewayMetrics) -> tuple[float, dict[tuple[str, ...], float]]
 
 def add_status_route(
     app: web.Application,
-    gateway: Gateway,
+    director: Director,
     store: EndpointStore,
     *,
     cluster: str,
     hourly_cost_usd: float = 0.0,
 ) -> StatusTracker:
-    """Serve `GET /status` on the gateway's app."""
-    tracker = StatusTracker(gateway, store, cluster=cluster, hourly_cost_usd=hourly_cost_usd)
+    """Serve `GET /status` on an app: `igw serve`'s own, or the picker's metrics server
+    (in the cluster the picker is what routes, so it is what the global router reads)."""
+    tracker = StatusTracker(director, store, cluster=cluster, hourly_cost_usd=hourly_cost_usd)
     app.router.add_get(STATUS_PATH, tracker.handle)
     return tracker
