@@ -9,6 +9,7 @@ import aiohttp
 from aiohttp import web
 
 from ..config import GatewayConfigSpec, load_config
+from ..config_watch import guard_reload
 from ..endpoints.discovery import load_endpoints_file
 from ..endpoints.store import EndpointStore
 from ..scheduling import Scheduler
@@ -99,6 +100,7 @@ def build_gateway(
         timeout_s=spec.scrape.timeout_ms / 1000,
         staleness_s=spec.scrape.staleness_ms / 1000,
     )
+    metrics.watch_scrapes(store)
     scheduler = (
         RoundRobinScheduler()
         if policy == "round-robin"
@@ -129,7 +131,8 @@ def build_gateway(
         store.start()
         gateway.reload(load_state())  # rewrites need the pods' model names
         if watched:
-            watcher = FileWatcher(watched, lambda: gateway.reload(load_state()))
+            reload = guard_reload(lambda: gateway.reload(load_state()), metrics)
+            watcher = FileWatcher(watched, reload)
             app[WATCHER] = watcher
             tasks.append(asyncio.get_running_loop().create_task(watcher.run()))
         if emf_interval_s > 0:

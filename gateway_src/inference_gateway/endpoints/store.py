@@ -4,6 +4,13 @@ Scraping reaches pods through an injected `fetch(endpoint, path) -> str` corouti
 tests and other drivers can feed the same store without HTTP. A pod whose last good
 scrape is older than `staleness_s` is marked stale (never routed to) and returns by
 itself on its next good scrape.
+
+Scraping has a CPU budget, `max_cpu_fraction` of a core (default a quarter): the loop
+measures the process CPU each round takes (the lowest of the last rounds, so request
+traffic sharing the process is not mistaken for scrape cost) and, when the configured
+interval would spend more than the budget (many pods, large pages, a slow machine),
+stretches the interval to fit and logs a warning; it returns to the configured interval
+by itself when the cost falls. `current_interval_s` is the interval in force.
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 
 import orjson
@@ -25,6 +33,9 @@ log = logging.getLogger(__name__)
 
 Fetch = Callable[[Endpoint, str], Awaitable[str]]
 
+COST_WINDOW = 20  # rounds whose lowest CPU cost is taken as the scrape cost
+HYSTERESIS = 0.2  # relative change of the needed interval before it is applied
+
 
 class EndpointStore:
     def __init__(
@@ -38,7 +49,11 @@ class EndpointStore:
         engine: str = "vllm",
         models_every: int = 20,
         clock: Callable[[], float] = time.monotonic,
+        max_cpu_fraction: float | None = 0.25,
+        cpu_clock: Callable[[], float] = time.process_time,
     ) -> None:
+        """`max_cpu_fraction`: the share of a core scraping may use before the interval
+        stretches (None: never stretch)."""
         self.endpoints = endpoints
         self.fetch = fetch
         self.interval_s = interval_s
@@ -47,6 +62,11 @@ class EndpointStore:
         self.engine = engine
         self.models_every = models_every
         self.clock = clock
+        self.max_cpu_fraction = max_cpu_fraction
+        self.cpu_clock = cpu_clock
+        self.current_interval_s = interval_s
+        self.round_cpu_s = 0.0  # the CPU one round costs (lowest of the recent rounds)
+        self._round_costs: deque[float] = deque(maxlen=COST_WINDOW)
         self.scrapes = 0
         self._task: asyncio.Task[None] | None = None
 
@@ -88,9 +108,37 @@ class EndpointStore:
 
     async def run(self) -> None:
         while True:
-            started = self.clock()
+            started, cpu = self.clock(), self.cpu_clock()
             await self.scrape_once()
-            await asyncio.sleep(max(0.0, self.interval_s - (self.clock() - started)))
+            self.adapt(self.cpu_clock() - cpu)
+            await asyncio.sleep(max(0.0, self.current_interval_s - (self.clock() - started)))
+
+    def adapt(self, round_cpu_s: float) -> None:
+        """Fit the interval to the CPU budget after a round that took `round_cpu_s`."""
+        if self.max_cpu_fraction is None:
+            self.current_interval_s = self.interval_s
+            return
+        self._round_costs.append(round_cpu_s)
+        self.round_cpu_s = cost = min(self._round_costs)
+        needed = max(self.interval_s, cost / self.max_cpu_fraction)
+        current = self.current_interval_s
+        if needed == current or (
+            needed > self.interval_s and abs(needed - current) <= HYSTERESIS * current
+        ):
+            return
+        self.current_interval_s = needed
+        if needed > self.interval_s:
+            log.warning(
+                "scraping %d pods takes %.1f ms of CPU a round: interval %.0f ms instead of "
+                "the configured %.0f ms, to stay within %.0f%% of a core",
+                len(self.endpoints),
+                cost * 1000,
+                needed * 1000,
+                self.interval_s * 1000,
+                self.max_cpu_fraction * 100,
+            )
+        else:
+            log.info("scrape interval back to the configured %.0f ms", needed * 1000)
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self.run())
