@@ -72,7 +72,7 @@ def _lines(text: str, name: str) -> Iterator[str]:
     while pos > 0 or (pos == 0 and text.startswith(name)):
         end = text.find("\n", pos)
         line = text[pos:end] if end >= 0 else text[pos:]
-        if line[size : size + 1] in ("{", " "):
+        if line[size : size + 1] in ("{", " ", "\t", ""):
             yield line
         if end < 0:
             return

@@ -68,6 +68,7 @@ EXPORTS = {
         "Apply",
         "FileConfigSource",
         "KubernetesConfigSource",
+        "guard_reload",
         "known_models",
         "merge_objectives",
     ],
