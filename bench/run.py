@@ -40,8 +40,17 @@ sys.path.insert(0, str(HERE))
 from matrix import CHECKS, PEERS, QUANTILES, Case, build_matrix  # noqa: E402
 
 SCHEMA = "igw-bench/1"
-OVERHEAD_SCRIPTS = ["picker_throughput", "gateway_overhead", "emulator_streams", "simulator_speed"]
-OVERHEAD_TIMEOUT_S = {"simulator_speed": 400}  # one simulated hour plus a side-by-side slice
+OVERHEAD_SCRIPTS = [
+    "picker_throughput",
+    "gateway_overhead",
+    "emulator_streams",
+    "simulator_speed",
+    "scrape_cost",
+]
+OVERHEAD_TIMEOUT_S = {
+    "simulator_speed": 400,  # one simulated hour plus a side-by-side slice
+    "scrape_cost": 240,  # six idle pickers (4, 32, 128 pods; current and legacy)
+}
 DEFAULT_OVERHEAD_TIMEOUT_S = 120
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import socket
@@ -37,12 +38,30 @@ ITL = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 
        10.0, 20.0, 40.0, 80.0)  # fmt: skip
 REQUEST_LATENCY = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0,
                    50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)  # fmt: skip
-TOKENS_1_2_5 = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000,
-                100000)  # fmt: skip  (build_1_2_5_buckets(max_model_len=131072))
+TOKENS_1_2_5 = (
+    1,
+    2,
+    5,
+    10,
+    20,
+    50,
+    100,
+    200,
+    500,
+    1000,
+    2000,
+    5000,
+    10000,
+    20000,
+    50000,
+    100000,
+)  # fmt: skip  (build_1_2_5_buckets(max_model_len=131072))
 ITERATION_TOKENS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 PARAMS_N = (1, 2, 5, 10, 20)
-HTTP_HIGHR = (0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5,
-              4.0, 4.5, 5.0, 7.5, 10.0, 30.0, 60.0)  # fmt: skip  (prometheus-fastapi-instrumentator)
+HTTP_HIGHR = (  # prometheus-fastapi-instrumentator
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5,
+    4.0, 4.5, 5.0, 7.5, 10.0, 30.0, 60.0,
+)  # fmt: skip
 
 
 def _fmt(value: float) -> str:
@@ -369,16 +388,8 @@ class _PodFleet:
     def __exit__(self, *exc: object) -> None:
         self.proc.terminate()
         self.proc.wait(timeout=10)
-        with _suppress():
+        with contextlib.suppress(OSError):
             os.unlink(self.tmp.name)
-
-
-class _suppress:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> bool:
-        return True
 
 
 def main() -> int:
