@@ -30,6 +30,15 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument(
+        "--header-timeout",
+        type=float,
+        default=15.0,
+        metavar="SECONDS",
+        help="close a connection whose request head is not complete this long after it "
+        "opened or its last response ended (slow clients; also the idle keep-alive limit; "
+        "default %(default)s)",
+    )
+    parser.add_argument(
         "--policy",
         choices=["gateway", "round-robin"],
         default="gateway",
@@ -55,8 +64,12 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from aiohttp import web
 
+    from .http_settings import server_settings
     from .server import build_gateway
 
+    if args.header_timeout <= 0:
+        print("igw serve: --header-timeout must be positive", file=sys.stderr)
+        return 2
     if args.emf_interval < 0:
         print("igw serve: --emf-interval must be 0 (off) or positive", file=sys.stderr)
         return 2
@@ -79,7 +92,8 @@ def run(args: argparse.Namespace) -> int:
         f"igw serve: listening on http://{args.host}:{args.port} (policy {args.policy})", flush=True
     )
     # no access log (the request metrics count every request); it costs per request
-    web.run_app(app, host=args.host, port=args.port, print=None, access_log=None)
+    settings = server_settings(args.header_timeout)
+    web.run_app(app, host=args.host, port=args.port, print=None, access_log=None, **settings)
     return 0
 
 
