@@ -10,7 +10,8 @@ measures the process CPU each round takes (the lowest of the last rounds, so req
 traffic sharing the process is not mistaken for scrape cost) and, when the configured
 interval would spend more than the budget (many pods, large pages, a slow machine),
 stretches the interval to fit and logs a warning; it returns to the configured interval
-by itself when the cost falls. `current_interval_s` is the interval in force.
+by itself when the cost falls. `current_interval_s` is the interval in force. A page
+equal to the pod's previous one (an idle engine's) is not parsed again.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from collections.abc import Awaitable, Callable
 import orjson
 
 from ..background import cancel_and_wait
-from ..scheduling.types import Endpoint
+from ..scheduling.types import Endpoint, PodMetrics
 from .adapters import parse_metrics
 
 __all__ = ["EndpointStore", "Fetch"]
@@ -67,6 +68,7 @@ class EndpointStore:
         self.current_interval_s = interval_s
         self.round_cpu_s = 0.0  # the CPU one round costs (lowest of the recent rounds)
         self._round_costs: deque[float] = deque(maxlen=COST_WINDOW)
+        self._pages: dict[Endpoint, tuple[str, PodMetrics]] = {}  # last page, its parse
         self.scrapes = 0
         self._task: asyncio.Task[None] | None = None
 
@@ -93,7 +95,7 @@ class EndpointStore:
             async with asyncio.timeout(self.timeout_s):
                 started = self.clock()
                 text = await self.fetch(endpoint, "/metrics")
-                metrics = parse_metrics(text, self.engine)
+                metrics = self._parse(endpoint, text)
                 if with_models or not endpoint.models:
                     body = orjson.loads(await self.fetch(endpoint, "/v1/models"))
                     endpoint.models = frozenset(m["id"] for m in body.get("data", []))
@@ -105,6 +107,19 @@ class EndpointStore:
         endpoint.sent_requests = 0
         endpoint.sent_tokens = 0
         endpoint.scrape_seq += 1
+
+    def _parse(self, endpoint: Endpoint, text: str) -> PodMetrics:
+        """The page's metrics, parsed again only when it differs from the last one (a
+        length check first, then one memory compare)."""
+        last = self._pages.get(endpoint)
+        if last is not None and last[0] == text:
+            return last[1]
+        metrics = parse_metrics(text, self.engine)
+        if len(self._pages) > len(self.endpoints):  # pods were removed: forget theirs
+            current = set(self.endpoints)
+            self._pages = {e: page for e, page in self._pages.items() if e in current}
+        self._pages[endpoint] = (text, metrics)
+        return metrics
 
     async def run(self) -> None:
         while True:

@@ -101,3 +101,25 @@ def test_no_budget_means_a_fixed_interval() -> None:
     store = store_with(Cpu(), cost_s=0.0, max_cpu_fraction=None)
     store.adapt(1.0)
     assert store.current_interval_s == 0.05
+
+
+async def test_an_unchanged_page_is_not_parsed_again() -> None:
+    pages = {"/metrics": PAGE, "/v1/models": '{"data": [{"id": "m"}]}'}
+
+    async def fetch(endpoint: Endpoint, path: str) -> str:
+        return pages[path]
+
+    store = EndpointStore(pods(2), fetch)
+    await store.scrape_once()
+    first = store.endpoints[0].metrics
+    await store.scrape_once()
+    assert store.endpoints[0].metrics is first  # the same parse, reused
+    assert store.endpoints[0].scrape_seq == 2  # still a fresh scrape
+    pages["/metrics"] = PAGE.replace("running 1", "running 7")
+    await store.scrape_once()
+    assert store.endpoints[0].metrics is not first
+    assert store.endpoints[0].metrics.running == 7  # type: ignore[union-attr]
+    store.endpoints.pop()  # discovery removed a pod: its last page is dropped
+    pages["/metrics"] = PAGE
+    await store.scrape_once()
+    assert list(store._pages) == store.endpoints
