@@ -585,6 +585,8 @@ class Upstream:
                 hostname.encode(),
                 port,
             )
+        if not headers and body is None:  # a scrape's GET: the fixed part is all of it
+            return prefix + b"\r\n"
         lines = []
         for name, value in headers.items():
             if "\n" in value or "\r" in value or "\n" in name or "\r" in name:

@@ -91,11 +91,25 @@ def _value(line: str) -> float:
     return float(fields[0])  # accepts NaN and +Inf, as the text format does
 
 
+_LABEL_CACHE: dict[str, dict[str, str]] = {}  # label blocks repeat verbatim scrape after scrape
+_LABEL_CACHE_SIZE = 4096
+
+
 def _labels(line: str) -> dict[str, str]:
+    """The label set of a sample line (a shared dict: read it, never change it)."""
     start, close = line.find("{"), line.rfind("}")
     if start < 0 or close < start:
         return {}
     block = line[start + 1 : close]
+    labels = _LABEL_CACHE.get(block)
+    if labels is None:
+        if len(_LABEL_CACHE) >= _LABEL_CACHE_SIZE:
+            _LABEL_CACHE.clear()
+        labels = _LABEL_CACHE[block] = _parse_labels(block, line)
+    return labels
+
+
+def _parse_labels(block: str, line: str) -> dict[str, str]:
     labels: dict[str, str] = {}
     pos = 0
     while pos < len(block):
