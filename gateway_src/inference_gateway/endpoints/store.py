@@ -6,7 +6,7 @@ scrape is older than `staleness_s` is marked stale (never routed to) and returns
 itself on its next good scrape.
 
 Scraping has a CPU budget, `max_cpu_fraction` of a core (default a quarter): the loop
-measures the process CPU each round takes (the lowest of the last rounds, so request
+measures the process CPU of each scrape cycle (the lowest of the last cycles, so request
 traffic sharing the process is not mistaken for scrape cost) and, when the configured
 interval would spend more than the budget (many pods, large pages, a slow machine),
 stretches the interval to fit and logs a warning; it returns to the configured interval
@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 Fetch = Callable[[Endpoint, str], Awaitable[str]]
 
 COST_WINDOW = 20  # rounds whose lowest CPU cost is taken as the scrape cost
-HYSTERESIS = 0.2  # relative change of the needed interval before it is applied
+HYSTERESIS = 0.2  # relative saving before a stretched interval shrinks (and is re-logged)
 
 
 class EndpointStore:
@@ -66,7 +66,8 @@ class EndpointStore:
         self.max_cpu_fraction = max_cpu_fraction
         self.cpu_clock = cpu_clock
         self.current_interval_s = interval_s
-        self.round_cpu_s = 0.0  # the CPU one round costs (lowest of the recent rounds)
+        self._said_interval_s = interval_s  # the interval the last log line announced
+        self.round_cpu_s = 0.0  # the CPU one scrape cycle costs (lowest of the recent ones)
         self._round_costs: deque[float] = deque(maxlen=COST_WINDOW)
         self._pages: dict[Endpoint, tuple[str, PodMetrics]] = {}  # last page, its parse
         self.scrapes = 0
@@ -122,38 +123,51 @@ class EndpointStore:
         return metrics
 
     async def run(self) -> None:
+        cpu = self.cpu_clock()
         while True:
-            started, cpu = self.clock(), self.cpu_clock()
+            started = self.clock()
             await self.scrape_once()
-            self.adapt(self.cpu_clock() - cpu)
             await asyncio.sleep(max(0.0, self.current_interval_s - (self.clock() - started)))
+            now = self.cpu_clock()
+            self.adapt(now - cpu)  # the whole cycle: the round and whatever it left to do
+            cpu = now
 
-    def adapt(self, round_cpu_s: float) -> None:
-        """Fit the interval to the CPU budget after a round that took `round_cpu_s`."""
+    def adapt(self, cycle_cpu_s: float) -> None:
+        """Fit the interval to the CPU budget after a scrape cycle that took `cycle_cpu_s`.
+
+        Over budget, the interval grows at once; under it, it shrinks only when the
+        saving is worth it (HYSTERESIS) or back to the configured interval, so it does
+        not flap. Logged when it leaves or regains the configured interval, and when a
+        stretched interval moves by more than HYSTERESIS since last said."""
         if self.max_cpu_fraction is None:
             self.current_interval_s = self.interval_s
             return
-        self._round_costs.append(round_cpu_s)
+        self._round_costs.append(cycle_cpu_s)
         self.round_cpu_s = cost = min(self._round_costs)
         needed = max(self.interval_s, cost / self.max_cpu_fraction)
         current = self.current_interval_s
-        if needed == current or (
-            needed > self.interval_s and abs(needed - current) <= HYSTERESIS * current
-        ):
-            return
-        self.current_interval_s = needed
-        if needed > self.interval_s:
+        if needed > current or needed == self.interval_s or needed < current * (1 - HYSTERESIS):
+            self.current_interval_s = needed
+        if self.current_interval_s != current:
+            self._say(current)
+
+    def _say(self, was: float) -> None:
+        now, said = self.current_interval_s, self._said_interval_s
+        if now == self.interval_s:
+            if was != self.interval_s:
+                log.info("scrape interval back to the configured %.0f ms", now * 1000)
+            self._said_interval_s = now
+        elif said == self.interval_s or abs(now - said) > HYSTERESIS * said:
+            self._said_interval_s = now
             log.warning(
-                "scraping %d pods takes %.1f ms of CPU a round: interval %.0f ms instead of "
+                "scraping %d pods takes %.1f ms of CPU a cycle: interval %.0f ms instead of "
                 "the configured %.0f ms, to stay within %.0f%% of a core",
                 len(self.endpoints),
-                cost * 1000,
-                needed * 1000,
+                self.round_cpu_s * 1000,
+                now * 1000,
                 self.interval_s * 1000,
-                self.max_cpu_fraction * 100,
+                (self.max_cpu_fraction or 0) * 100,
             )
-        else:
-            log.info("scrape interval back to the configured %.0f ms", needed * 1000)
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self.run())

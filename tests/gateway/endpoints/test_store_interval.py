@@ -89,6 +89,9 @@ def test_small_changes_do_not_flap() -> None:
     assert store.current_interval_s == pytest.approx(0.08)
     store.adapt(0.019)  # 76 ms: within the hysteresis, kept
     assert store.current_interval_s == pytest.approx(0.08)
+    for _ in range(COST_WINDOW):
+        store.adapt(0.021)  # every recent cycle dearer: over budget grows at once
+    assert store.current_interval_s == pytest.approx(0.084)
 
 
 def test_a_cheap_fleet_keeps_the_configured_interval() -> None:
