@@ -250,6 +250,8 @@ class _Connection(asyncio.Protocol):
         self.headers = {}
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        if self.state != _HEAD:  # a chunked body's trailers: the head is already out
+            return
         key = name.decode("latin-1").lower()
         text = value.decode("latin-1").strip()
         headers = self.headers

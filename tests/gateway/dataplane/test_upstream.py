@@ -130,6 +130,7 @@ async def test_chunked_answer_split_anywhere(upstream: Upstream, step: int) -> N
         response = await upstream.post("127.0.0.1", pod.port, "/", b"{}", {}).response()
         body = b"".join([piece async for piece in response.chunks()])
         assert body == b"data: first\n\ndata: second\n\n"
+        assert "trailer" not in response.headers  # trailers never rewrite the head
         response.release()
         assert response._conn is None  # released once; a second release is a no-op
         response.release()
