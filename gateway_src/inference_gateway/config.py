@@ -225,7 +225,14 @@ class FlowControlSpec(Spec):
 class RateLimitSpec(Spec):
     """A token-bucket limit per API key and/or model."""
 
-    api_key: str | None = Field(default=None, description="Bearer key; none means every key.")
+    client: str | None = Field(
+        default=None,
+        description="Authenticated client id (API key file or JWT subject); none: each client.",
+    )
+    api_key: str | None = Field(
+        default=None,
+        description="Bearer key, for a gateway without authentication; prefer client.",
+    )
     model: str | None = None
     requests_per_minute: int | None = Field(default=None, gt=0)
     tokens_per_minute: int | None = Field(default=None, gt=0)

@@ -37,6 +37,7 @@ from ..traffic.routing import ModelRouter, Route
 from .admission import PoolGate, QueueTimeoutError
 
 __all__ = [
+    "CLIENT_ID_HEADER",
     "Decision",
     "Director",
     "Rejection",
@@ -54,6 +55,10 @@ DEFAULT_MAX_TOKENS = 256  # charged to token buckets when a request sets none
 
 OBJECTIVE_HEADER = "x-gateway-inference-objective"
 FAIRNESS_HEADER = "x-gateway-inference-fairness-id"
+# The authenticated client: set by `igw serve`'s authentication (dataplane/auth.py) or by
+# Envoy Gateway's SecurityPolicy (API key `forwardClientIDHeader`, JWT `claimToHeaders`);
+# the key of per-client rate limits.
+CLIENT_ID_HEADER = "x-igw-client-id"
 PROFILE_HEADER = "x-gateway-inference-profile"
 
 
@@ -162,7 +167,11 @@ class Decision:
 
 
 def api_key_of(headers: Mapping[str, str]) -> str:
-    """The bearer token, or "anonymous" (limits without an apiKey apply per key)."""
+    """The authenticated client id, else the bearer token, else "anonymous" (limits
+    without a client or apiKey apply to each caller separately)."""
+    client = headers.get(CLIENT_ID_HEADER)
+    if client:
+        return client
     auth = headers.get("authorization", "")
     return auth[7:].strip() if auth.lower().startswith("bearer ") else "anonymous"
 

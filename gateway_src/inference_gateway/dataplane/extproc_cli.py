@@ -37,6 +37,12 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--host", default="0.0.0.0")
     parser.add_argument("--grpc-port", type=int, default=9002)
     parser.add_argument("--metrics-port", type=int, default=9090, help="0 disables")
+    parser.add_argument(
+        "--grpc-health-port",
+        type=int,
+        help="also serve gRPC health (liveness, readiness) in plain text on this port, for "
+        "the kubelet's probes when the ext_proc port serves TLS",
+    )
     add_tls_arguments(parser)
     parser.add_argument(
         "--transport",
@@ -57,6 +63,7 @@ def register(subparsers: Any) -> None:
         default="full-duplex",
         help="body mode assumed when Envoy sends no protocol_config",
     )
+    add_emf_arguments(parser)
     k8s = parser.add_argument_group("Kubernetes (when no --endpoints is given)")
     k8s.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE", "default"))
     k8s.add_argument("--pool", action="append", default=[], help="InferencePool name to serve")
@@ -66,7 +73,48 @@ def register(subparsers: Any) -> None:
     k8s.add_argument("--no-watch-api", action="store_true", help="do not watch config resources")
     k8s.add_argument("--leader-elect", action="store_true", help="active-passive via a Lease")
     k8s.add_argument("--lease-name", default="igw-picker")
+    k8s.add_argument(
+        "--status-interval",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="how often the InferenceGatewayConfig's status is refreshed (written on change)",
+    )
     parser.set_defaults(handler=run)
+
+
+def add_emf_arguments(parser: argparse.ArgumentParser) -> None:
+    """The CloudWatch EMF flags `igw serve` and `igw picker` share: in the cluster the
+    picker is what routes, so it is what writes the records the alarms read."""
+    parser.add_argument(
+        "--emf-interval",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="write a CloudWatch embedded-metric-format record to stdout every SECONDS "
+        "(0, the default, is off)",
+    )
+    parser.add_argument(
+        "--emf-cluster",
+        default=os.environ.get("IGW_CLUSTER_NAME", "igw"),
+        help="the records' Cluster dimension: the EKS cluster name "
+        "(default $IGW_CLUSTER_NAME, else igw)",
+    )
+
+
+def emf_emitter(args: argparse.Namespace, registry: Any, refresh: Any) -> Any:
+    """The EmfEmitter the flags ask for, or None; ConfigError on a negative interval."""
+    if args.emf_interval < 0:
+        from ..errors import ConfigError
+
+        raise ConfigError("--emf-interval", ["<value>: must be 0 (off) or positive"])
+    if args.emf_interval == 0:
+        return None
+    from ..telemetry_emf import EmfEmitter
+
+    return EmfEmitter(
+        registry, cluster=args.emf_cluster, interval_s=args.emf_interval, refresh=refresh
+    )
 
 
 def add_tls_arguments(parser: argparse.ArgumentParser) -> None:
@@ -145,6 +193,7 @@ def server_options(args: argparse.Namespace) -> dict[str, Any]:
         "host": args.host,
         "grpc_port": args.grpc_port,
         "metrics_port": args.metrics_port or None,
+        "health_port": args.grpc_health_port,
         "transport": transport(args.transport),
         **tls_options(args),
     }
@@ -163,6 +212,13 @@ async def _serve(args: argparse.Namespace) -> int:
         picker.collaborators.insert(0, source)
     else:
         picker, client = await kubernetes_picker(args, server)
+    emitter = emf_emitter(
+        args,
+        picker.director.metrics.registry,
+        lambda: picker.director.refresh_gauges(picker.store.pools()),
+    )
+    if emitter is not None:
+        picker.collaborators.append(emitter)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -185,6 +241,7 @@ async def kubernetes_picker(args: argparse.Namespace, server: dict[str, Any]) ->
     """The picker of Kubernetes mode, wired but not started: (PickerServer, ApiClient)."""
     from ..config import GatewayConfigSpec, load_config
     from ..config_watch import FileConfigSource, KubernetesConfigSource
+    from ..endpoints.config_status import ConfigStatusWriter
     from ..endpoints.kubernetes import (
         LeaderElector,
         PodDiscovery,
@@ -223,7 +280,13 @@ async def kubernetes_picker(args: argparse.Namespace, server: dict[str, Any]) ->
         targets(base or GatewayConfigSpec()),
         lambda p: PodSource(client, p.namespace, p.selector),
     )
-    picker.on_pools = lambda spec: _spawn(discovery.set_pools(targets(spec)))
+    declared = [p.name for p in (base or GatewayConfigSpec()).pools] + [n.name for n in named]
+
+    def pools_changed(spec: GatewayConfigSpec) -> None:
+        declared[:] = [p.name for p in spec.pools] + [n.name for n in named]
+        _spawn(discovery.set_pools(targets(spec)))
+
+    picker.on_pools = pools_changed
     config_source: Any = (
         FileConfigSource(picker.apply_config, args.config, args.rewrites)
         if args.no_watch_api
@@ -237,6 +300,19 @@ async def kubernetes_picker(args: argparse.Namespace, server: dict[str, Any]) ->
         elector = LeaderElector(client, args.namespace, args.lease_name, identity)
         picker.is_leader = elector.is_leader
         picker.collaborators.append(elector)
+    if isinstance(config_source, KubernetesConfigSource):
+        picker.collaborators.append(
+            ConfigStatusWriter(
+                client,
+                args.namespace,
+                resource=config_source.served_resource,
+                config_error=lambda: config_source.last_error,
+                pools=picker.store.pools,
+                declared=lambda: list(declared),
+                is_leader=lambda: picker.is_leader(),
+                interval_s=args.status_interval,
+            )
+        )
     return picker, client
 
 

@@ -38,7 +38,9 @@ from .proxy import RoutingState
 from .server import http_fetch
 
 __all__ = [
+    "LIVENESS_SERVICE",
     "PROCESS_PATH",
+    "READINESS_SERVICE",
     "SERVICE_NAME",
     "TRANSPORTS",
     "Lifecycle",
@@ -49,6 +51,13 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = "envoy.service.ext_proc.v3.ExternalProcessor"
+# The health service names of the endpoint-picker protocol: `liveness` answers SERVING for as
+# long as the process runs (a model outage, a scale-from-zero or a standby replica must never
+# restart the picker), `readiness` only while it can pick (a fresh pod, and the lease when
+# leader election is on). The empty name and the ext_proc service follow readiness, as before.
+LIVENESS_SERVICE = "liveness"
+READINESS_SERVICE = "readiness"
+READINESS_NAMES = ("", SERVICE_NAME, READINESS_SERVICE)
 PROCESS_PATH = f"/{SERVICE_NAME}/Process"
 # `http2`: our own HTTP/2 server (extproc_http2.py), the fast path; `grpcio`: grpc.aio.
 TRANSPORTS = ("http2", "grpcio")
@@ -77,6 +86,7 @@ class PickerServer:
         collaborators: list[Lifecycle] | None = None,
         is_leader: Callable[[], bool] = lambda: True,
         health_interval_s: float = 0.2,
+        health_port: int | None = None,
     ) -> None:
         self.store = store
         self.director = director
@@ -95,6 +105,9 @@ class PickerServer:
         self.collaborators = collaborators or []
         self.is_leader = is_leader
         self.health_interval_s = health_interval_s
+        self.health_port = health_port
+        self.health_bound = 0
+        self._health_server: grpc.aio.Server | Http2GrpcServer | None = None
         self.on_pools: Callable[[GatewayConfigSpec], None] | None = None
         self.port = 0
         self.metrics_bound = 0
@@ -137,6 +150,8 @@ class PickerServer:
         else:
             await self._start_grpcio()
         self._tasks.append(asyncio.get_running_loop().create_task(self._health_loop()))
+        if self.health_port is not None:
+            await self._start_health_port()
         if self.metrics_port is not None:
             await self._start_metrics()
 
@@ -160,18 +175,35 @@ class PickerServer:
         await server.start()
         self._server = server
 
+    async def _start_health_port(self) -> None:
+        """gRPC health alone, in plain text, on its own port: the kubelet's gRPC probe
+        cannot speak TLS, while the ext_proc port may (upstream's picker splits its
+        `--grpc-port` and `--grpc-health-port` the same way)."""
+        assert self.health_port is not None
+        if self.transport == "grpcio":
+            server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+            health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+            self.health_bound = server.add_insecure_port(f"{self.host}:{self.health_port}")
+            await server.start()
+        else:
+            server = Http2GrpcServer(self.health.handlers())
+            self.health_bound = await server.start(self.host, self.health_port)
+        self._health_server = server
+
     async def update_health(self) -> None:
-        """SERVING once a pod is ready (and, with leader election, while leading)."""
+        """Readiness: SERVING once a pod is ready (and, with leader election, while leading).
+        Liveness: SERVING from the first call on, whatever the pods or the lease."""
         serving = bool(self.store.ready()) and self.is_leader()
         if serving == self.serving and self._server is not None:
             return
+        await self.health.set(LIVENESS_SERVICE, health_pb2.HealthCheckResponse.SERVING)
         self.serving = serving
         status = (
             health_pb2.HealthCheckResponse.SERVING
             if serving
             else health_pb2.HealthCheckResponse.NOT_SERVING
         )
-        for service in ("", SERVICE_NAME):
+        for service in READINESS_NAMES:
             await self.health.set(service, status)
 
     async def _health_loop(self) -> None:
@@ -205,6 +237,9 @@ class PickerServer:
             await self.health.enter_graceful_shutdown()
             await self._server.stop(grace_s)
             self._server = None
+        if self._health_server is not None:
+            await self._health_server.stop(0)
+            self._health_server = None
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None

@@ -18,6 +18,7 @@ from ..telemetry import GatewayMetrics
 from ..telemetry_emf import EmfEmitter
 from ..traffic.rewrites import load_rewrites
 from ..traffic.routing import ModelRouter
+from .auth import Authenticator, auth_middleware
 from .baseline import RoundRobinScheduler
 from .proxy import Gateway, RoutingState
 from .reloader import FileWatcher
@@ -60,12 +61,14 @@ def build_gateway(
     seed: int | None = None,
     emf_interval_s: float = 0.0,
     emf_cluster: str = "igw",
+    auth: Authenticator | None = None,
 ) -> tuple[web.Application, Gateway]:
     """The gateway app; scraping (and file reloads) start with the app and stop with it.
 
     `config` and `rewrites` given as paths are watched: a valid edit is swapped in
     without a restart, an invalid one is logged and ignored. `emf_interval_s` > 0 writes
-    a CloudWatch EMF record to stdout every that many seconds (telemetry_emf).
+    a CloudWatch EMF record to stdout every that many seconds (telemetry_emf). `auth`
+    checks every request's credential before any pod is touched (dataplane/auth.py).
     """
     if not isinstance(endpoints, list):
         endpoints = load_endpoints_file(endpoints)
@@ -110,6 +113,7 @@ def build_gateway(
 
     gateway = Gateway(store, scheduler, RoutingState.build(config), metrics=metrics)
     app = gateway.app()
+    app.middlewares.append(auth_middleware(auth))
     watched = [p for p in (config_path, Path(rewrites) if rewrites else None) if p]
     tasks: list[asyncio.Task[None]] = []
     emitters: list[EmfEmitter] = []
@@ -130,7 +134,7 @@ def build_gateway(
                 interval_s=emf_interval_s,
                 refresh=lambda: gateway.director.refresh_gauges(store.pools()),
             )
-            emitter.start()
+            await emitter.start()
             emitters.append(emitter)
 
     async def stop_scraping(app: web.Application) -> None:

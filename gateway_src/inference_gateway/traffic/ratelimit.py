@@ -2,7 +2,8 @@
 minute (OpenAI's `x-ratelimit-*` headers on every answer, 429 + `Retry-After` when a
 bucket is empty). One gateway replica's view; the global limit is the global router's.
 
-A rule with no `apiKey` applies to each key separately; with no `model`, to all models.
+A rule with no `client` (the authenticated client id) and no `apiKey` applies to each
+caller separately; with no `model`, to all models.
 Token limits charge the prompt estimate plus `max_tokens` (or a default) up front, as
 the cost is not known until the answer ends.
 """
@@ -59,7 +60,8 @@ class RateLimiter:
         """Charge one request and `tokens` if every matching bucket has room."""
         charges: list[tuple[Bucket, float, str]] = []
         for i, rule in enumerate(self.rules):
-            if rule.api_key is not None and rule.api_key != api_key:
+            wanted = rule.client if rule.client is not None else rule.api_key
+            if wanted is not None and wanted != api_key:
                 continue
             if rule.model is not None and rule.model != model:
                 continue
