@@ -344,6 +344,7 @@ def _run_picker(ports: list[int], seconds: float, path: str) -> dict[str, Any]:
             "core_fraction": round(cpu / wall, 3),
             "rounds_per_s": round(rounds / wall, 1),
             "cpu_us_per_scrape": round(cpu / max(1, rounds * len(ports)) * 1e6, 1),
+            "estimated_us_per_scrape": round(picker.store.round_cpu_s / len(ports) * 1e6, 1),
             "interval_ms": round(getattr(picker.store, "current_interval_s", interval) * 1000, 1),
             "ready_pods": ready,
         }
@@ -432,7 +433,9 @@ def main() -> int:
     for key, row in result["idle"].items():
         print(
             f"idle {key:14s} {row['core_fraction']:.3f} core, {row['rounds_per_s']:5.1f} rounds/s,"
-            f" {row['cpu_us_per_scrape']:7.1f} µs/scrape, interval {row['interval_ms']} ms,"
+            f" {row['cpu_us_per_scrape']:7.1f} µs/scrape"
+            f" (store's estimate {row['estimated_us_per_scrape']}),"
+            f" interval {row['interval_ms']} ms,"
             f" {row['ready_pods']} ready"
         )
     print(f"1-min load average at the end: {result['load_1min']} (a shared machine inflates all)")

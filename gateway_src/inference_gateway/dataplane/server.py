@@ -37,9 +37,14 @@ def http_fetch(session_holder: dict[str, Any]):
     async def fetch(endpoint: Endpoint, path: str) -> str:
         client = session_holder.get("session")
         if client is None:
-            client = session_holder["session"] = Upstream()
+            client = session_holder["session"] = Upstream(account_cpu=True)
         return await client.get_text(endpoint.address, endpoint.port, path)
 
+    def cpu_seconds() -> float:
+        client = session_holder.get("session")
+        return client.busy_s if client is not None else 0.0
+
+    fetch.cpu_seconds = cpu_seconds  # type: ignore[attr-defined]  # the store's budget reads it
     return fetch
 
 
@@ -49,6 +54,7 @@ def upstream_fetch(upstream: Upstream):
     async def fetch(endpoint: Endpoint, path: str) -> str:
         return await upstream.get_text(endpoint.address, endpoint.port, path)
 
+    fetch.cpu_seconds = lambda: upstream.busy_s  # type: ignore[attr-defined]
     return fetch
 
 
@@ -83,6 +89,7 @@ def build_gateway(
     scrape_client = Upstream(
         connect_timeout_s=spec.scrape.timeout_ms / 1000,
         read_timeout_s=spec.scrape.timeout_ms / 1000,
+        account_cpu=True,
     )
     store = EndpointStore(
         endpoints,

@@ -200,6 +200,17 @@ class _Connection(asyncio.Protocol):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def data_received(self, data: bytes) -> None:
+        upstream = self.upstream
+        if not upstream.account_cpu:
+            self._received(data)
+            return
+        started = time.thread_time()
+        try:
+            self._received(data)
+        finally:
+            upstream.busy_s += time.thread_time() - started
+
+    def _received(self, data: bytes) -> None:
         state = self.state
         if state == _IDLE:  # bytes nobody asked for: the connection is unusable
             self.close()
@@ -306,6 +317,7 @@ class _Connection(asyncio.Protocol):
         self.got_bytes = False
         self.response = None
         self.failure = None
+        started = time.thread_time() if self.upstream.account_cpu else 0.0
         try:
             if len(body) < 16384:
                 self.transport.write(head + body)
@@ -313,6 +325,8 @@ class _Connection(asyncio.Protocol):
                 self.transport.writelines((head, body))
         except (OSError, RuntimeError) as error:  # closed under us: nothing was sent
             self.fail_and_close(UpstreamConnectError(f"write failed: {error!r}"))
+        if started:
+            self.upstream.busy_s += time.thread_time() - started
 
     async def read_head(self) -> UpstreamResponse:
         while self.response is None:
@@ -452,6 +466,7 @@ class Upstream:
         idle_timeout_s: float = 4.0,
         max_idle_per_pod: int = 256,
         max_body_bytes: int = MAX_BODY_BYTES,
+        account_cpu: bool = False,
     ) -> None:
         """`read_timeout_s` bounds each wait for bytes (the first byte included);
         `idle_timeout_s` stays under uvicorn's 5 s keep-alive default (vLLM's server), so
@@ -461,6 +476,11 @@ class Upstream:
         self.idle_timeout_s = idle_timeout_s
         self.max_idle_per_pod = max_idle_per_pod
         self.max_body_bytes = max_body_bytes
+        # with `account_cpu` (a scrape client), the thread CPU spent writing requests and
+        # parsing answers, timed where that runs: what the scrape loop charges to its CPU
+        # budget (the process's CPU also holds the requests being proxied)
+        self.account_cpu = account_cpu
+        self.busy_s = 0.0
         self._idle: dict[tuple[str, int], list[_Connection]] = {}
         self._open: set[_Connection] = set()
         self._prefixes: dict[tuple[bytes, str, int, str], bytes] = {}
