@@ -40,6 +40,12 @@ def register(subparsers: Any) -> None:
         "default %(default)s)",
     )
     parser.add_argument(
+        "--debug-destination-headers",
+        action="store_true",
+        help="name the chosen pod to clients (x-gateway-destination-endpoint header, pod "
+        "names in 502 messages); off by default, as it exposes pod addresses",
+    )
+    parser.add_argument(
         "--policy",
         choices=["gateway", "round-robin"],
         default="gateway",
@@ -117,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
     from aiohttp import web
 
     from .http_settings import server_settings
-    from .server import build_gateway
+    from .server import RUN_OPTIONS, build_gateway
 
     if args.header_timeout <= 0:
         print("igw serve: --header-timeout must be positive", file=sys.stderr)
@@ -132,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
         rewrites=args.rewrites,
         emf_interval_s=args.emf_interval,
         emf_cluster=args.emf_cluster,
+        expose_endpoints=args.debug_destination_headers,
         auth=authenticator(args),
     )
     try:
@@ -146,9 +153,8 @@ def run(args: argparse.Namespace) -> int:
         + (", authentication on)" if _authenticating(args) else ")"),
         flush=True,
     )
-    # no access log (the request metrics count every request); it costs per request
-    settings = server_settings(args.header_timeout)
-    web.run_app(app, host=args.host, port=args.port, print=None, access_log=None, **settings)
+    options = {**RUN_OPTIONS, **server_settings(args.header_timeout)}
+    web.run_app(app, host=args.host, port=args.port, print=None, **options)  # type: ignore[arg-type]
     return 0
 
 

@@ -34,7 +34,12 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--endpoints", help="endpoints YAML; default: Kubernetes discovery")
     parser.add_argument("--config", help="InferenceGatewayConfig YAML (resource or bare spec)")
     parser.add_argument("--rewrites", help="InferenceModelRewrite YAML file or folder")
-    parser.add_argument("--host", default="0.0.0.0")
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to bind (gRPC and metrics); default loopback only: pass 0.0.0.0 or :: "
+        "where Envoy reaches the picker over the network (the Kubernetes chart does)",
+    )
     parser.add_argument("--grpc-port", type=int, default=9002)
     parser.add_argument("--metrics-port", type=int, default=9090, help="0 disables")
     parser.add_argument(
@@ -255,6 +260,8 @@ async def kubernetes_picker(args: argparse.Namespace, server: dict[str, Any]) ->
 
     try:
         client = await api_client(host=args.api_server, kubeconfig=args.kubeconfig)
+    except ModuleNotFoundError:  # a missing package is not bad input: the CLI says what to install
+        raise
     except Exception as error:  # the client's config errors, translated at the boundary
         raise ConfigError(
             "Kubernetes discovery",

@@ -31,10 +31,10 @@ from ..scheduling import Scheduler
 from ..scheduling.types import Endpoint
 from ..telemetry import GatewayMetrics
 from ..traffic.rewrites import RewriteSet
+from .contracts import RoutingState
 from .director import Director, Series
 from .extproc import ExtProcServicer, PickerOptions
-from .extproc_http2 import HealthService, Http2GrpcServer
-from .proxy import RoutingState
+from .extproc_http2 import ConnectionPolicy, HealthService, Http2GrpcServer, Method
 from .server import http_fetch
 
 __all__ = [
@@ -61,6 +61,7 @@ READINESS_NAMES = ("", SERVICE_NAME, READINESS_SERVICE)
 PROCESS_PATH = f"/{SERVICE_NAME}/Process"
 # `http2`: our own HTTP/2 server (extproc_http2.py), the fast path; `grpcio`: grpc.aio.
 TRANSPORTS = ("http2", "grpcio")
+MESSAGE_OVERHEAD = 64 * 1024  # headers, metadata and framing around a body in one message
 
 
 class Lifecycle(Protocol):
@@ -77,7 +78,7 @@ class PickerServer:
         director: Director,
         *,
         options: PickerOptions | None = None,
-        host: str = "0.0.0.0",
+        host: str = "127.0.0.1",
         grpc_port: int = 9002,
         metrics_port: int | None = 9090,
         credentials: grpc.ServerCredentials | None = None,
@@ -87,6 +88,7 @@ class PickerServer:
         is_leader: Callable[[], bool] = lambda: True,
         health_interval_s: float = 0.2,
         health_port: int | None = None,
+        policy: ConnectionPolicy | None = None,
     ) -> None:
         self.store = store
         self.director = director
@@ -108,6 +110,7 @@ class PickerServer:
         self.health_port = health_port
         self.health_bound = 0
         self._health_server: grpc.aio.Server | Http2GrpcServer | None = None
+        self.policy = policy
         self.on_pools: Callable[[GatewayConfigSpec], None] | None = None
         self.port = 0
         self.metrics_bound = 0
@@ -156,15 +159,33 @@ class PickerServer:
             await self._start_metrics()
 
     async def _start_http2(self) -> None:
-        handlers = {PROCESS_PATH: self.servicer.serve_call, **self.health.handlers()}
-        server = Http2GrpcServer(handlers, ssl_context=self.ssl_context)
+        # An ext_proc message carries at most one body (or chunk) plus headers: the
+        # body limit and room for the rest; anything larger is RESOURCE_EXHAUSTED
+        # before it is buffered.
+        process = Method(self.servicer.serve_call, max_message=self._max_message())
+        handlers = {PROCESS_PATH: process, **self.health.handlers()}
+        server = Http2GrpcServer(handlers, ssl_context=self.ssl_context, policy=self.policy)
         self.port = await server.start(self.host, self.grpc_port)
         self._server = server
+
+    def _max_message(self) -> int:
+        return self.servicer.options.max_body_bytes + MESSAGE_OVERHEAD
 
     async def _start_grpcio(self) -> None:
         from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
-        server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+        # The same limits as the http2 transport, where grpc core has them.
+        policy = self.policy or ConnectionPolicy()
+        server = grpc.aio.server(
+            options=[
+                ("grpc.so_reuseport", 0),
+                ("grpc.max_receive_message_length", self._max_message()),
+                ("grpc.max_concurrent_streams", policy.max_concurrent_streams),
+                ("grpc.keepalive_time_ms", int(policy.keepalive_s * 1000)),
+                ("grpc.keepalive_timeout_ms", int(policy.keepalive_timeout_s * 1000)),
+                ("grpc.max_connection_idle_ms", int(policy.idle_timeout_s * 1000)),
+            ]
+        )
         pb_grpc.add_ExternalProcessorServicer_to_server(self.servicer, server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         address = f"{self.host}:{self.grpc_port}"
@@ -186,7 +207,7 @@ class PickerServer:
             self.health_bound = server.add_insecure_port(f"{self.host}:{self.health_port}")
             await server.start()
         else:
-            server = Http2GrpcServer(self.health.handlers())
+            server = Http2GrpcServer(self.health.handlers(), policy=self.policy)
             self.health_bound = await server.start(self.host, self.health_port)
         self._health_server = server
 

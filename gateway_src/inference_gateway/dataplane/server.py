@@ -24,9 +24,18 @@ from .proxy import Gateway, RoutingState
 from .reloader import FileWatcher
 from .upstream import Upstream
 
-__all__ = ["WATCHER", "build_gateway", "http_fetch", "upstream_fetch"]
+__all__ = ["RUN_OPTIONS", "WATCHER", "app_runner", "build_gateway", "http_fetch", "upstream_fetch"]
 
 WATCHER = web.AppKey("watcher", FileWatcher)  # the app's config/rewrite file watcher
+# How the gateway app must be served: a client that disconnects cancels its handler, so
+# its admission slot, queue place and pod request end at once (aiohttp's default lets
+# the handler run on); no access log (the request metrics count every request).
+RUN_OPTIONS = {"handler_cancellation": True, "access_log": None}
+
+
+def app_runner(app: web.Application) -> web.AppRunner:
+    """A runner for the gateway app with `RUN_OPTIONS` (tests and embedders use this)."""
+    return web.AppRunner(app, **RUN_OPTIONS)  # type: ignore[arg-type]
 
 
 def http_fetch(session_holder: dict[str, Any]):
@@ -67,9 +76,12 @@ def build_gateway(
     seed: int | None = None,
     emf_interval_s: float = 0.0,
     emf_cluster: str = "igw",
+    expose_endpoints: bool = False,
     auth: Authenticator | None = None,
 ) -> tuple[web.Application, Gateway]:
     """The gateway app; scraping (and file reloads) start with the app and stop with it.
+    Serve it with `RUN_OPTIONS` (`app_runner`), so a client that leaves ends its request;
+    `expose_endpoints` names the chosen pod to clients (debugging only).
 
     `config` and `rewrites` given as paths are watched: a valid edit is swapped in
     without a restart, an invalid one is logged and ignored. `emf_interval_s` > 0 writes
@@ -118,7 +130,13 @@ def build_gateway(
         rules = load_rewrites(rewrites, known_models=known_models(), seed=seed)
         return RoutingState.build(current, rules)  # type: ignore[arg-type]
 
-    gateway = Gateway(store, scheduler, RoutingState.build(config), metrics=metrics)
+    gateway = Gateway(
+        store,
+        scheduler,
+        RoutingState.build(config),
+        metrics=metrics,
+        expose_endpoints=expose_endpoints,
+    )
     app = gateway.app()
     app.middlewares.append(auth_middleware(auth))
     watched = [p for p in (config_path, Path(rewrites) if rewrites else None) if p]

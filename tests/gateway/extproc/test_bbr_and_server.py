@@ -50,7 +50,13 @@ async def health(
 @pytest.mark.parametrize(
     ("model", "expected"),
     [
-        ("llama-3.1-8b", [("X-Gateway-Model-Name", b"llama-3.1-8b")]),
+        (
+            "llama-3.1-8b",
+            [
+                ("X-Gateway-Model-Name", b"llama-3.1-8b"),
+                ("X-Gateway-Base-Model-Name", b"llama-3.1-8b"),
+            ],
+        ),
         (
             "sql",
             [("X-Gateway-Model-Name", b"sql"), ("X-Gateway-Base-Model-Name", b"llama-3.1-8b")],
