@@ -1,7 +1,8 @@
 """`igw serve`'s HTTP server against clients that misbehave: a slow request head is cut
 off at the header deadline, a malformed request logs one line (no traceback), and a
 client that hangs up mid-stream logs no traceback. aiohttp's server on loopback with the
-settings `igw serve` passes to `web.run_app`; the pod is a scripted aiohttp app."""
+settings `igw serve` passes to `web.run_app` (`RUN_OPTIONS` and `server_settings`); the
+pod is a scripted aiohttp app."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from aiohttp import web
 
 from inference_gateway.dataplane.cli import register
 from inference_gateway.dataplane.http_settings import HEADER_TIMEOUT_S, server_settings
-from inference_gateway.dataplane.server import build_gateway
+from inference_gateway.dataplane.server import RUN_OPTIONS, build_gateway
 from inference_gateway.scheduling.types import Endpoint
 
 MODEL = "llama-3.1-8b"
@@ -62,7 +63,7 @@ async def slow_streaming_pod() -> AsyncIterator[int]:
 @asynccontextmanager
 async def gateway(pod_port: int, header_timeout_s: float) -> AsyncIterator[int]:
     app, _ = build_gateway([Endpoint("pod", "127.0.0.1", pod_port, pool="p")])
-    runner = web.AppRunner(app, access_log=None, **server_settings(header_timeout_s))
+    runner = web.AppRunner(app, **{**RUN_OPTIONS, **server_settings(header_timeout_s)})  # type: ignore[arg-type]
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
@@ -159,4 +160,26 @@ async def test_a_client_hanging_up_mid_stream_logs_no_traceback(
             await asyncio.sleep(0.3)  # the gateway's next writes meet the closed socket
     gateway_records = [r for r in caplog.records if r.name != POD_LOG]
     assert not [r for r in gateway_records if r.exc_info], caplog.text
-    assert any("client left" in r.getMessage() for r in gateway_records)
+
+
+def test_a_client_reset_reaching_the_server_log_is_one_debug_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Where a handler still raises on a client that left, aiohttp's `Error handling
+    request` becomes one DEBUG line; other exceptions keep their traceback."""
+    from aiohttp.client_exceptions import ClientConnectionResetError
+
+    logger = server_settings()["logger"]
+    with caplog.at_level(logging.DEBUG):
+        try:
+            raise ClientConnectionResetError("Cannot write to closing transport")
+        except ClientConnectionResetError as error:
+            logger.exception("Error handling request from %s", "127.0.0.1", exc_info=error)
+        try:
+            raise RuntimeError("a bug")
+        except RuntimeError as error:
+            logger.exception("Error handling request from %s", "127.0.0.1", exc_info=error)
+    reset, bug = caplog.records
+    assert reset.levelno == logging.DEBUG and not reset.exc_info
+    assert "client left" in reset.getMessage()
+    assert bug.levelno == logging.ERROR and bug.exc_info
