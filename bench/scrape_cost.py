@@ -344,7 +344,9 @@ def _run_picker(ports: list[int], seconds: float, path: str) -> dict[str, Any]:
             "core_fraction": round(cpu / wall, 3),
             "rounds_per_s": round(rounds / wall, 1),
             "cpu_us_per_scrape": round(cpu / max(1, rounds * len(ports)) * 1e6, 1),
-            "estimated_us_per_scrape": round(picker.store.round_cpu_s / len(ports) * 1e6, 1),
+            "estimated_us_per_scrape": (
+                round(picker.store.round_cpu_s / len(ports) * 1e6, 1) if path != "legacy" else None
+            ),
             "interval_ms": round(getattr(picker.store, "current_interval_s", interval) * 1000, 1),
             "ready_pods": ready,
         }
