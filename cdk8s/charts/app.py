@@ -24,6 +24,7 @@ from stacks.environment import ENVIRONMENTS_DIR, EnvironmentSpec, load_environme
 from .bootstrap import BootstrapChart, RootChart
 from .crds import CrdsChart
 from .gateway import GatewayChart
+from .global_router import synth_global_routers
 from .inference import InferenceChart
 from .model_servers import ModelServersChart
 from .network import NetworkPoliciesChart
@@ -78,6 +79,7 @@ def synth_tree(
     envs = [load_environment(environments_dir / n / "environment.yaml") for n in names]
     for env in envs:
         build_environment(env, outdir=out_root / "environments" / env.name / "rendered").synth()
+        synth_global_routers(env, out_root)  # environments/<env>/global/<region>/
     for folder, chart in (("bootstrap", BootstrapChart), ("bootstrap/root", RootChart)):
         app = App(outdir=str(out_root / folder), yaml_output_type=YamlOutputType.FILE_PER_CHART)
         chart(app, "root" if chart is RootChart else "inference-gateway", envs=envs)
@@ -95,7 +97,14 @@ def write_tree(gitops_dir: Path = GITOPS_DIR, *, names: Sequence[str] | None = N
             fresh_root / "bootstrap",
             fresh_root / "bootstrap" / "root",
             *sorted((fresh_root / "environments").glob("*/rendered")),
+            *sorted((fresh_root / "environments").glob("*/global/*")),
         ]
+        # A region folder the sources no longer produce (global tier turned off) empties.
+        for gone in sorted((gitops_dir / "environments").glob("*/global/*")):
+            if not (fresh_root / gone.relative_to(gitops_dir)).is_dir():
+                for stale in sorted(gone.glob("*.yaml")):
+                    stale.unlink()
+                    changes.append(f"deleted {stale}")
         for fresh_dir in fresh_dirs:
             target = gitops_dir / fresh_dir.relative_to(fresh_root)
             target.mkdir(parents=True, exist_ok=True)

@@ -23,6 +23,7 @@ SUBCOMMANDS = {
     "tune": "inference_gateway.sim.tune",
     "what-if": "inference_gateway.sim.whatif",
     "serve": "inference_gateway.dataplane.cli",
+    "global": "inference_gateway.global_router.cli",
     "picker": "inference_gateway.dataplane.extproc_cli",
     "bbr": "inference_gateway.dataplane.bbr_cli",
     "demo": "inference_gateway.demo",

@@ -47,8 +47,9 @@ __all__ = ["Authenticator", "Identity", "JwtSettings", "auth_middleware", "load_
 
 log = logging.getLogger(__name__)
 
-# Paths a probe or a scraper reads without a credential.
-OPEN_PATHS = frozenset({"/health", "/healthz", "/ready", "/metrics"})
+# Paths a probe or a scraper reads without a credential (/status: the global router's
+# heartbeat, the same operational numbers /metrics shows).
+OPEN_PATHS = frozenset({"/health", "/healthz", "/ready", "/metrics", "/status"})
 ASYMMETRIC_ALGORITHMS = ["RS256", "RS384", "RS512", "ES256", "ES384", "ES512", "PS256", "PS384"]
 
 

@@ -7,7 +7,7 @@ import gc
 import sys
 from typing import Any
 
-from .extproc_cli import add_emf_arguments
+from .extproc_cli import add_cluster_arguments
 
 __all__ = ["register"]
 
@@ -51,7 +51,7 @@ def register(subparsers: Any) -> None:
         default="gateway",
         help="round-robin runs the same proxy as a plain Service would route",
     )
-    add_emf_arguments(parser)
+    add_cluster_arguments(parser)
     auth = parser.add_argument_group(
         "authentication", "checked before any pod is touched (docs/operations.md)"
     )
@@ -131,6 +131,9 @@ def run(args: argparse.Namespace) -> int:
     if args.emf_interval < 0:
         print("igw serve: --emf-interval must be 0 (off) or positive", file=sys.stderr)
         return 2
+    if not args.hourly_cost >= 0:
+        print("igw serve: --hourly-cost must be 0 or positive", file=sys.stderr)
+        return 2
     app, _ = build_gateway(
         args.endpoints,
         args.config,
@@ -140,6 +143,7 @@ def run(args: argparse.Namespace) -> int:
         emf_cluster=args.emf_cluster,
         expose_endpoints=args.debug_destination_headers,
         auth=authenticator(args),
+        hourly_cost_usd=args.hourly_cost,
     )
     try:
         import uvloop

@@ -68,7 +68,7 @@ def register(subparsers: Any) -> None:
         default="full-duplex",
         help="body mode assumed when Envoy sends no protocol_config",
     )
-    add_emf_arguments(parser)
+    add_cluster_arguments(parser)
     k8s = parser.add_argument_group("Kubernetes (when no --endpoints is given)")
     k8s.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE", "default"))
     k8s.add_argument("--pool", action="append", default=[], help="InferencePool name to serve")
@@ -88,9 +88,11 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(handler=run)
 
 
-def add_emf_arguments(parser: argparse.ArgumentParser) -> None:
-    """The CloudWatch EMF flags `igw serve` and `igw picker` share: in the cluster the
-    picker is what routes, so it is what writes the records the alarms read."""
+def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags `igw serve` and `igw picker` share about the cluster they route for: its
+    name and price (GET /status, the global router's heartbeat) and the CloudWatch EMF
+    records. In the cluster the picker is what routes, so it is what writes the records
+    the alarms read and what answers the heartbeat."""
     parser.add_argument(
         "--emf-interval",
         type=float,
@@ -100,15 +102,26 @@ def add_emf_arguments(parser: argparse.ArgumentParser) -> None:
         "(0, the default, is off)",
     )
     parser.add_argument(
+        "--hourly-cost",
+        type=float,
+        default=0.0,
+        metavar="USD",
+        help="the cluster's hourly price, for the cost per million tokens in GET /status",
+    )
+    parser.add_argument(
         "--emf-cluster",
         default=os.environ.get("IGW_CLUSTER_NAME", "igw"),
-        help="the records' Cluster dimension: the EKS cluster name "
+        help="the records' Cluster dimension and GET /status's cluster: the EKS cluster name "
         "(default $IGW_CLUSTER_NAME, else igw)",
     )
 
 
 def emf_emitter(args: argparse.Namespace, registry: Any, refresh: Any) -> Any:
     """The EmfEmitter the flags ask for, or None; ConfigError on a negative interval."""
+    if not args.hourly_cost >= 0:
+        from ..errors import ConfigError
+
+        raise ConfigError("--hourly-cost", ["<value>: must be 0 or positive"])
     if args.emf_interval < 0:
         from ..errors import ConfigError
 
@@ -199,6 +212,8 @@ def server_options(args: argparse.Namespace) -> dict[str, Any]:
         "grpc_port": args.grpc_port,
         "metrics_port": args.metrics_port or None,
         "health_port": args.grpc_health_port,
+        # the cluster's heartbeat for igw global, on the metrics port
+        "status": {"cluster": args.emf_cluster, "hourly_cost_usd": args.hourly_cost},
         "transport": transport(args.transport),
         **tls_options(args),
     }

@@ -36,6 +36,7 @@ from .director import Director, Series
 from .extproc import ExtProcServicer, PickerOptions
 from .extproc_http2 import ConnectionPolicy, HealthService, Http2GrpcServer, Method
 from .server import http_fetch
+from .status import add_status_route
 
 __all__ = [
     "LIVENESS_SERVICE",
@@ -89,6 +90,7 @@ class PickerServer:
         health_interval_s: float = 0.2,
         health_port: int | None = None,
         policy: ConnectionPolicy | None = None,
+        status: dict[str, Any] | None = None,
     ) -> None:
         self.store = store
         self.director = director
@@ -111,6 +113,7 @@ class PickerServer:
         self.health_bound = 0
         self._health_server: grpc.aio.Server | Http2GrpcServer | None = None
         self.policy = policy
+        self.status = status  # `cluster`, `hourly_cost_usd`: serve GET /status beside /metrics
         self.on_pools: Callable[[GatewayConfigSpec], None] | None = None
         self.port = 0
         self.metrics_bound = 0
@@ -244,6 +247,8 @@ class PickerServer:
 
         app = web.Application()
         app.router.add_get("/metrics", metrics)
+        if self.status is not None:  # the global router's heartbeat (dataplane/status.py)
+            add_status_route(app, self.director, self.store, **self.status)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.metrics_port)

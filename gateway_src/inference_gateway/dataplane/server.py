@@ -22,6 +22,7 @@ from .auth import Authenticator, auth_middleware
 from .baseline import RoundRobinScheduler
 from .proxy import Gateway, RoutingState
 from .reloader import FileWatcher
+from .status import add_status_route
 from .upstream import Upstream
 
 __all__ = ["RUN_OPTIONS", "WATCHER", "app_runner", "build_gateway", "http_fetch", "upstream_fetch"]
@@ -78,6 +79,7 @@ def build_gateway(
     emf_cluster: str = "igw",
     expose_endpoints: bool = False,
     auth: Authenticator | None = None,
+    hourly_cost_usd: float = 0.0,
 ) -> tuple[web.Application, Gateway]:
     """The gateway app; scraping (and file reloads) start with the app and stop with it.
     Serve it with `RUN_OPTIONS` (`app_runner`), so a client that leaves ends its request;
@@ -87,6 +89,8 @@ def build_gateway(
     without a restart, an invalid one is logged and ignored. `emf_interval_s` > 0 writes
     a CloudWatch EMF record to stdout every that many seconds (telemetry_emf). `auth`
     checks every request's credential before any pod is touched (dataplane/auth.py).
+    `GET /status` is the heartbeat the global router reads (status.py); `emf_cluster`
+    names the cluster there too, and `hourly_cost_usd` prices its tokens.
     """
     if not isinstance(endpoints, list):
         endpoints = load_endpoints_file(endpoints)
@@ -139,6 +143,9 @@ def build_gateway(
     )
     app = gateway.app()
     app.middlewares.append(auth_middleware(auth))
+    add_status_route(
+        app, gateway.director, store, cluster=emf_cluster, hourly_cost_usd=hourly_cost_usd
+    )
     watched = [p for p in (config_path, Path(rewrites) if rewrites else None) if p]
     tasks: list[asyncio.Task[None]] = []
     emitters: list[EmfEmitter] = []

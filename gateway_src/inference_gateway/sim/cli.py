@@ -79,12 +79,18 @@ def print_list() -> None:
         description = load_scenario(name).description
         first_paragraph = description.strip().split("\n\n")[0]
         table.add_row(name, " ".join(first_paragraph.split()))
+    from .global_scenario import shipped_fleet_scenarios
+
+    for name, description in shipped_fleet_scenarios().items():  # clusters behind igw global
+        table.add_row(name, " ".join(description.split()))
     console = Console()
     console.print(table)
     console.print(f"\npolicies (--policies a,b): {', '.join(policy_names())}")
 
 
 def run(args: argparse.Namespace) -> int:
+    from .global_scenario import is_fleet_scenario
+
     if args.list:
         print_list()
         return 0
@@ -94,6 +100,10 @@ def run(args: argparse.Namespace) -> int:
     if args.duration is not None and args.duration <= 0:
         print("igw simulate: --duration must be above 0", file=sys.stderr)
         return 2
+    if is_fleet_scenario(args.scenario):  # clusters behind the global router
+        from .fleet_cli import run_fleet
+
+        return run_fleet(args)
     from .runner import simulate
 
     scenario = shorten(load_scenario(args.scenario), args.duration)

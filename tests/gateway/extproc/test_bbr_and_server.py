@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -173,6 +174,13 @@ async def test_tls_with_a_self_signed_certificate_and_metrics_port(
     assert "inference_pool_ready_pods" in text
 
 
+def free_port() -> int:
+    """A loopback port free now (`--metrics-port 0` turns the metrics server off)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 async def test_igw_picker_process_serves_and_stops_on_sigterm(
     fleet: EmulatedFleet, tmp_path: Path
 ) -> None:
@@ -190,11 +198,13 @@ async def test_igw_picker_process_serves_and_stops_on_sigterm(
         "--grpc-port",
         "0",
         "--metrics-port",
-        "0",
+        str(free_port()),
         "--emf-interval",
         "60",
         "--emf-cluster",
         "igw-test",
+        "--hourly-cost",
+        "12.5",
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.DEVNULL,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
@@ -205,7 +215,16 @@ async def test_igw_picker_process_serves_and_stops_on_sigterm(
             line = (await process.stdout.readline()).decode()
         assert line.startswith("igw picker: ext_proc on 127.0.0.1:"), line
         port = int(line.split("127.0.0.1:")[1].split(",")[0])
+        metrics_port = int(line.rsplit(":", 1)[1])
         assert await health(f"127.0.0.1:{port}") == health_pb2.HealthCheckResponse.SERVING
+        # the heartbeat igw global reads, served by the picker beside /metrics
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(f"http://127.0.0.1:{metrics_port}/status") as response,
+        ):
+            status = await response.json()
+        assert status["cluster"] == "igw-test" and status["hourlyCostUsd"] == 12.5
+        assert status["readyPods"] >= 1
         body = orjson.dumps({"model": "llama-3.1-8b", "prompt": "hi", "max_tokens": 2})
         async with FakeEnvoy(f"127.0.0.1:{port}") as envoy:
             assert (await envoy.exchange("/v1/completions", body)).status == 200
