@@ -435,18 +435,31 @@ def parse_config(data: Mapping[str, Any], source: str = "<config>") -> GatewayCo
 
 
 def read_yaml(path: str | Path) -> Any:
-    """One YAML document from a file; an unreadable file or bad YAML is a ConfigError."""
+    """One YAML document from a file; an unreadable file, bytes that are not UTF-8 or
+    bad YAML is a ConfigError."""
     try:
-        return yaml.safe_load(Path(path).read_text())
+        return yaml.safe_load(Path(path).read_bytes().decode("utf-8"))
     except OSError as error:
         raise ConfigError(str(path), [f"<root>: cannot read file: {error.strerror}"]) from None
+    except UnicodeDecodeError as error:
+        raise ConfigError(
+            str(path), [f"<root>: not UTF-8 text: {error.reason} at byte {error.start}"]
+        ) from None
     except yaml.YAMLError as error:
         raise ConfigError(str(path), [f"<root>: invalid YAML: {error}"]) from None
 
 
 def load_config(path: str | Path) -> GatewayConfigSpec:
-    """Read and validate a YAML config file."""
-    return parse_config(read_yaml(path) or {}, str(path))
+    """Read and validate a YAML config file. An empty or comment-only file is an error
+    (it would silently drop every model, rate limit and objective, as a truncated write
+    or a botched ConfigMap edit does); the document `{}` asks for the defaults on purpose."""
+    data = read_yaml(path)
+    if data is None:
+        raise ConfigError(
+            str(path),
+            ["<root>: the file is empty or holds only comments (write `{}` for the defaults)"],
+        )
+    return parse_config(data, str(path))
 
 
 def openapi_v3_schema() -> dict[str, Any]:

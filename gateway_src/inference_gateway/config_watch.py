@@ -11,6 +11,14 @@ state keeps serving.
                             mounts), polled every second by `dataplane.reloader`
     KubernetesConfigSource  reflectors on InferenceGatewayConfig, InferenceObjective and
                             InferenceModelRewrite of one namespace
+
+Every reload attempt is counted, applied or rejected, in `igw_config_reloads_total`
+(`telemetry.GatewayMetrics.config_reloads`) when a metrics object is given. A file
+reload goes through `guard_reload`, so that no failure, however unexpected (bytes that
+are not UTF-8 in a rewrites file, a bug in a builder), can end the watcher: it is
+turned into a `ConfigError` the watcher logs, and the next edit is read as usual.
+An empty or comment-only config file is rejected (`config.load_config`); `{}` asks for
+the defaults on purpose.
 """
 
 from __future__ import annotations
@@ -20,7 +28,7 @@ import datetime
 import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .background import cancel_and_wait
 from .config import API_GROUP, API_VERSION, GatewayConfigSpec, load_config, parse_config
@@ -28,10 +36,14 @@ from .errors import ConfigError
 from .traffic.rewrites import RewriteSet, load_rewrites, parse_rewrites
 from .traffic.routing import ModelRouter
 
+if TYPE_CHECKING:
+    from .telemetry import GatewayMetrics
+
 __all__ = [
     "Apply",
     "FileConfigSource",
     "KubernetesConfigSource",
+    "guard_reload",
     "known_models",
     "merge_objectives",
 ]
@@ -48,6 +60,33 @@ def known_models(config: GatewayConfigSpec | None) -> set[str] | None:
     if config is None or not config.models:
         return None
     return set(ModelRouter(config).models([]))
+
+
+def guard_reload(
+    reload: Callable[[], None], metrics: GatewayMetrics | None, source: str = "file"
+) -> Callable[[], None]:
+    """`reload` as a file watcher's callback: counted as applied or rejected, and any
+    exception turned into a `ConfigError` with its reason, the one kind the watcher
+    catches (logs and survives); the last good state keeps serving."""
+
+    def guarded() -> None:
+        try:
+            reload()
+        except ConfigError:
+            _count(metrics, source, "rejected")
+            raise
+        except Exception as error:  # unexpected: still a rejected edit, never a dead watcher
+            _count(metrics, source, "rejected")
+            log.debug("config reload failed", exc_info=True)
+            raise ConfigError(f"{source} reload", [f"<root>: {error!r}"]) from None
+        _count(metrics, source, "applied")
+
+    return guarded
+
+
+def _count(metrics: GatewayMetrics | None, source: str, result: str) -> None:
+    if metrics is not None:
+        metrics.config_reloads.labels(source, result).inc()
 
 
 def merge_objectives(
@@ -81,11 +120,13 @@ class FileConfigSource:
         rewrites_path: str | Path | None = None,
         *,
         interval_s: float = 1.0,
+        metrics: GatewayMetrics | None = None,
     ) -> None:
         self.apply = apply
         self.config_path = Path(config_path) if config_path else None
         self.rewrites_path = Path(rewrites_path) if rewrites_path else None
         self.interval_s = interval_s
+        self.metrics = metrics
         self.watcher: Any = None
         self._task: asyncio.Task[None] | None = None
 
@@ -107,7 +148,8 @@ class FileConfigSource:
         self.reload()
         paths = [p for p in (self.config_path, self.rewrites_path) if p is not None]
         if paths:
-            self.watcher = FileWatcher(paths, self.reload, self.interval_s)
+            reload = guard_reload(self.reload, self.metrics)
+            self.watcher = FileWatcher(paths, reload, self.interval_s)
             self._task = asyncio.get_running_loop().create_task(self.watcher.run())
 
     async def stop(self) -> None:
@@ -126,10 +168,12 @@ class KubernetesConfigSource:
         config_name: str | None = "igw",
         base: GatewayConfigSpec | None = None,
         backoff_s: tuple[float, float] = (0.2, 30.0),
+        metrics: GatewayMetrics | None = None,
     ) -> None:
         from .endpoints.kubernetes import CustomObjectSource, Reflector
 
         self.apply = apply
+        self.metrics = metrics
         self.client = client
         self.namespace = namespace
         self.config_name = config_name
@@ -200,10 +244,12 @@ class KubernetesConfigSource:
             return
         self.apply(config, rewrites)
         self.applied += 1
+        _count(self.metrics, "kubernetes", "applied")
         self._last_error = None
 
     def _reject(self, error: ConfigError, resource: Mapping[str, Any] | None) -> None:
         self.rejected += 1
+        _count(self.metrics, "kubernetes", "rejected")
         message = f"rejected invalid {error.source}: " + "; ".join(error.problems)
         log.error("%s; still serving the last good config", message)
         if resource is not None and message != self._last_error:

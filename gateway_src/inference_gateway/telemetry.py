@@ -108,7 +108,29 @@ class GatewayMetrics:
             ["model_name", "reason"],
             registry=r,
         )
+        self.config_reloads = Counter(
+            "igw_config_reloads_total",
+            "Config reloads by source (file, kubernetes) and result (applied, rejected).",
+            ["source", "result"],
+            registry=r,
+        )
+        self.scrape_interval = Gauge(
+            "igw_scrape_interval_seconds",
+            "Metrics scrape interval in force (above the configured one when scraping "
+            "every pod at it would exceed the scrape CPU budget).",
+            registry=r,
+        )
+        self.scrape_round_cpu = Gauge(
+            "igw_scrape_round_cpu_seconds",
+            "CPU one scrape of every pod takes (lowest of the recent rounds).",
+            registry=r,
+        )
         self._plugin_series: dict[tuple[str, str], Any] = {}
+
+    def watch_scrapes(self, store: Any) -> None:
+        """Read the endpoint store's scrape interval and round cost at every export."""
+        self.scrape_interval.set_function(lambda: store.current_interval_s)
+        self.scrape_round_cpu.set_function(lambda: store.round_cpu_s)
 
     def time_plugin(self, kind: str, name: str, seconds: float) -> None:
         """The scheduler's plugin timer; the labelled series are cached, since `labels()`

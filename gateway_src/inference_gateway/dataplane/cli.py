@@ -31,6 +31,15 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument(
+        "--header-timeout",
+        type=float,
+        default=15.0,
+        metavar="SECONDS",
+        help="close a connection whose request head is not complete this long after it "
+        "opened or its last response ended (slow clients; also the idle keep-alive limit; "
+        "default %(default)s)",
+    )
+    parser.add_argument(
         "--debug-destination-headers",
         action="store_true",
         help="name the chosen pod to clients (x-gateway-destination-endpoint header, pod "
@@ -114,8 +123,12 @@ def authenticator(args: argparse.Namespace) -> Any:
 def run(args: argparse.Namespace) -> int:
     from aiohttp import web
 
+    from .http_settings import server_settings
     from .server import RUN_OPTIONS, build_gateway
 
+    if args.header_timeout <= 0:
+        print("igw serve: --header-timeout must be positive", file=sys.stderr)
+        return 2
     if args.emf_interval < 0:
         print("igw serve: --emf-interval must be 0 (off) or positive", file=sys.stderr)
         return 2
@@ -151,7 +164,8 @@ def run(args: argparse.Namespace) -> int:
         + (", authentication on)" if _authenticating(args) else ")"),
         flush=True,
     )
-    web.run_app(app, host=args.host, port=args.port, print=None, **RUN_OPTIONS)  # type: ignore[arg-type]
+    options = {**RUN_OPTIONS, **server_settings(args.header_timeout)}
+    web.run_app(app, host=args.host, port=args.port, print=None, **options)  # type: ignore[arg-type]
     return 0
 
 

@@ -2,21 +2,32 @@
 
 The proxy forwards one POST per request and relays the answer (and the endpoint store
 GETs each pod's metrics every 50 ms), so this client does only that: it writes the
-request line, headers and body in one `transport.write` from the caller's own task,
-parses the status line and headers itself, and hands the body over as it arrives
-(`Content-Length`, chunked, or until close), chunk by chunk for SSE. No cookies,
-redirects, proxies, TLS, compression or tracing: what aiohttp's general client spends
-most of its per-request time on, and what a pod on the pod network never needs.
+request line, headers and body in one `transport.write` from the caller's own task and
+hands the body over as it arrives, chunk by chunk for SSE. No cookies, redirects,
+proxies, TLS, compression or tracing: what aiohttp's general client spends most of its
+per-request time on, and what a pod on the pod network never needs.
 
-    UpstreamError                   every failure, translated here in one place
-    ├── UpstreamConnectError        the pod could not be reached (refused, connect timeout)
-    └── UpstreamTimeout             no byte for `read_timeout_s` while waiting for one
+Answers are parsed by llhttp (through `httptools`, the parser uvicorn and Node.js use),
+strict by default: chunk sizes are bare hex (no `0x`, `+` or `_`), `chunked` is matched
+as a Transfer-Encoding token, Transfer-Encoding with Content-Length or two different
+Content-Lengths are errors (RFC 9112 §6.1-6.3: a smuggling or splitting attempt; the
+connection is closed), and bare LF line ends are refused. A body read until the
+connection closes ends only on a clean close (FIN): a reset or error is an error, never a
+silently short body. `read()` of a whole body is capped (`max_body_bytes`).
+
+    UpstreamError                   every failure, translated here in one place; a plain
+    │                               one is a malformed or truncated answer
+    ├── UpstreamConnectError        the request never reached the engine: connect failed
+    │                               (refused, unreachable, timed out) or the connection
+    │                               closed before any byte of an answer; safe to retry
+    │                               on another pod
+    └── UpstreamTimeout             no byte for `read_timeout_s` while one was awaited
+                                    (the engine may be working: answer 504, do not retry)
 
 Every error before `PendingResponse.response()` returns leaves the client untouched, so
-the proxy may try another pod. `UpstreamError.before_response` is true when not a byte
-of the answer had arrived: a connection reused from the pool that closes that way is
-retried once on a fresh connection to the same pod (the pod closed an idle connection as
-we picked it up, so it never saw the request).
+the proxy may try another pod. A connection reused from the pool that closes before
+answering is retried once on a fresh connection to the same pod (the pod closed an idle
+connection as we picked it up, so it never saw the request).
 """
 
 from __future__ import annotations
@@ -28,6 +39,8 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
 
+import httptools
+
 __all__ = [
     "PendingResponse",
     "Upstream",
@@ -37,13 +50,9 @@ __all__ = [
     "UpstreamTimeout",
 ]
 
-MAX_HEAD_BYTES = 64 * 1024  # status line and headers
-HIGH_WATER = 256 * 1024  # buffered body bytes before reading from the pod pauses
-NO_BODY_STATUS = frozenset({204, 304})
-
 
 class UpstreamError(Exception):
-    """The model server could not be reached or its answer broke."""
+    """The model server could not be reached or its answer broke (malformed, truncated)."""
 
     def __init__(self, message: str, *, before_response: bool = False) -> None:
         super().__init__(message)
@@ -51,17 +60,28 @@ class UpstreamError(Exception):
 
 
 class UpstreamConnectError(UpstreamError):
-    """The TCP connection to the model server failed (refused, unreachable, timed out)."""
+    """The request never reached the engine: the TCP connection failed (refused,
+    unreachable, timed out) or closed before any byte of an answer."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, before_response=True)
 
 
 class UpstreamTimeout(UpstreamError):
     """No byte arrived for `read_timeout_s` while one was awaited."""
 
 
-# body framing
-_LENGTH, _CHUNKED, _UNTIL_CLOSE = 0, 1, 2
-# parser states
-_IDLE, _HEAD, _BODY, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_CRLF, _TRAILERS, _DONE, _FAILED = range(9)
+MAX_HEAD_BYTES = 64 * 1024  # status line and headers
+HIGH_WATER = 256 * 1024  # buffered body bytes before reading from the pod pauses
+MAX_BODY_BYTES = 64 * 1024 * 1024  # a body read whole (`read()`), unless told otherwise
+MAX_TEXT_BYTES = 8 * 1024 * 1024  # a GET read as text (a metrics page, a model list)
+
+# connection states
+_IDLE, _HEAD, _BODY, _DONE, _FAILED = range(5)
+
+
+class _AfterAnswer(Exception):
+    """Stops the parser at bytes that follow a complete answer (never reused then)."""
 
 
 class UpstreamResponse:
@@ -69,7 +89,17 @@ class UpstreamResponse:
     read whole (`read`) or as it arrives (`chunks`). `release()` when done: the
     connection goes back to the pool only if the body was read to its end."""
 
-    __slots__ = ("_conn", "_eof", "_error", "_pieces", "_size", "_whole", "headers", "status")
+    __slots__ = (
+        "_conn",
+        "_eof",
+        "_error",
+        "_limit",
+        "_pieces",
+        "_size",
+        "_whole",
+        "headers",
+        "status",
+    )
 
     def __init__(self, conn: _Connection, status: int, headers: dict[str, str]) -> None:
         self._conn: _Connection | None = conn
@@ -80,10 +110,16 @@ class UpstreamResponse:
         self._eof = False
         self._error: UpstreamError | None = None
         self._whole = False  # read() holds the whole body anyway: never pause for it
+        self._limit = 0
 
-    async def read(self) -> bytes:
-        """The whole body."""
+    async def read(self, limit: int | None = None) -> bytes:
+        """The whole body; more than `limit` bytes (default: the client's
+        `max_body_bytes`) is an `UpstreamError` and closes the connection."""
+        conn = self._connection()
         self._whole = True
+        self._limit = conn.upstream.max_body_bytes if limit is None else limit
+        if self._size > self._limit and self._error is None:
+            conn.fail_and_close(_too_large(self._limit))
         while not self._eof and self._error is None:
             conn = self._connection()
             conn.resume()
@@ -123,8 +159,15 @@ class UpstreamResponse:
         return self._conn
 
 
+def _too_large(limit: int) -> UpstreamError:
+    return UpstreamError(f"the model server's answer is over {limit} bytes")
+
+
 class _Connection(asyncio.Protocol):
-    """One keep-alive connection and the parser of the answer in progress on it."""
+    """One keep-alive connection and llhttp's parse of the answer in progress on it.
+
+    The parser calls back `on_headers_complete`, `on_body` and `on_message_complete`
+    (httptools' callback names) from inside `data_received`."""
 
     def __init__(self, upstream: Upstream, key: tuple[str, int]) -> None:
         self.upstream = upstream
@@ -132,15 +175,18 @@ class _Connection(asyncio.Protocol):
         self.loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
         self.closed = False
+        self.clean_eof = False  # the pod ended its side with FIN, not a reset
         self.idle_since = 0.0
         self.keep_alive = True
         self.state = _IDLE
-        self.buffer = b""
+        self.parser: httptools.HttpResponseParser | None = None
+        self.head_bytes = 0
+        self.headers: dict[str, str] = {}
+        self.informational = False
+        self.until_close = False
         self.response: UpstreamResponse | None = None
         self.failure: UpstreamError | None = None
         self.waiter: asyncio.Future[None] | None = None
-        self.framing = _LENGTH
-        self.remaining = 0
         self.paused = False
         self.got_bytes = False
 
@@ -154,49 +200,133 @@ class _Connection(asyncio.Protocol):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def data_received(self, data: bytes) -> None:
-        if self.state == _IDLE:  # bytes nobody asked for: the connection is unusable
+        upstream = self.upstream
+        if not upstream.account_cpu:
+            self._received(data)
+            return
+        started = time.thread_time()
+        try:
+            self._received(data)
+        finally:
+            upstream.busy_s += time.thread_time() - started
+
+    def _received(self, data: bytes) -> None:
+        state = self.state
+        if state == _IDLE:  # bytes nobody asked for: the connection is unusable
             self.close()
             return
-        if self.state in (_DONE, _FAILED):
+        if state in (_DONE, _FAILED):
             self.keep_alive = False
             return
         self.got_bytes = True
+        if state == _HEAD:
+            self.head_bytes += len(data)
+        assert self.parser is not None
         try:
-            self._parse(data)
-        except UpstreamError as error:
-            self._fail(error)
-            self.close()
+            self.parser.feed_data(data)
+        except httptools.HttpParserCallbackError as error:
+            cause = error.__context__
+            if isinstance(cause, _AfterAnswer):
+                self.keep_alive = False
+            else:
+                failure = cause if isinstance(cause, UpstreamError) else UpstreamError(repr(cause))
+                self.fail_and_close(failure)
+        except httptools.HttpParserUpgrade:
+            self.fail_and_close(UpstreamError("the model server switched protocols"))
+        except httptools.HttpParserError as error:
+            self.fail_and_close(UpstreamError(f"malformed answer from the model server: {error}"))
+        if self.state == _HEAD and self.head_bytes > MAX_HEAD_BYTES:
+            self.fail_and_close(UpstreamError("response headers too large"))
         self._wake()
 
     def eof_received(self) -> bool:
+        self.clean_eof = True
         return False  # close the transport; connection_lost settles what is in progress
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        if self.state == _BODY and self.framing == _UNTIL_CLOSE:
+        state = self.state
+        if state == _BODY and self.until_close and self.clean_eof and exc is None:
             self._done()
-        elif self.state not in (_IDLE, _DONE, _FAILED):
+        elif state not in (_IDLE, _DONE, _FAILED):
             self._fail(self._closed_error(exc))
         self._wake()
         self.upstream._forget(self)
+
+    # ------------------------------------------------------------------ llhttp callbacks
+
+    def on_message_begin(self) -> None:
+        if self.state == _DONE:  # a second answer in the same bytes
+            raise _AfterAnswer
+        self.headers = {}
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self.state != _HEAD:  # a chunked body's trailers: the head is already out
+            return
+        key = name.decode("latin-1").lower()
+        text = value.decode("latin-1").strip()
+        headers = self.headers
+        headers[key] = f"{headers[key]}, {text}" if key in headers else text
+
+    def on_headers_complete(self) -> None:
+        assert self.parser is not None
+        status = self.parser.get_status_code()
+        self.informational = status < 200
+        if self.informational:  # skip informational answers (103 Early Hints)
+            return
+        headers = self.headers
+        parser = self.parser
+        if not parser.should_keep_alive():
+            self.keep_alive = False
+        encoding = headers.get("transfer-encoding")
+        if encoding is not None:  # llhttp: chunked only as the last coding, else until close
+            self.until_close = encoding.rpartition(",")[2].strip().lower() != "chunked"
+        else:
+            self.until_close = "content-length" not in headers and status not in (204, 304)
+        if self.until_close:
+            self.keep_alive = False
+        self.response = UpstreamResponse(self, status, headers)
+        self.state = _BODY
+
+    def on_body(self, body: bytes) -> None:
+        response = self.response
+        assert response is not None
+        response._pieces.append(body)
+        response._size += len(body)
+        if response._whole:
+            if response._size > response._limit:
+                raise _too_large(response._limit)
+        elif response._size > HIGH_WATER and not self.paused and self.transport is not None:
+            self.paused = True
+            self.transport.pause_reading()
+
+    def on_message_complete(self) -> None:
+        if self.informational:
+            self.informational = False
+            return
+        self._done()
 
     # ------------------------------------------------------------------ the caller's side
 
     def send(self, head: bytes, body: bytes) -> None:
         assert self.transport is not None
         self.state = _HEAD
-        self.buffer = b""
+        self.parser = httptools.HttpResponseParser(self)
+        self.head_bytes = 0
+        self.until_close = False
         self.got_bytes = False
         self.response = None
         self.failure = None
+        started = time.thread_time() if self.upstream.account_cpu else 0.0
         try:
             if len(body) < 16384:
                 self.transport.write(head + body)
             else:
                 self.transport.writelines((head, body))
         except (OSError, RuntimeError) as error:  # closed under us: nothing was sent
-            self._fail(UpstreamError(f"write failed: {error!r}", before_response=True))
-            self.close()
+            self.fail_and_close(UpstreamConnectError(f"write failed: {error!r}"))
+        if started:
+            self.upstream.busy_s += time.thread_time() - started
 
     async def read_head(self) -> UpstreamResponse:
         while self.response is None:
@@ -232,141 +362,17 @@ class _Connection(asyncio.Protocol):
         else:
             self.close()
 
+    def fail_and_close(self, error: UpstreamError) -> None:
+        self._fail(error)
+        self.close()
+
     def close(self) -> None:
         self.keep_alive = False
         if self.transport is not None and not self.closed:
             self.closed = True
             self.transport.close()
 
-    # ------------------------------------------------------------------ parsing
-
-    def _parse(self, data: bytes) -> None:
-        if self.state == _HEAD:
-            if self.buffer:
-                data, self.buffer = self.buffer + data, b""
-            while self.state == _HEAD:
-                end = data.find(b"\r\n\r\n")
-                if end < 0:
-                    if len(data) > MAX_HEAD_BYTES:
-                        raise UpstreamError("response headers too large")
-                    self.buffer = data
-                    return
-                status, headers = _parse_head(data[:end])
-                data = data[end + 4 :]
-                if status >= 200:  # skip informational answers (103 Early Hints)
-                    self._start_body(status, headers)
-        if not data:
-            return
-        if self.state == _BODY:
-            self._body(data)
-        elif self.state >= _CHUNK_SIZE and self.state != _DONE:
-            self._chunked(data)
-        else:
-            self.keep_alive = False  # bytes after the answer: never reuse
-
-    def _start_body(self, status: int, headers: dict[str, str]) -> None:
-        if "close" in headers.get("connection", "").lower():
-            self.keep_alive = False
-        if status in NO_BODY_STATUS:
-            framing, remaining = _LENGTH, 0
-        elif "chunked" in headers.get("transfer-encoding", "").lower():
-            framing, remaining = _CHUNKED, 0
-        elif "content-length" in headers:
-            try:
-                remaining = int(headers["content-length"])
-            except ValueError:
-                remaining = -1
-            if remaining < 0:
-                raise UpstreamError(f"bad Content-Length {headers['content-length']!r}")
-            framing = _LENGTH
-        else:
-            framing, remaining = _UNTIL_CLOSE, 0
-            self.keep_alive = False
-        self.response = UpstreamResponse(self, status, headers)
-        self.framing, self.remaining = framing, remaining
-        if framing == _CHUNKED:
-            self.state = _CHUNK_SIZE
-        elif framing == _LENGTH and remaining == 0:
-            self._done()
-        else:
-            self.state = _BODY
-
-    def _body(self, data: bytes) -> None:
-        if self.framing == _UNTIL_CLOSE:
-            self._deliver(data)
-        elif len(data) < self.remaining:
-            self.remaining -= len(data)
-            self._deliver(data)
-        else:
-            if len(data) > self.remaining:
-                self.keep_alive = False  # bytes after the answer: never reuse
-                data = data[: self.remaining]
-            self.remaining = 0
-            if data:
-                self._deliver(data)
-            self._done()
-
-    def _chunked(self, data: bytes) -> None:
-        if self.buffer:
-            data, self.buffer = self.buffer + data, b""
-        out: list[bytes] = []
-        pos, size = 0, len(data)
-        while pos < size:
-            state = self.state
-            if state == _CHUNK_DATA:
-                take = min(self.remaining, size - pos)
-                out.append(data[pos : pos + take])
-                pos += take
-                self.remaining -= take
-                if self.remaining == 0:
-                    self.state = _CHUNK_CRLF
-                continue
-            end = data.find(b"\r\n", pos)
-            if end < 0:
-                break
-            line, pos = data[pos:end], end + 2
-            if state == _CHUNK_CRLF:
-                if line:
-                    raise UpstreamError("bad chunked encoding: no CRLF after a chunk")
-                self.state = _CHUNK_SIZE
-            elif state == _CHUNK_SIZE:
-                try:
-                    self.remaining = int(line.split(b";", 1)[0], 16)
-                except ValueError:
-                    raise UpstreamError(f"bad chunk size {line[:40]!r}") from None
-                self.state = _CHUNK_DATA if self.remaining else _TRAILERS
-            elif not line:  # _TRAILERS: a blank line ends the body
-                if pos < size:
-                    self.keep_alive = False
-                pos = size
-                self._deliver_all(out)
-                self._done()
-                return
-        if pos < size:
-            if size - pos > MAX_HEAD_BYTES:
-                raise UpstreamError("bad chunked encoding: line too long")
-            self.buffer = data[pos:]
-        self._deliver_all(out)
-
-    def _deliver_all(self, pieces: list[bytes]) -> None:
-        if len(pieces) == 1:
-            self._deliver(pieces[0])
-        elif pieces:
-            self._deliver(b"".join(pieces))
-
-    def _deliver(self, piece: bytes) -> None:
-        response = self.response
-        assert response is not None
-        response._pieces.append(piece)
-        response._size += len(piece)
-        if (
-            response._size > HIGH_WATER
-            and not response._whole
-            and not self.paused
-            and self.transport is not None
-        ):
-            self.paused = True
-            self.transport.pause_reading()
+    # ------------------------------------------------------------------ outcomes
 
     def _done(self) -> None:
         self.state = _DONE
@@ -381,12 +387,13 @@ class _Connection(asyncio.Protocol):
             self.response._error = error
 
     def _closed_error(self, exc: Exception | None) -> UpstreamError:
-        before = not self.got_bytes
-        where = "before answering" if before else "mid-answer"
         reason = f" ({exc!r})" if exc else ""
-        return UpstreamError(
-            f"the model server closed the connection {where}{reason}", before_response=before
-        )
+        if not self.got_bytes:
+            return UpstreamConnectError(
+                f"the model server closed the connection before answering{reason}"
+            )
+        where = "in the headers" if self.response is None else "mid-body"
+        return UpstreamError(f"the model server's answer was cut off {where}{reason}")
 
     def _wake(self) -> None:
         waiter = self.waiter
@@ -401,28 +408,6 @@ class _Connection(asyncio.Protocol):
                     before_response=not self.got_bytes,
                 )
             )
-
-
-def _parse_head(head: bytes) -> tuple[int, dict[str, str]]:
-    lines = head.split(b"\r\n")
-    parts = lines[0].split(b" ", 2)
-    if len(parts) < 2 or not parts[0].startswith(b"HTTP/1."):
-        raise UpstreamError(f"not an HTTP/1.x answer: {lines[0][:80]!r}")
-    try:
-        status = int(parts[1])
-    except ValueError:
-        raise UpstreamError(f"bad status line {lines[0][:80]!r}") from None
-    headers: dict[str, str] = {}
-    for line in lines[1:]:
-        name, sep, value = line.partition(b":")
-        if not sep:
-            raise UpstreamError(f"bad header line {line[:80]!r}")
-        key = name.strip().lower().decode("latin-1")
-        text = value.strip().decode("latin-1")
-        headers[key] = f"{headers[key]}, {text}" if key in headers else text
-    if parts[0] == b"HTTP/1.0" and "keep-alive" not in headers.get("connection", "").lower():
-        headers["connection"] = "close"
-    return status, headers
 
 
 class PendingResponse:
@@ -449,11 +434,9 @@ class PendingResponse:
         if conn is not None:  # sent on a pooled connection
             try:
                 return await conn.read_head()
-            except UpstreamError as error:
-                conn.close()
-                if isinstance(error, UpstreamTimeout) or not error.before_response:
-                    raise
+            except UpstreamConnectError:
                 # the pod closed this idle connection as we took it: once more, on a new one
+                conn.close()
             except BaseException:
                 conn.close()
                 raise
@@ -482,6 +465,8 @@ class Upstream:
         read_timeout_s: float = 300.0,
         idle_timeout_s: float = 4.0,
         max_idle_per_pod: int = 256,
+        max_body_bytes: int = MAX_BODY_BYTES,
+        account_cpu: bool = False,
     ) -> None:
         """`read_timeout_s` bounds each wait for bytes (the first byte included);
         `idle_timeout_s` stays under uvicorn's 5 s keep-alive default (vLLM's server), so
@@ -490,6 +475,12 @@ class Upstream:
         self.read_timeout_s = read_timeout_s
         self.idle_timeout_s = idle_timeout_s
         self.max_idle_per_pod = max_idle_per_pod
+        self.max_body_bytes = max_body_bytes
+        # with `account_cpu` (a scrape client), the thread CPU spent writing requests and
+        # parsing answers, timed where that runs: what the scrape loop charges to its CPU
+        # budget (the process's CPU also holds the requests being proxied)
+        self.account_cpu = account_cpu
+        self.busy_s = 0.0
         self._idle: dict[tuple[str, int], list[_Connection]] = {}
         self._open: set[_Connection] = set()
         self._prefixes: dict[tuple[bytes, str, int, str], bytes] = {}
@@ -508,6 +499,21 @@ class Upstream:
     ) -> PendingResponse:
         """A GET (the metrics scrape), sent like `post`."""
         return self._send(b"GET", host, port, path, None, headers or {})
+
+    async def get_text(
+        self, host: str, port: int, path: str, *, limit: int = MAX_TEXT_BYTES
+    ) -> str:
+        """GET `path` and decode the body (the metrics scrape, the model list); an
+        answer of 400 or more, or a body over `limit` bytes, is an `UpstreamError`."""
+        response = await self.get(host, port, path).response()
+        try:
+            body = await response.read(limit)
+        finally:
+            response.release()
+        if response.status >= 400:
+            raise UpstreamError(f"GET {path} answered HTTP {response.status}")
+        charset = response.headers.get("content-type", "").partition("charset=")[2]
+        return body.decode(charset.strip().strip('"') or "utf-8", errors="replace")
 
     def _send(
         self,
@@ -572,13 +578,10 @@ class Upstream:
                 )
         except TimeoutError:
             raise UpstreamConnectError(
-                f"connect to {key[0]}:{key[1]} timed out after {self.connect_timeout_s:g} s",
-                before_response=True,
+                f"connect to {key[0]}:{key[1]} timed out after {self.connect_timeout_s:g} s"
             ) from None
         except OSError as error:
-            raise UpstreamConnectError(
-                f"connect to {key[0]}:{key[1]} failed: {error}", before_response=True
-            ) from error
+            raise UpstreamConnectError(f"connect to {key[0]}:{key[1]} failed: {error}") from error
         self._open.add(conn)
         return conn
 
@@ -604,6 +607,8 @@ class Upstream:
                 hostname.encode(),
                 port,
             )
+        if not headers and body is None:  # a scrape's GET: the fixed part is all of it
+            return prefix + b"\r\n"
         lines = []
         for name, value in headers.items():
             if "\n" in value or "\r" in value or "\n" in name or "\r" in name:

@@ -1,10 +1,14 @@
 """The proxy's outbound HTTP/1.1 client against scripted raw-socket pods: framing
 (Content-Length, chunked split at every byte, until close), chunk-by-chunk delivery,
-keep-alive reuse, a pod closing an idle connection, and each failure's translation."""
+keep-alive reuse, a pod closing an idle connection, and each failure's translation.
+Strictness follows RFC 9112 (§6.1 Transfer-Encoding, §6.3 message body length, §7.1
+chunk-size = 1*HEXDIG) as llhttp enforces it."""
 
 from __future__ import annotations
 
 import asyncio
+import socket
+import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
@@ -20,12 +24,16 @@ Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
 
 async def read_request(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
-    """One request's head and body (Content-Length framed, as the client sends)."""
+    """One request's head and body (Content-Length framed, as the client sends; a GET
+    has none)."""
     head = await reader.readuntil(b"\r\n\r\n")
     length = next(
-        int(line.split(b":", 1)[1])
-        for line in head.split(b"\r\n")
-        if line.lower().startswith(b"content-length:")
+        (
+            int(line.split(b":", 1)[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        ),
+        0,
     )
     return head, await reader.readexactly(length)
 
@@ -122,6 +130,7 @@ async def test_chunked_answer_split_anywhere(upstream: Upstream, step: int) -> N
         response = await upstream.post("127.0.0.1", pod.port, "/", b"{}", {}).response()
         body = b"".join([piece async for piece in response.chunks()])
         assert body == b"data: first\n\ndata: second\n\n"
+        assert "trailer" not in response.headers  # trailers never rewrite the head
         response.release()
         assert response._conn is None  # released once; a second release is a no-op
         response.release()
@@ -248,6 +257,10 @@ async def test_no_answer_times_out(upstream: Upstream) -> None:
         (b"HTTP/1.1 OK\r\n\r\n", False),  # no status code
         (b"HTTP/1.1 200 OK\r\nno colon\r\n\r\n", False),
         (b"HTTP/1.1 200 OK\r\ncontent-length: -1\r\n\r\n", False),
+        (b"HTTP/1.1 200 OK\r\ncontent-length: +2\r\n\r\nok", False),
+        (b"HTTP/1.1 200 OK\r\nx-a: 1\nx-b: 2\r\ncontent-length: 0\r\n\r\n", False),  # bare LF
+        (b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-length: 3\r\n\r\nok", False),
+        (b"HTTP/1.1 200 OK\r\nx-big: " + b"a" * 70_000, False),  # headers without end
     ],
 )
 async def test_broken_heads_fail_before_the_response(
@@ -262,6 +275,8 @@ async def test_broken_heads_fail_before_the_response(
         with pytest.raises(UpstreamError) as caught:
             await upstream.post("127.0.0.1", pod.port, "/", b"{}", {}).response()
         assert caught.value.before_response is no_byte
+        # never reached the engine ⇔ UpstreamConnectError (the caller may try another pod)
+        assert isinstance(caught.value, UpstreamConnectError) is no_byte
 
 
 @pytest.mark.parametrize(
@@ -410,3 +425,133 @@ async def test_a_large_body_read_whole_does_not_stall(upstream: Upstream) -> Non
         response = await upstream.post("127.0.0.1", pod.port, "/", b"{}", {}).response()
         assert await asyncio.wait_for(response.read(), 5) == big
         response.release()
+
+
+@pytest.mark.parametrize("size", [b"0x5", b"+5", b"5_0", b"-5", b" 5", b"5 "])
+async def test_chunk_sizes_are_bare_hex(upstream: Upstream, size: bytes) -> None:
+    """RFC 9112 §7.1: chunk-size = 1*HEXDIG. Python's int(…, 16) also takes `0x`, `+`,
+    `_` and spaces, so a proxy in front would frame the body differently than we do."""
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+            + size
+            + b"\r\nhello\r\n0\r\n\r\n"
+        )
+        await reader.read()
+
+    async with Pod(script) as pod:
+        response = await upstream.post("127.0.0.1", pod.port, "/", b"{}", {}).response()
+        with pytest.raises(UpstreamError, match="chunk size"):
+            await response.read()
+        response.release()
+
+
+async def test_chunked_is_a_token_not_a_substring(upstream: Upstream) -> None:
+    """RFC 9112 §6.3: a response whose Transfer-Encoding does not end in the token
+    `chunked` is read until the connection closes (and never reused)."""
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: xchunked\r\n\r\n5\r\nhello")
+
+    async with Pod(script) as pod:
+        for _ in range(2):
+            response = await upstream.post("127.0.0.1", pod.port, "/", b"{}", {}).response()
+            assert await response.read() == b"5\r\nhello"  # raw: not decoded as chunks
+            response.release()
+        assert pod.connections == 2
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"transfer-encoding: chunked\r\ncontent-length: 5\r\n",
+        b"content-length: 5\r\ntransfer-encoding: chunked\r\n",
+    ],
+)
+async def test_transfer_encoding_with_content_length_closes(
+    upstream: Upstream, head: bytes
+) -> None:
+    """RFC 9112 §6.1: both headers may be a smuggling or splitting attempt; handled as an
+    error and the connection closed, never reused for another request."""
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            await read_request(reader)
+            if pod.connections == 1:
+                writer.write(b"HTTP/1.1 200 OK\r\n" + head + b"\r\n5\r\nhello\r\n0\r\n\r\n")
+            else:
+                writer.write(answer(b"{}"))
+
+    async with Pod(script) as pod:
+        with pytest.raises(UpstreamError, match=r"Content-Length|Transfer-Encoding"):
+            await upstream.post("127.0.0.1", pod.port, "/", b"{}", {}).response()
+        response = await upstream.post("127.0.0.1", pod.port, "/", b"{}", {}).response()
+        assert await response.read() == b"{}"
+        response.release()
+        assert pod.connections == 2
+
+
+async def test_a_body_until_close_cut_by_a_reset_is_an_error(upstream: Upstream) -> None:
+    """Only a clean close (FIN) ends a body framed by the close; a reset mid-body is a
+    truncation the caller must see (the SSE error event), never a clean end."""
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\ndata: 1\n\n")
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        sock = writer.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.transport.abort()  # RST, not FIN
+
+    async with Pod(script) as pod:
+        response = await upstream.post("127.0.0.1", pod.port, "/", b"{}", {}).response()
+        pieces = response.chunks()
+        assert await anext(pieces) == b"data: 1\n\n"
+        with pytest.raises(UpstreamError, match="cut off") as caught:
+            await anext(pieces)
+        assert not isinstance(caught.value, UpstreamConnectError)
+        response.release()
+
+
+async def test_a_whole_body_read_is_capped(upstream: Upstream) -> None:
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            await read_request(reader)
+            writer.write(answer(b"x" * 5000))
+
+    upstream.max_body_bytes = 4000
+    async with Pod(script) as pod:
+        response = await upstream.post("127.0.0.1", pod.port, "/", b"{}", {}).response()
+        with pytest.raises(UpstreamError, match="over 4000 bytes"):
+            await response.read()
+        response.release()
+        response = await upstream.post("127.0.0.1", pod.port, "/", b"{}", {}).response()
+        assert len(await response.read(limit=5000)) == 5000  # an explicit larger limit
+        response.release()
+        with pytest.raises(UpstreamError, match="over 100 bytes"):
+            await upstream.get_text("127.0.0.1", pod.port, "/metrics", limit=100)
+        response = await upstream.post("127.0.0.1", pod.port, "/", b"{}", {}).response()
+        assert sum([len(p) async for p in response.chunks()]) == 5000  # streaming: no cap
+        response.release()
+        assert pod.connections == 3  # each over-limit answer closed its connection
+
+
+async def test_exception_contract(upstream: Upstream) -> None:
+    """Callers retry only `UpstreamConnectError` (never reached the engine); a timeout is
+    `UpstreamTimeout` (504, no retry), even when not a byte had come."""
+    assert issubclass(UpstreamConnectError, UpstreamError)
+    assert issubclass(UpstreamTimeout, UpstreamError)
+    assert not issubclass(UpstreamTimeout, UpstreamConnectError)
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()
+
+    upstream.read_timeout_s = 0.05
+    async with Pod(silent) as pod:
+        with pytest.raises(UpstreamTimeout) as caught:
+            await upstream.post("127.0.0.1", pod.port, "/", b"{}", {}).response()
+        assert not isinstance(caught.value, UpstreamConnectError)

@@ -75,6 +75,7 @@ EXPORTS = {
         "Apply",
         "FileConfigSource",
         "KubernetesConfigSource",
+        "guard_reload",
         "known_models",
         "merge_objectives",
     ],
