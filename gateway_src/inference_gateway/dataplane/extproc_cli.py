@@ -240,7 +240,9 @@ async def _serve(args: argparse.Namespace) -> int:
         from ..config_watch import FileConfigSource
 
         picker = build_picker(args.endpoints, None, **server)
-        source = FileConfigSource(picker.apply_config, args.config, args.rewrites)
+        source = FileConfigSource(
+            picker.apply_config, args.config, args.rewrites, metrics=picker.director.metrics
+        )
         picker.collaborators.insert(0, source)
     else:
         picker, client = await kubernetes_picker(args, server)
@@ -326,10 +328,17 @@ async def kubernetes_picker(args: argparse.Namespace, server: dict[str, Any]) ->
 
     picker.on_pools = pools_changed
     config_source: Any = (
-        FileConfigSource(picker.apply_config, args.config, args.rewrites)
+        FileConfigSource(
+            picker.apply_config, args.config, args.rewrites, metrics=picker.director.metrics
+        )
         if args.no_watch_api
         else KubernetesConfigSource(
-            picker.apply_config, client, args.namespace, config_name=args.config_name, base=base
+            picker.apply_config,
+            client,
+            args.namespace,
+            config_name=args.config_name,
+            base=base,
+            metrics=picker.director.metrics,
         )
     )
     picker.collaborators[:0] = [config_source, discovery]

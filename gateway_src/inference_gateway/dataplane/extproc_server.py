@@ -35,6 +35,7 @@ from .contracts import RoutingState
 from .director import Director, Series
 from .extproc import ExtProcServicer, PickerOptions
 from .extproc_http2 import ConnectionPolicy, HealthService, Http2GrpcServer, Method
+from .http_settings import server_settings
 from .server import http_fetch
 from .status import add_status_route
 
@@ -249,7 +250,7 @@ class PickerServer:
         app.router.add_get("/metrics", metrics)
         if self.status is not None:  # the global router's heartbeat (dataplane/status.py)
             add_status_route(app, self.director, self.store, **self.status)
-        self._runner = web.AppRunner(app, access_log=None)
+        self._runner = web.AppRunner(app, access_log=None, **server_settings())
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.metrics_port)
         await site.start()
@@ -312,6 +313,7 @@ def build_picker(
         timeout_s=spec.scrape.timeout_ms / 1000,
         staleness_s=spec.scrape.staleness_ms / 1000,
     )
+    metrics.watch_scrapes(store)  # the adaptive scrape interval, exported
     series = Series(metrics)
     scheduler = Scheduler(spec, count_inflight=True, timer=series.time_plugin)
     state = RoutingState.build(config, rewrites)
