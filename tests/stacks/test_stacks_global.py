@@ -270,11 +270,11 @@ def test_failover_alarm_and_dashboard_read_the_telemetry_emf_names(prod_synth: S
 
 
 def test_failover_alarm_reads_what_the_router_itself_writes(prod_synth: Synth) -> None:
-    """The record `igw global` writes (branch i15's FleetEmfEmitter over its own Prometheus
-    counters), after a failover: the alarm's metric must be in it with a count of 1."""
-    metrics = pytest.importorskip(
-        "inference_gateway.global_router.metrics", reason="igw global (branch i15) not merged"
-    )
+    """The record `igw global` writes (its FleetEmfEmitter over its own Prometheus
+    counters), after a failover: the alarm's metric must be in it with a count of 1. The
+    fleet record is the first line; per-cluster records follow it."""
+    from inference_gateway.global_router import metrics
+
     fleet = metrics.GlobalMetrics()
     out = io.StringIO()
     emitter = metrics.FleetEmfEmitter(fleet, environment="prod", interval_s=60, stream=out)
@@ -282,7 +282,7 @@ def test_failover_alarm_reads_what_the_router_itself_writes(prod_synth: Synth) -
     fleet.decisions.labels(cluster="prod-us-west-2", profile="latency", attempt="retry").inc()
     fleet.rate_limit_hits.labels(scope="global").inc()
     record = emitter.emit()
-    assert json.loads(out.getvalue()) == record
+    assert json.loads(out.getvalue().splitlines()[0]) == record
     namespace, dimensions, names = _emf_names(record)
     alarm = _fleet_alarm(prod_synth)
     assert (alarm["Namespace"], alarm["MetricName"]) == (namespace, "FailoverEvents")
