@@ -1,4 +1,6 @@
-"""Synthesis of every environment: charts into `rendered/`, ArgoCD into `bootstrap/`.
+"""Synthesis of every environment: charts into `rendered/` (workloads) and `monitoring/`
+(Prometheus Operator monitors, a separate Application), ArgoCD into `bootstrap/`, the
+upstream GIE CRDs into `crds/`.
 
 `synth_tree(out_root)` renders into a directory tree shaped like `gitops/`; `write_tree`
 then replaces the committed files with it. Nothing is written unless every environment
@@ -22,7 +24,7 @@ from cdk8s import App, Chart, YamlOutputType
 from stacks.environment import ENVIRONMENTS_DIR, EnvironmentSpec, load_environment
 
 from .bootstrap import BootstrapChart, RootChart
-from .crds import CrdsChart
+from .crds import CrdsChart, GieCrdsChart
 from .gateway import GatewayChart
 from .inference import InferenceChart
 from .model_servers import ModelServersChart
@@ -32,7 +34,9 @@ from .picker import PickerChart
 
 __all__ = [
     "CHARTS",
+    "FOLDERS",
     "GITOPS_DIR",
+    "MONITORING_CHARTS",
     "build_environment",
     "environment_names",
     "synth_tree",
@@ -48,8 +52,14 @@ CHARTS: dict[str, type[Chart]] = {
     "20-picker": PickerChart,
     "30-gateway": GatewayChart,
     "40-inference": InferenceChart,
-    "50-observability": ObservabilityChart,
     "60-model-servers": ModelServersChart,
+}
+#: Synced by their own Application, after kube-prometheus-stack has installed its CRDs.
+MONITORING_CHARTS: dict[str, type[Chart]] = {"50-observability": ObservabilityChart}
+#: Environment folder → its charts.
+FOLDERS: dict[str, dict[str, type[Chart]]] = {
+    "rendered": CHARTS,
+    "monitoring": MONITORING_CHARTS,
 }
 
 
@@ -57,9 +67,11 @@ def environment_names(environments_dir: Path = ENVIRONMENTS_DIR) -> list[str]:
     return sorted(p.parent.name for p in environments_dir.glob("*/environment.yaml"))
 
 
-def build_environment(env: EnvironmentSpec, *, outdir: Path) -> App:
+def build_environment(
+    env: EnvironmentSpec, *, outdir: Path, charts: dict[str, type[Chart]] = CHARTS
+) -> App:
     app = App(outdir=str(outdir), yaml_output_type=YamlOutputType.FILE_PER_CHART)
-    for name, chart in CHARTS.items():
+    for name, chart in charts.items():
         chart(app, name, env=env)  # type: ignore[call-arg]
     return app
 
@@ -77,7 +89,12 @@ def synth_tree(
     names = names or environment_names(environments_dir)
     envs = [load_environment(environments_dir / n / "environment.yaml") for n in names]
     for env in envs:
-        build_environment(env, outdir=out_root / "environments" / env.name / "rendered").synth()
+        for folder, charts in FOLDERS.items():
+            outdir = out_root / "environments" / env.name / folder
+            build_environment(env, outdir=outdir, charts=charts).synth()
+    crds = App(outdir=str(out_root / "crds"), yaml_output_type=YamlOutputType.FILE_PER_CHART)
+    GieCrdsChart(crds, "gateway-api-inference-extension")
+    crds.synth()
     for folder, chart in (("bootstrap", BootstrapChart), ("bootstrap/root", RootChart)):
         app = App(outdir=str(out_root / folder), yaml_output_type=YamlOutputType.FILE_PER_CHART)
         chart(app, "root" if chart is RootChart else "inference-gateway", envs=envs)
@@ -94,7 +111,12 @@ def write_tree(gitops_dir: Path = GITOPS_DIR, *, names: Sequence[str] | None = N
         fresh_dirs = [
             fresh_root / "bootstrap",
             fresh_root / "bootstrap" / "root",
-            *sorted((fresh_root / "environments").glob("*/rendered")),
+            fresh_root / "crds",
+            *(
+                d
+                for folder in FOLDERS
+                for d in sorted((fresh_root / "environments").glob(f"*/{folder}"))
+            ),
         ]
         for fresh_dir in fresh_dirs:
             target = gitops_dir / fresh_dir.relative_to(fresh_root)

@@ -19,12 +19,15 @@ from stacks.environment import EnvironmentSpec
 
 __all__ = [
     "BBR",
+    "BUILTIN_GROUPS",
     "GATEWAY",
     "GATEWAY_CLASS",
     "PART_OF",
     "PICKER",
     "PROXY_CONFIG",
+    "SKIP_DRY_RUN",
     "Wave",
+    "ecr_registry",
     "gateway_image",
     "labels",
     "manifest",
@@ -37,6 +40,25 @@ GATEWAY_CLASS = "igw-envoy"
 PROXY_CONFIG = "igw-proxy"
 PICKER = "igw-picker"
 BBR = "igw-bbr"
+#: On every custom resource: Argo CD must not fail the whole sync's dry run while the
+#: resource's CRD (installed earlier in the sync, or by another Application) is not
+#: established yet (Argo CD docs, "Sync Options": SkipDryRunOnMissingResource).
+SYNC_OPTIONS = "argocd.argoproj.io/sync-options"
+SKIP_DRY_RUN = {SYNC_OPTIONS: "SkipDryRunOnMissingResource=true"}
+#: API groups Kubernetes serves itself; anything else is a custom resource.
+BUILTIN_GROUPS = frozenset(
+    {
+        "",
+        "apps",
+        "autoscaling",
+        "batch",
+        "policy",
+        "networking.k8s.io",
+        "rbac.authorization.k8s.io",
+        "apiextensions.k8s.io",
+        "storage.k8s.io",
+    }
+)
 
 
 class Wave(StrEnum):
@@ -71,12 +93,23 @@ def selector_labels(all_labels: Mapping[str, str]) -> dict[str, str]:
 
 
 def gateway_image(env: EnvironmentSpec) -> str:
-    """The gateway image in the environment's own ECR registry (pushed by the CDK app,
-    whose ImagesStack names the repository `igw-<env>/gateway`)."""
+    """The gateway image in the environment's ECR registry (pushed by the CDK app, whose
+    ImagesStack names the repository `igw-<env>/gateway`), by digest when one is given.
+
+    The registry named here is the primary region's; the ApplicationSet rewrites it to
+    each cluster's own region (`kustomize.images`, gitops/bootstrap), where ECR
+    replication has copied the image, so no cluster pulls across regions.
+    """
     k8s = env.kubernetes
-    registry = f"{env.aws.account}.dkr.ecr.{env.aws.region}.amazonaws.com"
     repository = k8s.image_repository or f"igw-{env.name}/gateway"
-    return f"{registry}/{repository}:{k8s.image_tag}"
+    name = f"{ecr_registry(env.aws.account, env.aws.region)}/{repository}"
+    if k8s.image_digest:
+        return f"{name}@{k8s.image_digest}"
+    return f"{name}:{k8s.image_tag}"
+
+
+def ecr_registry(account: str, region: str) -> str:
+    return f"{account}.dkr.ecr.{region}.amazonaws.com"
 
 
 def manifest(
@@ -95,6 +128,8 @@ def manifest(
 ) -> ApiObject:
     """Emit one Kubernetes object; `checkov_skips` maps a check id to its reason."""
     notes = {"argocd.argoproj.io/sync-wave": wave.value, **(annotations or {})}
+    if api_version.rpartition("/")[0] not in BUILTIN_GROUPS:
+        notes.setdefault(SYNC_OPTIONS, SKIP_DRY_RUN[SYNC_OPTIONS])
     for i, (check, reason) in enumerate(sorted((checkov_skips or {}).items()), start=1):
         notes[f"checkov.io/skip{i}"] = f"{check}={reason}"
     obj = ApiObject(
