@@ -44,10 +44,26 @@ def test_root_application_syncs_the_bootstrap_folder(gitops_dir):
     assert root["spec"]["syncPolicy"]["automated"] == {"prune": True, "selfHeal": True}
 
 
-def test_envoy_gateway_enables_the_patch_policy_and_applies_server_side(gitops_dir):
+def test_envoy_gateway_hands_inference_pools_to_its_extension_and_applies_server_side(
+    gitops_dir,
+):
+    """Envoy Gateway resolves an InferencePool backendRef only through an extension
+    server that declares it (`extensionManager.backendResources`), the Envoy AI Gateway
+    controller (envoyproxy/ai-gateway manifests/envoy-gateway-values.yaml and
+    examples/inference-pool/envoy-gateway-values-addon.yaml, v0.4.0)."""
     app = _bootstrap(gitops_dir)["Application/envoy-gateway"]["spec"]
     values = yaml.safe_load(app["source"]["helm"]["values"])
-    assert values["config"]["envoyGateway"]["extensionApis"]["enableEnvoyPatchPolicy"] is True
+    manager = values["config"]["envoyGateway"]["extensionManager"]
+    assert manager["backendResources"] == [
+        {"group": "inference.networking.k8s.io", "kind": "InferencePool", "version": "v1"}
+    ]
+    assert manager["service"]["fqdn"] == {
+        "hostname": "ai-gateway-controller.envoy-ai-gateway-system.svc.cluster.local",
+        "port": 1063,
+    }
+    assert {"Translation", "Cluster"} <= set(manager["hooks"]["xdsTranslator"]["post"])
+    assert "extensionApis" not in values["config"]["envoyGateway"]  # no patch policy
+    assert "Application/envoy-ai-gateway" in _bootstrap(gitops_dir)
     assert "ServerSideApply=true" in app["syncPolicy"]["syncOptions"]
     assert int(_bootstrap(gitops_dir)["ApplicationSet/inference-gateway-environments"][
         "metadata"]["annotations"][WAVE]) > int(
