@@ -74,7 +74,11 @@ class TestExtProcWiring:
             {**header, "value": "sql-assistant"},  # the canary alias
         ]
         assert rule["backendRefs"] == [
-            {"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": "llama-8b-a10g"}
+            {
+                "group": "inference.networking.k8s.io",
+                "kind": "InferencePool",
+                "name": "llama-8b-a10g",
+            }
         ]
         default = one(docs, "HTTPRoute", "igw-default-route")["spec"]["rules"][0]
         assert default["matches"] == [{"path": {"type": "PathPrefix", "value": "/v1"}}]
