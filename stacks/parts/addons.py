@@ -56,10 +56,18 @@ class AddOn:
 
 
 class VpcCniAddOn(AddOn):
-    """Pod networking; prefix delegation lets GPU nodes host many pods per ENI."""
+    """Pod networking; prefix delegation lets GPU nodes host many pods per ENI.
+
+    `enableNetworkPolicy` turns on the add-on's network-policy agent: without it EKS
+    accepts NetworkPolicies and enforces none (EKS docs, "Restrict pod network traffic
+    with Kubernetes network policies"), and the charts' policies would be decoration.
+    """
 
     name = "vpc-cni"
-    configuration = {"env": {"ENABLE_PREFIX_DELEGATION": "true"}}
+    configuration = {
+        "enableNetworkPolicy": "true",
+        "env": {"ENABLE_PREFIX_DELEGATION": "true"},
+    }
 
 
 class KubeProxyAddOn(AddOn):
