@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING
 
 from aws_cdk.assertions import Match
@@ -222,3 +223,14 @@ def test_hyperpod_only_where_enabled_and_only_in_the_primary_region(
 ) -> None:
     dev_synth.template(PRIMARY, "cluster").resource_count_is("AWS::SageMaker::Cluster", 0)
     prod_synth.template(SECONDARY, "cluster").resource_count_is("AWS::SageMaker::Cluster", 0)
+
+
+def test_vpc_cni_enforces_network_policies(any_synth: Synth) -> None:
+    """EKS enforces NetworkPolicies only when the vpc-cni add-on's configuration sets
+    `enableNetworkPolicy: "true"` (EKS docs, "Restrict pod network traffic with
+    Kubernetes network policies"); otherwise the rendered policies are accepted and
+    ignored."""
+    addons = any_synth.resources(PRIMARY, "cluster", "AWS::EKS::Addon")
+    (vpc_cni,) = [a for a in addons.values() if a["Properties"]["AddonName"] == "vpc-cni"]
+    configuration = json.loads(vpc_cni["Properties"]["ConfigurationValues"])
+    assert configuration["enableNetworkPolicy"] == "true"
