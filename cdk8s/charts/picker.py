@@ -35,6 +35,7 @@ from .workloads import (
 __all__ = [
     "CONFIG_MAP",
     "CONFIG_PATH",
+    "EMF_INTERVAL_S",
     "GRPC_PORT",
     "HEALTH_PORT",
     "LIVENESS_SERVICE",
@@ -56,6 +57,9 @@ METRICS_PORT = 9090
 #: model outage must not restart the pickers), `readiness` says the picker can pick.
 LIVENESS_SERVICE = "liveness"
 READINESS_SERVICE = "readiness"
+#: Seconds between the CloudWatch EMF records the picker writes to stdout: one per alarm
+#: period (stacks/parts/alarms.py reads one-minute periods).
+EMF_INTERVAL_S = 60
 CONFIG_PATH = "/etc/igw/config.yaml"
 CONFIG_NAME = "igw"
 CONFIG_MAP = f"{PICKER}-config"
@@ -255,6 +259,13 @@ def _pod_spec(*, env: EnvironmentSpec, selector: dict[str, str]) -> dict[str, An
                     str(METRICS_PORT),
                     "--config",
                     CONFIG_PATH,
+                    # The records the CDK alarms read (namespace InferenceGateway,
+                    # dimension Cluster = the EKS cluster's name): in the cluster the
+                    # picker is what routes, so it is what reports.
+                    "--emf-interval",
+                    str(EMF_INTERVAL_S),
+                    "--emf-cluster",
+                    env.cluster.name,
                 ],
                 "env": [
                     {
