@@ -225,6 +225,16 @@ def test_picker_probes_ask_liveness_and_readiness_services(gitops_dir):
         assert container["startupProbe"]["grpc"]["service"] == "liveness"
         assert container["livenessProbe"]["grpc"]["service"] == "liveness"
         assert container["readinessProbe"]["grpc"]["service"] == "readiness"
+        # The kubelet's gRPC probe speaks plain text (Kubernetes docs, "Configure
+        # Liveness, Readiness and Startup Probes": no TLS for gRPC probes), and the ext_proc
+        # port serves TLS: every probe asks the separate health port the picker is told
+        # to serve (upstream EPP splits `-grpcPort` and `-grpcHealthPort` the same way).
+        args = container["args"]
+        assert "--tls" in args
+        health = int(args[args.index("--grpc-health-port") + 1])
+        assert health != int(args[args.index("--grpc-port") + 1])
+        for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+            assert container[probe]["grpc"]["port"] == health, probe
 
 
 def test_model_servers_give_a_rollout_longer_than_their_startup_probe(gitops_dir):
