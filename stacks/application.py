@@ -144,6 +144,21 @@ def attach_nag(app: App) -> None:
     Validations.of(app).add_plugins(AwsSolutionsChecks(app, verbose=True))
 
 
+def _secret_ids(env: EnvironmentSpec) -> tuple[str, ...]:
+    """The Secrets Manager secrets External Secrets syncs into the cluster."""
+    ids = [s.hf_token_secret_id for s in env.model_servers if s.hf_token_secret_id]
+    if env.kubernetes.auth is not None:
+        ids.append(env.kubernetes.auth.api_keys_secret_id)
+    return tuple(sorted(set(ids)))
+
+
+def _model_sources(env: EnvironmentSpec) -> tuple[str, ...]:
+    """The `s3://` weights and adapters the model servers read."""
+    sources = [s.model for s in env.model_servers]
+    sources += [a for s in env.model_servers for a in s.adapter_sources.values()]
+    return tuple(sorted({s for s in sources if s.startswith("s3://")}))
+
+
 def _region(app: App, env: EnvironmentSpec, plan: RegionPlan) -> RegionStacks:
     aws_env = Environment(account=env.aws.account, region=plan.region)
     prefix = f"igw-{env.name}-{plan.region}"
@@ -205,6 +220,10 @@ def _region(app: App, env: EnvironmentSpec, plan: RegionPlan) -> RegionStacks:
                 cluster_name=env.cluster.name,
                 regions=tuple(env.aws.regions),
                 gateway_namespace=env.kubernetes.namespace,
+                secret_ids=_secret_ids(env),
+                # The ClusterSecretStore reads the primary region's Secrets Manager.
+                secrets_region=env.aws.region,
+                model_sources=_model_sources(env),
             )
         ),
         **kw("Pod Identity roles"),

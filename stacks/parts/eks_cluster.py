@@ -19,9 +19,10 @@ from aws_cdk.lambda_layer_kubectl_v32 import KubectlV32Layer
 from constructs import Construct
 
 from ..spec_infra import ClusterSpec, NodeGroupSpec
-from .addons import AddOn, default_addons, install_addons
+from .addons import AddOn, CloudWatchObservabilityAddOn, default_addons, install_addons
 from .cluster_nag import acknowledge_cluster, acknowledge_nodegroup
 from .gpu_nodes import GpuNodeGroup, GpuNodeGroupProps
+from .pod_identity import cloudwatch_agent_identity
 
 __all__ = ["KUBECTL_LAYERS", "InferenceCluster", "InferenceClusterProps"]
 
@@ -123,3 +124,12 @@ class InferenceCluster(Construct):
         acknowledge_cluster(self.cluster)
         acknowledge_nodegroup(self.system_nodes)
         self.addons = install_addons(self, self.cluster, props.addons, after=[self.system_nodes])
+        agent = self.addons.get(CloudWatchObservabilityAddOn)
+        if agent is not None:
+            # The agent reads its credentials when it starts: its Pod Identity association
+            # must exist before the add-on does, or it runs without a role until restarted.
+            self.cloudwatch_agent_role, self.cloudwatch_agent_association = (
+                cloudwatch_agent_identity(self, spec.name)
+            )
+            self.cloudwatch_agent_association.node.add_dependency(self.cluster)
+            agent.node.add_dependency(self.cloudwatch_agent_association)

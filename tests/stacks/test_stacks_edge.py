@@ -87,14 +87,21 @@ def test_each_region_publishes_its_own_endpoint_for_the_global_router(prod_synth
 # --- identity ------------------------------------------------------------------------
 
 
-def _policy_of(synth: Synth, region: str, name: str) -> list[dict[str, object]]:
-    policies = synth.resources(region, "identity", "AWS::IAM::Policy")
-    (policy,) = [p for lid, p in policies.items() if lid.startswith(f"PodIdentities{name}")]
+def _policy_of(
+    synth: Synth, region: str, name: str, stack: str = "identity"
+) -> list[dict[str, object]]:
+    policies = synth.resources(region, stack, "AWS::IAM::Policy")
+    (policy,) = [
+        p
+        for lid, p in policies.items()
+        if lid.startswith((f"PodIdentities{name}Policy", f"Inference{name}Policy"))
+    ]
     return policy["Properties"]["PolicyDocument"]["Statement"]
 
 
 def test_pod_identity_roles_trust_only_pod_identity_of_this_cluster(prod_synth: Synth) -> None:
     template = prod_synth.template(PRIMARY, "identity")
+    # picker, global router, External Secrets (prod names secrets; no s3:// weights)
     template.resource_count_is("AWS::IAM::Role", 3)
     template.all_resources_properties(
         "AWS::IAM::Role",
@@ -129,7 +136,7 @@ def test_pod_identity_roles_trust_only_pod_identity_of_this_cluster(prod_synth: 
     for namespace, account in (
         ("igw", "igw-picker"),
         ("igw", "igw-global-router"),
-        ("amazon-cloudwatch", "cloudwatch-agent"),
+        ("external-secrets", "external-secrets"),
     ):
         template.has_resource_properties(
             "AWS::EKS::PodIdentityAssociation",
@@ -169,7 +176,7 @@ def test_global_router_reads_only_this_environments_endpoints(prod_synth: Synth)
 
 
 def test_cloudwatch_agent_writes_only_its_clusters_logs(prod_synth: Synth) -> None:
-    statements = _policy_of(prod_synth, SECONDARY, "CloudwatchAgent")
+    statements = _policy_of(prod_synth, SECONDARY, "CloudwatchAgent", stack="cluster")
     by_sid = {s["Sid"]: s for s in statements}
     assert set(by_sid) == {
         "PutMetricDataInOwnNamespaces",

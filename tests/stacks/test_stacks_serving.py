@@ -46,3 +46,88 @@ def test_nlb_health_check_completes_a_tls_handshake_with_envoy(any_synth: Synth)
         assert int(low) == 200 and 404 <= int(high) < 500
     (gateway,) = [d for d in _rendered(any_synth.name) if d["kind"] == "Gateway"]
     assert [(x["protocol"], x["port"]) for x in gateway["spec"]["listeners"]] == [("HTTPS", 443)]
+
+
+# --- Pod Identity for External Secrets and model servers ----------------------------------
+
+
+def _identity_policy(synth: Synth, region: str, name: str) -> list[dict]:
+    policies = synth.resources(region, "identity", "AWS::IAM::Policy")
+    (policy,) = [p for lid, p in policies.items() if lid.startswith(f"PodIdentities{name}Policy")]
+    return policy["Properties"]["PolicyDocument"]["Statement"]
+
+
+def test_external_secrets_reads_only_the_secrets_the_environment_names(any_synth: Synth) -> None:
+    """External Secrets' controller calls GetSecretValue with the credentials of its own
+    pod when the store names no auth (External Secrets docs, "AWS Secrets Manager":
+    "controller's pod identity"); Secrets Manager ARNs end in `-` and six random
+    characters (Secrets Manager docs, "ARN format"), so each secret is named with
+    `-??????` and nothing broader."""
+    env = any_synth.env
+    wanted = {s.hf_token_secret_id for s in env.model_servers if s.hf_token_secret_id}
+    if env.kubernetes.auth:
+        wanted.add(env.kubernetes.auth.api_keys_secret_id)
+    assert wanted
+    for region in env.aws.regions:
+        (statement,) = _identity_policy(any_synth, region, "ExternalSecrets")
+        assert sorted(statement["Action"]) == [
+            "secretsmanager:DescribeSecret",
+            "secretsmanager:GetSecretValue",
+        ]
+        resources = statement["Resource"]
+        resources = resources if isinstance(resources, list) else [resources]
+        names = set()
+        for resource in resources:
+            text = "".join(p if isinstance(p, str) else "" for p in resource["Fn::Join"][1])
+            # The store reads the primary region's secrets from every cluster.
+            assert f":secretsmanager:{env.aws.region}:{env.aws.account}:secret:" in text
+            assert text.endswith("-??????") and "*" not in text
+            names.add(text.split(":secret:")[1].removesuffix("-??????"))
+        assert names == wanted
+        template = any_synth.template(region, "identity")
+        template.has_resource_properties(
+            "AWS::EKS::PodIdentityAssociation",
+            {"Namespace": "external-secrets", "ServiceAccount": "external-secrets"},
+        )
+
+
+def test_model_servers_read_only_their_s3_prefixes() -> None:
+    """vLLM's Run:ai streamer reads `s3://` weights with the pod's default AWS
+    credentials (vLLM docs, "Loading models with Run:ai Model Streamer"): the `vllm`
+    service account gets GetObject under the named prefixes and ListBucket limited to
+    them, on no other bucket."""
+    from aws_cdk import App, Environment, Stack
+    from aws_cdk.assertions import Template
+
+    from stacks.parts.pod_identity import PodIdentities, PodIdentityProps
+
+    stack = Stack(App(), "S3", env=Environment(account="111111111111", region="us-east-1"))
+    PodIdentities(
+        stack,
+        "PodIdentities",
+        PodIdentityProps(
+            environment="dev",
+            cluster_name="igw-dev",
+            regions=("us-east-1",),
+            model_sources=("s3://weights/llama/8b", "s3://weights/adapters/sql/"),
+        ),
+    )
+    resources = Template.from_stack(stack).to_json()["Resources"]
+    (policy,) = [
+        r for lid, r in resources.items() if lid.startswith("PodIdentitiesModelServerPolicy")
+    ]
+    get, listing = policy["Properties"]["PolicyDocument"]["Statement"]
+    text = str(get["Resource"])
+    assert get["Action"] == "s3:GetObject"
+    assert ":s3:::weights/adapters/sql/*" in text and ":s3:::weights/llama/8b/*" in text
+    assert listing["Action"] == "s3:ListBucket"
+    assert listing["Condition"] == {
+        "StringLike": {"s3:prefix": ["adapters/sql", "adapters/sql/*", "llama/8b", "llama/8b/*"]}
+    }
+    accounts = {
+        r["Properties"]["ServiceAccount"]
+        for r in resources.values()
+        if r["Type"] == "AWS::EKS::PodIdentityAssociation"
+    }
+    # No secrets named, so no External Secrets role.
+    assert accounts == {"igw-picker", "igw-global-router", "vllm"}
