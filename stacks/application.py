@@ -27,7 +27,12 @@ from .observability import ObservabilityStack, ObservabilityStackProps
 from .parts.alarms import ClusterAlarmsProps, FleetAlarmsProps
 from .parts.argocd import ArgoCdProps
 from .parts.eks_cluster import KUBECTL_LAYERS, InferenceClusterProps
-from .parts.images import GatewayImageProps, GatewayReleaseProps
+from .parts.images import (
+    DockerHubCacheProps,
+    GatewayImageProps,
+    GatewayReleaseProps,
+    GatewayReplicationProps,
+)
 from .parts.internal_lb import InternalLoadBalancerProps
 from .parts.network import NetworkProps
 from .parts.pod_identity import PodIdentityProps
@@ -131,7 +136,9 @@ def build(
     """Add every stack of `env` to `app`; cdk-nag's AwsSolutions checks on all of them."""
     _check(env, source)
     plans = plan_regions(env, source)
-    built = [_region(app, env, plan) for plan in plans]
+    built: list[RegionStacks] = []
+    for plan in plans:
+        built.append(_region(app, env, plan, primary=built[0] if built else None))
     Tags.of(app).add("igw.dev/environment", env.name)
     Tags.of(app).add("igw.dev/managed-by", "cdk")
     if nag:
@@ -159,7 +166,9 @@ def _model_sources(env: EnvironmentSpec) -> tuple[str, ...]:
     return tuple(sorted({s for s in sources if s.startswith("s3://")}))
 
 
-def _region(app: App, env: EnvironmentSpec, plan: RegionPlan) -> RegionStacks:
+def _region(
+    app: App, env: EnvironmentSpec, plan: RegionPlan, *, primary: RegionStacks | None
+) -> RegionStacks:
     aws_env = Environment(account=env.aws.account, region=plan.region)
     prefix = f"igw-{env.name}-{plan.region}"
 
@@ -186,6 +195,7 @@ def _region(app: App, env: EnvironmentSpec, plan: RegionPlan) -> RegionStacks:
                 spec=env.cluster,
                 node_groups=plan.node_groups,
                 node_group_zones=plan.node_group_zones,
+                pull_through_cache=bool(env.aws.docker_hub_cache_credentials),
             ),
             vpc=network.vpc,
             access_logs=network.access_logs,
@@ -234,7 +244,20 @@ def _region(app: App, env: EnvironmentSpec, plan: RegionPlan) -> RegionStacks:
     images = ImagesStack(
         app,
         f"{prefix}-images",
-        ImagesStackProps(GatewayImageProps(repository_name=repository)),
+        ImagesStackProps(
+            GatewayImageProps(repository_name=repository),
+            replication=GatewayReplicationProps(
+                repository_prefix=repository.rpartition("/")[0] + "/"
+                if "/" in repository
+                else repository,
+                destination_regions=tuple(env.aws.secondary_regions),
+            )
+            if plan.primary and env.aws.secondary_regions
+            else None,
+            docker_hub=DockerHubCacheProps(env.aws.docker_hub_cache_credentials[plan.region])
+            if env.aws.docker_hub_cache_credentials
+            else None,
+        ),
         **kw("ECR repository and gateway image"),
     )
     observability = ObservabilityStack(
@@ -252,13 +275,21 @@ def _region(app: App, env: EnvironmentSpec, plan: RegionPlan) -> RegionStacks:
         app,
         f"{prefix}-gitops",
         GitOpsStackProps(
-            argocd=ArgoCdProps(spec=env.gitops, environment=env.name),
+            argocd=ArgoCdProps(spec=env.gitops, environment=env.name, region=plan.region),
             cluster=cluster.cluster,
-            release=GatewayReleaseProps(repository_name=repository, tag=env.kubernetes.image_tag),
+            # Built and pushed once, in the primary region; ECR replication copies it
+            # (same digest) into the secondary regions' repositories.
+            release=GatewayReleaseProps(repository_name=repository, tag=env.kubernetes.image_tag)
+            if plan.primary
+            else None,
         ),
         **kw("ArgoCD bootstrap, gateway release image"),
     )
     gitops.add_stack_dependency(images, "the release image is pushed into its repository")
+    if primary is not None:
+        gitops.add_stack_dependency(
+            primary.gitops, "the release is pushed in the primary region, then replicated"
+        )
     stacks: list[Stack] = [network, cluster, ingress, identity, images, observability, gitops]
     return RegionStacks(
         plan, network, cluster, ingress, identity, images, observability, gitops, stacks

@@ -100,6 +100,12 @@ class ModelServerSpec(_Section):
     pool: str
     node_group: str
     image: str = "vllm/vllm-openai:v0.11.0"
+    image_digest: str | None = Field(
+        default=None,
+        pattern=r"^sha256:[0-9a-f]{64}$",
+        description="Digest of `image`; when set, pods pull by digest (the tag is kept "
+        "for the reader only).",
+    )
     model: str = Field(description="Hugging Face id or path the server loads.")
     served_model_name: str | None = None
     replicas: int = Field(default=1, ge=0)

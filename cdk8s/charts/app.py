@@ -20,9 +20,12 @@ from pathlib import Path
 os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20,22")
 
+import yaml
+
 from cdk8s import App, Chart, YamlOutputType
 from stacks.environment import ENVIRONMENTS_DIR, EnvironmentSpec, load_environment
 
+from .base import region_images
 from .bootstrap import BootstrapChart, RootChart
 from .crds import CrdsChart, GieCrdsChart
 from .gateway import GatewayChart
@@ -36,9 +39,12 @@ __all__ = [
     "CHARTS",
     "FOLDERS",
     "GITOPS_DIR",
+    "KUSTOMIZATION",
     "MONITORING_CHARTS",
+    "REGIONS_DIR",
     "build_environment",
     "environment_names",
+    "region_overlays",
     "synth_tree",
     "write_tree",
 ]
@@ -61,6 +67,34 @@ FOLDERS: dict[str, dict[str, type[Chart]]] = {
     "rendered": CHARTS,
     "monitoring": MONITORING_CHARTS,
 }
+
+
+#: Kustomize's file name; `.yml`, so the manifest globs (`*.yaml`) of the tests, checkov
+#: and kubernetes-validate see only Kubernetes objects.
+KUSTOMIZATION = "kustomization.yml"
+#: `<env>/regions/<region>/`: what the ApplicationSet syncs to a cluster of that region.
+REGIONS_DIR = "regions"
+
+
+def region_overlays(env: EnvironmentSpec, rendered: Sequence[str]) -> dict[str, dict[str, object]]:
+    """`rendered/kustomization.yml` and one overlay per region of `env`, keyed by their
+    path under the environment's folder.
+
+    A rendered manifest names the primary region's ECR; the overlay of each other region
+    points every such image at that region's own registry (`region_images`), keeping
+    tags and digests, so no cluster pulls across regions.
+    """
+    header = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization"}
+    out: dict[str, dict[str, object]] = {
+        f"rendered/{KUSTOMIZATION}": {**header, "resources": sorted(rendered)}
+    }
+    for region in env.aws.regions:
+        overlay: dict[str, object] = {**header, "resources": ["../../rendered"]}
+        images = region_images(env, region)
+        if images:
+            overlay["images"] = images
+        out[f"{REGIONS_DIR}/{region}/{KUSTOMIZATION}"] = overlay
+    return out
 
 
 def environment_names(environments_dir: Path = ENVIRONMENTS_DIR) -> list[str]:
@@ -92,6 +126,12 @@ def synth_tree(
         for folder, charts in FOLDERS.items():
             outdir = out_root / "environments" / env.name / folder
             build_environment(env, outdir=outdir, charts=charts).synth()
+        env_dir = out_root / "environments" / env.name
+        rendered = [p.name for p in (env_dir / "rendered").glob("*.yaml")]
+        for relative, body in region_overlays(env, rendered).items():
+            path = env_dir / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(yaml.safe_dump(body, sort_keys=False))
     crds = App(outdir=str(out_root / "crds"), yaml_output_type=YamlOutputType.FILE_PER_CHART)
     GieCrdsChart(crds, "gateway-api-inference-extension")
     crds.synth()
@@ -117,12 +157,13 @@ def write_tree(gitops_dir: Path = GITOPS_DIR, *, names: Sequence[str] | None = N
                 for folder in FOLDERS
                 for d in sorted((fresh_root / "environments").glob(f"*/{folder}"))
             ),
+            *sorted((fresh_root / "environments").glob(f"*/{REGIONS_DIR}/*")),
         ]
         for fresh_dir in fresh_dirs:
             target = gitops_dir / fresh_dir.relative_to(fresh_root)
             target.mkdir(parents=True, exist_ok=True)
-            wanted = {p.name for p in fresh_dir.glob("*.yaml")}
-            for stale in sorted(target.glob("*.yaml")):
+            wanted = {p.name for p in _generated_files(fresh_dir)}
+            for stale in _generated_files(target):
                 if stale.name not in wanted:
                     stale.unlink()
                     changes.append(f"deleted {stale}")
@@ -132,3 +173,7 @@ def write_tree(gitops_dir: Path = GITOPS_DIR, *, names: Sequence[str] | None = N
                     shutil.copyfile(new, old)
                     changes.append(f"wrote {old}")
     return changes
+
+
+def _generated_files(folder: Path) -> list[Path]:
+    return sorted([*folder.glob("*.yaml"), *folder.glob(KUSTOMIZATION)])

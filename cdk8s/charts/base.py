@@ -20,6 +20,7 @@ from stacks.environment import EnvironmentSpec
 __all__ = [
     "BBR",
     "BUILTIN_GROUPS",
+    "DOCKER_HUB_CACHE_PREFIX",
     "GATEWAY",
     "GATEWAY_CLASS",
     "PART_OF",
@@ -29,8 +30,11 @@ __all__ = [
     "Wave",
     "ecr_registry",
     "gateway_image",
+    "gateway_repository",
     "labels",
     "manifest",
+    "model_server_image",
+    "region_images",
     "selector_labels",
 ]
 
@@ -96,20 +100,73 @@ def gateway_image(env: EnvironmentSpec) -> str:
     """The gateway image in the environment's ECR registry (pushed by the CDK app, whose
     ImagesStack names the repository `igw-<env>/gateway`), by digest when one is given.
 
-    The registry named here is the primary region's; the ApplicationSet rewrites it to
-    each cluster's own region (`kustomize.images`, gitops/bootstrap), where ECR
-    replication has copied the image, so no cluster pulls across regions.
+    The registry named here is the primary region's; each region's overlay
+    (`region_images`, gitops/environments/<env>/regions/<region>/) points the cluster
+    there at its own region's registry, where ECR replication has copied the image.
     """
     k8s = env.kubernetes
-    repository = k8s.image_repository or f"igw-{env.name}/gateway"
-    name = f"{ecr_registry(env.aws.account, env.aws.region)}/{repository}"
+    name = f"{ecr_registry(env.aws.account, env.aws.region)}/{gateway_repository(env)}"
     if k8s.image_digest:
         return f"{name}@{k8s.image_digest}"
     return f"{name}:{k8s.image_tag}"
 
 
+def gateway_repository(env: EnvironmentSpec) -> str:
+    return env.kubernetes.image_repository or f"igw-{env.name}/gateway"
+
+
 def ecr_registry(account: str, region: str) -> str:
     return f"{account}.dkr.ecr.{region}.amazonaws.com"
+
+
+#: The ECR repository prefix of the Docker Hub pull-through cache (stacks/parts/images.py).
+DOCKER_HUB_CACHE_PREFIX = "docker-hub"
+
+
+def _split_image(image: str) -> tuple[str, str]:
+    """`vllm/vllm-openai:v0.11.0` -> (`vllm/vllm-openai`, `v0.11.0`); a port is no tag."""
+    name, _, tag = image.rpartition(":")
+    if not name or "/" in tag:
+        return image, ""
+    return name, tag
+
+
+def _from_docker_hub(name: str) -> bool:
+    """An image name without a registry host (`vllm/vllm-openai`, `ubuntu`)."""
+    first = name.split("/", 1)[0]
+    return "/" not in name or not ("." in first or ":" in first or first == "localhost")
+
+
+def model_server_image(env: EnvironmentSpec, *, image: str, digest: str | None) -> str:
+    """A model server's image: a Docker Hub image through the primary region's pull-through
+    cache when the environment has one (`aws.docker_hub_cache_credentials`), by digest when
+    one is given; other registries as written."""
+    name, tag = _split_image(image)
+    if env.aws.docker_hub_cache_credentials and _from_docker_hub(name):
+        path = name if "/" in name else f"library/{name}"
+        name = f"{ecr_registry(env.aws.account, env.aws.region)}/{DOCKER_HUB_CACHE_PREFIX}/{path}"
+    if digest:
+        return f"{name}@{digest}"
+    return f"{name}:{tag}" if tag else name
+
+
+def region_images(env: EnvironmentSpec, region: str) -> list[dict[str, str]]:
+    """Kustomize `images` entries that move every image the manifests pull from the
+    primary region's ECR to `region`'s (replicated gateway image, regional pull-through
+    cache); none for the primary region."""
+    if region == env.aws.region:
+        return []
+    primary = ecr_registry(env.aws.account, env.aws.region) + "/"
+    local = ecr_registry(env.aws.account, region) + "/"
+    names = {_split_image(gateway_image(env).partition("@")[0])[0]}
+    for server in env.model_servers:
+        image = model_server_image(env, image=server.image, digest=None)
+        names.add(_split_image(image)[0])
+    return [
+        {"name": n, "newName": local + n.removeprefix(primary)}
+        for n in sorted(names)
+        if n.startswith(primary)
+    ]
 
 
 def manifest(

@@ -29,7 +29,7 @@ from constructs import Construct
 
 from cdk8s import Chart
 from stacks.environment import EnvironmentSpec
-from stacks.parts.argocd_manifests import root_application
+from stacks.parts.argocd_manifests import REGION_LABEL, root_application
 
 from .base import PART_OF, Wave, labels, manifest
 
@@ -48,6 +48,8 @@ __all__ = [
 ARGOCD_NAMESPACE = "argocd"
 ADDONS_PROJECT = "cluster-addons"
 CRDS_PATH = "gitops/crds"
+#: Per-region overlays of an environment (cdk8s/charts/app.py REGIONS_DIR).
+REGIONS_DIR = "regions"
 #: The label the CDK puts on every GPU node group (stacks/parts/gpu_nodes.py).
 GPU_LABEL = "igw.dev/gpu"
 ARGO_API = "argoproj.io/v1alpha1"
@@ -380,6 +382,15 @@ class RootChart(Chart):
         )
 
 
+def _source_path(folder: str) -> str:
+    """Workloads through the overlay of the cluster's region (its cluster Secret's
+    `igw.dev/region` label), which points images at that region's ECR; monitors as
+    rendered."""
+    if folder == "rendered":
+        return f'{{{{.path.path}}}}/{REGIONS_DIR}/{{{{index .metadata.labels "{REGION_LABEL}"}}}}'
+    return f"{{{{.path.path}}}}/{folder}"
+
+
 def _environments(*, repo: str, revision: str, sync: dict[str, Any], folder: str) -> dict[str, Any]:
     """One Application per environment folder and cluster of that environment, syncing
     `<env>/<folder>` (workloads in `rendered`, monitors apart in `monitoring`, so an
@@ -428,7 +439,7 @@ def _environments(*, repo: str, revision: str, sync: dict[str, Any], folder: str
                 "source": {
                     "repoURL": repo,
                     "targetRevision": revision,
-                    "path": f"{{{{.path.path}}}}/{folder}",
+                    "path": _source_path(folder),
                 },
                 "destination": {"server": "{{.server}}"},
                 # Deployments scaled by an HPA leave `replicas` out, so there is no diff

@@ -25,7 +25,7 @@ from stacks.environment import EnvironmentSpec
 from stacks.spec_infra import NodeGroupSpec
 from stacks.spec_workloads import ModelServerSpec, model_server_name, model_server_pod_labels
 
-from .base import Wave, manifest, selector_labels
+from .base import Wave, manifest, model_server_image, selector_labels
 from .workloads import (
     CPU_LIMIT_SKIP,
     DIGEST_SKIP,
@@ -148,7 +148,12 @@ class ModelServersChart(Chart):
             },
             "template": {
                 "metadata": {"labels": pod_labels},
-                "spec": _pod_spec(server=server, group=group, selector=selector),
+                "spec": _pod_spec(
+                    server=server,
+                    group=group,
+                    selector=selector,
+                    image=model_server_image(env, image=server.image, digest=server.image_digest),
+                ),
             },
         }
         manifest(
@@ -261,7 +266,7 @@ def _hf_token_external_secret(secret_id: str, secret: str) -> dict[str, Any]:
 
 
 def _pod_spec(
-    *, server: ModelServerSpec, group: NodeGroupSpec, selector: dict[str, str]
+    *, server: ModelServerSpec, group: NodeGroupSpec, selector: dict[str, str], image: str
 ) -> dict[str, Any]:
     gpus = str(server.gpus)
     health = {"httpGet": {"path": "/health", "port": "http"}}
@@ -320,7 +325,7 @@ def _pod_spec(
         "containers": [
             {
                 "name": "vllm",
-                "image": server.image,
+                "image": image,
                 "imagePullPolicy": "IfNotPresent",
                 "command": ["vllm", "serve"],
                 "args": vllm_args(server),

@@ -44,6 +44,7 @@ ARGOCD_REPOSITORY = "https://argoproj.github.io/argo-helm"
 class ArgoCdProps:
     spec: GitOpsSpec
     environment: str
+    region: str
 
 
 class ArgoCdBootstrap(Construct):
@@ -79,7 +80,7 @@ class ArgoCdBootstrap(Construct):
             self,
             "InClusterSecret",
             cluster=cluster,
-            manifest=[cluster_secret(props.environment)],
+            manifest=[cluster_secret(props.environment, props.region)],
             overwrite=True,
         )
         self.cluster_secret.node.add_dependency(self.chart)

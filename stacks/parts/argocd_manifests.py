@@ -22,6 +22,7 @@ __all__ = [
     "ARGOCD_NAMESPACE",
     "ENVIRONMENT_LABEL",
     "IN_CLUSTER",
+    "REGION_LABEL",
     "cluster_secret",
     "root_application",
 ]
@@ -29,6 +30,9 @@ __all__ = [
 ARGOCD_NAMESPACE = "argocd"
 #: The label the ApplicationSet's clusters generator selects on (cdk8s/charts/bootstrap.py).
 ENVIRONMENT_LABEL = "igw.dev/environment"
+#: The label whose value picks the region's overlay, `<env>/regions/<region>/`, so the
+#: cluster pulls images from its own region's ECR (cdk8s/charts/app.py region_overlays).
+REGION_LABEL = "igw.dev/region"
 IN_CLUSTER = "https://kubernetes.default.svc"
 SYNC_RETRY = {"limit": 5, "backoff": {"duration": "10s", "factor": 2, "maxDuration": "5m"}}
 
@@ -46,9 +50,10 @@ return result
 """
 
 
-def cluster_secret(environment: str) -> dict[str, Any]:
+def cluster_secret(environment: str, region: str) -> dict[str, Any]:
     """ArgoCD's own cluster, declared: the Secret ArgoCD reads a cluster from, labelled
-    with the environment so the ApplicationSet deploys this environment here."""
+    with the environment so the ApplicationSet deploys this environment here, and with
+    the region so it syncs that region's overlay."""
     return {
         "apiVersion": "v1",
         "kind": "Secret",
@@ -58,6 +63,7 @@ def cluster_secret(environment: str) -> dict[str, Any]:
             "labels": {
                 "argocd.argoproj.io/secret-type": "cluster",
                 ENVIRONMENT_LABEL: environment,
+                REGION_LABEL: region,
             },
         },
         "stringData": {"name": "in-cluster", "server": IN_CLUSTER},

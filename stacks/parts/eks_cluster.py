@@ -43,6 +43,8 @@ class InferenceClusterProps:
     spec: ClusterSpec
     node_groups: tuple[NodeGroupSpec, ...]
     node_group_zones: dict[str, tuple[str, ...]]
+    #: The region's ECR caches Docker Hub (model-server images): GPU nodes fill it.
+    pull_through_cache: bool = False
     addons: tuple[AddOn, ...] = field(default_factory=lambda: tuple(default_addons()))
 
 
@@ -119,6 +121,7 @@ class InferenceCluster(Construct):
                     spec=group,
                     cluster_name=spec.name,
                     zones=props.node_group_zones[group.name],
+                    pull_through_cache=props.pull_through_cache,
                 ),
             )
         acknowledge_cluster(self.cluster)

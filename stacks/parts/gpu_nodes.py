@@ -12,10 +12,14 @@ from dataclasses import dataclass
 
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
 from constructs import Construct
 
+from ..nag import acknowledge
 from ..spec_infra import NodeGroupSpec
 from .cluster_nag import acknowledge_nodegroup
+from .images import pull_through_statement
+from .pod_identity import wildcard_findings
 
 __all__ = ["GPU_PRODUCTS", "GPU_TAINT", "GpuNodeGroup", "GpuNodeGroupProps", "gpu_labels"]
 
@@ -55,6 +59,8 @@ class GpuNodeGroupProps:
     spec: NodeGroupSpec
     cluster_name: str
     zones: tuple[str, ...]
+    #: The region's ECR caches Docker Hub: the nodes fill it on a first pull.
+    pull_through_cache: bool = False
 
 
 class GpuNodeGroup(Construct):
@@ -92,3 +98,14 @@ class GpuNodeGroup(Construct):
         cfn = self.nodegroup.node.default_child
         cfn.add_property_override("InstanceTypes", [spec.instance_type])  # type: ignore[union-attr]
         acknowledge_nodegroup(self.nodegroup)
+        if props.pull_through_cache:
+            policy = iam.Policy(self, "PullThroughCache", statements=[pull_through_statement(self)])
+            policy.attach_to_role(self.nodegroup.role)
+            acknowledge(
+                policy,
+                "IAM5",
+                "A pull-through cache creates one repository per upstream image on its first "
+                "pull; the nodes may do that only under the docker-hub/ prefix of this "
+                "region's registry.",
+                findings=wildcard_findings(policy),
+            )

@@ -40,6 +40,7 @@ __all__ = [
     "cloudwatch_agent_identity",
     "pod_identity",
     "s3_prefixes",
+    "wildcard_findings",
     "workloads",
 ]
 
@@ -181,7 +182,7 @@ def pod_identity(
     )
     policy = iam.Policy(scope, f"{name}Policy", statements=statements)
     policy.attach_to_role(role)
-    findings = _findings(policy)
+    findings = wildcard_findings(policy)
     if findings:
         acknowledge(
             policy,
@@ -271,7 +272,7 @@ class PodIdentities(Construct):
             )
 
 
-def _findings(policy: iam.Policy) -> list[str]:
+def wildcard_findings(policy: iam.Policy) -> list[str]:
     """`Resource::<arn>` for each wildcard resource of the policy, as cdk-nag names them."""
     stack = Stack.of(policy)
     found = []

@@ -32,7 +32,16 @@ def test_applicationset_fans_out_over_environments_with_automated_sync(gitops_di
         "igw.dev/environment": "{{.path.basename}}"
     }
     template = appset["template"]["spec"]
-    assert template["source"]["path"] == "{{.path.path}}/rendered"
+    # The workloads through the overlay of the cluster's region (its cluster Secret's
+    # igw.dev/region label, which the CDK sets), which exists for every region.
+    path = template["source"]["path"]
+    assert path == '{{.path.path}}/regions/{{index .metadata.labels "igw.dev/region"}}'
+    for name in environment_names():
+        for region in load_environment(name).aws.regions:
+            folder = path.replace("{{.path.path}}", f"gitops/environments/{name}").replace(
+                '{{index .metadata.labels "igw.dev/region"}}', region
+            )
+            assert (gitops_dir.parent / folder / "kustomization.yml").is_file(), folder
     assert template["destination"] == {"server": "{{.server}}"}
     assert template["syncPolicy"]["automated"] == {"prune": True, "selfHeal": True}
 

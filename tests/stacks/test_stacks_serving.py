@@ -131,3 +131,63 @@ def test_model_servers_read_only_their_s3_prefixes() -> None:
     }
     # No secrets named, so no External Secrets role.
     assert accounts == {"igw-picker", "igw-global-router", "vllm"}
+
+
+# --- images from the region's own registry ------------------------------------------------
+
+
+def test_primary_registry_replicates_the_gateway_repositories(any_synth: Synth) -> None:
+    """ECR replication copies an image, digest unchanged, into the destination regions'
+    registries (ECR docs, "Private image replication"); one configuration per registry,
+    so only the primary region has one, and only where there are secondaries."""
+    env = any_synth.env
+    primary = any_synth.resources(env.aws.region, "images", "AWS::ECR::ReplicationConfiguration")
+    if not env.aws.secondary_regions:
+        assert primary == {}
+        return
+    (config,) = primary.values()
+    (rule,) = config["Properties"]["ReplicationConfiguration"]["Rules"]
+    assert rule["Destinations"] == [
+        {"Region": r, "RegistryId": env.aws.account} for r in env.aws.secondary_regions
+    ]
+    assert rule["RepositoryFilters"] == [
+        {"Filter": f"igw-{env.name}/", "FilterType": "PREFIX_MATCH"}
+    ]
+    for region in env.aws.secondary_regions:
+        assert not any_synth.resources(region, "images", "AWS::ECR::ReplicationConfiguration")
+
+
+def test_each_region_caches_docker_hub_and_its_gpu_nodes_may_fill_the_cache(
+    any_synth: Synth,
+) -> None:
+    """A pull-through cache rule per region, with that region's credentials secret (ECR
+    docs: the secret's account and Region must match the rule's); the first pull of an
+    image needs `ecr:BatchImportUpstreamImage` and `ecr:CreateRepository` (ECR docs, "IAM
+    permissions required to sync an upstream registry"), granted to the GPU nodes under
+    `docker-hub/*` only."""
+    env = any_synth.env
+    for region in env.aws.regions:
+        (rule,) = any_synth.resources(region, "images", "AWS::ECR::PullThroughCacheRule").values()
+        assert rule["Properties"] == {
+            "CredentialArn": env.aws.docker_hub_cache_credentials[region],
+            "EcrRepositoryPrefix": "docker-hub",
+            "UpstreamRegistry": "docker-hub",
+            "UpstreamRegistryUrl": "registry-1.docker.io",
+        }
+        policies = [
+            p
+            for lid, p in any_synth.resources(region, "cluster", "AWS::IAM::Policy").items()
+            if "PullThroughCache" in lid
+        ]
+        (plan,) = [r.plan for r in any_synth.regions if r.plan.region == region]
+        assert len(policies) == len(plan.node_groups)
+        for policy in policies:
+            (statement,) = policy["Properties"]["PolicyDocument"]["Statement"]
+            assert sorted(statement["Action"]) == [
+                "ecr:BatchImportUpstreamImage",
+                "ecr:CreateRepository",
+            ]
+            text = "".join(
+                p if isinstance(p, str) else "" for p in statement["Resource"]["Fn::Join"][1]
+            )
+            assert text.endswith(f":ecr:{region}:{env.aws.account}:repository/docker-hub/*")
