@@ -311,6 +311,8 @@ class TestPicker:
             "--grpc-health-port", "9003",
             "--metrics-port", "9090",
             "--config", "/etc/igw/config.yaml",
+            "--emf-interval", "60",
+            "--emf-cluster", "igw-dev",
         ]  # fmt: skip
         registry = f"{dev_env.aws.account}.dkr.ecr.{dev_env.aws.region}.amazonaws.com"
         assert container["image"] == f"{registry}/igw-dev/gateway:0.1.0"
