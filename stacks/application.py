@@ -34,6 +34,7 @@ from .parts.images import (
     GatewayReplicationProps,
 )
 from .parts.internal_lb import InternalLoadBalancerProps
+from .parts.karpenter import KarpenterProps
 from .parts.network import NetworkProps
 from .parts.pod_identity import PodIdentityProps
 from .placement import RegionPlan, plan_regions
@@ -196,6 +197,11 @@ def _region(
                 node_groups=plan.node_groups,
                 node_group_zones=plan.node_group_zones,
                 pull_through_cache=bool(env.aws.docker_hub_cache_credentials),
+                karpenter=KarpenterProps(
+                    cluster_name=env.cluster.name,
+                    create_node_role=plan.primary,
+                    pull_through_regions=tuple(env.aws.docker_hub_cache_credentials),
+                ),
             ),
             vpc=network.vpc,
             access_logs=network.access_logs,
@@ -203,6 +209,9 @@ def _region(
         ),
         **kw("EKS, node groups, add-ons, HyperPod"),
     )
+    if primary is not None:
+        # Karpenter's node role is created by the primary region's cluster stack.
+        cluster.add_stack_dependency(primary.cluster, "Karpenter's node role exists")
     ingress = IngressStack(
         app,
         f"{prefix}-ingress",
@@ -275,7 +284,12 @@ def _region(
         app,
         f"{prefix}-gitops",
         GitOpsStackProps(
-            argocd=ArgoCdProps(spec=env.gitops, environment=env.name, region=plan.region),
+            argocd=ArgoCdProps(
+                spec=env.gitops,
+                environment=env.name,
+                region=plan.region,
+                cluster_name=env.cluster.name,
+            ),
             cluster=cluster.cluster,
             # Built and pushed once, in the primary region; ECR replication copies it
             # (same digest) into the secondary regions' repositories.

@@ -137,6 +137,13 @@ class ClusterSpec(_Section):
     admin_role_arns: list[str] = Field(default_factory=list)
     system_node_group: SystemNodeGroupSpec = SystemNodeGroupSpec()
     hyperpod: HyperPodSpec = HyperPodSpec()
+    node_ami: str = Field(
+        default="al2023@latest",
+        pattern=r"^al2023@(latest|v\d{8})$",
+        description="AMI alias of the GPU nodes Karpenter launches (EC2NodeClass "
+        "amiSelectorTerms; Karpenter picks the NVIDIA variant for GPU instance types). Pin "
+        "a version (al2023@vYYYYMMDD) to roll AMIs on purpose rather than on release.",
+    )
 
     @field_validator("admin_role_arns")
     @classmethod

@@ -32,6 +32,7 @@ from .gateway import GatewayChart
 from .inference import InferenceChart
 from .model_servers import ModelServersChart
 from .network import NetworkPoliciesChart
+from .node_pools import NodePoolsChart
 from .observability import ObservabilityChart
 from .picker import PickerChart
 
@@ -55,6 +56,7 @@ GITOPS_DIR = ENVIRONMENTS_DIR.parent
 CHARTS: dict[str, type[Chart]] = {
     "00-crds": CrdsChart,
     "10-network-policies": NetworkPoliciesChart,
+    "15-node-pools": NodePoolsChart,
     "20-picker": PickerChart,
     "30-gateway": GatewayChart,
     "40-inference": InferenceChart,

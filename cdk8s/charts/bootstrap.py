@@ -9,7 +9,8 @@ upstream Helm chart at a pinned version (`ADDONS`). The root syncs them in waves
 
   -1  the GIE CRDs (`gitops/crds/`), before any controller that watches InferencePools
    0  Envoy Gateway (+ its Gateway API CRDs), Envoy AI Gateway (InferencePool backends),
-      NVIDIA device plugin, kube-prometheus-stack, KEDA, External Secrets
+      NVIDIA device plugin, kube-prometheus-stack, KEDA, External Secrets, Karpenter's
+      CRDs, and the Karpenter controller (an ApplicationSet: its values name the cluster)
    1  the Secrets Manager store, and the environments' workloads (`rendered/`)
    2  the environments' monitors (`monitoring/`), after the Prometheus operator's CRDs
 
@@ -29,7 +30,8 @@ from constructs import Construct
 
 from cdk8s import Chart
 from stacks.environment import EnvironmentSpec
-from stacks.parts.argocd_manifests import REGION_LABEL, root_application
+from stacks.parts.argocd_manifests import CLUSTER_NAME_LABEL, REGION_LABEL, root_application
+from stacks.parts.names import KARPENTER_NAMESPACE, KARPENTER_SERVICE_ACCOUNT
 
 from .base import PART_OF, Wave, labels, manifest
 
@@ -38,6 +40,7 @@ __all__ = [
     "ARGOCD_NAMESPACE",
     "ENVOY_GATEWAY_CHART",
     "ENVOY_GATEWAY_VERSION",
+    "KARPENTER_VERSION",
     "PROJECT",
     "AddOnChart",
     "BootstrapChart",
@@ -63,6 +66,10 @@ IN_CLUSTER = "https://kubernetes.default.svc"
 AI_GATEWAY_NAMESPACE = "envoy-ai-gateway-system"
 AI_GATEWAY_VERSION = "v0.4.0"
 SECRET_STORE = "aws-secrets-manager"
+#: Karpenter's charts (OCI, public ECR) and version: 1.6 supports Kubernetes 1.29-1.33
+#: (Karpenter docs, "Compatibility").
+KARPENTER_CHART_REPO = "public.ecr.aws/karpenter"
+KARPENTER_VERSION = "1.6.4"
 #: kube-prometheus-stack selects monitors labelled `release: <release name>` by default
 #: (`prometheus.prometheusSpec.serviceMonitorSelectorNilUsesHelmValues: true`).
 PROMETHEUS_RELEASE = "kube-prometheus-stack"
@@ -153,6 +160,19 @@ ADDONS: tuple[AddOnChart, ...] = (
         ("external-secrets.io", "generators.external-secrets.io"),
         server_side=True,
     ),
+    # Karpenter's CRDs apart from its controller, as Karpenter's upgrade guide recommends
+    # ("CRD Upgrades": Helm installs a chart's crds/ only once); the controller, whose
+    # values name the cluster, is the `karpenter` ApplicationSet, one per cluster.
+    AddOnChart(
+        "karpenter-crd",
+        KARPENTER_CHART_REPO,
+        "karpenter-crd",
+        KARPENTER_VERSION,
+        KARPENTER_NAMESPACE,
+        Wave.CONTROLLERS,
+        ("karpenter.sh", "karpenter.k8s.aws"),
+        server_side=True,
+    ),
 )
 #: The GIE CRDs, pinned copies under cdk8s/crds/, synced from `gitops/crds/`.
 GIE_CRDS_APP = "gateway-api-inference-extension-crds"
@@ -199,6 +219,8 @@ class BootstrapChart(Chart):
                         {"group": "apiextensions.k8s.io", "kind": "CustomResourceDefinition"},
                         {"group": "gateway.networking.k8s.io", "kind": "GatewayClass"},
                         {"group": "external-secrets.io", "kind": "ClusterSecretStore"},
+                        {"group": "karpenter.sh", "kind": "NodePool"},
+                        {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass"},
                         {"group": "", "kind": "Namespace"},
                     ],
                 }
@@ -254,6 +276,16 @@ class BootstrapChart(Chart):
                 **common,
                 body={"spec": _addon(addon, values=values[addon.name], sync=sync)},
             )
+        manifest(
+            self,
+            "karpenter",
+            api_version=ARGO_API,
+            kind="ApplicationSet",
+            name="karpenter",
+            wave=Wave.CONTROLLERS,
+            **common,
+            body={"spec": _karpenter(sync=sync)},
+        )
         for name, folder, wave in (
             (f"{PROJECT}-environments", "rendered", Wave.CONFIG),
             (f"{PROJECT}-monitoring", "monitoring", Wave.WORKLOADS),
@@ -331,6 +363,56 @@ def addon_values(envs: Sequence[EnvironmentSpec]) -> dict[str, dict[str, Any]]:
         },
         "keda": {},
         "external-secrets": {"installCRDs": True},
+        "karpenter-crd": {},
+    }
+
+
+def _karpenter(*, sync: dict[str, Any]) -> dict[str, Any]:
+    """The Karpenter controller on every cluster the CDK registered, with that cluster's
+    name (`settings.clusterName`) and interruption queue (`<cluster>-karpenter`, the SQS
+    queue of stacks/parts/karpenter.py) from its cluster Secret's label; CRDs skipped,
+    `karpenter-crd` owns them. On the system nodes: Karpenter must not run on nodes it
+    manages (Karpenter docs, "Getting Started": run the controller on a node group)."""
+    cluster = f'{{{{index .metadata.labels "{CLUSTER_NAME_LABEL}"}}}}'
+    values = {
+        "nodeSelector": {"igw.dev/role": "system"},
+        "replicas": 2,
+        "serviceAccount": {"name": KARPENTER_SERVICE_ACCOUNT},
+    }
+    return {
+        "goTemplate": True,
+        "goTemplateOptions": ["missingkey=error"],
+        "generators": [
+            {
+                "clusters": {
+                    "selector": {
+                        "matchExpressions": [{"key": CLUSTER_NAME_LABEL, "operator": "Exists"}]
+                    }
+                }
+            }
+        ],
+        "template": {
+            "metadata": {"name": "karpenter-{{.nameNormalized}}"},
+            "spec": {
+                "project": ADDONS_PROJECT,
+                "source": {
+                    "repoURL": KARPENTER_CHART_REPO,
+                    "chart": "karpenter",
+                    "targetRevision": KARPENTER_VERSION,
+                    "helm": {
+                        "releaseName": "karpenter",
+                        "skipCrds": True,
+                        "values": yaml.safe_dump(values, sort_keys=True),
+                        "parameters": [
+                            {"name": "settings.clusterName", "value": cluster},
+                            {"name": "settings.interruptionQueue", "value": f"{cluster}-karpenter"},
+                        ],
+                    },
+                },
+                "destination": {"server": "{{.server}}", "namespace": KARPENTER_NAMESPACE},
+                "syncPolicy": {**sync, "syncOptions": ["ServerSideApply=true"]},
+            },
+        },
     }
 
 

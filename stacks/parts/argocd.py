@@ -45,6 +45,7 @@ class ArgoCdProps:
     spec: GitOpsSpec
     environment: str
     region: str
+    cluster_name: str
 
 
 class ArgoCdBootstrap(Construct):
@@ -80,7 +81,7 @@ class ArgoCdBootstrap(Construct):
             self,
             "InClusterSecret",
             cluster=cluster,
-            manifest=[cluster_secret(props.environment, props.region)],
+            manifest=[cluster_secret(props.environment, props.region, props.cluster_name)],
             overwrite=True,
         )
         self.cluster_secret.node.add_dependency(self.chart)

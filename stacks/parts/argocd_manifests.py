@@ -20,6 +20,7 @@ __all__ = [
     "APPLICATION_HEALTH_KEY",
     "APPLICATION_HEALTH_LUA",
     "ARGOCD_NAMESPACE",
+    "CLUSTER_NAME_LABEL",
     "ENVIRONMENT_LABEL",
     "IN_CLUSTER",
     "REGION_LABEL",
@@ -33,6 +34,9 @@ ENVIRONMENT_LABEL = "igw.dev/environment"
 #: The label whose value picks the region's overlay, `<env>/regions/<region>/`, so the
 #: cluster pulls images from its own region's ECR (cdk8s/charts/app.py region_overlays).
 REGION_LABEL = "igw.dev/region"
+#: The EKS cluster's name, which the Karpenter ApplicationSet hands the controller
+#: (`settings.clusterName`, and the interruption queue named after it).
+CLUSTER_NAME_LABEL = "igw.dev/cluster-name"
 IN_CLUSTER = "https://kubernetes.default.svc"
 SYNC_RETRY = {"limit": 5, "backoff": {"duration": "10s", "factor": 2, "maxDuration": "5m"}}
 
@@ -50,10 +54,11 @@ return result
 """
 
 
-def cluster_secret(environment: str, region: str) -> dict[str, Any]:
+def cluster_secret(environment: str, region: str, cluster_name: str) -> dict[str, Any]:
     """ArgoCD's own cluster, declared: the Secret ArgoCD reads a cluster from, labelled
     with the environment so the ApplicationSet deploys this environment here, and with
-    the region so it syncs that region's overlay."""
+    the region so it syncs that region's overlay, and with the EKS cluster's name for the
+    add-ons that must know it (Karpenter)."""
     return {
         "apiVersion": "v1",
         "kind": "Secret",
@@ -64,6 +69,7 @@ def cluster_secret(environment: str, region: str) -> dict[str, Any]:
                 "argocd.argoproj.io/secret-type": "cluster",
                 ENVIRONMENT_LABEL: environment,
                 REGION_LABEL: region,
+                CLUSTER_NAME_LABEL: cluster_name,
             },
         },
         "stringData": {"name": "in-cluster", "server": IN_CLUSTER},

@@ -22,6 +22,7 @@ from ..spec_infra import ClusterSpec, NodeGroupSpec
 from .addons import AddOn, CloudWatchObservabilityAddOn, default_addons, install_addons
 from .cluster_nag import acknowledge_cluster, acknowledge_nodegroup
 from .gpu_nodes import GpuNodeGroup, GpuNodeGroupProps
+from .karpenter import Karpenter, KarpenterProps
 from .pod_identity import cloudwatch_agent_identity
 
 __all__ = ["KUBECTL_LAYERS", "InferenceCluster", "InferenceClusterProps"]
@@ -45,6 +46,8 @@ class InferenceClusterProps:
     node_group_zones: dict[str, tuple[str, ...]]
     #: The region's ECR caches Docker Hub (model-server images): GPU nodes fill it.
     pull_through_cache: bool = False
+    #: Karpenter's AWS half (GPU NodePools come from git); None: managed node groups only.
+    karpenter: KarpenterProps | None = None
     addons: tuple[AddOn, ...] = field(default_factory=lambda: tuple(default_addons()))
 
 
@@ -136,3 +139,6 @@ class InferenceCluster(Construct):
             )
             self.cloudwatch_agent_association.node.add_dependency(self.cluster)
             agent.node.add_dependency(self.cloudwatch_agent_association)
+        self.karpenter: Karpenter | None = None
+        if props.karpenter is not None:
+            self.karpenter = Karpenter(self, "Karpenter", self.cluster, vpc, props.karpenter)

@@ -19,39 +19,18 @@ from ..nag import acknowledge
 from ..spec_infra import NodeGroupSpec
 from .cluster_nag import acknowledge_nodegroup
 from .images import pull_through_statement
+from .names import GPU_PRODUCTS, GPU_TAINT_KEY, gpu_labels
 from .pod_identity import wildcard_findings
 
 __all__ = ["GPU_PRODUCTS", "GPU_TAINT", "GpuNodeGroup", "GpuNodeGroupProps", "gpu_labels"]
 
-#: GPU profile name -> the value NVIDIA's GPU feature discovery sets as nvidia.com/gpu.product.
-GPU_PRODUCTS: dict[str, str] = {
-    "H100": "NVIDIA-H100-80GB-HBM3",
-    "H200": "NVIDIA-H200",
-    "A100": "NVIDIA-A100-SXM4-80GB",
-    "A10G": "NVIDIA-A10G",
-    "L4": "NVIDIA-L4",
-    "L40S": "NVIDIA-L40S",
-}
-
-GPU_TAINT = eks.TaintSpec(key="nvidia.com/gpu", value="true", effect=eks.TaintEffect.NO_SCHEDULE)
+GPU_TAINT = eks.TaintSpec(key=GPU_TAINT_KEY, value="true", effect=eks.TaintEffect.NO_SCHEDULE)
 
 _CAPACITY = {
     "ON_DEMAND": eks.CapacityType.ON_DEMAND,
     "SPOT": eks.CapacityType.SPOT,
     "CAPACITY_BLOCK": eks.CapacityType.CAPACITY_BLOCK,
 }
-
-
-def gpu_labels(spec: NodeGroupSpec) -> dict[str, str]:
-    """Node labels: what the cdk8s charts' node affinity and the picker's pools key on."""
-    labels = {
-        "igw.dev/node-group": spec.name,
-        "igw.dev/gpu": spec.gpu,
-        "igw.dev/gpus-per-node": str(spec.gpus_per_node),
-    }
-    if spec.gpu in GPU_PRODUCTS:
-        labels["nvidia.com/gpu.product"] = GPU_PRODUCTS[spec.gpu]
-    return labels
 
 
 @dataclass(frozen=True)

@@ -159,6 +159,7 @@ def pod_identity(
     cluster_name: str,
     workload: Workload,
     statements: list[iam.PolicyStatement],
+    reason: str | None = None,
 ) -> tuple[iam.Role, eks.CfnPodIdentityAssociation]:
     """A role only Pod Identity of this account's cluster may assume, its policy, and the
     association to one namespace/service account (children of `scope`)."""
@@ -187,7 +188,8 @@ def pod_identity(
         acknowledge(
             policy,
             "IAM5",
-            "Wildcards only where AWS offers no narrower resource: cloudwatch:"
+            reason
+            or "Wildcards only where AWS offers no narrower resource: cloudwatch:"
             "PutMetricData (no resource type; scoped by the cloudwatch:namespace "
             "condition), ec2:Describe* (read-only, no resource type), the log "
             "groups/streams and SSM parameters under this cluster's own prefixes, the "

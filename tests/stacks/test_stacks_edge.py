@@ -464,7 +464,7 @@ def test_the_cluster_label_is_the_one_the_applicationset_selects() -> None:
     from stacks.parts.argocd import ENVIRONMENT_LABEL, cluster_secret
 
     assert ENVIRONMENT_LABEL == ENV_LABEL
-    assert cluster_secret("dev", "us-east-1")["metadata"]["labels"][ENV_LABEL] == "dev"
+    assert cluster_secret("dev", "us-east-1", "igw-dev")["metadata"]["labels"][ENV_LABEL] == "dev"
 
 
 def test_the_target_group_is_the_one_envoys_binding_names(any_synth: Synth) -> None:

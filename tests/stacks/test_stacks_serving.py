@@ -177,7 +177,7 @@ def test_each_region_caches_docker_hub_and_its_gpu_nodes_may_fill_the_cache(
         policies = [
             p
             for lid, p in any_synth.resources(region, "cluster", "AWS::IAM::Policy").items()
-            if "PullThroughCache" in lid
+            if "PullThroughCache" in lid and "Gpu" in lid
         ]
         (plan,) = [r.plan for r in any_synth.regions if r.plan.region == region]
         assert len(policies) == len(plan.node_groups)
@@ -191,3 +191,120 @@ def test_each_region_caches_docker_hub_and_its_gpu_nodes_may_fill_the_cache(
                 p if isinstance(p, str) else "" for p in statement["Resource"]["Fn::Join"][1]
             )
             assert text.endswith(f":ecr:{region}:{env.aws.account}:repository/docker-hub/*")
+
+
+# --- Karpenter's AWS half --------------------------------------------------------------------
+
+
+def _statements(resource: dict) -> dict[str, dict]:
+    return {s["Sid"]: s for s in resource["Properties"]["PolicyDocument"]["Statement"]}
+
+
+def test_karpenter_gets_an_interruption_queue_fed_by_the_four_event_rules(any_synth: Synth) -> None:
+    """Karpenter drains a node before EC2 takes it away only if its queue receives Spot
+    interruption warnings, rebalance recommendations, instance state changes and AWS
+    Health scheduled changes (Karpenter docs, "Interruption"); the queue is the one the
+    controller is told (`<cluster>-karpenter`, cdk8s/charts/bootstrap.py) and refuses
+    plain HTTP."""
+    from stacks.parts.names import karpenter_queue_name
+
+    env = any_synth.env
+    for region in env.aws.regions:
+        ((queue_id, queue),) = any_synth.resources(region, "cluster", "AWS::SQS::Queue").items()
+        assert queue["Properties"]["QueueName"] == karpenter_queue_name(env.cluster.name)
+        assert queue["Properties"]["SqsManagedSseEnabled"] is True
+        rules = any_synth.resources(region, "cluster", "AWS::Events::Rule").values()
+        patterns = {
+            (r["Properties"]["EventPattern"]["source"][0],
+             r["Properties"]["EventPattern"]["detail-type"][0])
+            for r in rules
+        }  # fmt: skip
+        assert patterns == {
+            ("aws.health", "AWS Health Event"),
+            ("aws.ec2", "EC2 Spot Instance Interruption Warning"),
+            ("aws.ec2", "EC2 Instance Rebalance Recommendation"),
+            ("aws.ec2", "EC2 Instance State-change Notification"),
+        }
+        for rule in rules:
+            (target,) = rule["Properties"]["Targets"]
+            assert target["Arn"] == {"Fn::GetAtt": [queue_id, "Arn"]}
+        (policy,) = any_synth.resources(region, "cluster", "AWS::SQS::QueuePolicy").values()
+        text = str(policy["Properties"]["PolicyDocument"])
+        assert "events.amazonaws.com" in text and "aws:SecureTransport" in text
+
+
+def test_karpenter_controller_role_is_scoped_to_this_cluster(any_synth: Synth) -> None:
+    """The controller's Pod Identity (kube-system/karpenter) may create and delete only
+    what carries this cluster's tag and a NodePool's, and pass only the node role
+    (Karpenter 1.6 getting-started CloudFormation, `KarpenterControllerPolicy`)."""
+    from stacks.parts.names import karpenter_node_role_name
+
+    env = any_synth.env
+    cluster = env.cluster.name
+    owned = f"aws:ResourceTag/kubernetes.io/cluster/{cluster}"
+    for region in env.aws.regions:
+        resources = any_synth.raw(region, "cluster")["Resources"]
+        (association,) = [
+            r["Properties"]
+            for r in resources.values()
+            if r["Type"] == "AWS::EKS::PodIdentityAssociation"
+            and r["Properties"]["ServiceAccount"] == "karpenter"
+        ]
+        assert association["Namespace"] == "kube-system"
+        (policy,) = [
+            r
+            for lid, r in resources.items()
+            if r["Type"] == "AWS::IAM::Policy"
+            and lid.startswith("InferenceKarpenterKarpenterPolicy")
+        ]
+        statements = _statements(policy)
+        assert statements["DeleteOnlyOwn"]["Condition"]["StringEquals"] == {owned: "owned"}
+        assert statements["DeleteOnlyOwn"]["Condition"]["StringLike"] == {
+            "aws:ResourceTag/karpenter.sh/nodepool": "*"
+        }
+        passed = statements["PassOnlyTheNodeRole"]
+        assert str(passed["Resource"]).endswith(f":role/{karpenter_node_role_name(cluster)}']]}}")
+        assert passed["Condition"] == {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}}
+        describe = statements["DescribeThisRegion"]
+        assert describe["Condition"] == {"StringEquals": {"aws:RequestedRegion": region}}
+        for sid, statement in statements.items():
+            actions = statement["Action"]
+            actions = actions if isinstance(actions, list) else [actions]
+            assert all("*" not in a for a in actions), sid
+
+
+def test_karpenter_nodes_join_with_one_role_per_cluster(prod_synth: Synth) -> None:
+    """IAM is global: the primary region creates the node role, every region gives it an
+    EC2_LINUX access entry (EKS docs, "Create access entries": type EC2_LINUX for
+    self-managed and Karpenter nodes), and the secondary cluster stack deploys after the
+    primary one. The private subnets carry the tag the EC2NodeClasses select."""
+    from stacks.parts.names import KARPENTER_DISCOVERY_TAG, karpenter_node_role_name
+
+    env = prod_synth.env
+    name = karpenter_node_role_name(env.cluster.name)
+    roles = {
+        region: [
+            r
+            for r in prod_synth.resources(region, "cluster", "AWS::IAM::Role").values()
+            if r["Properties"].get("RoleName") == name
+        ]
+        for region in env.aws.regions
+    }
+    assert len(roles[env.aws.region]) == 1
+    assert all(not roles[r] for r in env.aws.secondary_regions)
+    for region in env.aws.regions:
+        entries = [
+            e["Properties"]
+            for e in prod_synth.resources(region, "cluster", "AWS::EKS::AccessEntry").values()
+            if e["Properties"].get("Type") == "EC2_LINUX"
+        ]
+        (entry,) = entries
+        assert str(entry["PrincipalArn"]).endswith(f":role/{name}']]}}")
+        subnets = prod_synth.resources(region, "network", "AWS::EC2::Subnet")
+        private = [s for lid, s in subnets.items() if "private" in lid]
+        assert private
+        for subnet in private:
+            tags = {t["Key"]: t["Value"] for t in subnet["Properties"]["Tags"]}
+            assert tags[KARPENTER_DISCOVERY_TAG] == env.cluster.name
+    primary = prod_synth.stack(env.aws.region, "cluster")
+    assert primary in prod_synth.stack(env.aws.secondary_regions[0], "cluster").dependencies
