@@ -66,10 +66,11 @@ IN_CLUSTER = "https://kubernetes.default.svc"
 AI_GATEWAY_NAMESPACE = "envoy-ai-gateway-system"
 AI_GATEWAY_VERSION = "v0.4.0"
 SECRET_STORE = "aws-secrets-manager"
-#: Karpenter's charts (OCI, public ECR) and version: 1.6 supports Kubernetes 1.29-1.33
+#: Karpenter's charts (OCI, public ECR) and version, the one Karpenter's v1.6 docs install
+#: ("Getting Started", KARPENTER_VERSION); 1.6 supports Kubernetes 1.29-1.33
 #: (Karpenter docs, "Compatibility").
 KARPENTER_CHART_REPO = "public.ecr.aws/karpenter"
-KARPENTER_VERSION = "1.6.4"
+KARPENTER_VERSION = "1.6.6"
 #: kube-prometheus-stack selects monitors labelled `release: <release name>` by default
 #: (`prometheus.prometheusSpec.serviceMonitorSelectorNilUsesHelmValues: true`).
 PROMETHEUS_RELEASE = "kube-prometheus-stack"
