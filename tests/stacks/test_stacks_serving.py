@@ -59,8 +59,9 @@ def _identity_policy(synth: Synth, region: str, name: str) -> list[dict]:
 
 def test_external_secrets_reads_only_the_secrets_the_environment_names(any_synth: Synth) -> None:
     """External Secrets' controller calls GetSecretValue with the credentials of its own
-    pod when the store names no auth (External Secrets docs, "AWS Secrets Manager":
-    "controller's pod identity"); Secrets Manager ARNs end in `-` and six random
+    pod (the AWS SDK's default chain, so Pod Identity) when the store names no auth
+    (External Secrets docs, "AWS Access": "Controller's Pod Identity"); the rendered
+    ClusterSecretStore names none. Secrets Manager ARNs end in `-` and six random
     characters (Secrets Manager docs, "ARN format"), so each secret is named with
     `-??????` and nothing broader."""
     env = any_synth.env
@@ -85,6 +86,9 @@ def test_external_secrets_reads_only_the_secrets_the_environment_names(any_synth
             names.add(text.split(":secret:")[1].removesuffix("-??????"))
         assert names == wanted
         template = any_synth.template(region, "identity")
+        (store,) = [d for d in _rendered(any_synth.name) if d["kind"] == "ClusterSecretStore"]
+        assert "auth" not in store["spec"]["provider"]["aws"]
+        assert store["spec"]["provider"]["aws"]["region"] == env.aws.region
         template.has_resource_properties(
             "AWS::EKS::PodIdentityAssociation",
             {"Namespace": "external-secrets", "ServiceAccount": "external-secrets"},
