@@ -44,8 +44,8 @@ class AwsSpec(_Section):
         default_factory=dict,
         description="Region -> ARN of the Secrets Manager secret (`ecr-pullthroughcache/"
         "...`, {username, accessToken}) of that region's ECR pull-through cache rule for "
-        "Docker Hub; when set (for every region), model-server images from Docker Hub are "
-        "pulled through each region's own ECR.",
+        "Docker Hub; model-server images from Docker Hub are pulled through the ECR of "
+        "each region listed here, and straight from Docker Hub elsewhere.",
     )
     availability_zones: dict[str, list[str]] = Field(
         default_factory=dict,
@@ -69,11 +69,8 @@ class AwsSpec(_Section):
         if self.region in self.secondary_regions:
             problems.append(f"secondary_regions: {self.region} is the primary region")
         cache = self.docker_hub_cache_credentials
-        if cache and set(cache) != set(self.regions):
-            problems.append(
-                f"docker_hub_cache_credentials: one secret per region {self.regions}, "
-                f"got {sorted(cache)}"
-            )
+        for region in sorted(set(cache) - set(self.regions)):
+            problems.append(f"docker_hub_cache_credentials.{region}: not one of {self.regions}")
         for region, arn in cache.items():
             match = _PTC_SECRET.match(arn)
             if match is None or match.group(1) != region or match.group(2) != self.account:

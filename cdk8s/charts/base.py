@@ -137,36 +137,44 @@ def _from_docker_hub(name: str) -> bool:
     return "/" not in name or not ("." in first or ":" in first or first == "localhost")
 
 
-def model_server_image(env: EnvironmentSpec, *, image: str, digest: str | None) -> str:
-    """A model server's image: a Docker Hub image through the primary region's pull-through
-    cache when the environment has one (`aws.docker_hub_cache_credentials`), by digest when
-    one is given; other registries as written."""
+def model_server_image(
+    env: EnvironmentSpec, *, image: str, digest: str | None, region: str | None = None
+) -> str:
+    """A model server's image as a cluster of `region` (default: the primary) pulls it: a
+    Docker Hub image through that region's pull-through cache when the environment has one
+    there (`aws.docker_hub_cache_credentials`), by digest when one is given; other
+    registries as written."""
+    region = region or env.aws.region
     name, tag = _split_image(image)
-    if env.aws.docker_hub_cache_credentials and _from_docker_hub(name):
+    if region in env.aws.docker_hub_cache_credentials and _from_docker_hub(name):
         path = name if "/" in name else f"library/{name}"
-        name = f"{ecr_registry(env.aws.account, env.aws.region)}/{DOCKER_HUB_CACHE_PREFIX}/{path}"
+        name = f"{ecr_registry(env.aws.account, region)}/{DOCKER_HUB_CACHE_PREFIX}/{path}"
     if digest:
         return f"{name}@{digest}"
     return f"{name}:{tag}" if tag else name
 
 
+def _image_name(image: str) -> str:
+    """The name Kustomize's `images` match on: without tag or digest."""
+    return _split_image(image.partition("@")[0])[0]
+
+
 def region_images(env: EnvironmentSpec, region: str) -> list[dict[str, str]]:
-    """Kustomize `images` entries that move every image the manifests pull from the
-    primary region's ECR to `region`'s (replicated gateway image, regional pull-through
-    cache); none for the primary region."""
+    """Kustomize `images` entries that turn every image of the rendered manifests (which
+    name the primary region's) into the one `region` pulls: the gateway from its own
+    registry (replicated), model servers through its own Docker Hub cache (or Docker Hub
+    itself where it has none). Tags and digests are kept; none for the primary region."""
     if region == env.aws.region:
         return []
     primary = ecr_registry(env.aws.account, env.aws.region) + "/"
     local = ecr_registry(env.aws.account, region) + "/"
-    names = {_split_image(gateway_image(env).partition("@")[0])[0]}
+    gateway = _image_name(gateway_image(env))
+    moves = {gateway: local + gateway.removeprefix(primary)}
     for server in env.model_servers:
-        image = model_server_image(env, image=server.image, digest=None)
-        names.add(_split_image(image)[0])
-    return [
-        {"name": n, "newName": local + n.removeprefix(primary)}
-        for n in sorted(names)
-        if n.startswith(primary)
-    ]
+        rendered = _image_name(model_server_image(env, image=server.image, digest=None))
+        there = _image_name(model_server_image(env, image=server.image, digest=None, region=region))
+        moves[rendered] = there
+    return [{"name": n, "newName": moves[n]} for n in sorted(moves) if moves[n] != n]
 
 
 def manifest(

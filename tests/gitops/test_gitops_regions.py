@@ -114,3 +114,26 @@ def test_overlays_cover_every_image_from_the_primary_registry(gitops_dir: Path) 
             assert set(mapped) == names
             local = ecr_registry(env.aws.account, region) + "/"
             assert all(v == local + k.removeprefix(primary) for k, v in mapped.items())
+
+
+@needs_kustomize
+def test_a_region_without_a_docker_hub_cache_pulls_from_docker_hub(
+    tmp_path: Path, gitops_dir: Path
+) -> None:
+    """Only the regions `aws.docker_hub_cache_credentials` lists have a pull-through cache
+    rule (stacks/parts/images.py); a cluster elsewhere must not be pointed at a cache its
+    registry lacks, so its overlay takes the vLLM image back to Docker Hub."""
+    source = tmp_path / "environments" / "prod"
+    source.mkdir(parents=True)
+    data = yaml.safe_load((gitops_dir / "environments" / "prod" / "environment.yaml").read_text())
+    del data["aws"]["docker_hub_cache_credentials"]["us-west-2"]
+    (source / "environment.yaml").write_text(yaml.safe_dump(data))
+    out = tmp_path / "out"
+    synth_tree(out, environments_dir=tmp_path / "environments")
+    env_dir = out / "environments" / "prod"
+    east = _images(_build(env_dir / "regions" / "us-east-1"))
+    west = _images(_build(env_dir / "regions" / "us-west-2"))
+    cache = f"{ecr_registry('222222222222', 'us-east-1')}/docker-hub/vllm/vllm-openai:v0.11.0"
+    assert cache in east
+    assert "vllm/vllm-openai:v0.11.0" in west
+    assert f"{ecr_registry('222222222222', 'us-west-2')}/igw-prod/gateway:0.1.0" in west

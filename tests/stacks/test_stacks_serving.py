@@ -170,6 +170,7 @@ def test_each_region_caches_docker_hub_and_its_gpu_nodes_may_fill_the_cache(
     permissions required to sync an upstream registry"), granted to the GPU nodes under
     `docker-hub/*` only."""
     env = any_synth.env
+    assert set(env.aws.docker_hub_cache_credentials) == set(env.aws.regions)
     for region in env.aws.regions:
         (rule,) = any_synth.resources(region, "images", "AWS::ECR::PullThroughCacheRule").values()
         assert rule["Properties"] == {

@@ -62,7 +62,9 @@ def test_shipped_environments_load() -> None:
             "cluster.hyperpod",
         ),
         (
-            lambda d: d["aws"]["docker_hub_cache_credentials"].pop("us-west-2"),
+            lambda d: d["aws"]["docker_hub_cache_credentials"].update(
+                {"eu-west-1": d["aws"]["docker_hub_cache_credentials"]["us-east-1"]}
+            ),
             "aws",
         ),
         (
