@@ -120,3 +120,77 @@ def test_ready_pods_low_does_not_page_a_cluster_with_nothing_deployed(any_synth:
     idle = interval_values(Snapshot(), Snapshot())
     assert idle["ready_pods"] == 0
     assert "kv_cache" not in idle
+
+
+def _sections(config: str) -> list[tuple[str, dict[str, str]]]:
+    """A Fluent Bit classic-mode config as (section, {key: value}) pairs."""
+    sections: list[tuple[str, dict[str, str]]] = []
+    for line in config.splitlines():
+        line = line.strip()
+        if line.startswith("["):
+            sections.append((line.strip("[]"), {}))
+        elif line:
+            key, _, value = line.partition(" ")
+            sections[-1][1][key] = value.strip()
+    return sections
+
+
+def test_the_pickers_emf_lines_reach_cloudwatch_as_metrics(any_synth: Synth) -> None:
+    """CloudWatch Logs turns a log event into metrics only when `_aws` is a root member
+    of its JSON (CloudWatch docs, "Embedded metric format specification"); the add-on's
+    own Fluent Bit pipeline nests a container's JSON under `log_processed` (chart
+    amazon-cloudwatch-observability, `application-log.conf`: `Merge_Log_Key`). So the
+    add-on runs one more pipeline: it tails the picker's container log (kubelet's file
+    name `<pod>_<namespace>_<container>-<id>.log`), keeps the lines an EmfEmitter
+    writes, merges their JSON at the root, and ships them as `json/emf` into a log group
+    the agent's role may write."""
+    import fnmatch
+    import io
+    import json
+    import re
+
+    from prometheus_client import CollectorRegistry
+
+    from inference_gateway.telemetry_emf import EmfEmitter
+
+    addons = any_synth.resources(any_synth.env.aws.region, "cluster", "AWS::EKS::Addon")
+    (agent,) = [
+        a["Properties"]
+        for a in addons.values()
+        if a["Properties"]["AddonName"] == "amazon-cloudwatch-observability"
+    ]
+    extra = json.loads(agent["ConfigurationValues"])["containerLogs"]["fluentBit"]["config"]
+    sections = _sections(extra["extraFiles"]["igw-emf.conf"])
+    by_name = {(kind, body.get("Name")): body for kind, body in sections}
+    tail = by_name[("INPUT", "tail")]
+    path = GITOPS / any_synth.name / "rendered" / "20-picker.k8s.yaml"
+    (deployment,) = [
+        d for d in yaml.safe_load_all(path.read_text()) if d and d["kind"] == "Deployment"
+    ]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    namespace = deployment["metadata"]["namespace"]
+    picker_file = (
+        f"/var/log/containers/{deployment['metadata']['name']}-7d9f8b6c5d-x2x7k_{namespace}_"
+        f"{container['name']}-{'a' * 64}.log"
+    )
+    other_file = (
+        f"/var/log/containers/vllm-llama-8b-a10g-5c6d7-abcde_{namespace}_vllm-{'b' * 64}.log"
+    )
+    assert fnmatch.fnmatch(picker_file, tail["Path"])
+    assert not fnmatch.fnmatch(other_file, tail["Path"])
+
+    out = io.StringIO()
+    EmfEmitter(
+        CollectorRegistry(), cluster=any_synth.env.cluster.name, interval_s=60, stream=out
+    ).emit()
+    line = out.getvalue().strip()
+    field, _, pattern = by_name[("FILTER", "grep")]["Regex"].partition(" ")
+    assert field == "log" and re.search(pattern, line)
+    assert not re.search(pattern, "INFO picker started on :9002")
+
+    merge = by_name[("FILTER", "kubernetes")]
+    assert merge["Merge_Log"] == "On" and "Merge_Log_Key" not in merge
+    assert merge["Kube_Tag_Prefix"] == tail["Tag"].rstrip("*") + "var.log.containers."
+    output = by_name[("OUTPUT", "cloudwatch_logs")]
+    assert output["log_format"] == "json/emf"
+    assert output["log_group_name"].startswith("/aws/containerinsights/${CLUSTER_NAME}/")
