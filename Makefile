@@ -13,7 +13,7 @@ PIP     := $(BIN)/pip --disable-pip-version-check -q
 # The machine's pip config names a local index that may be absent; drop that noise only.
 QUIET   := { grep -v '^WARNING: Location' || true; }
 
-.PHONY: venv venv-core native demo test lint bench synth checkov clean
+.PHONY: venv venv-core native demo test lint bench synth cdk-cli preflight checkov clean
 
 venv: $(STAMP)
 venv-core: $(CORE_STAMP)
@@ -51,7 +51,7 @@ $(STAMP): $(REQS) pyproject.toml gateway_src/pyproject.toml
 demo: venv-core
 	$(BIN)/igw demo
 
-test: venv native
+test: venv native cdk-cli
 	$(BIN)/python -m pytest
 
 lint: venv
@@ -73,11 +73,27 @@ synth: venv
 	@echo "==> cdk8s synth"
 	@$(BIN)/python cdk8s/main.py
 
+# The AWS CDK CLI for `cdk synth` / `cdk deploy`, at the version package.json and
+# package-lock.json pin, into ./node_modules (nothing global): then `npx cdk synth -c
+# environment=dev`. cdk.json runs the app with .venv/bin/python, so `make venv` first.
+CDK_CLI := node_modules/.bin/cdk
+cdk-cli: $(CDK_CLI)
+$(CDK_CLI): package.json package-lock.json
+	@echo "==> installing the pinned AWS CDK CLI into node_modules/"
+	@npm ci --no-audit --no-fund --loglevel=error
+	@touch $(CDK_CLI)
+
+# Capacity preflight of one environment (AWS credentials from the boto3 chain; read-only):
+# instance offerings per zone and vCPU quotas. ARGS=--allow-unread-quotas, --json PATH, …
+ENV ?= dev
+preflight: venv
+	$(BIN)/python -m stacks.preflight $(ENV) $(ARGS)
+
 # checkov lives in its own venv (its pins clash with pytest's); created on first use.
 checkov: venv
 	cdk8s/checkov.sh -d gitops --framework kubernetes
 
 clean:
-	rm -rf $(VENV) cdk8s/.tools-venv .pytest_cache .ruff_cache cdk.out
+	rm -rf $(VENV) cdk8s/.tools-venv .pytest_cache .ruff_cache cdk.out node_modules
 	find gateway_src -name '*.so' -delete
 	rm -f gateway_src/inference_gateway/_native_manifest.json

@@ -21,7 +21,11 @@ Two phases:
   picker's CPU seconds, and so exchanges per second per busy core.
 
     python bench/picker_throughput.py [--pods 8] [--concurrency 64] [--seconds 8]
-        [--transport http2|grpcio] [--floors http2,grpcio] [--json]
+        [--transport http2|grpcio] [--floors http2,grpcio] [--baseline-src DIR] [--json]
+
+`--baseline-src DIR` also runs the picker from another source tree's `gateway_src` (an
+export of main, say), alternating with this tree's over `--rounds`, so a change is
+measured before and after side by side on the same machine in the same minutes.
 
 A benchmark, not a test: figures depend on the machine; the client shares it, so on a
 small machine the client may saturate before the picker does (then the per-core figure,
@@ -321,13 +325,20 @@ async def drive(port: int, args: argparse.Namespace, pid: int) -> dict[str, Any]
     }
 
 
-def run_server(args: argparse.Namespace, *, echo: bool, transport: str) -> dict[str, Any]:
-    """Start the picker (or an echo floor) pinned to one CPU, drive it, stop it."""
+def run_server(
+    args: argparse.Namespace, *, echo: bool, transport: str, src: str | None = None
+) -> dict[str, Any]:
+    """Start the picker (or an echo floor) pinned to one CPU, drive it, stop it; `src`:
+    a source tree whose `gateway_src` the picker runs instead of this one."""
+    env = dict(os.environ)
+    if src:
+        source = str(Path(src).resolve() / "gateway_src")
+        env["PYTHONPATH"] = os.pathsep.join([source, env.get("PYTHONPATH", "")])
     with tempfile.TemporaryDirectory() as tmp:
         port_file = Path(tmp) / "port"
         command = [sys.executable, __file__, "--serve", str(port_file)]
         command += ["--pods", str(args.pods), "--cpu", str(args.cpu), "--transport", transport]
-        child = subprocess.Popen([*command, *(["--echo"] if echo else [])])
+        child = subprocess.Popen([*command, *(["--echo"] if echo else [])], env=env)
         try:
             for _ in range(300):  # up to 30 s for imports and the first scrape
                 if port_file.exists() and port_file.read_text():
@@ -342,6 +353,42 @@ def run_server(args: argparse.Namespace, *, echo: bool, transport: str) -> dict[
                 child.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 child.kill()
+
+
+def compare(args: argparse.Namespace) -> dict[str, Any]:
+    """Baseline and this tree alternately, `args.rounds` times each."""
+    rounds: dict[str, list[dict[str, Any]]] = {"baseline": [], "this": []}
+    for _ in range(max(1, args.rounds)):
+        for name, src in (("baseline", args.baseline_src), ("this", None)):
+            rounds[name].append(run_server(args, echo=False, transport=args.transport, src=src))
+    summary = {}
+    for name, runs in rounds.items():
+        per_core = [r["load"]["exchanges_per_picker_core_s"] or 0 for r in runs]
+        summary[name] = {
+            "exchanges_per_picker_core_s": per_core,
+            "mean": round(statistics.fmean(per_core), 1),
+            "route_p50_ms": [r["sequential"]["route_p50_ms"] for r in runs],
+        }
+    base = summary["baseline"]["mean"]
+    return {
+        "baseline_src": args.baseline_src,
+        **summary,
+        "this_vs_baseline": round(summary["this"]["mean"] / base, 3) if base else None,
+        "host": {"cpus": os.cpu_count(), "loadavg": [round(x, 2) for x in os.getloadavg()]},
+    }
+
+
+def format_comparison(c: dict[str, Any]) -> str:
+    return "\n".join(
+        [
+            f"exchanges per picker CPU-second, alternating runs (baseline: {c['baseline_src']})",
+            f"  baseline  {c['baseline']['exchanges_per_picker_core_s']}  "
+            f"mean {c['baseline']['mean']}  route p50 ms {c['baseline']['route_p50_ms']}",
+            f"  this tree {c['this']['exchanges_per_picker_core_s']}  "
+            f"mean {c['this']['mean']}  route p50 ms {c['this']['route_p50_ms']}",
+            f"  this / baseline: {c['this_vs_baseline']}",
+        ]
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -364,6 +411,8 @@ def main(argv: list[str] | None = None) -> int:
         help="echo floors to measure, comma-separated (http2, grpcio); empty: none",
     )
     parser.add_argument("--no-floor", action="store_true", help="skip the floor runs")
+    parser.add_argument("--baseline-src", help="source tree to compare with, side by side")
+    parser.add_argument("--rounds", type=int, default=2, help="alternations with the baseline")
     args = parser.parse_args(argv)
     if args.serve:
         serve_main(args.serve, args.pods, args.cpu, args.transport, args.echo)
@@ -382,6 +431,9 @@ def main(argv: list[str] | None = None) -> int:
         uvloop.install()
     except ImportError:
         pass
+    if args.baseline_src:
+        print(json.dumps(compare(args)) if args.json else format_comparison(compare(args)))
+        return 0
     figures = run_server(args, echo=False, transport=args.transport)
     figures["transport"] = args.transport
     for transport in floors:

@@ -10,8 +10,8 @@ object on stdout; a missing or failing script is recorded, never fatal), evaluat
 must-hold checks, and writes:
 
 * `results.json` — every figure; schema `igw-bench/1` (docs/benchmarks.md). Everything
-  under `cases` and `checks` depends only on the code and the seeds; timings and host
-  facts live under `run` and `overhead`.
+  under `cases`, `checks` and `published` depends only on the code and the seeds; timings
+  and host facts live under `run` and `overhead`.
 * `summary.md` — the tables of docs/benchmarks.md;
 * `report.html` — the same with charts (TTFT CDFs, P99 versus load, scrape interval,
   replicas, overhead).
@@ -37,10 +37,11 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from matrix import CHECKS, PEERS, QUANTILES, Case, build_matrix  # noqa: E402
+from matrix import CHECKS, PEERS, PUBLISHED, QUANTILES, Case, build_matrix  # noqa: E402
 
 SCHEMA = "igw-bench/1"
 OVERHEAD_SCRIPTS = ["picker_throughput", "gateway_overhead", "emulator_streams", "simulator_speed"]
+OVERHEAD_SCRIPTS += ["emulator_speed_check"]  # the emulator against published serving figures
 OVERHEAD_TIMEOUT_S = {"simulator_speed": 400}  # one simulated hour plus a side-by-side slice
 DEFAULT_OVERHEAD_TIMEOUT_S = 120
 
@@ -179,6 +180,68 @@ def evaluate_checks(cases: dict[str, Any]) -> list[dict[str, Any]]:
     return results
 
 
+HOMOGENEOUS_WITHIN = 1.05  # "about the same as round-robin": within 5 % (issue 17)
+
+
+def _changes(ours: dict[str, Any], base: dict[str, Any]) -> dict[str, float | None]:
+    """Relative change of TTFT quantiles and throughput (-0.97 = 97 % lower)."""
+
+    def change(key: str) -> float | None:
+        return round(ours[key] / base[key] - 1, 4) if base.get(key) else None
+
+    return {
+        "p50": change("ttft_p50_s"),
+        "p95": change("ttft_p95_s"),
+        "p99": change("ttft_p99_s"),
+        "throughput": change("output_tokens_per_s"),
+    }
+
+
+def evaluate_published(cases: dict[str, Any]) -> list[dict[str, Any]]:
+    """The published benchmark table row by row, beside our changes from this run: the
+    gateway against round-robin and against the upstream picker's defaults, and the
+    oracle against round-robin. `meets` says whether our change at the row's headline
+    quantile is at least the published one (within 5 % of round-robin for the homogeneous
+    row); None where the row has no figure or its scenario did not run."""
+    rows = []
+    for row in PUBLISHED:
+        entry = cases.get(f"scenario/{row.scenario}")
+        if entry is None:
+            continue
+        policies = entry["policies"]
+        rr, gateway = policies.get("round-robin"), policies.get("gateway")
+        if rr is None or gateway is None:
+            continue
+        upstream, oracle = policies.get("upstream-default"), policies.get("oracle")
+        ours = _changes(gateway, rr)
+        headline = row.headline if row.headline is not None else getattr(row, row.quantile)
+        if headline is not None:
+            meets = ours[row.quantile] is not None and ours[row.quantile] <= headline
+        elif row.scenario == "homogeneous-steady":
+            meets = gateway["ttft_p99_s"] <= HOMOGENEOUS_WITHIN * rr["ttft_p99_s"]
+        else:
+            meets = None
+        rows.append(
+            {
+                "row": row.row,
+                "scenario": row.scenario,
+                "pods": entry["pods"],
+                "duration_s": entry["duration_s"],
+                "claim": row.claim,
+                "published": {"p95": row.p95, "p99": row.p99, "throughput": row.throughput},
+                "quantile": row.quantile,
+                "published_headline": headline,
+                "gateway_vs_round_robin": ours,
+                "gateway_vs_upstream_default": _changes(gateway, upstream) if upstream else None,
+                "oracle_vs_round_robin": _changes(oracle, rr) if oracle else None,
+                "completed": {"gateway": gateway["completed"], "round-robin": rr["completed"]},
+                "meets": meets,
+                "why": row.why,
+            }
+        )
+    return rows
+
+
 def run_overhead(skip: bool) -> dict[str, Any]:
     """Figures from the other benchmark scripts here, when present."""
     out: dict[str, Any] = {}
@@ -258,6 +321,7 @@ def main(argv: list[str] | None = None) -> int:
 
         document = json.loads(Path(args.render).read_text())
         document["checks"] = evaluate_checks(document["cases"])
+        document["published"] = evaluate_published(document["cases"])
         write_reports(document, Path(args.out))
         print(f"igw bench: re-rendered {args.out}", file=sys.stderr)
         return 0
@@ -305,6 +369,7 @@ def main(argv: list[str] | None = None) -> int:
         },
         "cases": results,
         "checks": evaluate_checks(results),
+        "published": evaluate_published(results),
         "overhead": overhead,
     }
     from report import write_reports
@@ -320,6 +385,14 @@ def main(argv: list[str] | None = None) -> int:
             f"{check['reference_p99_s']:.3f} s (x{check['ratio']:.3f})",
             file=sys.stderr,
         )
+    for row in document["published"]:
+        ours = row["gateway_vs_round_robin"][row["quantile"]]
+        if ours is not None:
+            print(
+                f"  {row['row'][:44]:44s} published {row['claim']:42s} "
+                f"ours {row['quantile']} {ours:+.1%}",
+                file=sys.stderr,
+            )
     if args.json:
         sys.stdout.write(json.dumps(document, indent=2) + "\n")
     return 0

@@ -19,6 +19,9 @@ from inference_gateway.errors import ConfigError
 from .cluster import ClusterStack, ClusterStackProps
 from .environment import EnvironmentSpec
 from .gitops import GitOpsStack, GitOpsStackProps
+from .global_app import add_global_tier
+from .global_dns import GlobalDnsStack
+from .global_tier import GlobalTierStack
 from .identity import IdentityStack, IdentityStackProps
 from .images import ImagesStack, ImagesStackProps
 from .ingress import IngressStack, IngressStackProps
@@ -97,6 +100,9 @@ class RegionStacks:
     observability: ObservabilityStack
     gitops: GitOpsStack
     all: list[Stack] = field(default_factory=list)
+    #: The fleet tier (stacks/global_app.py), where `global_router.enabled`.
+    fleet: GlobalTierStack | None = None
+    dns: GlobalDnsStack | None = None  # primary region only
 
 
 def nag_findings(outdir: str) -> str:
@@ -140,6 +146,7 @@ def build(
     built: list[RegionStacks] = []
     for plan in plans:
         built.append(_region(app, env, plan, primary=built[0] if built else None))
+    add_global_tier(app, env, built)
     Tags.of(app).add("igw.dev/environment", env.name)
     Tags.of(app).add("igw.dev/managed-by", "cdk")
     if nag:

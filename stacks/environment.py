@@ -8,6 +8,7 @@ Sections and their owners:
   aws, cluster, node_groups, ingress, alarms, gitops   → stacks/spec_infra.py (CDK)
   gateway                                             → inference_gateway.config (the CRD)
   model_servers, canaries, kubernetes                 → stacks/spec_workloads.py (cdk8s)
+  global_router                                       → stacks/spec_global.py (both sides)
 This module stays free of aws_cdk and cdk8s imports.
 """
 
@@ -22,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from inference_gateway.config import GatewayConfigSpec, format_validation_error
 from inference_gateway.errors import ConfigError
 
+from .spec_global import GlobalRouterSpec, global_problems
 from .spec_infra import AlarmSpec, AwsSpec, ClusterSpec, GitOpsSpec, IngressSpec, NodeGroupSpec
 from .spec_workloads import CanarySpec, KubernetesSpec, ModelServerSpec, workload_problems
 
@@ -47,6 +49,7 @@ class EnvironmentSpec(BaseModel):
     model_servers: list[ModelServerSpec] = Field(default_factory=list)
     canaries: list[CanarySpec] = Field(default_factory=list)
     kubernetes: KubernetesSpec = KubernetesSpec()
+    global_router: GlobalRouterSpec = GlobalRouterSpec()
 
     @model_validator(mode="after")
     def _cross_references(self) -> EnvironmentSpec:
@@ -82,6 +85,7 @@ class EnvironmentSpec(BaseModel):
             canaries=self.canaries,
             gpu_of_node_group={g.name: g.gpu for g in self.node_groups},
         )
+        problems += global_problems(self)
         if problems:
             raise ValueError("; ".join(problems))
         return self

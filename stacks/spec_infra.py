@@ -3,7 +3,7 @@
 Availability zones are written in full (`us-east-1a`), so one list can name zones of the
 primary and of the secondary regions: a node group is built in a region only where it
 lists a zone of that region (or everywhere when it lists none). That list is also what
-`igw preflight` checks against EC2 instance-type offerings before a deploy.
+the capacity preflight (`stacks/preflight`) checks against EC2 offerings before a deploy.
 """
 
 from __future__ import annotations

@@ -29,6 +29,7 @@ from .base import region_images
 from .bootstrap import BootstrapChart, RootChart
 from .crds import CrdsChart, GieCrdsChart
 from .gateway import GatewayChart
+from .global_router import synth_global_routers
 from .inference import InferenceChart
 from .model_servers import ModelServersChart
 from .network import NetworkPoliciesChart
@@ -134,6 +135,7 @@ def synth_tree(
             path = env_dir / relative
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(yaml.safe_dump(body, sort_keys=False))
+        synth_global_routers(env, out_root)  # environments/<env>/global/<region>/
     crds = App(outdir=str(out_root / "crds"), yaml_output_type=YamlOutputType.FILE_PER_CHART)
     GieCrdsChart(crds, "gateway-api-inference-extension")
     crds.synth()
@@ -160,7 +162,14 @@ def write_tree(gitops_dir: Path = GITOPS_DIR, *, names: Sequence[str] | None = N
                 for d in sorted((fresh_root / "environments").glob(f"*/{folder}"))
             ),
             *sorted((fresh_root / "environments").glob(f"*/{REGIONS_DIR}/*")),
+            *sorted((fresh_root / "environments").glob("*/global/*")),
         ]
+        # A region folder the sources no longer produce (global tier turned off) empties.
+        for gone in sorted((gitops_dir / "environments").glob("*/global/*")):
+            if not (fresh_root / gone.relative_to(gitops_dir)).is_dir():
+                for stale in sorted(gone.glob("*.yaml")):
+                    stale.unlink()
+                    changes.append(f"deleted {stale}")
         for fresh_dir in fresh_dirs:
             target = gitops_dir / fresh_dir.relative_to(fresh_root)
             target.mkdir(parents=True, exist_ok=True)

@@ -96,16 +96,18 @@ def selector_labels(all_labels: Mapping[str, str]) -> dict[str, str]:
     return {k: all_labels[k] for k in keys if k in all_labels}
 
 
-def gateway_image(env: EnvironmentSpec) -> str:
+def gateway_image(env: EnvironmentSpec, *, region: str | None = None) -> str:
     """The gateway image in the environment's ECR registry (pushed by the CDK app, whose
     ImagesStack names the repository `igw-<env>/gateway`), by digest when one is given.
 
     The registry named here is the primary region's; each region's overlay
     (`region_images`, gitops/environments/<env>/regions/<region>/) points the cluster
     there at its own region's registry, where ECR replication has copied the image.
+    Manifests rendered for one region (the global routers') name that region's.
     """
     k8s = env.kubernetes
-    name = f"{ecr_registry(env.aws.account, env.aws.region)}/{gateway_repository(env)}"
+    registry = ecr_registry(env.aws.account, region or env.aws.region)
+    name = f"{registry}/{gateway_repository(env)}"
     if k8s.image_digest:
         return f"{name}@{k8s.image_digest}"
     return f"{name}:{k8s.image_tag}"

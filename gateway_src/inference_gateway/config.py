@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from .errors import ConfigError
@@ -225,7 +225,14 @@ class FlowControlSpec(Spec):
 class RateLimitSpec(Spec):
     """A token-bucket limit per API key and/or model."""
 
-    api_key: str | None = Field(default=None, description="Bearer key; none means every key.")
+    client: str | None = Field(
+        default=None,
+        description="Authenticated client id (API key file or JWT subject); none: each client.",
+    )
+    api_key: str | None = Field(
+        default=None,
+        description="Bearer key, for a gateway without authentication; prefer client.",
+    )
     model: str | None = None
     requests_per_minute: int | None = Field(default=None, gt=0)
     tokens_per_minute: int | None = Field(default=None, gt=0)
@@ -295,13 +302,38 @@ class GatewayConfigSpec(Spec):
 
     pools: list[PoolSpec] = Field(default_factory=list)
     models: list[ModelSpec] = Field(default_factory=list)
-    plugins: list[PluginSpec] = Field(default_factory=_default_plugins)
-    scheduling_profiles: list[SchedulingProfileSpec] = Field(default_factory=_default_profiles)
+    plugins: list[PluginSpec] = Field(
+        default_factory=_default_plugins,
+        description="Plugin instances; the built-in ones stay unless one of the same "
+        "instance name replaces it.",
+    )
+    scheduling_profiles: list[SchedulingProfileSpec] = Field(
+        default_factory=_default_profiles,
+        description="Profiles; the built-in latency and throughput profiles stay unless "
+        "one of the same name replaces it.",
+    )
     default_profile: str = "latency"
     objectives: list[ObjectiveSpec] = Field(default_factory=list)
     scrape: ScrapeSpec = ScrapeSpec()
     flow_control: FlowControlSpec = FlowControlSpec()
     rate_limits: list[RateLimitSpec] = Field(default_factory=list)
+
+    @field_validator("plugins", mode="after")
+    @classmethod
+    def _extend_builtin_plugins(cls, given: list[PluginSpec]) -> list[PluginSpec]:
+        own = {p.instance_name for p in given}
+        return given + [p for p in _default_plugins() if p.instance_name not in own]
+
+    @field_validator("scheduling_profiles", mode="after")
+    @classmethod
+    def _extend_builtin_profiles(
+        cls, given: list[SchedulingProfileSpec]
+    ) -> list[SchedulingProfileSpec]:
+        """A config's profiles come on top of the built-ins: a config that adds or retunes
+        one profile must not lose the others its models name (`throughput`). The given
+        ones keep their positions, so error paths index what the user wrote."""
+        own = {p.name for p in given}
+        return given + [p for p in _default_profiles() if p.name not in own]
 
     @model_validator(mode="after")
     def _references_resolve(self) -> GatewayConfigSpec:

@@ -161,6 +161,15 @@ class KubernetesConfigSource:
         for reflector in self._reflectors:
             await reflector.stop()
 
+    def served_resource(self) -> dict[str, Any] | None:
+        """The InferenceGatewayConfig this source reads (its status is written back)."""
+        return self._config_resource()
+
+    @property
+    def last_error(self) -> str | None:
+        """Why the current resource was rejected; None while it is the one served."""
+        return self._last_error
+
     def _config_resource(self) -> dict[str, Any] | None:
         items = list(self.configs.objects.values())
         if self.config_name is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,7 +87,7 @@ def make_trace(duration: float, rate: float, seed: int) -> list[TraceItem]:
         items.append(TraceItem(t, messages, max(4, int(rnd.lognormvariate(3.4, 0.5)))))
 
 
-async def replay(base_url: str, trace: list[TraceItem], progress: Any, task: Any) -> Outcome:
+async def replay(base_url: str, trace: list[TraceItem], progress: Any) -> Outcome:
     from openai import AsyncOpenAI
 
     client = AsyncOpenAI(base_url=base_url, api_key="demo", max_retries=0, timeout=120)
@@ -113,7 +114,7 @@ async def replay(base_url: str, trace: list[TraceItem], progress: Any, task: Any
             outcome.e2e.append(time.perf_counter() - sent)
         except Exception:  # an error is a result here: counted and shown
             outcome.errors += 1
-        progress.advance(task)
+        progress.advance()
 
     await asyncio.gather(*(one(item) for item in trace))
     outcome.wall = time.perf_counter() - start
@@ -137,26 +138,81 @@ def summarise(outcome: Outcome) -> dict[str, float]:
     }
 
 
+COLUMNS = [
+    ("ttft_p50_s", "TTFT\np50"),
+    ("ttft_p95_s", "TTFT\np95"),
+    ("ttft_p99_s", "TTFT\np99"),
+    ("e2e_p99_s", "E2E\np99"),
+    ("tokens_per_s", "tok/s"),
+    ("completed", "done"),
+    ("errors", "errors"),
+]
+TABLE_LEGEND = (
+    "TTFT: time to first token (request sent to first streamed token); E2E: request sent "
+    "to last token; p50/p95/p99: 50%, 95%, 99% of requests stay under it; seconds. "
+    "tok/s: output tokens per second, all requests together. Pods are emulated."
+)
+
+
+class _Progress:
+    """Replay progress on stderr: a live bar on a terminal, else a line at every quarter
+    (logs and CI get whole lines, never a bar's carriage returns)."""
+
+    def __init__(self, label: str, total: int) -> None:
+        from rich.console import Console
+        from rich.progress import Progress
+
+        self._label, self._total, self._done, self._said = label, total, 0, 0
+        console = Console(stderr=True)
+        self._bar = Progress(console=console, transient=True) if console.is_terminal else None
+        self._task = self._bar.add_task(label, total=total) if self._bar else None
+
+    def __enter__(self) -> _Progress:
+        if self._bar is not None:
+            self._bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+    def advance(self) -> None:
+        from .terminal import progress_line
+
+        self._done += 1
+        if self._bar is not None:
+            self._bar.advance(self._task)  # type: ignore[arg-type]
+            return
+        quarter = self._done * 4 // max(self._total, 1)
+        if quarter > self._said:
+            self._said = quarter
+            progress_line(f"  {self._label}: {self._done}/{self._total} requests")
+
+
 async def _run(args: argparse.Namespace) -> int:
     from aiohttp import web
     from rich.console import Console
-    from rich.progress import Progress
     from rich.table import Table
 
     from .dataplane.server import build_gateway
+    from .demo_report import render_report, write_report
     from .emulator.fleet import EmulatedFleet
     from .scheduling.types import Endpoint
+    from .terminal import compact_table
 
     console = Console()
     trace = make_trace(args.duration, args.rate, args.seed)
     console.print(
         f"[bold]igw demo[/]: {len(trace)} chat requests over {args.duration:.0f} s "
-        f"(bursty, half behind {SYSTEM_PROMPTS} shared system prompts)"
+        f"(bursty, half behind {SYSTEM_PROMPTS} shared system prompts), emulated pods"
     )
     results: dict[str, dict[str, float]] = {}
+    ttft: dict[str, list[float]] = {}
     async with EmulatedFleet(FLEET) as fleet:
+        pods = Table.grid(padding=(0, 2), pad_edge=True)  # wraps inside cells at 80 columns
         for line in fleet.describe():
-            console.print(f"  pod {line}")
+            pods.add_row(*re.split(r"\s{2,}", line.strip()))
+        console.print(pods)
         for policy in ("gateway", "round-robin"):
             endpoints = [
                 Endpoint(
@@ -175,67 +231,41 @@ async def _run(args: argparse.Namespace) -> int:
             site = web.TCPSite(runner, "127.0.0.1", 0)
             await site.start()
             port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-            with Progress(console=console, transient=True) as progress:
-                task = progress.add_task(f"{policy:>12} via :{port}", total=len(trace))
-                outcome = await replay(f"http://127.0.0.1:{port}/v1", trace, progress, task)
+            with _Progress(f"{policy} via :{port}", len(trace)) as progress:
+                outcome = await replay(f"http://127.0.0.1:{port}/v1", trace, progress)
             await runner.cleanup()
             results[policy] = summarise(outcome)
+            ttft[policy] = outcome.ttft
             console.print(f"  {policy}: done, {results[policy]['completed']} completed")
             await asyncio.sleep(3)  # let the pods drain between runs
-    table = Table(title="Same trace, same emulated fleet: gateway vs round-robin")
-    columns = [
-        ("ttft_p50_s", "TTFT p50"),
-        ("ttft_p95_s", "TTFT p95"),
-        ("ttft_p99_s", "TTFT p99"),
-        ("e2e_p99_s", "E2E p99"),
-        ("tokens_per_s", "tokens/s"),
-        ("completed", "done"),
-        ("errors", "errors"),
-    ]
-    table.add_column("policy")
-    for _, label in columns:
-        table.add_column(label, justify="right")
+    table = compact_table(
+        "Same trace, same emulated fleet: gateway vs round-robin (seconds)",
+        ["policy", *(label for _, label in COLUMNS)],
+        caption=TABLE_LEGEND,
+        names=list(results),
+    )
     for policy, row in results.items():
         table.add_row(
             policy,
-            *[f"{row[k]:.3f}" if isinstance(row[k], float) else str(row[k]) for k, _ in columns],
+            *[_cell(k, row[k]) for k, _ in COLUMNS],
         )
     console.print(table)
     ratio = results["gateway"]["ttft_p99_s"] / max(results["round-robin"]["ttft_p99_s"], 1e-9)
     console.print(f"gateway P99 TTFT = {ratio:.2f} x round-robin's")
-    path = write_report(Path(args.out), results, len(trace), args)
+    html = render_report(results, ttft, requests=len(trace), fleet=_fleet_summary(), args=args)
+    path = write_report(Path(args.out), html)
     console.print(f"report: {path}")
     return 0
 
 
-def write_report(
-    out: Path, results: dict[str, dict[str, float]], requests: int, args: argparse.Namespace
-) -> Path:
-    from jinja2 import Template
-
-    out.mkdir(parents=True, exist_ok=True)
-    html = Template(REPORT).render(results=results, requests=requests, args=args)
-    path = out / "report.html"
-    path.write_text(html)
-    return path
+def _cell(key: str, value: float) -> str:
+    if key == "tokens_per_s":
+        return f"{value:.1f}"
+    return f"{value:.3f}" if isinstance(value, float) else str(value)
 
 
-REPORT = """<!doctype html><html><head><meta charset="utf-8"><title>igw demo</title>
-<style>body{font-family:sans-serif;margin:2em}td,th{padding:4px 10px;text-align:right}
-th:first-child,td:first-child{text-align:left}table{border-collapse:collapse}
-tr:nth-child(even){background:#f3f3f3}</style></head><body>
-<h1>Inference gateway demo</h1>
-<p>{{ requests }} streamed chat requests over {{ args.duration }} s (mean {{ args.rate }}
-req/s, 3x bursts), replayed against 4 emulated H100 and 4 emulated A10G pods of an
-8B model, through the gateway and through round-robin.</p>
-<table><tr><th>policy</th><th>TTFT p50 s</th><th>TTFT p95 s</th><th>TTFT p99 s</th>
-<th>E2E p99 s</th><th>tokens/s</th><th>completed</th><th>errors</th></tr>
-{% for name, r in results.items() %}<tr><td>{{ name }}</td>
-<td>{{ '%.3f' % r.ttft_p50_s }}</td><td>{{ '%.3f' % r.ttft_p95_s }}</td>
-<td>{{ '%.3f' % r.ttft_p99_s }}</td><td>{{ '%.3f' % r.e2e_p99_s }}</td>
-<td>{{ '%.1f' % r.tokens_per_s }}</td><td>{{ r.completed }}</td><td>{{ r.errors }}</td></tr>
-{% endfor %}</table></body></html>
-"""
+def _fleet_summary() -> list[str]:
+    return [f"{g['replicas']} {g['gpu']} pods of {g['model']}" for g in FLEET["pods"]]  # type: ignore[index]
 
 
 def run(args: argparse.Namespace) -> int:

@@ -27,6 +27,12 @@ class GatewayMetrics:
             [*labels, "error_code"],
             registry=r,
         )
+        self.cancelled = Counter(  # not errors: the error-rate alarm must not fire on them
+            "inference_objective_request_cancelled_total",
+            "Requests whose client left before the answer ended.",
+            labels,
+            registry=r,
+        )
         self.duration = Histogram(
             "inference_objective_request_duration_seconds",
             "End-to-end latency.",

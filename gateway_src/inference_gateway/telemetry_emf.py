@@ -342,7 +342,8 @@ class EmfEmitter:
             await asyncio.sleep(self.interval_s)
             self.emit()
 
-    def start(self) -> None:
+    async def start(self) -> None:
+        """Start the loop (async, like the picker's other collaborators)."""
         self._task = asyncio.get_running_loop().create_task(self.run())
 
     async def stop(self) -> None:

@@ -10,7 +10,7 @@ import pytest
 from aiohttp import web
 
 from inference_gateway.dataplane.proxy import Gateway
-from inference_gateway.dataplane.server import build_gateway
+from inference_gateway.dataplane.server import app_runner, build_gateway
 from inference_gateway.emulator.fleet import EmulatedFleet
 from inference_gateway.scheduling.types import Endpoint
 
@@ -26,8 +26,10 @@ def fleet_endpoints(fleet: EmulatedFleet) -> list[Endpoint]:
 async def running_gateway(
     fleet: EmulatedFleet, **options: Any
 ) -> AsyncIterator[tuple[str, Gateway, web.Application]]:
+    # the tests watch where requests go: the debugging header that names the pod is on
+    options.setdefault("expose_endpoints", True)
     app, gateway = build_gateway(fleet_endpoints(fleet), **options)
-    runner = web.AppRunner(app)
+    runner = app_runner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()

@@ -9,7 +9,7 @@ import openai
 import pytest
 from aiohttp import web
 
-from inference_gateway.dataplane.server import build_gateway
+from inference_gateway.dataplane.server import app_runner, build_gateway
 from inference_gateway.emulator.fleet import EmulatedFleet
 from inference_gateway.scheduling.types import Endpoint
 
@@ -36,8 +36,8 @@ async def gateway_url() -> AsyncIterator[tuple[str, EmulatedFleet]]:
             Endpoint(e.name, e.host, e.port, pool="p", labels=e.labels, index=i)
             for i, e in enumerate(fleet.endpoints)
         ]
-        app, _ = build_gateway(endpoints)
-        runner = web.AppRunner(app)
+        app, _ = build_gateway(endpoints, expose_endpoints=True)  # the tests read the pod
+        runner = app_runner(app)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()

@@ -1,7 +1,8 @@
 """Pod failure on loopback: 8 emulated pods under steady streaming load, 2 killed mid-run
-and restarted. Nothing that had not started streaming is lost, every broken stream ends
-with an SSE error event, and the restarted pods take traffic again within 2 s of their
-first good scrape. The load loop is bounded in count and time."""
+and restarted. Nothing is lost silently: a request the dead pod never took goes to
+another, one it had taken ends with an OpenAI error (a 502 before the first chunk, an SSE
+error event after; never run twice), and the restarted pods take traffic again within
+2 s of their first good scrape. The load loop is bounded in count and time."""
 
 from __future__ import annotations
 
@@ -44,6 +45,10 @@ async def one(
         async with session.post(url + "/v1/completions", json=body) as response:
             if response.status in (429, 503):
                 outcomes[f"clean_{response.status}"] += 1
+                return
+            if response.status == 502:  # the pod died after taking it: never run twice
+                error = (await response.json())["error"]
+                outcomes[f"clean_502_{error['code']}"] += 1
                 return
             if response.status != 200:
                 outcomes[f"status_{response.status}"] += 1

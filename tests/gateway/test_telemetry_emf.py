@@ -251,7 +251,7 @@ async def test_emitter_writes_one_json_line_per_interval_and_a_last_one_on_stop(
     metrics = GatewayMetrics()
     stream = io.StringIO()
     emitter = EmfEmitter(metrics.registry, cluster="igw-test", interval_s=0.02, stream=stream)
-    emitter.start()
+    await emitter.start()
     metrics.requests.labels("chat", "llama").inc(4)
     await asyncio.sleep(0.07)
     metrics.requests.labels("chat", "llama").inc(3)

@@ -187,7 +187,7 @@ def test_an_acknowledgement_without_a_real_reason_is_refused() -> None:
 
 
 def test_placement_is_importable_without_aws_cdk() -> None:
-    """`igw preflight` reads the same per-region plan without starting jsii."""
+    """The capacity preflight reads the same per-region plan without starting jsii."""
     import subprocess
     import sys
 

@@ -40,6 +40,9 @@ def test_synth_writes_every_stack_of_every_region(any_synth: Synth) -> None:
         for region in any_synth.env.aws.regions
         for part in STACKS_PER_REGION
     }
+    if any_synth.env.global_router.enabled:  # the fleet tier (stacks/global_app.py)
+        expected |= {any_synth.stack_name(r, "fleet") for r in any_synth.env.aws.regions}
+        expected.add(any_synth.stack_name(any_synth.env.aws.region, "dns"))
     assert written == expected
 
 

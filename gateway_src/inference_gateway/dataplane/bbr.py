@@ -1,11 +1,13 @@
 """The body-based router (`igw bbr`): an ext_proc that lifts `model` into a header.
 
 HTTPRoutes match headers, not JSON bodies, so the first ext_proc in Envoy's chain reads
-the body's `model` and sets `X-Gateway-Model-Name` (and, for a LoRA adapter the config
-lists, `X-Gateway-Base-Model-Name`), clearing the route cache so the route of the pool
-that serves the model matches. The body itself passes through unchanged. A body without
-a usable `model` passes through without the header: the default route's picker then
-answers 400 in OpenAI shape, so there is one place that words errors.
+the body's `model` and sets `X-Gateway-Model-Name` and `X-Gateway-Base-Model-Name` (the
+base model of a LoRA adapter the config lists, else the model itself: upstream sets it
+on every request, so a route matching it serves base-model requests too), clearing the
+route cache so the route of the pool that serves the model matches. The body itself
+passes through unchanged. A body without a usable `model` passes through without the
+headers: the default route's picker then answers 400 in OpenAI shape, so there is one
+place that words errors.
 """
 
 from __future__ import annotations
@@ -55,10 +57,7 @@ class BodyRouter:
         model = parsed.get("model") if isinstance(parsed, dict) else None
         if not isinstance(model, str) or not model:
             return {}
-        headers = {MODEL_HEADER: model}
-        if model in self.base:
-            headers[BASE_MODEL_HEADER] = self.base[model]
-        return headers
+        return {MODEL_HEADER: model, BASE_MODEL_HEADER: self.base.get(model, model)}
 
 
 def model_headers(body: bytes, config: GatewayConfigSpec | None = None) -> dict[str, str]:
@@ -71,6 +70,7 @@ class _Stream:
     def __init__(self, router: BodyRouter, mode: int) -> None:
         self.router = router
         self.mode = mode
+        self.response_mode = mode  # its own: Envoy answers 500 to a mode it did not send
         self.body = bytearray()
         self.handlers = {
             "request_headers": self.on_request_headers,
@@ -83,7 +83,9 @@ class _Stream:
 
     def handle(self, request: pb.ProcessingRequest) -> list[pb.ProcessingResponse]:
         if request.HasField("protocol_config"):
-            self.mode = request.protocol_config.request_body_mode or self.mode
+            config = request.protocol_config
+            self.mode = config.request_body_mode or self.mode
+            self.response_mode = config.response_body_mode or self.response_mode
         handler = self.handlers.get(request.WhichOneof("request") or "")
         return handler(request) if handler is not None else []
 
@@ -107,7 +109,7 @@ class _Stream:
 
     def on_response_body(self, request: pb.ProcessingRequest) -> list[pb.ProcessingResponse]:
         part = request.response_body
-        if self.mode == FULL_DUPLEX:
+        if self.response_mode == FULL_DUPLEX:
             return list(body_chunks(part.body, request=False, end_of_stream=part.end_of_stream))
         return [body_replacement(None, request=False)]
 

@@ -17,8 +17,8 @@ def register(subparsers: Any) -> None:
         "bbr",
         help="run the body-based router (sets X-Gateway-Model-Name from the body)",
         description="An Envoy ext_proc that reads `model` from the JSON body and sets "
-        "X-Gateway-Model-Name (and X-Gateway-Base-Model-Name for a configured LoRA "
-        "adapter) so HTTPRoutes can match the pool that serves it.",
+        "X-Gateway-Model-Name and X-Gateway-Base-Model-Name (a configured LoRA adapter's "
+        "base model, else the model itself) so HTTPRoutes can match the pool that serves it.",
     )
     parser.add_argument("--config", help="InferenceGatewayConfig YAML (adapter → base model)")
     parser.add_argument("--host", default="0.0.0.0")

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import gc
-import os
 import sys
 from typing import Any
+
+from .extproc_cli import add_cluster_arguments
 
 __all__ = ["register"]
 
@@ -30,35 +31,95 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument(
+        "--debug-destination-headers",
+        action="store_true",
+        help="name the chosen pod to clients (x-gateway-destination-endpoint header, pod "
+        "names in 502 messages); off by default, as it exposes pod addresses",
+    )
+    parser.add_argument(
         "--policy",
         choices=["gateway", "round-robin"],
         default="gateway",
         help="round-robin runs the same proxy as a plain Service would route",
     )
-    parser.add_argument(
-        "--emf-interval",
-        type=float,
-        default=0.0,
-        metavar="SECONDS",
-        help="write a CloudWatch embedded-metric-format record to stdout every SECONDS "
-        "(0, the default, is off)",
+    add_cluster_arguments(parser)
+    auth = parser.add_argument_group(
+        "authentication", "checked before any pod is touched (docs/operations.md)"
     )
-    parser.add_argument(
-        "--emf-cluster",
-        default=os.environ.get("IGW_CLUSTER_NAME", "igw"),
-        help="the records' Cluster dimension: the EKS cluster name "
-        "(default $IGW_CLUSTER_NAME, else igw)",
+    auth.add_argument(
+        "--api-keys",
+        metavar="FILE",
+        help="API key file: keys: [{client, sha256, models?}] (a mounted Secret; digests only)",
+    )
+    auth.add_argument("--jwt-issuer", help="accept JWTs from this issuer (the iss claim)")
+    auth.add_argument(
+        "--jwt-audience", action="append", default=[], help="an accepted aud (repeatable)"
+    )
+    auth.add_argument("--jwt-jwks", metavar="FILE", help="the issuer's JWKS (JSON file)")
+    auth.add_argument(
+        "--jwt-claim",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a claim the token must carry (repeatable; list and space-separated claims match "
+        "any element)",
+    )
+    auth.add_argument(
+        "--jwt-client-claim", default="sub", help="the claim naming the client (default sub)"
     )
     parser.set_defaults(handler=run)
+
+
+def authenticator(args: argparse.Namespace) -> Any:
+    """The Authenticator the flags describe, or None; ConfigError on inconsistent flags."""
+    from pathlib import Path
+
+    from ..errors import ConfigError
+    from .auth import Authenticator, JwtSettings, load_api_keys
+
+    jwt_flags = [args.jwt_issuer, args.jwt_jwks, args.jwt_audience]
+    if not args.api_keys and not any(jwt_flags):
+        return None
+    jwt = None
+    if any(jwt_flags):
+        missing = [
+            flag
+            for flag, value in zip(
+                ("--jwt-issuer", "--jwt-jwks", "--jwt-audience"), jwt_flags, strict=True
+            )
+            if not value
+        ]
+        if missing:
+            raise ConfigError(
+                "igw serve", [f"{m}: required with JWT authentication" for m in missing]
+            )
+        claims = {}
+        for i, pair in enumerate(args.jwt_claim):
+            name, sep, value = pair.partition("=")
+            if not sep or not name:
+                raise ConfigError("igw serve", [f"--jwt-claim[{i}]: expected NAME=VALUE"])
+            claims[name] = value
+        jwt = JwtSettings(
+            issuer=args.jwt_issuer,
+            audiences=tuple(args.jwt_audience),
+            jwks_path=Path(args.jwt_jwks),
+            required_claims=claims,
+            client_claim=args.jwt_client_claim,
+        )
+    keys = load_api_keys(args.api_keys) if args.api_keys else None
+    return Authenticator(keys, jwt)
 
 
 def run(args: argparse.Namespace) -> int:
     from aiohttp import web
 
-    from .server import build_gateway
+    from .server import RUN_OPTIONS, build_gateway
 
     if args.emf_interval < 0:
         print("igw serve: --emf-interval must be 0 (off) or positive", file=sys.stderr)
+        return 2
+    if not args.hourly_cost >= 0:
+        print("igw serve: --hourly-cost must be 0 or positive", file=sys.stderr)
         return 2
     app, _ = build_gateway(
         args.endpoints,
@@ -67,6 +128,9 @@ def run(args: argparse.Namespace) -> int:
         rewrites=args.rewrites,
         emf_interval_s=args.emf_interval,
         emf_cluster=args.emf_cluster,
+        expose_endpoints=args.debug_destination_headers,
+        auth=authenticator(args),
+        hourly_cost_usd=args.hourly_cost,
     )
     try:
         import uvloop
@@ -76,11 +140,16 @@ def run(args: argparse.Namespace) -> int:
         pass
     app.on_startup.append(_freeze_startup_objects)
     print(
-        f"igw serve: listening on http://{args.host}:{args.port} (policy {args.policy})", flush=True
+        f"igw serve: listening on http://{args.host}:{args.port} (policy {args.policy}"
+        + (", authentication on)" if _authenticating(args) else ")"),
+        flush=True,
     )
-    # no access log (the request metrics count every request); it costs per request
-    web.run_app(app, host=args.host, port=args.port, print=None, access_log=None)
+    web.run_app(app, host=args.host, port=args.port, print=None, **RUN_OPTIONS)  # type: ignore[arg-type]
     return 0
+
+
+def _authenticating(args: argparse.Namespace) -> bool:
+    return bool(args.api_keys or args.jwt_issuer)
 
 
 async def _freeze_startup_objects(app: object) -> None:

@@ -9,21 +9,28 @@ exception type, `Rejection`, that carries the HTTP status, the OpenAI error fiel
 the headers (`Retry-After`, rate-limit state), so each data plane renders it in its own
 wire format without a second copy of the rules.
 
+A request that passes gets a `RequestLifecycle` (lifecycle.py): from then on the data
+plane only reports what happens to it, and the lifecycle gives back everything the
+request holds. Bookkeeping is keyed by an id made here; the client's `x-request-id` is
+kept only for logs and the response header.
+
 The pieces themselves are the shared core: `RoutingState` (config, router, rewrites,
 limiter, swapped whole on reload), `PoolGate` admission, `band_for`, the `Scheduler`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import orjson
 
+from ..background import cancel_and_wait
 from ..config import GatewayConfigSpec
 from ..errors import InferenceGatewayError, NoCapacityError, NoEndpointError, UnknownModelError
 from ..scheduling.plugins.prefix import prompt_block_hashes
@@ -31,15 +38,17 @@ from ..scheduling.types import Endpoint, LLMRequest
 from ..telemetry import GatewayMetrics
 from ..traffic.flow_control import BANDS, FlowController
 from ..traffic.objectives import band_for
-from ..traffic.ratelimit import RateLimiter
-from ..traffic.rewrites import RewriteSet
-from ..traffic.routing import ModelRouter, Route
+from ..traffic.routing import Route
 from .admission import PoolGate, QueueTimeoutError
+from .contracts import RoutingState, SchedulerLike, openai_error
+from .lifecycle import Charge, RequestLifecycle, new_internal_id
 
 __all__ = [
+    "CLIENT_ID_HEADER",
     "Decision",
     "Director",
     "Rejection",
+    "RequestLifecycle",
     "RoutingState",
     "SchedulerLike",
     "Series",
@@ -51,21 +60,19 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_TOKENS = 256  # charged to token buckets when a request sets none
+# Output bounds past this are refused (400): no model's context comes near it, and a
+# bound is what a token limit charges up front.
+MAX_OUTPUT_TOKENS = 2**21
+MAX_CHOICES = 128  # `n`: completions generated per request
+OUTPUT_BOUND_FIELDS = ("max_tokens", "max_completion_tokens")
 
 OBJECTIVE_HEADER = "x-gateway-inference-objective"
 FAIRNESS_HEADER = "x-gateway-inference-fairness-id"
+# The authenticated client: set by `igw serve`'s authentication (dataplane/auth.py) or by
+# Envoy Gateway's SecurityPolicy (API key `forwardClientIDHeader`, JWT `claimToHeaders`);
+# the key of per-client rate limits.
+CLIENT_ID_HEADER = "x-igw-client-id"
 PROFILE_HEADER = "x-gateway-inference-profile"
-
-
-class SchedulerLike(Protocol):
-    """What a data plane needs of a scheduler (the real one, or a baseline for comparison)."""
-
-    def schedule(self, request: LLMRequest, endpoints: list[Endpoint]) -> list[Endpoint]: ...
-    def on_picked(self, request: LLMRequest, endpoint: Endpoint, now: float) -> None: ...
-    def on_first_token(
-        self, request: LLMRequest, endpoint: Endpoint, ttft_s: float, now: float
-    ) -> None: ...
-    def on_finished(self, request: LLMRequest, endpoint: Endpoint, now: float) -> None: ...
 
 
 def prompt_text(body: dict[str, Any]) -> str:
@@ -88,27 +95,6 @@ def prompt_text(body: dict[str, Any]) -> str:
     return str(prompt or "")
 
 
-@dataclass(frozen=True)
-class RoutingState:
-    """Everything a reload replaces at once; a request keeps the state it started with."""
-
-    config: GatewayConfigSpec | None
-    router: ModelRouter
-    rewrites: RewriteSet = field(default_factory=RewriteSet.empty)
-    limiter: RateLimiter = field(default_factory=lambda: RateLimiter([]))
-
-    @classmethod
-    def build(
-        cls, config: GatewayConfigSpec | None, rewrites: RewriteSet | None = None
-    ) -> RoutingState:
-        return cls(
-            config,
-            ModelRouter(config),
-            rewrites or RewriteSet.empty(),
-            RateLimiter(config.rate_limits if config else []),
-        )
-
-
 class Rejection(InferenceGatewayError):
     """A request refused before any pod saw it: an HTTP status and an OpenAI error."""
 
@@ -121,22 +107,22 @@ class Rejection(InferenceGatewayError):
         *,
         retry_after_s: int | None = None,
         headers: Mapping[str, str] | None = None,
+        param: str | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.kind = kind
         self.code = code
+        self.param = param
         self.retry_after_s = retry_after_s
         self.headers = dict(headers or {})
         if retry_after_s is not None:
             self.headers["retry-after"] = str(retry_after_s)
 
     def body(self) -> bytes:
-        """`{"error": {"message", "type", "code"}}`, as the OpenAI API answers errors."""
-        return orjson.dumps(
-            {"error": {"message": self.message, "type": self.kind, "code": self.code}}
-        )
+        """`{"error": {"message", "type", "param", "code"}}`, as the OpenAI API answers."""
+        return openai_error(self.message, self.kind, self.code, self.param)
 
 
 @dataclass(slots=True)
@@ -150,7 +136,6 @@ class Decision:
     body: bytes  # the body for the pod: the client's bytes, or rewritten for a canary
     gate: PoolGate
     headers: dict[str, str] = field(default_factory=dict)  # e.g. rate-limit state
-    released: bool = False
 
     @property
     def target_model(self) -> str:
@@ -162,7 +147,11 @@ class Decision:
 
 
 def api_key_of(headers: Mapping[str, str]) -> str:
-    """The bearer token, or "anonymous" (limits without an apiKey apply per key)."""
+    """The authenticated client id, else the bearer token, else "anonymous" (limits
+    without a client or apiKey apply to each caller separately)."""
+    client = headers.get(CLIENT_ID_HEADER)
+    if client:
+        return client
     auth = headers.get("authorization", "")
     return auth[7:].strip() if auth.lower().startswith("bearer ") else "anonymous"
 
@@ -213,10 +202,14 @@ class Director:
         *,
         metrics: GatewayMetrics | None = None,
         series: Series | None = None,
+        max_lifetime_s: float = 3600.0,
     ) -> None:
         self.endpoints = endpoints
         self.scheduler = scheduler
         self.state = state
+        self.max_lifetime_s = max_lifetime_s  # the watchdog ends requests older than this
+        self.live: dict[str, RequestLifecycle] = {}  # admitted, not ended, by internal id
+        self._watchdog: asyncio.Task[None] | None = None
         self.metrics = metrics or GatewayMetrics()
         self.gates: dict[str, PoolGate] = {}
         self.series = series or Series(self.metrics)
@@ -229,7 +222,28 @@ class Director:
             for gate in self.gates.values():
                 gate.spec = gate.controller.spec = state.config.flow_control
 
+    @property
+    def active(self) -> int:
+        """Requests admitted and not ended yet."""
+        return len(self.live)
+
+    def track(self, life: RequestLifecycle) -> None:
+        """A new lifecycle: watched until it ends (it removes itself from `live`)."""
+        self.live[life.id] = life
+        if self._watchdog is None or self._watchdog.done():
+            self._watchdog = asyncio.get_running_loop().create_task(self._watch())
+
+    async def _watch(self) -> None:
+        """End what outlived `max_lifetime_s`, checking a few times per lifetime (at most
+        once a second); the task ends when nothing is live."""
+        while self.live:
+            await asyncio.sleep(min(1.0, self.max_lifetime_s / 4))
+            oldest = time.perf_counter() - self.max_lifetime_s
+            for life in [life for life in self.live.values() if life.started < oldest]:
+                life.expire()
+
     async def close(self) -> None:
+        await cancel_and_wait(self._watchdog)
         for gate in self.gates.values():
             await gate.close()
 
@@ -263,26 +277,22 @@ class Director:
             for band in BANDS:
                 metrics.queue_size.labels(pool, band).set(gate.controller.queued(band))
 
-    def release(self, decision: Decision) -> None:
-        """The request is over: give its admission slot back (idempotent)."""
-        if not decision.released:
-            decision.released = True
-            decision.gate.on_completion()
-
     async def decide(
         self,
         raw: bytes,
         headers: Mapping[str, str],
         *,
-        request_id: str,
+        client_request_id: str = "",
         subset: list[str] | None = None,
-    ) -> Decision:
+    ) -> RequestLifecycle:
         """Parse, rewrite, route, limit, admit and rank; `Rejection` on any refusal.
 
-        `headers` must have lower-case names. On success the caller owns the admission
-        slot and must call `release(decision)` when the request ends.
+        `headers` must have lower-case names. On success the caller reports the
+        request's course to the returned lifecycle, which releases what it holds.
+        `client_request_id` (the client's `x-request-id`) is only logged.
         """
         body = self._parse(raw)
+        output_bound = _output_bound(body)
         state = self.state
         client_model: str = body["model"]
         model = state.rewrites.rewrite(client_model)
@@ -298,7 +308,7 @@ class Director:
             ) from None
         text = prompt_text(body)
         llm = LLMRequest(
-            request_id=request_id,
+            request_id=new_internal_id(),
             model=route.model,
             prompt_tokens=len(text) // 4 + 1,
             prefix_hashes=prompt_block_hashes(route.model, text),
@@ -308,7 +318,7 @@ class Director:
             fairness_id=headers.get(FAIRNESS_HEADER, ""),
             subset=subset_hostports(subset, endpoints),
         )
-        extra = self._charge(state, headers, client_model, llm, body)
+        extra, charge = self._charge(state, headers, client_model, llm, output_bound)
         gate = self.gate(route)
         await self._admit(gate, llm, client_model, extra)
         try:
@@ -331,7 +341,8 @@ class Director:
         if model != client_model:
             body["model"] = model
             raw = orjson.dumps(body)
-        return Decision(llm, ranked, client_model, route, raw, gate, extra)
+        decision = Decision(llm, ranked, client_model, route, raw, gate, extra)
+        return RequestLifecycle(self, decision, client_request_id, charge=charge)
 
     # ------------------------------------------------------------------ steps
 
@@ -358,15 +369,14 @@ class Director:
         headers: Mapping[str, str],
         client_model: str,
         llm: LLMRequest,
-        body: dict[str, Any],
-    ) -> dict[str, str]:
+        output_bound: int,
+    ) -> tuple[dict[str, str], Charge | None]:
+        """Charge the prompt estimate plus the output bound; the lifecycle settles it."""
         if not state.limiter.rules:  # nothing to charge (the common case): no headers
-            return {}
-        max_tokens = body.get("max_tokens") or body.get("max_completion_tokens")
-        tokens = llm.prompt_tokens + (
-            max_tokens if isinstance(max_tokens, int) else DEFAULT_MAX_TOKENS
-        )
-        limit = state.limiter.check(api_key_of(headers), client_model, tokens, time.monotonic())
+            return {}, None
+        tokens = llm.prompt_tokens + output_bound
+        api_key = api_key_of(headers)
+        limit = state.limiter.check(api_key, client_model, tokens, time.monotonic())
         if not limit.allowed:
             self.child(self.metrics.rejected, client_model, "rate_limited").inc()
             raise Rejection(
@@ -377,7 +387,7 @@ class Director:
                 retry_after_s=limit.retry_after_s,
                 headers=limit.headers,
             )
-        return dict(limit.headers)
+        return dict(limit.headers), Charge(state.limiter, api_key, client_model, tokens)
 
     async def _admit(
         self, gate: PoolGate, llm: LLMRequest, client_model: str, extra: dict[str, str]
@@ -426,3 +436,30 @@ class Director:
             return random.sample(serving, len(serving))
         self.metrics.scheduler_e2e.observe(time.perf_counter() - started)
         return ranked
+
+
+def _output_bound(body: dict[str, Any]) -> int:
+    """The most output tokens the engine may generate for this body: the largest of
+    `max_tokens` and `max_completion_tokens` (engines honour one or the other, so a token
+    limit must charge the larger), times `n`. A negative, fractional or absurd value is a
+    400 naming the field, never a credit to a token bucket."""
+    bound = 0
+    for name in OUTPUT_BOUND_FIELDS:
+        value = body.get(name)
+        if value is not None:
+            bound = max(bound, _bounded_int(name, value, 1, MAX_OUTPUT_TOKENS))
+    n = body.get("n")
+    choices = 1 if n is None else _bounded_int("n", n, 1, MAX_CHOICES)
+    return (bound or DEFAULT_MAX_TOKENS) * choices
+
+
+def _bounded_int(name: str, value: object, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise Rejection(
+            400,
+            f"`{name}` must be an integer from {low} to {high}, got {repr(value)[:40]}.",
+            "invalid_request_error",
+            "invalid_value",
+            param=name,
+        )
+    return value

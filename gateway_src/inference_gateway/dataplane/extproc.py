@@ -15,41 +15,45 @@ body response. A refusal is an `ImmediateResponse` with the OpenAI-shaped error.
 
 Response side: SSE streams flow through chunk by chunk (the `model` of each event
 written back to the client's name when it was rewritten); a JSON body is held only when
-it must be rewritten. `usage` is counted into the gateway metrics; the first response
-byte reports the TTFT to the scheduler.
+it must be rewritten. The request's `RequestLifecycle` (lifecycle.py) does the
+bookkeeping: the first response byte reports the TTFT to the scheduler, `usage` is
+counted into the gateway metrics, and a stream that ends before the response did (Envoy
+or its client gone) counts as a client cancel and frees what the request held.
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
 import random
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import grpc
-import orjson
 from envoy.extensions.filters.http.ext_proc.v3.processing_mode_pb2 import ProcessingMode
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
+from ..config import GatewayConfigSpec
 from ..scheduling.types import Endpoint
 from .director import Decision, Director, Rejection
 from .extproc_http2 import Call
 from .extproc_wire import (
     body_chunks,
     body_replacement,
+    endpoint_address,
     headers_response,
+    hinted_hostports,
     immediate_response,
     read_headers,
     read_subset,
+    timeout_override,
     trailers_response,
 )
-from .proxy import SchedulerLike
+from .lifecycle import CLIENT_CANCELLED, RequestLifecycle
 from .sse import ModelNameRewriter
+from .usage import UsageScanner
 
 __all__ = ["Exchange", "ExtProcServicer", "PickerOptions", "UsageScanner"]
 
@@ -62,9 +66,6 @@ Responses = list[pb.ProcessingResponse]
 MESSAGE_KINDS = frozenset(
     f"{side}_{part}" for side in ("request", "response") for part in ("headers", "body", "trailers")
 )
-# Ids for requests that carry no x-request-id: unique per process (the scheduler keys
-# its per-request state by id), and far cheaper than a uuid4 per request.
-_REQUEST_IDS = (f"igw-{uuid.uuid4().hex[:12]}-{n}" for n in itertools.count())
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,54 +79,12 @@ class PickerOptions:
     max_usage_scan_bytes: int = 4 * 2**20  # JSON kept to read `usage` from
 
 
-class UsageScanner:
-    """Finds the `usage` object in a response body without holding SSE streams.
-
-    SSE: only complete lines that mention `"usage"` are parsed (the last one wins, as
-    vLLM sends usage in the final event). JSON: the body is kept up to a bound and
-    parsed once at the end.
-    """
-
-    def __init__(self, streaming: bool, limit: int) -> None:
-        self.streaming = streaming
-        self.limit = limit
-        self.usage: dict[str, Any] | None = None
-        self._partial = b""
-        self._kept: list[bytes] = []
-        self._size = 0
-
-    def feed(self, chunk: bytes) -> None:
-        if not self.streaming:
-            self._size += len(chunk)
-            if self._size <= self.limit:
-                self._kept.append(chunk)
-            return
-        data = self._partial + chunk
-        cut = data.rfind(b"\n")
-        if cut < 0:
-            self._partial = data
-            return
-        self._partial = data[cut + 1 :]
-        if b'"usage"' in data[:cut]:
-            for line in data[:cut].split(b"\n"):
-                if b'"usage"' in line and line.startswith(b"data:"):
-                    self._take(line[5:])
-
-    def close(self) -> dict[str, Any] | None:
-        if self.streaming:
-            if self._partial.startswith(b"data:") and b'"usage"' in self._partial:
-                self._take(self._partial[5:])
-        elif self._size <= self.limit:
-            self._take(b"".join(self._kept))
-        return self.usage
-
-    def _take(self, payload: bytes) -> None:
-        try:
-            event = orjson.loads(payload)
-        except orjson.JSONDecodeError:
-            return
-        if isinstance(event, dict) and isinstance(event.get("usage"), dict):
-            self.usage = event["usage"]
+def admission_wait_s(director: Director) -> float:
+    """The longest a request can wait for admission: the largest TTL of a band that
+    queues (0 when none does)."""
+    config = director.state.config or GatewayConfigSpec()  # the director's own default
+    bands = config.flow_control.bands.values()
+    return max((band.ttl_s for band in bands if band.max_queue), default=0.0)
 
 
 class Exchange:
@@ -144,15 +103,13 @@ class Exchange:
         self.subset: list[str] | None = None
         self.body: bytes | bytearray = b""  # the request body collected so far
         self.decision: Decision | None = None
-        self.scheduler: SchedulerLike = director.scheduler
-        self.decided_at = 0.0
+        self.life: RequestLifecycle | None = None  # everything the request holds
         self.closed = False  # an immediate response ended the exchange
         self.finished = False
         self.first_byte = False
         self.status = 0
         self.streaming = False
         self.rewriter: ModelNameRewriter | None = None
-        self.usage: UsageScanner | None = None
         self.held = bytearray()  # a JSON response held for the model rewrite
 
     async def handle(self, request: pb.ProcessingRequest) -> Responses:
@@ -207,7 +164,8 @@ class Exchange:
         return await self._decide()
 
     async def on_request_trailers(self, request: pb.ProcessingRequest) -> Responses:
-        out = [] if self.decision is not None else await self._decide()
+        # The body ended without end_of_stream (trailers follow): say none either.
+        out = [] if self.decision is not None else await self._decide(end_of_stream=False)
         if self.closed:
             return out
         return [*out, trailers_response()]
@@ -216,37 +174,45 @@ class Exchange:
         """No body (e.g. GET /v1/models): any ready pod of the subset, as upstream."""
         ready = [e for e in self.director.endpoints() if not e.stale]
         if self.subset is not None:
-            ready = [e for e in ready if e.hostport in self.subset or e.address in self.subset]
+            allowed = set(hinted_hostports(self.subset, ready) or ())
+            ready = [e for e in ready if e.hostport in allowed]
         if not ready:
             return self._reject(
                 Rejection(503, "No ready model server.", "service_unavailable", "no_ready_endpoint")
             )
         chosen = random.choice(ready)
-        return [headers_response(clear_route_cache=True, destination=chosen.hostport)]
+        destination = endpoint_address(chosen.address, chosen.port)
+        return [headers_response(clear_route_cache=True, destination=destination)]
 
-    async def _decide(self) -> Responses:
-        request_id = self.headers.get("x-request-id") or next(_REQUEST_IDS)
+    def timeout_override(self, request: pb.ProcessingRequest) -> pb.ProcessingResponse | None:
+        """Before a BUFFERED body is decided: extend Envoy's message timer (200 ms by
+        default) to the longest admission wait, or a queued request ends in 504."""
+        if (
+            self.request_mode != BUFFERED
+            or request.WhichOneof("request") != "request_body"
+            or not request.request_body.end_of_stream
+        ):
+            return None
+        wait = admission_wait_s(self.director)
+        return timeout_override(wait + 1.0) if wait else None
+
+    async def _decide(self, end_of_stream: bool = True) -> Responses:
         try:
-            decision = await self.director.decide(
+            life = await self.director.decide(
                 self.body if isinstance(self.body, bytes) else bytes(self.body),
                 self.headers,
-                request_id=request_id,
-                subset=self.subset,
+                client_request_id=self.headers.get("x-request-id", ""),
+                subset=hinted_hostports(self.subset, self.director.endpoints()),
             )
         except Rejection as rejection:
             return self._reject(rejection)
-        self.decision = decision
-        self.scheduler = self.director.scheduler  # a reload must not split one request
-        self.decided_at = self.clock()
+        self.life = life
+        self.decision = decision = life.decision
         self.body = b""
-        primary = decision.ranked[0]
-        self.scheduler.on_picked(decision.llm, primary, time.monotonic())
-        metrics = self.director.metrics
-        self.director.child(
-            metrics.input_tokens, decision.client_model, decision.target_model
-        ).observe(decision.llm.prompt_tokens)
+        life.picked(decision.ranked[0])
         destination = ",".join(
-            e.hostport for e in decision.ranked[: 1 + max(0, self.options.fallbacks)]
+            endpoint_address(e.address, e.port)
+            for e in decision.ranked[: 1 + max(0, self.options.fallbacks)]
         )
         route_headers = {"content-length": str(len(decision.body))}
         if decision.rewritten:
@@ -256,7 +222,7 @@ class Exchange:
                 headers_response(
                     set_headers=route_headers, clear_route_cache=True, destination=destination
                 ),
-                *body_chunks(decision.body),
+                *body_chunks(decision.body, end_of_stream=end_of_stream),
             ]
         return [
             body_replacement(
@@ -284,15 +250,8 @@ class Exchange:
         headers = read_headers(request.response_headers)
         self.status = int(headers.get(":status", "200") or 200)
         self.streaming = headers.get("content-type", "").startswith("text/event-stream")
-        self.usage = UsageScanner(self.streaming, self.options.max_usage_scan_bytes)
-        decision = self.decision
-        if decision is not None and self.status >= 400:
-            self.director.child(
-                self.director.metrics.errors,
-                decision.client_model,
-                decision.target_model,
-                str(self.status),
-            ).inc()
+        if self.life is not None:
+            self.life.answered(self.status, self.streaming, self.options.max_usage_scan_bytes)
         if request.response_headers.end_of_stream:
             self._first_byte()
             self.finish()
@@ -306,8 +265,8 @@ class Exchange:
         if chunk:
             self._first_byte()
         out = self._rewrite(chunk, eos)
-        if self.usage is not None and out:
-            self.usage.feed(out)
+        if self.life is not None and out:
+            self.life.chunk(out)
         if eos:
             self.finish()
         if self.response_mode == FULL_DUPLEX:
@@ -319,8 +278,25 @@ class Exchange:
         return [body_replacement(out if changed else None, request=False)]
 
     async def on_response_trailers(self, request: pb.ProcessingRequest) -> Responses:
+        out = self._flush_held()
         self.finish()
-        return [trailers_response(request=False)]
+        return [*out, trailers_response(request=False)]
+
+    def _flush_held(self) -> Responses:
+        """Trailers end the body: what the rewriter still holds (a JSON body, a partial
+        SSE line) goes out before them, without end_of_stream (Envoy sent none)."""
+        if self.rewriter is None or self.response_mode != FULL_DUPLEX:
+            return []
+        if self.streaming:
+            tail = self.rewriter.flush()
+        else:
+            whole, self.held = bytes(self.held), bytearray()
+            tail = self.rewriter.json_body(whole) if whole else b""
+        if not tail:
+            return []
+        if self.life is not None:
+            self.life.chunk(tail)
+        return list(body_chunks(tail, request=False, end_of_stream=False))
 
     def _rewrite(self, chunk: bytes, eos: bool) -> bytes | None:
         """The bytes to pass on now; None while a JSON body is held for its rewrite."""
@@ -332,43 +308,32 @@ class Exchange:
         if self.response_mode == STREAMED:
             return chunk  # one answer per chunk: a JSON body cannot be held
         self.held += chunk
-        if not eos:
+        if not eos and self.response_mode != BUFFERED:  # BUFFERED: one message, whole
             return None
         whole, self.held = bytes(self.held), bytearray()
         return self.rewriter.json_body(whole)
 
     def _first_byte(self) -> None:
-        decision = self.decision
-        if self.first_byte or decision is None:
+        if self.first_byte or self.life is None:
             return
         self.first_byte = True
-        ttft = self.clock() - self.decided_at
-        self.scheduler.on_first_token(decision.llm, decision.ranked[0], ttft, time.monotonic())
-        self.director.child(
-            self.director.metrics.ttft, decision.client_model, decision.target_model
-        ).observe(ttft)
+        self.life.first_byte()
 
     # ------------------------------------------------------------------ end
 
     def finish(self) -> None:
-        """Report the outcome once: scheduler bookkeeping, admission slot, metrics."""
+        """The response ended (or Envoy closed the stream cleanly): report it once."""
         if self.finished:
             return
         self.finished = True
-        decision = self.decision
-        if decision is None:
-            return
-        self.scheduler.on_finished(decision.llm, decision.ranked[0], time.monotonic())
-        self.director.release(decision)
-        metrics = self.director.metrics
-        labels = (decision.client_model, decision.target_model)
-        usage = self.usage.close() if self.usage is not None else None
-        if usage is not None:
-            completion = usage.get("completion_tokens")
-            if isinstance(completion, int):
-                self.director.child(metrics.output_tokens, *labels).observe(completion)
-        if self.status and self.status < 400 and self.first_byte:
-            self.director.child(metrics.duration, *labels).observe(self.clock() - self.decided_at)
+        if self.life is not None:
+            self.life.finished()
+
+    def cancel(self) -> None:
+        """The stream broke before the response ended: Envoy or its client went away."""
+        if self.life is not None and not self.finished:
+            self.life.cancelled(CLIENT_CANCELLED)
+        self.finished = True
 
 
 class ExtProcServicer(pb_grpc.ExternalProcessorServicer):
@@ -403,8 +368,14 @@ class ExtProcServicer(pb_grpc.ExternalProcessorServicer):
                 request = await context.read()
                 if request is grpc.aio.EOF:
                     return
+                early = exchange.timeout_override(request)
+                if early is not None:
+                    await context.write(early)
                 for response in await exchange.handle(request):
                     await context.write(response)
+        except BaseException:
+            exchange.cancel()
+            raise
         finally:
             self.active -= 1
             exchange.finish()
@@ -420,9 +391,16 @@ class ExtProcServicer(pb_grpc.ExternalProcessorServicer):
                 raw = await call.read()
                 if raw is None:
                     return
-                responses = await exchange.handle(parse(raw))
+                request = parse(raw)
+                early = exchange.timeout_override(request)
+                if early is not None:
+                    call.send([early.SerializeToString()])
+                responses = await exchange.handle(request)
                 if responses:
                     call.send([r.SerializeToString() for r in responses])
+        except BaseException:
+            exchange.cancel()
+            raise
         finally:
             self.active -= 1
             exchange.finish()

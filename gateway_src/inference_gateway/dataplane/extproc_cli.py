@@ -34,9 +34,20 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--endpoints", help="endpoints YAML; default: Kubernetes discovery")
     parser.add_argument("--config", help="InferenceGatewayConfig YAML (resource or bare spec)")
     parser.add_argument("--rewrites", help="InferenceModelRewrite YAML file or folder")
-    parser.add_argument("--host", default="0.0.0.0")
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to bind (gRPC and metrics); default loopback only: pass 0.0.0.0 or :: "
+        "where Envoy reaches the picker over the network (the Kubernetes chart does)",
+    )
     parser.add_argument("--grpc-port", type=int, default=9002)
     parser.add_argument("--metrics-port", type=int, default=9090, help="0 disables")
+    parser.add_argument(
+        "--grpc-health-port",
+        type=int,
+        help="also serve gRPC health (liveness, readiness) in plain text on this port, for "
+        "the kubelet's probes when the ext_proc port serves TLS",
+    )
     add_tls_arguments(parser)
     parser.add_argument(
         "--transport",
@@ -57,6 +68,7 @@ def register(subparsers: Any) -> None:
         default="full-duplex",
         help="body mode assumed when Envoy sends no protocol_config",
     )
+    add_cluster_arguments(parser)
     k8s = parser.add_argument_group("Kubernetes (when no --endpoints is given)")
     k8s.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE", "default"))
     k8s.add_argument("--pool", action="append", default=[], help="InferencePool name to serve")
@@ -66,7 +78,61 @@ def register(subparsers: Any) -> None:
     k8s.add_argument("--no-watch-api", action="store_true", help="do not watch config resources")
     k8s.add_argument("--leader-elect", action="store_true", help="active-passive via a Lease")
     k8s.add_argument("--lease-name", default="igw-picker")
+    k8s.add_argument(
+        "--status-interval",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="how often the InferenceGatewayConfig's status is refreshed (written on change)",
+    )
     parser.set_defaults(handler=run)
+
+
+def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags `igw serve` and `igw picker` share about the cluster they route for: its
+    name and price (GET /status, the global router's heartbeat) and the CloudWatch EMF
+    records. In the cluster the picker is what routes, so it is what writes the records
+    the alarms read and what answers the heartbeat."""
+    parser.add_argument(
+        "--emf-interval",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="write a CloudWatch embedded-metric-format record to stdout every SECONDS "
+        "(0, the default, is off)",
+    )
+    parser.add_argument(
+        "--hourly-cost",
+        type=float,
+        default=0.0,
+        metavar="USD",
+        help="the cluster's hourly price, for the cost per million tokens in GET /status",
+    )
+    parser.add_argument(
+        "--emf-cluster",
+        default=os.environ.get("IGW_CLUSTER_NAME", "igw"),
+        help="the records' Cluster dimension and GET /status's cluster: the EKS cluster name "
+        "(default $IGW_CLUSTER_NAME, else igw)",
+    )
+
+
+def emf_emitter(args: argparse.Namespace, registry: Any, refresh: Any) -> Any:
+    """The EmfEmitter the flags ask for, or None; ConfigError on a negative interval."""
+    if not args.hourly_cost >= 0:
+        from ..errors import ConfigError
+
+        raise ConfigError("--hourly-cost", ["<value>: must be 0 or positive"])
+    if args.emf_interval < 0:
+        from ..errors import ConfigError
+
+        raise ConfigError("--emf-interval", ["<value>: must be 0 (off) or positive"])
+    if args.emf_interval == 0:
+        return None
+    from ..telemetry_emf import EmfEmitter
+
+    return EmfEmitter(
+        registry, cluster=args.emf_cluster, interval_s=args.emf_interval, refresh=refresh
+    )
 
 
 def add_tls_arguments(parser: argparse.ArgumentParser) -> None:
@@ -145,6 +211,9 @@ def server_options(args: argparse.Namespace) -> dict[str, Any]:
         "host": args.host,
         "grpc_port": args.grpc_port,
         "metrics_port": args.metrics_port or None,
+        "health_port": args.grpc_health_port,
+        # the cluster's heartbeat for igw global, on the metrics port
+        "status": {"cluster": args.emf_cluster, "hourly_cost_usd": args.hourly_cost},
         "transport": transport(args.transport),
         **tls_options(args),
     }
@@ -163,6 +232,13 @@ async def _serve(args: argparse.Namespace) -> int:
         picker.collaborators.insert(0, source)
     else:
         picker, client = await kubernetes_picker(args, server)
+    emitter = emf_emitter(
+        args,
+        picker.director.metrics.registry,
+        lambda: picker.director.refresh_gauges(picker.store.pools()),
+    )
+    if emitter is not None:
+        picker.collaborators.append(emitter)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -185,6 +261,7 @@ async def kubernetes_picker(args: argparse.Namespace, server: dict[str, Any]) ->
     """The picker of Kubernetes mode, wired but not started: (PickerServer, ApiClient)."""
     from ..config import GatewayConfigSpec, load_config
     from ..config_watch import FileConfigSource, KubernetesConfigSource
+    from ..endpoints.config_status import ConfigStatusWriter
     from ..endpoints.kubernetes import (
         LeaderElector,
         PodDiscovery,
@@ -198,6 +275,8 @@ async def kubernetes_picker(args: argparse.Namespace, server: dict[str, Any]) ->
 
     try:
         client = await api_client(host=args.api_server, kubeconfig=args.kubeconfig)
+    except ModuleNotFoundError:  # a missing package is not bad input: the CLI says what to install
+        raise
     except Exception as error:  # the client's config errors, translated at the boundary
         raise ConfigError(
             "Kubernetes discovery",
@@ -223,7 +302,13 @@ async def kubernetes_picker(args: argparse.Namespace, server: dict[str, Any]) ->
         targets(base or GatewayConfigSpec()),
         lambda p: PodSource(client, p.namespace, p.selector),
     )
-    picker.on_pools = lambda spec: _spawn(discovery.set_pools(targets(spec)))
+    declared = [p.name for p in (base or GatewayConfigSpec()).pools] + [n.name for n in named]
+
+    def pools_changed(spec: GatewayConfigSpec) -> None:
+        declared[:] = [p.name for p in spec.pools] + [n.name for n in named]
+        _spawn(discovery.set_pools(targets(spec)))
+
+    picker.on_pools = pools_changed
     config_source: Any = (
         FileConfigSource(picker.apply_config, args.config, args.rewrites)
         if args.no_watch_api
@@ -237,6 +322,19 @@ async def kubernetes_picker(args: argparse.Namespace, server: dict[str, Any]) ->
         elector = LeaderElector(client, args.namespace, args.lease_name, identity)
         picker.is_leader = elector.is_leader
         picker.collaborators.append(elector)
+    if isinstance(config_source, KubernetesConfigSource):
+        picker.collaborators.append(
+            ConfigStatusWriter(
+                client,
+                args.namespace,
+                resource=config_source.served_resource,
+                config_error=lambda: config_source.last_error,
+                pools=picker.store.pools,
+                declared=lambda: list(declared),
+                is_leader=lambda: picker.is_leader(),
+                interval_s=args.status_interval,
+            )
+        )
     return picker, client
 
 

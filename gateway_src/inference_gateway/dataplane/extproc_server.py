@@ -31,14 +31,17 @@ from ..scheduling import Scheduler
 from ..scheduling.types import Endpoint
 from ..telemetry import GatewayMetrics
 from ..traffic.rewrites import RewriteSet
+from .contracts import RoutingState
 from .director import Director, Series
 from .extproc import ExtProcServicer, PickerOptions
-from .extproc_http2 import HealthService, Http2GrpcServer
-from .proxy import RoutingState
+from .extproc_http2 import ConnectionPolicy, HealthService, Http2GrpcServer, Method
 from .server import http_fetch
+from .status import add_status_route
 
 __all__ = [
+    "LIVENESS_SERVICE",
     "PROCESS_PATH",
+    "READINESS_SERVICE",
     "SERVICE_NAME",
     "TRANSPORTS",
     "Lifecycle",
@@ -49,9 +52,17 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = "envoy.service.ext_proc.v3.ExternalProcessor"
+# The health service names of the endpoint-picker protocol: `liveness` answers SERVING for as
+# long as the process runs (a model outage, a scale-from-zero or a standby replica must never
+# restart the picker), `readiness` only while it can pick (a fresh pod, and the lease when
+# leader election is on). The empty name and the ext_proc service follow readiness, as before.
+LIVENESS_SERVICE = "liveness"
+READINESS_SERVICE = "readiness"
+READINESS_NAMES = ("", SERVICE_NAME, READINESS_SERVICE)
 PROCESS_PATH = f"/{SERVICE_NAME}/Process"
 # `http2`: our own HTTP/2 server (extproc_http2.py), the fast path; `grpcio`: grpc.aio.
 TRANSPORTS = ("http2", "grpcio")
+MESSAGE_OVERHEAD = 64 * 1024  # headers, metadata and framing around a body in one message
 
 
 class Lifecycle(Protocol):
@@ -68,7 +79,7 @@ class PickerServer:
         director: Director,
         *,
         options: PickerOptions | None = None,
-        host: str = "0.0.0.0",
+        host: str = "127.0.0.1",
         grpc_port: int = 9002,
         metrics_port: int | None = 9090,
         credentials: grpc.ServerCredentials | None = None,
@@ -77,6 +88,9 @@ class PickerServer:
         collaborators: list[Lifecycle] | None = None,
         is_leader: Callable[[], bool] = lambda: True,
         health_interval_s: float = 0.2,
+        health_port: int | None = None,
+        policy: ConnectionPolicy | None = None,
+        status: dict[str, Any] | None = None,
     ) -> None:
         self.store = store
         self.director = director
@@ -95,6 +109,11 @@ class PickerServer:
         self.collaborators = collaborators or []
         self.is_leader = is_leader
         self.health_interval_s = health_interval_s
+        self.health_port = health_port
+        self.health_bound = 0
+        self._health_server: grpc.aio.Server | Http2GrpcServer | None = None
+        self.policy = policy
+        self.status = status  # `cluster`, `hourly_cost_usd`: serve GET /status beside /metrics
         self.on_pools: Callable[[GatewayConfigSpec], None] | None = None
         self.port = 0
         self.metrics_bound = 0
@@ -137,19 +156,39 @@ class PickerServer:
         else:
             await self._start_grpcio()
         self._tasks.append(asyncio.get_running_loop().create_task(self._health_loop()))
+        if self.health_port is not None:
+            await self._start_health_port()
         if self.metrics_port is not None:
             await self._start_metrics()
 
     async def _start_http2(self) -> None:
-        handlers = {PROCESS_PATH: self.servicer.serve_call, **self.health.handlers()}
-        server = Http2GrpcServer(handlers, ssl_context=self.ssl_context)
+        # An ext_proc message carries at most one body (or chunk) plus headers: the
+        # body limit and room for the rest; anything larger is RESOURCE_EXHAUSTED
+        # before it is buffered.
+        process = Method(self.servicer.serve_call, max_message=self._max_message())
+        handlers = {PROCESS_PATH: process, **self.health.handlers()}
+        server = Http2GrpcServer(handlers, ssl_context=self.ssl_context, policy=self.policy)
         self.port = await server.start(self.host, self.grpc_port)
         self._server = server
+
+    def _max_message(self) -> int:
+        return self.servicer.options.max_body_bytes + MESSAGE_OVERHEAD
 
     async def _start_grpcio(self) -> None:
         from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
-        server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+        # The same limits as the http2 transport, where grpc core has them.
+        policy = self.policy or ConnectionPolicy()
+        server = grpc.aio.server(
+            options=[
+                ("grpc.so_reuseport", 0),
+                ("grpc.max_receive_message_length", self._max_message()),
+                ("grpc.max_concurrent_streams", policy.max_concurrent_streams),
+                ("grpc.keepalive_time_ms", int(policy.keepalive_s * 1000)),
+                ("grpc.keepalive_timeout_ms", int(policy.keepalive_timeout_s * 1000)),
+                ("grpc.max_connection_idle_ms", int(policy.idle_timeout_s * 1000)),
+            ]
+        )
         pb_grpc.add_ExternalProcessorServicer_to_server(self.servicer, server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         address = f"{self.host}:{self.grpc_port}"
@@ -160,18 +199,35 @@ class PickerServer:
         await server.start()
         self._server = server
 
+    async def _start_health_port(self) -> None:
+        """gRPC health alone, in plain text, on its own port: the kubelet's gRPC probe
+        cannot speak TLS, while the ext_proc port may (upstream's picker splits its
+        `--grpc-port` and `--grpc-health-port` the same way)."""
+        assert self.health_port is not None
+        if self.transport == "grpcio":
+            server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+            health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+            self.health_bound = server.add_insecure_port(f"{self.host}:{self.health_port}")
+            await server.start()
+        else:
+            server = Http2GrpcServer(self.health.handlers(), policy=self.policy)
+            self.health_bound = await server.start(self.host, self.health_port)
+        self._health_server = server
+
     async def update_health(self) -> None:
-        """SERVING once a pod is ready (and, with leader election, while leading)."""
+        """Readiness: SERVING once a pod is ready (and, with leader election, while leading).
+        Liveness: SERVING from the first call on, whatever the pods or the lease."""
         serving = bool(self.store.ready()) and self.is_leader()
         if serving == self.serving and self._server is not None:
             return
+        await self.health.set(LIVENESS_SERVICE, health_pb2.HealthCheckResponse.SERVING)
         self.serving = serving
         status = (
             health_pb2.HealthCheckResponse.SERVING
             if serving
             else health_pb2.HealthCheckResponse.NOT_SERVING
         )
-        for service in ("", SERVICE_NAME):
+        for service in READINESS_NAMES:
             await self.health.set(service, status)
 
     async def _health_loop(self) -> None:
@@ -191,6 +247,8 @@ class PickerServer:
 
         app = web.Application()
         app.router.add_get("/metrics", metrics)
+        if self.status is not None:  # the global router's heartbeat (dataplane/status.py)
+            add_status_route(app, self.director, self.store, **self.status)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.metrics_port)
@@ -205,6 +263,9 @@ class PickerServer:
             await self.health.enter_graceful_shutdown()
             await self._server.stop(grace_s)
             self._server = None
+        if self._health_server is not None:
+            await self._health_server.stop(0)
+            self._health_server = None
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None

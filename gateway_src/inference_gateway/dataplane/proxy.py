@@ -2,10 +2,21 @@
 
 Per request: read the body (limit → 413), parse it (→ 400), route `model` to a pool
 (→ 404), rank that pool's ready pods (→ 503 when none), and forward to the best pod.
-A pod that refuses the connection or answers 5xx/429 before the first byte is retried
-on the next-ranked pod (at most `max_attempts` pods); once a byte has reached the
-client nothing is retried, and a stream that breaks ends with an SSE error event rather
-than a silent truncation. Responses stream through chunk by chunk, unbuffered.
+What may go to the next-ranked pod is the `RetryPolicy`'s call (retry.py): only a
+request the engine never started (connection refused, closed before any answer byte, an
+answer of 429/503); a timeout is a 504, never a second generation. Once a byte has
+reached the client nothing is retried, and a stream that breaks ends with an SSE error
+event rather than a silent truncation. Responses stream through chunk by chunk.
+
+A client that leaves (the handler is cancelled: run the app with
+`handler_cancellation=True`, as `server.app_runner` and `igw serve` do, or a write to
+it fails) ends the request at once: its admission slot is freed, the pod connection is
+closed (the engine aborts the generation) and it counts as `client_cancelled`, not as
+an upstream failure. Everything a request holds is released by its `RequestLifecycle`.
+
+Pod names and addresses stay inside: 502 messages name no pod and the
+`x-gateway-destination-endpoint` header is sent only with `expose_endpoints` (a
+debugging switch, `igw serve --debug-destination-headers`).
 
 Outbound requests go through `Upstream` (upstream.py), a lean keep-alive HTTP/1.1 client:
 the gateway's own cost per request is what the overhead benchmark
@@ -16,31 +27,32 @@ histograms, usage counting, the scheduler's feedback), which the client does not
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
-import time
 
-import aiohttp
-import orjson
 from aiohttp import web
 from prometheus_client import generate_latest
 
 from ..endpoints.store import EndpointStore
-from ..scheduling.types import Endpoint, LLMRequest
+from ..scheduling.types import Endpoint
 from ..telemetry import GatewayMetrics
 from ..traffic.routing import ModelRouter, Route
 from .admission import PoolGate
-from .director import Director, Rejection, RoutingState, SchedulerLike, prompt_text
+from .contracts import RoutingState, SchedulerLike, openai_error
+from .director import Director, Rejection
+from .lifecycle import CLIENT_CANCELLED, STREAM_BROKEN, RequestLifecycle
+from .retry import RetryPolicy
 from .sse import ModelNameRewriter
-from .upstream import Upstream, UpstreamError, UpstreamResponse
+from .upstream import Upstream, UpstreamError, UpstreamResponse, UpstreamTimeout
 
-# RoutingState, SchedulerLike and prompt_text live in `director` (shared with the ext_proc
-# picker) and are re-exported here for existing callers.
-__all__ = ["Gateway", "RoutingState", "SchedulerLike", "error_response", "prompt_text"]
+# RoutingState and SchedulerLike live in `contracts` (shared with the ext_proc picker)
+# and are re-exported here for existing callers.
+__all__ = ["DESTINATION_HEADER", "Gateway", "RoutingState", "SchedulerLike", "error_response"]
 
 log = logging.getLogger(__name__)
 
-RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
+DESTINATION_HEADER = "x-gateway-destination-endpoint"
 _request_ids = random.Random()  # ids need to be unique, not secret: no syscall per request
 
 
@@ -55,11 +67,14 @@ def error_response(
     kind: str,
     code: str | None = None,
     headers: dict[str, str] | None = None,
+    param: str | None = None,
 ) -> web.Response:
-    """An OpenAI-shaped error: `{"error": {"message", "type", "code"}}`."""
-    body = {"error": {"message": message, "type": kind, "code": code}}
+    """An OpenAI-shaped error (`contracts.openai_error`)."""
     return web.Response(
-        status=status, body=orjson.dumps(body), content_type="application/json", headers=headers
+        status=status,
+        body=openai_error(message, kind, code, param),
+        content_type="application/json",
+        headers=headers,
     )
 
 
@@ -72,22 +87,29 @@ class Gateway:
         *,
         metrics: GatewayMetrics | None = None,
         max_body_bytes: int = 4 * 2**20,
-        max_attempts: int = 3,
+        retry: RetryPolicy | None = None,
         connect_timeout_s: float = 5.0,
         first_byte_timeout_s: float = 300.0,
+        max_request_lifetime_s: float = 3600.0,
+        expose_endpoints: bool = False,
     ) -> None:
         self.store = store
         self.metrics = metrics or GatewayMetrics()
         state = router if isinstance(router, RoutingState) else RoutingState(router.config, router)
         # parse → rewrite → route → band → limits → admission → rank: shared with the picker
         self.director = Director(
-            lambda: self.store.endpoints, scheduler, state, metrics=self.metrics
+            lambda: self.store.endpoints,
+            scheduler,
+            state,
+            metrics=self.metrics,
+            max_lifetime_s=max_request_lifetime_s,
         )
         self._series = self.director.child  # cached labelled series
         self.max_body_bytes = max_body_bytes
-        self.max_attempts = max_attempts
+        self.retry = retry or RetryPolicy()
         self.connect_timeout_s = connect_timeout_s
         self.first_byte_timeout_s = first_byte_timeout_s
+        self.expose_endpoints = expose_endpoints
         self.upstream: Upstream | None = None
 
     def app(self) -> web.Application:
@@ -157,8 +179,8 @@ class Gateway:
     # ------------------------------------------------------------------ completions
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
-        request_id = request.headers.get("x-request-id") or new_request_id()
-        headers = {"x-request-id": request_id}
+        client_id = request.headers.get("x-request-id") or new_request_id()
+        headers = {"x-request-id": client_id}
         try:
             raw = await request.read()
         except web.HTTPRequestEntityTooLarge:
@@ -170,7 +192,7 @@ class Gateway:
                 headers,
             )
         try:
-            decision = await self.director.decide(raw, request.headers, request_id=request_id)
+            life = await self.director.decide(raw, request.headers, client_request_id=client_id)
         except Rejection as rejection:
             return error_response(
                 rejection.status,
@@ -178,95 +200,109 @@ class Gateway:
                 rejection.kind,
                 rejection.code,
                 {**headers, **rejection.headers},
+                rejection.param,
             )
-        headers.update(decision.headers)
-        llm = decision.llm
+        headers.update(life.decision.headers)
+        task = asyncio.current_task()
+        if task is not None:
+            life.on_expire = task.cancel
         try:
-            rewriter = ModelNameRewriter(decision.client_model) if decision.rewritten else None
-            return await self._forward(
-                request,
-                decision.body,
-                llm,
-                decision.ranked[: self.max_attempts],
-                decision.client_model,
-                headers,
-                rewriter,
-            )
+            return await self._forward(request, life, headers)
+        except asyncio.CancelledError:
+            life.cancelled(CLIENT_CANCELLED)  # a no-op when the watchdog ended it
+            raise
+        except BaseException:
+            life.cancelled("internal_error")
+            raise
         finally:
-            self.director.release(decision)
+            life.finished()  # every path reports its outcome; this only backs them up
 
     async def _forward(
-        self,
-        request: web.Request,
-        raw: bytes,
-        llm: LLMRequest,
-        ranked: list[Endpoint],
-        model: str,
-        headers: dict[str, str],
-        rewriter: ModelNameRewriter | None = None,
+        self, request: web.Request, life: RequestLifecycle, headers: dict[str, str]
     ) -> web.StreamResponse:
         assert self.upstream is not None
-        started = time.perf_counter()
+        decision = life.decision
+        rewriter = ModelNameRewriter(decision.client_model) if decision.rewritten else None
         forward_headers = {"content-type": "application/json", **headers}
         auth = request.headers.get("authorization")
         if auth:
             forward_headers["authorization"] = auth
         path = request.path
-        last_error = "no attempt made"
-        observed_input = False
-        for endpoint in ranked:
+        attempts = self.retry.attempts(decision.ranked)
+        last = attempts[-1]
+        failures: list[str] = []
+        for endpoint in attempts:
             # sent at once on a warm connection; the bookkeeping below overlaps the pod
             pending = self.upstream.post(
-                endpoint.address, endpoint.port, path, raw, forward_headers
+                endpoint.address, endpoint.port, path, decision.body, forward_headers
             )
             try:
-                self.scheduler.on_picked(llm, endpoint, time.monotonic())
-                if not observed_input:
-                    observed_input = True
-                    self._series(self.metrics.input_tokens, model, llm.model).observe(
-                        llm.prompt_tokens
-                    )
+                life.picked(endpoint)
+                upstream = await pending.response()
+            except UpstreamError as error:
+                life.attempt_failed()
+                failures.append(f"{endpoint.name}: {error}")
+                if isinstance(error, UpstreamTimeout):
+                    return self._timeout(life, headers, error)
+                if endpoint is not last and self.retry.retry_error(error):
+                    continue
+                break
             except BaseException:
                 pending.abandon()
                 raise
-            try:
-                upstream = await pending.response()
-            except UpstreamError as error:
-                self.scheduler.on_finished(llm, endpoint, time.monotonic())
-                last_error = f"{endpoint.name}: {error}"
-                continue
-            if upstream.status in RETRYABLE_STATUS and endpoint is not ranked[-1]:
+            if endpoint is not last and self.retry.retry_status(upstream.status):
                 upstream.release()
-                self.scheduler.on_finished(llm, endpoint, time.monotonic())
-                last_error = f"{endpoint.name}: HTTP {upstream.status}"
+                life.attempt_failed()
+                failures.append(f"{endpoint.name}: HTTP {upstream.status}")
                 continue
             try:
-                return await self._relay(
-                    request, upstream, llm, endpoint, model, started, headers, rewriter
-                )
-            except _BrokeBeforeFirstByte as error:
-                last_error = f"{endpoint.name}: {error}"
-                continue
+                return await self._relay(request, upstream, life, endpoint, headers, rewriter)
             finally:
                 upstream.release()
-                self.scheduler.on_finished(llm, endpoint, time.monotonic())
-        self._series(self.metrics.errors, model, llm.model, "502").inc()
+        log.warning(
+            "request %s (x-request-id %s): every model server attempt failed: %s",
+            life.id,
+            life.client_id,
+            failures,
+        )
+        life.cancelled("upstream_unavailable")
+        detail = f" ({'; '.join(failures)})" if self.expose_endpoints else ""
         return error_response(
             502,
-            f"Every model server attempt failed ({last_error}).",
+            f"No model server could take the request after {len(failures)} attempt(s){detail}.",
             "upstream_error",
             "upstream_unavailable",
             headers,
         )
 
+    def _timeout(
+        self, life: RequestLifecycle, headers: dict[str, str], error: Exception
+    ) -> web.Response:
+        """The pod went quiet: 504, and the request is not run anywhere else."""
+        log.warning("request %s (x-request-id %s): %s", life.id, life.client_id, error)
+        life.cancelled("upstream_timeout")
+        return error_response(
+            504,
+            f"The model server sent nothing for {self.first_byte_timeout_s:g} s.",
+            "upstream_error",
+            "upstream_timeout",
+            headers,
+        )
+
+    def _answer_headers(
+        self, headers: dict[str, str], content_type: str, endpoint: Endpoint
+    ) -> dict[str, str]:
+        out = {**headers, "content-type": content_type}
+        if self.expose_endpoints:
+            out[DESTINATION_HEADER] = endpoint.hostport
+        return out
+
     async def _relay(
         self,
         request: web.Request,
         upstream: UpstreamResponse,
-        llm: LLMRequest,
+        life: RequestLifecycle,
         endpoint: Endpoint,
-        model: str,
-        started: float,
         headers: dict[str, str],
         rewriter: ModelNameRewriter | None,
     ) -> web.StreamResponse:
@@ -275,15 +311,11 @@ class Gateway:
         content_type = upstream.headers.get("content-type", "application/json")
         if not content_type.startswith("text/event-stream"):
             return await self._relay_whole(
-                request, upstream, llm, endpoint, model, started, headers, rewriter, content_type
+                request, upstream, life, endpoint, headers, rewriter, content_type
             )
+        life.answered(upstream.status, streaming=True)
         response = web.StreamResponse(
-            status=upstream.status,
-            headers={
-                **headers,
-                "content-type": content_type,
-                "x-gateway-destination-endpoint": endpoint.hostport,
-            },
+            status=upstream.status, headers=self._answer_headers(headers, content_type, endpoint)
         )
         first = True
         try:
@@ -292,92 +324,104 @@ class Gateway:
                     chunk = rewriter.stream_chunk(chunk)
                 if first:
                     first = False
-                    ttft = time.perf_counter() - started
                     await response.prepare(request)
                     await response.write(chunk)
-                    self._first_token(llm, endpoint, model, ttft)
-                    continue
-                await response.write(chunk)
+                    life.first_byte()
+                else:
+                    await response.write(chunk)
+                life.chunk(chunk)
             if rewriter is not None:
                 tail = rewriter.flush()
                 if tail:
                     await response.write(tail)
-        except (TimeoutError, UpstreamError, aiohttp.ClientError) as error:
-            self._series(self.metrics.errors, model, llm.model, "stream_broken").inc()
-            if first:  # nothing reached the client yet: the caller retries elsewhere
-                raise _BrokeBeforeFirstByte(str(error)) from error
-            event = {
-                "error": {
-                    "message": f"The model server stream broke: {error}",
-                    "type": "upstream_error",
-                    "code": "stream_broken",
-                }
-            }
-            await response.write(b"data: " + orjson.dumps(event) + b"\n\n")
+                    life.chunk(tail)
+            if first:
+                await response.prepare(request)
             await response.write_eof()
+        except ConnectionResetError:  # a write to the client failed: it left
+            life.cancelled(CLIENT_CANCELLED)
             return response
-        if first:
-            await response.prepare(request)
-        await response.write_eof()
-        self._series(self.metrics.duration, model, llm.model).observe(time.perf_counter() - started)
+        except (TimeoutError, UpstreamError) as error:
+            return await self._broken(request, response, life, headers, error, started=not first)
+        life.finished()
+        return response
+
+    async def _broken(
+        self,
+        request: web.Request,
+        response: web.StreamResponse,
+        life: RequestLifecycle,
+        headers: dict[str, str],
+        error: Exception,
+        *,
+        started: bool,
+    ) -> web.StreamResponse:
+        """The pod's stream broke. Before any byte reached the client: a plain 504 / 502;
+        after: the SSE error event, then the end of the stream."""
+        log.warning(
+            "request %s (x-request-id %s): the model server stream broke: %s",
+            life.id,
+            life.client_id,
+            error,
+        )
+        if not started:
+            if isinstance(error, (TimeoutError, UpstreamTimeout)):
+                return self._timeout(life, headers, error)
+            life.cancelled(STREAM_BROKEN)
+            return error_response(
+                502, "The model server's answer broke.", "upstream_error", STREAM_BROKEN, headers
+            )
+        life.cancelled(STREAM_BROKEN)
+        event = openai_error("The model server stream broke.", "upstream_error", STREAM_BROKEN)
+        try:
+            await response.write(b"data: " + event + b"\n\n")
+            await response.write_eof()
+        except ConnectionResetError:
+            pass  # the client left as well: nothing more to tell it
         return response
 
     async def _relay_whole(
         self,
         request: web.Request,
         upstream: UpstreamResponse,
-        llm: LLMRequest,
+        life: RequestLifecycle,
         endpoint: Endpoint,
-        model: str,
-        started: float,
         headers: dict[str, str],
         rewriter: ModelNameRewriter | None,
         content_type: str,
     ) -> web.StreamResponse:
         """A non-streamed answer is one JSON document: read it, rewrite it, send it, and
         only then count its usage and time it."""
+        life.answered(upstream.status, streaming=False)
         try:
             body = await upstream.read()
         except (TimeoutError, UpstreamError) as error:
-            self._series(self.metrics.errors, model, llm.model, "upstream_failed").inc()
-            return error_response(
-                502,
-                f"Model server {endpoint.name} failed: {error}",
-                "upstream_error",
-                "upstream_failed",
-                headers,
+            if isinstance(error, (TimeoutError, UpstreamTimeout)):
+                return self._timeout(life, headers, error)
+            log.warning(
+                "request %s (x-request-id %s): the model server's answer broke: %s",
+                life.id,
+                life.client_id,
+                error,
             )
-        ttft = time.perf_counter() - started
+            life.cancelled("upstream_failed")
+            message = "The model server's answer broke."
+            return error_response(502, message, "upstream_error", "upstream_failed", headers)
         if rewriter is not None:
             body = rewriter.json_body(body)
         response = web.Response(
             status=upstream.status,
             body=body,
-            headers={
-                **headers,
-                "content-type": content_type,
-                "x-gateway-destination-endpoint": endpoint.hostport,
-            },
+            headers=self._answer_headers(headers, content_type, endpoint),
         )
-        await response.prepare(request)
-        await response.write_eof()
+        try:
+            await response.prepare(request)
+            await response.write_eof()
+        except ConnectionResetError:
+            life.cancelled(CLIENT_CANCELLED)
+            return response
         # the client has its answer: the rest is bookkeeping
-        self._first_token(llm, endpoint, model, ttft)
-        if upstream.status == 200:
-            try:
-                usage = orjson.loads(body).get("usage") or {}
-                self._series(self.metrics.output_tokens, model, llm.model).observe(
-                    int(usage.get("completion_tokens") or 0)
-                )
-            except (orjson.JSONDecodeError, AttributeError, TypeError, ValueError):
-                pass
-        self._series(self.metrics.duration, model, llm.model).observe(time.perf_counter() - started)
+        life.first_byte()
+        life.chunk(body)
+        life.finished()
         return response
-
-    def _first_token(self, llm: LLMRequest, endpoint: Endpoint, model: str, ttft: float) -> None:
-        self.scheduler.on_first_token(llm, endpoint, ttft, time.monotonic())
-        self._series(self.metrics.ttft, model, llm.model).observe(ttft)
-
-
-class _BrokeBeforeFirstByte(Exception):
-    """The pod's answer broke before any byte reached the client: safe to retry."""

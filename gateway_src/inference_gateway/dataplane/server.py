@@ -17,14 +17,25 @@ from ..telemetry import GatewayMetrics
 from ..telemetry_emf import EmfEmitter
 from ..traffic.rewrites import load_rewrites
 from ..traffic.routing import ModelRouter
+from .auth import Authenticator, auth_middleware
 from .baseline import RoundRobinScheduler
 from .proxy import Gateway, RoutingState
 from .reloader import FileWatcher
+from .status import add_status_route
 from .upstream import Upstream, UpstreamError
 
-__all__ = ["WATCHER", "build_gateway", "http_fetch", "upstream_fetch"]
+__all__ = ["RUN_OPTIONS", "WATCHER", "app_runner", "build_gateway", "http_fetch", "upstream_fetch"]
 
 WATCHER = web.AppKey("watcher", FileWatcher)  # the app's config/rewrite file watcher
+# How the gateway app must be served: a client that disconnects cancels its handler, so
+# its admission slot, queue place and pod request end at once (aiohttp's default lets
+# the handler run on); no access log (the request metrics count every request).
+RUN_OPTIONS = {"handler_cancellation": True, "access_log": None}
+
+
+def app_runner(app: web.Application) -> web.AppRunner:
+    """A runner for the gateway app with `RUN_OPTIONS` (tests and embedders use this)."""
+    return web.AppRunner(app, **RUN_OPTIONS)  # type: ignore[arg-type]
 
 
 def http_fetch(session_holder: dict[str, aiohttp.ClientSession]):
@@ -71,12 +82,20 @@ def build_gateway(
     seed: int | None = None,
     emf_interval_s: float = 0.0,
     emf_cluster: str = "igw",
+    expose_endpoints: bool = False,
+    auth: Authenticator | None = None,
+    hourly_cost_usd: float = 0.0,
 ) -> tuple[web.Application, Gateway]:
     """The gateway app; scraping (and file reloads) start with the app and stop with it.
+    Serve it with `RUN_OPTIONS` (`app_runner`), so a client that leaves ends its request;
+    `expose_endpoints` names the chosen pod to clients (debugging only).
 
     `config` and `rewrites` given as paths are watched: a valid edit is swapped in
     without a restart, an invalid one is logged and ignored. `emf_interval_s` > 0 writes
-    a CloudWatch EMF record to stdout every that many seconds (telemetry_emf).
+    a CloudWatch EMF record to stdout every that many seconds (telemetry_emf). `auth`
+    checks every request's credential before any pod is touched (dataplane/auth.py).
+    `GET /status` is the heartbeat the global router reads (status.py); `emf_cluster`
+    names the cluster there too, and `hourly_cost_usd` prices its tokens.
     """
     if not isinstance(endpoints, list):
         endpoints = load_endpoints_file(endpoints)
@@ -118,8 +137,18 @@ def build_gateway(
         rules = load_rewrites(rewrites, known_models=known_models(), seed=seed)
         return RoutingState.build(current, rules)  # type: ignore[arg-type]
 
-    gateway = Gateway(store, scheduler, RoutingState.build(config), metrics=metrics)
+    gateway = Gateway(
+        store,
+        scheduler,
+        RoutingState.build(config),
+        metrics=metrics,
+        expose_endpoints=expose_endpoints,
+    )
     app = gateway.app()
+    app.middlewares.append(auth_middleware(auth))
+    add_status_route(
+        app, gateway.director, store, cluster=emf_cluster, hourly_cost_usd=hourly_cost_usd
+    )
     watched = [p for p in (config_path, Path(rewrites) if rewrites else None) if p]
     tasks: list[asyncio.Task[None]] = []
     emitters: list[EmfEmitter] = []
@@ -139,7 +168,7 @@ def build_gateway(
                 interval_s=emf_interval_s,
                 refresh=lambda: gateway.director.refresh_gauges(store.pools()),
             )
-            emitter.start()
+            await emitter.start()
             emitters.append(emitter)
 
     async def stop_scraping(app: web.Application) -> None:

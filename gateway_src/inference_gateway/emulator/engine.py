@@ -12,7 +12,9 @@ The engine follows vLLM V1's scheduler where routing can observe it:
   time; a request whose adapter cannot get a slot waits while others go ahead;
 * step time from a roofline: `overhead + max(bytes / (bandwidth × efficiency),
   prefill FLOPs / (peak × mfu_prefill) + decode FLOPs / (peak × mfu_decode))`, plus
-  all-reduce time under tensor parallelism and adapter load time.
+  all-reduce time under tensor parallelism (latency and bytes over the instance's
+  interconnect) and adapter load time; a pod is one TP group, and a mixture of experts
+  computes with its active parameters and reads the experts its tokens route to.
 
 Speed matters (a 64-pod fleet for a simulated hour), so decode-only stretches run as one
 *segment* of k identical steps instead of k events: a per-engine decode clock counts
@@ -217,21 +219,45 @@ class Engine:
     # ------------------------------------------------------------------ step time
 
     def _derive_constants(self) -> None:
+        """Per-token and per-step times of the roofline, for the pod's TP group.
+
+        Every GPU of the group holds 1/TP of the weights and its share of the KV heads
+        and computes 1/TP of the FLOPs, so bandwidth and peak scale with TP. Each layer
+        ends its attention and its MLP with an all-reduce of the step's activations
+        (tokens × hidden × 2 bytes) over the instance's interconnect: a ring takes
+        `2(TP−1)/TP × bytes / busbw` plus a fixed latency. A mixture of experts computes
+        with its active parameters and reads, per step of n tokens, the dense weights and
+        the expected share `1 − (1 − k/E)^n` of the expert weights.
+        """
         p = self.profile
-        g, m = p.gpu, p.model
-        flops = g.dense_bf16_tflops * 1e12 * p.tp
+        g, m, inst = p.gpu, p.model, p.instance
+        peak = g.dense_fp8_tflops if m.weight_dtype == "fp8" and g.dense_fp8_tflops else None
+        flops = (peak or g.dense_bf16_tflops) * 1e12 * p.tp
+        ring = 2 * (p.tp - 1) / p.tp
         self._t_overhead = g.step_overhead_ms / 1000 + (
-            m.layers * 2 * g.allreduce_us_per_layer / 1e6 if p.tp > 1 else 0.0
+            m.layers * 2 * inst.allreduce_latency_us / 1e6 if p.tp > 1 else 0.0
+        )
+        self._t_allreduce_token = (
+            m.layers * 2 * ring * m.hidden * 2 / (inst.allreduce_busbw_gbs * 1e9)
         )
         bandwidth = g.bandwidth_gbs * 1e9 * g.bandwidth_efficiency * p.tp
-        self._t_weights = m.weight_gib * 2**30 / bandwidth
-        self._t_kv_per_token = m.kv_bytes_per_token / bandwidth
-        linear = 2 * m.params_b * 1e9
+        self._t_weights = (m.weight_gib - m.expert_weight_gib) * 2**30 / bandwidth
+        self._t_experts = m.expert_weight_gib * 2**30 / bandwidth
+        self._expert_miss = 1 - m.experts_per_token / m.experts if m.experts else 1.0
+        self._t_kv_per_token = m.kv_bytes_per_token_per_gpu(p.tp) * p.tp / bandwidth
+        linear = 2 * m.compute_params_b * 1e9
         attn = 4 * m.layers * m.q_heads * m.head_dim  # FLOPs per token per context position
         self._t_prefill_token = linear / (flops * g.mfu_prefill)
         self._t_prefill_attn = attn / (flops * g.mfu_prefill)
         self._t_decode_token = linear / (flops * g.mfu_decode)
         self._t_decode_attn = attn / (flops * g.mfu_decode)
+
+    def weight_read_time(self, tokens: int) -> float:
+        """Seconds to read the weights a step of `tokens` tokens touches (all of a dense
+        model's; a mixture of experts' dense part and the experts its tokens route to)."""
+        if not self._t_experts:
+            return self._t_weights
+        return self._t_weights + self._t_experts * (1 - self._expert_miss**tokens)
 
     def step_time(self, prefill_tokens: int, prefill_ctx: float, decodes: int, ctx: float) -> float:
         """Roofline time of one step.
@@ -245,8 +271,13 @@ class Engine:
             + decodes * self._t_decode_token
             + ctx * self._t_decode_attn
         )
-        memory = self._t_weights + ctx * self._t_kv_per_token
-        return self._t_overhead + (compute if compute > memory else memory)
+        tokens = prefill_tokens + decodes
+        memory = self.weight_read_time(tokens) + ctx * self._t_kv_per_token
+        return (
+            self._t_overhead
+            + tokens * self._t_allreduce_token
+            + (compute if compute > memory else memory)
+        )
 
     # ------------------------------------------------------------------ scheduling
 
@@ -316,8 +347,14 @@ class Engine:
                 self._decode_held = held + need
                 mean_ctx = base + n * steps / 2
                 compute = n * self._t_decode_token + mean_ctx * self._t_decode_attn
-                memory = self._t_weights + mean_ctx * self._t_kv_per_token
-                dt = self._t_overhead + (compute if compute > memory else memory)
+                memory = mean_ctx * self._t_kv_per_token + (
+                    self.weight_read_time(n) if self._t_experts else self._t_weights
+                )
+                dt = (
+                    self._t_overhead
+                    + n * self._t_allreduce_token
+                    + (compute if compute > memory else memory)
+                )
                 self._step = _Step(now, dt, steps, _NO_CHUNKS)
                 self.busy_until = now + dt * steps
                 return

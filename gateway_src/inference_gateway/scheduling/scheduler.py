@@ -13,27 +13,16 @@ from typing import Any
 from ..config import GatewayConfigSpec, PluginRef
 from ..errors import ConfigError, NoEndpointError
 from .filters import eligible
+from .gpu_priors import gpu_priors
 from .plugins.prefix import PrefixIndex
 from .profile import PluginTimer, SchedulingProfile
 from .registry import build_plugin
 from .types import Endpoint, LLMRequest, SchedulingObserver
 
-__all__ = ["Scheduler", "gpu_priors"]
+__all__ = ["Scheduler"]
 
 PREFILL_SPEED_DECAY = 0.98  # weight of history per TTFT observed
 BLOCK_TOKENS = 16  # tokens per prefix-index block (64 characters)
-
-
-def gpu_priors(model: str = "llama-3.1-8b") -> dict[str, float]:
-    """Seconds per prefill token of each GPU profile for an 8B-class model: a starting
-    point for the TTFT predictor before it has measured a pod (ratios matter, not scale)."""
-    from ..emulator.profiles import gpu_profiles, model_profiles
-
-    m = model_profiles()[model]
-    return {
-        name: 2 * m.params_b * 1e9 / (g.dense_bf16_tflops * 1e12 * g.mfu_prefill)
-        for name, g in gpu_profiles().items()
-    }
 
 
 class Scheduler:

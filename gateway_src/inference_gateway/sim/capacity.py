@@ -3,22 +3,40 @@
 Each distinct pod profile is probed once in a closed loop: as many requests shaped like
 the workload as its KV cache holds are kept in flight, each finished one replaced at
 once, and the completion rate after a warm-up quarter is the pod's capacity. A
-scenario's `load` is a fraction of the sum over pods.
+scenario's `load` is a fraction of the sum over pods. The same closed loop, at a stated
+concurrency, is what the emulator's speed check compares with published serving figures
+(`bench/emulator_speed_check.py`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..emulator.engine import Engine, EngineRequest
+from ..emulator.profiles import PodProfile
 from .fleet import pool_profile
 from .scenario import PoolSpec, Workload
-from .workload import prefix_block_ids, sample_requests
+from .workload import SimRequest, prefix_block_ids, sample_requests
 
-__all__ = ["fleet_capacity", "pod_capacity"]
+__all__ = ["ClosedLoop", "closed_loop", "fleet_capacity", "pod_capacity"]
 
 PROBE_REQUESTS = 1500
 
 
 _CACHE: dict[tuple[str, str, int], float] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class ClosedLoop:
+    """Figures of one pod kept at a fixed number of requests in flight: steady state
+    (after the first quarter of completions), or one whole wave (every request sent at
+    t = 0, measured to the last finish, as `vllm bench serve --request-rate inf` does)."""
+
+    requests_per_s: float
+    output_tokens_per_s: float
+    total_tokens_per_s: float  # prompt + output tokens
+    tpot_s: float  # mean time per output token after the first, over measured requests
+    concurrency: int
 
 
 def pod_capacity(pool: PoolSpec, workload: Workload, seed: int) -> float:
@@ -34,28 +52,45 @@ def pod_capacity(pool: PoolSpec, workload: Workload, seed: int) -> float:
 
 
 def _probe(pool: PoolSpec, workload: Workload, seed: int) -> float:
-    """Closed-loop probe: keep the pod as full as its KV cache and `max_num_seqs` allow,
-    replacing each finished request at once, and measure the steady completion rate."""
+    """Closed-loop probe: keep the pod as full as its KV cache and `max_num_seqs` allow."""
     profile = pool_profile(pool)
-    engine = Engine(profile)
     requests = sample_requests(workload, PROBE_REQUESTS, seed)
-    finished: list[float] = []
+    mean_tokens = sum(r.prompt_tokens + r.output_tokens for r in requests) / len(requests)
+    concurrency = max(
+        1, min(profile.max_num_seqs, int(0.9 * profile.kv_capacity_tokens / mean_tokens))
+    )
+    adapters = set(pool.adapters) if pool.max_loras else set()
+    return closed_loop(profile, requests, concurrency, adapters).requests_per_s
+
+
+def closed_loop(
+    profile: PodProfile,
+    requests: list[SimRequest],
+    concurrency: int,
+    adapters: set[str] | None = None,
+    *,
+    wave: bool = False,
+) -> ClosedLoop:
+    """Run `requests` through one engine, `concurrency` at a time, each finished request
+    replaced at once (a benchmark client with `--max-concurrency`), and measure the steady
+    completion rate, token rates and time per output token; with `wave`, measure every
+    request from t = 0 to the last finish instead (a one-shot benchmark's figures, tail
+    included)."""
+    engine = Engine(profile)
+    done: list[EngineRequest] = []
 
     class _Listener:
         def on_first_token(self, request: EngineRequest, time: float) -> None:
             return None
 
         def on_finish(self, request: EngineRequest, time: float) -> None:
-            finished.append(time)
+            done.append(request)
 
         def on_step(self, time: float) -> None:
             return None
 
     engine.listener = _Listener()
-    mean_tokens = sum(r.prompt_tokens + r.output_tokens for r in requests) / len(requests)
-    concurrency = max(
-        1, min(profile.max_num_seqs, int(0.9 * profile.kv_capacity_tokens / mean_tokens))
-    )
+    served = adapters or set()
     feed = iter(enumerate(requests))
 
     def submit_next(now: float) -> None:
@@ -68,7 +103,7 @@ def _probe(pool: PoolSpec, workload: Workload, seed: int) -> float:
             if (r.prefix_group is not None)
             else ()
         )
-        adapter = r.adapter if r.adapter in pool.adapters and pool.max_loras else None
+        adapter = r.adapter if r.adapter in served else None
         engine.submit(EngineRequest(i, r.prompt_tokens, r.output_tokens, hashes, adapter), now)
 
     for _ in range(concurrency):
@@ -77,11 +112,27 @@ def _probe(pool: PoolSpec, workload: Workload, seed: int) -> float:
     while engine.busy_until is not None:
         now = engine.busy_until
         engine.advance(now)
-        for _ in range(len(finished) - seen):
+        for _ in range(len(done) - seen):
             submit_next(now)
-        seen = len(finished)
-    warm = len(finished) // 4
-    return (len(finished) - 1 - warm) / max(finished[-1] - finished[warm], 1e-9)
+        seen = len(done)
+    warm = len(done) // 4
+    start, end = done[warm].finish_time or 0.0, done[-1].finish_time or 0.0
+    measured = done[warm + 1 :]
+    if wave:
+        start, measured = 0.0, done
+    span = max(end - start, 1e-9)
+    tpots = [
+        ((r.finish_time or 0.0) - (r.first_token_time or 0.0)) / (r.output_tokens - 1)
+        for r in measured
+        if r.output_tokens > 1
+    ]
+    return ClosedLoop(
+        requests_per_s=len(measured) / span,
+        output_tokens_per_s=sum(r.output_tokens for r in measured) / span,
+        total_tokens_per_s=sum(r.prompt_tokens + r.output_tokens for r in measured) / span,
+        tpot_s=sum(tpots) / len(tpots) if tpots else 0.0,
+        concurrency=concurrency,
+    )
 
 
 def fleet_capacity(pools: list[PoolSpec], workload: Workload, seed: int) -> float:

@@ -1,54 +1,112 @@
-"""`igw simulate NAME-OR-FILE [--policies a,b] [--json]`."""
+"""`igw simulate NAME-OR-FILE [--policies a,b] [--duration S] [--json]`, `igw simulate --list`."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 from typing import Any
 
 import orjson
 
 from .. import native
+from .configs import shorten
+from .policies import POLICIES
 from .scenario import load_scenario, shipped_scenarios
 
-__all__ = ["register"]
+__all__ = ["policy_names", "register"]
 
 COLUMNS = [
-    ("ttft_p50_s", "TTFT p50 s"),
-    ("ttft_p95_s", "TTFT p95 s"),
-    ("ttft_p99_s", "TTFT p99 s"),
-    ("e2e_p99_s", "E2E p99 s"),
+    ("ttft_p50_s", "TTFT\np50"),
+    ("ttft_p95_s", "TTFT\np95"),
+    ("ttft_p99_s", "TTFT\np99"),
+    ("e2e_p99_s", "E2E\np99"),
     ("output_tokens_per_s", "tok/s"),
     ("completed", "done"),
-    ("rejected", "rejected"),
+    ("rejected", "rej"),
     ("cost_per_million_tokens", "$/Mtok"),
 ]
+LEGEND = (
+    "TTFT: time to first token; E2E: arrival to last token; both in seconds. tok/s: "
+    "output tokens per second; done: completed; rej: rejected (429); $/Mtok: fleet cost "
+    "per million output tokens."
+)
+
+
+def policy_names() -> list[str]:
+    """Every name `--policies` takes, with the two parameterised forms."""
+    return [*sorted(POLICIES), "gateway:PROFILE", "POLICY@N"]
 
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "simulate",
         help="simulate a fleet under several routing policies (virtual time)",
-        description="Run a shipped scenario (see --list) or a scenario YAML file.",
+        description=textwrap.fill(
+            "Run a shipped scenario (see --list) or a scenario YAML file. "
+            f"Policies: {', '.join(policy_names())} (gateway:PROFILE runs a named "
+            "scheduling profile, e.g. gateway:throughput; POLICY@N runs N replicas of a "
+            "policy, each with its own view).",
+            78,
+            break_on_hyphens=False,  # policy names stay whole
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("scenario", nargs="?", help="shipped scenario name or YAML path")
-    parser.add_argument("--policies", help="comma-separated policy names")
+    parser.add_argument(
+        "--policies", help="comma-separated policy names (default: the scenario's own)"
+    )
+    parser.add_argument(
+        "--duration", type=float, metavar="S", help="simulate only the first S seconds"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--list", action="store_true", help="list shipped scenarios")
+    parser.add_argument(
+        "--list", action="store_true", help="list shipped scenarios and policy names"
+    )
     parser.set_defaults(handler=run)
 
 
+def print_list() -> None:
+    """Shipped scenarios with the first paragraph of their description, then the policies;
+    a table that wraps at word boundaries to the terminal (80 columns in logs)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(box=None, show_header=True, pad_edge=False)
+    table.add_column("scenario", no_wrap=True, style="bold")
+    table.add_column("what it exercises", overflow="fold")
+    for name in shipped_scenarios():
+        description = load_scenario(name).description
+        first_paragraph = description.strip().split("\n\n")[0]
+        table.add_row(name, " ".join(first_paragraph.split()))
+    from .global_scenario import shipped_fleet_scenarios
+
+    for name, description in shipped_fleet_scenarios().items():  # clusters behind igw global
+        table.add_row(name, " ".join(description.split()))
+    console = Console()
+    console.print(table)
+    console.print(f"\npolicies (--policies a,b): {', '.join(policy_names())}")
+
+
 def run(args: argparse.Namespace) -> int:
+    from .global_scenario import is_fleet_scenario
+
     if args.list:
-        for name, description in shipped_scenarios().items():
-            print(f"{name:24} {description}")
+        print_list()
         return 0
     if not args.scenario:
         print("igw simulate: give a scenario name or file (or --list)", file=sys.stderr)
         return 2
+    if args.duration is not None and args.duration <= 0:
+        print("igw simulate: --duration must be above 0", file=sys.stderr)
+        return 2
+    if is_fleet_scenario(args.scenario):  # clusters behind the global router
+        from .fleet_cli import run_fleet
+
+        return run_fleet(args)
     from .runner import simulate
 
-    scenario = load_scenario(args.scenario)
+    scenario = shorten(load_scenario(args.scenario), args.duration)
     policies = [p.strip() for p in args.policies.split(",")] if args.policies else None
     if args.json:
         result = simulate(scenario, policies)
@@ -69,27 +127,33 @@ def run(args: argparse.Namespace) -> int:
             bar.update(tasks[policy], completed=fraction)
 
         result = simulate(scenario, policies, progress=progress)
-    print_table(result)
+    print_table(result, scenario.duration_s)
     return 0
 
 
-def print_table(result: dict[str, Any]) -> None:
+def print_table(result: dict[str, Any], duration_s: float) -> None:
     from rich.console import Console
-    from rich.table import Table
 
-    table = Table(
-        title=f"{result['scenario']} (seed {result['seed']}, "
-        f"capacity {result['capacity_rps']:.1f} req/s)"
+    from ..terminal import compact_table, name_width, wrap_name
+
+    console = Console()
+    width = name_width(console.width)
+    table = compact_table(
+        f"{result['scenario']} ({duration_s:g} s simulated, seed {result['seed']}, "
+        f"capacity {result['capacity_rps']:.1f} req/s)",
+        ["policy", *(label for _, label in COLUMNS)],
+        caption=LEGEND,
+        names=list(result["policies"]),
+        name_width=width,
     )
-    table.add_column("policy")
-    for _, label in COLUMNS:
-        table.add_column(label, justify="right")
     for name, row in result["policies"].items():
-        table.add_row(name, *[_fmt(row[key]) for key, _ in COLUMNS])
-    Console().print(table)
+        table.add_row(wrap_name(name, width), *[_fmt(row[key]) for key, _ in COLUMNS])
+    console.print(table)
 
 
 def _fmt(value: float | int) -> str:
     if isinstance(value, int):
-        return str(value)
-    return f"{value:.3f}" if value < 100 else f"{value:,.0f}"
+        return f"{value:,}"
+    if value < 10:
+        return f"{value:.3f}"
+    return f"{value:.1f}" if value < 1000 else f"{value:,.0f}"

@@ -87,7 +87,7 @@ def tune(
     capacity = fleet_capacity(scenario.fleet, scenario.workload, scenario.seed)
     rnd = random.Random(seed)
     seen = {_key(current)}
-    results = [_trial(scenario, config, profile, current, capacity)]
+    results = [_trial(scenario, config, profile, current, capacity, searchable)]
     if progress is not None:
         progress(1, trials)
     explore = max(1, trials // 2)  # the first half explores, the second refines the best
@@ -105,7 +105,7 @@ def tune(
         if not weights or _key(weights) in seen:
             continue
         seen.add(_key(weights))
-        results.append(_trial(scenario, config, profile, weights, capacity))
+        results.append(_trial(scenario, config, profile, weights, capacity, searchable))
         if progress is not None:
             progress(len(results), trials)
     return results[0], sorted(results, key=Trial.key)
@@ -121,9 +121,14 @@ def _trial(
     profile: str,
     weights: dict[str, float],
     capacity: float,
+    order: list[str],
 ) -> Trial:
+    """One run; the trial's weights listed in `order` (the config's plugin order), so every
+    row of the table and the JSON names the scorers in the same order."""
     tuned = with_weights(config, profile, weights)
-    return Trial(weights, run_config(scenario, tuned, profile=profile, capacity_rps=capacity))
+    listed = {n: weights[n] for n in order if n in weights}
+    listed.update({n: w for n, w in weights.items() if n not in listed})
+    return Trial(listed, run_config(scenario, tuned, profile=profile, capacity_rps=capacity))
 
 
 def register(subparsers: Any) -> None:
@@ -151,14 +156,12 @@ def run(args: argparse.Namespace) -> int:
     profile = args.profile or config.default_profile
 
     def progress(done: int, total: int) -> None:
-        if not args.json:
-            print(f"\r  trial {done}/{total}", end="", file=sys.stderr, flush=True)
+        if not args.json:  # one line each: logs and CI keep them apart from the table
+            print(f"  trial {done}/{total}", file=sys.stderr, flush=True)
 
     current, ranked = tune(
         scenario, config, profile=profile, trials=args.trials, seed=args.seed, progress=progress
     )
-    if not args.json:
-        print(file=sys.stderr)
     out = {
         "scenario": scenario.name,
         "profile": profile,
@@ -184,16 +187,22 @@ def _short(scorer: str) -> str:
 
 def _print(out: dict[str, Any]) -> None:
     from rich.console import Console
-    from rich.table import Table
 
-    table = Table(title=f"igw tune {out['scenario']} — profile {out['profile']}")
-    for column in ("", "weights", "TTFT p95 s", "TTFT p99 s", "tok/s", "rejected"):
-        table.add_column(column, justify="right" if column.startswith(("T", "t", "r")) else "left")
+    from ..terminal import compact_table
+
+    table = compact_table(
+        f"igw tune {out['scenario']} — profile {out['profile']}",
+        ["trial", "weights", "TTFT\np95", "TTFT\np99", "tok/s", "rej"],
+        caption="TTFT in seconds (time to first token); tok/s: output tokens per second; "
+        "rej: rejected. Weights one per line, in the config's plugin order.",
+        names=["current", "best"],
+        text_columns=2,
+    )
     rows = [("current", out["current"])] + [
         ("best" if i == 0 else f"#{i + 1}", t) for i, t in enumerate(out["trials"][:5])
     ]
     for label, t in rows:
-        weights = " ".join(f"{_short(k)} {v:g}" for k, v in t["weights"].items())
+        weights = "\n".join(f"{_short(k)} {v:g}" for k, v in t["weights"].items())
         table.add_row(
             label,
             weights,
@@ -201,6 +210,7 @@ def _print(out: dict[str, Any]) -> None:
             f"{t['ttft_p99_s']:.3f}",
             f"{t['output_tokens_per_s']:,.0f}",
             str(t["rejected"]),
+            end_section=True,
         )
     Console().print(table)
     cur, best = out["current"]["ttft_p99_s"], out["best"]["ttft_p99_s"]

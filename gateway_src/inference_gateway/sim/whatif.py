@@ -90,12 +90,21 @@ def run(args: argparse.Namespace) -> int:
         "base": args.base,
         "head": args.head,
         "changes": changes,
+        "fail_above_pct": args.fail_above,
         "verdict": "fail" if failed else "pass",
     }
     if args.json:
         sys.stdout.write(orjson.dumps(out, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
         _print(out)
+    if failed:
+        p99 = changes["ttft_p99_s"]
+        print(
+            f"igw what-if: P99 TTFT changed by {p99['change_pct']:+.1f}% "
+            f"({p99['base']:.3f} s -> {p99['head']:.3f} s), above --fail-above "
+            f"{args.fail_above:g}%",
+            file=sys.stderr,
+        )
     return 1 if failed else 0
 
 
@@ -118,8 +127,6 @@ def _print(out: dict[str, Any]) -> None:
         verdict = "=" if not c["change"] else ("better" if improved else "worse")
         table.add_row(label, _fmt(c["base"]), _fmt(c["head"]), change, verdict)
     Console().print(table)
-    if out["verdict"] == "fail":
-        print("what-if: P99 TTFT regression above --fail-above", file=sys.stderr)
 
 
 def _fmt(value: float | int) -> str:

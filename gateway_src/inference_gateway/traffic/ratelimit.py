@@ -2,9 +2,11 @@
 minute (OpenAI's `x-ratelimit-*` headers on every answer, 429 + `Retry-After` when a
 bucket is empty). One gateway replica's view; the global limit is the global router's.
 
-A rule with no `apiKey` applies to each key separately; with no `model`, to all models.
-Token limits charge the prompt estimate plus `max_tokens` (or a default) up front, as
-the cost is not known until the answer ends.
+A rule with no `client` (the authenticated client id) and no `apiKey` applies to each
+caller separately; with no `model`, to all models.
+Token limits charge the prompt estimate plus the largest output bound the request sets
+(or a default) up front, as the cost is not known until the answer ends; `settle` then
+corrects the charge to the answer's `usage` (a refund, or more taken when it was larger).
 """
 
 from __future__ import annotations
@@ -55,15 +57,21 @@ class RateLimiter:
         bucket.refill(now)
         return bucket
 
+    def _matching(self, api_key: str, model: str) -> list[tuple[int, RateLimitSpec, str]]:
+        """(rule index, rule, the model its buckets are scoped to) of every rule that applies."""
+        return [
+            (i, rule, model if rule.model is not None else "*")
+            for i, rule in enumerate(self.rules)
+            if (rule.client if rule.client is not None else rule.api_key) in (None, api_key)
+            and (rule.model is None or rule.model == model)
+        ]
+
     def check(self, api_key: str, model: str, tokens: int, now: float) -> LimitDecision:
         """Charge one request and `tokens` if every matching bucket has room."""
+        if tokens < 0:
+            raise ValueError(f"a token charge cannot be negative ({tokens})")
         charges: list[tuple[Bucket, float, str]] = []
-        for i, rule in enumerate(self.rules):
-            if rule.api_key is not None and rule.api_key != api_key:
-                continue
-            if rule.model is not None and rule.model != model:
-                continue
-            scope_model = model if rule.model is not None else "*"
+        for i, rule, scope_model in self._matching(api_key, model):
             if rule.requests_per_minute:
                 b = self._bucket(i, api_key, scope_model, "requests", rule.requests_per_minute, now)
                 charges.append((b, 1.0, "requests"))
@@ -85,3 +93,16 @@ class RateLimiter:
             headers[f"x-ratelimit-limit-{kind}"] = str(int(b.capacity))
             headers[f"x-ratelimit-remaining-{kind}"] = remaining
         return LimitDecision(allowed, headers, 0 if allowed else max(1, math.ceil(wait)))
+
+    def settle(self, api_key: str, model: str, charged: int, used: int, now: float) -> None:
+        """Correct an earlier `check(..., charged, ...)` to the `used` tokens the answer
+        reported: the difference goes back into (or comes out of) each token bucket."""
+        for i, rule, scope_model in self._matching(api_key, model):
+            if not rule.tokens_per_minute:
+                continue
+            bucket = self._buckets.get((i, api_key, scope_model, "tokens"))
+            if bucket is None:
+                continue
+            bucket.refill(now)
+            cap = rule.tokens_per_minute
+            bucket.level = min(bucket.capacity, bucket.level + min(charged, cap) - min(used, cap))

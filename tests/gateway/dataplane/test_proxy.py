@@ -15,7 +15,7 @@ import orjson
 import pytest
 from aiohttp import web
 
-from inference_gateway.dataplane.server import build_gateway, upstream_fetch
+from inference_gateway.dataplane.server import app_runner, build_gateway, upstream_fetch
 from inference_gateway.dataplane.upstream import Upstream, UpstreamError
 from inference_gateway.scheduling.types import Endpoint
 
@@ -65,7 +65,7 @@ async def gateway(*ports: int, **options: Any) -> AsyncIterator[str]:
         Endpoint(f"pod-{p}", "127.0.0.1", p, pool="p", index=i) for i, p in enumerate(ports)
     ]
     app, _ = build_gateway(endpoints, **options)
-    runner = web.AppRunner(app)
+    runner = app_runner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
@@ -94,7 +94,7 @@ async def test_answer_headers_request_id_and_what_the_pod_sees() -> None:
             assert r.status == 200
             assert await r.json() == ANSWER
             assert r.headers["x-request-id"] == "req-1"
-            assert r.headers["x-gateway-destination-endpoint"] == f"127.0.0.1:{port}"
+            assert "x-gateway-destination-endpoint" not in r.headers  # pod addresses stay inside
             assert r.headers["content-type"].startswith("application/json")
         async with client.post(url + "/v1/completions", data=body()) as r:
             assert re.fullmatch("[0-9a-f]{32}", r.headers["x-request-id"])
@@ -120,7 +120,7 @@ async def test_body_limit_bad_json_and_unknown_model_are_openai_errors() -> None
                 assert r.status == status
                 error = (await r.json())["error"]
                 assert error["code"] == code
-                assert set(error) == {"message", "type", "code"}
+                assert set(error) == {"message", "type", "param", "code"}
                 assert r.headers["x-request-id"]
         assert seen == []
 
@@ -132,7 +132,7 @@ async def test_a_pod_failing_before_the_first_byte_is_retried_on_another() -> No
     async with (
         pod(unavailable) as (bad, bad_seen),
         pod(ok, waiting=3) as (good, _),  # so the bad pod ranks first
-        gateway(bad, good) as url,
+        gateway(bad, good, expose_endpoints=True) as url,
         aiohttp.ClientSession() as client,
     ):
         for _ in range(8):
@@ -159,7 +159,7 @@ async def gateway_with_vanished_pod(good: int) -> AsyncIterator[str]:
     """A second pod that was scraped fresh, then stopped: connections to it are refused
     until its scrape goes stale (2 s by default)."""
     async with pod(ok) as (gone, _):
-        context = gateway(gone, good)
+        context = gateway(gone, good, expose_endpoints=True)
         url = await context.__aenter__()
     try:
         yield url

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,9 @@ CONFIG = {
 }
 
 
-async def health(target: str, credentials: grpc.ChannelCredentials | None = None) -> int:
+async def health(
+    target: str, credentials: grpc.ChannelCredentials | None = None, service: str = ""
+) -> int:
     channel = (
         grpc.aio.secure_channel(
             target, credentials, options=[("grpc.ssl_target_name_override", "localhost")]
@@ -41,14 +44,20 @@ async def health(target: str, credentials: grpc.ChannelCredentials | None = None
     )
     async with channel:
         stub = health_pb2_grpc.HealthStub(channel)
-        reply = await stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=5)
+        reply = await stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
         return int(reply.status)
 
 
 @pytest.mark.parametrize(
     ("model", "expected"),
     [
-        ("llama-3.1-8b", [("X-Gateway-Model-Name", b"llama-3.1-8b")]),
+        (
+            "llama-3.1-8b",
+            [
+                ("X-Gateway-Model-Name", b"llama-3.1-8b"),
+                ("X-Gateway-Base-Model-Name", b"llama-3.1-8b"),
+            ],
+        ),
         (
             "sql",
             [("X-Gateway-Model-Name", b"sql"), ("X-Gateway-Base-Model-Name", b"llama-3.1-8b")],
@@ -100,6 +109,29 @@ async def test_health_follows_ready_pods(make_picker: PickerFactory) -> None:
     assert await health(f"127.0.0.1:{live.port}") == health_pb2.HealthCheckResponse.SERVING
 
 
+@pytest.mark.parametrize("transport", ["http2", "grpcio"])
+async def test_liveness_ignores_pods_and_lease_readiness_follows_them(
+    make_picker: PickerFactory, transport: str
+) -> None:
+    """A picker with no ready pod and no lease stays live, so its liveness probe never
+    restarts it during a model outage, a scale-from-zero or on a standby replica; readiness
+    says it cannot pick. Upstream: the endpoint picker's gRPC health server answers the
+    `liveness` service SERVING regardless of datastore and leader state, and `readiness`
+    only when the pool is synced and (with leader election) it leads
+    (kubernetes-sigs/gateway-api-inference-extension, pkg/epp/server health service names
+    `liveness` / `readiness`)."""
+    dead = [Endpoint("dead", "127.0.0.1", 9, pool="p")]
+    picker = await make_picker(endpoints=dead, is_leader=lambda: False, transport=transport)
+    target = f"127.0.0.1:{picker.port}"
+    serving, not_serving = (
+        health_pb2.HealthCheckResponse.SERVING,
+        (health_pb2.HealthCheckResponse.NOT_SERVING),
+    )
+    assert await health(target, service="liveness") == serving
+    assert await health(target, service="readiness") == not_serving
+    assert await health(target) == not_serving
+
+
 async def test_health_is_not_serving_while_not_the_leader(make_picker: PickerFactory) -> None:
     leading = [False]
     picker = await make_picker(is_leader=lambda: leading[0], health_interval_s=0.01)
@@ -121,10 +153,14 @@ async def test_tls_with_a_self_signed_certificate_and_metrics_port(
     else:
         credentials, cert = server_credentials()
         tls = {"credentials": credentials}
-    picker = await make_picker(metrics_port=0, transport=transport, **tls)
+    picker = await make_picker(metrics_port=0, transport=transport, health_port=0, **tls)
     client_credentials = grpc.ssl_channel_credentials(root_certificates=cert)
     target = f"127.0.0.1:{picker.port}"
     assert await health(target, client_credentials) == health_pb2.HealthCheckResponse.SERVING
+    # the kubelet's gRPC probes speak plain text: health alone on its own port
+    plain = f"127.0.0.1:{picker.health_bound}"
+    for service in ("liveness", "readiness"):
+        assert await health(plain, service=service) == health_pb2.HealthCheckResponse.SERVING
     body = orjson.dumps({"model": "llama-3.1-8b", "prompt": "hi", "max_tokens": 2})
     async with FakeEnvoy(target, client_credentials) as envoy:
         out = await envoy.exchange("/v1/completions", body)
@@ -136,6 +172,13 @@ async def test_tls_with_a_self_signed_certificate_and_metrics_port(
         text = await response.text()
     assert 'inference_objective_request_total{model_name="llama-3.1-8b"' in text
     assert "inference_pool_ready_pods" in text
+
+
+def free_port() -> int:
+    """A loopback port free now (`--metrics-port 0` turns the metrics server off)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 async def test_igw_picker_process_serves_and_stops_on_sigterm(
@@ -155,7 +198,13 @@ async def test_igw_picker_process_serves_and_stops_on_sigterm(
         "--grpc-port",
         "0",
         "--metrics-port",
-        "0",
+        str(free_port()),
+        "--emf-interval",
+        "60",
+        "--emf-cluster",
+        "igw-test",
+        "--hourly-cost",
+        "12.5",
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.DEVNULL,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
@@ -166,10 +215,28 @@ async def test_igw_picker_process_serves_and_stops_on_sigterm(
             line = (await process.stdout.readline()).decode()
         assert line.startswith("igw picker: ext_proc on 127.0.0.1:"), line
         port = int(line.split("127.0.0.1:")[1].split(",")[0])
+        metrics_port = int(line.rsplit(":", 1)[1])
         assert await health(f"127.0.0.1:{port}") == health_pb2.HealthCheckResponse.SERVING
+        # the heartbeat igw global reads, served by the picker beside /metrics
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(f"http://127.0.0.1:{metrics_port}/status") as response,
+        ):
+            status = await response.json()
+        assert status["cluster"] == "igw-test" and status["hourlyCostUsd"] == 12.5
+        assert status["readyPods"] >= 1
+        body = orjson.dumps({"model": "llama-3.1-8b", "prompt": "hi", "max_tokens": 2})
+        async with FakeEnvoy(f"127.0.0.1:{port}") as envoy:
+            assert (await envoy.exchange("/v1/completions", body)).status == 200
         process.send_signal(signal.SIGTERM)
         async with asyncio.timeout(30):
+            rest = (await process.stdout.read()).decode().splitlines()
             assert await process.wait() == 0
+        # In the cluster the picker routes, so it writes the EMF records the CloudWatch
+        # alarms read (the last, partial interval is written on SIGTERM).
+        records = [orjson.loads(r) for r in rest if r.startswith('{"_aws"')]
+        assert records and records[-1]["Cluster"] == "igw-test"
+        assert sum(r["Requests"] for r in records) == 1 and records[-1]["ReadyPods"] >= 1
     finally:
         if process.returncode is None:
             process.kill()

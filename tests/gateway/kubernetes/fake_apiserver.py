@@ -9,7 +9,10 @@ It implements what a list/watch client relies on, with the real semantics:
 * after `compact()`, a watch from a version older than the compaction gets an
   `ERROR` event with a `Status` of code 410 (Gone), as etcd compaction causes;
 * label selectors of the `a=b,c=d` form; Leases with optimistic concurrency (409 on a
-  stale resourceVersion); Events are recorded for assertions.
+  stale resourceVersion); Events are recorded for assertions;
+* `PATCH .../{plural}/{name}/status` with `application/merge-patch+json` (RFC 7386)
+  changes `.status` only, as the API server does for a resource whose CRD declares the
+  status subresource; patches are recorded for assertions.
 """
 
 from __future__ import annotations
@@ -36,6 +39,19 @@ def _matches(obj: dict[str, Any], selector: dict[str, str]) -> bool:
     return all(labels.get(k) == v for k, v in selector.items())
 
 
+def _merge(target: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """JSON merge patch (RFC 7386): null deletes, objects merge, anything else replaces."""
+    out = copy.deepcopy(target)
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
 def _parse_selector(text: str) -> dict[str, str]:
     out = {}
     for part in filter(None, text.split(",")):
@@ -53,6 +69,7 @@ class FakeApiServer:
         self.watches: list[_Watch] = []
         self.requests: list[str] = []
         self.events: list[dict[str, Any]] = []
+        self.status_patches: list[tuple[str, dict[str, Any]]] = []  # content type, body
         self.gone_served = 0  # watches answered 410 Gone
         self.fail_next = 0  # answer this many list/watch requests with 500
         self._runner: web.AppRunner | None = None
@@ -103,6 +120,9 @@ class FakeApiServer:
         app.router.add_get(leases + "/{name}", self.read)
         app.router.add_put(leases + "/{name}", self.replace)
         app.router.add_get("/apis/{group}/{version}/namespaces/{ns}/{plural}", self.collection)
+        app.router.add_patch(
+            "/apis/{group}/{version}/namespaces/{ns}/{plural}/{name}/status", self.patch_status
+        )
         self._runner = web.AppRunner(app)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -199,6 +219,20 @@ class FakeApiServer:
         if body["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
             return web.json_response({"kind": "Status", "code": 409}, status=409)
         return web.json_response(self.put(key, body))
+
+    async def patch_status(self, request: web.Request) -> web.Response:
+        if request.content_type != "application/merge-patch+json":
+            return web.json_response({"kind": "Status", "code": 415}, status=415)
+        body = await request.json()
+        self.status_patches.append((request.content_type, body))
+        info = request.match_info
+        key = f"/apis/{info['group']}/{info['version']}/namespaces/{info['ns']}/{info['plural']}"
+        current = self.collections.get(key, {}).get(info["name"])
+        if current is None:
+            return web.json_response({"kind": "Status", "code": 404}, status=404)
+        updated = copy.deepcopy(current)
+        updated["status"] = _merge(current.get("status") or {}, body.get("status") or {})
+        return web.json_response(self.put(key, updated))
 
     async def create_event(self, request: web.Request) -> web.Response:
         body = await request.json()

@@ -78,9 +78,9 @@ async def running(
 async def routed(director: Director) -> set[str]:
     """Every pod the picker would consider for a request, best first."""
     body = b'{"model": "%s", "prompt": "hi"}' % MODEL.encode()
-    decision = await director.decide(body, {}, request_id="t")
-    director.release(decision)
-    return {e.hostport for e in decision.ranked}
+    life = await director.decide(body, {})
+    life.finished()
+    return {e.hostport for e in life.decision.ranked}
 
 
 async def test_pods_appearing_unready_and_gone_change_routing_within_one_event(

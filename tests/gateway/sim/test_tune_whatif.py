@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from inference_gateway.cli import main
+from inference_gateway.config import GatewayConfigSpec
 
 TINY = """
 name: tiny
@@ -82,7 +83,12 @@ def test_what_if_gate_and_bad_config(
     argv = ["what-if", "--base", str(files["base"]), "--head", str(files["head"])]
     argv += ["--scenario", str(files["scenario"]), "--json", "--fail-above", "-100"]
     assert main(argv) == 1  # any P99 above −100% of base "regresses" past this gate
-    capsys.readouterr()
+    captured = capsys.readouterr()
+    p99 = json.loads(captured.out)["changes"]["ttft_p99_s"]
+    assert (
+        f"P99 TTFT changed by {p99['change_pct']:+.1f}% ({p99['base']:.3f} s -> "
+        f"{p99['head']:.3f} s), above --fail-above -100%" in captured.err
+    )
     bad = tmp_path / "bad.yaml"
     bad.write_text("schedulingProfiles:\n  - name: latency\n    plugins: [{pluginRef: nope}]\n")
     assert main(["what-if", "--base", str(bad), "--head", str(files["head"])]) == 2
@@ -107,4 +113,8 @@ def test_tune_keeps_the_current_weights_as_a_trial_and_ranks_by_p99(
     keys = [(t["rejected"], t["ttft_p99_s"], t["ttft_p95_s"]) for t in trials]
     assert keys == sorted(keys) and result["best"] == trials[0]
     assert result["best"]["ttft_p99_s"] <= result["current"]["ttft_p99_s"]
+    # every row names the scorers in one order, the config's plugin order
+    order = [p.instance_name for p in GatewayConfigSpec().plugins]
+    for t in trials:
+        assert list(t["weights"]) == sorted(t["weights"], key=order.index)
     assert main(["tune", str(files["scenario"]), "--profile", "nope"]) == 2

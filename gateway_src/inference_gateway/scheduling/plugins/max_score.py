@@ -1,11 +1,15 @@
 """`max-score-picker`: the highest total score wins; ties are broken at random.
 
-Returns every candidate ranked, so the data plane has fallbacks for retries.
+Returns the candidates ranked, best first: the data plane's fallbacks for retries are
+the ones after the first. `max_num_of_endpoints` (upstream's name) caps how many are
+returned; unset, every candidate is (upstream's default is 1, which leaves no fallback).
 """
 
 from __future__ import annotations
 
 import random
+
+from pydantic import PositiveInt
 
 from ..types import Endpoint, LLMRequest
 from .base import Params
@@ -14,12 +18,15 @@ TYPE = "max-score-picker"
 
 
 class MaxScoreParams(Params):
-    max_num_of_endpoints: int = 1  # upstream name; fallbacks are always ranked after it
+    max_num_of_endpoints: PositiveInt | None = None  # None: every candidate, ranked
 
 
 class MaxScorePicker:
-    def __init__(self, name: str = TYPE, *, seed: int | None = None) -> None:
+    def __init__(
+        self, name: str = TYPE, *, seed: int | None = None, max_endpoints: int | None = None
+    ) -> None:
         self.name = name
+        self.max_endpoints = max_endpoints
         self._random = random.Random(seed)
 
     def pick(
@@ -33,9 +40,11 @@ class MaxScorePicker:
         if ties > 1:  # random tie-break for the winner; fallbacks stay in score order
             i = self._random.randrange(ties)
             order[0], order[i] = order[i], order[0]
+        if self.max_endpoints is not None:
+            del order[self.max_endpoints :]
         return [endpoints[i] for i in order]
 
 
 def build(name: str, params: dict, *, seed: int | None = None, **_: object) -> MaxScorePicker:
-    MaxScoreParams.model_validate(params)
-    return MaxScorePicker(name, seed=seed)
+    config = MaxScoreParams.model_validate(params)
+    return MaxScorePicker(name, seed=seed, max_endpoints=config.max_num_of_endpoints)

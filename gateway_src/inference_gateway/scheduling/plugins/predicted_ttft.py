@@ -7,8 +7,9 @@ Per pod, predicted TTFT = `seconds_per_token × (backlog + own uncached tokens)`
   from other replicas), `waiting × mean prompt tokens`;
 * own uncached tokens: the prompt minus the blocks the prefix index says the pod holds;
 * seconds_per_token: learned online per pod from observed TTFTs, as a decayed ratio of
-  sums Σ ttft / Σ tokens-ahead-at-dispatch. It starts from a prior: the pod's GPU profile
-  (label `igw.dev/gpu`) when known, else the fleet average.
+  sums Σ ttft / Σ tokens-ahead-at-dispatch. It starts from a prior: the seconds per token
+  of the pod's GPU class (label `igw.dev/gpu`) in `gpu_seconds_per_token` (default: the
+  table routing ships, `scheduling/gpu_priors.py`), else the fleet average.
 
 So a half-loaded A10G is never mistaken for a half-loaded H100: equal queues, different
 measured speeds. Score = best prediction / this pod's prediction, in (0, 1].
@@ -17,6 +18,8 @@ measured speeds. Score = best prediction / this pod's prediction, in (0, 1].
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from pydantic import PositiveFloat
 
 from ..types import Endpoint, LLMRequest
 from .base import Params
@@ -32,6 +35,8 @@ class PredictedTTFTParams(Params):
     prior_weight: float = 4.0  # observations' worth of the prior
     default_seconds_per_token: float = 1e-4
     base_latency_s: float = 0.005
+    # GPU class → seconds per prefill token; None: the shipped table (or the scheduler's)
+    gpu_seconds_per_token: dict[str, PositiveFloat] | None = None
 
 
 @dataclass(slots=True)
@@ -152,4 +157,7 @@ def build(
     priors: dict[str, float] | None = None,
     **_: object,
 ) -> PredictedTTFTScorer:
-    return PredictedTTFTScorer(name, PredictedTTFTParams.model_validate(params), index, priors)
+    config = PredictedTTFTParams.model_validate(params)
+    if config.gpu_seconds_per_token is not None:
+        priors = config.gpu_seconds_per_token
+    return PredictedTTFTScorer(name, config, index, priors)

@@ -1,0 +1,385 @@
+"""The global router (`igw global`) of one region: tier 2, in front of every cluster.
+
+Rendered once per region of an environment whose `global_router` is enabled, into
+`gitops/environments/<env>/global/<region>/` (not `rendered/`, which every cluster of the
+environment syncs): the region's own Valkey and its home region differ per region, and
+only that region's cluster syncs the folder (the ArgoCD Application its GlobalTierStack
+creates, stacks/global_tier.py).
+
+Request path: client → `ingress.domain_name` (private DNS, latency-routed to a healthy
+region, stacks/global_dns.py) → the region's global NLB (TLS) → these pods (bound to the
+NLB's target group by name) → a cluster gateway at `https://<region>.<domain>`.
+
+Store wiring, with no secret in git: the CDK writes the region's Valkey auth token and
+endpoint into two Secrets Manager secrets (same names in every region); a namespaced
+SecretStore reads this region's Secrets Manager, and an ExternalSecret renders the
+router's config file from the ConfigMap below (a template whose only variable is the
+store URL) into a Secret, with the token beside it for `passwordEnv`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import yaml
+from constructs import Construct
+
+from cdk8s import App, Chart, YamlOutputType
+from stacks.environment import EnvironmentSpec
+from stacks.spec_global import (
+    STORE_AUTH_KEY,
+    STORE_URL_KEY,
+    global_folder,
+    global_target_group_name,
+    resolved_clusters,
+    store_secret_names,
+)
+
+from .base import Wave, gateway_image, labels, manifest, selector_labels
+from .workloads import (
+    CPU_LIMIT_SKIP,
+    DIGEST_SKIP,
+    container_security_context,
+    empty_dir,
+    pod_security_context,
+    spread,
+    surge_deployment_spec,
+)
+
+__all__ = [
+    "CONFIG_KEY",
+    "GLOBAL_ROUTER",
+    "PASSWORD_ENV",
+    "STORE_SECRET",
+    "GlobalRouterChart",
+    "router_config",
+    "synth_global_routers",
+]
+
+#: Also the ServiceAccount of its Pod Identity (stacks/parts/pod_identity.py).
+GLOBAL_ROUTER = "igw-global-router"
+STORE_SECRET = "igw-global-store"
+CONFIG_KEY = "config.yaml"
+CONFIG_DIR = "/etc/igw-global"
+PASSWORD_ENV = "IGW_STORE_PASSWORD"
+#: The one template variable of the config: filled in by External Secrets (Go template).
+URL_PLACEHOLDER = "{{ ." + STORE_URL_KEY + " }}"
+ESO_API = "external-secrets.io/v1"
+
+
+def router_labels() -> dict[str, str]:
+    return labels(name=GLOBAL_ROUTER, component="global-router")
+
+
+def router_config(env: EnvironmentSpec, region: str, *, store_url: str) -> dict[str, Any]:
+    """The `igw global --config` document of `region` (docs/global-router.md)."""
+    spec = env.global_router
+    return {
+        "homeRegion": region,
+        "profile": spec.profile,
+        "pollIntervalMs": spec.poll_interval_ms,
+        "staleAfterMs": spec.stale_after_ms,
+        "rampS": spec.ramp_s,
+        "sheddableObjectives": list(spec.sheddable_objectives),
+        "clusters": [
+            {
+                "name": c.name,
+                "region": c.region,
+                "endpoint": c.endpoint,
+                "priority": c.priority,
+                "hourlyCostUsd": c.hourly_cost_usd,
+            }
+            for c in resolved_clusters(env)
+        ],
+        # TLS (rediss) with the AUTH token; ElastiCache's certificate chains to Amazon's
+        # public roots, which the image's CA bundle holds, so no caFile.
+        "store": {"url": store_url, "passwordEnv": PASSWORD_ENV},
+    }
+
+
+def config_template(env: EnvironmentSpec, region: str) -> str:
+    return yaml.safe_dump(router_config(env, region, store_url=URL_PLACEHOLDER), sort_keys=False)
+
+
+class GlobalRouterChart(Chart):
+    """ServiceAccount, ConfigMap, SecretStore, ExternalSecret, Deployment, Service,
+    TargetGroupBinding, PDB, NetworkPolicy."""
+
+    def __init__(
+        self, scope: Construct, construct_id: str, *, env: EnvironmentSpec, region: str
+    ) -> None:
+        super().__init__(scope, construct_id, disable_resource_name_hashes=True)
+        if region not in env.aws.regions:
+            raise ValueError(f"{region} is not a region of environment {env.name}")
+        namespace = env.kubernetes.namespace
+        meta = router_labels()
+        selector = selector_labels(meta)
+        template = config_template(env, region)
+        config_sha = hashlib.sha256(template.encode()).hexdigest()[:16]
+        workload = {"namespace": namespace, "labels": meta, "wave": Wave.WORKLOADS}
+        config = {**workload, "wave": Wave.CONFIG}
+        auth_secret, endpoint_secret = store_secret_names(env.name)
+
+        manifest(
+            self,
+            "sa",
+            api_version="v1",
+            kind="ServiceAccount",
+            name=GLOBAL_ROUTER,
+            **config,
+            body={"automountServiceAccountToken": False},
+        )
+        manifest(
+            self,
+            "config",
+            api_version="v1",
+            kind="ConfigMap",
+            name=GLOBAL_ROUTER,
+            **config,
+            body={"data": {CONFIG_KEY: template}},
+        )
+        manifest(
+            self,
+            "secret-store",
+            api_version=ESO_API,
+            kind="SecretStore",
+            name=STORE_SECRET,
+            **config,
+            body={"spec": {"provider": {"aws": {"service": "SecretsManager", "region": region}}}},
+        )
+        manifest(
+            self,
+            "store-secret",
+            api_version=ESO_API,
+            kind="ExternalSecret",
+            name=STORE_SECRET,
+            **config,
+            body={
+                "spec": {
+                    "refreshInterval": "1h",
+                    "secretStoreRef": {"kind": "SecretStore", "name": STORE_SECRET},
+                    "target": {
+                        "name": STORE_SECRET,
+                        "creationPolicy": "Owner",
+                        "template": {
+                            "engineVersion": "v2",
+                            "data": {STORE_AUTH_KEY: "{{ ." + STORE_AUTH_KEY + " }}"},
+                            "templateFrom": [
+                                {
+                                    "configMap": {
+                                        "name": GLOBAL_ROUTER,
+                                        "items": [{"key": CONFIG_KEY, "templateAs": "Values"}],
+                                    }
+                                }
+                            ],
+                        },
+                    },
+                    "data": [
+                        {
+                            "secretKey": STORE_AUTH_KEY,
+                            "remoteRef": {"key": auth_secret, "property": STORE_AUTH_KEY},
+                        },
+                        {
+                            "secretKey": STORE_URL_KEY,
+                            "remoteRef": {"key": endpoint_secret, "property": STORE_URL_KEY},
+                        },
+                    ],
+                }
+            },
+        )
+        manifest(
+            self,
+            "deployment",
+            api_version="apps/v1",
+            kind="Deployment",
+            name=GLOBAL_ROUTER,
+            **workload,
+            checkov_skips={
+                **CPU_LIMIT_SKIP,
+                **DIGEST_SKIP,
+                "CKV_K8S_35": "igw global reads the store password from an environment "
+                "variable only (its config's passwordEnv); the value comes from the Secret",
+            },
+            body={
+                "spec": surge_deployment_spec(
+                    replicas=env.global_router.replicas,
+                    selector=selector,
+                    pod_labels=meta,
+                    pod_spec=_pod_spec(env, selector, region=region),
+                    annotations={"igw.dev/config-sha256": config_sha},
+                )
+            },
+        )
+        port = env.global_router.port
+        manifest(
+            self,
+            "service",
+            api_version="v1",
+            kind="Service",
+            name=GLOBAL_ROUTER,
+            **workload,
+            body={
+                "spec": {
+                    "type": "ClusterIP",
+                    "selector": selector,
+                    "ports": [
+                        {"name": "http", "port": port, "targetPort": "http", "protocol": "TCP"}
+                    ],
+                }
+            },
+        )
+        manifest(
+            self,
+            "target-group-binding",
+            api_version="elbv2.k8s.aws/v1beta1",
+            kind="TargetGroupBinding",
+            name=GLOBAL_ROUTER,
+            **workload,
+            body={
+                "spec": {
+                    "serviceRef": {"name": GLOBAL_ROUTER, "port": port},
+                    "targetGroupName": global_target_group_name(env.name),
+                    "targetType": "ip",
+                }
+            },
+        )
+        manifest(
+            self,
+            "pdb",
+            api_version="policy/v1",
+            kind="PodDisruptionBudget",
+            name=GLOBAL_ROUTER,
+            **workload,
+            body={"spec": {"minAvailable": 1, "selector": {"matchLabels": selector}}},
+        )
+        # The NLB's IP targets see the client's address (client IP preservation), so the
+        # clients' CIDRs and the VPC's (the NLB's own health checks) may reach the port;
+        # Prometheus scrapes /metrics on the same port.
+        sources: list[dict[str, Any]] = [
+            {"ipBlock": {"cidr": cidr}}
+            for cidr in sorted({*env.ingress.allowed_cidrs, env.cluster.vpc_cidr})
+        ]
+        sources.append(
+            {
+                "namespaceSelector": {
+                    "matchLabels": {
+                        "kubernetes.io/metadata.name": env.kubernetes.monitoring_namespace
+                    }
+                }
+            }
+        )
+        manifest(
+            self,
+            "network-policy",
+            api_version="networking.k8s.io/v1",
+            kind="NetworkPolicy",
+            name=GLOBAL_ROUTER,
+            **workload,
+            body={
+                "spec": {
+                    "podSelector": {"matchLabels": selector},
+                    "policyTypes": ["Ingress"],
+                    "ingress": [{"from": sources, "ports": [{"protocol": "TCP", "port": port}]}],
+                }
+            },
+        )
+
+
+def _pod_spec(env: EnvironmentSpec, selector: dict[str, str], *, region: str) -> dict[str, Any]:
+    spec = env.global_router
+    http = {"port": "http"}
+    args = [
+        "global",
+        "--config",
+        f"{CONFIG_DIR}/{CONFIG_KEY}",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(spec.port),
+        "--environment",
+        env.name,
+    ]
+    if spec.emf_interval_s:
+        args += ["--emf-interval", str(spec.emf_interval_s)]
+    return {
+        "serviceAccountName": GLOBAL_ROUTER,
+        # It calls no Kubernetes API; its AWS calls go through Pod Identity, not a token.
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": pod_security_context(),
+        "topologySpreadConstraints": spread(selector),
+        # Streams in flight finish (the NLB deregisters first, 120 s delay there).
+        "terminationGracePeriodSeconds": 60,
+        "containers": [
+            {
+                "name": "global-router",
+                # This region's registry (ECR replication copies the release there).
+                "image": gateway_image(env, region=region),
+                "imagePullPolicy": "IfNotPresent",
+                "args": args,
+                "env": [
+                    {
+                        "name": PASSWORD_ENV,
+                        "valueFrom": {
+                            "secretKeyRef": {"name": STORE_SECRET, "key": STORE_AUTH_KEY}
+                        },
+                    }
+                ],
+                "ports": [{"name": "http", "containerPort": spec.port, "protocol": "TCP"}],
+                # /health is 503 while no cluster is routable: the pod leaves the Service
+                # and the NLB target group, and DNS moves clients to another region.
+                # Liveness reads /metrics, which answers while every cluster is drained,
+                # so a fleet outage never restarts the routers.
+                "startupProbe": {
+                    "httpGet": {"path": "/metrics", **http},
+                    "periodSeconds": 2,
+                    "failureThreshold": 30,
+                },
+                "readinessProbe": {
+                    "httpGet": {"path": "/health", **http},
+                    "periodSeconds": 5,
+                    "failureThreshold": 2,
+                },
+                "livenessProbe": {
+                    "httpGet": {"path": "/metrics", **http},
+                    "periodSeconds": 10,
+                    "failureThreshold": 3,
+                },
+                "resources": {
+                    "requests": {"cpu": "500m", "memory": "256Mi"},
+                    "limits": {"memory": "512Mi"},
+                },
+                "securityContext": container_security_context(),
+                "volumeMounts": [
+                    {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+                    {"name": "tmp", "mountPath": "/tmp"},
+                ],
+            }
+        ],
+        "volumes": [
+            {
+                "name": "config",
+                "secret": {
+                    "secretName": STORE_SECRET,
+                    "items": [{"key": CONFIG_KEY, "path": CONFIG_KEY}],
+                },
+            },
+            empty_dir("tmp", size="64Mi"),
+        ],
+    }
+
+
+def synth_global_routers(env: EnvironmentSpec, out_root: Path) -> list[Path]:
+    """Render every region's folder of `env` under `out_root` (shaped like gitops/)."""
+    if not env.global_router.enabled:
+        return []
+    folders = []
+    for region in env.aws.regions:
+        folder = out_root / global_folder(env.name, region)
+        app = App(outdir=str(folder), yaml_output_type=YamlOutputType.FILE_PER_CHART)
+        GlobalRouterChart(app, "70-global-router", env=env, region=region)
+        app.synth()
+        folders.append(folder)
+    return folders

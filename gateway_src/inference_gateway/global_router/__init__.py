@@ -1,0 +1,19 @@
+"""Tier 2: the global router over cluster gateways (`igw global`).
+
+config    the YAML file: clusters, profiles and weights, store, rate limits
+clusters  heartbeats (GET /status), drain on failure, ramp-back
+choice    filters and weighted scoring across clusters and regions
+server    the OpenAI-compatible front: rate limit, forward, retry before streaming
+metrics   Prometheus series and CloudWatch EMF fleet records
+"""
+
+from .config import GlobalRouterSpec, load_router_config, parse_router_config
+from .server import GlobalRouter, build_global_router
+
+__all__ = [
+    "GlobalRouter",
+    "GlobalRouterSpec",
+    "build_global_router",
+    "load_router_config",
+    "parse_router_config",
+]

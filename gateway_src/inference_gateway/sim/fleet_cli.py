@@ -1,0 +1,148 @@
+"""`igw simulate FLEET-SCENARIO`: the fleet report as tables (or one JSON object)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+import orjson
+
+from .global_scenario import load_fleet_scenario
+
+__all__ = ["run_fleet"]
+
+
+def run_fleet(args: argparse.Namespace) -> int:
+    from .fleet_runner import simulate_fleet
+
+    scenario = load_fleet_scenario(args.scenario)
+    profiles = [p.strip() for p in args.policies.split(",")] if args.policies else None
+    if profiles is not None:
+        unknown = [p for p in profiles if p not in ("latency", "cost")]
+        if unknown:
+            print(
+                f"igw simulate: a fleet scenario runs router profiles (latency, cost), "
+                f"not {unknown}",
+                file=sys.stderr,
+            )
+            return 2
+    result = simulate_fleet(scenario, profiles)
+    if args.json:
+        sys.stdout.write(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        print_fleet(result)
+    return 0
+
+
+def _f(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def print_fleet(result: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    clusters = Table(
+        title=f"{result['scenario']} (seed {result['seed']}, "
+        f"capacity {result['capacity_rps']:.1f} req/s)"
+    )
+    for label in ("cluster", "region", "pods", "$/h", "capacity req/s", "$/Mtok at capacity"):
+        clusters.add_column(label, justify="left" if label in ("cluster", "region") else "right")
+    for name, c in result["clusters"].items():
+        clusters.add_row(
+            name,
+            c["region"],
+            str(c["pods"]),
+            f"{c['hourly_usd']:.2f}",
+            f"{c['capacity_rps']:.1f}",
+            f"{c['unit_cost_per_million_tokens']:.3f}",
+        )
+    console.print(clusters)
+    profiles = result["profiles"]
+    summary = Table(title="per router profile")
+    summary.add_column("")
+    for name in profiles:
+        summary.add_column(name, justify="right")
+    rows: list[tuple[str, Any]] = [
+        ("served", lambda r: r["requests"]["served"]),
+        ("  of them retried off a dead cluster", lambda r: r["requests"]["retried_and_served"]),
+        ("lost after their first token", lambda r: r["requests"]["lost_started"]),
+        ("unanswered (never started)", lambda r: r["requests"]["unanswered"]),
+        ("rejected by a cluster's admission", lambda r: r["requests"]["rejected"]),
+        ("TTFT p50 s", lambda r: _f(r["ttft_p50_s"])),
+        ("TTFT p99 s", lambda r: _f(r["ttft_p99_s"])),
+        ("served cross-region", lambda r: r["cross_region"]["served"]),
+        ("  their TTFT p99 s", lambda r: _f(r["cross_region"]["ttft_p99_s"])),
+        ("$/M output tokens, fleet", lambda r: f"{r['cost']['per_million_tokens']:.3f}"),
+        (
+            "$/M output tokens, attributed",
+            lambda r: f"{r['cost']['attributed_per_million_tokens']:.3f}",
+        ),
+    ]
+    for label, cell in rows:
+        summary.add_row(label, *[str(cell(r)) for r in profiles.values()])
+    console.print(summary)
+    for name, r in result["profiles"].items():
+        if r["events"]:
+            console.print(_events(name, r))
+        for e in r["events"]:
+            if e["action"] == "restore":
+                bins = " ".join(f"{v:.2f}" for v in e["share_during"])
+                console.print(
+                    f"[{name}] share of {e['target']} after its return at "
+                    f"{e['at_s']:g} s, per {r['share']['bin_s']:g} s: {bins}",
+                    markup=False,
+                )
+        console.print(_shares(name, r))
+        if any(c["sheddable_share"] for c in r["cost"]["by_cluster"].values()):
+            shed = ", ".join(
+                f"{n} {c['sheddable_share']:.1%}" for n, c in r["cost"]["by_cluster"].items()
+            )
+            console.print(f"[{name}] sheddable requests served by: {shed}", markup=False)
+
+
+def _events(profile: str, report: dict[str, Any]) -> Any:
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title=escape(f"[{profile}] events (P99 TTFT s by arrival window)"))
+    for label in (
+        "at s", "event", "clusters", "failover s", "last retry s", "lost", "retried",
+        "retried max TTFT",
+        "before", "during", "after",
+    ):  # fmt: skip
+        table.add_column(label, justify="left" if label in ("event", "clusters") else "right")
+    for e in report["events"]:
+        p99 = e["ttft_p99_s"]
+        kill = e["action"] == "kill"
+        table.add_row(
+            f"{e['at_s']:.0f}",
+            f"{e['action']} {e['target']}",
+            ",".join(e["clusters"]),
+            _f(e.get("failover_s")) if kill else "",
+            _f(e.get("last_retry_s")) if kill else "",
+            str(e["lost_started"]) if kill else "",
+            str(e["retried_and_served"]) if kill else "",
+            _f(e["retried_ttft_max_s"]) if kill else "",
+            _f(p99["before"]),
+            _f(p99["during"]),
+            _f(p99["after"]),
+        )
+    return table
+
+
+def _shares(profile: str, report: dict[str, Any]) -> Any:
+    from rich.markup import escape
+    from rich.table import Table
+
+    share = report["share"]
+    names = list(share["by_cluster"])
+    table = Table(title=escape(f"[{profile}] share of routing decisions per {share['bin_s']:g} s"))
+    table.add_column("from s", justify="right")
+    for n in names:
+        table.add_column(n, justify="right")
+    for k, start in enumerate(share["start_s"]):
+        table.add_row(f"{start:g}", *[f"{share['by_cluster'][n][k]:.2f}" for n in names])
+    return table

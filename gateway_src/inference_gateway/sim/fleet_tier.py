@@ -1,0 +1,507 @@
+"""The fleet tier on the simulator's clock: clusters of emulated pods behind the global router.
+
+Each cluster is a fleet of emulated pods with its own gateway policy in front (the same
+`make_policy` policies as a single-cluster run, admission included). One global router
+per client region runs `igw global`'s own `ClusterRegistry` (heartbeats, drain,
+ramp-back; its clock is the virtual one) and `rank_clusters` (its random draw from a
+seeded generator), so what is measured here is the code that routes in production.
+
+The router sees a cluster only the way `igw global` does:
+
+* its status, polled every `pollIntervalMs` (the same fields and window rules as
+  `dataplane/status.py`, validated by `ClusterStatus`), arriving one round trip later;
+  a poll of a dead cluster fails one round trip later and drains it (`connect_failed`);
+* its answers: a refused or dropped connection drains the cluster and moves the request
+  to the next cluster of its ranking; a 429 or 503 from the cluster's admission moves it
+  without draining (`server._forward`'s rules); the first token updates the router's
+  first-byte EWMA and error EWMA (passive learning).
+
+A killed cluster's gateway answers nothing more: requests it held that had not streamed
+a token are dropped with the connection and retried elsewhere; those that had are lost
+(the stream breaks after its first byte). A restored cluster starts cold (new pods, new
+gateway state). Every message between a router and a cluster takes half the region
+pair's round trip (`network`), so cross-region traffic pays it in TTFT. The global
+routers themselves stay up (a region's clients are assumed to keep reaching theirs).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import random
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from ..config import GatewayConfigSpec
+from ..emulator.engine import EngineRequest
+from ..global_router.choice import RequestTraits, rank_clusters
+from ..global_router.clusters import ClusterRegistry, ClusterStatus
+from ..global_router.config import GlobalRouterSpec
+from ..global_router.metrics import GlobalMetrics
+from ..traffic.flow_control import BANDS, FlowController
+from .admission import DEFERRED
+from .fleet import SimPod, build_fleet, scrape
+from .fleet_report import FleetRecorder
+from .global_scenario import SHEDDABLE_OBJECTIVE, ClusterSimSpec, FleetScenario, router_spec
+from .policies import make_policy
+from .workload import SimRequest, generate, prefix_block_ids
+
+__all__ = ["FleetTier"]
+
+ENGINE, SCRAPE, MESSAGE, POLL, EVENT, ARRIVAL = range(6)  # order at equal times
+DRAIN_FACTOR = 4.0  # stop waiting for stragglers after this many scenario durations
+STATUS_WINDOW_S = 10.0  # dataplane/status.py's rate window
+
+
+@dataclass(slots=True, eq=False)
+class FleetRequest:
+    """One client request through the global tier, across its attempts."""
+
+    sim: SimRequest
+    router: SimRouter
+    attempts: list[str]
+    attempt: int = 0
+    sent_at: float = 0.0
+    first_token: float | None = None  # when the client saw it
+    refused_at: float | None = None  # last time a dead cluster dropped it
+
+
+class ClusterMeter:
+    """The cluster gateway's status window: tokens, answers and 5xx since ~10 s ago."""
+
+    def __init__(self) -> None:
+        self.tokens = 0
+        self.answers = 0
+        self.errors = 0
+        self._samples: deque[tuple[float, int, int, int]] = deque()
+
+    def rates(self, now: float) -> tuple[float, float]:
+        """(tokens/s, error rate) over the window, as `StatusTracker.status` measures."""
+        self._samples.append((now, self.tokens, self.answers, self.errors))
+        while len(self._samples) > 2 and now - self._samples[1][0] >= STATUS_WINDOW_S:
+            self._samples.popleft()
+        then, tokens, answers, errors = self._samples[0]
+        elapsed = now - then
+        tokens_per_s = (self.tokens - tokens) / elapsed if elapsed > 0 else 0.0
+        answered = self.answers - answers
+        return tokens_per_s, (self.errors - errors) / answered if answered > 0 else 0.0
+
+
+class Incarnation:
+    """One life of a cluster gateway and its pods, from a (re)start to its death."""
+
+    def __init__(self, tier: FleetTier, cluster: SimCluster, now: float) -> None:
+        self.tier = tier
+        self.cluster = cluster
+        self.alive = True
+        self.pods: list[SimPod] = build_fleet(cluster.spec.fleet, self)
+        self.policy: Any = make_policy(cluster.spec.policy, self.pods, tier.seed_for(cluster))
+        self.requests: dict[int, FleetRequest] = {}
+        self.meter = ClusterMeter()
+        self.flow = getattr(self.policy, "controller", None) or FlowController(
+            GatewayConfigSpec().flow_control
+        )
+        self.pools: dict[str, list[Any]] = {}
+        for pod in self.pods:
+            self.pools.setdefault(pod.pool.name, []).append(pod.endpoint)
+            scrape(pod, now)
+
+    # engine listener ---------------------------------------------------------------
+
+    def on_first_token(self, request: EngineRequest, time: float) -> None:
+        if self.alive:
+            req, pod = request.tag
+            self.policy.on_first_token(req.sim, pod, time - request.arrival, time)
+            self.tier.first_token(req, self.cluster, time)
+
+    def on_finish(self, request: EngineRequest, time: float) -> None:
+        if self.alive:
+            req, pod = request.tag
+            self.requests.pop(req.sim.request_id, None)
+            self.meter.tokens += request.prompt_tokens + request.output_tokens
+            self.meter.answers += 1
+            self.policy.on_finished(req.sim, pod, time)
+            self.tier.finished(req, self.cluster, time)
+
+    def on_step(self, time: float) -> None:
+        return None
+
+    # the status endpoint -------------------------------------------------------------
+
+    def status(self, now: float) -> ClusterStatus:
+        tokens_per_s, error_rate = self.meter.rates(now)
+        ready = [
+            p.endpoint.metrics
+            for p in self.pods
+            if not p.endpoint.stale and p.endpoint.metrics is not None
+        ]
+        hourly = self.cluster.hourly_usd
+        return ClusterStatus.model_validate(
+            {
+                "readyPods": len(ready),
+                "stalePods": len(self.pods) - len(ready),
+                "saturation": max(self.flow.saturation(e) for e in self.pools.values()),
+                "kvUsage": sum(m.kv_usage for m in ready) / len(ready) if ready else 1.0,
+                "queue": {b: self.flow.queued(b) for b in BANDS},
+                "tokensPerSecond": tokens_per_s,
+                "errorRate": error_rate,
+                "costPerMillionTokens": (
+                    hourly / (tokens_per_s * 3600) * 1e6 if tokens_per_s > 0 else None
+                ),
+            }
+        )
+
+
+@dataclass(slots=True, eq=False)
+class SimCluster:
+    spec: ClusterSimSpec
+    hourly_usd: float
+    live: Incarnation | None = None
+    silent: bool = False  # down as a black hole (no answer at all), not refusing
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def region(self) -> str:
+        return self.spec.region
+
+
+class SimRouter:
+    """One `igw global` deployment (the one in `region`), on the virtual clock."""
+
+    def __init__(
+        self, region: str, spec: GlobalRouterSpec, clock: Callable[[], float], seed: int
+    ) -> None:
+        self.region = region
+        self.spec = spec
+        self.metrics = GlobalMetrics()
+        self.registry = ClusterRegistry(spec, self.metrics, clock=clock)
+        self.random = random.Random(seed)
+
+    def rank(self, traits: RequestTraits, now: float) -> list[str]:
+        """The clusters to try, in order (`igw global`'s own ranking)."""
+        choice = rank_clusters(self.spec, self.registry.routable(), traits, now, self.random.random)
+        return [s.name for s in choice.ranked[: self.spec.max_attempts]]
+
+    def home_full(self, now: float) -> bool:
+        """A home-region cluster is routable and fully ramped (the home region is in)."""
+        ramp = self.spec.ramp_s
+        return any(
+            s.routable and s.spec.region == self.region and s.ramp_fraction(now, ramp) >= 1
+            for s in self.registry.states.values()
+        )
+
+
+@dataclass
+class FleetTier:
+    scenario: FleetScenario
+    profile: str
+    capacity_rps: float
+    now: float = 0.0
+    heap: list[tuple[float, int, int, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        scenario = self.scenario
+        self.spec = router_spec(scenario, self.profile)
+        self._seq = itertools.count()
+        self.clusters = {
+            c.name: SimCluster(c, self.spec.clusters[i].hourly_cost_usd)
+            for i, c in enumerate(scenario.clusters)
+        }
+        shares = scenario.shares()
+        self.routers = {
+            region: SimRouter(region, self.spec, self.clock, scenario.seed + 101 * (i + 1))
+            for i, region in enumerate(shares)
+        }
+        self._regions = list(shares)
+        self._region_cdf = list(itertools.accumulate(shares.values()))
+        self._region_random = random.Random(scenario.seed ^ 0xC11E47)
+        self.recorder = FleetRecorder(scenario, self.profile, self.clusters, self.spec.ramp_s)
+        self.open = 0  # requests not yet done
+
+    def clock(self) -> float:
+        return self.now
+
+    def seed_for(self, cluster: SimCluster) -> int:
+        return self.scenario.seed + 7919 * list(self.clusters).index(cluster.name)
+
+    def later(self, t: float, kind: int, payload: Any) -> None:
+        heapq.heappush(self.heap, (t, kind, next(self._seq), payload))
+
+    def one_way(self, router: SimRouter, cluster: SimCluster) -> float:
+        return self.scenario.network.rtt_s(router.region, cluster.region) / 2
+
+    # ------------------------------------------------------------------ the run
+
+    def run(self) -> dict[str, Any]:
+        scenario = self.scenario
+        for cluster in self.clusters.values():
+            cluster.live = Incarnation(self, cluster, 0.0)
+        for router in self.routers.values():  # igw global polls once before serving
+            for cluster in self.clusters.values():
+                assert cluster.live is not None
+                router.registry.heartbeat(cluster.name, cluster.live.status(0.0))
+        arrivals = generate(
+            scenario.workload, scenario.duration_s, scenario.seed, self.capacity_rps
+        )
+        first = next(arrivals, None)
+        if first is not None:
+            self.later(first.t, ARRIVAL, first)
+        scrape_s = scenario.scrape_interval_ms / 1000
+        poll_s = self.spec.poll_interval_ms / 1000
+        self.later(scrape_s, SCRAPE, None)
+        self.later(poll_s, POLL, None)
+        for event in scenario.events:
+            self.later(event.at_s, EVENT, event)
+        deadline = scenario.duration_s * DRAIN_FACTOR
+        while self.heap:
+            t, kind, _, payload = heapq.heappop(self.heap)
+            if t > deadline:
+                break
+            self.now = t
+            if kind == ENGINE:
+                self._engine_step(*payload)
+            elif kind == MESSAGE:
+                payload()
+            elif kind == ARRIVAL:
+                nxt = next(arrivals, None)
+                if nxt is not None:
+                    self.later(nxt.t, ARRIVAL, nxt)
+                self.arrive(payload)
+            elif kind == SCRAPE:
+                for cluster in self.clusters.values():
+                    if cluster.live is not None:
+                        for pod in cluster.live.pods:
+                            scrape(pod, t)
+                        self._drain(cluster.live)
+                if t < scenario.duration_s or self.open:
+                    self.later(t + scrape_s, SCRAPE, None)
+            elif kind == POLL:
+                self.poll()
+                if t < scenario.duration_s or self.open:
+                    self.later(t + poll_s, POLL, None)
+            else:
+                self.fleet_event(payload)
+        return self.recorder.report(self.routers)
+
+    # ------------------------------------------------------------------ requests
+
+    def arrive(self, sim: SimRequest) -> None:
+        i = 0
+        if len(self._regions) > 1:
+            u = self._region_random.random()
+            i = next((k for k, c in enumerate(self._region_cdf) if u < c), len(self._regions) - 1)
+        router = self.routers[self._regions[i]]
+        sheddable = sim.priority == SHEDDABLE_OBJECTIVE
+        traits = RequestTraits(
+            router.region, self.spec.profile, sheddable and bool(self.spec.sheddable_objectives)
+        )
+        attempts = router.rank(traits, self.now)
+        req = FleetRequest(sim, router, attempts)
+        self.open += 1
+        self.recorder.on_arrival(req)
+        if not attempts:
+            self._fail(req, "unanswered")
+            return
+        self._send(req)
+
+    def _send(self, req: FleetRequest) -> None:
+        name = req.attempts[req.attempt]
+        cluster = self.clusters[name]
+        router = req.router
+        router.metrics.decisions.labels(
+            name, self.spec.profile, "first" if req.attempt == 0 else "retry"
+        ).inc()
+        req.sent_at = self.now
+        self.recorder.on_attempt(req, cluster, self.now, router.home_full(self.now))
+        self.later(
+            self.now + self.one_way(router, cluster), MESSAGE, lambda: self._deliver(req, cluster)
+        )
+
+    def _deliver(self, req: FleetRequest, cluster: SimCluster) -> None:
+        live = cluster.live
+        if live is None:
+            if cluster.silent:  # no answer: the connect timeout fails it
+                at = max(self.now, req.sent_at + self.spec.connect_timeout_ms / 1000)
+                self.later(at, MESSAGE, lambda: self._refused(req, cluster))
+            else:  # nothing listens: the connection is refused
+                self._reply(req, cluster, lambda: self._refused(req, cluster))
+            return
+        live.requests[req.sim.request_id] = req
+        pod = live.policy.route(req.sim, self.now)
+        if pod is DEFERRED:
+            return
+        if pod is None:  # the cluster's admission refused it (pool saturated)
+            del live.requests[req.sim.request_id]
+            live.meter.answers += 1
+            self._reply(req, cluster, lambda: self._rejected(req, cluster, 429))
+            return
+        self._start(live, req, pod)
+
+    def _start(self, live: Incarnation, req: FleetRequest, pod: SimPod) -> None:
+        sim = req.sim
+        hashes = (
+            prefix_block_ids(sim.prefix_group, sim.prefix_tokens)
+            if sim.prefix_group is not None
+            else ()
+        )
+        engine_request = EngineRequest(
+            sim.request_id, sim.prompt_tokens, sim.output_tokens, hashes, sim.adapter,
+            tag=(req, pod),
+        )  # fmt: skip
+        engine = pod.engine
+        before = engine.busy_until
+        if before is not None and before <= self.now:
+            engine.advance(self.now)
+        engine.submit(engine_request, self.now)
+        busy = engine.busy_until
+        if busy is not None and busy != before:
+            self.later(busy, ENGINE, (live, pod))
+
+    def _engine_step(self, live: Incarnation, pod: SimPod) -> None:
+        engine = pod.engine
+        if not live.alive or engine.busy_until != self.now:
+            return  # a dead cluster, or superseded by a cut segment
+        engine.advance(self.now)
+        busy = engine.busy_until
+        if busy is not None:
+            self.later(busy, ENGINE, (live, pod))
+        self._drain(live)
+
+    def _drain(self, live: Incarnation) -> None:
+        drain = getattr(live.policy, "drain", None)
+        if drain is None:
+            return
+        for sim, pod in drain(self.now):
+            req = live.requests.get(sim.request_id)
+            if req is None:
+                continue
+            if pod is None:  # its queue TTL passed: 503 from the cluster
+                del live.requests[sim.request_id]
+                live.meter.answers += 1
+                live.meter.errors += 1
+                self._reply(req, live.cluster, partial(self._rejected, req, live.cluster, 503))
+            else:
+                self._start(live, req, pod)
+
+    def _reply(self, req: FleetRequest, cluster: SimCluster, then: Callable[[], None]) -> None:
+        self._reply_to(req.router, cluster, then)
+
+    def first_token(self, req: FleetRequest, cluster: SimCluster, time: float) -> None:
+        seen = time + self.one_way(req.router, cluster)
+        req.first_token = seen
+        registry = req.router.registry
+        registry.observe_outcome(cluster.name, failed=False)
+        registry.observe_ttft(cluster.name, seen - req.sent_at)
+
+    def finished(self, req: FleetRequest, cluster: SimCluster, time: float) -> None:
+        self.open -= 1
+        self.recorder.on_served(req, cluster, time + self.one_way(req.router, cluster))
+
+    def _refused(self, req: FleetRequest, cluster: SimCluster) -> None:
+        """`server._forward` on a refused or dropped connection: drain, try the next."""
+        req.router.registry.drain(cluster.name, "connect_failed")
+        req.router.metrics.retries.labels(cluster.name, "connect_failed").inc()
+        req.refused_at = self.now
+        self._next_attempt(req, "unanswered")
+
+    def _rejected(self, req: FleetRequest, cluster: SimCluster, status: int) -> None:
+        """`server._forward` on a 429/503 answer: skip the cluster (not drained); the last
+        attempt's answer goes back to the client."""
+        req.router.registry.observe_outcome(cluster.name, failed=status >= 500)
+        if req.attempt + 1 < len(req.attempts):
+            req.router.metrics.retries.labels(cluster.name, str(status)).inc()
+        self._next_attempt(req, "rejected")
+
+    def _next_attempt(self, req: FleetRequest, outcome: str) -> None:
+        req.attempt += 1
+        if req.attempt < len(req.attempts):
+            self._send(req)
+        else:
+            self._fail(req, outcome)
+
+    def _fail(self, req: FleetRequest, outcome: str) -> None:
+        self.open -= 1
+        req.router.metrics.failed.labels("503" if outcome == "unanswered" else "429").inc()
+        self.recorder.on_failed(req, outcome, self.now)
+
+    # ------------------------------------------------------------------ heartbeats
+
+    def poll(self) -> None:
+        """Every router asks every cluster for its status; the cluster answers when the
+        request reaches it (half a round trip), the answer takes the other half."""
+        timeout = self.spec.status_timeout_ms / 1000
+        for router in self.routers.values():
+            router.registry.check_staleness()
+            for cluster in self.clusters.values():
+                one_way = self.one_way(router, cluster)
+                if 2 * one_way > timeout:  # the poll times out: drained as unreachable
+                    drain = partial(router.registry.drain, cluster.name, "connect_failed")
+                    self.later(self.now + timeout, MESSAGE, drain)
+                else:
+                    self.later(self.now + one_way, MESSAGE, partial(self._status, router, cluster))
+
+    def _status(self, router: SimRouter, cluster: SimCluster) -> None:
+        live = cluster.live
+        if live is None:
+            drain = partial(router.registry.drain, cluster.name, "connect_failed")
+            if cluster.silent:  # the poll times out
+                sent = self.now - self.one_way(router, cluster)
+                self.later(sent + self.spec.status_timeout_ms / 1000, MESSAGE, drain)
+            else:  # refused: the poll fails one way later
+                self._reply_to(router, cluster, drain)
+        else:
+            status = live.status(self.now)
+            self._reply_to(
+                router, cluster, partial(router.registry.heartbeat, cluster.name, status)
+            )
+
+    def _reply_to(self, router: SimRouter, cluster: SimCluster, then: Callable[[], None]) -> None:
+        self.later(self.now + self.one_way(router, cluster), MESSAGE, then)
+
+    # ------------------------------------------------------------------ faults
+
+    def fleet_event(self, event: Any) -> None:
+        changed = []
+        for name in self.scenario.targets(event):
+            cluster = self.clusters[name]
+            if event.action == "kill" and cluster.live is not None:
+                self._kill(cluster, silent=event.failure == "blackhole")
+                changed.append(name)
+            elif event.action == "restore" and cluster.live is None:
+                cluster.live = Incarnation(self, cluster, self.now)
+                cluster.silent = False
+                changed.append(name)
+        self.recorder.on_event(event, changed, self.now)
+
+    def _kill(self, cluster: SimCluster, *, silent: bool) -> None:
+        """The cluster's gateway and pods stop. `silent` (a black hole): nothing answers
+        any more, so held requests wait for the router's read timeout; otherwise their
+        connections drop at once and the router learns one way later."""
+        live = cluster.live
+        assert live is not None
+        live.alive = False
+        cluster.live, cluster.silent = None, silent
+        read_timeout = self.spec.read_timeout_ms / 1000
+        for req in list(live.requests.values()):
+            if req.first_token is not None:  # streaming: the stream breaks
+                self.open -= 1
+                self.recorder.on_failed(req, "lost_started", self.now)
+            elif silent:
+                at = max(self.now, req.sent_at + read_timeout)
+                self.later(at, MESSAGE, partial(self._timed_out, req, cluster))
+            else:  # the connection drops before an answer: the router retries
+                self._reply(req, cluster, partial(self._refused, req, cluster))
+        live.requests.clear()
+
+    def _timed_out(self, req: FleetRequest, cluster: SimCluster) -> None:
+        """`server._forward` on `readTimeoutMs` of silence: skip (not drained), next."""
+        req.router.registry.observe_outcome(cluster.name, failed=True)
+        req.router.metrics.retries.labels(cluster.name, "read_timeout").inc()
+        req.refused_at = self.now
+        self._next_attempt(req, "unanswered")

@@ -1,0 +1,141 @@
+"""One async Redis-protocol client from a URL, and the store's health state.
+
+`StoreSpec` says where the store is (`redis://` or `rediss://` for TLS, as ElastiCache
+Valkey with in-transit encryption wants), who we are (`username`, a password read from an
+environment variable so no secret sits in a config file) and how long one round trip may
+take. `connect` builds the client with no retries of its own and a bounded pool (a burst
+of requests shares `maxConnections` sockets instead of opening one each): a request on
+the hot path waits for at most one round trip, then the caller uses its local view.
+
+`StoreHealth` is that decision in one place. Every store call is wrapped in `call`: a
+failure flips the state to "local fallback" (gauge `igw_store_up` 0, one warning line),
+and while it is down calls are not attempted at all except one probe every `retry_s`,
+so a dead store costs nothing per request. The first call that succeeds flips it back
+(gauge 1, one info line).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic.alias_generators import to_camel
+from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import RedisError
+
+__all__ = ["StoreHealth", "StoreSpec", "StoreUnavailable", "connect"]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class StoreSpec(BaseModel):
+    """Where the shared store is and how to reach it; unknown keys are errors."""
+
+    model_config = ConfigDict(
+        extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True
+    )
+
+    url: str = Field(description="redis://host:port/db or rediss://… (TLS).")
+    username: str | None = None
+    password_env: str | None = Field(
+        default=None, description="Environment variable that holds the password (AUTH)."
+    )
+    ca_file: str | None = Field(default=None, description="CA bundle for rediss:// (TLS).")
+    timeout_ms: int = Field(default=250, gt=0, le=10_000)
+    max_connections: int = Field(default=64, ge=1, le=10_000, description="Per replica.")
+    retry_ms: int = Field(default=1000, gt=0, le=60_000, description="Probe period when down.")
+
+    @field_validator("url")
+    @classmethod
+    def _redis_scheme(cls, url: str) -> str:
+        if not url.startswith(("redis://", "rediss://")):
+            raise ValueError("must start with redis:// or rediss:// (TLS)")
+        return url
+
+
+class StoreUnavailable(Exception):
+    """The store is down (or was just found down): use the local view."""
+
+
+def connect(spec: StoreSpec) -> Redis:
+    """The client for `spec`; connecting is lazy, so an unreachable store at start is not
+    an error here (the health state reports it on the first call)."""
+    password = os.environ.get(spec.password_env) if spec.password_env else None
+    timeout = spec.timeout_ms / 1000
+    options: dict[str, object] = {
+        "max_connections": spec.max_connections,
+        "timeout": timeout,  # wait for a free connection at most this long
+        "socket_timeout": timeout,
+        "socket_connect_timeout": timeout,
+        "retry": Retry(NoBackoff(), 0),  # one round trip, never a hidden second one
+        "username": spec.username,
+        "password": password,
+    }
+    if spec.url.startswith("rediss://") and spec.ca_file:
+        options["ssl_ca_certs"] = spec.ca_file
+    pool = BlockingConnectionPool.from_url(spec.url, **options)
+    return Redis(connection_pool=pool)
+
+
+class StoreHealth:
+    """Shared or local fallback, with the metric and the log line that say which."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        retry_s: float = 1.0,
+        registry: CollectorRegistry | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.name = name
+        self.retry_s = retry_s
+        self.clock = clock
+        self.up = True
+        self._next_probe = 0.0
+        self.up_gauge = Gauge(
+            "igw_store_up",
+            "1 while the shared store answers, 0 while this replica runs on its local view.",
+            ["component"],
+            registry=registry,
+        ).labels(name)
+        self.fallbacks = Counter(
+            "igw_store_fallback_total",
+            "Times this replica switched to its local view because the store was unreachable.",
+            ["component"],
+            registry=registry,
+        ).labels(name)
+        self.up_gauge.set(1)
+
+    async def call(self, operation: Callable[[], Awaitable[T]]) -> T:
+        """Run one store operation; `StoreUnavailable` when down or when it fails."""
+        if not self.up and self.clock() < self._next_probe:
+            raise StoreUnavailable(f"{self.name}: store down, using the local view")
+        try:
+            result = await operation()
+        except (RedisError, OSError, TimeoutError) as error:
+            self._down(error)
+            raise StoreUnavailable(f"{self.name}: {error}") from error
+        if not self.up:
+            self.up = True
+            self.up_gauge.set(1)
+            log.info("%s: shared store reachable again, back on the shared view", self.name)
+        return result
+
+    def _down(self, error: BaseException) -> None:
+        self._next_probe = self.clock() + self.retry_s
+        if self.up:
+            self.up = False
+            self.up_gauge.set(0)
+            self.fallbacks.inc()
+            log.warning(
+                "%s: shared store unreachable (%s); local fallback engaged", self.name, error
+            )

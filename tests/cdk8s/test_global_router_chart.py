@@ -1,0 +1,204 @@
+"""The global router's per-region manifests (cdk8s/charts/global_router.py).
+
+Built-in kinds and the External Secrets resources of these folders are also checked by
+tests/cdk8s/test_cdk8s_validation.py (kubernetes-validate strict, the CRD subsets under
+cdk8s/crds/external/) and by checkov (tests/gitops), which read every rendered file.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+import cdk8s
+from charts.app import GITOPS_DIR
+from charts.global_router import (
+    CONFIG_KEY,
+    GLOBAL_ROUTER,
+    PASSWORD_ENV,
+    STORE_SECRET,
+    URL_PLACEHOLDER,
+    GlobalRouterChart,
+    router_config,
+    synth_global_routers,
+)
+from stacks.environment import EnvironmentSpec, load_environment
+from stacks.parts.pod_identity import workloads
+from stacks.spec_global import (
+    STORE_AUTH_KEY,
+    STORE_URL_KEY,
+    global_folder,
+    global_target_group_name,
+    store_secret_names,
+)
+
+Doc = dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def prod() -> EnvironmentSpec:
+    return load_environment("prod")
+
+
+def _synth(env: EnvironmentSpec, region: str) -> dict[str, Doc]:
+    chart = GlobalRouterChart(cdk8s.Testing.app(), "test", env=env, region=region)
+    return {d["kind"]: d for d in cdk8s.Testing.synth(chart)}
+
+
+@pytest.fixture(scope="module")
+def west(prod: EnvironmentSpec) -> dict[str, Doc]:
+    return _synth(prod, "us-west-2")
+
+
+def _filled_config(docs: dict[str, Doc], url: str) -> dict[str, Any]:
+    """What External Secrets writes: the ConfigMap's template with the store URL in it."""
+    template = docs["ConfigMap"]["data"][CONFIG_KEY]
+    assert template.count(URL_PLACEHOLDER) == 1
+    return yaml.safe_load(template.replace(URL_PLACEHOLDER, url))
+
+
+def test_config_lists_every_region_and_is_home_in_its_own(prod, west):
+    config = _filled_config(west, "rediss://master.x.usw2.cache.amazonaws.com:6380/0")
+    assert config["homeRegion"] == "us-west-2"
+    assert [(c["region"], c["endpoint"]) for c in config["clusters"]] == [
+        ("us-east-1", "https://us-east-1.inference.internal.example.com"),
+        ("us-west-2", "https://us-west-2.inference.internal.example.com"),
+    ]
+    # H100 pool 8 x 6.88 + A10G pool 4 x 1.212 (prod's model servers and pool prices).
+    assert [c["hourlyCostUsd"] for c in config["clusters"]] == [pytest.approx(59.888)] * 2
+    assert config["store"] == {
+        "url": "rediss://master.x.usw2.cache.amazonaws.com:6380/0",
+        "passwordEnv": PASSWORD_ENV,
+    }
+    assert config["rampS"] == prod.global_router.ramp_s
+
+
+def test_config_is_one_the_router_accepts(prod, west):
+    """The rendered file parsed by `igw global`'s own loader (branch i15's
+    inference_gateway.global_router.config): unknown keys there are errors."""
+    router = pytest.importorskip(
+        "inference_gateway.global_router.config", reason="igw global (branch i15) not merged"
+    )
+    spec = router.parse_router_config(
+        _filled_config(west, "rediss://master.x.usw2.cache.amazonaws.com:6380/0")
+    )
+    assert spec.home_region == "us-west-2"
+    assert spec.store.password_env == PASSWORD_ENV
+    assert [c.name for c in spec.clusters] == ["prod-us-east-1", "prod-us-west-2"]
+
+
+def test_store_secret_reads_the_regions_own_secrets_manager(prod, west):
+    store, secret = west["SecretStore"], west["ExternalSecret"]
+    assert store["spec"]["provider"]["aws"] == {"service": "SecretsManager", "region": "us-west-2"}
+    assert secret["spec"]["secretStoreRef"] == {"kind": "SecretStore", "name": STORE_SECRET}
+    auth, endpoint = store_secret_names(prod.name)
+    assert {
+        (d["secretKey"], d["remoteRef"]["key"], d["remoteRef"]["property"])
+        for d in secret["spec"]["data"]
+    } == {(STORE_AUTH_KEY, auth, STORE_AUTH_KEY), (STORE_URL_KEY, endpoint, STORE_URL_KEY)}
+    template = secret["spec"]["target"]["template"]
+    assert template["templateFrom"][0]["configMap"]["name"] == west["ConfigMap"]["metadata"]["name"]
+    assert template["templateFrom"][0]["configMap"]["items"] == [
+        {"key": CONFIG_KEY, "templateAs": "Values"}
+    ]
+    assert secret["spec"]["target"]["name"] == STORE_SECRET
+
+
+def test_deployment_is_hardened_probed_and_wired(prod, west):
+    deployment = west["Deployment"]
+    spec = deployment["spec"]
+    assert spec["replicas"] == 2
+    assert spec["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    pod = spec["template"]["spec"]
+    (container,) = pod["containers"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert container["resources"]["requests"] and container["resources"]["limits"]["memory"]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/health"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/metrics"
+    args = container["args"]
+    assert args[0] == "global"
+    assert args[args.index("--host") + 1] == "0.0.0.0"
+    assert args[args.index("--port") + 1] == str(prod.global_router.port)
+    assert args[args.index("--environment") + 1] == "prod"
+    assert args[args.index("--config") + 1] == f"/etc/igw-global/{CONFIG_KEY}"
+    (password,) = container["env"]
+    assert password == {
+        "name": PASSWORD_ENV,
+        "valueFrom": {"secretKeyRef": {"name": STORE_SECRET, "key": STORE_AUTH_KEY}},
+    }
+    config_volume = next(v for v in pod["volumes"] if v["name"] == "config")
+    assert config_volume["secret"]["secretName"] == STORE_SECRET
+    assert pod["serviceAccountName"] == GLOBAL_ROUTER
+    assert workloads(prod.kubernetes.namespace)["global_router"].service_account == GLOBAL_ROUTER
+
+
+def test_config_change_rolls_the_pods(prod):
+    before = _synth(prod, "us-east-1")["Deployment"]
+    slower = prod.model_copy(
+        update={"global_router": prod.global_router.model_copy(update={"ramp_s": 90.0})}
+    )
+    after = _synth(slower, "us-east-1")["Deployment"]
+    key = "igw.dev/config-sha256"
+    old = before["spec"]["template"]["metadata"]["annotations"][key]
+    assert after["spec"]["template"]["metadata"]["annotations"][key] != old
+
+
+def test_service_binding_pdb_and_policy_select_the_router(prod, west):
+    pods = west["Deployment"]["spec"]["template"]["metadata"]["labels"]
+    selector = west["Service"]["spec"]["selector"]
+    assert selector.items() <= pods.items()
+    assert west["PodDisruptionBudget"]["spec"] == {
+        "minAvailable": 1,
+        "selector": {"matchLabels": selector},
+    }
+    binding = west["TargetGroupBinding"]["spec"]
+    assert binding["targetGroupName"] == global_target_group_name("prod")
+    assert binding["serviceRef"] == {"name": GLOBAL_ROUTER, "port": prod.global_router.port}
+    policy = west["NetworkPolicy"]["spec"]
+    assert policy["podSelector"]["matchLabels"] == selector
+    (rule,) = policy["ingress"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": prod.global_router.port}]
+    cidrs = {s["ipBlock"]["cidr"] for s in rule["from"] if "ipBlock" in s}
+    assert cidrs == {*prod.ingress.allowed_cidrs, prod.cluster.vpc_cidr}
+
+
+def test_one_folder_per_region_only_where_enabled(tmp_path):
+    prod, dev = load_environment("prod"), load_environment("dev")
+    assert not dev.global_router.enabled
+    assert synth_global_routers(dev, tmp_path) == []
+    folders = synth_global_routers(prod, tmp_path)
+    assert folders == [tmp_path / global_folder("prod", r) for r in prod.aws.regions]
+    for folder in folders:
+        assert [p.name for p in folder.glob("*.yaml")] == ["70-global-router.k8s.yaml"]
+
+
+def test_a_region_outside_the_environment_is_refused(prod):
+    with pytest.raises(ValueError, match="eu-west-1 is not a region"):
+        GlobalRouterChart(cdk8s.Testing.app(), "x", env=prod, region="eu-west-1")
+
+
+def test_router_config_function_matches_the_rendered_template(prod, west):
+    assert _filled_config(west, "rediss://h:1/0") == router_config(
+        prod, "us-west-2", store_url="rediss://h:1/0"
+    )
+
+
+def test_committed_region_folders_match_a_fresh_synth(rendered_root: Path):
+    """gitops/environments/<env>/global/<region>/ is drift-free (`python cdk8s/main.py`)."""
+    fresh = sorted(rendered_root.glob("environments/*/global/*/*.yaml"))
+    committed = sorted(GITOPS_DIR.glob("environments/*/global/*/*.yaml"))
+    assert [p.relative_to(rendered_root) for p in fresh] == [
+        p.relative_to(GITOPS_DIR) for p in committed
+    ]
+    assert fresh, "prod has a global tier, so something must render"
+    for new, old in zip(fresh, committed, strict=True):
+        diff = list(
+            difflib.unified_diff(old.read_text().splitlines(), new.read_text().splitlines())
+        )
+        assert not diff, "\n".join(diff)

@@ -1,0 +1,58 @@
+"""The gateway package never depends on the IaC around it.
+
+`gateway_src/` is the gateway's container build context: its image holds the package
+`inference_gateway` and nothing of the platform repository, so a module that imports
+`stacks` (the CDK side) or `charts` (the cdk8s side) would ship a command that cannot run
+in the image, and would tie the gateway's releases to the IaC's. The IaC imports the
+gateway (its config schema), never the other way round. Checked on the source (every
+import statement, lazy ones inside functions included), not on what one run imports.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "gateway_src" / "inference_gateway"
+IAC_PACKAGES = {"stacks", "charts", "aws_cdk", "cdk8s", "cdk_nag"}
+
+
+def _imported_top_levels(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+        elif (  # importlib.import_module("stacks…") with a literal name
+            isinstance(node, ast.Call)
+            and getattr(node.func, "attr", getattr(node.func, "id", None)) == "import_module"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            names.add(node.args[0].value.split(".")[0])
+    return names
+
+
+MODULES = sorted(PACKAGE.rglob("*.py"))
+
+
+def test_the_package_has_modules_to_check() -> None:
+    assert len(MODULES) > 50
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_gateway_module_imports_the_iac(path: Path) -> None:
+    assert _imported_top_levels(path) & IAC_PACKAGES == set()
+
+
+def test_the_check_sees_lazy_imports(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "def f():\n    from stacks.environment import load_environment\n"
+        "def g():\n    import importlib\n    importlib.import_module('charts.base')\n"
+    )
+    assert _imported_top_levels(sample) >= {"stacks", "charts"}
