@@ -94,9 +94,14 @@ class PodIdentityAgentAddOn(AddOn):
 #: Where the picker's EMF records go (under the agent role's `/aws/containerinsights/
 #: <cluster>/` prefix, stacks/parts/pod_identity.py).
 PICKER_EMF_LOG_GROUP = "igw-emf"
-#: The picker's container logs: pod `igw-picker-…`, container `picker`
-#: (cdk8s/charts/picker.py), file `<pod>_<namespace>_<container>-<id>.log`.
-PICKER_LOG_PATH = "/var/log/containers/igw-picker-*_*_picker-*.log"
+#: The container logs of the EMF writers, kubelet's `<pod>_<namespace>_<container>-<id>.log`:
+#: the picker (pod `igw-picker-…`, container `picker`, cdk8s/charts/picker.py; cluster
+#: records) and the global router (`igw-global-router-…`, `global-router`,
+#: cdk8s/charts/global_router.py; fleet records). Fluent Bit's tail takes a comma list.
+PICKER_LOG_PATH = (
+    "/var/log/containers/igw-picker-*_*_picker-*.log,"
+    "/var/log/containers/igw-global-router-*_*_global-router-*.log"
+)
 
 #: A Fluent Bit pipeline the add-on runs beside its own (one more `extraFiles` entry, which
 #: its fluent-bit.conf includes): the picker's EMF lines, their JSON merged at the top of

@@ -176,8 +176,20 @@ def test_the_pickers_emf_lines_reach_cloudwatch_as_metrics(any_synth: Synth) -> 
     other_file = (
         f"/var/log/containers/vllm-llama-8b-a10g-5c6d7-abcde_{namespace}_vllm-{'b' * 64}.log"
     )
-    assert fnmatch.fnmatch(picker_file, tail["Path"])
-    assert not fnmatch.fnmatch(other_file, tail["Path"])
+    patterns = tail["Path"].split(",")
+    wanted_files = [picker_file]
+    for routers in sorted((GITOPS / any_synth.name / "global").glob("*/*.k8s.yaml")):
+        (router,) = [
+            d for d in yaml.safe_load_all(routers.read_text()) if d and d["kind"] == "Deployment"
+        ]
+        (box,) = router["spec"]["template"]["spec"]["containers"]
+        wanted_files.append(
+            f"/var/log/containers/{router['metadata']['name']}-6c7d8f9b-abcde_"
+            f"{router['metadata']['namespace']}_{box['name']}-{'c' * 64}.log"
+        )
+    for wanted in wanted_files:
+        assert any(fnmatch.fnmatch(wanted, p) for p in patterns), wanted
+    assert not any(fnmatch.fnmatch(other_file, p) for p in patterns)
 
     out = io.StringIO()
     EmfEmitter(
