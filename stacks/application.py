@@ -30,8 +30,14 @@ from .observability import ObservabilityStack, ObservabilityStackProps
 from .parts.alarms import ClusterAlarmsProps, FleetAlarmsProps
 from .parts.argocd import ArgoCdProps
 from .parts.eks_cluster import KUBECTL_LAYERS, InferenceClusterProps
-from .parts.images import GatewayImageProps, GatewayReleaseProps
+from .parts.images import (
+    DockerHubCacheProps,
+    GatewayImageProps,
+    GatewayReleaseProps,
+    GatewayReplicationProps,
+)
 from .parts.internal_lb import InternalLoadBalancerProps
+from .parts.karpenter import KarpenterProps
 from .parts.network import NetworkProps
 from .parts.pod_identity import PodIdentityProps
 from .placement import RegionPlan, plan_regions
@@ -137,7 +143,9 @@ def build(
     """Add every stack of `env` to `app`; cdk-nag's AwsSolutions checks on all of them."""
     _check(env, source)
     plans = plan_regions(env, source)
-    built = [_region(app, env, plan) for plan in plans]
+    built: list[RegionStacks] = []
+    for plan in plans:
+        built.append(_region(app, env, plan, primary=built[0] if built else None))
     add_global_tier(app, env, built)
     Tags.of(app).add("igw.dev/environment", env.name)
     Tags.of(app).add("igw.dev/managed-by", "cdk")
@@ -151,7 +159,24 @@ def attach_nag(app: App) -> None:
     Validations.of(app).add_plugins(AwsSolutionsChecks(app, verbose=True))
 
 
-def _region(app: App, env: EnvironmentSpec, plan: RegionPlan) -> RegionStacks:
+def _secret_ids(env: EnvironmentSpec) -> tuple[str, ...]:
+    """The Secrets Manager secrets External Secrets syncs into the cluster."""
+    ids = [s.hf_token_secret_id for s in env.model_servers if s.hf_token_secret_id]
+    if env.kubernetes.auth is not None:
+        ids.append(env.kubernetes.auth.api_keys_secret_id)
+    return tuple(sorted(set(ids)))
+
+
+def _model_sources(env: EnvironmentSpec) -> tuple[str, ...]:
+    """The `s3://` weights and adapters the model servers read."""
+    sources = [s.model for s in env.model_servers]
+    sources += [a for s in env.model_servers for a in s.adapter_sources.values()]
+    return tuple(sorted({s for s in sources if s.startswith("s3://")}))
+
+
+def _region(
+    app: App, env: EnvironmentSpec, plan: RegionPlan, *, primary: RegionStacks | None
+) -> RegionStacks:
     aws_env = Environment(account=env.aws.account, region=plan.region)
     prefix = f"igw-{env.name}-{plan.region}"
 
@@ -178,6 +203,12 @@ def _region(app: App, env: EnvironmentSpec, plan: RegionPlan) -> RegionStacks:
                 spec=env.cluster,
                 node_groups=plan.node_groups,
                 node_group_zones=plan.node_group_zones,
+                pull_through_cache=bool(env.aws.docker_hub_cache_credentials),
+                karpenter=KarpenterProps(
+                    cluster_name=env.cluster.name,
+                    create_node_role=plan.primary,
+                    pull_through_regions=tuple(env.aws.docker_hub_cache_credentials),
+                ),
             ),
             vpc=network.vpc,
             access_logs=network.access_logs,
@@ -185,6 +216,9 @@ def _region(app: App, env: EnvironmentSpec, plan: RegionPlan) -> RegionStacks:
         ),
         **kw("EKS, node groups, add-ons, HyperPod"),
     )
+    if primary is not None:
+        # Karpenter's node role is created by the primary region's cluster stack.
+        cluster.add_stack_dependency(primary.cluster, "Karpenter's node role exists")
     ingress = IngressStack(
         app,
         f"{prefix}-ingress",
@@ -212,6 +246,10 @@ def _region(app: App, env: EnvironmentSpec, plan: RegionPlan) -> RegionStacks:
                 cluster_name=env.cluster.name,
                 regions=tuple(env.aws.regions),
                 gateway_namespace=env.kubernetes.namespace,
+                secret_ids=_secret_ids(env),
+                # The ClusterSecretStore reads the primary region's Secrets Manager.
+                secrets_region=env.aws.region,
+                model_sources=_model_sources(env),
             )
         ),
         **kw("Pod Identity roles"),
@@ -222,7 +260,20 @@ def _region(app: App, env: EnvironmentSpec, plan: RegionPlan) -> RegionStacks:
     images = ImagesStack(
         app,
         f"{prefix}-images",
-        ImagesStackProps(GatewayImageProps(repository_name=repository)),
+        ImagesStackProps(
+            GatewayImageProps(repository_name=repository),
+            replication=GatewayReplicationProps(
+                repository_prefix=repository.rpartition("/")[0] + "/"
+                if "/" in repository
+                else repository,
+                destination_regions=tuple(env.aws.secondary_regions),
+            )
+            if plan.primary and env.aws.secondary_regions
+            else None,
+            docker_hub=DockerHubCacheProps(env.aws.docker_hub_cache_credentials[plan.region])
+            if env.aws.docker_hub_cache_credentials
+            else None,
+        ),
         **kw("ECR repository and gateway image"),
     )
     observability = ObservabilityStack(
@@ -240,13 +291,26 @@ def _region(app: App, env: EnvironmentSpec, plan: RegionPlan) -> RegionStacks:
         app,
         f"{prefix}-gitops",
         GitOpsStackProps(
-            argocd=ArgoCdProps(spec=env.gitops, environment=env.name),
+            argocd=ArgoCdProps(
+                spec=env.gitops,
+                environment=env.name,
+                region=plan.region,
+                cluster_name=env.cluster.name,
+            ),
             cluster=cluster.cluster,
-            release=GatewayReleaseProps(repository_name=repository, tag=env.kubernetes.image_tag),
+            # Built and pushed once, in the primary region; ECR replication copies it
+            # (same digest) into the secondary regions' repositories.
+            release=GatewayReleaseProps(repository_name=repository, tag=env.kubernetes.image_tag)
+            if plan.primary
+            else None,
         ),
         **kw("ArgoCD bootstrap, gateway release image"),
     )
     gitops.add_stack_dependency(images, "the release image is pushed into its repository")
+    if primary is not None:
+        gitops.add_stack_dependency(
+            primary.gitops, "the release is pushed in the primary region, then replicated"
+        )
     stacks: list[Stack] = [network, cluster, ingress, identity, images, observability, gitops]
     return RegionStacks(
         plan, network, cluster, ingress, identity, images, observability, gitops, stacks

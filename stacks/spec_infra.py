@@ -15,6 +15,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 _REGION = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-\d$")
 _CERT = re.compile(r"^arn:aws[a-z-]*:acm:([a-z0-9-]+):\d{12}:certificate/[0-9a-f-]+$")
+_PTC_SECRET = re.compile(
+    r"^arn:aws[a-z-]*:secretsmanager:([a-z0-9-]+):(\d{12}):secret:ecr-pullthroughcache/"
+    r"[A-Za-z0-9/_+=.@-]+$"
+)
 _AZ = re.compile(r"^([a-z]{2}(-gov)?-[a-z]+-\d)[a-z]$")
 
 
@@ -36,6 +40,13 @@ class AwsSpec(_Section):
     account: str = Field(pattern=r"^\d{12}$")
     region: str = Field(pattern=_REGION.pattern)
     secondary_regions: list[str] = Field(default_factory=list)
+    docker_hub_cache_credentials: dict[str, str] = Field(
+        default_factory=dict,
+        description="Region -> ARN of the Secrets Manager secret (`ecr-pullthroughcache/"
+        "...`, {username, accessToken}) of that region's ECR pull-through cache rule for "
+        "Docker Hub; model-server images from Docker Hub are pulled through the ECR of "
+        "each region listed here, and straight from Docker Hub elsewhere.",
+    )
     availability_zones: dict[str, list[str]] = Field(
         default_factory=dict,
         description="Region -> zones its VPC spans; default: the first cluster.max_azs "
@@ -57,6 +68,16 @@ class AwsSpec(_Section):
         problems = []
         if self.region in self.secondary_regions:
             problems.append(f"secondary_regions: {self.region} is the primary region")
+        cache = self.docker_hub_cache_credentials
+        for region in sorted(set(cache) - set(self.regions)):
+            problems.append(f"docker_hub_cache_credentials.{region}: not one of {self.regions}")
+        for region, arn in cache.items():
+            match = _PTC_SECRET.match(arn)
+            if match is None or match.group(1) != region or match.group(2) != self.account:
+                problems.append(
+                    f"docker_hub_cache_credentials.{region}: {arn!r} is not the ARN of an "
+                    f"ecr-pullthroughcache/ secret of account {self.account} in {region}"
+                )
         for region, zones in self.availability_zones.items():
             if region not in self.regions:
                 problems.append(f"availability_zones.{region}: not one of {self.regions}")
@@ -113,6 +134,13 @@ class ClusterSpec(_Section):
     admin_role_arns: list[str] = Field(default_factory=list)
     system_node_group: SystemNodeGroupSpec = SystemNodeGroupSpec()
     hyperpod: HyperPodSpec = HyperPodSpec()
+    node_ami: str = Field(
+        default="al2023@latest",
+        pattern=r"^al2023@(latest|v\d{8})$",
+        description="AMI alias of the GPU nodes Karpenter launches (EC2NodeClass "
+        "amiSelectorTerms; Karpenter picks the NVIDIA variant for GPU instance types). Pin "
+        "a version (al2023@vYYYYMMDD) to roll AMIs on purpose rather than on release.",
+    )
 
     @field_validator("admin_role_arns")
     @classmethod

@@ -39,6 +39,28 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class JwtSpec(_Section):
+    """One OIDC issuer whose tokens the gateway accepts (Envoy Gateway JWTProvider)."""
+
+    issuer: str = Field(pattern=r"^https://")
+    jwks_uri: str = Field(pattern=r"^https://")
+    audiences: list[str] = Field(default_factory=list)
+    client_id_claim: str = Field(
+        default="sub", description="Claim copied into x-igw-client-id (the fairness id)."
+    )
+
+
+class AuthSpec(_Section):
+    """Credentials live in AWS Secrets Manager; External Secrets copies them into a Secret
+    in the cluster (never into environment.yaml)."""
+
+    api_keys_secret_id: str = Field(
+        pattern=r"^[A-Za-z0-9/_+=.@-]{1,512}$",
+        description="Secrets Manager secret holding a JSON object client-id -> API key.",
+    )
+    jwt: JwtSpec | None = None
+
+
 class KubernetesSpec(_Section):
     """Settings of the gateway's own workloads in the cluster."""
 
@@ -48,12 +70,27 @@ class KubernetesSpec(_Section):
         description="ECR repository of the gateway image; default igw-<env>/gateway (CDK).",
     )
     image_tag: str = Field(default="0.1.0", pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+    image_digest: str | None = Field(
+        default=None,
+        pattern=r"^sha256:[0-9a-f]{64}$",
+        description="Digest of the released gateway image; when set, pods pull by digest.",
+    )
     picker_replicas: int = Field(
         default=2, ge=2, description="Active-active; two so a drained node never stops routing."
     )
     envoy_gateway_namespace: str = Field(default="envoy-gateway-system", pattern=_DNS_LABEL)
     monitoring_namespace: str = Field(
         default="monitoring", pattern=_DNS_LABEL, description="Where Prometheus runs."
+    )
+    max_parallel_requests: int = Field(
+        default=16384,
+        ge=1025,
+        le=1_000_000,
+        description="Circuit-breaker thresholds of the route and ext_proc clusters; above "
+        "Envoy's default of 1,024, since each streaming request holds an ext_proc stream.",
+    )
+    auth: AuthSpec | None = Field(
+        default=None, description="Who may call: API keys (and JWT) via a SecurityPolicy."
     )
 
 
@@ -63,14 +100,30 @@ class ModelServerSpec(_Section):
     pool: str
     node_group: str
     image: str = "vllm/vllm-openai:v0.11.0"
+    image_digest: str | None = Field(
+        default=None,
+        pattern=r"^sha256:[0-9a-f]{64}$",
+        description="Digest of `image`; when set, pods pull by digest (the tag is kept "
+        "for the reader only).",
+    )
     model: str = Field(description="Hugging Face id or path the server loads.")
     served_model_name: str | None = None
     replicas: int = Field(default=1, ge=0)
     max_replicas: int | None = Field(
-        default=None, ge=1, description="Set to scale on queue depth between replicas and this."
+        default=None,
+        ge=1,
+        description="Set to scale with KEDA on the gateway's saturation and queue between "
+        "replicas (or 0, see scale_to_zero) and this.",
+    )
+    scale_to_zero: bool = Field(
+        default=False,
+        description="Let KEDA remove every replica while nothing is queued (dev, batch).",
+    )
+    saturation_target: float = Field(
+        default=0.8, gt=0, le=1, description="inference_pool_saturation KEDA aims for."
     )
     queue_depth_target: float = Field(
-        default=4.0, gt=0, description="Average waiting requests per pod the HPA aims for."
+        default=4.0, gt=0, description="Requests queued at the gateway per replica."
     )
     gpus: int = Field(default=1, ge=1)
     cpu: str = "4"
@@ -82,8 +135,12 @@ class ModelServerSpec(_Section):
     max_loras: int = Field(default=0, ge=0)
     adapters: list[str] = Field(
         default_factory=list,
-        description="LoRA adapters loaded at start, each from the Hugging Face id or path "
-        "of the same name (--lora-modules NAME=NAME).",
+        description="LoRA adapters loaded at start, each from its adapter_sources entry.",
+    )
+    adapter_sources: dict[str, str] = Field(
+        default_factory=dict,
+        description="Adapter name -> Hugging Face id or path vLLM loads it from "
+        "(--lora-modules NAME=SOURCE).",
     )
     tool_call_parser: str | None = None
     drain_seconds: int = Field(
@@ -91,6 +148,12 @@ class ModelServerSpec(_Section):
     )
     hf_token_secret: str | None = Field(
         default=None, description="Secret with key HF_TOKEN, for gated models."
+    )
+    hf_token_secret_id: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9/_+=.@-]{1,512}$",
+        description="Secrets Manager secret with the Hugging Face token; External Secrets "
+        "copies it into the Secret the pods mount (hf_token_secret, default hf-token).",
     )
     pod_labels: dict[str, str] = Field(
         default_factory=dict, description="Extra pod labels, e.g. for a pool selector."
@@ -201,7 +264,21 @@ def workload_problems(
                 )
         if server.max_loras == 0 and server.adapters:
             problems.append(f"{where}.max_loras: adapters need max_loras of at least 1")
+        for adapter in server.adapters:
+            if adapter not in server.adapter_sources:
+                problems.append(
+                    f"{where}.adapter_sources: no source for adapter {adapter!r} (a Hugging "
+                    "Face id or a path in the image)"
+                )
+        if not server.model.startswith(("s3://", "/")) and not (
+            server.hf_token_secret or server.hf_token_secret_id
+        ):
+            problems.append(
+                f"{where}.hf_token_secret_id: {server.model!r} comes from Hugging Face, whose "
+                "gated models need a token; name its Secrets Manager secret (or load from s3://)"
+            )
 
+    problems += _picker_wiring_problems(gateway)
     for i, pool in enumerate(gateway.pools):
         where = f"gateway.pools[{i}].selector"
         if not pool.selector:
@@ -242,6 +319,37 @@ def workload_problems(
                     f"{where}.model: {canary.model!r} is routed to pool "
                     f"{model_pool[canary.model]!r}, its targets to pool {target_pool!r}"
                 )
+    return problems
+
+
+#: What Envoy AI Gateway v0.4, the controller that turns an InferencePool backendRef into
+#: Envoy config, puts on the picker's ext_proc filter (`buildHTTPFilterForInferencePool`
+#: in its `internal/extensionserver/inferencepool.go`): fail closed, 300 s per message.
+PICKER_EXT_PROC_FAILS_OPEN = False
+PICKER_EXT_PROC_MESSAGE_TIMEOUT_S = 300
+
+
+def _picker_wiring_problems(gateway: GatewayConfigSpec) -> list[str]:
+    """What the in-cluster wiring of the picker cannot do, refused at load time.
+
+    A pool that asks to fail open would be rendered and silently fail closed; a queue
+    wait longer than the ext_proc message timeout would be cut by Envoy mid-queue.
+    """
+    problems = []
+    for i, pool in enumerate(gateway.pools):
+        if pool.failure_mode == "FailOpen" and not PICKER_EXT_PROC_FAILS_OPEN:
+            problems.append(
+                f"gateway.pools[{i}].failureMode: FailOpen is not honoured in the cluster "
+                "(the InferencePool's ext_proc filter fails closed; docs/infrastructure.md, "
+                "'When the picker is unreachable')"
+            )
+    limit = PICKER_EXT_PROC_MESSAGE_TIMEOUT_S - 5
+    for band, spec in gateway.flow_control.bands.items():
+        if spec.ttl_s > limit:
+            problems.append(
+                f"gateway.flowControl.bands.{band}.ttlS: {spec.ttl_s} s is longer than the "
+                f"picker's ext_proc message timeout allows ({limit} s)"
+            )
     return problems
 
 

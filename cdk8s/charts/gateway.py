@@ -1,17 +1,26 @@
 """Envoy Gateway: the HTTPS entry point, model routing, and the ext_proc wiring.
 
 Request path: the internal NLB (built by the CDK ingress stack, one per region) →
-Envoy (Gateway `igw`, HTTPS) → ext_proc #1, the
-body-based router (`igw bbr`), reads `model` from the body and sets
-`X-Gateway-Model-Name`, clearing the route cache → the HTTPRoute of the pool that
-serves that model matches → ext_proc #2, our picker, picks a pod and answers with
-`x-gateway-destination-endpoint` → the route's cluster, patched to ORIGINAL_DST on that
-header, connects to exactly that pod.
+Envoy (Gateway `igw`, HTTPS, no listener hostname) → ext_proc #1, the body-based router
+(`igw bbr`), reads `model` from the body and sets `X-Gateway-Model-Name`, clearing the
+route cache → the HTTPRoute of the pool that serves that model matches; its backendRef
+is the pool's `InferencePool` → ext_proc #2, our picker (the pool's `endpointPickerRef`),
+picks a pod and answers with `x-gateway-destination-endpoint` → the pool's ORIGINAL_DST
+cluster connects to exactly that pod.
 
-Both ext_procs sit in one EnvoyExtensionPolicy on the Gateway because Envoy Gateway runs
-`extProc` entries in list order and a route-level policy would replace, not extend, a
-Gateway-level one. The ORIGINAL_DST patch needs Envoy Gateway's
-`extensionApis.enableEnvoyPatchPolicy: true` (set in gitops/bootstrap).
+The InferencePool wiring is upstream's, not ours: Envoy Gateway v1.5 hands InferencePool
+backends (`extensionManager.backendResources`, gitops/bootstrap) to the Envoy AI Gateway
+controller, whose extension hooks build the picker's ext_proc filter and turn the route
+cluster into ORIGINAL_DST with `load_balancing_policy` cleared (envoyproxy/ai-gateway
+v0.4.0 `internal/extensionserver/post_cluster_modify.go`). No EnvoyPatchPolicy is left.
+
+Circuit breakers (Envoy's default is 1,024 requests per cluster, and each streaming
+request holds one ext_proc stream for its life): the route clusters get theirs from a
+BackendTrafficPolicy, the body-based router's ext_proc cluster from its `backendSettings`;
+the picker's ext_proc cluster is built by the AI Gateway hook after Envoy Gateway's patch
+policies run (envoyproxy/gateway v1.5.0 `internal/xds/translator/translator.go`), so no
+Envoy Gateway field reaches it: its thresholds are Envoy runtime keys
+(`circuit_breakers.<cluster>.default.*`) in the EnvoyProxy bootstrap.
 
 One load balancer: Envoy's Service is `ClusterIP` with a fixed name (EnvoyProxy
 `envoyService.name`), and a TargetGroupBinding registers Envoy's pod IPs in the CDK
@@ -35,7 +44,6 @@ from .base import (
     BBR,
     GATEWAY,
     GATEWAY_CLASS,
-    PICKER,
     PROXY_CONFIG,
     Wave,
     gateway_image,
@@ -44,7 +52,6 @@ from .base import (
     selector_labels,
 )
 from .picker import CONFIG_MAP, CONFIG_PATH, config_hash
-from .picker import GRPC_PORT as PICKER_PORT
 from .workloads import (
     CPU_LIMIT_SKIP,
     DIGEST_SKIP,
@@ -64,6 +71,7 @@ __all__ = [
     "MODEL_HEADER",
     "GatewayChart",
     "bbr_labels",
+    "picker_ext_proc_cluster",
     "pool_route_name",
     "routes",
 ]
@@ -78,6 +86,30 @@ DESTINATION_HEADER = "x-gateway-destination-endpoint"
 GATEWAY_API = "gateway.networking.k8s.io/v1"
 ENVOY_GATEWAY_API = "gateway.envoyproxy.io/v1alpha1"
 TLS_SECRET = f"{GATEWAY}-tls"
+POOL_GROUP = "inference.networking.k8s.io"
+API_KEYS_SECRET = f"{GATEWAY}-api-keys"
+#: The authenticated client id, which the picker takes as the fairness id.
+CLIENT_ID_HEADER = "x-igw-client-id"
+#: The runtime-key limits (Envoy `circuit_breakers.<cluster>.<priority>.<limit>`) and the
+#: CircuitBreaker fields of Envoy Gateway that set the same four thresholds.
+_RUNTIME_LIMITS = ("max_connections", "max_pending_requests", "max_requests", "max_retries")
+
+
+def picker_ext_proc_cluster(pool: str, namespace: str) -> str:
+    """The name Envoy AI Gateway v0.4 gives the ext_proc cluster of an InferencePool's
+    endpoint picker (`clusterNameForInferencePool` in its extension server)."""
+    return f"envoy.clusters.endpointpicker_{pool}_{namespace}_ext_proc"
+
+
+def circuit_breaker(env: EnvironmentSpec) -> dict[str, int]:
+    """Envoy Gateway `CircuitBreaker` thresholds, far above Envoy's 1,024 default."""
+    limit = env.kubernetes.max_parallel_requests
+    return {
+        "maxConnections": limit,
+        "maxPendingRequests": limit,
+        "maxParallelRequests": limit,
+        "maxParallelRetries": 16,
+    }
 
 
 def bbr_labels() -> dict[str, str]:
@@ -103,12 +135,6 @@ def routes(env: EnvironmentSpec) -> dict[str, list[str]]:
         if canary.model not in out[pool]:
             out[pool].append(canary.model)
     return out
-
-
-def _message_timeout(env: EnvironmentSpec) -> str:
-    """Longer than the longest flow-control queue wait, or Envoy cuts queued requests."""
-    longest = max((b.ttl_s for b in env.gateway.flow_control.bands.values()), default=30.0)
-    return f"{int(longest) + 5}s"
 
 
 class GatewayChart(Chart):
@@ -166,7 +192,8 @@ class GatewayChart(Chart):
                             "name": LISTENER,
                             "protocol": "HTTPS",
                             "port": LISTENER_PORT,
-                            "hostname": env.ingress.domain_name,
+                            # No hostname: Envoy Gateway would add an SNI `server_names`
+                            # match, and the NLB re-encrypts without SNI.
                             "tls": {
                                 "mode": "Terminate",
                                 "certificateRefs": [{"kind": "Secret", "name": TLS_SECRET}],
@@ -207,24 +234,91 @@ class GatewayChart(Chart):
         )
         manifest(
             self,
-            "original-dst",
+            "route-traffic",
             api_version=ENVOY_GATEWAY_API,
-            kind="EnvoyPatchPolicy",
-            name=f"{GATEWAY}-original-dst",
+            kind="BackendTrafficPolicy",
+            name=f"{GATEWAY}-routes",
             **config,
             body={
                 "spec": {
-                    "targetRef": {
-                        "group": "gateway.networking.k8s.io",
-                        "kind": "Gateway",
-                        "name": GATEWAY,
-                    },
-                    "type": "JSONPatch",
-                    "jsonPatches": _original_dst_patches(env),
+                    "targetRefs": [
+                        {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": n}
+                        for n in route_names(env)
+                    ],
+                    "circuitBreaker": circuit_breaker(env),
                 }
             },
         )
+        if env.kubernetes.auth is not None:
+            self._auth(env=env, config=config)
         self._bbr(env=env)
+
+    def _auth(self, *, env: EnvironmentSpec, config: dict[str, Any]) -> None:
+        """Who may call: a SecurityPolicy on the Gateway, so no request reaches the
+        ext_procs, let alone a pod, without a known credential.
+
+        API keys (Envoy's api_key_auth, `Authorization: Bearer <key>` as the OpenAI SDK
+        sends it) come from a Secret that External Secrets keeps in sync with the
+        environment's Secrets Manager secret (client id → key); the client id is
+        forwarded as `x-igw-client-id`, the fairness and rate-limit key. With `jwt`, a
+        token of the issuer is checked too (signature, issuer, audiences) and its
+        client claim copied to the same header.
+        """
+        auth = env.kubernetes.auth
+        assert auth is not None
+        manifest(
+            self,
+            "api-keys",
+            api_version="external-secrets.io/v1",
+            kind="ExternalSecret",
+            name=API_KEYS_SECRET,
+            **config,
+            body={
+                "spec": {
+                    "refreshInterval": "5m",
+                    "secretStoreRef": {"kind": "ClusterSecretStore", "name": "aws-secrets-manager"},
+                    "target": {"name": API_KEYS_SECRET, "creationPolicy": "Owner"},
+                    # Every key of the JSON secret becomes one client id of the Secret.
+                    "dataFrom": [{"extract": {"key": auth.api_keys_secret_id}}],
+                }
+            },
+        )
+        spec: dict[str, Any] = {
+            "targetRefs": [
+                {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": GATEWAY}
+            ],
+            "apiKeyAuth": {
+                "credentialRefs": [{"group": "", "kind": "Secret", "name": API_KEYS_SECRET}],
+                "extractFrom": [{"headers": ["authorization"]}],
+                "forwardClientIDHeader": CLIENT_ID_HEADER,
+                # The key never travels upstream, to the picker or a model server.
+                "sanitize": True,
+            },
+        }
+        if auth.jwt is not None:
+            spec["jwt"] = {
+                "optional": True,
+                "providers": [
+                    {
+                        "name": "oidc",
+                        "issuer": auth.jwt.issuer,
+                        "audiences": list(auth.jwt.audiences),
+                        "remoteJWKS": {"uri": auth.jwt.jwks_uri},
+                        "claimToHeaders": [
+                            {"header": CLIENT_ID_HEADER, "claim": auth.jwt.client_id_claim}
+                        ],
+                    }
+                ],
+            }
+        manifest(
+            self,
+            "security-policy",
+            api_version=ENVOY_GATEWAY_API,
+            kind="SecurityPolicy",
+            name=f"{GATEWAY}-auth",
+            **config,
+            body={"spec": spec},
+        )
 
     def _routes(self, *, env: EnvironmentSpec, config: dict[str, Any]) -> None:
         """One HTTPRoute per pool, matching the model header; a catch-all comes last.
@@ -250,7 +344,7 @@ class GatewayChart(Chart):
                 kind="HTTPRoute",
                 name=pool_route_name(pool.name),
                 **config,
-                body={"spec": _route_spec(matches=matches, pool=pool.name, port=pool.target_port)},
+                body={"spec": _route_spec(matches=matches, pool=pool.name)},
             )
         if env.gateway.pools:
             first = sorted(env.gateway.pools, key=lambda p: p.name)[0]
@@ -265,7 +359,6 @@ class GatewayChart(Chart):
                     "spec": _route_spec(
                         matches=[{"path": {"type": "PathPrefix", "value": "/v1"}}],
                         pool=first.name,
-                        port=first.target_port,
                     )
                 },
             )
@@ -341,7 +434,7 @@ def _bbr_pod_spec(*, env: EnvironmentSpec, selector: dict[str, str]) -> dict[str
     container = {
         "name": "bbr",
         "image": gateway_image(env),
-        "imagePullPolicy": "Always",
+        "imagePullPolicy": "IfNotPresent",
         "args": ["bbr", "--grpc-port", str(BBR_PORT), "--config", CONFIG_PATH],
         "ports": [{"name": "grpc", "containerPort": BBR_PORT}],
         "startupProbe": {**grpc_probe, "periodSeconds": 2, "failureThreshold": 30},
@@ -374,7 +467,7 @@ def _bbr_pod_spec(*, env: EnvironmentSpec, selector: dict[str, str]) -> dict[str
 def _envoy_proxy_spec(env: EnvironmentSpec) -> dict[str, Any]:
     """Envoy's Service stays inside the cluster: the CDK's internal NLB is the only way
     in (its security group admits `ingress.allowed_cidrs` on 443)."""
-    return {
+    spec: dict[str, Any] = {
         "provider": {
             "type": "Kubernetes",
             "kubernetes": {
@@ -383,6 +476,22 @@ def _envoy_proxy_spec(env: EnvironmentSpec) -> dict[str, Any]:
             },
         }
     }
+    runtime = picker_circuit_breaker_runtime(env)
+    if runtime:
+        # Into the static layer Envoy Gateway's default bootstrap already has
+        # (v1.5 `internal/xds/bootstrap/bootstrap.yaml.tpl`: layered_runtime.layers[0]).
+        spec["bootstrap"] = {
+            "type": "JSONPatch",
+            "jsonPatches": [
+                {
+                    "op": "add",
+                    "path": f"/layered_runtime/layers/0/static_layer/{key}",
+                    "value": value,
+                }
+                for key, value in runtime.items()
+            ],
+        }
+    return spec
 
 
 def _target_group_binding_spec(env: EnvironmentSpec) -> dict[str, Any]:
@@ -401,14 +510,21 @@ def _target_group_binding_spec(env: EnvironmentSpec) -> dict[str, Any]:
     }
 
 
-def _route_spec(*, matches: list[dict[str, Any]], pool: str, port: int) -> dict[str, Any]:
-    """The backend is the pool's Service; the patch turns its cluster into ORIGINAL_DST."""
+def route_names(env: EnvironmentSpec) -> list[str]:
+    """Every HTTPRoute of the chart: one per pool, then the catch-all."""
+    names = [pool_route_name(p.name) for p in env.gateway.pools]
+    return [*names, f"{GATEWAY}-default-route"] if names else []
+
+
+def _route_spec(*, matches: list[dict[str, Any]], pool: str) -> dict[str, Any]:
+    """The backend is the pool itself, as GIE documents (`backendRefs` to an
+    InferencePool; no port, the pool's `targetPorts` say it)."""
     return {
         "parentRefs": [{"name": GATEWAY, "sectionName": LISTENER}],
         "rules": [
             {
                 "matches": matches,
-                "backendRefs": [{"group": "", "kind": "Service", "name": pool, "port": port}],
+                "backendRefs": [{"group": POOL_GROUP, "kind": "InferencePool", "name": pool}],
                 # Streams of long completions must not be cut by a default timeout.
                 "timeouts": {"request": "600s"},
             }
@@ -417,60 +533,37 @@ def _route_spec(*, matches: list[dict[str, Any]], pool: str, port: int) -> dict[
 
 
 def _ext_procs(env: EnvironmentSpec) -> list[dict[str, Any]]:
-    fail_open = bool(env.gateway.pools) and all(
-        p.failure_mode == "FailOpen" for p in env.gateway.pools
-    )
+    """The body-based router only: the picker's ext_proc comes with the InferencePool.
+
+    `failOpen` stays false: Envoy Gateway's CRD forbids `failOpen: true` with a
+    `FullDuplexStreamed` body (CEL rule on ExtProc, v1.5 `ext_proc_types.go`).
+    """
     return [
         {
             "backendRefs": [{"group": "", "kind": "Service", "name": BBR, "port": BBR_PORT}],
+            "backendSettings": {"circuitBreaker": circuit_breaker(env)},
             "processingMode": {"request": {"body": "FullDuplexStreamed"}},
             "messageTimeout": "5s",
             "failOpen": False,
         },
-        {
-            "backendRefs": [{"group": "", "kind": "Service", "name": PICKER, "port": PICKER_PORT}],
-            "processingMode": {
-                "request": {"body": "FullDuplexStreamed"},
-                "response": {"body": "FullDuplexStreamed"},
-            },
-            "messageTimeout": _message_timeout(env),
-            "failOpen": fail_open,
-        },
     ]
 
 
-def _original_dst_patches(env: EnvironmentSpec) -> list[dict[str, Any]]:
-    """Make every route's cluster connect to the pod the picker names in the header.
+def picker_circuit_breaker_runtime(env: EnvironmentSpec) -> dict[str, int]:
+    """Envoy runtime keys that raise the picker ext_proc clusters' circuit breakers.
 
-    Envoy Gateway names the cluster of rule 0 of an HTTPRoute
-    `httproute/<namespace>/<name>/rule/0`; patching those by name (not route-table
-    indices) keeps the patch right when routes are added or reordered.
+    Envoy reads `circuit_breakers.<cluster_name>.<priority>.<limit>` from runtime before
+    the configured threshold (Envoy docs, "Circuit breaking": runtime overrides), so the
+    AI Gateway's cluster, which sets no thresholds, gets the same as every other.
     """
+    limit = env.kubernetes.max_parallel_requests
     namespace = env.kubernetes.namespace
-    names = [pool_route_name(p.name) for p in env.gateway.pools]
-    if env.gateway.pools:
-        names.append(f"{GATEWAY}-default-route")
-    patches = []
-    for route in names:
-        cluster = f"httproute/{namespace}/{route}/rule/0"
-        for op, path, value in (
-            ("remove", "/eds_cluster_config", None),
-            ("add", "/type", "ORIGINAL_DST"),
-            ("add", "/lb_policy", "CLUSTER_PROVIDED"),
-            (
-                "add",
-                "/original_dst_lb_config",
-                {"use_http_header": True, "http_header_name": DESTINATION_HEADER},
-            ),
-        ):
-            operation: dict[str, Any] = {"op": op, "path": path}
-            if value is not None:
-                operation["value"] = value
-            patches.append(
-                {
-                    "type": "type.googleapis.com/envoy.config.cluster.v3.Cluster",
-                    "name": cluster,
-                    "operation": operation,
-                }
-            )
-    return patches
+    out: dict[str, int] = {}
+    for pool in env.gateway.pools:
+        cluster = picker_ext_proc_cluster(pool.name, namespace)
+        for priority in ("default", "high"):
+            for key in _RUNTIME_LIMITS:
+                out[f"circuit_breakers.{cluster}.{priority}.{key}"] = (
+                    16 if key == "max_retries" else limit
+                )
+    return out

@@ -207,7 +207,7 @@ class GlobalRouterChart(Chart):
                     replicas=env.global_router.replicas,
                     selector=selector,
                     pod_labels=meta,
-                    pod_spec=_pod_spec(env, selector),
+                    pod_spec=_pod_spec(env, selector, region=region),
                     annotations={"igw.dev/config-sha256": config_sha},
                 )
             },
@@ -287,7 +287,7 @@ class GlobalRouterChart(Chart):
         )
 
 
-def _pod_spec(env: EnvironmentSpec, selector: dict[str, str]) -> dict[str, Any]:
+def _pod_spec(env: EnvironmentSpec, selector: dict[str, str], *, region: str) -> dict[str, Any]:
     spec = env.global_router
     http = {"port": "http"}
     args = [
@@ -315,8 +315,9 @@ def _pod_spec(env: EnvironmentSpec, selector: dict[str, str]) -> dict[str, Any]:
         "containers": [
             {
                 "name": "global-router",
-                "image": gateway_image(env),
-                "imagePullPolicy": "Always",
+                # This region's registry (ECR replication copies the release there).
+                "image": gateway_image(env, region=region),
+                "imagePullPolicy": "IfNotPresent",
                 "args": args,
                 "env": [
                     {

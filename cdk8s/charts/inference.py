@@ -1,4 +1,4 @@
-"""The routing resources: InferencePools, their Services, InferenceObjectives per
+"""The routing resources: InferencePools (the HTTPRoutes' backends), InferenceObjectives per
 priority band, InferenceModelRewrites for canaries, and the InferenceGatewayConfig.
 
 A canary target of weight 0 is parked: it is left out of the rewrite, because upstream
@@ -91,29 +91,6 @@ class InferenceChart(Chart):
                             "port": {"number": GRPC_PORT},
                             "failureMode": pool.failure_mode,
                         },
-                    }
-                },
-            )
-            # The HTTPRoute's backend; Envoy's cluster for it is patched to ORIGINAL_DST.
-            manifest(
-                self,
-                f"service-{pool.name}",
-                api_version="v1",
-                kind="Service",
-                name=pool.name,
-                **common,
-                body={
-                    "spec": {
-                        "type": "ClusterIP",
-                        "selector": dict(pool.selector),
-                        "ports": [
-                            {
-                                "name": "http",
-                                "port": pool.target_port,
-                                "targetPort": pool.target_port,
-                                "protocol": "TCP",
-                            }
-                        ],
                     }
                 },
             )

@@ -1,4 +1,11 @@
-"""vLLM model servers: one Deployment per pool and GPU generation, scaled on queue depth.
+"""vLLM model servers: one Deployment per pool and GPU generation, scaled by KEDA on the
+gateway's own signals.
+
+Scaling reads what the picker exports (scraped by kube-prometheus-stack):
+`inference_pool_saturation` of the pool, and the requests queued at the gateway for it
+(`inference_extension_flow_control_queue_size`, summed over bands). vLLM's own queue is not
+a signal: admission keeps it short on purpose. With `scale_to_zero` the pool may go to no
+pod at all; a request then waits in the gateway's queue, which activates KEDA.
 
 The pod labels come from `stacks.spec_workloads.model_server_pod_labels`, the same
 function the environment validation uses to prove that each pool's selector selects
@@ -18,7 +25,7 @@ from stacks.environment import EnvironmentSpec
 from stacks.spec_infra import NodeGroupSpec
 from stacks.spec_workloads import ModelServerSpec, model_server_name, model_server_pod_labels
 
-from .base import Wave, manifest, selector_labels
+from .base import Wave, manifest, model_server_image, selector_labels
 from .workloads import (
     CPU_LIMIT_SKIP,
     DIGEST_SKIP,
@@ -28,14 +35,34 @@ from .workloads import (
     spread,
 )
 
-__all__ = ["HTTP_PORT", "QUEUE_METRIC", "ModelServersChart", "vllm_args"]
+__all__ = [
+    "HTTP_PORT",
+    "PROMETHEUS_URL",
+    "ModelServersChart",
+    "hf_token_secret",
+    "scaled_object_spec",
+    "vllm_args",
+]
 
 HTTP_PORT = 8000
-# `vllm:num_requests_waiting` as the custom-metrics API serves it (prometheus-adapter
-# rule in docs/operations.md: the colon is not allowed in a metric name there).
-QUEUE_METRIC = "vllm_num_requests_waiting"
 SERVICE_ACCOUNT = "vllm"
 HF_TOKEN_DIR = "/var/run/secrets/huggingface"
+#: kube-prometheus-stack's Prometheus, installed by gitops/bootstrap with release name
+#: `kube-prometheus-stack` in the monitoring namespace (Service `<release>-prometheus`).
+PROMETHEUS_URL = "http://kube-prometheus-stack-prometheus.{namespace}.svc:9090"
+#: The ClusterSecretStore gitops/bootstrap declares for AWS Secrets Manager.
+SECRET_STORE = "aws-secrets-manager"
+#: Startup probe budget: 180 × 10 s, weights download and load.
+STARTUP_PROBE_S = 180 * 10
+
+
+def hf_token_secret(server: ModelServerSpec) -> str | None:
+    """The Secret the pods mount the token from: named, or synced from Secrets Manager."""
+    if server.hf_token_secret:
+        return server.hf_token_secret
+    if server.hf_token_secret_id:
+        return f"hf-token-{model_server_name(server)}"
+    return None
 
 
 def vllm_args(server: ModelServerSpec) -> list[str]:
@@ -54,12 +81,16 @@ def vllm_args(server: ModelServerSpec) -> list[str]:
         str(server.gpu_memory_utilization),
         "--disable-uvicorn-access-log",
     ]
+    if server.model.startswith("s3://"):
+        # Weights streamed straight from S3 (vLLM's Run:ai model streamer).
+        args += ["--load-format", "runai_streamer"]
     if server.enable_prefix_caching:
         args.append("--enable-prefix-caching")
     if server.max_loras:
         args += ["--enable-lora", "--max-loras", str(server.max_loras)]
         if server.adapters:
-            args += ["--lora-modules", *(f"{a}={a}" for a in server.adapters)]
+            sources = server.adapter_sources
+            args += ["--lora-modules", *(f"{a}={sources[a]}" for a in server.adapters)]
     if server.tool_call_parser:
         args += ["--enable-auto-tool-choice", "--tool-call-parser", server.tool_call_parser]
     return args
@@ -85,19 +116,24 @@ class ModelServersChart(Chart):
             body={"automountServiceAccountToken": False},
         )
         for server in env.model_servers:
-            self._server(server=server, group=groups[server.node_group], namespace=namespace)
+            self._server(server=server, group=groups[server.node_group], env=env)
 
-    def _server(self, *, server: ModelServerSpec, group: NodeGroupSpec, namespace: str) -> None:
+    def _server(
+        self, *, server: ModelServerSpec, group: NodeGroupSpec, env: EnvironmentSpec
+    ) -> None:
+        namespace = env.kubernetes.namespace
         name = model_server_name(server)
         pod_labels = model_server_pod_labels(server, gpu=group.gpu)
         meta = {**pod_labels, "app.kubernetes.io/managed-by": "cdk8s"}
         selector = selector_labels(pod_labels)
         common = {"namespace": namespace, "labels": meta, "wave": Wave.WORKLOADS}
-        scaled = server.max_replicas is not None and server.replicas >= 1
+        scaled = server.max_replicas is not None
         spec: dict[str, Any] = {}
         if not scaled:
             spec["replicas"] = server.replicas
         spec |= {
+            # Past the startup probe's budget, or a slow first load reads as a failed rollout.
+            "progressDeadlineSeconds": STARTUP_PROBE_S + 600,
             "revisionHistoryLimit": 5,
             "selector": {"matchLabels": selector},
             # GPUs are scarce: with several replicas replace one at a time in place,
@@ -112,7 +148,12 @@ class ModelServersChart(Chart):
             },
             "template": {
                 "metadata": {"labels": pod_labels},
-                "spec": _pod_spec(server=server, group=group, selector=selector),
+                "spec": _pod_spec(
+                    server=server,
+                    group=group,
+                    selector=selector,
+                    image=model_server_image(env, image=server.image, digest=server.image_digest),
+                ),
             },
         }
         manifest(
@@ -128,12 +169,23 @@ class ModelServersChart(Chart):
         if scaled:
             manifest(
                 self,
-                f"{name}-hpa",
-                api_version="autoscaling/v2",
-                kind="HorizontalPodAutoscaler",
+                f"{name}-scaledobject",
+                api_version="keda.sh/v1alpha1",
+                kind="ScaledObject",
                 name=name,
                 **common,
-                body={"spec": _hpa_spec(server=server, name=name)},
+                body={"spec": scaled_object_spec(server=server, name=name, env=env)},
+            )
+        secret = hf_token_secret(server)
+        if server.hf_token_secret_id and secret:
+            manifest(
+                self,
+                f"{name}-hf-token",
+                api_version="external-secrets.io/v1",
+                kind="ExternalSecret",
+                name=secret,
+                **common,
+                body={"spec": _hf_token_external_secret(server.hf_token_secret_id, secret)},
             )
         manifest(
             self,
@@ -146,39 +198,75 @@ class ModelServersChart(Chart):
         )
 
 
-def _hpa_spec(*, server: ModelServerSpec, name: str) -> dict[str, Any]:
+def scaled_object_spec(
+    *, server: ModelServerSpec, name: str, env: EnvironmentSpec
+) -> dict[str, Any]:
+    """KEDA on the gateway's saturation (per pod, so `Value` against the current
+    replicas) and on its queue for the pool (per replica, `AverageValue`)."""
+    url = PROMETHEUS_URL.format(namespace=env.kubernetes.monitoring_namespace)
+    pool = server.pool
+    minimum = 0 if server.scale_to_zero else max(server.replicas, 1)
     return {
         "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
-        "minReplicas": server.replicas,
-        "maxReplicas": max(server.max_replicas or 1, server.replicas),
-        "metrics": [
+        "minReplicaCount": minimum,
+        "maxReplicaCount": max(server.max_replicas or 1, minimum, 1),
+        # A GPU pod takes minutes to load a model: come back slowly to zero.
+        "cooldownPeriod": 1800,
+        "triggers": [
             {
-                "type": "Pods",
-                "pods": {
-                    "metric": {"name": QUEUE_METRIC},
-                    "target": {
-                        "type": "AverageValue",
-                        "averageValue": str(server.queue_depth_target),
-                    },
+                "type": "prometheus",
+                "name": "saturation",
+                "metricType": "Value",
+                "metadata": {
+                    "serverAddress": url,
+                    "query": f'max(inference_pool_saturation{{name="{pool}"}})',
+                    "threshold": str(server.saturation_target),
                 },
-            }
+            },
+            {
+                "type": "prometheus",
+                "name": "queue",
+                "metricType": "AverageValue",
+                "metadata": {
+                    "serverAddress": url,
+                    "query": (
+                        "sum(max by (band) "
+                        f'(inference_extension_flow_control_queue_size{{name="{pool}"}}))'
+                    ),
+                    "threshold": str(server.queue_depth_target),
+                    # One queued request wakes a pool scaled to zero.
+                    "activationThreshold": "0",
+                },
+            },
         ],
-        # A GPU pod takes minutes to load a model: scale up fast, down slowly.
-        "behavior": {
-            "scaleUp": {
-                "stabilizationWindowSeconds": 0,
-                "policies": [{"type": "Pods", "value": 2, "periodSeconds": 60}],
-            },
-            "scaleDown": {
-                "stabilizationWindowSeconds": 600,
-                "policies": [{"type": "Pods", "value": 1, "periodSeconds": 300}],
-            },
+        "advanced": {
+            "horizontalPodAutoscalerConfig": {
+                "behavior": {
+                    "scaleUp": {
+                        "stabilizationWindowSeconds": 0,
+                        "policies": [{"type": "Pods", "value": 2, "periodSeconds": 60}],
+                    },
+                    "scaleDown": {
+                        "stabilizationWindowSeconds": 600,
+                        "policies": [{"type": "Pods", "value": 1, "periodSeconds": 300}],
+                    },
+                }
+            }
         },
     }
 
 
+def _hf_token_external_secret(secret_id: str, secret: str) -> dict[str, Any]:
+    return {
+        "refreshInterval": "1h",
+        "secretStoreRef": {"kind": "ClusterSecretStore", "name": SECRET_STORE},
+        "target": {"name": secret, "creationPolicy": "Owner"},
+        "data": [{"secretKey": "HF_TOKEN", "remoteRef": {"key": secret_id}}],
+    }
+
+
 def _pod_spec(
-    *, server: ModelServerSpec, group: NodeGroupSpec, selector: dict[str, str]
+    *, server: ModelServerSpec, group: NodeGroupSpec, selector: dict[str, str], image: str
 ) -> dict[str, Any]:
     gpus = str(server.gpus)
     health = {"httpGet": {"path": "/health", "port": "http"}}
@@ -200,11 +288,12 @@ def _pod_spec(
         empty_dir("home", size="10Gi"),
         empty_dir("tmp", size="2Gi"),
     ]
-    if server.hf_token_secret:
+    secret = hf_token_secret(server)
+    if secret:
         # A file, not an env var: secrets in the environment leak into crash dumps.
         env.append({"name": "HF_TOKEN_PATH", "value": f"{HF_TOKEN_DIR}/HF_TOKEN"})
         mounts.append({"name": "hf-token", "mountPath": HF_TOKEN_DIR, "readOnly": True})
-        volumes.append({"name": "hf-token", "secret": {"secretName": server.hf_token_secret}})
+        volumes.append({"name": "hf-token", "secret": {"secretName": secret}})
     return {
         "serviceAccountName": SERVICE_ACCOUNT,
         "automountServiceAccountToken": False,
@@ -236,14 +325,18 @@ def _pod_spec(
         "containers": [
             {
                 "name": "vllm",
-                "image": server.image,
-                "imagePullPolicy": "Always",
+                "image": image,
+                "imagePullPolicy": "IfNotPresent",
                 "command": ["vllm", "serve"],
                 "args": vllm_args(server),
                 "env": env,
                 "ports": [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"}],
                 # Downloading and loading weights takes minutes; up to 30 here.
-                "startupProbe": {**health, "periodSeconds": 10, "failureThreshold": 180},
+                "startupProbe": {
+                    **health,
+                    "periodSeconds": 10,
+                    "failureThreshold": STARTUP_PROBE_S // 10,
+                },
                 "readinessProbe": {**health, "periodSeconds": 5, "failureThreshold": 3},
                 "livenessProbe": {
                     **health,

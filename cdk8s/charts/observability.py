@@ -1,4 +1,5 @@
-"""Scrape targets for Prometheus Operator and Grafana dashboards as ConfigMaps.
+"""Scrape targets for Prometheus Operator and Grafana dashboards as ConfigMaps, rendered
+into `monitoring/` and synced by their own Application after kube-prometheus-stack.
 
 vLLM pods are scraped by PodMonitor (no Service needed), with the pool and GPU copied
 from pod labels onto every series, so dashboards and alerts group by pool. Dashboards
@@ -17,6 +18,7 @@ from cdk8s import Chart
 from stacks.environment import EnvironmentSpec
 
 from .base import PART_OF, PICKER, Wave, labels, manifest
+from .bootstrap import PROMETHEUS_RELEASE
 
 __all__ = ["ObservabilityChart", "dashboard"]
 
@@ -135,7 +137,9 @@ class ObservabilityChart(Chart):
         super().__init__(scope, construct_id, disable_resource_name_hashes=True)
         namespace = env.kubernetes.namespace
         meta = labels(name="inference-gateway", component="observability")
-        common = {"namespace": namespace, "labels": meta, "wave": Wave.CONFIG}
+        # kube-prometheus-stack's Prometheus selects monitors by its release label.
+        monitor = {"namespace": namespace, "labels": {**meta, "release": PROMETHEUS_RELEASE}}
+        common = {**monitor, "wave": Wave.CONFIG}
         manifest(
             self,
             "vllm-podmonitor",

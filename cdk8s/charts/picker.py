@@ -35,8 +35,12 @@ from .workloads import (
 __all__ = [
     "CONFIG_MAP",
     "CONFIG_PATH",
+    "EMF_INTERVAL_S",
     "GRPC_PORT",
+    "HEALTH_PORT",
+    "LIVENESS_SERVICE",
     "METRICS_PORT",
+    "READINESS_SERVICE",
     "PickerChart",
     "config_hash",
     "gateway_config_resource",
@@ -44,7 +48,18 @@ __all__ = [
 ]
 
 GRPC_PORT = 9002
+#: Plain-text gRPC health (grpc.health.v1): the kubelet's gRPC probe speaks no TLS, and the
+#: ext_proc port does (Envoy AI Gateway dials the picker over TLS), as upstream's EPP
+#: splits `-grpcPort` / `-grpcHealthPort`.
+HEALTH_PORT = 9003
 METRICS_PORT = 9090
+#: The endpoint-picker protocol's health services: `liveness` ignores pods and leases (a
+#: model outage must not restart the pickers), `readiness` says the picker can pick.
+LIVENESS_SERVICE = "liveness"
+READINESS_SERVICE = "readiness"
+#: Seconds between the CloudWatch EMF records the picker writes to stdout: one per alarm
+#: period (stacks/parts/alarms.py reads one-minute periods).
+EMF_INTERVAL_S = 60
 CONFIG_PATH = "/etc/igw/config.yaml"
 CONFIG_NAME = "igw"
 CONFIG_MAP = f"{PICKER}-config"
@@ -205,13 +220,20 @@ def _read_rules() -> list[dict[str, Any]]:
             "verbs": read,
         },
         {"apiGroups": [API_GROUP], "resources": ["inferencegatewayconfigs"], "verbs": read},
+        # `kubectl get igwc` shows what the picker sees: conditions and pod counts.
+        {
+            "apiGroups": [API_GROUP],
+            "resources": ["inferencegatewayconfigs/status"],
+            "verbs": ["get", "patch"],
+        },
         # A rejected config is reported as a Warning Event on the resource.
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
     ]
 
 
 def _pod_spec(*, env: EnvironmentSpec, selector: dict[str, str]) -> dict[str, Any]:
-    grpc_probe = {"grpc": {"port": GRPC_PORT}}
+    live = {"grpc": {"port": HEALTH_PORT, "service": LIVENESS_SERVICE}}
+    ready = {"grpc": {"port": HEALTH_PORT, "service": READINESS_SERVICE}}
     return {
         "serviceAccountName": PICKER,
         # The ServiceAccount does not automount; only this pod, which watches the API, does.
@@ -224,15 +246,26 @@ def _pod_spec(*, env: EnvironmentSpec, selector: dict[str, str]) -> dict[str, An
             {
                 "name": "picker",
                 "image": gateway_image(env),
-                "imagePullPolicy": "Always",
+                "imagePullPolicy": "IfNotPresent",
                 "args": [
                     "picker",
                     "--grpc-port",
                     str(GRPC_PORT),
+                    # Envoy AI Gateway's picker cluster speaks TLS without verifying.
+                    "--tls",
+                    "--grpc-health-port",
+                    str(HEALTH_PORT),
                     "--metrics-port",
                     str(METRICS_PORT),
                     "--config",
                     CONFIG_PATH,
+                    # The records the CDK alarms read (namespace InferenceGateway,
+                    # dimension Cluster = the EKS cluster's name): in the cluster the
+                    # picker is what routes, so it is what reports.
+                    "--emf-interval",
+                    str(EMF_INTERVAL_S),
+                    "--emf-cluster",
+                    env.cluster.name,
                 ],
                 "env": [
                     {
@@ -242,11 +275,14 @@ def _pod_spec(*, env: EnvironmentSpec, selector: dict[str, str]) -> dict[str, An
                 ],
                 "ports": [
                     {"name": "grpc", "containerPort": GRPC_PORT, "protocol": "TCP"},
+                    {"name": "grpc-health", "containerPort": HEALTH_PORT, "protocol": "TCP"},
                     {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"},
                 ],
-                "startupProbe": {**grpc_probe, "periodSeconds": 2, "failureThreshold": 30},
-                "readinessProbe": {**grpc_probe, "periodSeconds": 5, "failureThreshold": 2},
-                "livenessProbe": {**grpc_probe, "periodSeconds": 10, "failureThreshold": 3},
+                # Startup and liveness ask `liveness`: a picker with no fresh pod (a model
+                # outage, a scale from zero) or no lease is alive and must not restart.
+                "startupProbe": {**live, "periodSeconds": 2, "failureThreshold": 30},
+                "readinessProbe": {**ready, "periodSeconds": 5, "failureThreshold": 2},
+                "livenessProbe": {**live, "periodSeconds": 10, "failureThreshold": 3},
                 "resources": {
                     "requests": {"cpu": "1", "memory": "512Mi"},
                     "limits": {"memory": "1Gi"},

@@ -27,7 +27,9 @@ CPU_LIMIT_SKIP = {
     "CKV_K8S_11": "CPU limits throttle the latency-critical path; requests reserve the CPU"
 }
 DIGEST_SKIP = {
-    "CKV_K8S_43": "images are pinned by immutable tag in environment.yaml, reviewed per PR"
+    "CKV_K8S_43": "images are pinned by immutable tag in environment.yaml, reviewed per PR",
+    "CKV_K8S_15": "IfNotPresent: a pinned image is pulled once per node; Always would make "
+    "every pod start (a GPU pod's too) depend on the registry being reachable",
 }
 
 

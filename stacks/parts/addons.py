@@ -16,6 +16,9 @@ from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct, IDependable
 
 __all__ = [
+    "PICKER_EMF_LOG_GROUP",
+    "PICKER_EMF_PIPELINE",
+    "PICKER_LOG_PATH",
     "AddOn",
     "CloudWatchObservabilityAddOn",
     "CoreDnsAddOn",
@@ -56,10 +59,18 @@ class AddOn:
 
 
 class VpcCniAddOn(AddOn):
-    """Pod networking; prefix delegation lets GPU nodes host many pods per ENI."""
+    """Pod networking; prefix delegation lets GPU nodes host many pods per ENI.
+
+    `enableNetworkPolicy` turns on the add-on's network-policy agent: without it EKS
+    accepts NetworkPolicies and enforces none (EKS docs, "Restrict pod network traffic
+    with Kubernetes network policies"), and the charts' policies would be decoration.
+    """
 
     name = "vpc-cni"
-    configuration = {"env": {"ENABLE_PREFIX_DELEGATION": "true"}}
+    configuration = {
+        "enableNetworkPolicy": "true",
+        "env": {"ENABLE_PREFIX_DELEGATION": "true"},
+    }
 
 
 class KubeProxyAddOn(AddOn):
@@ -80,6 +91,65 @@ class PodIdentityAgentAddOn(AddOn):
     requires = (VpcCniAddOn,)
 
 
+#: Where the picker's EMF records go (under the agent role's `/aws/containerinsights/
+#: <cluster>/` prefix, stacks/parts/pod_identity.py).
+PICKER_EMF_LOG_GROUP = "igw-emf"
+#: The container logs of the EMF writers, kubelet's `<pod>_<namespace>_<container>-<id>.log`:
+#: the picker (pod `igw-picker-…`, container `picker`, cdk8s/charts/picker.py; cluster
+#: records) and the global router (`igw-global-router-…`, `global-router`,
+#: cdk8s/charts/global_router.py; fleet records). Fluent Bit's tail takes a comma list.
+PICKER_LOG_PATH = (
+    "/var/log/containers/igw-picker-*_*_picker-*.log,"
+    "/var/log/containers/igw-global-router-*_*_global-router-*.log"
+)
+
+#: A Fluent Bit pipeline the add-on runs beside its own (one more `extraFiles` entry, which
+#: its fluent-bit.conf includes): the picker's EMF lines, their JSON merged at the top of
+#: the record and sent with `log_format json/emf`. The add-on's application pipeline nests
+#: a container's JSON under `log_processed` (`Merge_Log_Key`), where CloudWatch Logs does
+#: not look for `_aws` (CloudWatch docs, "Embedded metric format specification": `_aws`
+#: is a root member), so without this the alarms would read no data.
+PICKER_EMF_PIPELINE = f"""\
+[INPUT]
+  Name                tail
+  Tag                 igwemf.*
+  Path                {PICKER_LOG_PATH}
+  multiline.parser    docker, cri
+  DB                  /var/fluent-bit/state/flb_igw_emf.db
+  Mem_Buf_Limit       5MB
+  Skip_Long_Lines     On
+  Refresh_Interval    10
+  Read_from_Head      ${{READ_FROM_HEAD}}
+
+[FILTER]
+  Name                grep
+  Match               igwemf.*
+  Regex               log ^\\{{"_aws"
+
+[FILTER]
+  Name                kubernetes
+  Match               igwemf.*
+  Kube_URL            https://kubernetes.default.svc:443
+  Kube_Tag_Prefix     igwemf.var.log.containers.
+  Merge_Log           On
+  Keep_Log            Off
+  Labels              Off
+  Annotations         Off
+  Use_Kubelet         On
+  Kubelet_Port        10250
+  Buffer_Size         0
+
+[OUTPUT]
+  Name                cloudwatch_logs
+  Match               igwemf.*
+  region              ${{AWS_REGION}}
+  log_group_name      /aws/containerinsights/${{CLUSTER_NAME}}/{PICKER_EMF_LOG_GROUP}
+  log_stream_prefix   ${{HOST_NAME}}-
+  auto_create_group   true
+  log_format          json/emf
+"""
+
+
 class CloudWatchObservabilityAddOn(AddOn):
     """Container Insights + the CloudWatch agent; its role comes through Pod Identity."""
 
@@ -88,6 +158,10 @@ class CloudWatchObservabilityAddOn(AddOn):
     configuration = {
         # The agent's DaemonSet must reach GPU nodes too, to report GPU metrics.
         "tolerations": [{"operator": "Exists"}],
+        # The picker's EMF records become the metrics the alarms read.
+        "containerLogs": {
+            "fluentBit": {"config": {"extraFiles": {"igw-emf.conf": PICKER_EMF_PIPELINE}}}
+        },
     }
 
 

@@ -4,7 +4,12 @@ Cluster level (every region): average KV-cache use, error rate (5xx / requests),
 time to first token, 429 rate (429 / requests), ready pods. Fleet level (primary region):
 routing decisions, failover events, rate-limit hits of the global router. Rates are
 metric-math expressions, so an idle cluster (no requests) never divides by zero into an
-alarm: missing data is "not breaching" except for ready pods, where silence is an outage.
+alarm.
+
+The data comes from the picker (`igw picker --emf-interval --emf-cluster`, rendered by
+cdk8s/charts/picker.py): every replica writes one EMF record per interval to stdout, and
+the CloudWatch agent's log pipeline turns it into metrics. What missing data means is
+decided per alarm (`MISSING_DATA`), next to the reason.
 """
 
 from __future__ import annotations
@@ -30,9 +35,34 @@ from .metrics import (
     FLEET_NAMESPACE,
 )
 
-__all__ = ["ClusterAlarms", "ClusterAlarmsProps", "FleetAlarms", "FleetAlarmsProps"]
+__all__ = [
+    "MISSING_DATA",
+    "ClusterAlarms",
+    "ClusterAlarmsProps",
+    "FleetAlarms",
+    "FleetAlarmsProps",
+]
 
 _PERIOD = Duration.minutes(1)
+
+#: How each alarm reads a minute without a record. A record is missing when no picker
+#: runs (a cluster whose workloads are not synced yet, or an environment torn down) or
+#: when the minute had no requests (the rates and TTFT have no sample then).
+MISSING_DATA: dict[str, cw.TreatMissingData] = {
+    # KV-cache use is reported while pods are ready; no record means no pods to be full.
+    "KvCacheHigh": cw.TreatMissingData.NOT_BREACHING,
+    # No requests in the minute: no errors, no 429s, no first tokens to be slow.
+    "ErrorRateHigh": cw.TreatMissingData.NOT_BREACHING,
+    "TtftP99High": cw.TreatMissingData.NOT_BREACHING,
+    "RateLimitedHigh": cw.TreatMissingData.NOT_BREACHING,
+    # A running picker reports ReadyPods on every record, 0 included, so a model outage
+    # is a datapoint below the threshold and pages. No record at all means no picker:
+    # on a cluster whose workloads are not deployed yet that is not an outage, so it
+    # must not page (BREACHING would, from the first minute). MISSING keeps the state
+    # and shows INSUFFICIENT_DATA once every period of the window is empty, which the
+    # dashboard's alarm widget shows; the picker Deployment's own health is Argo CD's.
+    "ReadyPodsLow": cw.TreatMissingData.MISSING,
+}
 
 
 def _metric(namespace: str, name: str, dims: dict[str, str], statistic: str) -> cw.Metric:
@@ -116,7 +146,7 @@ class ClusterAlarms(Construct):
                 comparison_operator=operator,
                 evaluation_periods=5,
                 datapoints_to_alarm=3,
-                treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+                treat_missing_data=MISSING_DATA[alarm_id],
             )
         self.alarms["ReadyPodsLow"] = m["ready_pods"].create_alarm(
             self,
@@ -128,7 +158,7 @@ class ClusterAlarms(Construct):
             comparison_operator=cw.ComparisonOperator.LESS_THAN_THRESHOLD,
             evaluation_periods=3,
             datapoints_to_alarm=2,
-            treat_missing_data=cw.TreatMissingData.BREACHING,
+            treat_missing_data=MISSING_DATA["ReadyPodsLow"],
         )
         action = cw_actions.SnsAction(self.topic)
         for alarm in self.alarms.values():

@@ -17,6 +17,15 @@ from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
 from ..spec_infra import GitOpsSpec
+from .argocd_manifests import (
+    APPLICATION_HEALTH_KEY,
+    APPLICATION_HEALTH_LUA,
+    ARGOCD_NAMESPACE,
+    ENVIRONMENT_LABEL,
+    IN_CLUSTER,
+    cluster_secret,
+    root_application,
+)
 
 __all__ = [
     "ARGOCD_NAMESPACE",
@@ -28,65 +37,15 @@ __all__ = [
     "root_application",
 ]
 
-ARGOCD_NAMESPACE = "argocd"
 ARGOCD_REPOSITORY = "https://argoproj.github.io/argo-helm"
-#: The label the ApplicationSet's clusters generator selects on (cdk8s/charts/bootstrap.py).
-ENVIRONMENT_LABEL = "igw.dev/environment"
-IN_CLUSTER = "https://kubernetes.default.svc"
 
 
 @dataclass(frozen=True)
 class ArgoCdProps:
     spec: GitOpsSpec
     environment: str
-
-
-def cluster_secret(environment: str) -> dict[str, object]:
-    """ArgoCD's own cluster, declared: the Secret ArgoCD reads a cluster from, labelled
-    with the environment so the ApplicationSet deploys this environment here."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {
-            "name": "in-cluster",
-            "namespace": ARGOCD_NAMESPACE,
-            "labels": {
-                "argocd.argoproj.io/secret-type": "cluster",
-                ENVIRONMENT_LABEL: environment,
-            },
-        },
-        "stringData": {"name": "in-cluster", "server": IN_CLUSTER},
-    }
-
-
-def root_application(spec: GitOpsSpec, environment: str) -> dict[str, object]:
-    """The app-of-apps; automated sync with prune and self-heal, as DESIGN.md §1 says."""
-    return {
-        "apiVersion": "argoproj.io/v1alpha1",
-        "kind": "Application",
-        "metadata": {
-            "name": "root",
-            "namespace": ARGOCD_NAMESPACE,
-            "labels": {ENVIRONMENT_LABEL: environment},
-            "finalizers": ["resources-finalizer.argocd.argoproj.io"],
-        },
-        "spec": {
-            "project": "default",
-            "source": {
-                "repoURL": spec.repo_url,
-                "targetRevision": spec.revision,
-                "path": spec.path,
-            },
-            "destination": {
-                "server": IN_CLUSTER,
-                "namespace": ARGOCD_NAMESPACE,
-            },
-            "syncPolicy": {
-                "automated": {"prune": True, "selfHeal": True},
-                "syncOptions": ["CreateNamespace=true"],
-            },
-        },
-    }
+    region: str
+    cluster_name: str
 
 
 class ArgoCdBootstrap(Construct):
@@ -110,7 +69,11 @@ class ArgoCdBootstrap(Construct):
                 "global": {"nodeSelector": {"igw.dev/role": "system"}},
                 # Private cluster: the UI is reached with kubectl port-forward only.
                 "server": {"service": {"type": "ClusterIP"}},
-                "configs": {"params": {"server.insecure": False}},
+                "configs": {
+                    "params": {"server.insecure": False},
+                    # Sync waves wait for child Applications only with this check.
+                    "cm": {APPLICATION_HEALTH_KEY: APPLICATION_HEALTH_LUA},
+                },
             },
         )
         # Before the root Application: its first sync already finds the labelled cluster.
@@ -118,7 +81,7 @@ class ArgoCdBootstrap(Construct):
             self,
             "InClusterSecret",
             cluster=cluster,
-            manifest=[cluster_secret(props.environment)],
+            manifest=[cluster_secret(props.environment, props.region, props.cluster_name)],
             overwrite=True,
         )
         self.cluster_secret.node.add_dependency(self.chart)
@@ -126,7 +89,7 @@ class ArgoCdBootstrap(Construct):
             self,
             "RootApplication",
             cluster=cluster,
-            manifest=[root_application(props.spec, props.environment)],
+            manifest=[root_application(props.spec)],
             overwrite=True,
         )
         self.root.node.add_dependency(self.chart, self.cluster_secret)

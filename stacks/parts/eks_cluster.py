@@ -19,9 +19,11 @@ from aws_cdk.lambda_layer_kubectl_v32 import KubectlV32Layer
 from constructs import Construct
 
 from ..spec_infra import ClusterSpec, NodeGroupSpec
-from .addons import AddOn, default_addons, install_addons
+from .addons import AddOn, CloudWatchObservabilityAddOn, default_addons, install_addons
 from .cluster_nag import acknowledge_cluster, acknowledge_nodegroup
 from .gpu_nodes import GpuNodeGroup, GpuNodeGroupProps
+from .karpenter import Karpenter, KarpenterProps
+from .pod_identity import cloudwatch_agent_identity
 
 __all__ = ["KUBECTL_LAYERS", "InferenceCluster", "InferenceClusterProps"]
 
@@ -42,6 +44,10 @@ class InferenceClusterProps:
     spec: ClusterSpec
     node_groups: tuple[NodeGroupSpec, ...]
     node_group_zones: dict[str, tuple[str, ...]]
+    #: The region's ECR caches Docker Hub (model-server images): GPU nodes fill it.
+    pull_through_cache: bool = False
+    #: Karpenter's AWS half (GPU NodePools come from git); None: managed node groups only.
+    karpenter: KarpenterProps | None = None
     addons: tuple[AddOn, ...] = field(default_factory=lambda: tuple(default_addons()))
 
 
@@ -118,8 +124,21 @@ class InferenceCluster(Construct):
                     spec=group,
                     cluster_name=spec.name,
                     zones=props.node_group_zones[group.name],
+                    pull_through_cache=props.pull_through_cache,
                 ),
             )
         acknowledge_cluster(self.cluster)
         acknowledge_nodegroup(self.system_nodes)
         self.addons = install_addons(self, self.cluster, props.addons, after=[self.system_nodes])
+        agent = self.addons.get(CloudWatchObservabilityAddOn)
+        if agent is not None:
+            # The agent reads its credentials when it starts: its Pod Identity association
+            # must exist before the add-on does, or it runs without a role until restarted.
+            self.cloudwatch_agent_role, self.cloudwatch_agent_association = (
+                cloudwatch_agent_identity(self, spec.name)
+            )
+            self.cloudwatch_agent_association.node.add_dependency(self.cluster)
+            agent.node.add_dependency(self.cloudwatch_agent_association)
+        self.karpenter: Karpenter | None = None
+        if props.karpenter is not None:
+            self.karpenter = Karpenter(self, "Karpenter", self.cluster, vpc, props.karpenter)

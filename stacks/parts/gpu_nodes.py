@@ -12,24 +12,19 @@ from dataclasses import dataclass
 
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
 from constructs import Construct
 
+from ..nag import acknowledge
 from ..spec_infra import NodeGroupSpec
 from .cluster_nag import acknowledge_nodegroup
+from .images import pull_through_statement
+from .names import GPU_PRODUCTS, GPU_TAINT_KEY, gpu_labels
+from .pod_identity import wildcard_findings
 
 __all__ = ["GPU_PRODUCTS", "GPU_TAINT", "GpuNodeGroup", "GpuNodeGroupProps", "gpu_labels"]
 
-#: GPU profile name -> the value NVIDIA's GPU feature discovery sets as nvidia.com/gpu.product.
-GPU_PRODUCTS: dict[str, str] = {
-    "H100": "NVIDIA-H100-80GB-HBM3",
-    "H200": "NVIDIA-H200",
-    "A100": "NVIDIA-A100-SXM4-80GB",
-    "A10G": "NVIDIA-A10G",
-    "L4": "NVIDIA-L4",
-    "L40S": "NVIDIA-L40S",
-}
-
-GPU_TAINT = eks.TaintSpec(key="nvidia.com/gpu", value="true", effect=eks.TaintEffect.NO_SCHEDULE)
+GPU_TAINT = eks.TaintSpec(key=GPU_TAINT_KEY, value="true", effect=eks.TaintEffect.NO_SCHEDULE)
 
 _CAPACITY = {
     "ON_DEMAND": eks.CapacityType.ON_DEMAND,
@@ -38,23 +33,13 @@ _CAPACITY = {
 }
 
 
-def gpu_labels(spec: NodeGroupSpec) -> dict[str, str]:
-    """Node labels: what the cdk8s charts' node affinity and the picker's pools key on."""
-    labels = {
-        "igw.dev/node-group": spec.name,
-        "igw.dev/gpu": spec.gpu,
-        "igw.dev/gpus-per-node": str(spec.gpus_per_node),
-    }
-    if spec.gpu in GPU_PRODUCTS:
-        labels["nvidia.com/gpu.product"] = GPU_PRODUCTS[spec.gpu]
-    return labels
-
-
 @dataclass(frozen=True)
 class GpuNodeGroupProps:
     spec: NodeGroupSpec
     cluster_name: str
     zones: tuple[str, ...]
+    #: The region's ECR caches Docker Hub: the nodes fill it on a first pull.
+    pull_through_cache: bool = False
 
 
 class GpuNodeGroup(Construct):
@@ -92,3 +77,14 @@ class GpuNodeGroup(Construct):
         cfn = self.nodegroup.node.default_child
         cfn.add_property_override("InstanceTypes", [spec.instance_type])  # type: ignore[union-attr]
         acknowledge_nodegroup(self.nodegroup)
+        if props.pull_through_cache:
+            policy = iam.Policy(self, "PullThroughCache", statements=[pull_through_statement(self)])
+            policy.attach_to_role(self.nodegroup.role)
+            acknowledge(
+                policy,
+                "IAM5",
+                "A pull-through cache creates one repository per upstream image on its first "
+                "pull; the nodes may do that only under the docker-hub/ prefix of this "
+                "region's registry.",
+                findings=wildcard_findings(policy),
+            )

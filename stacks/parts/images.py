@@ -32,11 +32,17 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 __all__ = [
+    "DOCKER_HUB_CACHE_PREFIX",
     "GATEWAY_SRC",
+    "DockerHubCache",
+    "DockerHubCacheProps",
     "GatewayImage",
     "GatewayImageProps",
     "GatewayRelease",
     "GatewayReleaseProps",
+    "GatewayReplication",
+    "GatewayReplicationProps",
+    "pull_through_statement",
     "release_synthesizer",
 ]
 
@@ -155,3 +161,93 @@ class GatewayRelease(Construct):
         self.repository_name = props.repository_name
         self.tag = props.tag
         self.image_uri = location.image_uri
+
+
+@dataclass(frozen=True)
+class GatewayReplicationProps:
+    repository_prefix: str
+    destination_regions: tuple[str, ...]
+
+
+class GatewayReplication(Construct):
+    """The primary region's registry copies the gateway's repositories to the secondary
+    regions, so every cluster pulls the very image (same digest) from its own region.
+
+    ECR keeps one replication configuration per registry (account and region): this one
+    replaces whatever the primary region's registry had (docs/infrastructure.md).
+    """
+
+    def __init__(self, scope: Construct, construct_id: str, props: GatewayReplicationProps) -> None:
+        super().__init__(scope, construct_id)
+        account = Stack.of(self).account
+        self.configuration = ecr.CfnReplicationConfiguration(
+            self,
+            "Configuration",
+            replication_configuration=ecr.CfnReplicationConfiguration.ReplicationConfigurationProperty(
+                rules=[
+                    ecr.CfnReplicationConfiguration.ReplicationRuleProperty(
+                        destinations=[
+                            ecr.CfnReplicationConfiguration.ReplicationDestinationProperty(
+                                region=region, registry_id=account
+                            )
+                            for region in props.destination_regions
+                        ],
+                        repository_filters=[
+                            ecr.CfnReplicationConfiguration.RepositoryFilterProperty(
+                                filter=props.repository_prefix, filter_type="PREFIX_MATCH"
+                            )
+                        ],
+                    )
+                ]
+            ),
+        )
+
+
+#: The ECR repository prefix of the Docker Hub cache; the charts name images under it
+#: (cdk8s/charts/base.py DOCKER_HUB_CACHE_PREFIX must be the same).
+DOCKER_HUB_CACHE_PREFIX = "docker-hub"
+DOCKER_HUB = "registry-1.docker.io"
+
+
+@dataclass(frozen=True)
+class DockerHubCacheProps:
+    #: ARN of this region's Secrets Manager secret (`ecr-pullthroughcache/...`).
+    credential_arn: str
+
+
+class DockerHubCache(Construct):
+    """A pull-through cache rule: `<registry>/docker-hub/vllm/vllm-openai` is pulled from
+    Docker Hub once and then served by this region's ECR (the vLLM images).
+
+    Docker Hub needs credentials for a cache rule, in a secret named
+    `ecr-pullthroughcache/...` in the rule's own account and region (ECR docs, "Creating
+    a pull through cache rule"): a prerequisite, like the ACM certificates. The first
+    pull of a tag creates the repository, which is why the nodes may call
+    `ecr:CreateRepository` and `ecr:BatchImportUpstreamImage` on `docker-hub/*`
+    (`pull_through_statement`).
+    """
+
+    def __init__(self, scope: Construct, construct_id: str, props: DockerHubCacheProps) -> None:
+        super().__init__(scope, construct_id)
+        self.rule = ecr.CfnPullThroughCacheRule(
+            self,
+            "Rule",
+            ecr_repository_prefix=DOCKER_HUB_CACHE_PREFIX,
+            upstream_registry="docker-hub",
+            upstream_registry_url=DOCKER_HUB,
+            credential_arn=props.credential_arn,
+        )
+
+
+def pull_through_statement(scope: Construct) -> iam.PolicyStatement:
+    """What a node needs beyond image pulls to fill the cache on a first pull."""
+    stack = Stack.of(scope)
+    return iam.PolicyStatement(
+        sid="FillDockerHubCache",
+        actions=["ecr:BatchImportUpstreamImage", "ecr:CreateRepository"],
+        resources=[
+            stack.format_arn(
+                service="ecr", resource="repository", resource_name=f"{DOCKER_HUB_CACHE_PREFIX}/*"
+            )
+        ],
+    )

@@ -27,12 +27,20 @@ from constructs import Construct
 from .names import target_group_name
 
 __all__ = [
+    "HEALTHY_HTTP_CODES",
+    "HEALTH_CHECK_PATH",
     "InternalLoadBalancer",
     "InternalLoadBalancerProps",
     "ingress_parameter_prefix",
     "regional_domain_name",
     "target_group_name",
 ]
+
+
+#: What the NLB asks Envoy's TLS listener for (ELB docs, "Health checks for Network Load
+#: Balancer target groups": HTTPS checks complete a TLS handshake, certificate unchecked).
+HEALTH_CHECK_PATH = "/"
+HEALTHY_HTTP_CODES = "200-499"
 
 
 def regional_domain_name(domain_name: str, region: str) -> str:
@@ -125,9 +133,18 @@ class InternalLoadBalancer(Construct):
             target_type=elbv2.TargetType.IP,
             # Streams drain: Envoy finishes in-flight responses before a pod leaves.
             deregistration_delay=Duration.seconds(120),
+            # HTTPS, not TCP: a TCP check only opens the connection and stays green while
+            # every handshake fails (a listener Envoy has no filter chain for, a missing
+            # certificate). This one completes the TLS handshake and needs an HTTP answer
+            # from Envoy's listener; with no route for `/` Envoy answers 404 (401 once the
+            # SecurityPolicy asks for a key), so any 2xx-4xx is "Envoy serves TLS", and a
+            # 5xx from Envoy itself (overload) takes the pod out too.
             health_check=elbv2.HealthCheck(
-                protocol=elbv2.Protocol.TCP,
+                protocol=elbv2.Protocol.HTTPS,
+                path=HEALTH_CHECK_PATH,
+                healthy_http_codes=HEALTHY_HTTP_CODES,
                 interval=Duration.seconds(10),
+                timeout=Duration.seconds(6),
                 healthy_threshold_count=2,
                 unhealthy_threshold_count=2,
             ),

@@ -1,8 +1,9 @@
 """The CloudWatch metric contract between the gateway's telemetry and the alarms.
 
 The names live in one place, `inference_gateway.telemetry_emf`, which writes them as
-CloudWatch embedded-metric-format records (`igw serve --emf-interval`: one record per
-interval; global router: `fleet_record`); the CloudWatch agent turns them into metrics.
+CloudWatch embedded-metric-format records (`igw picker` in the cluster and `igw serve`
+standalone, `--emf-interval`: one record per interval; global router: `fleet_record`);
+the CloudWatch agent turns them into metrics.
 This module re-exports them for the alarms, so a renamed metric changes both sides at
 once. Dimension `Cluster` is the EKS cluster name, `Environment` the environment's.
 """

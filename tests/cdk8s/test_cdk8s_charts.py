@@ -46,51 +46,20 @@ def _with(env: EnvironmentSpec, **changes: object) -> EnvironmentSpec:
 
 
 class TestExtProcWiring:
-    def test_policy_runs_bbr_then_picker_on_the_gateway(self, synth, dev_env):
+    def test_gateway_policy_runs_only_the_body_based_router(self, synth, dev_env):
+        """The picker's ext_proc comes with the InferencePool (Envoy AI Gateway builds it);
+        a second one here would call the picker twice per request."""
         policy = one(synth(GatewayChart, dev_env), "EnvoyExtensionPolicy", "igw-ext-proc")
         spec = policy["spec"]
         assert spec["targetRefs"] == [
             {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "igw"}
         ]
-        bbr, picker = spec["extProc"]
+        (bbr,) = spec["extProc"]
         assert bbr["backendRefs"] == [
             {"group": "", "kind": "Service", "name": "igw-bbr", "port": 9004}
         ]
         assert bbr["processingMode"] == {"request": {"body": "FullDuplexStreamed"}}
-        assert picker["backendRefs"] == [
-            {"group": "", "kind": "Service", "name": "igw-picker", "port": 9002}
-        ]
-        assert picker["processingMode"] == {
-            "request": {"body": "FullDuplexStreamed"},
-            "response": {"body": "FullDuplexStreamed"},
-        }
-        assert picker["failOpen"] is False
-
-    def test_message_timeout_outlasts_the_longest_queue_wait(self, synth, dev_env):
-        picker = one(synth(GatewayChart, dev_env), "EnvoyExtensionPolicy")["spec"]["extProc"][1]
-        longest = max(b.ttl_s for b in dev_env.gateway.flow_control.bands.values())
-        assert picker["messageTimeout"] == f"{int(longest) + 5}s"
-
-    def test_every_route_cluster_is_original_dst_on_the_destination_header(self, synth, dev_env):
-        docs = synth(GatewayChart, dev_env)
-        patch = one(docs, "EnvoyPatchPolicy")["spec"]
-        assert patch["type"] == "JSONPatch"
-        assert patch["targetRef"]["kind"] == "Gateway" and patch["targetRef"]["name"] == "igw"
-        routes = {r["metadata"]["name"] for r in find(docs, "HTTPRoute")}
-        clusters = {f"httproute/igw/{name}/rule/0" for name in routes}
-        by_cluster: dict[str, dict[str, object]] = {}
-        for p in patch["jsonPatches"]:
-            assert p["type"] == "type.googleapis.com/envoy.config.cluster.v3.Cluster"
-            by_cluster.setdefault(p["name"], {})[p["operation"]["path"]] = p["operation"]
-        assert set(by_cluster) == clusters
-        for ops in by_cluster.values():
-            assert ops["/type"]["value"] == "ORIGINAL_DST"
-            assert ops["/lb_policy"]["value"] == "CLUSTER_PROVIDED"
-            assert ops["/original_dst_lb_config"]["value"] == {
-                "use_http_header": True,
-                "http_header_name": "x-gateway-destination-endpoint",
-            }
-            assert ops["/eds_cluster_config"]["op"] == "remove"
+        assert bbr["failOpen"] is False
 
     def test_routes_match_the_model_header_per_pool(self, synth, dev_env):
         docs = synth(GatewayChart, dev_env)
@@ -105,7 +74,11 @@ class TestExtProcWiring:
             {**header, "value": "sql-assistant"},  # the canary alias
         ]
         assert rule["backendRefs"] == [
-            {"group": "", "kind": "Service", "name": "llama-8b-a10g", "port": 8000}
+            {
+                "group": "inference.networking.k8s.io",
+                "kind": "InferencePool",
+                "name": "llama-8b-a10g",
+            }
         ]
         default = one(docs, "HTTPRoute", "igw-default-route")["spec"]["rules"][0]
         assert default["matches"] == [{"path": {"type": "PathPrefix", "value": "/v1"}}]
@@ -114,7 +87,6 @@ class TestExtProcWiring:
         docs = synth(GatewayChart, dev_env)
         (listener,) = one(docs, "Gateway", "igw")["spec"]["listeners"]
         assert (listener["protocol"], listener["port"]) == ("HTTPS", 443)
-        assert listener["hostname"] == dev_env.ingress.domain_name
         gateway_class = one(docs, "GatewayClass")["spec"]
         assert gateway_class["parametersRef"]["name"] == one(docs, "EnvoyProxy")["metadata"]["name"]
 
@@ -241,7 +213,7 @@ class TestModelServers:
             "--disable-uvicorn-access-log",
             "--enable-prefix-caching",
             "--enable-lora", "--max-loras", "2",
-            "--lora-modules", "sql-lora=sql-lora",
+            "--lora-modules", "sql-lora=Kawon/llama3.1-food-finetune_v14_r8",
             "--enable-auto-tool-choice", "--tool-call-parser", "llama3_json",
         ]  # fmt: skip
 
@@ -279,20 +251,32 @@ class TestModelServers:
         assert container["lifecycle"]["preStop"] == {"sleep": {"seconds": drain}}
         assert spec["terminationGracePeriodSeconds"] > drain
 
-    def test_scaled_on_queue_depth_and_replicas_left_to_the_hpa(self, synth, dev_env):
+    def test_keda_scales_on_the_gateway_signals_and_replicas_are_left_to_it(self, synth, dev_env):
+        """KEDA reads the picker's `inference_pool_saturation` and its queue per pool; no
+        HPA on vLLM's own queue (admission keeps that one short on purpose)."""
         docs = synth(ModelServersChart, dev_env)
         deployment = one(docs, "Deployment", "vllm-llama-8b-a10g")
         assert "replicas" not in deployment["spec"]
-        hpa = one(docs, "HorizontalPodAutoscaler", "vllm-llama-8b-a10g")["spec"]
+        assert find(docs, "HorizontalPodAutoscaler") == []
+        scaled = one(docs, "ScaledObject", "vllm-llama-8b-a10g")["spec"]
         server = dev_env.model_servers[0]
-        assert (hpa["minReplicas"], hpa["maxReplicas"]) == (server.replicas, server.max_replicas)
-        assert hpa["metrics"][0]["pods"]["metric"]["name"] == "vllm_num_requests_waiting"
+        assert scaled["scaleTargetRef"]["name"] == "vllm-llama-8b-a10g"
+        # dev lets the pool go to zero; the queue trigger wakes it.
+        assert (scaled["minReplicaCount"], scaled["maxReplicaCount"]) == (0, server.max_replicas)
+        saturation, queue = scaled["triggers"]
+        assert 'inference_pool_saturation{name="llama-8b-a10g"}' in saturation["metadata"]["query"]
+        assert saturation["metricType"] == "Value"
+        query = queue["metadata"]["query"]
+        assert 'inference_extension_flow_control_queue_size{name="llama-8b-a10g"}' in query
+        assert queue["metadata"]["activationThreshold"] == "0"
+        url = "http://kube-prometheus-stack-prometheus.monitoring.svc:9090"
+        assert {t["metadata"]["serverAddress"] for t in scaled["triggers"]} == {url}
 
     def test_fixed_replicas_without_max_replicas(self, synth, dev_env):
         server = dev_env.model_servers[0].model_dump(mode="json") | {"max_replicas": None}
         docs = synth(ModelServersChart, _with(dev_env, model_servers=[server]))
         assert one(docs, "Deployment")["spec"]["replicas"] == server["replicas"]
-        assert find(docs, "HorizontalPodAutoscaler") == []
+        assert find(docs, "ScaledObject") == []
 
 
 CHARTS_WITH_PODS = [PickerChart, GatewayChart, ModelServersChart]
@@ -323,13 +307,15 @@ class TestPicker:
         assert container["args"] == [
             "picker",
             "--grpc-port", "9002",
+            "--tls",
+            "--grpc-health-port", "9003",
             "--metrics-port", "9090",
             "--config", "/etc/igw/config.yaml",
+            "--emf-interval", "60",
+            "--emf-cluster", "igw-dev",
         ]  # fmt: skip
         registry = f"{dev_env.aws.account}.dkr.ecr.{dev_env.aws.region}.amazonaws.com"
         assert container["image"] == f"{registry}/igw-dev/gateway:0.1.0"
-        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-            assert container[probe]["grpc"] == {"port": 9002}
         assert one(docs, "PodDisruptionBudget", "igw-picker")["spec"]["minAvailable"] == 1
 
     def test_config_file_is_the_environment_gateway_and_rolls_the_pods(self, synth, dev_env):
@@ -340,10 +326,17 @@ class TestPicker:
         expected = hashlib.sha256(text.encode()).hexdigest()[:16]
         assert template["annotations"]["igw.dev/config-sha256"] == expected
 
-    def test_rbac_reads_and_only_writes_events(self, synth, dev_env):
+    def test_rbac_reads_and_only_writes_events_and_its_status(self, synth, dev_env):
         rules = one(synth(PickerChart, dev_env), "Role", "igw-picker")["rules"]
         writes = [r for r in rules if set(r["verbs"]) - {"get", "list", "watch"}]
-        assert writes == [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
+        assert writes == [
+            {
+                "apiGroups": ["inference.igw.dev"],
+                "resources": ["inferencegatewayconfigs/status"],
+                "verbs": ["get", "patch"],
+            },
+            {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+        ]
         assert ["pods"] in [rule["resources"] for rule in rules]
         assert all("*" not in rule["resources"] + rule["verbs"] for rule in rules)
 

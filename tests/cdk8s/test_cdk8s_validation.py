@@ -110,7 +110,11 @@ def test_every_custom_resource_validates_against_its_crd_schema(rendered):
         "inference.networking.x-k8s.io/v1alpha2/InferenceModelRewrite",
         "inference.igw.dev/v1alpha1/InferenceGatewayConfig",
         "gateway.envoyproxy.io/v1alpha1/EnvoyExtensionPolicy",
-        "gateway.envoyproxy.io/v1alpha1/EnvoyPatchPolicy",
+        "gateway.envoyproxy.io/v1alpha1/BackendTrafficPolicy",
+        "gateway.envoyproxy.io/v1alpha1/SecurityPolicy",
+        "keda.sh/v1alpha1/ScaledObject",
+        "external-secrets.io/v1/ExternalSecret",
+        "external-secrets.io/v1/ClusterSecretStore",
         "gateway.networking.k8s.io/v1/HTTPRoute",
         "argoproj.io/v1alpha1/ApplicationSet",
         "elbv2.k8s.aws/v1beta1/TargetGroupBinding",
@@ -123,7 +127,7 @@ def test_the_schemas_reject_what_they_should(rendered):
     schemas = _schemas(rendered)
     policy = next(d for _, d in _objects(rendered) if d["kind"] == "EnvoyExtensionPolicy")
     bad = copy.deepcopy(policy)
-    bad["spec"]["extProc"][1]["processingMode"]["request"]["body"] = "FullDuplex"
+    bad["spec"]["extProc"][0]["processingMode"]["request"]["body"] = "FullDuplex"
     key = "gateway.envoyproxy.io/v1alpha1/EnvoyExtensionPolicy"
     assert not jsonschema.Draft4Validator(schemas[key]).is_valid(bad)
     rewrite = next(d for _, d in _objects(rendered) if d["kind"] == "InferenceModelRewrite")

@@ -32,7 +32,16 @@ def test_applicationset_fans_out_over_environments_with_automated_sync(gitops_di
         "igw.dev/environment": "{{.path.basename}}"
     }
     template = appset["template"]["spec"]
-    assert template["source"]["path"] == "{{.path.path}}/rendered"
+    # The workloads through the overlay of the cluster's region (its cluster Secret's
+    # igw.dev/region label, which the CDK sets), which exists for every region.
+    path = template["source"]["path"]
+    assert path == '{{.path.path}}/regions/{{index .metadata.labels "igw.dev/region"}}'
+    for name in environment_names():
+        for region in load_environment(name).aws.regions:
+            folder = path.replace("{{.path.path}}", f"gitops/environments/{name}").replace(
+                '{{index .metadata.labels "igw.dev/region"}}', region
+            )
+            assert (gitops_dir.parent / folder / "kustomization.yml").is_file(), folder
     assert template["destination"] == {"server": "{{.server}}"}
     assert template["syncPolicy"]["automated"] == {"prune": True, "selfHeal": True}
 
@@ -44,10 +53,26 @@ def test_root_application_syncs_the_bootstrap_folder(gitops_dir):
     assert root["spec"]["syncPolicy"]["automated"] == {"prune": True, "selfHeal": True}
 
 
-def test_envoy_gateway_enables_the_patch_policy_and_applies_server_side(gitops_dir):
+def test_envoy_gateway_hands_inference_pools_to_its_extension_and_applies_server_side(
+    gitops_dir,
+):
+    """Envoy Gateway resolves an InferencePool backendRef only through an extension
+    server that declares it (`extensionManager.backendResources`), the Envoy AI Gateway
+    controller (envoyproxy/ai-gateway manifests/envoy-gateway-values.yaml and
+    examples/inference-pool/envoy-gateway-values-addon.yaml, v0.4.0)."""
     app = _bootstrap(gitops_dir)["Application/envoy-gateway"]["spec"]
     values = yaml.safe_load(app["source"]["helm"]["values"])
-    assert values["config"]["envoyGateway"]["extensionApis"]["enableEnvoyPatchPolicy"] is True
+    manager = values["config"]["envoyGateway"]["extensionManager"]
+    assert manager["backendResources"] == [
+        {"group": "inference.networking.k8s.io", "kind": "InferencePool", "version": "v1"}
+    ]
+    assert manager["service"]["fqdn"] == {
+        "hostname": "ai-gateway-controller.envoy-ai-gateway-system.svc.cluster.local",
+        "port": 1063,
+    }
+    assert {"Translation", "Cluster"} <= set(manager["hooks"]["xdsTranslator"]["post"])
+    assert "extensionApis" not in values["config"]["envoyGateway"]  # no patch policy
+    assert "Application/envoy-ai-gateway" in _bootstrap(gitops_dir)
     assert "ServerSideApply=true" in app["syncPolicy"]["syncOptions"]
     assert int(_bootstrap(gitops_dir)["ApplicationSet/inference-gateway-environments"][
         "metadata"]["annotations"][WAVE]) > int(

@@ -8,20 +8,30 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
-from charts.app import environment_names
+from charts.app import KUSTOMIZATION, environment_names
+from stacks.environment import load_environment
 
 
 def _generated_dirs(root: Path) -> list[Path]:
     dirs = [Path("bootstrap"), Path("bootstrap/root")]
-    dirs += [Path("environments") / name / "rendered" for name in environment_names()]
+    for name in environment_names():
+        dirs += [Path("environments") / name / "rendered"]
+        dirs += [
+            Path("environments") / name / "regions" / region
+            for region in load_environment(name).aws.regions
+        ]
     return dirs
+
+
+def _files(folder: Path) -> dict[str, Path]:
+    return {p.name: p for p in [*folder.glob("*.yaml"), *folder.glob(KUSTOMIZATION)]}
 
 
 def test_rendered_tree_matches_a_fresh_synth(gitops_dir, fresh_tree):
     problems: list[str] = []
     for folder in _generated_dirs(gitops_dir):
-        committed = {p.name: p for p in (gitops_dir / folder).glob("*.yaml")}
-        fresh = {p.name: p for p in (fresh_tree / folder).glob("*.yaml")}
+        committed = _files(gitops_dir / folder)
+        fresh = _files(fresh_tree / folder)
         for name in sorted(committed.keys() - fresh.keys()):
             problems.append(f"{folder / name}: stale, the sources no longer produce it")
         for name in sorted(fresh.keys() - committed.keys()):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING
 
 from aws_cdk.assertions import Match
@@ -169,7 +170,8 @@ def test_addons_installed_in_dependency_order(any_synth: Synth) -> None:
     assert by_name["vpc-cni"][0] in by_name["coredns"][1]["DependsOn"]
 
 
-def test_hyperpod_cluster_is_orchestrated_by_the_eks_cluster(prod_synth: Synth) -> None:
+def test_hyperpod_cluster_is_orchestrated_by_the_eks_cluster(prod_hyperpod_synth: Synth) -> None:
+    prod_synth = prod_hyperpod_synth
     template = prod_synth.template(PRIMARY, "cluster")
     template.resource_count_is("AWS::SageMaker::Cluster", 1)
     template.has_resource_properties(
@@ -218,7 +220,50 @@ def test_hyperpod_cluster_is_orchestrated_by_the_eks_cluster(prod_synth: Synth) 
 
 
 def test_hyperpod_only_where_enabled_and_only_in_the_primary_region(
-    dev_synth: Synth, prod_synth: Synth
+    dev_synth: Synth, prod_synth: Synth, prod_hyperpod_synth: Synth
 ) -> None:
     dev_synth.template(PRIMARY, "cluster").resource_count_is("AWS::SageMaker::Cluster", 0)
-    prod_synth.template(SECONDARY, "cluster").resource_count_is("AWS::SageMaker::Cluster", 0)
+    prod_synth.template(PRIMARY, "cluster").resource_count_is("AWS::SageMaker::Cluster", 0)
+    prod_hyperpod_synth.template(SECONDARY, "cluster").resource_count_is(
+        "AWS::SageMaker::Cluster", 0
+    )
+
+
+def test_vpc_cni_enforces_network_policies(any_synth: Synth) -> None:
+    """EKS enforces NetworkPolicies only when the vpc-cni add-on's configuration sets
+    `enableNetworkPolicy: "true"` (EKS docs, "Restrict pod network traffic with
+    Kubernetes network policies"); otherwise the rendered policies are accepted and
+    ignored."""
+    addons = any_synth.resources(PRIMARY, "cluster", "AWS::EKS::Addon")
+    (vpc_cni,) = [a for a in addons.values() if a["Properties"]["AddonName"] == "vpc-cni"]
+    configuration = json.loads(vpc_cni["Properties"]["ConfigurationValues"])
+    assert configuration["enableNetworkPolicy"] == "true"
+
+
+def test_cloudwatch_agent_addon_starts_after_its_pod_identity_association(
+    any_synth: Synth,
+) -> None:
+    """The agent reads its credentials when it starts; an add-on created before its Pod
+    Identity association runs without a role until restarted (EKS docs, "Assign an IAM
+    role to a Kubernetes service account": pods pick up an association only when they
+    are created). So the add-on depends on the association, which names this cluster."""
+    for region in any_synth.env.aws.regions:
+        resources = any_synth.raw(region, "cluster")["Resources"]
+        (association_id,) = [
+            lid
+            for lid, r in resources.items()
+            if r["Type"] == "AWS::EKS::PodIdentityAssociation"
+            and r["Properties"]["ServiceAccount"] == "cloudwatch-agent"
+        ]
+        association = resources[association_id]["Properties"]
+        assert association["Namespace"] == "amazon-cloudwatch"
+        assert association["ClusterName"] == any_synth.env.cluster.name
+        (agent,) = [
+            r
+            for r in resources.values()
+            if r["Type"] == "AWS::EKS::Addon"
+            and r["Properties"]["AddonName"] == "amazon-cloudwatch-observability"
+        ]
+        assert association_id in agent["DependsOn"]
+        cluster_ids = [lid for lid, r in resources.items() if r["Type"] == "AWS::EKS::Cluster"]
+        assert set(cluster_ids) <= set(resources[association_id]["DependsOn"])

@@ -87,14 +87,21 @@ def test_each_region_publishes_its_own_endpoint_for_the_global_router(prod_synth
 # --- identity ------------------------------------------------------------------------
 
 
-def _policy_of(synth: Synth, region: str, name: str) -> list[dict[str, object]]:
-    policies = synth.resources(region, "identity", "AWS::IAM::Policy")
-    (policy,) = [p for lid, p in policies.items() if lid.startswith(f"PodIdentities{name}")]
+def _policy_of(
+    synth: Synth, region: str, name: str, stack: str = "identity"
+) -> list[dict[str, object]]:
+    policies = synth.resources(region, stack, "AWS::IAM::Policy")
+    (policy,) = [
+        p
+        for lid, p in policies.items()
+        if lid.startswith((f"PodIdentities{name}Policy", f"Inference{name}Policy"))
+    ]
     return policy["Properties"]["PolicyDocument"]["Statement"]
 
 
 def test_pod_identity_roles_trust_only_pod_identity_of_this_cluster(prod_synth: Synth) -> None:
     template = prod_synth.template(PRIMARY, "identity")
+    # picker, global router, External Secrets (prod names secrets; no s3:// weights)
     template.resource_count_is("AWS::IAM::Role", 3)
     template.all_resources_properties(
         "AWS::IAM::Role",
@@ -129,7 +136,7 @@ def test_pod_identity_roles_trust_only_pod_identity_of_this_cluster(prod_synth: 
     for namespace, account in (
         ("igw", "igw-picker"),
         ("igw", "igw-global-router"),
-        ("amazon-cloudwatch", "cloudwatch-agent"),
+        ("external-secrets", "external-secrets"),
     ):
         template.has_resource_properties(
             "AWS::EKS::PodIdentityAssociation",
@@ -169,7 +176,7 @@ def test_global_router_reads_only_this_environments_endpoints(prod_synth: Synth)
 
 
 def test_cloudwatch_agent_writes_only_its_clusters_logs(prod_synth: Synth) -> None:
-    statements = _policy_of(prod_synth, SECONDARY, "CloudwatchAgent")
+    statements = _policy_of(prod_synth, SECONDARY, "CloudwatchAgent", stack="cluster")
     by_sid = {s["Sid"]: s for s in statements}
     assert set(by_sid) == {
         "PutMetricDataInOwnNamespaces",
@@ -243,7 +250,16 @@ def test_cdk_pushes_the_image_the_charts_run(any_synth: Synth) -> None:
     from charts.base import gateway_image
 
     env = any_synth.env
-    for region in env.aws.regions:
+    for region in env.aws.secondary_regions:
+        # Built once: the secondary regions get the same image (digest) by replication,
+        # after the primary region has pushed it.
+        assets = json.loads(
+            (any_synth.outdir / f"{any_synth.stack_name(region, 'gitops')}.assets.json").read_text()
+        )
+        assert assets.get("dockerImages", {}) == {}
+        primary_gitops = any_synth.stack(env.aws.region, "gitops")
+        assert primary_gitops in any_synth.stack(region, "gitops").dependencies
+    for region in env.aws.regions[:1]:
         image = _release(any_synth, region)
         staged = any_synth.outdir / image["source"]["directory"]
         assert (staged / "Dockerfile").is_file()
@@ -448,7 +464,7 @@ def test_the_cluster_label_is_the_one_the_applicationset_selects() -> None:
     from stacks.parts.argocd import ENVIRONMENT_LABEL, cluster_secret
 
     assert ENVIRONMENT_LABEL == ENV_LABEL
-    assert cluster_secret("dev")["metadata"]["labels"][ENV_LABEL] == "dev"
+    assert cluster_secret("dev", "us-east-1", "igw-dev")["metadata"]["labels"][ENV_LABEL] == "dev"
 
 
 def test_the_target_group_is_the_one_envoys_binding_names(any_synth: Synth) -> None:

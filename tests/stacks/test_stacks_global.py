@@ -169,9 +169,12 @@ def test_application_syncs_the_regions_own_rendered_folder(prod_synth: Synth, re
     # The AppProject gitops/bootstrap declares must admit it (source, destination).
     bootstrap = GITOPS / "bootstrap" / "inference-gateway.k8s.yaml"
     (project,) = [
-        d for d in yaml.safe_load_all(bootstrap.read_text()) if d and d["kind"] == "AppProject"
+        d
+        for d in yaml.safe_load_all(bootstrap.read_text())
+        if d
+        and d["kind"] == "AppProject"
+        and d["metadata"]["name"] == application["spec"]["project"]
     ]
-    assert application["spec"]["project"] == project["metadata"]["name"]
     assert application["spec"]["source"]["repoURL"] in project["spec"]["sourceRepos"]
     namespace = application["spec"]["destination"]["namespace"]
     assert {"server": "*", "namespace": namespace} in project["spec"]["destinations"]
