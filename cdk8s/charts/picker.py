@@ -249,6 +249,10 @@ def _pod_spec(*, env: EnvironmentSpec, selector: dict[str, str]) -> dict[str, An
                 "imagePullPolicy": "IfNotPresent",
                 "args": [
                     "picker",
+                    # igw picker binds loopback unless told: Envoy, the kubelet's probes
+                    # and Prometheus reach it on the pod IP (NetworkPolicy limits who).
+                    "--host",
+                    "0.0.0.0",
                     "--grpc-port",
                     str(GRPC_PORT),
                     # Envoy AI Gateway's picker cluster speaks TLS without verifying.

@@ -235,6 +235,10 @@ def test_picker_probes_ask_liveness_and_readiness_services(gitops_dir):
         assert health != int(args[args.index("--grpc-port") + 1])
         for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
             assert container[probe]["grpc"]["port"] == health, probe
+        # The kubelet probes the pod IP (Kubernetes docs: a probe's `host` defaults to
+        # the pod IP) and `igw picker` binds loopback unless given --host: without it
+        # every probe, Envoy and Prometheus would be refused.
+        assert args[args.index("--host") + 1] == "0.0.0.0"
 
 
 def test_model_servers_give_a_rollout_longer_than_their_startup_probe(gitops_dir):
