@@ -44,6 +44,7 @@ from .base import (
     BBR,
     GATEWAY,
     GATEWAY_CLASS,
+    PICKER,
     PROXY_CONFIG,
     Wave,
     gateway_image,
@@ -51,7 +52,7 @@ from .base import (
     manifest,
     selector_labels,
 )
-from .picker import CONFIG_MAP, CONFIG_PATH, config_hash
+from .picker import CONFIG_MAP, CONFIG_PATH, METRICS_PORT, config_hash
 from .workloads import (
     CPU_LIMIT_SKIP,
     DIGEST_SKIP,
@@ -254,8 +255,8 @@ class GatewayChart(Chart):
         self._bbr(env=env)
 
     def _auth(self, *, env: EnvironmentSpec, config: dict[str, Any]) -> None:
-        """Who may call: a SecurityPolicy on the Gateway, so no request reaches the
-        ext_procs, let alone a pod, without a known credential.
+        """Who may call: a SecurityPolicy on every inference route, so no request reaches
+        the picker, let alone a pod, without a known credential.
 
         API keys (Envoy's api_key_auth, `Authorization: Bearer <key>` as the OpenAI SDK
         sends it) come from a Secret that External Secrets keeps in sync with the
@@ -284,8 +285,12 @@ class GatewayChart(Chart):
             },
         )
         spec: dict[str, Any] = {
+            # The inference routes, not the Gateway: the heartbeat route (`/status`, read
+            # by `igw global` of every region) carries no credential, and a policy on
+            # the Gateway would cover every route attached to it.
             "targetRefs": [
-                {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": GATEWAY}
+                {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": n}
+                for n in route_names(env)
             ],
             "apiKeyAuth": {
                 "credentialRefs": [{"group": "", "kind": "Secret", "name": API_KEYS_SECRET}],
@@ -346,6 +351,15 @@ class GatewayChart(Chart):
                 **config,
                 body={"spec": _route_spec(matches=matches, pool=pool.name)},
             )
+        manifest(
+            self,
+            "route-status",
+            api_version=GATEWAY_API,
+            kind="HTTPRoute",
+            name=STATUS_ROUTE,
+            **config,
+            body={"spec": _status_route_spec()},
+        )
         if env.gateway.pools:
             first = sorted(env.gateway.pools, key=lambda p: p.name)[0]
             manifest(
@@ -511,9 +525,31 @@ def _target_group_binding_spec(env: EnvironmentSpec) -> dict[str, Any]:
 
 
 def route_names(env: EnvironmentSpec) -> list[str]:
-    """Every HTTPRoute of the chart: one per pool, then the catch-all."""
+    """Every inference HTTPRoute of the chart: one per pool, then the catch-all (the
+    `/status` heartbeat route is not one: no auth, no inference circuit breaker)."""
     names = [pool_route_name(p.name) for p in env.gateway.pools]
     return [*names, f"{GATEWAY}-default-route"] if names else []
+
+
+STATUS_ROUTE = f"{GATEWAY}-status-route"
+
+
+def _status_route_spec() -> dict[str, Any]:
+    """`GET /status` to the picker's metrics port: the cluster's heartbeat for `igw
+    global` (dataplane/status.py). Exact path and method only, so `/metrics` and the
+    rest of that port stay inside the cluster."""
+    return {
+        "parentRefs": [{"name": GATEWAY, "sectionName": LISTENER}],
+        "rules": [
+            {
+                "matches": [{"path": {"type": "Exact", "value": "/status"}, "method": "GET"}],
+                "backendRefs": [
+                    {"group": "", "kind": "Service", "name": PICKER, "port": METRICS_PORT}
+                ],
+                "timeouts": {"request": "5s"},
+            }
+        ],
+    }
 
 
 def _route_spec(*, matches: list[dict[str, Any]], pool: str) -> dict[str, Any]:

@@ -59,7 +59,8 @@ class NetworkPoliciesChart(Chart):
                 {"matchLabels": {"app.kubernetes.io/name": PICKER}},
                 [
                     {"from": [envoy], "ports": tcp(GRPC_PORT)},
-                    {"from": [prometheus], "ports": tcp(METRICS_PORT)},
+                    # Envoy: only the `/status` route reaches this port (igw global's heartbeat)
+                    {"from": [envoy, prometheus], "ports": tcp(METRICS_PORT)},
                 ],
             ),
             BBR: (

@@ -306,6 +306,7 @@ class TestPicker:
         (container,) = pod_spec(deployment)["containers"]
         assert container["args"] == [
             "picker",
+            "--host", "0.0.0.0",
             "--grpc-port", "9002",
             "--tls",
             "--grpc-health-port", "9003",

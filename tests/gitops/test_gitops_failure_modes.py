@@ -38,6 +38,15 @@ def _bootstrap(gitops_dir: Path) -> dict[str, Doc]:
     return {d["kind"] + "/" + d["metadata"]["name"]: d for d in docs}
 
 
+def _inference_routes(docs: list[Doc]) -> list[Doc]:
+    """The HTTPRoutes that carry inference traffic: all but the `/status` heartbeat."""
+    return [
+        d
+        for d in docs
+        if d["kind"] == "HTTPRoute" and not d["metadata"]["name"].endswith("-status-route")
+    ]
+
+
 def test_no_original_dst_cluster_without_a_cluster_provided_lb_in_both_fields(gitops_dir):
     """Envoy rejects an ORIGINAL_DST cluster whose LB is not cluster-provided, and Envoy
     Gateway v1.5 sets `load_balancing_policy` (which Envoy prefers over `lb_policy`) on
@@ -59,7 +68,7 @@ def test_no_original_dst_cluster_without_a_cluster_provided_lb_in_both_fields(gi
                     continue
                 assert ops.get("/lb_policy", {}).get("value") == "CLUSTER_PROVIDED", cluster
                 assert ops.get("/load_balancing_policy", {}).get("op") == "remove", cluster
-        for route in (d for d in _env_docs(gitops_dir, name) if d["kind"] == "HTTPRoute"):
+        for route in _inference_routes(_env_docs(gitops_dir, name)):
             for rule in route["spec"]["rules"]:
                 assert [(b["group"], b["kind"]) for b in rule["backendRefs"]] == [
                     ("inference.networking.k8s.io", "InferencePool")
@@ -194,7 +203,7 @@ def test_circuit_breakers_above_envoys_default_on_route_and_ext_proc_clusters(gi
     for name in environment_names():
         env = load_environment(name)
         docs = _env_docs(gitops_dir, name)
-        routes = {d["metadata"]["name"] for d in docs if d["kind"] == "HTTPRoute"}
+        routes = {d["metadata"]["name"] for d in _inference_routes(docs)}
         (btp,) = [d for d in docs if d["kind"] == "BackendTrafficPolicy"]
         assert {r["name"] for r in btp["spec"]["targetRefs"]} == routes
         assert btp["spec"]["circuitBreaker"]["maxParallelRequests"] > ENVOY_DEFAULT_MAX_REQUESTS
@@ -283,15 +292,32 @@ def test_model_servers_can_start(gitops_dir):
 
 
 def test_the_gateway_authenticates_before_any_pod(gitops_dir):
-    """Envoy Gateway `SecurityPolicy` on the Gateway (v1.5 APIKeyAuth / JWT), keys from
-    a Secret External Secrets syncs from Secrets Manager, never from environment.yaml."""
+    """Envoy Gateway `SecurityPolicy` (v1.5 APIKeyAuth / JWT) on every inference route,
+    keys from a Secret External Secrets syncs from Secrets Manager, never from
+    environment.yaml. Only the heartbeat route (`GET /status` to the picker's metrics
+    port, read by `igw global` without a credential) is left out: a SecurityPolicy whose
+    targetRef is the Gateway applies to every route attached to it (Envoy Gateway docs,
+    "Policy Attachment" / SecurityPolicy `targetRefs`: Gateway, HTTPRoute, GRPCRoute)."""
     for name in environment_names():
         env = load_environment(name)
         docs = _env_docs(gitops_dir, name)
         if env.kubernetes.auth is None:
             continue
         (policy,) = [d for d in docs if d["kind"] == "SecurityPolicy"]
-        assert policy["spec"]["targetRefs"][0]["kind"] == "Gateway"
+        targets = {(r["kind"], r["name"]) for r in policy["spec"]["targetRefs"]}
+        inference = {("HTTPRoute", d["metadata"]["name"]) for d in _inference_routes(docs)}
+        assert inference and targets == inference
+        (status,) = [
+            d for d in docs if d["kind"] == "HTTPRoute" and d not in _inference_routes(docs)
+        ]
+        (rule,) = status["spec"]["rules"]
+        assert rule["matches"] == [{"path": {"type": "Exact", "value": "/status"}, "method": "GET"}]
+        (backend,) = rule["backendRefs"]
+        assert (backend["kind"], backend["name"], backend["port"]) == (
+            "Service",
+            "igw-picker",
+            9090,
+        )
         (ref,) = policy["spec"]["apiKeyAuth"]["credentialRefs"]
         synced = {d["spec"]["target"]["name"] for d in docs if d["kind"] == "ExternalSecret"}
         assert ref["name"] in synced
