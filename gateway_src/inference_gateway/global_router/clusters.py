@@ -33,7 +33,7 @@ import itertools
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -109,6 +109,7 @@ class ClusterRegistry:
     spec: GlobalRouterSpec
     metrics: GlobalMetrics
     clock: Callable[[], float] = time.monotonic
+    planned: Callable[[], Awaitable[frozenset[str]]] | None = None  # the drain set (drains.py)
     states: dict[str, ClusterState] = field(init=False)
     _session: aiohttp.ClientSession | None = field(default=None, init=False)
     _task: asyncio.Task[None] | None = field(default=None, init=False)
@@ -219,6 +220,8 @@ class ClusterRegistry:
     # ------------------------------------------------------------------ polling
 
     async def poll_once(self) -> None:
+        if self.planned is not None:  # first, so a planned cluster is never admitted
+            self.set_planned(await self.planned())
         await asyncio.gather(*(self._poll(s) for s in self.states.values()))
         self.check_staleness()
 

@@ -34,6 +34,7 @@ from ..store.ratelimit import GlobalRateLimiter, Ticket
 from .choice import Choice, RequestTraits, rank_clusters
 from .clusters import ClusterRegistry, ClusterState
 from .config import GlobalRouterSpec, ProfileName
+from .drains import PlannedDrains
 from .metrics import FleetEmfEmitter, GlobalMetrics
 from .requests import (
     api_key_of,
@@ -78,11 +79,15 @@ class GlobalRouter:
         self.metrics = metrics or GlobalMetrics()
         self.registry = ClusterRegistry(spec, self.metrics)
         self.limiter: GlobalRateLimiter | None = None
+        redis, health = None, None
         if spec.store is not None:
             health = StoreHealth(
                 "global-router", retry_s=spec.store.retry_ms / 1000, registry=self.metrics.registry
             )
-            self.limiter = GlobalRateLimiter(spec.rate_limits, connect(spec.store), health)
+            redis = connect(spec.store)
+            self.limiter = GlobalRateLimiter(spec.rate_limits, redis, health)
+        if redis is not None or spec.drain_file is not None:
+            self.registry.planned = PlannedDrains(spec, redis, health).current
         self.auth = build_authenticator(spec.auth)
         self._rng = random.Random(seed)
         self._session: aiohttp.ClientSession | None = None
