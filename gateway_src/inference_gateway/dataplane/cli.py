@@ -43,6 +43,7 @@ def register(subparsers: Any) -> None:
         help="round-robin runs the same proxy as a plain Service would route",
     )
     add_cluster_arguments(parser)
+    add_store_argument(parser)
     auth = parser.add_argument_group(
         "authentication", "checked before any pod is touched (docs/operations.md)"
     )
@@ -68,6 +69,17 @@ def register(subparsers: Any) -> None:
         "--jwt-client-claim", default="sub", help="the claim naming the client (default sub)"
     )
     parser.set_defaults(handler=run)
+
+
+def add_store_argument(parser: argparse.ArgumentParser) -> None:
+    """`--store URL`: the shared store of every replica (store/client.py
+    `store_from_flag` parses it; password from $IGW_STORE_PASSWORD)."""
+    parser.add_argument(
+        "--store",
+        metavar="URL",
+        help="shared Redis-protocol store (redis:// or rediss://): rate limits exact across "
+        "gateway replicas; the local view while it is unreachable",
+    )
 
 
 def authenticator(args: argparse.Namespace) -> Any:
@@ -113,6 +125,7 @@ def authenticator(args: argparse.Namespace) -> Any:
 def run(args: argparse.Namespace) -> int:
     from aiohttp import web
 
+    from ..store.client import store_from_flag
     from .server import RUN_OPTIONS, build_gateway
 
     if args.emf_interval < 0:
@@ -131,6 +144,7 @@ def run(args: argparse.Namespace) -> int:
         expose_endpoints=args.debug_destination_headers,
         auth=authenticator(args),
         hourly_cost_usd=args.hourly_cost,
+        store_spec=store_from_flag(args.store),  # ConfigError → exit 2
     )
     try:
         import uvloop
