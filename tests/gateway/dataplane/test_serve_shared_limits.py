@@ -11,12 +11,13 @@ from collections.abc import Iterator
 
 import aiohttp
 import pytest
-from .test_serve_adversarial import OPEN, ScriptedPod, body, pods, serve
 
 from inference_gateway.config import GatewayConfigSpec, RateLimitSpec
 from inference_gateway.errors import ConfigError
 from inference_gateway.store.client import StoreSpec, store_from_flag
 from inference_gateway.store.local_server import LocalRedis
+
+from .test_serve_adversarial import OPEN, ScriptedPod, body, pods, serve
 
 
 @pytest.fixture
@@ -114,9 +115,11 @@ async def test_without_a_store_the_director_never_awaits_it() -> None:
         assert gateway.director.shared_limits is None
         called = []
         gateway.director._charge_shared = lambda *a: called.append(a)  # type: ignore[method-assign]
-        async with aiohttp.ClientSession() as client:
-            async with client.post(url + "/v1/completions", data=body()) as r:
-                assert r.status == 200
+        async with (
+            aiohttp.ClientSession() as client,
+            client.post(url + "/v1/completions", data=body()) as r,
+        ):
+            assert r.status == 200
         assert called == []
 
 
