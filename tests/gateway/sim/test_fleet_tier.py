@@ -247,6 +247,7 @@ def test_cost_mode_moves_away_when_the_cheap_cluster_saturates() -> None:
         ({"router": {"pollIntervalMS": 5}}, "router.pollIntervalMS"),
         ({"router": {"profile": "cost"}}, "router.profile"),
         ({"router": {"staleAfterMs": -1}}, "router.staleAfterMs"),
+        ({"router": {"drainFile": "/tmp/drained"}}, "router.drainFile"),
         ({"client_regions": {"r9": 1}}, "client_regions.r9"),
         ({"clusters": [{**TWO_REGIONS["clusters"][0], "gpu": "H100"}]}, "clusters[0].gpu"),
         ({"clusters": [{**TWO_REGIONS["clusters"][0], "name": "C_1"}]}, "clusters[0].name"),
