@@ -59,6 +59,13 @@ _PROFILES: dict[str, ProfileName] = {"latency": "latency", "cost": "cost"}
 _PASSED_BACK = ("x-request-id", "retry-after")  # a cluster's 429 keeps its Retry-After
 
 
+def _end_now(waiting: asyncio.Timeout, loop: asyncio.AbstractEventLoop) -> None:
+    """Make a first-byte wait time out now (a drain's call back), unless it already has:
+    its own deadline and a drain can race, and a second reschedule would raise."""
+    if not waiting.expired():
+        waiting.reschedule(loop.time())
+
+
 class _Skip(Exception):
     """An attempt given up before any byte reached the client: safe to retry elsewhere."""
 
@@ -301,7 +308,7 @@ class GlobalRouter:
         upstream: aiohttp.ClientResponse | None = None
         try:
             async with asyncio.timeout(delay) as waiting:
-                key = self.registry.hold(name, lambda: waiting.reschedule(loop.time()))
+                key = self.registry.hold(name, lambda: _end_now(waiting, loop))
                 try:
                     upstream = await self._session.post(
                         state.spec.base_url + path, data=raw, headers=headers

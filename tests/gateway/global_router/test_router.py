@@ -418,3 +418,17 @@ async def test_emf_records_are_written_while_the_router_runs(
     clusters = {x["Cluster"] for x in lines if "ClusterHealthy" in x}
     assert len(fleet) >= 3 and {x["Environment"] for x in fleet} == {"prod"}
     assert clusters == {"a", "b", "c"}
+
+
+async def test_a_drain_racing_a_first_byte_timeout_is_harmless() -> None:
+    """The drain's call back may come after the wait's own deadline fired (before the
+    request unregistered): it must not raise into the poll loop or another request."""
+    from inference_gateway.global_router.server import _end_now
+
+    loop = asyncio.get_running_loop()
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(None) as waiting:
+            _end_now(waiting, loop)  # a drain: the wait ends at once
+            await asyncio.sleep(5)
+    _end_now(waiting, loop)  # a second drain after expiry: nothing happens
+    assert waiting.expired()
