@@ -6,6 +6,8 @@ of emulated pods, `igw global` replicas, and a real `redis-server`.
   leaves it within 5 s, nothing that had not started streaming is lost), then c2 (the
   whole home region: c3 takes over, cross-region), then both come back and their share
   grows over the ramp window instead of jumping.
+* Planned drain: `igw global drain c1` / `undrain` against the store while two router
+  replicas run: c1 gets nothing within a poll interval, then ramps back.
 * Rate limit: two router replicas, one store, a limit of 100 requests per window; the
   window is shortened to 10 s here (`rateLimits.windowS`) and the load lasts one window;
   admitted stays within 2 % of the limit. With the store stopped the routers keep
@@ -317,8 +319,9 @@ async def test_cluster_and_region_failover_then_ramp_back(tmp_path: Path) -> Non
 async def test_hung_gateway_is_drained_by_its_stale_heartbeat(tmp_path: Path) -> None:
     """A gateway that stops answering without closing anything (SIGSTOP: the kernel
     still accepts connections) is found by its heartbeat alone: the status poll times
-    out and the cluster is drained; requests already sent there are retried elsewhere
-    after `readTimeoutMs`, so none is lost."""
+    out and the cluster is drained; the requests already sent there are retried elsewhere
+    the moment it is drained (not after `readTimeoutMs`, left at its 300 s default here,
+    which the 30 s bound below would not survive), so none is lost."""
     rate = 10.0
     fleet = EmulatedFleet(fleet_spec({"c1": 1, "c2": 1}))
     with processes() as procs:
@@ -327,7 +330,6 @@ async def test_hung_gateway_is_drained_by_its_stale_heartbeat(tmp_path: Path) ->
             c2 = cluster_gateway(tmp_path, fleet, "c2", 98.0)
             config = {
                 "homeRegion": "r1",
-                "readTimeoutMs": 2000,
                 "clusters": [
                     {"name": "c1", "region": "r1", "endpoint": c1.url, "priority": 0},
                     {"name": "c2", "region": "r1", "endpoint": c2.url, "priority": 1},
@@ -376,6 +378,87 @@ async def test_hung_gateway_is_drained_by_its_stale_heartbeat(tmp_path: Path) ->
     assert drained_at and drained_at - stopped_at < 5.0
     assert set(results) == {"ok"}
     assert not late_c1 and failovers == 1 and timeouts == 1
+
+
+async def igw_cli(*args: str) -> int:
+    """`igw ARGS` as an operator runs it, in its own process."""
+    command = [sys.executable, "-m", "inference_gateway.cli", *args]
+    process = await asyncio.create_subprocess_exec(
+        *command, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
+    )
+    return await asyncio.wait_for(process.wait(), timeout=30)
+
+
+async def test_planned_drain_reaches_running_routers_and_ramps_back(tmp_path: Path) -> None:
+    """`igw global drain c1` against the shared store: both running router replicas stop
+    sending to c1 within a poll interval (no restart, no failover event); `undrain`
+    brings it back with its share growing over `rampS`, not at once."""
+    rate, ramp_s = 12.0, 6.0
+    fleet = EmulatedFleet(fleet_spec({"c1": 2, "c2": 2}))
+    with LocalRedis() as redis, processes() as procs:
+        async with fleet, session() as s:
+            gateways = {n: cluster_gateway(tmp_path, fleet, n, 98.0) for n in ("c1", "c2")}
+            config = {
+                "homeRegion": "r1",
+                "rampS": ramp_s,
+                "store": {"url": redis.url, "timeoutMs": 1000},
+                "clusters": [
+                    {"name": n, "region": "r1", "endpoint": g.url, "priority": i}
+                    for i, (n, g) in enumerate(gateways.items())
+                ],
+            }
+            routers = [router(tmp_path, f"global-{i}", config) for i in range(2)]
+            config_path = str(tmp_path / "global-0.yaml")
+            for p in [*gateways.values(), *routers]:
+                procs.append(p)
+                p.start()
+            for g in gateways.values():
+                await wait_ready(s, g, "/status")
+            for r in routers:
+                await wait_ready(s, r, "/health")
+            await asyncio.sleep(ramp_s + 1)  # past the start-up ramp
+            outcomes: list[Outcome] = []
+            tasks: list[asyncio.Task[None]] = []
+            marks: dict[str, float] = {}
+            plan = {2.0: "drain", 8.0: "undrain"}
+            start = time.monotonic()
+            i = 0
+            while time.monotonic() < start + 8.0 + ramp_s + 4:
+                now = time.monotonic() - start
+                for at, action in list(plan.items()):
+                    if now >= at:
+                        del plan[at]
+                        assert await igw_cli("global", action, "c1", "--config", config_path) == 0
+                        marks[action] = time.monotonic()
+                tasks.append(asyncio.create_task(stream_one(s, routers[i % 2].url, i, outcomes)))
+                i += 1
+                await asyncio.sleep(max(0.0, start + i / rate - time.monotonic()))
+            marks["end"] = time.monotonic()
+            await asyncio.wait_for(asyncio.gather(*tasks), timeout=60)
+            failovers = [
+                await metric_total(s, r.url, "igw_global_failover_events_total") for r in routers
+            ]
+    results = Counter(o.result for o in outcomes)
+    drained = [
+        o
+        for o in outcomes
+        if marks["drain"] + 1.5 <= o.sent < marks["undrain"] and o.cluster == "c1"
+    ]
+    back = marks["undrain"]
+    before = share(outcomes, start, marks["drain"], {"c1"})
+    early = share(outcomes, back, back + 2, {"c1"})
+    late = share(outcomes, back + ramp_s + 0.5, marks["end"], {"c1"})
+    print(
+        f"\nplanned drain: {len(outcomes)} requests {dict(results)}; c1 share before "
+        f"{before:.2f}, during 0 ({len(drained)} sent there after the poll interval), "
+        f"first 2 s after undrain {early:.2f}, after the ramp {late:.2f}; "
+        f"failover events per router {failovers}"
+    )
+    assert set(results) == {"ok"}
+    assert not drained  # both replicas drained it within a poll interval (+ slack)
+    assert failovers == [0, 0]  # a planned drain pages nobody
+    # c1 takes its share (0.4-0.75 in runs here) before; comes back from 0, not at once
+    assert before > 0.3 and late > 0.3 and early < 0.5 * late
 
 
 # ---------------------------------------------------------------------------- rate limit

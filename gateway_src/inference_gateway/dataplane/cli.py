@@ -52,6 +52,7 @@ def register(subparsers: Any) -> None:
         help="round-robin runs the same proxy as a plain Service would route",
     )
     add_cluster_arguments(parser)
+    add_store_argument(parser)
     auth = parser.add_argument_group(
         "authentication", "checked before any pod is touched (docs/operations.md)"
     )
@@ -76,7 +77,6 @@ def register(subparsers: Any) -> None:
     auth.add_argument(
         "--jwt-client-claim", default="sub", help="the claim naming the client (default sub)"
     )
-    add_store_argument(parser)
     parser.set_defaults(handler=run)
 
 
@@ -123,6 +123,7 @@ def authenticator(args: argparse.Namespace) -> Any:
 def run(args: argparse.Namespace) -> int:
     from aiohttp import web
 
+    from ..store.client import store_from_flag
     from .http_settings import server_settings
     from .server import RUN_OPTIONS, build_gateway
 
@@ -145,6 +146,7 @@ def run(args: argparse.Namespace) -> int:
         expose_endpoints=args.debug_destination_headers,
         auth=authenticator(args),
         hourly_cost_usd=args.hourly_cost,
+        store_spec=store_from_flag(args.store),  # ConfigError → exit 2
     )
     try:
         import uvloop

@@ -35,6 +35,7 @@ from ..config import GatewayConfigSpec
 from ..errors import InferenceGatewayError, NoCapacityError, NoEndpointError, UnknownModelError
 from ..scheduling.plugins.prefix import prompt_block_hashes
 from ..scheduling.types import Endpoint, LLMRequest
+from ..store.ratelimit import SharedLimits, StoreSettle
 from ..telemetry import GatewayMetrics
 from ..traffic.flow_control import BANDS, FlowController
 from ..traffic.objectives import band_for
@@ -214,6 +215,7 @@ class Director:
         self.gates: dict[str, PoolGate] = {}
         self.series = series or Series(self.metrics)
         self.child = self.series.child
+        self.shared_limits: SharedLimits | None = None  # igw serve --store: limits in the store
 
     def reload(self, state: RoutingState) -> None:
         """Swap config, rewrites and limits; requests in flight keep their old state."""
@@ -318,7 +320,12 @@ class Director:
             fairness_id=headers.get(FAIRNESS_HEADER, ""),
             subset=subset_hostports(subset, endpoints),
         )
-        extra, charge = self._charge(state, headers, client_model, llm, output_bound)
+        if self.shared_limits is None:  # local buckets: no await on the hot path
+            extra, charge = self._charge(state, headers, client_model, llm, output_bound)
+        else:
+            extra, charge = await self._charge_shared(
+                state, headers, client_model, llm, output_bound
+            )
         gate = self.gate(route)
         await self._admit(gate, llm, client_model, extra)
         try:
@@ -388,6 +395,39 @@ class Director:
                 headers=limit.headers,
             )
         return dict(limit.headers), Charge(state.limiter, api_key, client_model, tokens)
+
+    async def _charge_shared(
+        self,
+        state: RoutingState,
+        headers: Mapping[str, str],
+        client_model: str,
+        llm: LLMRequest,
+        output_bound: int,
+    ) -> tuple[dict[str, str], Charge | None]:
+        """`_charge` against the store, exact across replicas (one round trip); with the
+        store away, this replica's own buckets (`igw_store_up` says so, one log line)."""
+        assert self.shared_limits is not None
+        if not state.limiter.rules:
+            return {}, None
+        tokens = llm.prompt_tokens + output_bound
+        api_key = api_key_of(headers)
+        limiter = self.shared_limits.limiter(state.limiter.rules)
+        admission = await limiter.check_shared(api_key, client_model, tokens)
+        if admission is None:
+            return self._charge(state, headers, client_model, llm, output_bound)
+        if not admission.allowed:
+            self.child(self.metrics.rejected, client_model, "rate_limited").inc()
+            raise Rejection(
+                429,
+                f"Rate limit reached for `{client_model}`; "
+                f"retry after {admission.retry_after_s} s.",
+                "rate_limit_exceeded",
+                "rate_limited",
+                retry_after_s=admission.retry_after_s,
+                headers=admission.headers,
+            )
+        settle = StoreSettle(self.shared_limits, limiter, admission.ticket)
+        return dict(admission.headers), Charge(settle, api_key, client_model, tokens)
 
     async def _admit(
         self, gate: PoolGate, llm: LLMRequest, client_model: str, extra: dict[str, str]

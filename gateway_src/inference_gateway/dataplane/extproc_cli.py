@@ -137,13 +137,16 @@ def emf_emitter(args: argparse.Namespace, registry: Any, refresh: Any) -> Any:
 
 
 def add_store_argument(parser: argparse.ArgumentParser) -> None:
-    """`--store URL` of `igw serve` and `igw picker` (store/dispatch.py)."""
+    """`--store URL` of `igw serve` and `igw picker`: one shared store for the dispatch
+    view (store/dispatch.py) and, in `igw serve`, the rate limits (store/ratelimit.py);
+    `store.client.store_from_flag` parses it, the password comes from $IGW_STORE_PASSWORD."""
     parser.add_argument(
         "--store",
         default=os.environ.get("IGW_STORE_URL") or None,
         metavar="URL",
-        help="redis:// (rediss:// for TLS) store through which replicas share their dispatch "
-        "view, so N replicas pick like one (default $IGW_STORE_URL; none: own dispatches only)",
+        help="redis:// (rediss:// for TLS) store the replicas share: their dispatch view, so N "
+        "replicas pick like one, and (igw serve) rate limits exact across replicas; the local "
+        "view while it is unreachable (default $IGW_STORE_URL; none: this replica alone)",
     )
 
 

@@ -29,10 +29,9 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..scheduling.types import Endpoint
-from ..traffic.ratelimit import RateLimiter
 from .usage import UsageScanner, output_tokens, total_tokens
 
 if TYPE_CHECKING:
@@ -57,11 +56,17 @@ def new_internal_id() -> str:
     return f"{_ID_PREFIX}{next(_ID_COUNTER)}"
 
 
+class Settles(Protocol):
+    """What a charge is settled with: the local `RateLimiter`, or the store's `StoreSettle`."""
+
+    def settle(self, api_key: str, model: str, charged: int, used: int, now: float) -> None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Charge:
     """What the token buckets were charged up front, to settle from the real usage."""
 
-    limiter: RateLimiter
+    limiter: Settles
     api_key: str
     model: str
     tokens: int

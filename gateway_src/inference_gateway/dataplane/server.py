@@ -14,6 +14,8 @@ from ..endpoints.discovery import load_endpoints_file
 from ..endpoints.store import EndpointStore
 from ..scheduling import Scheduler
 from ..scheduling.types import Endpoint
+from ..store.client import StoreHealth, StoreSpec, connect
+from ..store.ratelimit import SharedLimits
 from ..telemetry import GatewayMetrics
 from ..telemetry_emf import EmfEmitter
 from ..traffic.rewrites import load_rewrites
@@ -80,6 +82,7 @@ def build_gateway(
     expose_endpoints: bool = False,
     auth: Authenticator | None = None,
     hourly_cost_usd: float = 0.0,
+    store_spec: StoreSpec | None = None,
 ) -> tuple[web.Application, Gateway]:
     """The gateway app; scraping (and file reloads) start with the app and stop with it.
     Serve it with `RUN_OPTIONS` (`app_runner`), so a client that leaves ends its request;
@@ -90,7 +93,8 @@ def build_gateway(
     a CloudWatch EMF record to stdout every that many seconds (telemetry_emf). `auth`
     checks every request's credential before any pod is touched (dataplane/auth.py).
     `GET /status` is the heartbeat the global router reads (status.py); `emf_cluster`
-    names the cluster there too, and `hourly_cost_usd` prices its tokens.
+    names the cluster there too, and `hourly_cost_usd` prices its tokens. `store_spec`
+    (`--store URL`) keeps the rate limits in the shared store, exact across replicas.
     """
     if not isinstance(endpoints, list):
         endpoints = load_endpoints_file(endpoints)
@@ -141,6 +145,11 @@ def build_gateway(
         metrics=metrics,
         expose_endpoints=expose_endpoints,
     )
+    if store_spec is not None:
+        health = StoreHealth(
+            "gateway", retry_s=store_spec.retry_ms / 1000, registry=metrics.registry
+        )
+        gateway.director.shared_limits = SharedLimits(connect(store_spec), health)
     app = gateway.app()
     app.middlewares.append(auth_middleware(auth))
     add_status_route(
@@ -176,6 +185,8 @@ def build_gateway(
             await emitter.stop()
         await store.stop()
         await scrape_client.close()
+        if gateway.director.shared_limits is not None:
+            await gateway.director.shared_limits.aclose()
 
     app.on_startup.append(start_scraping)
     app.on_cleanup.append(stop_scraping)

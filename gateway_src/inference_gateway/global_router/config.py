@@ -5,6 +5,8 @@
     pollIntervalMs: 1000             # GET /status of every cluster this often
     staleAfterMs: 3000               # no good status for this long → drained
     rampS: 30                        # a returning cluster's share grows over this window
+    firstByteTimeoutMs: 60000        # a stream silent this long moves to the next cluster
+    drainFile: /var/run/igw/drained  # planned drains without a store (igw global drain)
     latencyBudgetMs: 2000            # cost profile: clusters slower than this are skipped
     sheddableObjectives: [batch]     # x-gateway-inference-objective values routed by cost
     clusters:
@@ -120,6 +122,15 @@ class GlobalRouterSpec(_Spec):
     connect_timeout_ms: int = Field(default=1000, ge=10, le=60_000)
     read_timeout_ms: int = Field(
         default=300_000, ge=100, le=3_600_000, description="Longest silence from a cluster."
+    )
+    first_byte_timeout_ms: int = Field(
+        default=60_000,
+        ge=100,
+        le=3_600_000,
+        description="Longest wait for a stream's first chunk before trying the next cluster.",
+    )
+    drain_file: str | None = Field(
+        default=None, description="Planned drain set when no store is configured (a file)."
     )
     max_body_bytes: int = Field(default=4 * 2**20, ge=1024)
     store: StoreSpec | None = None

@@ -108,6 +108,12 @@ class GlobalMetrics:
             ["cluster"],
             registry=r,
         )
+        self.planned = Gauge(
+            "igw_global_cluster_planned_drain",
+            "1 while the cluster is in the operator's drain set (igw global drain).",
+            ["cluster"],
+            registry=r,
+        )
         self.saturation = Gauge(
             "igw_global_cluster_saturation",
             "The cluster's reported pool saturation (1 = full).",

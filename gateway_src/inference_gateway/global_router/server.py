@@ -19,6 +19,7 @@ only as whole milliseconds up to 600,000.
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
 from collections.abc import Mapping
@@ -33,6 +34,7 @@ from ..store.ratelimit import GlobalRateLimiter, Ticket
 from .choice import Choice, RequestTraits, rank_clusters
 from .clusters import ClusterRegistry, ClusterState
 from .config import GlobalRouterSpec, ProfileName
+from .drains import PlannedDrains
 from .metrics import FleetEmfEmitter, GlobalMetrics
 from .requests import (
     api_key_of,
@@ -57,8 +59,19 @@ _PROFILES: dict[str, ProfileName] = {"latency": "latency", "cost": "cost"}
 _PASSED_BACK = ("x-request-id", "retry-after")  # a cluster's 429 keeps its Retry-After
 
 
-class _BrokeBeforeFirstByte(Exception):
-    """The cluster's answer broke before any byte reached the client: safe to retry."""
+def _end_now(waiting: asyncio.Timeout, loop: asyncio.AbstractEventLoop) -> None:
+    """Make a first-byte wait time out now (a drain's call back), unless it already has:
+    its own deadline and a drain can race, and a second reschedule would raise."""
+    if not waiting.expired():
+        waiting.reschedule(loop.time())
+
+
+class _Skip(Exception):
+    """An attempt given up before any byte reached the client: safe to retry elsewhere."""
+
+    def __init__(self, reason: str, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.reason, self.status, self.detail = reason, status, detail
 
 
 class GlobalRouter:
@@ -73,11 +86,15 @@ class GlobalRouter:
         self.metrics = metrics or GlobalMetrics()
         self.registry = ClusterRegistry(spec, self.metrics)
         self.limiter: GlobalRateLimiter | None = None
+        redis, health = None, None
         if spec.store is not None:
             health = StoreHealth(
                 "global-router", retry_s=spec.store.retry_ms / 1000, registry=self.metrics.registry
             )
-            self.limiter = GlobalRateLimiter(spec.rate_limits, connect(spec.store), health)
+            redis = connect(spec.store)
+            self.limiter = GlobalRateLimiter(spec.rate_limits, redis, health)
+        if redis is not None or spec.drain_file is not None:
+            self.registry.planned = PlannedDrains(spec, redis, health).current
         self.auth = build_authenticator(spec.auth)
         self._rng = random.Random(seed)
         self._session: aiohttp.ClientSession | None = None
@@ -214,13 +231,13 @@ class GlobalRouter:
                     {**extra, "retry-after": str(admission.retry_after_s)},
                 )
             ticket = admission.ticket
-        response, used = await self._forward(request, raw, extra)
+        response, used = await self._forward(request, raw, extra, body.get("stream") is True)
         if self.limiter is not None and used is not None:
             await self.limiter.settle(ticket, used)
         return response
 
     async def _forward(
-        self, request: web.Request, raw: bytes, extra: dict[str, str]
+        self, request: web.Request, raw: bytes, extra: dict[str, str], stream: bool = False
     ) -> tuple[web.StreamResponse, int | None]:
         assert self._session is not None
         traits = self._traits(request.headers)
@@ -232,41 +249,36 @@ class GlobalRouter:
                 headers[name] = value
         last_error = "no routable cluster"
         last_status = 503
-        attempts = choice.ranked[: self.spec.max_attempts]
-        for attempt, state in enumerate(attempts):
+        ranked = choice.ranked
+        tried = 0
+        for index, state in enumerate(ranked):
+            if tried >= self.spec.max_attempts:
+                break
+            if not state.routable:  # drained since the ranking was made: skip, no timeout
+                continue
             name = state.name
+            last = tried + 1 >= self.spec.max_attempts or not any(
+                s.routable for s in ranked[index + 1 :]
+            )
             self.metrics.decisions.labels(
-                name, choice.profile, "first" if attempt == 0 else "retry"
+                name, choice.profile, "first" if tried == 0 else "retry"
             ).inc()
+            tried += 1
             started = time.perf_counter()
             try:
-                upstream = await self._session.post(
-                    state.spec.base_url + request.path, data=raw, headers=headers
-                )
-            except aiohttp.SocketTimeoutError as error:  # slow, not gone: skip, keep it
-                self.registry.observe_outcome(name, failed=True)
-                self.metrics.retries.labels(name, "read_timeout").inc()
-                last_error, last_status = f"{name}: {error}", 504
-                continue
-            except (aiohttp.ClientConnectionError, TimeoutError, OSError) as error:
-                self.registry.drain(name, "connect_failed")
-                self.metrics.retries.labels(name, "connect_failed").inc()
-                last_error, last_status = f"{name}: {error}", 502
+                upstream, first = await self._open(state, request.path, raw, headers, stream)
+            except _Skip as skip:
+                self.metrics.retries.labels(name, skip.reason).inc()
+                last_error, last_status = f"{name}: {skip.detail}", skip.status
                 continue
             try:
                 self.registry.observe_outcome(name, failed=upstream.status >= 500)
-                if upstream.status in RETRYABLE_STATUS and state is not attempts[-1]:
+                if upstream.status in RETRYABLE_STATUS and not last:
                     self.metrics.retries.labels(name, str(upstream.status)).inc()
                     last_error, last_status = f"{name}: HTTP {upstream.status}", upstream.status
                     continue
                 cross = "true" if state.spec.region != traits.home_region else "false"
-                try:
-                    return await self._relay(request, upstream, state, cross, started, extra)
-                except _BrokeBeforeFirstByte as error:
-                    self.registry.observe_outcome(name, failed=True)
-                    self.metrics.retries.labels(name, "broke_before_first_byte").inc()
-                    last_error, last_status = f"{name}: {error}", 502
-                    continue
+                return await self._relay(request, upstream, first, state, cross, started, extra)
             finally:
                 upstream.release()
         self.metrics.failed.labels(str(last_status)).inc()
@@ -281,15 +293,62 @@ class GlobalRouter:
             None,
         )
 
+    async def _open(
+        self, state: ClusterState, path: str, raw: bytes, headers: dict[str, str], stream: bool
+    ) -> tuple[aiohttp.ClientResponse, bytes]:
+        """Send the request to one cluster and wait for its first byte (a stream's first
+        chunk; a JSON answer whole, as it arrives whole). Until then the attempt is
+        retryable: `_Skip` says why it was given up. A drain of the cluster meanwhile
+        ends the wait at once (the registry calls back); a stream silent for
+        `firstByteTimeoutMs` is skipped without draining (slow is not gone)."""
+        assert self._session is not None
+        name = state.name
+        loop = asyncio.get_running_loop()
+        delay = self.spec.first_byte_timeout_ms / 1000 if stream else None
+        upstream: aiohttp.ClientResponse | None = None
+        try:
+            async with asyncio.timeout(delay) as waiting:
+                key = self.registry.hold(name, lambda: _end_now(waiting, loop))
+                try:
+                    upstream = await self._session.post(
+                        state.spec.base_url + path, data=raw, headers=headers
+                    )
+                    try:
+                        first = await (upstream.content.readany() if stream else upstream.read())
+                    except (aiohttp.ClientError, TimeoutError) as error:
+                        self.registry.observe_outcome(name, failed=True)
+                        raise _Skip("broke_before_first_byte", 502, str(error)) from error
+                except aiohttp.SocketTimeoutError as error:  # slow, not gone: skip, keep it
+                    self.registry.observe_outcome(name, failed=True)
+                    raise _Skip("read_timeout", 504, str(error)) from error
+                except (aiohttp.ClientConnectionError, TimeoutError, OSError) as error:
+                    self.registry.release(name, key)
+                    self.registry.drain(name, "connect_failed")
+                    raise _Skip("connect_failed", 502, str(error)) from error
+                except BaseException:
+                    if upstream is not None:
+                        upstream.release()
+                    raise
+                finally:
+                    self.registry.release(name, key)
+        except TimeoutError as error:  # only the wait above ends this way (the rest is _Skip)
+            if not state.routable:  # the drain called us back: retry now, loses nothing
+                raise _Skip("cluster_drained", 502, "drained while waiting") from error
+            self.registry.observe_outcome(name, failed=True)
+            raise _Skip("first_byte_timeout", 504, "no first byte in time") from error
+        return upstream, first
+
     async def _relay(
         self,
         request: web.Request,
         upstream: aiohttp.ClientResponse,
+        first: bytes,
         state: ClusterState,
         cross: str,
         started: float,
         extra: dict[str, str],
     ) -> tuple[web.StreamResponse, int | None]:
+        """Relay an answer whose first byte is in (`first`): nothing is retried from here."""
         name = state.name
         content_type = upstream.headers.get("content-type", "application/json")
         headers = {**extra, CLUSTER_HEADER: name, "content-type": content_type}
@@ -297,31 +356,29 @@ class GlobalRouter:
             value = upstream.headers.get(passed)
             if value is not None:
                 headers[passed] = value
+        self._answered(state, cross, upstream.status, time.perf_counter() - started)
         if not content_type.startswith("text/event-stream"):
-            try:
-                body = await upstream.read()
+            try:  # the rest, when a stream was asked for and JSON came (empty otherwise)
+                body = first + await upstream.content.read()
             except (aiohttp.ClientError, TimeoutError) as error:
-                raise _BrokeBeforeFirstByte(str(error)) from error
-            self._answered(state, cross, upstream.status, time.perf_counter() - started)
+                return error_response(
+                    502, f"The cluster's answer broke: {error}", "upstream_error", "broken"
+                ), None
             whole = web.Response(status=upstream.status, body=body, headers=headers)
             await whole.prepare(request)  # sent before the bookkeeping (settling usage)
             await whole.write_eof()
             return whole, usage_of(body) if upstream.status == 200 else None
         response = web.StreamResponse(status=upstream.status, headers=headers)
-        first = True
-        last_data = b""
+        await response.prepare(request)
+        last_data = first if b'"usage"' in first else b""
         try:
-            async for chunk in upstream.content.iter_any():
-                if first:
-                    first = False
-                    self._answered(state, cross, upstream.status, time.perf_counter() - started)
-                    await response.prepare(request)
-                await response.write(chunk)
-                if b'"usage"' in chunk:
-                    last_data = chunk
-        except (aiohttp.ClientError, TimeoutError) as error:
             if first:
-                raise _BrokeBeforeFirstByte(str(error)) from error
+                await response.write(first)
+                async for chunk in upstream.content.iter_any():
+                    await response.write(chunk)
+                    if b'"usage"' in chunk:
+                        last_data = chunk
+        except (aiohttp.ClientError, TimeoutError) as error:
             event = {
                 "error": {
                     "message": f"The cluster's stream broke: {error}",
@@ -332,9 +389,6 @@ class GlobalRouter:
             await response.write(b"data: " + orjson.dumps(event) + b"\n\n")
             await response.write_eof()
             return response, None
-        if first:
-            self._answered(state, cross, upstream.status, time.perf_counter() - started)
-            await response.prepare(request)
         await response.write_eof()
         return response, sse_usage(last_data)
 

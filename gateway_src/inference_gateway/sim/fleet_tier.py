@@ -12,9 +12,13 @@ The router sees a cluster only the way `igw global` does:
   `dataplane/status.py`, validated by `ClusterStatus`), arriving one round trip later;
   a poll of a dead cluster fails one round trip later and drains it (`connect_failed`);
 * its answers: a refused or dropped connection drains the cluster and moves the request
-  to the next cluster of its ranking; a 429 or 503 from the cluster's admission moves it
-  without draining (`server._forward`'s rules); the first token updates the router's
-  first-byte EWMA and error EWMA (passive learning).
+  to the next cluster of its ranking that is still routable; a 429 or 503 from the
+  cluster's admission, or `firstByteTimeoutMs` without a first token, moves it without
+  draining (`server._forward`'s rules); the first token updates the router's first-byte
+  EWMA and error EWMA (passive learning);
+* a drain (however the router learnt it) retries at once the requests that router still
+  waits on there without a first token (`ClusterRegistry.hold`, as `server._open`); the
+  cluster's work on an abandoned attempt goes on, but its answer is dropped.
 
 A killed cluster's gateway answers nothing more: requests it held that had not streamed
 a token are dropped with the connection and retried elsewhere; those that had are lost
@@ -62,8 +66,12 @@ class FleetRequest:
 
     sim: SimRequest
     router: SimRouter
-    attempts: list[str]
-    attempt: int = 0
+    attempts: list[str]  # the ranking on arrival; retries skip clusters drained since
+    attempt: int = 0  # attempts made before the current one
+    index: int = 0  # the current attempt's place in `attempts`
+    seq: int = 0  # bumped per attempt: a callback of an earlier attempt is stale
+    at: str | None = None  # the cluster the current attempt waits on or streams from
+    hold_key: int | None = None
     sent_at: float = 0.0
     first_token: float | None = None  # when the client saw it
     refused_at: float | None = None  # last time a dead cluster dropped it
@@ -186,7 +194,7 @@ class SimRouter:
     def rank(self, traits: RequestTraits, now: float) -> list[str]:
         """The clusters to try, in order (`igw global`'s own ranking)."""
         choice = rank_clusters(self.spec, self.registry.routable(), traits, now, self.random.random)
-        return [s.name for s in choice.ranked[: self.spec.max_attempts]]
+        return [s.name for s in choice.ranked]
 
     def home_full(self, now: float) -> bool:
         """A home-region cluster is routable and fully ramped (the home region is in)."""
@@ -311,26 +319,78 @@ class FleetTier:
         self._send(req)
 
     def _send(self, req: FleetRequest) -> None:
-        name = req.attempts[req.attempt]
+        name = req.attempts[req.index]
         cluster = self.clusters[name]
         router = req.router
         router.metrics.decisions.labels(
             name, self.spec.profile, "first" if req.attempt == 0 else "retry"
         ).inc()
         req.sent_at = self.now
+        req.seq += 1
+        req.at = name
+        seq = req.seq
+        req.hold_key = router.registry.hold(
+            name, lambda: self.later(self.now, MESSAGE, self._current(req, seq, self._drained))
+        )
         self.recorder.on_attempt(req, cluster, self.now, router.home_full(self.now))
         self.later(
             self.now + self.one_way(router, cluster), MESSAGE, lambda: self._deliver(req, cluster)
         )
+        wait = min(self.spec.first_byte_timeout_ms, self.spec.read_timeout_ms) / 1000
+        self.later(self.now + wait, MESSAGE, self._current(req, seq, self._first_byte_timeout))
+
+    def _current(
+        self, req: FleetRequest, seq: int, then: Callable[[FleetRequest], None]
+    ) -> Callable[[], None]:
+        """`then(req)` if the attempt it was scheduled for is still the one waiting for a
+        first token (a drain, a timeout and a refusal can race for one attempt)."""
+
+        def run() -> None:
+            if req.seq == seq and req.at is not None and req.first_token is None:
+                then(req)
+
+        return run
+
+    def _give_up(self, req: FleetRequest) -> SimCluster:
+        """End the current attempt before its first token: the router closes the
+        connection, so the cluster's answer (if it ever comes) is dropped."""
+        assert req.at is not None
+        cluster = self.clusters[req.at]
+        if req.hold_key is not None:
+            req.router.registry.release(cluster.name, req.hold_key)
+            req.hold_key = None
+        if cluster.live is not None:
+            cluster.live.requests.pop(req.sim.request_id, None)
+        req.at = None
+        return cluster
+
+    def _drained(self, req: FleetRequest) -> None:
+        """`server._open` when the registry drains the cluster it waits on: retry now."""
+        cluster = self._give_up(req)
+        req.router.metrics.retries.labels(cluster.name, "cluster_drained").inc()
+        req.refused_at = self.now
+        self._next_attempt(req, "unanswered")
+
+    def _first_byte_timeout(self, req: FleetRequest) -> None:
+        """`server._open` on `firstByteTimeoutMs` of silence: skip (not drained), next."""
+        cluster = self._give_up(req)
+        req.router.registry.observe_outcome(cluster.name, failed=True)
+        req.router.metrics.retries.labels(cluster.name, "first_byte_timeout").inc()
+        req.refused_at = self.now
+        self._next_attempt(req, "unanswered")
 
     def _deliver(self, req: FleetRequest, cluster: SimCluster) -> None:
         live = cluster.live
+        seq = req.seq
+        if req.at != cluster.name:
+            return  # the router gave this attempt up on the way (a drain)
         if live is None:
+            refused = self._current(req, seq, self._refused)
             if cluster.silent:  # no answer: the connect timeout fails it
                 at = max(self.now, req.sent_at + self.spec.connect_timeout_ms / 1000)
-                self.later(at, MESSAGE, lambda: self._refused(req, cluster))
+                self.later(at, MESSAGE, refused)
             else:  # nothing listens: the connection is refused
-                self._reply(req, cluster, lambda: self._refused(req, cluster))
+                self._reply(req, cluster, refused)
             return
         live.requests[req.sim.request_id] = req
         pod = live.policy.route(req.sim, self.now)
@@ -339,7 +399,7 @@ class FleetTier:
         if pod is None:  # the cluster's admission refused it (pool saturated)
             del live.requests[req.sim.request_id]
             live.meter.answers += 1
-            self._reply(req, cluster, lambda: self._rejected(req, cluster, 429))
+            self._reply(req, cluster, self._current(req, seq, partial(self._rejected, status=429)))
             return
         self._start(live, req, pod)
 
@@ -385,7 +445,8 @@ class FleetTier:
                 del live.requests[sim.request_id]
                 live.meter.answers += 1
                 live.meter.errors += 1
-                self._reply(req, live.cluster, partial(self._rejected, req, live.cluster, 503))
+                rejected = self._current(req, req.seq, partial(self._rejected, status=503))
+                self._reply(req, live.cluster, rejected)
             else:
                 self._start(live, req, pod)
 
@@ -393,37 +454,62 @@ class FleetTier:
         self._reply_to(req.router, cluster, then)
 
     def first_token(self, req: FleetRequest, cluster: SimCluster, time: float) -> None:
+        if req.at != cluster.name or req.first_token is not None:
+            return  # an attempt the router gave up: its answer is dropped
         seen = time + self.one_way(req.router, cluster)
         req.first_token = seen
         registry = req.router.registry
+        if req.hold_key is not None:
+            registry.release(cluster.name, req.hold_key)
+            req.hold_key = None
         registry.observe_outcome(cluster.name, failed=False)
         registry.observe_ttft(cluster.name, seen - req.sent_at)
 
     def finished(self, req: FleetRequest, cluster: SimCluster, time: float) -> None:
+        if req.at != cluster.name:
+            return  # an attempt the router gave up
         self.open -= 1
         self.recorder.on_served(req, cluster, time + self.one_way(req.router, cluster))
 
-    def _refused(self, req: FleetRequest, cluster: SimCluster) -> None:
+    def _refused(self, req: FleetRequest) -> None:
         """`server._forward` on a refused or dropped connection: drain, try the next."""
+        cluster = self._give_up(req)
         req.router.registry.drain(cluster.name, "connect_failed")
         req.router.metrics.retries.labels(cluster.name, "connect_failed").inc()
         req.refused_at = self.now
         self._next_attempt(req, "unanswered")
 
-    def _rejected(self, req: FleetRequest, cluster: SimCluster, status: int) -> None:
+    def _rejected(self, req: FleetRequest, status: int) -> None:
         """`server._forward` on a 429/503 answer: skip the cluster (not drained); the last
         attempt's answer goes back to the client."""
+        cluster = self._give_up(req)
         req.router.registry.observe_outcome(cluster.name, failed=status >= 500)
-        if req.attempt + 1 < len(req.attempts):
+        if self._next_index(req) is not None:
             req.router.metrics.retries.labels(cluster.name, str(status)).inc()
         self._next_attempt(req, "rejected")
 
+    def _next_index(self, req: FleetRequest) -> int | None:
+        """The next cluster of the ranking still routable, within `maxAttempts`."""
+        if req.attempt + 1 >= self.spec.max_attempts:
+            return None
+        states = req.router.registry.states
+        return next(
+            (
+                i
+                for i in range(req.index + 1, len(req.attempts))
+                if states[req.attempts[i]].routable
+            ),
+            None,
+        )
+
     def _next_attempt(self, req: FleetRequest, outcome: str) -> None:
-        req.attempt += 1
-        if req.attempt < len(req.attempts):
-            self._send(req)
-        else:
+        index = self._next_index(req)
+        if index is None:
             self._fail(req, outcome)
+            return
+        req.attempt += 1
+        req.index = index
+        self._send(req)
 
     def _fail(self, req: FleetRequest, outcome: str) -> None:
         self.open -= 1
@@ -444,9 +530,11 @@ class FleetTier:
                     drain = partial(router.registry.drain, cluster.name, "connect_failed")
                     self.later(self.now + timeout, MESSAGE, drain)
                 else:
-                    self.later(self.now + one_way, MESSAGE, partial(self._status, router, cluster))
+                    epoch = router.registry.states[cluster.name].epoch  # as server._poll
+                    status = partial(self._status, router, cluster, epoch)
+                    self.later(self.now + one_way, MESSAGE, status)
 
-    def _status(self, router: SimRouter, cluster: SimCluster) -> None:
+    def _status(self, router: SimRouter, cluster: SimCluster, epoch: int) -> None:
         live = cluster.live
         if live is None:
             drain = partial(router.registry.drain, cluster.name, "connect_failed")
@@ -458,7 +546,7 @@ class FleetTier:
         else:
             status = live.status(self.now)
             self._reply_to(
-                router, cluster, partial(router.registry.heartbeat, cluster.name, status)
+                router, cluster, partial(router.registry.heartbeat, cluster.name, status, epoch)
             )
 
     def _reply_to(self, router: SimRouter, cluster: SimCluster, then: Callable[[], None]) -> None:
@@ -487,21 +575,11 @@ class FleetTier:
         assert live is not None
         live.alive = False
         cluster.live, cluster.silent = None, silent
-        read_timeout = self.spec.read_timeout_ms / 1000
         for req in list(live.requests.values()):
             if req.first_token is not None:  # streaming: the stream breaks
                 self.open -= 1
                 self.recorder.on_failed(req, "lost_started", self.now)
-            elif silent:
-                at = max(self.now, req.sent_at + read_timeout)
-                self.later(at, MESSAGE, partial(self._timed_out, req, cluster))
-            else:  # the connection drops before an answer: the router retries
-                self._reply(req, cluster, partial(self._refused, req, cluster))
+            elif not silent:  # the connection drops before an answer: the router retries
+                self._reply(req, cluster, self._current(req, req.seq, self._refused))
+            # silent: the request waits for the drain or its first-byte timeout (_send)
         live.requests.clear()
-
-    def _timed_out(self, req: FleetRequest, cluster: SimCluster) -> None:
-        """`server._forward` on `readTimeoutMs` of silence: skip (not drained), next."""
-        req.router.registry.observe_outcome(cluster.name, failed=True)
-        req.router.metrics.retries.labels(cluster.name, "read_timeout").inc()
-        req.refused_at = self.now
-        self._next_attempt(req, "unanswered")

@@ -34,8 +34,8 @@ what happens to the clusters when:
 
 Unknown keys are errors and every problem names its field, as everywhere. The router
 keys are `igw global`'s own (validated by `GlobalRouterSpec`); the ones the simulation
-sets itself (`clusters`, `homeRegion`, `profile`, `sheddableObjectives`, `store`,
-`rateLimits`) are refused there.
+sets itself (`clusters`, `homeRegion`, `profile`, `sheddableObjectives`, `store`) and
+the ones it does not simulate (`rateLimits`, `drainFile`) are refused there.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ __all__ = [
 
 FLEET_DIR = "fleet"  # shipped fleet scenarios: scenarios/fleet/NAME.yaml
 SET_BY_SIMULATION = ("clusters", "homeRegion", "profile", "sheddableObjectives", "store")
-NOT_SIMULATED = ("rateLimits",)
+NOT_SIMULATED = ("rateLimits", "drainFile")  # planned drains are not scenario events
 SHEDDABLE_OBJECTIVE = "sheddable"  # a sheddable request's objective in the simulation
 
 

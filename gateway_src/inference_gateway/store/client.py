@@ -23,14 +23,18 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
-__all__ = ["StoreHealth", "StoreSpec", "StoreUnavailable", "connect"]
+from ..errors import ConfigError
+
+__all__ = ["StoreHealth", "StoreSpec", "StoreUnavailable", "connect", "store_from_flag"]
+
+PASSWORD_ENV = "IGW_STORE_PASSWORD"  # the password of a store given by `--store URL`
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -59,6 +63,19 @@ class StoreSpec(BaseModel):
         if not url.startswith(("redis://", "rediss://")):
             raise ValueError("must start with redis:// or rediss:// (TLS)")
         return url
+
+
+def store_from_flag(url: str | None, source: str = "--store") -> StoreSpec | None:
+    """The store of a `--store URL` flag (`igw serve`, `igw picker`): None when absent,
+    the password from `$IGW_STORE_PASSWORD` when set; `ConfigError` on a bad URL. One
+    helper, so every flag that names the store parses it the same way."""
+    if url is None:
+        return None
+    password_env = PASSWORD_ENV if PASSWORD_ENV in os.environ else None
+    try:
+        return StoreSpec(url=url, password_env=password_env)
+    except ValidationError as error:
+        raise ConfigError(source, [f"--store: {e['msg']}" for e in error.errors()]) from None
 
 
 class StoreUnavailable(Exception):

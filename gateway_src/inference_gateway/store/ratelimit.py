@@ -18,6 +18,13 @@ buckets of `traffic.ratelimit` with each limit (scaled to a minute) divided by
 `fallbackReplicas`, so the fleet as a whole stays near the limit; the answer carries
 `x-ratelimit-scope: local`.
 
+`igw serve` replicas share limits the same way (`SharedLimits`, `--store URL`): the
+gateway config's `rateLimits` (per minute) become one store limiter, rebuilt when a
+reload changes the rules; with the store away the gateway uses its own local buckets
+(`check_shared` answers None) and settles through `StoreSettle`, which writes the
+correction in the background (the answer has been sent; the write is bounded by the
+store's `timeoutMs`).
+
 Keys hash the client id and model name (a client sends them; they never appear in
 a key as such, and their length is bounded); all keys share one hash tag, so the script
 runs on one shard in cluster mode.
@@ -25,6 +32,7 @@ runs on one shard in cluster mode.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import math
 import time
@@ -38,7 +46,14 @@ from ..config import RateLimitSpec
 from ..traffic.ratelimit import RateLimiter
 from .client import StoreHealth, StoreUnavailable
 
-__all__ = ["Admission", "GlobalRateLimitSpec", "GlobalRateLimiter", "Ticket"]
+__all__ = [
+    "Admission",
+    "GlobalRateLimitSpec",
+    "GlobalRateLimiter",
+    "SharedLimits",
+    "StoreSettle",
+    "Ticket",
+]
 
 # KEYS: bucket keys. ARGV: window_ms, slots, then (limit, cost) per key.
 # Returns {wait_ms, slot, used_1, ..., used_n} (used after charging when admitted).
@@ -205,6 +220,12 @@ class GlobalRateLimiter:
 
     async def check(self, client: str, model: str, tokens: int) -> Admission:
         """Charge one request and `tokens` to every matching bucket, or to none."""
+        admission = await self.check_shared(client, model, tokens)
+        return self._local(client, model, tokens) if admission is None else admission
+
+    async def check_shared(self, client: str, model: str, tokens: int) -> Admission | None:
+        """`check` in the store only: None when the store is away (the caller's own
+        local buckets decide then)."""
         buckets = self.buckets(client, model, tokens)
         if not buckets:
             return Admission(True)
@@ -216,7 +237,7 @@ class GlobalRateLimiter:
                 lambda: self._check(keys=[b.key for b in buckets], args=args)
             )
         except StoreUnavailable:
-            return self._local(client, model, tokens)
+            return None
         wait_ms, slot, *used = (int(v) for v in result)
         headers = _headers(buckets, used, wait_ms)
         if wait_ms > 0:
@@ -242,6 +263,48 @@ class GlobalRateLimiter:
         decision = self.local.check(client, model, tokens, time.monotonic())
         headers = {**decision.headers, "x-ratelimit-scope": "local"}
         return Admission(decision.allowed, headers, decision.retry_after_s, scope="local")
+
+
+class SharedLimits:
+    """`igw serve`'s per-minute `rateLimits`, kept in the store for every replica: one
+    `GlobalRateLimiter` per rule list (a config reload that changes the rules builds a
+    new one), all on one client and one health state."""
+
+    def __init__(self, redis: Redis, health: StoreHealth, key_prefix: str = "igw-serve") -> None:
+        self.redis = redis
+        self.health = health
+        self.key_prefix = key_prefix  # apart from the global router's keys in a shared store
+        self._rules: list[RateLimitSpec] | None = None
+        self._limiter: GlobalRateLimiter | None = None
+        self.pending: set[asyncio.Task[None]] = set()  # settles being written
+
+    def limiter(self, rules: list[RateLimitSpec]) -> GlobalRateLimiter:
+        if self._limiter is None or rules is not self._rules:
+            spec = GlobalRateLimitSpec(rules=rules, key_prefix=self.key_prefix)
+            self._rules, self._limiter = rules, GlobalRateLimiter(spec, self.redis, self.health)
+        return self._limiter
+
+    async def aclose(self) -> None:
+        if self.pending:
+            await asyncio.gather(*self.pending, return_exceptions=True)
+        await self.redis.aclose()
+
+
+@dataclass(frozen=True, slots=True)
+class StoreSettle:
+    """The lifecycle's settle hook for a store charge (the local `RateLimiter.settle`
+    signature): the correction is written in the background, the request does not wait."""
+
+    shared: SharedLimits
+    limiter: GlobalRateLimiter
+    ticket: Ticket
+
+    def settle(self, api_key: str, model: str, charged: int, used: int, now: float) -> None:
+        if not self.ticket.token_keys or used == self.ticket.charged:
+            return
+        task = asyncio.get_running_loop().create_task(self.limiter.settle(self.ticket, used))
+        self.shared.pending.add(task)
+        task.add_done_callback(self.shared.pending.discard)
 
 
 def _share(limit: int | None, scale: float) -> int | None:

@@ -35,6 +35,8 @@ class FakeCluster:
     status: dict[str, Any] = field(default_factory=lambda: dict(HEALTHY))
     status_body: bytes | None = None  # raw bytes instead of `status` (garbage tests)
     answer_status: int = 200
+    hang_s: float = 2.0  # how long answer_status -1 stays silent
+    status_delay_s: float = 0.0  # a slow status answer (ordering tests)
     hits: Counter[str] = field(default_factory=Counter)
     runner: web.AppRunner | None = None
     port: int = 0
@@ -44,6 +46,8 @@ class FakeCluster:
         return f"http://127.0.0.1:{self.port}"
 
     async def _status(self, request: web.Request) -> web.Response:
+        if self.status_delay_s:
+            await asyncio.sleep(self.status_delay_s)
         if self.status_body is not None:
             return web.Response(body=self.status_body, content_type="application/json")
         return web.json_response(self.status)
@@ -52,7 +56,7 @@ class FakeCluster:
         body = await request.json()
         self.hits[request.headers.get("x-gateway-inference-objective", "")] += 1
         if self.answer_status == -1:  # a cluster that accepted and went silent
-            await asyncio.sleep(2)
+            await asyncio.sleep(self.hang_s)
         if self.answer_status != 200:
             return web.json_response(
                 {"error": {"message": "busy"}},

@@ -83,3 +83,70 @@ def test_per_cluster_emf_records_carry_health_ramp_and_drains() -> None:
     assert again["ClusterFailoverEvents"] == 0  # the interval's drains, not the total
     emitter.emit()
     assert len(stream.getvalue().splitlines()) == 2  # one fleet line, one per cluster
+
+
+def test_a_starting_router_ramps_clusters_in_from_zero() -> None:
+    now = [100.0]
+    metrics = GlobalMetrics()
+    registry = ClusterRegistry(SPEC, metrics, clock=lambda: now[0])
+    registry.heartbeat("a", OK)
+    assert registry.states["a"].ramp_fraction(100.0, SPEC.ramp_s) == 0.0
+    assert registry.states["a"].ramp_fraction(105.0, SPEC.ramp_s) == 0.5
+
+
+def test_a_status_sent_before_a_drain_is_dropped() -> None:
+    now = [0.0]
+    registry = ClusterRegistry(SPEC, GlobalMetrics(), clock=lambda: now[0])
+    registry.heartbeat("a", OK)
+    sent_under = registry.states["a"].epoch  # a poll leaves
+    registry.drain("a", "connect_failed")  # a request finds the cluster refusing
+    registry.heartbeat("a", OK, sent_under)  # the poll's answer comes back after
+    assert not registry.states["a"].routable
+    registry.heartbeat("a", OK, registry.states["a"].epoch)  # a poll sent after the drain
+    assert registry.states["a"].routable
+
+
+def test_a_drain_calls_back_the_requests_held_there_once() -> None:
+    registry = ClusterRegistry(SPEC, GlobalMetrics())
+    registry.heartbeat("a", OK)
+    called: list[str] = []
+    registry.hold("a", lambda: called.append("first"))
+    released = registry.hold("a", lambda: called.append("released"))
+    registry.release("a", released)
+    registry.drain("a", "status_stale")
+    registry.drain("a", "connect_failed")
+    assert called == ["first"]
+
+
+def test_a_planned_drain_holds_against_good_status_and_the_lift_ramps_from_zero() -> None:
+    now = [0.0]
+    metrics = GlobalMetrics()
+    registry = ClusterRegistry(SPEC, metrics, clock=lambda: now[0])
+    now[0] = 20.0
+    registry.heartbeat("a", OK)
+    registry.set_planned({"a", "not-ours"})  # a name of another fleet is ignored
+    assert registry.routable() == []
+    assert metrics.planned.labels("a")._value.get() == 1
+    assert sum(s.value for s in metrics.failovers.collect()[0].samples) == 0  # no alarm
+    now[0] = 21.0
+    registry.heartbeat("a", OK)  # a good status does not undo a planned drain
+    assert registry.routable() == []
+    registry.set_planned(set())
+    assert [s.name for s in registry.routable()] == ["a"]
+    assert registry.states["a"].ramp_fraction(21.0, SPEC.ramp_s) == 0.0
+    now[0] = 23.5
+    registry.check_staleness()
+    assert metrics.ramp.labels("a")._value.get() == 0.25
+    assert metrics.planned.labels("a")._value.get() == 0
+
+
+def test_a_lifted_drain_waits_for_a_fresh_status() -> None:
+    now = [0.0]
+    registry = ClusterRegistry(SPEC, GlobalMetrics(), clock=lambda: now[0])
+    registry.heartbeat("a", OK)
+    registry.set_planned({"a"})
+    now[0] = 60.0  # its last status is long stale
+    registry.set_planned(set())
+    assert registry.routable() == []
+    registry.heartbeat("a", OK)
+    assert registry.routable()

@@ -106,7 +106,8 @@ async def test_failed_heartbeat_drains_and_the_return_ramps(
     a = fake_clusters[0]
     async with running_router(config(fake_clusters, rampS=2)) as (_, router):
         states = router.registry.states
-        assert states["a"].ramp_fraction(router.registry.clock(), 2) == 1.0  # no ramp at start
+        # a router that starts ramps every cluster in, too (not the full share at once)
+        assert 0 <= states["a"].ramp_fraction(router.registry.clock(), 2) < 1
         a.status_body = b"garbage"
         await asyncio.sleep(0.3)
         assert not states["a"].routable
@@ -117,6 +118,85 @@ async def test_failed_heartbeat_drains_and_the_return_ramps(
         await asyncio.sleep(0.5)
         later = states["a"].ramp_fraction(router.registry.clock(), 2)
         assert 0 < first < later < 1
+
+
+async def stream_post(
+    session: aiohttp.ClientSession, url: str, stream: bool = True
+) -> tuple[int, dict[str, str], bytes]:
+    body = {"model": "m", "prompt": "hello", "max_tokens": 5, "stream": stream}
+    async with session.post(url + "/v1/completions", json=body) as r:
+        return r.status, dict(r.headers), await r.read()
+
+
+async def test_a_retry_skips_a_cluster_drained_since_the_ranking(
+    fake_clusters: list[FakeCluster],
+) -> None:
+    """Ranking on arrival: b (home, cheapest), a (home), c. b holds the stream past the
+    first-byte timeout; a is drained meanwhile, so the retry goes to c, not to a."""
+    a, b, _ = fake_clusters
+    b.answer_status, b.hang_s = -1, 3.0
+    slow_polls = config(
+        fake_clusters, pollIntervalMs=30_000, staleAfterMs=60_000, firstByteTimeoutMs=600
+    )
+    async with running_router(slow_polls) as (url, router), aiohttp.ClientSession() as s:
+        sent = asyncio.ensure_future(stream_post(s, url))
+        await asyncio.sleep(0.2)
+        router.registry.drain("a", "connect_failed")  # learnt from another request
+        status, headers, _ = await sent
+        assert status == 200 and headers["x-igw-cluster"] == "c"
+        assert sum(a.hits.values()) == 0
+        assert router.metrics.retries.labels("b", "first_byte_timeout")._value.get() == 1
+
+
+async def test_a_silent_stream_moves_on_after_the_first_byte_timeout(
+    fake_clusters: list[FakeCluster],
+) -> None:
+    b = fake_clusters[1]
+    b.answer_status, b.hang_s = -1, 5.0
+    cfg = config(fake_clusters, firstByteTimeoutMs=300, pollIntervalMs=30_000, staleAfterMs=60_000)
+    async with running_router(cfg) as (url, router), aiohttp.ClientSession() as s:
+        started = asyncio.get_running_loop().time()
+        status, headers, body = await stream_post(s, url)
+        took = asyncio.get_running_loop().time() - started
+        assert status == 200 and headers["x-igw-cluster"] == "a" and b"[DONE]" in body
+        assert took < 2.5  # not b's 5 s of silence (nor the 300 s read timeout)
+        assert router.registry.states["b"].routable  # slow is not gone: no drain
+
+
+async def test_a_drain_retries_the_requests_held_there_at_once(
+    fake_clusters: list[FakeCluster],
+) -> None:
+    """A JSON request (no first-byte timeout: its answer comes whole) held by a cluster
+    whose heartbeat then fails is retried the moment the cluster is drained."""
+    b = fake_clusters[1]
+    b.answer_status, b.hang_s = -1, 5.0
+    async with running_router(config(fake_clusters)) as (url, router), aiohttp.ClientSession() as s:
+        started = asyncio.get_running_loop().time()
+        sent = asyncio.ensure_future(post(s, url))
+        await asyncio.sleep(0.3)
+        b.status_body = b"garbage"  # the next poll (100 ms) drains b
+        status, headers, _ = await sent
+        took = asyncio.get_running_loop().time() - started
+        assert status == 200 and headers["x-igw-cluster"] == "a"
+        assert took < 2.0  # not b's 5 s
+        assert router.metrics.retries.labels("b", "cluster_drained")._value.get() == 1
+        assert router.registry.states["b"].held == {}  # nothing outlives the request
+
+
+async def test_a_status_sent_before_a_drain_does_not_revive_the_cluster(
+    fake_clusters: list[FakeCluster],
+) -> None:
+    a = fake_clusters[0]
+    slow_polls = config(fake_clusters, pollIntervalMs=30_000, staleAfterMs=60_000)
+    async with running_router(slow_polls) as (_, router):
+        a.status_delay_s = 0.4
+        poll = asyncio.ensure_future(router.registry.poll_once())
+        await asyncio.sleep(0.15)  # the poll is on its way: a request finds a refusing
+        router.registry.drain("a", "connect_failed")
+        await poll  # its good answer left before the drain: dropped
+        assert not router.registry.states["a"].routable
+        await router.registry.poll_once()  # a status sent after the drain brings it back
+        assert router.registry.states["a"].routable
 
 
 async def test_two_replicas_share_one_limit(
@@ -338,3 +418,17 @@ async def test_emf_records_are_written_while_the_router_runs(
     clusters = {x["Cluster"] for x in lines if "ClusterHealthy" in x}
     assert len(fleet) >= 3 and {x["Environment"] for x in fleet} == {"prod"}
     assert clusters == {"a", "b", "c"}
+
+
+async def test_a_drain_racing_a_first_byte_timeout_is_harmless() -> None:
+    """The drain's call back may come after the wait's own deadline fired (before the
+    request unregistered): it must not raise into the poll loop or another request."""
+    from inference_gateway.global_router.server import _end_now
+
+    loop = asyncio.get_running_loop()
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(None) as waiting:
+            _end_now(waiting, loop)  # a drain: the wait ends at once
+            await asyncio.sleep(5)
+    _end_now(waiting, loop)  # a second drain after expiry: nothing happens
+    assert waiting.expired()

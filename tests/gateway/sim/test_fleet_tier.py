@@ -86,23 +86,34 @@ def test_quiet_cluster_is_drained_by_the_failed_poll() -> None:
 
 def test_black_hole_region_loss() -> None:
     """A region that stops answering (no refusals): the status polls time out, so the
-    failover stays inside the bound; requests it held without a first token wait for
-    `readTimeoutMs` and are then retried elsewhere, not lost."""
+    failover stays inside the bound. The requests it held without a first token are
+    retried the moment their router drains the cluster (not after `readTimeoutMs`, 300 s
+    by default), and the retry skips the other drained cluster of their ranking."""
     events = [
         {"at_s": 20.77, "action": "kill", "region": "r1", "failure": "blackhole"},
         {"at_s": 40.5, "action": "restore", "region": "r1"},
     ]
-    router = {**TWO_REGIONS["router"], "readTimeoutMs": 5000}
-    report = simulate_fleet(scenario(events=events, router=router))["profiles"]["latency"]
+    report = simulate_fleet(scenario(events=events))["profiles"]["latency"]
     kill = report["events"][0]
     assert kill["clusters"] == ["c1", "c2"]
     assert 0 < kill["failover_s"] <= 3.0 + RTT_S
-    assert kill["retried_ttft_max_s"] >= 5.0
-    # a request held by c1 is retried after its read timeout on the next cluster of the
-    # ranking it got before the drain: c2, drained too (server._forward's rule)
-    assert kill["last_retry_s"] > 4.0  # sent just before the kill, + the 5 s read timeout
+    assert kill["retried_and_served"] > 0
+    # held since before the kill, retried at the drain (status timeout, within a poll)
+    assert kill["retried_ttft_max_s"] <= 1.0 + 0.5 + 2 * RTT_S + 1.0
+    assert kill["last_retry_s"] is None  # no retry was sent to the other dead cluster
     q = report["requests"]
     assert q["unanswered"] == q["unfinished"] == 0
+
+
+def test_a_slow_cluster_is_skipped_after_the_first_byte_timeout() -> None:
+    """A first-byte timeout shorter than the queueing of an overloaded cluster moves the
+    requests that waited that long to another cluster; none is lost."""
+    heavy = {**TWO_REGIONS["workload"], "arrival": {"kind": "poisson", "load": 1.3}}
+    router = {**TWO_REGIONS["router"], "firstByteTimeoutMs": 1000}
+    report = simulate_fleet(scenario(workload=heavy, router=router, events=[], duration_s=20))
+    latency = report["profiles"]["latency"]
+    assert latency["requests"]["retried_and_served"] > 0
+    assert latency["requests"]["unfinished"] == 0
 
 
 def test_no_request_that_had_not_started_is_lost(two_regions: dict[str, Any]) -> None:
@@ -236,6 +247,7 @@ def test_cost_mode_moves_away_when_the_cheap_cluster_saturates() -> None:
         ({"router": {"pollIntervalMS": 5}}, "router.pollIntervalMS"),
         ({"router": {"profile": "cost"}}, "router.profile"),
         ({"router": {"staleAfterMs": -1}}, "router.staleAfterMs"),
+        ({"router": {"drainFile": "/tmp/drained"}}, "router.drainFile"),
         ({"client_regions": {"r9": 1}}, "client_regions.r9"),
         ({"clusters": [{**TWO_REGIONS["clusters"][0], "gpu": "H100"}]}, "clusters[0].gpu"),
         ({"clusters": [{**TWO_REGIONS["clusters"][0], "name": "C_1"}]}, "clusters[0].name"),
