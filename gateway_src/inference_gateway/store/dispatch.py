@@ -143,15 +143,20 @@ class DispatchShare:
     ) -> None:
         if not 0 < interval_s < ttl_s:
             raise ConfigError("store", ["interval: must be above 0 and below the entry TTL"])
-        from redis.asyncio import Redis  # here: `igw` commands without a store skip it
-        from redis.exceptions import RedisError
+        from redis.exceptions import RedisError  # here: `igw` commands without a store skip it
+
+        from .client import connect, store_from_flag
 
         self.failures = (RedisError, OSError, TimeoutError)
+        # the same client as the rate limits (password from $IGW_STORE_PASSWORD, TLS), with
+        # this loop's own deadline; a bad URL is a ConfigError
+        spec = store_from_flag(url)
+        assert spec is not None
         try:
-            self.redis = Redis.from_url(
-                url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
+            self.redis = connect(
+                spec.model_copy(update={"timeout_ms": max(1, int(timeout_s * 1000))})
             )
-        except ValueError as error:
+        except ValueError as error:  # a URL redis cannot parse (port, database)
             raise ConfigError("store", [f"--store {url!r}: {error}"]) from None
         self.endpoints = endpoints
         self.controllers = controllers
