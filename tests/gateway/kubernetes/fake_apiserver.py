@@ -11,8 +11,10 @@ It implements what a list/watch client relies on, with the real semantics:
 * label selectors in the API's full syntax (kubernetes.io "Labels and Selectors"):
   equality `a=b`, `a==b`, `a!=b` and set-based `a in (x,y)`, `a notin (x,y)`, `a`, `!a`,
   ANDed by commas; a selector it cannot parse is answered 400, as the API server does
-  (not a match-everything); Leases with optimistic concurrency (409 on a
-  stale resourceVersion); Events are recorded for assertions;
+  (not a match-everything); a filtered watch sees an object relabelled into its selector
+  as ADDED and out of it as DELETED, as the API server's watch cache sends them;
+* Leases with optimistic concurrency (409 on a stale resourceVersion); Events are
+  recorded for assertions;
 * `PATCH .../{plural}/{name}/status` with `application/merge-patch+json` (RFC 7386)
   changes `.status` only, as the API server does for a resource whose CRD declares the
   status subresource; patches are recorded for assertions.
@@ -95,6 +97,22 @@ def _matches(obj: dict[str, Any], selector: list[Requirement]) -> bool:
     return True
 
 
+def _seen_as(
+    change: tuple[str, dict[str, Any], dict[str, Any] | None], selector: list[Requirement]
+) -> dict[str, Any] | None:
+    """The event a selector-filtered watch gets for one change, as the API server's watch
+    cache sends it: an object relabelled into the selector is ADDED, one relabelled out
+    of it is DELETED, an object outside it before and after is not seen."""
+    kind, obj, previous = change
+    now = _matches(obj, selector)
+    before = previous is not None and _matches(previous, selector)
+    if kind == "MODIFIED" and now != before:
+        kind = "ADDED" if now else "DELETED"
+    elif not now and not (kind == "DELETED" and before):
+        return None
+    return {"type": kind, "object": copy.deepcopy(obj)}
+
+
 def _merge(target: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
     """JSON merge patch (RFC 7386): null deletes, objects merge, anything else replaces."""
     out = copy.deepcopy(target)
@@ -112,7 +130,9 @@ class FakeApiServer:
     def __init__(self) -> None:
         self.version = 100
         self.collections: dict[str, dict[str, dict[str, Any]]] = {}
-        self.history: list[tuple[int, str, str, dict[str, Any]]] = []  # rv, coll, type, obj
+        # rv, collection, (type, object, the object before a MODIFIED)
+        self.history: list[tuple[int, str, tuple[str, dict[str, Any], dict[str, Any] | None]]]
+        self.history = []
         self.compacted = 0
         self.watches: list[_Watch] = []
         self.requests: list[str] = []
@@ -131,9 +151,9 @@ class FakeApiServer:
         meta = obj.setdefault("metadata", {})
         meta["resourceVersion"] = str(self.version)
         items = self.collections.setdefault(collection, {})
-        kind = "MODIFIED" if meta["name"] in items else "ADDED"
+        previous = items.get(meta["name"])
         items[meta["name"]] = obj
-        self._emit(collection, kind, obj)
+        self._emit(collection, "ADDED" if previous is None else "MODIFIED", obj, previous)
         return obj
 
     def delete(self, collection: str, name: str) -> None:
@@ -151,11 +171,18 @@ class FakeApiServer:
         for watch in self.watches:
             watch.queue.put_nowait(None)
 
-    def _emit(self, collection: str, kind: str, obj: dict[str, Any]) -> None:
-        self.history.append((self.version, collection, kind, copy.deepcopy(obj)))
+    def _emit(
+        self,
+        collection: str,
+        kind: str,
+        obj: dict[str, Any],
+        previous: dict[str, Any] | None = None,
+    ) -> None:
+        change = (kind, copy.deepcopy(obj), copy.deepcopy(previous))
+        self.history.append((self.version, collection, change))
         for watch in self.watches:
-            if watch.collection == collection and _matches(obj, watch.selector):
-                watch.queue.put_nowait({"type": kind, "object": copy.deepcopy(obj)})
+            if watch.collection == collection and (event := _seen_as(change, watch.selector)):
+                watch.queue.put_nowait(event)
 
     # ------------------------------------------------------------------ server
 
@@ -227,9 +254,9 @@ class FakeApiServer:
             await response.write_eof()
             return response
         watch = _Watch(path, selector)
-        for version, collection, kind, obj in self.history:
-            if version > since and collection == path and _matches(obj, selector):
-                watch.queue.put_nowait({"type": kind, "object": copy.deepcopy(obj)})
+        for version, collection, change in self.history:
+            if version > since and collection == path and (event := _seen_as(change, selector)):
+                watch.queue.put_nowait(event)
         self.watches.append(watch)
         try:
             async with asyncio.timeout(timeout):
