@@ -14,12 +14,12 @@ place, because both the validation and the charts must agree on them.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 if TYPE_CHECKING:
-    from inference_gateway.config import GatewayConfigSpec
+    from inference_gateway.config import GatewayConfigSpec, LabelSelector
 
 __all__ = [
     "CanarySpec",
@@ -212,8 +212,12 @@ def model_server_pod_labels(server: ModelServerSpec, *, gpu: str) -> dict[str, s
     }
 
 
-def _selects(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
-    return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
+def _selects(selector: LabelSelector, labels: Mapping[str, str]) -> bool:
+    return not selector.selects_everything and selector.matches(labels)
+
+
+def _shown(selector: LabelSelector) -> dict[str, Any]:
+    return selector.model_dump(by_alias=True)
 
 
 def workload_problems(
@@ -244,7 +248,7 @@ def workload_problems(
         if pool is not None and not _selects(pool.selector, labels[i]):
             problems.append(
                 f"{where}.pod_labels: pods labelled {labels[i]} are not selected by "
-                f"pool {pool.name!r} (selector {pool.selector})"
+                f"pool {pool.name!r} (selector {_shown(pool.selector)})"
             )
         routed = model_pool.get(server.served_name)
         if routed is None:
@@ -281,12 +285,20 @@ def workload_problems(
     problems += _picker_wiring_problems(gateway)
     for i, pool in enumerate(gateway.pools):
         where = f"gateway.pools[{i}].selector"
-        if not pool.selector:
+        if pool.selector.selects_everything:
             problems.append(f"{where}: empty, it would select every pod of the namespace")
             continue
+        if pool.selector.match_expressions:
+            # upstream InferencePool v1 selects by matchLabels only, and the cluster
+            # routes through the InferencePool rendered from this pool
+            problems.append(
+                f"{where}.matchExpressions: an InferencePool (v1) selects by matchLabels "
+                "only; give this pool matchLabels (matchExpressions work where no "
+                "InferencePool is rendered: igw serve, igw picker --config)"
+            )
         selected = [j for j in range(len(model_servers)) if _selects(pool.selector, labels[j])]
         if not selected:
-            problems.append(f"{where}: {pool.selector} matches no model-server Deployment")
+            problems.append(f"{where}: {_shown(pool.selector)} matches no model-server Deployment")
         for j in selected:
             if model_servers[j].pool != pool.name:
                 problems.append(

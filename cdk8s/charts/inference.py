@@ -82,7 +82,10 @@ class InferenceChart(Chart):
                 **common,
                 body={
                     "spec": {
-                        "selector": {"matchLabels": dict(pool.selector)},
+                        # matchLabels only: upstream InferencePool v1 has no
+                        # matchExpressions, and the environment validation refuses
+                        # a pool that uses them (stacks/spec_workloads.py)
+                        "selector": {"matchLabels": dict(pool.selector.match_labels)},
                         "targetPorts": [{"number": pool.target_port}],
                         "endpointPickerRef": {
                             "group": "",

@@ -19,12 +19,24 @@ Errors: `ConfigError` (a subclass of `InferenceGatewayError`) carries every prob
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from .errors import ConfigError
@@ -32,10 +44,13 @@ from .errors import ConfigError
 __all__ = [
     "API_GROUP",
     "API_VERSION",
+    "SCORER_NAMES",
     "BandSpec",
     "ConfigError",
     "FlowControlSpec",
     "GatewayConfigSpec",
+    "LabelSelector",
+    "LabelSelectorRequirement",
     "ModelSpec",
     "ObjectiveSpec",
     "PluginRef",
@@ -104,12 +119,129 @@ class ScrapeSpec(Spec):
         return self
 
 
+# Kubernetes label syntax (apimachinery `IsQualifiedName`, `IsValidLabelValue`): a name
+# of at most 63 alphanumerics, `-`, `_`, `.`, alphanumeric at both ends; a key may carry a
+# DNS-subdomain prefix and `/`. The API server refuses anything else in a selector.
+_LABEL_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def _label_key(key: str) -> str:
+    prefix, slash, name = key.rpartition("/")
+    if slash and not (
+        prefix and len(prefix) <= 253 and _DNS_SUBDOMAIN.fullmatch(prefix) and "/" not in prefix
+    ):
+        raise ValueError(f"{key!r}: the prefix before '/' must be a DNS subdomain")
+    if len(name) > 63 or not _LABEL_NAME.fullmatch(name):
+        raise ValueError(
+            f"{key!r}: a label name is 1-63 alphanumerics, '-', '_' or '.', "
+            "alphanumeric at both ends"
+        )
+    return key
+
+
+def _label_value(value: str) -> str:
+    if value and (len(value) > 63 or not _LABEL_NAME.fullmatch(value)):
+        raise ValueError(
+            f"{value!r}: a label value is empty or 1-63 alphanumerics, '-', '_' or '.', "
+            "alphanumeric at both ends"
+        )
+    return value
+
+
+LabelKey = Annotated[str, AfterValidator(_label_key)]
+LabelValue = Annotated[str, AfterValidator(_label_value)]
+
+
+class LabelSelectorRequirement(Spec):
+    """One `matchExpressions` entry, with the API server's rules: `In`/`NotIn` need
+    values, `Exists`/`DoesNotExist` take none."""
+
+    key: LabelKey
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    values: list[LabelValue] = Field(default_factory=list, validate_default=True)
+
+    @field_validator("values", mode="after")
+    @classmethod
+    def _values_fit_operator(cls, values: list[str], info: ValidationInfo) -> list[str]:
+        operator = info.data.get("operator")
+        if operator in ("In", "NotIn") and not values:
+            raise ValueError(f"must be non-empty when operator is {operator}")
+        if operator in ("Exists", "DoesNotExist") and values:
+            raise ValueError(f"must be empty when operator is {operator}")
+        return values
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        """Kubernetes semantics: `NotIn` also matches a pod without the key."""
+        if self.operator == "In":
+            return labels.get(self.key) in self.values
+        if self.operator == "NotIn":
+            return labels.get(self.key) not in self.values
+        return (self.key in labels) == (self.operator == "Exists")
+
+
+class LabelSelector(Spec):
+    """A Kubernetes `LabelSelector`; the plain map `{key: value}` is its `matchLabels`.
+
+    Both spellings are accepted: a migrating team writes `matchLabels`/`matchExpressions`,
+    existing configs write the plain map. A mapping with a `matchLabels` or
+    `matchExpressions` key is the full form (so neither can be a label key of the plain
+    form). All requirements are ANDed; an empty selector selects every pod.
+
+    In the CRD, one schema cannot be both a free map and an object with two known
+    properties (`properties` and `additionalProperties` exclude each other, and an `anyOf`
+    of the two is not structural), so the field keeps unknown keys
+    (`x-kubernetes-preserve-unknown-fields`) beside the typed full form, and the runtime
+    validation here checks the plain map.
+    """
+
+    model_config = ConfigDict(
+        **Spec.model_config, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True}
+    )
+
+    match_labels: dict[LabelKey, LabelValue] = Field(default_factory=dict)
+    match_expressions: list[LabelSelectorRequirement] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _plain_map_is_match_labels(cls, value: Any) -> Any:
+        full = {"matchLabels", "matchExpressions", "match_labels", "match_expressions"}
+        if isinstance(value, Mapping) and not full & value.keys():
+            return {"matchLabels": value}
+        return value
+
+    @model_serializer(mode="wrap")
+    def _plain_when_it_can(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """Without expressions a selector dumps as the plain map, so a rendered config
+        stays readable by a picker of the previous release during a rollout."""
+        out = handler(self)
+        if self.match_expressions:
+            return out
+        return out.get("matchLabels", out.get("match_labels"))
+
+    @classmethod
+    def of(cls, value: LabelSelector | Mapping[str, Any]) -> LabelSelector:
+        """A selector from either spelling (a plain map is matchLabels)."""
+        return value if isinstance(value, LabelSelector) else cls.model_validate(value)
+
+    @property
+    def selects_everything(self) -> bool:
+        return not self.match_labels and not self.match_expressions
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        return all(labels.get(k) == v for k, v in self.match_labels.items()) and all(
+            r.matches(labels) for r in self.match_expressions
+        )
+
+
 class PoolSpec(Spec):
     """A set of identical model-server pods (an InferencePool)."""
 
     name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)
-    selector: dict[str, str] = Field(
-        default_factory=dict, description="Pod label selector (matchLabels)."
+    selector: LabelSelector = Field(
+        default_factory=LabelSelector,
+        description="Pod label selector: a plain map (matchLabels) or a Kubernetes "
+        "LabelSelector with matchLabels and matchExpressions.",
     )
     target_port: int = Field(default=8000, ge=1, le=65535)
     engine: Engine = "vllm"
@@ -289,6 +421,47 @@ def default_scheduling() -> tuple[list[PluginSpec], list[SchedulingProfileSpec]]
     return plugins, profiles
 
 
+#: The names `weights:` accepts, each to the plugin type it weighs: our type names, and the
+#: short camelCase names a team migrating from the managed add-on writes for the same
+#: scorers (table in docs/picker.md).
+SCORER_NAMES: dict[str, str] = {
+    "queue-scorer": "queue-scorer",
+    "queue": "queue-scorer",
+    "queueDepth": "queue-scorer",
+    "kv-cache-utilization-scorer": "kv-cache-utilization-scorer",
+    "kvCache": "kv-cache-utilization-scorer",
+    "kvCacheUtilization": "kv-cache-utilization-scorer",
+    "prefix-cache-scorer": "prefix-cache-scorer",
+    "prefixCache": "prefix-cache-scorer",
+    "lora-affinity-scorer": "lora-affinity-scorer",
+    "loraAffinity": "lora-affinity-scorer",
+    "running-requests-size-scorer": "running-requests-size-scorer",
+    "runningRequests": "running-requests-size-scorer",
+    "predicted-ttft-scorer": "predicted-ttft-scorer",
+    "predictedTtft": "predicted-ttft-scorer",
+}
+# A Literal, so an unknown name fails with its path and the CRD lists the names (built
+# from the table; a type checker sees the str it is).
+if TYPE_CHECKING:
+    ScorerName = str
+else:
+    ScorerName = Literal[tuple(SCORER_NAMES)]
+
+
+def _weigh(profile: SchedulingProfileSpec, weights: Mapping[str, float]) -> SchedulingProfileSpec:
+    """`profile` under `weights:`: a named scorer takes its weight, a weight of 0 drops it,
+    a named scorer the profile lacks joins it (before the picker); the rest stay."""
+    wanted = {SCORER_NAMES[name]: weight for name, weight in weights.items()}
+    refs = []
+    for ref in profile.plugins:
+        weight = wanted.pop(ref.plugin_ref, ref.weight)
+        if weight != 0:
+            refs.append(PluginRef(plugin_ref=ref.plugin_ref, weight=weight))
+    at = len(refs) - 1 if refs and refs[-1].plugin_ref.endswith("-picker") else len(refs)
+    refs[at:at] = [PluginRef(plugin_ref=t, weight=w) for t, w in wanted.items() if w]
+    return SchedulingProfileSpec(name=profile.name, plugins=refs)
+
+
 def _default_plugins() -> list[PluginSpec]:
     return default_scheduling()[0]
 
@@ -307,12 +480,20 @@ class GatewayConfigSpec(Spec):
         description="Plugin instances; the built-in ones stay unless one of the same "
         "instance name replaces it.",
     )
+    # before schedulingProfiles: the built-in default profile is built from both
+    default_profile: str = "latency"
+    weights: dict[ScorerName, Annotated[float, Field(ge=0)]] = Field(
+        default_factory=dict,
+        exclude=True,  # dumps carry the weighted profile itself
+        description="Scorer name to weight for the built-in default profile; 0 removes "
+        "that scorer, scorers not named keep their weights.",
+    )
     scheduling_profiles: list[SchedulingProfileSpec] = Field(
-        default_factory=_default_profiles,
+        default_factory=list,
+        validate_default=True,  # an absent list still gets the built-ins, weighted
         description="Profiles; the built-in latency and throughput profiles stay unless "
         "one of the same name replaces it.",
     )
-    default_profile: str = "latency"
     objectives: list[ObjectiveSpec] = Field(default_factory=list)
     scrape: ScrapeSpec = ScrapeSpec()
     flow_control: FlowControlSpec = FlowControlSpec()
@@ -324,16 +505,50 @@ class GatewayConfigSpec(Spec):
         own = {p.instance_name for p in given}
         return given + [p for p in _default_plugins() if p.instance_name not in own]
 
+    @field_validator("weights", mode="after")
+    @classmethod
+    def _weights_are_usable(
+        cls, weights: dict[str, float], info: ValidationInfo
+    ) -> dict[str, float]:
+        seen: dict[str, str] = {}
+        for name in weights:
+            scorer = SCORER_NAMES[name]
+            if scorer in seen:
+                raise ValueError(f"{seen[scorer]!r} and {name!r} both name {scorer}; keep one")
+            seen[scorer] = name
+        default = info.data.get("default_profile", "")
+        builtin = {p.name: p for p in _default_profiles()}.get(default)
+        if builtin is not None and not any(
+            r.plugin_ref.endswith("-scorer") for r in _weigh(builtin, weights).plugins
+        ):
+            raise ValueError(f"every scorer of profile {builtin.name!r} is weighted 0")
+        return weights
+
     @field_validator("scheduling_profiles", mode="after")
     @classmethod
     def _extend_builtin_profiles(
-        cls, given: list[SchedulingProfileSpec]
+        cls, given: list[SchedulingProfileSpec], info: ValidationInfo
     ) -> list[SchedulingProfileSpec]:
         """A config's profiles come on top of the built-ins: a config that adds or retunes
         one profile must not lose the others its models name (`throughput`). The given
-        ones keep their positions, so error paths index what the user wrote."""
+        ones keep their positions, so error paths index what the user wrote.
+
+        `weights:` retunes the built-in default profile; a config that also gives a
+        profile of that name would have two answers, so it must keep one."""
         own = {p.name for p in given}
-        return given + [p for p in _default_profiles() if p.name not in own]
+        weights, default = info.data.get("weights"), info.data.get("default_profile")
+        builtins = _default_profiles()
+        if weights:
+            for i, profile in enumerate(given):
+                if profile.name == default:
+                    raise ValueError(
+                        f"entry {i} ({default!r}) and `weights` both set the default profile; "
+                        "keep one: move the weights into this entry and drop `weights`, or "
+                        "drop this entry so `weights` applies to the built-in "
+                        f"{default!r}"
+                    )
+            builtins = [_weigh(p, weights) if p.name == default else p for p in builtins]
+        return given + [p for p in builtins if p.name not in own]
 
     @model_validator(mode="after")
     def _references_resolve(self) -> GatewayConfigSpec:
@@ -412,6 +627,8 @@ def format_validation_error(error: ValidationError, prefix: str = "") -> list[st
     for item in error.errors():
         path = prefix
         for part in item["loc"]:
+            if part == "[key]":  # a mapping's key failed: the key itself is the path
+                continue
             if isinstance(part, int):
                 path += f"[{part}]"
             else:

@@ -312,7 +312,7 @@ async def kubernetes_picker(args: argparse.Namespace, server: dict[str, Any]) ->
 
     def targets(spec: GatewayConfigSpec) -> list[PoolTarget]:
         from_config = [
-            PoolTarget(p.name, dict(p.selector), (p.target_port,), args.namespace)
+            PoolTarget(p.name, p.selector, (p.target_port,), args.namespace)
             for p in spec.pools
             if p.name not in {n.name for n in named}
         ]

@@ -33,6 +33,7 @@ from typing import Any, Protocol
 import orjson
 
 from ..background import cancel_and_wait
+from ..config import LabelSelector
 from ..scheduling.types import Endpoint
 from .store import EndpointStore
 
@@ -49,6 +50,7 @@ __all__ = [
     "pod_endpoints",
     "pod_ready",
     "read_inference_pool",
+    "selector_query",
 ]
 
 log = logging.getLogger(__name__)
@@ -81,8 +83,24 @@ async def api_client(host: str | None = None, kubeconfig: str | None = None) -> 
     return client.ApiClient()
 
 
-def _selector(labels: Mapping[str, str]) -> str:
-    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+def selector_query(selector: LabelSelector | Mapping[str, str]) -> str:
+    """The `labelSelector` query of a selector, in the API's set-based syntax
+    (kubernetes.io "Labels and Selectors"): `k=v`, `k in (a,b)`, `k notin (a,b)`, `k`,
+    `!k`, ANDed by commas. Label syntax allows none of `,()!=` in keys or values, so
+    nothing needs quoting."""
+    selector = LabelSelector.of(selector)
+    terms = [f"{k}={v}" for k, v in sorted(selector.match_labels.items())]
+    for requirement in selector.match_expressions:
+        key, values = requirement.key, ",".join(requirement.values)
+        terms.append(
+            {
+                "In": f"{key} in ({values})",
+                "NotIn": f"{key} notin ({values})",
+                "Exists": key,
+                "DoesNotExist": f"!{key}",
+            }[requirement.operator]
+        )
+    return ",".join(terms)
 
 
 async def _events(response: Any) -> AsyncIterator[dict[str, Any]]:
@@ -121,14 +139,16 @@ async def _list_body(response: Any) -> tuple[list[dict[str, Any]], str]:
 
 
 class PodSource:
-    """Pods of one namespace matching a label selector."""
+    """Pods of one namespace matching a label selector (a plain map is matchLabels)."""
 
-    def __init__(self, client: Any, namespace: str, labels: Mapping[str, str]) -> None:
+    def __init__(
+        self, client: Any, namespace: str, labels: LabelSelector | Mapping[str, str]
+    ) -> None:
         from kubernetes_asyncio.client import CoreV1Api
 
         self.api = CoreV1Api(client)
         self.namespace = namespace
-        self.selector = _selector(labels)
+        self.selector = selector_query(labels)
 
     async def list(self) -> tuple[list[dict[str, Any]], str]:
         response = await self.api.list_namespaced_pod(
@@ -269,14 +289,16 @@ class PoolTarget:
     """A pool as discovery sees it: a selector and the ports every pod serves on."""
 
     name: str
-    selector: Mapping[str, str]
+    selector: LabelSelector | Mapping[str, str]
     ports: tuple[int, ...] = (8000,)
     namespace: str = "default"
     labels: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_inference_pool(cls, resource: Mapping[str, Any]) -> PoolTarget:
-        """An `inference.networking.k8s.io/v1` InferencePool resource."""
+        """An `inference.networking.k8s.io/v1` InferencePool resource. Its selector has
+        `matchLabels` only: upstream v1's LabelSelector has no `matchExpressions`
+        (gateway-api-inference-extension api/v1/shared_types.go)."""
         meta, spec = resource.get("metadata") or {}, resource.get("spec") or {}
         selector = (spec.get("selector") or {}).get("matchLabels") or {}
         ports = tuple(int(p["number"]) for p in spec.get("targetPorts") or [] if "number" in p)

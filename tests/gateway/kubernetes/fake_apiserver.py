@@ -8,8 +8,13 @@ It implements what a list/watch client relies on, with the real semantics:
   as JSON lines until `timeoutSeconds` or until the test drops the watches;
 * after `compact()`, a watch from a version older than the compaction gets an
   `ERROR` event with a `Status` of code 410 (Gone), as etcd compaction causes;
-* label selectors of the `a=b,c=d` form; Leases with optimistic concurrency (409 on a
-  stale resourceVersion); Events are recorded for assertions;
+* label selectors in the API's full syntax (kubernetes.io "Labels and Selectors"):
+  equality `a=b`, `a==b`, `a!=b` and set-based `a in (x,y)`, `a notin (x,y)`, `a`, `!a`,
+  ANDed by commas; a selector it cannot parse is answered 400, as the API server does
+  (not a match-everything); a filtered watch sees an object relabelled into its selector
+  as ADDED and out of it as DELETED, as the API server's watch cache sends them;
+* Leases with optimistic concurrency (409 on a stale resourceVersion); Events are
+  recorded for assertions;
 * `PATCH .../{plural}/{name}/status` with `application/merge-patch+json` (RFC 7386)
   changes `.status` only, as the API server does for a resource whose CRD declares the
   status subresource; patches are recorded for assertions.
@@ -20,23 +25,92 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 from aiohttp import web
 
+#: One parsed requirement: (key, operator, values), operator one of
+#: `in`, `notin`, `exists`, `!exists` (`=`/`==` parse as `in`, `!=` as `notin`).
+Requirement = tuple[str, str, frozenset[str]]
+
+_SET_TERM = re.compile(r"^([^\s!=(),]+)\s+(in|notin)\s+\(([^()]*)\)$")
+_EQUALITY_TERM = re.compile(r"^([^\s!=(),]+)\s*(==|!=|=)\s*([^\s!=(),]*)$")
+_KEY = re.compile(r"^[^\s!=(),]+$")
+
 
 @dataclass
 class _Watch:
     collection: str
-    selector: dict[str, str]
+    selector: list[Requirement]
     queue: asyncio.Queue[dict[str, Any] | None] = field(default_factory=asyncio.Queue)
 
 
-def _matches(obj: dict[str, Any], selector: dict[str, str]) -> bool:
+class SelectorError(ValueError):
+    """A `labelSelector` the API server would refuse (HTTP 400)."""
+
+
+def _terms(text: str) -> list[str]:
+    """Split on the commas outside parentheses."""
+    terms, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            terms.append(text[start:i])
+            start = i + 1
+    terms.append(text[start:])
+    return [t.strip() for t in terms if t.strip()]
+
+
+def parse_selector(text: str) -> list[Requirement]:
+    out: list[Requirement] = []
+    for term in _terms(text):
+        if match := _SET_TERM.match(term):
+            values = frozenset(v.strip() for v in match[3].split(","))
+            if "" in values:
+                raise SelectorError(f"empty value in {term!r}")
+            out.append((match[1], match[2], values))
+        elif match := _EQUALITY_TERM.match(term):
+            out.append((match[1], "notin" if match[2] == "!=" else "in", frozenset([match[3]])))
+        elif term.startswith("!") and _KEY.match(term[1:]):
+            out.append((term[1:], "!exists", frozenset()))
+        elif _KEY.match(term):
+            out.append((term, "exists", frozenset()))
+        else:
+            raise SelectorError(f"unable to parse requirement: {term!r}")
+    return out
+
+
+def _matches(obj: dict[str, Any], selector: list[Requirement]) -> bool:
     labels = (obj.get("metadata") or {}).get("labels") or {}
-    return all(labels.get(k) == v for k, v in selector.items())
+    for key, operator, values in selector:
+        held = {
+            "in": labels.get(key) in values,
+            "notin": labels.get(key) not in values,  # also true without the key
+            "exists": key in labels,
+            "!exists": key not in labels,
+        }[operator]
+        if not held:
+            return False
+    return True
+
+
+def _seen_as(
+    change: tuple[str, dict[str, Any], dict[str, Any] | None], selector: list[Requirement]
+) -> dict[str, Any] | None:
+    """The event a selector-filtered watch gets for one change, as the API server's watch
+    cache sends it: an object relabelled into the selector is ADDED, one relabelled out
+    of it is DELETED, an object outside it before and after is not seen."""
+    kind, obj, previous = change
+    now = _matches(obj, selector)
+    before = previous is not None and _matches(previous, selector)
+    if kind == "MODIFIED" and now != before:
+        kind = "ADDED" if now else "DELETED"
+    elif not now and not (kind == "DELETED" and before):
+        return None
+    return {"type": kind, "object": copy.deepcopy(obj)}
 
 
 def _merge(target: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
@@ -52,19 +126,13 @@ def _merge(target: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _parse_selector(text: str) -> dict[str, str]:
-    out = {}
-    for part in filter(None, text.split(",")):
-        key, _, value = part.partition("=")
-        out[key] = value
-    return out
-
-
 class FakeApiServer:
     def __init__(self) -> None:
         self.version = 100
         self.collections: dict[str, dict[str, dict[str, Any]]] = {}
-        self.history: list[tuple[int, str, str, dict[str, Any]]] = []  # rv, coll, type, obj
+        # rv, collection, (type, object, the object before a MODIFIED)
+        self.history: list[tuple[int, str, tuple[str, dict[str, Any], dict[str, Any] | None]]]
+        self.history = []
         self.compacted = 0
         self.watches: list[_Watch] = []
         self.requests: list[str] = []
@@ -83,9 +151,9 @@ class FakeApiServer:
         meta = obj.setdefault("metadata", {})
         meta["resourceVersion"] = str(self.version)
         items = self.collections.setdefault(collection, {})
-        kind = "MODIFIED" if meta["name"] in items else "ADDED"
+        previous = items.get(meta["name"])
         items[meta["name"]] = obj
-        self._emit(collection, kind, obj)
+        self._emit(collection, "ADDED" if previous is None else "MODIFIED", obj, previous)
         return obj
 
     def delete(self, collection: str, name: str) -> None:
@@ -103,11 +171,18 @@ class FakeApiServer:
         for watch in self.watches:
             watch.queue.put_nowait(None)
 
-    def _emit(self, collection: str, kind: str, obj: dict[str, Any]) -> None:
-        self.history.append((self.version, collection, kind, copy.deepcopy(obj)))
+    def _emit(
+        self,
+        collection: str,
+        kind: str,
+        obj: dict[str, Any],
+        previous: dict[str, Any] | None = None,
+    ) -> None:
+        change = (kind, copy.deepcopy(obj), copy.deepcopy(previous))
+        self.history.append((self.version, collection, change))
         for watch in self.watches:
-            if watch.collection == collection and _matches(obj, watch.selector):
-                watch.queue.put_nowait({"type": kind, "object": copy.deepcopy(obj)})
+            if watch.collection == collection and (event := _seen_as(change, watch.selector)):
+                watch.queue.put_nowait(event)
 
     # ------------------------------------------------------------------ server
 
@@ -142,7 +217,13 @@ class FakeApiServer:
             self.fail_next -= 1
             return web.json_response({"kind": "Status", "code": 500}, status=500)
         path = request.path
-        selector = _parse_selector(request.query.get("labelSelector", ""))
+        try:
+            selector = parse_selector(request.query.get("labelSelector", ""))
+        except SelectorError as error:
+            return web.json_response(
+                {"kind": "Status", "code": 400, "reason": "BadRequest", "message": str(error)},
+                status=400,
+            )
         if request.query.get("watch") in ("true", "1", "True"):
             return await self._watch(request, path, selector)
         items = [o for o in self.collections.get(path, {}).values() if _matches(o, selector)]
@@ -151,7 +232,7 @@ class FakeApiServer:
         )
 
     async def _watch(
-        self, request: web.Request, path: str, selector: dict[str, str]
+        self, request: web.Request, path: str, selector: list[Requirement]
     ) -> web.StreamResponse:
         since = int(request.query.get("resourceVersion") or 0)
         timeout = float(request.query.get("timeoutSeconds") or 300)
@@ -173,9 +254,9 @@ class FakeApiServer:
             await response.write_eof()
             return response
         watch = _Watch(path, selector)
-        for version, collection, kind, obj in self.history:
-            if version > since and collection == path and _matches(obj, selector):
-                watch.queue.put_nowait({"type": kind, "object": copy.deepcopy(obj)})
+        for version, collection, change in self.history:
+            if version > since and collection == path and (event := _seen_as(change, selector)):
+                watch.queue.put_nowait(event)
         self.watches.append(watch)
         try:
             async with asyncio.timeout(timeout):
