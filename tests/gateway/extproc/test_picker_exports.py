@@ -70,6 +70,7 @@ EXPORTS = {
         "pod_endpoints",
         "pod_ready",
         "read_inference_pool",
+        "selector_query",
     ],
     "inference_gateway.config_watch": [
         "Apply",
