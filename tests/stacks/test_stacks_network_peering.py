@@ -26,6 +26,7 @@ import pytest
 import yaml
 
 from inference_gateway.errors import ConfigError
+from stacks.application import build, new_app
 from stacks.environment import EnvironmentSpec, load_environment
 from stacks.parts.peering import ENVOY_LISTENER_PORT
 
@@ -218,3 +219,58 @@ def test_bad_vpc_cidrs_are_refused(tmp_path: Path, cidrs: dict[str, str], messag
     data["cluster"]["vpc_cidrs"] = cidrs
     with pytest.raises(ConfigError, match=message):
         _load(tmp_path, data)
+
+
+@pytest.fixture(scope="module")
+def three_regions(tmp_path_factory: pytest.TempPathFactory) -> tuple[EnvironmentSpec, Path]:
+    """prod spread over a third region, without the global routers: the mesh grows to
+    every pair, and with no router to call across regions no Envoy rule is opened."""
+    data = load_environment("prod").model_dump(mode="json", exclude_unset=True)
+    data["aws"]["secondary_regions"] = ["us-west-2", "eu-west-1"]
+    data["aws"]["availability_zones"]["eu-west-1"] = ["eu-west-1a", "eu-west-1b"]
+    data["aws"].pop("docker_hub_cache_credentials")
+    data["cluster"]["vpc_cidrs"]["eu-west-1"] = "10.52.0.0/16"
+    data["global_router"]["enabled"] = False
+    env = EnvironmentSpec.model_validate(data)
+    outdir = tmp_path_factory.mktemp("cdk-three-regions")
+    app = new_app(outdir=str(outdir))
+    build(app, env)  # cdk-nag attached: a finding fails synth
+    app.synth()
+    return env, outdir
+
+
+def _template(outdir: Path, env: EnvironmentSpec, region: str, part: str) -> dict[str, Any]:
+    return json.loads((outdir / f"igw-{env.name}-{region}-{part}.template.json").read_text())
+
+
+def _of_type(template: dict[str, Any], kind: str) -> list[dict[str, Any]]:
+    return [r["Properties"] for r in template["Resources"].values() if r["Type"] == kind]
+
+
+def test_three_regions_peer_every_pair_once(three_regions) -> None:
+    env, outdir = three_regions
+    requested = [
+        (region, conn["PeerRegion"])
+        for region in env.aws.regions
+        for conn in _of_type(_template(outdir, env, region, "peering"), PEERING)
+    ]
+    assert requested == _pairs(env)
+    assert len(requested) == 3
+    for region in env.aws.regions:
+        peering = _template(outdir, env, region, "peering")
+        private = len(env.aws.availability_zones[region])
+        routes = _of_type(peering, "AWS::EC2::Route")
+        destinations = sorted(r["DestinationCidrBlock"] for r in routes)
+        peers = [env.cluster.vpc_cidr_of(r) for r in env.aws.regions if r != region]
+        assert destinations == sorted(peers * private)
+        assert _of_type(peering, "AWS::EC2::SecurityGroupIngress") == []
+
+
+def test_three_regions_deploy_in_an_order(three_regions) -> None:
+    """Requesters before accepters, each peer's VPC before the request naming it."""
+    env, outdir = three_regions
+    manifest = json.loads((outdir / "manifest.json").read_text())["artifacts"]
+    first, second, third = (f"igw-{env.name}-{r}-peering" for r in env.aws.regions)
+    assert {first, f"igw-{env.name}-eu-west-1-network"} <= set(manifest[second]["dependencies"])
+    assert {first, second} <= set(manifest[third]["dependencies"])
+    assert second not in manifest[first]["dependencies"]
