@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from .application import RegionStacks
     from .environment import EnvironmentSpec
 
-__all__ = ["PeerRequest", "PeeringStack", "PeeringStackProps", "add_peering"]
+__all__ = ["PeerLink", "PeerRequest", "PeeringStack", "PeeringStackProps", "add_peering"]
 
 
 @dataclass(frozen=True)
@@ -51,25 +51,36 @@ class PeerRequest:
 
 
 @dataclass(frozen=True)
+class PeerLink:
+    """A peer region, its CIDR, and the connection joining its VPC to this one."""
+
+    region: str
+    cidr: str
+    connection_id: str
+
+
+@dataclass(frozen=True)
 class PeeringStackProps:
     environment: str
     account: str
     region: str
     vpc: ec2.IVpc
     requests: tuple[PeerRequest, ...]
-    #: Peer region -> (its CIDR, the connection it requested), for the accepter side.
-    accepts: tuple[tuple[str, str, str], ...]
+    #: The connections regions listed earlier requested to this region's VPC.
+    accepts: tuple[PeerLink, ...]
     envoy_security_group_id: str | None
 
 
 class PeeringStack(Stack):
+    """The connections this region requests, and its side of every connection."""
+
     def __init__(
         self, scope: Construct, construct_id: str, props: PeeringStackProps, **kwargs: Any
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
         #: Peer region -> the connection this stack requested.
         self.connections: dict[str, ec2.CfnVPCPeeringConnection] = {}
-        sides: list[tuple[str, str, str]] = []
+        peers = list(props.accepts)
         for request in props.requests:
             connection = ec2.CfnVPCPeeringConnection(
                 self,
@@ -83,20 +94,21 @@ class PeeringStack(Stack):
                 "Name", f"igw-{props.environment}-{props.region}-{request.region}"
             )
             self.connections[request.region] = connection
-            sides.append((request.region, request.cidr, connection.ref))
+            peers.append(PeerLink(request.region, request.cidr, connection.ref))
+        #: Peer region -> this VPC's side of the connection with it.
         self.sides = {
-            peer: PeerSide(
+            peer.region: PeerSide(
                 self,
-                f"Peer{region_id(peer)}",
+                f"Peer{region_id(peer.region)}",
                 props.vpc,
                 PeerSideProps(
-                    peer_region=peer,
-                    peer_cidr=cidr,
-                    connection_id=connection_id,
+                    peer_region=peer.region,
+                    peer_cidr=peer.cidr,
+                    connection_id=peer.connection_id,
                     envoy_security_group_id=props.envoy_security_group_id,
                 ),
             )
-            for peer, cidr, connection_id in [*props.accepts, *sides]
+            for peer in peers
         }
 
 
@@ -109,10 +121,10 @@ def add_peering(app: App, env: EnvironmentSpec, regions: list[RegionStacks]) -> 
     for i, built in enumerate(regions):
         region = built.plan.region
         accepts = tuple(
-            (
-                earlier.plan.region,
-                env.cluster.vpc_cidr_of(earlier.plan.region),
-                earlier.peering.connections[region].ref,
+            PeerLink(
+                region=earlier.plan.region,
+                cidr=env.cluster.vpc_cidr_of(earlier.plan.region),
+                connection_id=earlier.peering.connections[region].ref,
             )
             for earlier in regions[:i]
             if earlier.peering is not None
