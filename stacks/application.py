@@ -26,6 +26,7 @@ from .identity import IdentityStack, IdentityStackProps
 from .images import ImagesStack, ImagesStackProps
 from .ingress import IngressStack, IngressStackProps
 from .network import NetworkStack, NetworkStackProps
+from .network_peering import PeeringStack, add_peering
 from .observability import ObservabilityStack, ObservabilityStackProps
 from .parts.alarms import ClusterAlarmsProps, FleetAlarmsProps
 from .parts.argocd import ArgoCdProps
@@ -103,6 +104,8 @@ class RegionStacks:
     #: The fleet tier (stacks/global_app.py), where `global_router.enabled`.
     fleet: GlobalTierStack | None = None
     dns: GlobalDnsStack | None = None  # primary region only
+    #: VPC peering with the other regions (stacks/network_peering.py), where several.
+    peering: PeeringStack | None = None
 
 
 def nag_findings(outdir: str) -> str:
@@ -146,6 +149,7 @@ def build(
     built: list[RegionStacks] = []
     for plan in plans:
         built.append(_region(app, env, plan, primary=built[0] if built else None))
+    add_peering(app, env, built)
     add_global_tier(app, env, built)
     Tags.of(app).add("igw.dev/environment", env.name)
     Tags.of(app).add("igw.dev/managed-by", "cdk")
@@ -191,7 +195,10 @@ def _region(
         app,
         f"{prefix}-network",
         NetworkStackProps(
-            NetworkProps(cidr=env.cluster.vpc_cidr, availability_zones=plan.availability_zones)
+            NetworkProps(
+                cidr=env.cluster.vpc_cidr_of(plan.region),
+                availability_zones=plan.availability_zones,
+            )
         ),
         **kw("VPC, endpoints"),
     )

@@ -25,6 +25,7 @@ from inference_gateway.errors import ConfigError
 
 from .spec_global import GlobalRouterSpec, global_problems
 from .spec_infra import AlarmSpec, AwsSpec, ClusterSpec, GitOpsSpec, IngressSpec, NodeGroupSpec
+from .spec_network import network_problems
 from .spec_workloads import CanarySpec, KubernetesSpec, ModelServerSpec, workload_problems
 
 __all__ = ["ENVIRONMENTS_DIR", "EnvironmentSpec", "load_environment"]
@@ -86,6 +87,7 @@ class EnvironmentSpec(BaseModel):
             gpu_of_node_group={g.name: g.gpu for g in self.node_groups},
         )
         problems += global_problems(self)
+        problems += network_problems(self)
         if problems:
             raise ValueError("; ".join(problems))
         return self

@@ -8,6 +8,7 @@ the capacity preflight (`stacks/preflight`) checks against EC2 offerings before 
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Literal
 
@@ -20,6 +21,17 @@ _PTC_SECRET = re.compile(
     r"[A-Za-z0-9/_+=.@-]+$"
 )
 _AZ = re.compile(r"^([a-z]{2}(-gov)?-[a-z]+-\d)[a-z]$")
+
+
+def vpc_network(cidr: str) -> ipaddress.IPv4Network:
+    """An IPv4 network a VPC may have: /16 to /28 (VPC quotas), host bits zero."""
+    try:
+        network = ipaddress.IPv4Network(cidr, strict=True)
+    except ValueError as error:
+        raise ValueError(f"{cidr!r} is not an IPv4 network like 10.50.0.0/16 ({error})") from None
+    if not 16 <= network.prefixlen <= 28:
+        raise ValueError(f"{cidr!r}: a VPC's CIDR is between /16 and /28")
+    return network
 
 
 def region_of_zone(zone: str) -> str:
@@ -129,7 +141,16 @@ class SystemNodeGroupSpec(_Section):
 class ClusterSpec(_Section):
     name: str = Field(pattern=r"^[a-zA-Z][a-zA-Z0-9-]{0,62}$")
     kubernetes_version: str = "1.32"
-    vpc_cidr: str = "10.40.0.0/16"
+    vpc_cidr: str = Field(
+        default="10.40.0.0/16",
+        description="The VPC CIDR of every region not listed in vpc_cidrs.",
+    )
+    vpc_cidrs: dict[str, str] = Field(
+        default_factory=dict,
+        description="Region -> its VPC's CIDR. The regions' VPCs are peered "
+        "(stacks/network_peering.py), so no two may overlap: an environment of several "
+        "regions lists all but one of them here.",
+    )
     max_azs: int = Field(default=3, ge=2, le=6)
     admin_role_arns: list[str] = Field(default_factory=list)
     system_node_group: SystemNodeGroupSpec = SystemNodeGroupSpec()
@@ -141,6 +162,27 @@ class ClusterSpec(_Section):
         "amiSelectorTerms; Karpenter picks the NVIDIA variant for GPU instance types). Pin "
         "a version (al2023@vYYYYMMDD) to roll AMIs on purpose rather than on release.",
     )
+
+    @field_validator("vpc_cidr")
+    @classmethod
+    def _cidr(cls, cidr: str) -> str:
+        return vpc_network(cidr).with_prefixlen
+
+    @field_validator("vpc_cidrs")
+    @classmethod
+    def _cidrs(cls, cidrs: dict[str, str]) -> dict[str, str]:
+        for region, cidr in cidrs.items():
+            if not _REGION.match(region):
+                raise ValueError(f"{region!r} is not a region name like us-west-2")
+            try:
+                vpc_network(cidr)
+            except ValueError as error:
+                raise ValueError(f"{region}: {error}") from None
+        return {region: vpc_network(cidr).with_prefixlen for region, cidr in cidrs.items()}
+
+    def vpc_cidr_of(self, region: str) -> str:
+        """The CIDR of `region`'s VPC."""
+        return self.vpc_cidrs.get(region, self.vpc_cidr)
 
     @field_validator("admin_role_arns")
     @classmethod

@@ -43,6 +43,8 @@ def test_synth_writes_every_stack_of_every_region(any_synth: Synth) -> None:
     if any_synth.env.global_router.enabled:  # the fleet tier (stacks/global_app.py)
         expected |= {any_synth.stack_name(r, "fleet") for r in any_synth.env.aws.regions}
         expected.add(any_synth.stack_name(any_synth.env.aws.region, "dns"))
+    if len(any_synth.env.aws.regions) > 1:  # VPC peering (stacks/network_peering.py)
+        expected |= {any_synth.stack_name(r, "peering") for r in any_synth.env.aws.regions}
     assert written == expected
 
 
