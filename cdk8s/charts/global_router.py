@@ -259,7 +259,7 @@ class GlobalRouterChart(Chart):
         # Prometheus scrapes /metrics on the same port.
         sources: list[dict[str, Any]] = [
             {"ipBlock": {"cidr": cidr}}
-            for cidr in sorted({*env.ingress.allowed_cidrs, env.cluster.vpc_cidr})
+            for cidr in sorted({*env.ingress.allowed_cidrs, env.cluster.vpc_cidr_of(region)})
         ]
         sources.append(
             {

@@ -165,7 +165,7 @@ def test_service_binding_pdb_and_policy_select_the_router(prod, west):
     (rule,) = policy["ingress"]
     assert rule["ports"] == [{"protocol": "TCP", "port": prod.global_router.port}]
     cidrs = {s["ipBlock"]["cidr"] for s in rule["from"] if "ipBlock" in s}
-    assert cidrs == {*prod.ingress.allowed_cidrs, prod.cluster.vpc_cidr}
+    assert cidrs == {*prod.ingress.allowed_cidrs, prod.cluster.vpc_cidr_of("us-west-2")}
 
 
 def test_one_folder_per_region_only_where_enabled(tmp_path):
