@@ -94,14 +94,24 @@ async def wait_ready(session: aiohttp.ClientSession, url: str, deadline_s: float
     raise RuntimeError(f"{url} did not come up in {deadline_s} s")
 
 
-async def proxy_overhead(requests: int, rate: float) -> dict[str, float]:
-    """Pod and gateway each run in their own process, as they would in a cluster, so the
-    client's CPU does not count against either."""
+BODY = orjson.dumps({"model": MODEL, "prompt": "hello " * 40, "max_tokens": 1})
+
+
+def start_pod_and_gateway(
+    config: str | None = None,
+) -> tuple[subprocess.Popen[bytes], subprocess.Popen[bytes], int, int]:
+    """A zero-delay pod and `igw serve` in front of it, each in its own process, as they
+    would run in a cluster, so the client's CPU counts against neither. `config`: the
+    gateway's config YAML text (default: none, the built-in defaults)."""
     pod_port, gw_port = free_port(), free_port()
     folder = Path(tempfile.mkdtemp(prefix="igw-overhead-"))
     (folder / "endpoints.yaml").write_text(
         f"endpoints: [{{name: pod-0, address: 127.0.0.1, port: {pod_port}}}]\n"
     )
+    extra: list[str] = []
+    if config is not None:
+        (folder / "config.yaml").write_text(config)
+        extra = ["--config", str(folder / "config.yaml")]
     pod = subprocess.Popen([sys.executable, __file__, "--serve-pod", str(pod_port)])
     gateway = subprocess.Popen(
         [
@@ -113,10 +123,17 @@ async def proxy_overhead(requests: int, rate: float) -> dict[str, float]:
             str(folder / "endpoints.yaml"),
             "--port",
             str(gw_port),
+            *extra,
         ],
         stdout=subprocess.DEVNULL,
     )
-    body = orjson.dumps({"model": MODEL, "prompt": "hello " * 40, "max_tokens": 1})
+    return pod, gateway, pod_port, gw_port
+
+
+async def proxy_overhead(requests: int, rate: float) -> dict[str, float]:
+    """Open loop at `rate`, direct and through the gateway, interleaved request by request."""
+    pod, gateway, pod_port, gw_port = start_pod_and_gateway()
+    body = BODY
     load_before = os.getloadavg()[0]
     direct: list[float] = []
     via: list[float] = []
@@ -169,6 +186,114 @@ async def proxy_overhead(requests: int, rate: float) -> dict[str, float]:
     }
 
 
+def process_cpu_s(pid: int) -> float:
+    """User plus system CPU seconds of a process so far (Linux `/proc/PID/stat`)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def admission_queue(metrics_page: str) -> float:
+    """Requests waiting for admission in the gateway, summed over pools and bands."""
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in metrics_page.splitlines()
+        if line.startswith("inference_extension_flow_control_queue_size{")
+    )
+
+
+async def closed_loop(
+    concurrency: int, phase_s: float, rounds: int, max_requests: int, config: str | None = None
+) -> dict[str, Any]:
+    """`concurrency` clients, each sending its next request as soon as its last answer
+    is in, direct to the pod and through the gateway in alternating phases of `phase_s`
+    (`rounds` of each, at most `max_requests` per phase), so both see the same machine.
+    Reported per path: requests/s, and the CPU of the pod, the gateway and the client
+    (cores: CPU seconds over wall seconds). During gateway phases the gateway's admission
+    queue gauge is sampled every 100 ms (its mean and peak): a queue with an idle pod is
+    the saturation detector holding requests back."""
+    pod, gateway, pod_port, gw_port = start_pod_and_gateway(config)
+    figures: dict[str, dict[str, float]] = {
+        path: {"requests": 0, "wall_s": 0, "pod_cpu_s": 0, "gateway_cpu_s": 0, "client_cpu_s": 0}
+        for path in ("direct", "gateway")
+    }
+    queue_samples: list[float] = []
+    load_before = os.getloadavg()[0]
+    try:
+        connector = aiohttp.TCPConnector(limit=0)  # aiohttp's default 100 must not cap us
+        async with aiohttp.ClientSession(connector=connector) as session:
+            await wait_ready(session, f"http://127.0.0.1:{pod_port}/metrics")
+            await wait_ready(session, f"http://127.0.0.1:{gw_port}/health")
+
+            async def phase(port: int, figure: dict[str, float], sample: bool) -> None:
+                url = f"http://127.0.0.1:{port}/v1/completions"
+                end = time.monotonic() + phase_s
+                sent = 0
+
+                async def client() -> None:
+                    nonlocal sent
+                    while time.monotonic() < end and sent < max_requests:
+                        sent += 1
+                        async with session.post(
+                            url, data=BODY, headers={"content-type": "application/json"}
+                        ) as r:
+                            await r.read()
+                            if r.status != 200:
+                                raise RuntimeError(f"HTTP {r.status} from port {port}")
+                        figure["requests"] += 1
+
+                async def sampler() -> None:
+                    metrics_url = f"http://127.0.0.1:{gw_port}/metrics"
+                    while time.monotonic() < end:
+                        async with session.get(metrics_url) as r:
+                            queue_samples.append(admission_queue(await r.text()))
+                        await asyncio.sleep(0.1)
+
+                cpu = (process_cpu_s(pod.pid), process_cpu_s(gateway.pid), time.process_time())
+                start = time.perf_counter()
+                jobs = [client() for _ in range(concurrency)] + ([sampler()] if sample else [])
+                await asyncio.wait_for(asyncio.gather(*jobs), timeout=phase_s + 30)
+                figure["wall_s"] += time.perf_counter() - start
+                figure["pod_cpu_s"] += process_cpu_s(pod.pid) - cpu[0]
+                figure["gateway_cpu_s"] += process_cpu_s(gateway.pid) - cpu[1]
+                figure["client_cpu_s"] += time.process_time() - cpu[2]
+
+            for _ in range(100):  # warm connections and the picker
+                for port in (pod_port, gw_port):
+                    async with session.post(
+                        f"http://127.0.0.1:{port}/v1/completions", data=BODY
+                    ) as r:
+                        await r.read()
+            for _ in range(rounds):
+                await phase(pod_port, figures["direct"], False)
+                await phase(gw_port, figures["gateway"], True)
+    finally:
+        for process in (gateway, pod):
+            process.terminate()
+            process.wait(timeout=10)
+    out: dict[str, Any] = {
+        "concurrency": concurrency,
+        "phase_s": phase_s,
+        "rounds": rounds,
+        "load_1min_before": load_before,
+        "load_1min_after": os.getloadavg()[0],
+    }
+    for path, f in figures.items():
+        wall = f["wall_s"]
+        out[path] = {
+            "requests": int(f["requests"]),
+            "rps": f["requests"] / wall,
+            "pod_cores": f["pod_cpu_s"] / wall,
+            "gateway_cores": f["gateway_cpu_s"] / wall,
+            "client_cores": f["client_cpu_s"] / wall,
+        }
+    g = out["gateway"]
+    g["gateway_cpu_ms_per_request"] = figures["gateway"]["gateway_cpu_s"] * 1000 / g["requests"]
+    g["admission_queue_mean"] = float(np.mean(queue_samples)) if queue_samples else 0.0
+    g["admission_queue_max"] = float(max(queue_samples, default=0.0))
+    out["gateway_over_direct_rps"] = g["rps"] / out["direct"]["rps"]
+    return out
+
+
 def picker_decision(pods: int, decisions: int) -> dict[str, float]:
     rnd = random.Random(1)
     endpoints = [
@@ -218,6 +343,19 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--requests", type=int, default=2000, help="requests per path")
     parser.add_argument("--rate", type=float, default=200.0, help="requests/s per path")
+    parser.add_argument(
+        "--concurrency", type=int, default=64, help="closed loop: requests in flight"
+    )
+    parser.add_argument(
+        "--phase-s", type=float, default=3.0, help="closed loop: seconds per path per round"
+    )
+    parser.add_argument("--rounds", type=int, default=2, help="closed loop: rounds per path")
+    parser.add_argument(
+        "--only-closed-loop", action="store_true", help="skip the open loop and the picker"
+    )
+    parser.add_argument(
+        "--gateway-config", type=Path, help="closed loop: the gateway's config YAML file"
+    )
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--serve-pod", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -232,14 +370,29 @@ def main() -> int:
         uvloop.install()
     except ImportError:  # pragma: no cover
         pass
-    result: dict[str, Any] = {
-        "proxy": asyncio.run(proxy_overhead(args.requests, args.rate)),
-        "picker": picker_decision(256, 3000),
-    }
+    result: dict[str, Any] = {}
+    if not args.only_closed_loop:
+        result["proxy"] = asyncio.run(proxy_overhead(args.requests, args.rate))
+        result["picker"] = picker_decision(256, 3000)
+    result["closed_loop"] = asyncio.run(
+        closed_loop(
+            args.concurrency,
+            args.phase_s,
+            args.rounds,
+            max_requests=100_000,
+            config=args.gateway_config.read_text() if args.gateway_config else None,
+        )
+    )
     if args.json:
         sys.stdout.write(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode() + "\n")
         return 0
-    p, k = result["proxy"], result["picker"]
+    if "proxy" in result:
+        print_open_loop(result["proxy"], result["picker"])
+    print_closed_loop(result["closed_loop"])
+    return 0
+
+
+def print_open_loop(p: dict[str, float], k: dict[str, float]) -> None:
     print(
         f"proxy at {p['rate_rps']:.0f} req/s, {p['requests_each']} requests per path "
         f"(load average {p['load_1min_before']:.2f} before, {p['load_1min_after']:.2f} after)"
@@ -254,7 +407,25 @@ def main() -> int:
         f"picker over {k['endpoints']} endpoints: p50 {k['p50_ms']:.3f} ms, "
         f"p99 {k['p99_ms']:.3f} ms (target: p99 <= 1 ms)"
     )
-    return 0
+
+
+def print_closed_loop(c: dict[str, Any]) -> None:
+    print(
+        f"closed loop, {c['concurrency']} in flight, {c['rounds']} x {c['phase_s']:g} s per path "
+        f"(load average {c['load_1min_before']:.2f} before, {c['load_1min_after']:.2f} after)"
+    )
+    for path in ("direct", "gateway"):
+        f = c[path]
+        print(
+            f"  {path:8} {f['rps']:7.0f} req/s  pod {f['pod_cores']:.2f} cores  "
+            f"gateway {f['gateway_cores']:.2f} cores  client {f['client_cores']:.2f} cores"
+        )
+    g = c["gateway"]
+    print(
+        f"  gateway/direct {c['gateway_over_direct_rps']:.2f}; gateway CPU "
+        f"{g['gateway_cpu_ms_per_request']:.2f} ms per request; admission queue mean "
+        f"{g['admission_queue_mean']:.1f}, peak {g['admission_queue_max']:.0f}"
+    )
 
 
 if __name__ == "__main__":
