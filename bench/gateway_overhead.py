@@ -97,13 +97,11 @@ async def wait_ready(session: aiohttp.ClientSession, url: str, deadline_s: float
 BODY = orjson.dumps({"model": MODEL, "prompt": "hello " * 40, "max_tokens": 1})
 
 
-def start_pod_and_gateway(
-    config: str | None = None,
-) -> tuple[subprocess.Popen[bytes], subprocess.Popen[bytes], int, int]:
-    """A zero-delay pod and `igw serve` in front of it, each in its own process, as they
-    would run in a cluster, so the client's CPU counts against neither. `config`: the
-    gateway's config YAML text (default: none, the built-in defaults)."""
-    pod_port, gw_port = free_port(), free_port()
+def start_gateway(pod_port: int, config: str | None = None) -> tuple[subprocess.Popen[bytes], int]:
+    """`igw serve` in front of the pod, in its own process, as it would run in a cluster
+    (the client's CPU counts against neither). `config`: its config YAML text (default:
+    none, the built-in defaults)."""
+    port = free_port()
     folder = Path(tempfile.mkdtemp(prefix="igw-overhead-"))
     (folder / "endpoints.yaml").write_text(
         f"endpoints: [{{name: pod-0, address: 127.0.0.1, port: {pod_port}}}]\n"
@@ -112,27 +110,16 @@ def start_pod_and_gateway(
     if config is not None:
         (folder / "config.yaml").write_text(config)
         extra = ["--config", str(folder / "config.yaml")]
-    pod = subprocess.Popen([sys.executable, __file__, "--serve-pod", str(pod_port)])
-    gateway = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "inference_gateway.cli",
-            "serve",
-            "--endpoints",
-            str(folder / "endpoints.yaml"),
-            "--port",
-            str(gw_port),
-            *extra,
-        ],
-        stdout=subprocess.DEVNULL,
-    )
-    return pod, gateway, pod_port, gw_port
+    argv = [sys.executable, "-m", "inference_gateway.cli", "serve"]
+    argv += ["--endpoints", str(folder / "endpoints.yaml"), "--port", str(port), *extra]
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL), port
 
 
 async def proxy_overhead(requests: int, rate: float) -> dict[str, float]:
     """Open loop at `rate`, direct and through the gateway, interleaved request by request."""
-    pod, gateway, pod_port, gw_port = start_pod_and_gateway()
+    pod_port = free_port()
+    pod = subprocess.Popen([sys.executable, __file__, "--serve-pod", str(pod_port)])
+    gateway, gw_port = start_gateway(pod_port)
     body = BODY
     load_before = os.getloadavg()[0]
     direct: list[float] = []
@@ -201,30 +188,47 @@ def admission_queue(metrics_page: str) -> float:
     )
 
 
+# the saturation detector without its queue term (waiting + sent since the scrape >= 5):
+# the kv-cache and pending-prefill terms still apply
+QUEUE_TERM_OFF = (
+    "flowControl:\n  saturation:\n"
+    "    queueThreshold: 1000000000\n    noncriticalQueueThreshold: 1000000000\n"
+)
+
+
 async def closed_loop(
-    concurrency: int, phase_s: float, rounds: int, max_requests: int, config: str | None = None
+    concurrency: int,
+    phase_s: float,
+    rounds: int,
+    max_requests: int,
+    gateways: dict[str, str | None],
 ) -> dict[str, Any]:
     """`concurrency` clients, each sending its next request as soon as its last answer
-    is in, direct to the pod and through the gateway in alternating phases of `phase_s`
-    (`rounds` of each, at most `max_requests` per phase), so both see the same machine.
-    Reported per path: requests/s, and the CPU of the pod, the gateway and the client
-    (cores: CPU seconds over wall seconds). During gateway phases the gateway's admission
-    queue gauge is sampled every 100 ms (its mean and peak): a queue with an idle pod is
-    the saturation detector holding requests back."""
-    pod, gateway, pod_port, gw_port = start_pod_and_gateway(config)
-    figures: dict[str, dict[str, float]] = {
-        path: {"requests": 0, "wall_s": 0, "pod_cpu_s": 0, "gateway_cpu_s": 0, "client_cpu_s": 0}
-        for path in ("direct", "gateway")
+    is in, direct to the pod and through each gateway of `gateways` (name: config YAML
+    text, None for the defaults; each its own `igw serve` in front of the same pod) in
+    alternating phases of `phase_s` (`rounds` of each, at most `max_requests` per phase),
+    so all paths see the same machine. Reported per path: requests/s, and the CPU of the
+    pod, the gateway and the client (cores: CPU seconds over wall seconds). During a
+    gateway's phases its admission-queue gauge is sampled every 100 ms (mean and peak):
+    requests held there while the pod is idle are the saturation detector's doing."""
+    pod_port = free_port()
+    pod = subprocess.Popen([sys.executable, __file__, "--serve-pod", str(pod_port)])
+    started = {name: start_gateway(pod_port, config) for name, config in gateways.items()}
+    ports = {"direct": pod_port, **{name: port for name, (_, port) in started.items()}}
+    cpu_of = {name: proc for name, (proc, _) in started.items()}
+    figures = {
+        path: dict.fromkeys(("requests", "wall_s", "pod", "gw", "client"), 0.0) for path in ports
     }
-    queue_samples: list[float] = []
+    queues: dict[str, list[float]] = {name: [] for name in gateways}
     load_before = os.getloadavg()[0]
     try:
         connector = aiohttp.TCPConnector(limit=0)  # aiohttp's default 100 must not cap us
         async with aiohttp.ClientSession(connector=connector) as session:
-            await wait_ready(session, f"http://127.0.0.1:{pod_port}/metrics")
-            await wait_ready(session, f"http://127.0.0.1:{gw_port}/health")
+            for port in ports.values():
+                await wait_ready(session, f"http://127.0.0.1:{port}/v1/models")
 
-            async def phase(port: int, figure: dict[str, float], sample: bool) -> None:
+            async def phase(path: str) -> None:
+                port, figure, gateway = ports[path], figures[path], cpu_of.get(path)
                 url = f"http://127.0.0.1:{port}/v1/completions"
                 end = time.monotonic() + phase_s
                 sent = 0
@@ -238,36 +242,38 @@ async def closed_loop(
                         ) as r:
                             await r.read()
                             if r.status != 200:
-                                raise RuntimeError(f"HTTP {r.status} from port {port}")
+                                raise RuntimeError(f"HTTP {r.status} from {path}")
                         figure["requests"] += 1
 
                 async def sampler() -> None:
-                    metrics_url = f"http://127.0.0.1:{gw_port}/metrics"
                     while time.monotonic() < end:
-                        async with session.get(metrics_url) as r:
-                            queue_samples.append(admission_queue(await r.text()))
+                        async with session.get(f"http://127.0.0.1:{port}/metrics") as r:
+                            queues[path].append(admission_queue(await r.text()))
                         await asyncio.sleep(0.1)
 
-                cpu = (process_cpu_s(pod.pid), process_cpu_s(gateway.pid), time.process_time())
-                start = time.perf_counter()
-                jobs = [client() for _ in range(concurrency)] + ([sampler()] if sample else [])
+                def cpu() -> tuple[float, float, float]:
+                    gw = process_cpu_s(gateway.pid) if gateway is not None else 0.0
+                    return process_cpu_s(pod.pid), gw, time.process_time()
+
+                before, start = cpu(), time.perf_counter()
+                jobs = [client() for _ in range(concurrency)]
+                jobs += [sampler()] if gateway is not None else []
                 await asyncio.wait_for(asyncio.gather(*jobs), timeout=phase_s + 30)
                 figure["wall_s"] += time.perf_counter() - start
-                figure["pod_cpu_s"] += process_cpu_s(pod.pid) - cpu[0]
-                figure["gateway_cpu_s"] += process_cpu_s(gateway.pid) - cpu[1]
-                figure["client_cpu_s"] += time.process_time() - cpu[2]
+                for key, was, now in zip(("pod", "gw", "client"), before, cpu(), strict=True):
+                    figure[key] += now - was
 
-            for _ in range(100):  # warm connections and the picker
-                for port in (pod_port, gw_port):
+            for _ in range(100):  # warm connections and the pickers
+                for port in ports.values():
                     async with session.post(
                         f"http://127.0.0.1:{port}/v1/completions", data=BODY
                     ) as r:
                         await r.read()
             for _ in range(rounds):
-                await phase(pod_port, figures["direct"], False)
-                await phase(gw_port, figures["gateway"], True)
+                for path in ports:
+                    await phase(path)
     finally:
-        for process in (gateway, pod):
+        for process in [*cpu_of.values(), pod]:
             process.terminate()
             process.wait(timeout=10)
     out: dict[str, Any] = {
@@ -276,21 +282,24 @@ async def closed_loop(
         "rounds": rounds,
         "load_1min_before": load_before,
         "load_1min_after": os.getloadavg()[0],
+        "paths": {},
     }
+    direct_rps = figures["direct"]["requests"] / figures["direct"]["wall_s"]
     for path, f in figures.items():
         wall = f["wall_s"]
-        out[path] = {
+        row: dict[str, float] = {
             "requests": int(f["requests"]),
             "rps": f["requests"] / wall,
-            "pod_cores": f["pod_cpu_s"] / wall,
-            "gateway_cores": f["gateway_cpu_s"] / wall,
-            "client_cores": f["client_cpu_s"] / wall,
+            "over_direct": f["requests"] / wall / direct_rps,
+            "pod_cores": f["pod"] / wall,
+            "gateway_cores": f["gw"] / wall,
+            "client_cores": f["client"] / wall,
         }
-    g = out["gateway"]
-    g["gateway_cpu_ms_per_request"] = figures["gateway"]["gateway_cpu_s"] * 1000 / g["requests"]
-    g["admission_queue_mean"] = float(np.mean(queue_samples)) if queue_samples else 0.0
-    g["admission_queue_max"] = float(max(queue_samples, default=0.0))
-    out["gateway_over_direct_rps"] = g["rps"] / out["direct"]["rps"]
+        if path in queues:
+            row["gateway_cpu_ms_per_request"] = f["gw"] * 1000 / max(1, f["requests"])
+            row["admission_queue_mean"] = float(np.mean(queues[path] or [0.0]))
+            row["admission_queue_max"] = float(max(queues[path], default=0.0))
+        out["paths"][path] = row
     return out
 
 
@@ -354,7 +363,9 @@ def main() -> int:
         "--only-closed-loop", action="store_true", help="skip the open loop and the picker"
     )
     parser.add_argument(
-        "--gateway-config", type=Path, help="closed loop: the gateway's config YAML file"
+        "--no-diagnosis",
+        action="store_true",
+        help="closed loop: leave out the gateway without the saturation detector's queue term",
     )
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--serve-pod", type=int, help=argparse.SUPPRESS)
@@ -374,14 +385,11 @@ def main() -> int:
     if not args.only_closed_loop:
         result["proxy"] = asyncio.run(proxy_overhead(args.requests, args.rate))
         result["picker"] = picker_decision(256, 3000)
+    gateways: dict[str, str | None] = {"gateway": None}
+    if not args.no_diagnosis:
+        gateways["gateway, queue term off"] = QUEUE_TERM_OFF
     result["closed_loop"] = asyncio.run(
-        closed_loop(
-            args.concurrency,
-            args.phase_s,
-            args.rounds,
-            max_requests=100_000,
-            config=args.gateway_config.read_text() if args.gateway_config else None,
-        )
+        closed_loop(args.concurrency, args.phase_s, args.rounds, 100_000, gateways)
     )
     if args.json:
         sys.stdout.write(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode() + "\n")
@@ -414,18 +422,18 @@ def print_closed_loop(c: dict[str, Any]) -> None:
         f"closed loop, {c['concurrency']} in flight, {c['rounds']} x {c['phase_s']:g} s per path "
         f"(load average {c['load_1min_before']:.2f} before, {c['load_1min_after']:.2f} after)"
     )
-    for path in ("direct", "gateway"):
-        f = c[path]
-        print(
-            f"  {path:8} {f['rps']:7.0f} req/s  pod {f['pod_cores']:.2f} cores  "
-            f"gateway {f['gateway_cores']:.2f} cores  client {f['client_cores']:.2f} cores"
+    for path, f in c["paths"].items():
+        line = (
+            f"  {path:24} {f['rps']:6.0f} req/s ({f['over_direct']:.2f} of direct)  "
+            f"cores: pod {f['pod_cores']:.2f} gateway {f['gateway_cores']:.2f} "
+            f"client {f['client_cores']:.2f}"
         )
-    g = c["gateway"]
-    print(
-        f"  gateway/direct {c['gateway_over_direct_rps']:.2f}; gateway CPU "
-        f"{g['gateway_cpu_ms_per_request']:.2f} ms per request; admission queue mean "
-        f"{g['admission_queue_mean']:.1f}, peak {g['admission_queue_max']:.0f}"
-    )
+        if "admission_queue_mean" in f:
+            line += (
+                f"; {f['gateway_cpu_ms_per_request']:.2f} ms CPU per request, admission "
+                f"queue mean {f['admission_queue_mean']:.1f} peak {f['admission_queue_max']:.0f}"
+            )
+        print(line)
 
 
 if __name__ == "__main__":
