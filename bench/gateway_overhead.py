@@ -387,7 +387,7 @@ def main() -> int:
         result["picker"] = picker_decision(256, 3000)
     gateways: dict[str, str | None] = {"gateway": None}
     if not args.no_diagnosis:
-        gateways["gateway, queue term off"] = QUEUE_TERM_OFF
+        gateways["gateway_queue_term_off"] = QUEUE_TERM_OFF
     result["closed_loop"] = asyncio.run(
         closed_loop(args.concurrency, args.phase_s, args.rounds, 100_000, gateways)
     )
