@@ -10,10 +10,18 @@
    (and may queue behind it at the pod or in the client). Starting them half a period
    apart instead, each meets an idle machine and pays every wake-up on its path: on a
    2-vCPU VM that measured about 0.3 ms more added at p50 (1.3 vs 1.0 ms).
-2. Picker: one scheduling decision (`latency` profile, prefix hashes of a 2 KB prompt)
+2. Closed loop (`closed_loop`): 64 clients each send their next request as soon as the
+   last is answered, direct to the pod, through `igw serve` with its defaults, and through
+   one without the saturation detector's queue term, in alternating 3 s phases (two
+   rounds): requests/s, each process's CPU in cores (`/proc/PID/stat`), the gateway's
+   CPU per request and its admission queue (the flow-control gauge, sampled every 100 ms).
+   With a zero-delay pod the queue term (scraped waiting + requests sent since the scrape
+   without an answer, full at 5) holds most of the 64 in the admission queue while the
+   pod idles: that, not the gateway's CPU, caps its closed-loop rate (docs/operations.md).
+3. Picker: one scheduling decision (`latency` profile, prefix hashes of a 2 KB prompt)
    over 256 endpoints with random metrics, timed in-process.
 
-Run: `.venv/bin/python bench/gateway_overhead.py [--json] [--requests N]`.
+Run: `.venv/bin/python bench/gateway_overhead.py [--json] [--requests N] [--only-closed-loop]`.
 """
 
 from __future__ import annotations
