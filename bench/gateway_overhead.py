@@ -304,7 +304,7 @@ async def closed_loop(
             "client_cores": f["client"] / wall,
         }
         if path in queues:
-            row["gateway_cpu_ms_per_request"] = f["gw"] * 1000 / max(1, f["requests"])
+            row["cpu_ms_per_request"] = f["gw"] * 1000 / max(1, f["requests"])
             row["admission_queue_mean"] = float(np.mean(queues[path] or [0.0]))
             row["admission_queue_max"] = float(max(queues[path], default=0.0))
         out["paths"][path] = row
@@ -395,7 +395,7 @@ def main() -> int:
         result["picker"] = picker_decision(256, 3000)
     gateways: dict[str, str | None] = {"gateway": None}
     if not args.no_diagnosis:
-        gateways["gateway_queue_term_off"] = QUEUE_TERM_OFF
+        gateways["gateway_no_queue_term"] = QUEUE_TERM_OFF
     result["closed_loop"] = asyncio.run(
         closed_loop(args.concurrency, args.phase_s, args.rounds, 100_000, gateways)
     )
@@ -438,7 +438,7 @@ def print_closed_loop(c: dict[str, Any]) -> None:
         )
         if "admission_queue_mean" in f:
             line += (
-                f"; {f['gateway_cpu_ms_per_request']:.2f} ms CPU per request, admission "
+                f"; {f['cpu_ms_per_request']:.2f} ms CPU per request, admission "
                 f"queue mean {f['admission_queue_mean']:.1f} peak {f['admission_queue_max']:.0f}"
             )
         print(line)
