@@ -10,10 +10,18 @@
    (and may queue behind it at the pod or in the client). Starting them half a period
    apart instead, each meets an idle machine and pays every wake-up on its path: on a
    2-vCPU VM that measured about 0.3 ms more added at p50 (1.3 vs 1.0 ms).
-2. Picker: one scheduling decision (`latency` profile, prefix hashes of a 2 KB prompt)
+2. Closed loop (`closed_loop`): 64 clients each send their next request as soon as the
+   last is answered, direct to the pod, through `igw serve` with its defaults, and through
+   one without the saturation detector's queue term, in alternating 3 s phases (two
+   rounds): requests/s, each process's CPU in cores (`/proc/PID/stat`), the gateway's
+   CPU per request and its admission queue (the flow-control gauge, sampled every 100 ms).
+   With a zero-delay pod the queue term (scraped waiting + requests sent since the scrape
+   without an answer, full at 5) holds most of the 64 in the admission queue while the
+   pod idles: that, not the gateway's CPU, caps its closed-loop rate (docs/operations.md).
+3. Picker: one scheduling decision (`latency` profile, prefix hashes of a 2 KB prompt)
    over 256 endpoints with random metrics, timed in-process.
 
-Run: `.venv/bin/python bench/gateway_overhead.py [--json] [--requests N]`.
+Run: `.venv/bin/python bench/gateway_overhead.py [--json] [--requests N] [--only-closed-loop]`.
 """
 
 from __future__ import annotations
@@ -94,29 +102,33 @@ async def wait_ready(session: aiohttp.ClientSession, url: str, deadline_s: float
     raise RuntimeError(f"{url} did not come up in {deadline_s} s")
 
 
-async def proxy_overhead(requests: int, rate: float) -> dict[str, float]:
-    """Pod and gateway each run in their own process, as they would in a cluster, so the
-    client's CPU does not count against either."""
-    pod_port, gw_port = free_port(), free_port()
+BODY = orjson.dumps({"model": MODEL, "prompt": "hello " * 40, "max_tokens": 1})
+
+
+def start_gateway(pod_port: int, config: str | None = None) -> tuple[subprocess.Popen[bytes], int]:
+    """`igw serve` in front of the pod, in its own process, as it would run in a cluster
+    (the client's CPU counts against neither). `config`: its config YAML text (default:
+    none, the built-in defaults)."""
+    port = free_port()
     folder = Path(tempfile.mkdtemp(prefix="igw-overhead-"))
     (folder / "endpoints.yaml").write_text(
         f"endpoints: [{{name: pod-0, address: 127.0.0.1, port: {pod_port}}}]\n"
     )
+    extra: list[str] = []
+    if config is not None:
+        (folder / "config.yaml").write_text(config)
+        extra = ["--config", str(folder / "config.yaml")]
+    argv = [sys.executable, "-m", "inference_gateway.cli", "serve"]
+    argv += ["--endpoints", str(folder / "endpoints.yaml"), "--port", str(port), *extra]
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL), port
+
+
+async def proxy_overhead(requests: int, rate: float) -> dict[str, float]:
+    """Open loop at `rate`, direct and through the gateway, interleaved request by request."""
+    pod_port = free_port()
     pod = subprocess.Popen([sys.executable, __file__, "--serve-pod", str(pod_port)])
-    gateway = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "inference_gateway.cli",
-            "serve",
-            "--endpoints",
-            str(folder / "endpoints.yaml"),
-            "--port",
-            str(gw_port),
-        ],
-        stdout=subprocess.DEVNULL,
-    )
-    body = orjson.dumps({"model": MODEL, "prompt": "hello " * 40, "max_tokens": 1})
+    gateway, gw_port = start_gateway(pod_port)
+    body = BODY
     load_before = os.getloadavg()[0]
     direct: list[float] = []
     via: list[float] = []
@@ -169,6 +181,136 @@ async def proxy_overhead(requests: int, rate: float) -> dict[str, float]:
     }
 
 
+def process_cpu_s(pid: int) -> float:
+    """User plus system CPU seconds of a process so far (Linux `/proc/PID/stat`)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def admission_queue(metrics_page: str) -> float:
+    """Requests waiting for admission in the gateway, summed over pools and bands."""
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in metrics_page.splitlines()
+        if line.startswith("inference_extension_flow_control_queue_size{")
+    )
+
+
+# the saturation detector without its queue term (waiting + sent since the scrape >= 5):
+# the kv-cache and pending-prefill terms still apply
+QUEUE_TERM_OFF = (
+    "flowControl:\n  saturation:\n"
+    "    queueThreshold: 1000000000\n    noncriticalQueueThreshold: 1000000000\n"
+)
+
+
+async def closed_loop(
+    concurrency: int,
+    phase_s: float,
+    rounds: int,
+    max_requests: int,
+    gateways: dict[str, str | None],
+) -> dict[str, Any]:
+    """`concurrency` clients, each sending its next request as soon as its last answer
+    is in, direct to the pod and through each gateway of `gateways` (name: config YAML
+    text, None for the defaults; each its own `igw serve` in front of the same pod) in
+    alternating phases of `phase_s` (`rounds` of each, at most `max_requests` per phase),
+    so all paths see the same machine. Reported per path: requests/s, and the CPU of the
+    pod, the gateway and the client (cores: CPU seconds over wall seconds). During a
+    gateway's phases its admission-queue gauge is sampled every 100 ms (mean and peak):
+    requests held there while the pod is idle are the saturation detector's doing."""
+    pod_port = free_port()
+    pod = subprocess.Popen([sys.executable, __file__, "--serve-pod", str(pod_port)])
+    started = {name: start_gateway(pod_port, config) for name, config in gateways.items()}
+    ports = {"direct": pod_port, **{name: port for name, (_, port) in started.items()}}
+    cpu_of = {name: proc for name, (proc, _) in started.items()}
+    figures = {
+        path: dict.fromkeys(("requests", "wall_s", "pod", "gw", "client"), 0.0) for path in ports
+    }
+    queues: dict[str, list[float]] = {name: [] for name in gateways}
+    load_before = os.getloadavg()[0]
+    try:
+        connector = aiohttp.TCPConnector(limit=0)  # aiohttp's default 100 must not cap us
+        async with aiohttp.ClientSession(connector=connector) as session:
+            for port in ports.values():
+                await wait_ready(session, f"http://127.0.0.1:{port}/v1/models")
+
+            async def phase(path: str) -> None:
+                port, figure, gateway = ports[path], figures[path], cpu_of.get(path)
+                url = f"http://127.0.0.1:{port}/v1/completions"
+                end = time.monotonic() + phase_s
+                sent = 0
+
+                async def client() -> None:
+                    nonlocal sent
+                    while time.monotonic() < end and sent < max_requests:
+                        sent += 1
+                        async with session.post(
+                            url, data=BODY, headers={"content-type": "application/json"}
+                        ) as r:
+                            await r.read()
+                            if r.status != 200:
+                                raise RuntimeError(f"HTTP {r.status} from {path}")
+                        figure["requests"] += 1
+
+                async def sampler() -> None:
+                    while time.monotonic() < end:
+                        async with session.get(f"http://127.0.0.1:{port}/metrics") as r:
+                            queues[path].append(admission_queue(await r.text()))
+                        await asyncio.sleep(0.1)
+
+                def cpu() -> tuple[float, float, float]:
+                    gw = process_cpu_s(gateway.pid) if gateway is not None else 0.0
+                    return process_cpu_s(pod.pid), gw, time.process_time()
+
+                before, start = cpu(), time.perf_counter()
+                jobs = [client() for _ in range(concurrency)]
+                jobs += [sampler()] if gateway is not None else []
+                await asyncio.wait_for(asyncio.gather(*jobs), timeout=phase_s + 30)
+                figure["wall_s"] += time.perf_counter() - start
+                for key, was, now in zip(("pod", "gw", "client"), before, cpu(), strict=True):
+                    figure[key] += now - was
+
+            for _ in range(100):  # warm connections and the pickers
+                for port in ports.values():
+                    async with session.post(
+                        f"http://127.0.0.1:{port}/v1/completions", data=BODY
+                    ) as r:
+                        await r.read()
+            for _ in range(rounds):
+                for path in ports:
+                    await phase(path)
+    finally:
+        for process in [*cpu_of.values(), pod]:
+            process.terminate()
+            process.wait(timeout=10)
+    out: dict[str, Any] = {
+        "concurrency": concurrency,
+        "phase_s": phase_s,
+        "rounds": rounds,
+        "load_1min_before": load_before,
+        "load_1min_after": os.getloadavg()[0],
+        "paths": {},
+    }
+    direct_rps = figures["direct"]["requests"] / figures["direct"]["wall_s"]
+    for path, f in figures.items():
+        wall = f["wall_s"]
+        row: dict[str, float] = {
+            "requests": int(f["requests"]),
+            "rps": f["requests"] / wall,
+            "over_direct": f["requests"] / wall / direct_rps,
+            "pod_cores": f["pod"] / wall,
+            "gateway_cores": f["gw"] / wall,
+            "client_cores": f["client"] / wall,
+        }
+        if path in queues:
+            row["cpu_ms_per_request"] = f["gw"] * 1000 / max(1, f["requests"])
+            row["admission_queue_mean"] = float(np.mean(queues[path] or [0.0]))
+            row["admission_queue_max"] = float(max(queues[path], default=0.0))
+        out["paths"][path] = row
+    return out
+
+
 def picker_decision(pods: int, decisions: int) -> dict[str, float]:
     rnd = random.Random(1)
     endpoints = [
@@ -218,6 +360,21 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--requests", type=int, default=2000, help="requests per path")
     parser.add_argument("--rate", type=float, default=200.0, help="requests/s per path")
+    parser.add_argument(
+        "--concurrency", type=int, default=64, help="closed loop: requests in flight"
+    )
+    parser.add_argument(
+        "--phase-s", type=float, default=3.0, help="closed loop: seconds per path per round"
+    )
+    parser.add_argument("--rounds", type=int, default=2, help="closed loop: rounds per path")
+    parser.add_argument(
+        "--only-closed-loop", action="store_true", help="skip the open loop and the picker"
+    )
+    parser.add_argument(
+        "--no-diagnosis",
+        action="store_true",
+        help="closed loop: leave out the gateway without the saturation detector's queue term",
+    )
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--serve-pod", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -232,14 +389,26 @@ def main() -> int:
         uvloop.install()
     except ImportError:  # pragma: no cover
         pass
-    result: dict[str, Any] = {
-        "proxy": asyncio.run(proxy_overhead(args.requests, args.rate)),
-        "picker": picker_decision(256, 3000),
-    }
+    result: dict[str, Any] = {}
+    if not args.only_closed_loop:
+        result["proxy"] = asyncio.run(proxy_overhead(args.requests, args.rate))
+        result["picker"] = picker_decision(256, 3000)
+    gateways: dict[str, str | None] = {"gateway": None}
+    if not args.no_diagnosis:
+        gateways["gateway_no_queue_term"] = QUEUE_TERM_OFF
+    result["closed_loop"] = asyncio.run(
+        closed_loop(args.concurrency, args.phase_s, args.rounds, 100_000, gateways)
+    )
     if args.json:
         sys.stdout.write(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode() + "\n")
         return 0
-    p, k = result["proxy"], result["picker"]
+    if "proxy" in result:
+        print_open_loop(result["proxy"], result["picker"])
+    print_closed_loop(result["closed_loop"])
+    return 0
+
+
+def print_open_loop(p: dict[str, float], k: dict[str, float]) -> None:
     print(
         f"proxy at {p['rate_rps']:.0f} req/s, {p['requests_each']} requests per path "
         f"(load average {p['load_1min_before']:.2f} before, {p['load_1min_after']:.2f} after)"
@@ -254,7 +423,25 @@ def main() -> int:
         f"picker over {k['endpoints']} endpoints: p50 {k['p50_ms']:.3f} ms, "
         f"p99 {k['p99_ms']:.3f} ms (target: p99 <= 1 ms)"
     )
-    return 0
+
+
+def print_closed_loop(c: dict[str, Any]) -> None:
+    print(
+        f"closed loop, {c['concurrency']} in flight, {c['rounds']} x {c['phase_s']:g} s per path "
+        f"(load average {c['load_1min_before']:.2f} before, {c['load_1min_after']:.2f} after)"
+    )
+    for path, f in c["paths"].items():
+        line = (
+            f"  {path:24} {f['rps']:6.0f} req/s ({f['over_direct']:.2f} of direct)  "
+            f"cores: pod {f['pod_cores']:.2f} gateway {f['gateway_cores']:.2f} "
+            f"client {f['client_cores']:.2f}"
+        )
+        if "admission_queue_mean" in f:
+            line += (
+                f"; {f['cpu_ms_per_request']:.2f} ms CPU per request, admission "
+                f"queue mean {f['admission_queue_mean']:.1f} peak {f['admission_queue_max']:.0f}"
+            )
+        print(line)
 
 
 if __name__ == "__main__":

@@ -45,6 +45,7 @@ OVERHEAD_SCRIPTS += ["emulator_speed_check"]  # the emulator against published s
 OVERHEAD_SCRIPTS += ["scrape_cost"]  # a real-size vLLM page's parse; idle picker at 4/32/128 pods
 OVERHEAD_TIMEOUT_S = {"simulator_speed": 400}  # one simulated hour plus a side-by-side slice
 OVERHEAD_TIMEOUT_S["scrape_cost"] = 240  # six idle pickers (4, 32, 128 pods; current and legacy)
+OVERHEAD_TIMEOUT_S["gateway_overhead"] = 240  # open loop, picker, closed loop (3 paths)
 DEFAULT_OVERHEAD_TIMEOUT_S = 120
 
 

@@ -5,7 +5,9 @@
 waiting request is a future; a ticker releases waiters as capacity frees and expires
 those past their band's TTL; a cancelled handler (the client went away) leaves the
 queue at once. A released waiter holds a slot until its handler resumes and picks a pod
-(the picker's bookkeeping then counts it), so two rounds never hand out the same slot.
+(the picker's bookkeeping then counts it), so two rounds never hand out the same slot;
+once it has picked, the gate pumps again, since a round that ran meanwhile (several
+answers arriving in one loop turn) saw the slots it freed as taken by the waiter.
 """
 
 from __future__ import annotations
@@ -83,6 +85,9 @@ class PoolGate:
         finally:
             if future.done() and not future.cancelled() and future.result():
                 self._in_transit -= 1  # the caller picks a pod before it next yields
+                # a round that found this waiter in transit handed out nothing for the
+                # slots it saw free: look again once the pick is counted, not at the tick
+                asyncio.get_running_loop().call_soon(self.pump)
             self.controller.cancel(decision.waiter)
         if not admitted:
             raise QueueTimeoutError(
