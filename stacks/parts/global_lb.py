@@ -25,6 +25,7 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from ..spec_global import global_target_group_name
+from .private_nlb import PrivateNlbProps, private_tls_nlb, tls_listener
 
 __all__ = ["GlobalRouterLoadBalancer", "GlobalRouterLoadBalancerProps", "unhealthy_alarm_name"]
 
@@ -56,43 +57,22 @@ class GlobalRouterLoadBalancer(Construct):
         props: GlobalRouterLoadBalancerProps,
     ) -> None:
         super().__init__(scope, construct_id)
-        self.security_group = ec2.SecurityGroup(
+        nlb = private_tls_nlb(
             self,
-            "SecurityGroup",
-            vpc=vpc,
-            description="Global inference endpoint: TLS from allowed CIDRs only",
-            allow_all_outbound=False,
+            vpc,
+            PrivateNlbProps(
+                description="Global inference endpoint: TLS from allowed CIDRs only",
+                allowed_cidrs=props.allowed_cidrs,
+                target_port=props.router_port,
+                to_targets="to the global router pods",
+                cluster_security_group_id=props.cluster_security_group_id,
+                ingress_id="ToRouter",
+                ingress_description="global NLB to the global router pods",
+                access_logs=props.access_logs,
+                log_prefix="global-nlb",
+            ),
         )
-        for cidr in props.allowed_cidrs:
-            self.security_group.add_ingress_rule(
-                ec2.Peer.ipv4(cidr), ec2.Port.tcp(443), f"inference clients in {cidr}"
-            )
-        self.security_group.add_egress_rule(
-            ec2.Peer.ipv4(vpc.vpc_cidr_block),
-            ec2.Port.tcp(props.router_port),
-            "to the global router pods",
-        )
-        ec2.CfnSecurityGroupIngress(
-            self,
-            "ToRouter",
-            group_id=props.cluster_security_group_id,
-            ip_protocol="tcp",
-            from_port=props.router_port,
-            to_port=props.router_port,
-            source_security_group_id=self.security_group.security_group_id,
-            description="global NLB to the global router pods",
-        )
-        self.load_balancer = elbv2.NetworkLoadBalancer(
-            self,
-            "Nlb",
-            vpc=vpc,
-            internet_facing=False,
-            vpc_subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
-            security_groups=[self.security_group],
-            cross_zone_enabled=True,
-            deletion_protection=False,
-        )
-        self.load_balancer.log_access_logs(props.access_logs, prefix="global-nlb")
+        self.security_group, self.load_balancer = nlb.security_group, nlb.load_balancer
         if props.certificate_arn:
             certificate: acm.ICertificate = acm.Certificate.from_certificate_arn(
                 self, "Certificate", props.certificate_arn
@@ -123,14 +103,7 @@ class GlobalRouterLoadBalancer(Construct):
                 unhealthy_threshold_count=2,
             ),
         )
-        self.listener = self.load_balancer.add_listener(
-            "Tls",
-            port=443,
-            protocol=elbv2.Protocol.TLS,
-            certificates=[elbv2.ListenerCertificate.from_certificate_manager(certificate)],
-            ssl_policy=elbv2.SslPolicy.TLS13_RES,
-            default_target_groups=[self.target_group],
-        )
+        self.listener = tls_listener(self.load_balancer, certificate, self.target_group)
         self.unhealthy = cw.Alarm(
             self,
             "Unhealthy",

@@ -25,6 +25,7 @@ from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from .names import target_group_name
+from .private_nlb import PrivateNlbProps, private_tls_nlb, tls_listener
 
 __all__ = [
     "HEALTHY_HTTP_CODES",
@@ -71,44 +72,22 @@ class InternalLoadBalancer(Construct):
         self, scope: Construct, construct_id: str, vpc: ec2.IVpc, props: InternalLoadBalancerProps
     ) -> None:
         super().__init__(scope, construct_id)
-        self.security_group = ec2.SecurityGroup(
+        nlb = private_tls_nlb(
             self,
-            "SecurityGroup",
-            vpc=vpc,
-            description="Internal inference endpoint: TLS from allowed CIDRs only",
-            allow_all_outbound=False,
+            vpc,
+            PrivateNlbProps(
+                description="Internal inference endpoint: TLS from allowed CIDRs only",
+                allowed_cidrs=props.allowed_cidrs,
+                target_port=props.target_port,
+                to_targets="to Envoy Gateway pods",
+                cluster_security_group_id=props.cluster_security_group_id,
+                ingress_id="ToEnvoy",
+                ingress_description="internal NLB to Envoy Gateway",
+                access_logs=props.access_logs,
+                log_prefix="nlb",
+            ),
         )
-        for cidr in props.allowed_cidrs:
-            self.security_group.add_ingress_rule(
-                ec2.Peer.ipv4(cidr), ec2.Port.tcp(443), f"inference clients in {cidr}"
-            )
-        self.security_group.add_egress_rule(
-            ec2.Peer.ipv4(vpc.vpc_cidr_block),
-            ec2.Port.tcp(props.target_port),
-            "to Envoy Gateway pods",
-        )
-        # Envoy's pods use the cluster security group (VPC CNI on managed nodes).
-        ec2.CfnSecurityGroupIngress(
-            self,
-            "ToEnvoy",
-            group_id=props.cluster_security_group_id,
-            ip_protocol="tcp",
-            from_port=props.target_port,
-            to_port=props.target_port,
-            source_security_group_id=self.security_group.security_group_id,
-            description="internal NLB to Envoy Gateway",
-        )
-        self.load_balancer = elbv2.NetworkLoadBalancer(
-            self,
-            "Nlb",
-            vpc=vpc,
-            internet_facing=False,
-            vpc_subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
-            security_groups=[self.security_group],
-            cross_zone_enabled=True,
-            deletion_protection=False,
-        )
-        self.load_balancer.log_access_logs(props.access_logs, prefix="nlb")
+        self.security_group, self.load_balancer = nlb.security_group, nlb.load_balancer
         if props.certificate_arn:
             self.certificate: acm.ICertificate = acm.Certificate.from_certificate_arn(
                 self, "Certificate", props.certificate_arn
@@ -149,14 +128,7 @@ class InternalLoadBalancer(Construct):
                 unhealthy_threshold_count=2,
             ),
         )
-        self.listener = self.load_balancer.add_listener(
-            "Tls",
-            port=443,
-            protocol=elbv2.Protocol.TLS,
-            certificates=[elbv2.ListenerCertificate.from_certificate_manager(self.certificate)],
-            ssl_policy=elbv2.SslPolicy.TLS13_RES,
-            default_target_groups=[self.target_group],
-        )
+        self.listener = tls_listener(self.load_balancer, self.certificate, self.target_group)
         prefix = ingress_parameter_prefix(props.environment, props.region)
         ssm.StringParameter(
             self,
