@@ -12,7 +12,7 @@ from aws_cdk import App, Environment
 from .global_dns import GlobalDnsStack, GlobalDnsStackProps, RegionalEndpoints
 from .global_tier import GlobalTierStack, GlobalTierStackProps
 from .parts.global_lb import GlobalRouterLoadBalancerProps, unhealthy_alarm_name
-from .parts.valkey import GlobalStoreProps
+from .parts.valkey import GlobalStoreProps, StorePeer
 
 if TYPE_CHECKING:
     from .application import RegionStacks
@@ -69,6 +69,13 @@ def _region(app: App, env: EnvironmentSpec, built: RegionStacks) -> GlobalTierSt
                 environment=env.name,
                 spec=env.global_router.store,
                 client_security_group_id=cluster.cluster_security_group_id,
+                # Every region's routers count client rate limits in the primary's store.
+                peers=tuple(
+                    StorePeer(region=r, vpc_cidr=env.cluster.vpc_cidr_of(r))
+                    for r in env.aws.secondary_regions
+                )
+                if built.plan.primary
+                else (),
             ),
             spec=env.global_router,
             gitops=env.gitops,

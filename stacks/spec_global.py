@@ -31,6 +31,7 @@ __all__ = [
     "global_folder",
     "global_problems",
     "global_target_group_name",
+    "rate_limit_store_secret_name",
     "resolved_clusters",
     "store_secret_names",
 ]
@@ -174,6 +175,14 @@ def store_secret_names(environment: str) -> tuple[str, str]:
     region, each holding that region's Valkey, so the per-region manifests differ only in
     the region their SecretStore reads."""
     return f"igw/{environment}/global-store/auth", f"igw/{environment}/global-store/endpoint"
+
+
+def rate_limit_store_secret_name(environment: str) -> str:
+    """The primary region's store (URL and AUTH token, the keys of `store_secret_names`'s
+    two) under a name of its own, replicated by Secrets Manager to every secondary region:
+    the routers of every region enforce client limits through that one store, and a replica
+    cannot take the name of the region's own store secrets."""
+    return f"igw/{environment}/global-store/rate-limit"
 
 
 def global_folder(environment: str, region: str) -> str:

@@ -14,7 +14,14 @@ Store wiring, with no secret in git: the CDK writes the region's Valkey auth tok
 endpoint into two Secrets Manager secrets (same names in every region); a namespaced
 SecretStore reads this region's Secrets Manager, and an ExternalSecret renders the
 router's config file from the ConfigMap below (a template whose only variable is the
-store URL) into a Secret, with the token beside it for `passwordEnv`.
+store URL) into a Secret, with the token beside it for `passwordEnv`, and the URL too: the
+pickers of the region (same namespace, cdk8s/charts/picker.py) read both from that Secret
+to share their dispatch view through the same store.
+
+Rate limits across regions: with `rate_limit_store`, every region's config also names
+the PRIMARY region's store as `rateLimitStore`, from the secret the primary replicates to
+every region (stacks/parts/valkey.py), so one budget holds fleet-wide. Off by default
+(`RATE_LIMIT_STORE`) until `igw global`'s config loader knows the key.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from stacks.spec_global import (
     STORE_URL_KEY,
     global_folder,
     global_target_group_name,
+    rate_limit_store_secret_name,
     resolved_clusters,
     store_secret_names,
 )
@@ -52,6 +60,8 @@ __all__ = [
     "CONFIG_KEY",
     "GLOBAL_ROUTER",
     "PASSWORD_ENV",
+    "RATE_LIMIT_PASSWORD_ENV",
+    "RATE_LIMIT_STORE",
     "STORE_SECRET",
     "GlobalRouterChart",
     "router_config",
@@ -64,8 +74,16 @@ STORE_SECRET = "igw-global-store"
 CONFIG_KEY = "config.yaml"
 CONFIG_DIR = "/etc/igw-global"
 PASSWORD_ENV = "IGW_STORE_PASSWORD"
-#: The one template variable of the config: filled in by External Secrets (Go template).
+RATE_LIMIT_PASSWORD_ENV = "IGW_RATELIMIT_STORE_PASSWORD"
+#: Render `rateLimitStore` (the primary region's store) into every region's config. Off
+#: until `igw global`'s config loader accepts the key (it rejects unknown keys).
+RATE_LIMIT_STORE = False
+#: The config's template variables: filled in by External Secrets (Go template).
 URL_PLACEHOLDER = "{{ ." + STORE_URL_KEY + " }}"
+#: Keys of the router's Secret holding the primary region's store (URL, token).
+RATE_LIMIT_URL_KEY = "rateLimitUrl"
+RATE_LIMIT_AUTH_KEY = "rateLimitPassword"
+RATE_LIMIT_URL_PLACEHOLDER = "{{ ." + RATE_LIMIT_URL_KEY + " }}"
 ESO_API = "external-secrets.io/v1"
 
 
@@ -73,10 +91,12 @@ def router_labels() -> dict[str, str]:
     return labels(name=GLOBAL_ROUTER, component="global-router")
 
 
-def router_config(env: EnvironmentSpec, region: str, *, store_url: str) -> dict[str, Any]:
+def router_config(
+    env: EnvironmentSpec, region: str, *, store_url: str, rate_limit_store_url: str | None = None
+) -> dict[str, Any]:
     """The `igw global --config` document of `region` (docs/global-router.md)."""
     spec = env.global_router
-    return {
+    config: dict[str, Any] = {
         "homeRegion": region,
         "profile": spec.profile,
         "pollIntervalMs": spec.poll_interval_ms,
@@ -97,10 +117,65 @@ def router_config(env: EnvironmentSpec, region: str, *, store_url: str) -> dict[
         # public roots, which the image's CA bundle holds, so no caFile.
         "store": {"url": store_url, "passwordEnv": PASSWORD_ENV},
     }
+    if rate_limit_store_url is not None:
+        config["rateLimitStore"] = {
+            "url": rate_limit_store_url,
+            "passwordEnv": RATE_LIMIT_PASSWORD_ENV,
+        }
+    return config
 
 
-def config_template(env: EnvironmentSpec, region: str) -> str:
-    return yaml.safe_dump(router_config(env, region, store_url=URL_PLACEHOLDER), sort_keys=False)
+def config_template(env: EnvironmentSpec, region: str, *, rate_limit_store: bool) -> str:
+    config = router_config(
+        env,
+        region,
+        store_url=URL_PLACEHOLDER,
+        rate_limit_store_url=RATE_LIMIT_URL_PLACEHOLDER if rate_limit_store else None,
+    )
+    return yaml.safe_dump(config, sort_keys=False)
+
+
+def _store_secret_spec(env: EnvironmentSpec, *, rate_limit_store: bool) -> dict[str, Any]:
+    """The ExternalSecret: this region's store (URL, token), the primary's when the config
+    names it, and the config file rendered from the ConfigMap with those URLs in it."""
+    auth_secret, endpoint_secret = store_secret_names(env.name)
+    remote = [
+        (STORE_AUTH_KEY, auth_secret, STORE_AUTH_KEY),
+        (STORE_URL_KEY, endpoint_secret, STORE_URL_KEY),
+    ]
+    # The token for passwordEnv; the URL for the pickers' IGW_STORE_URL (picker.py).
+    plain = [STORE_AUTH_KEY, STORE_URL_KEY]
+    if rate_limit_store:
+        shared = rate_limit_store_secret_name(env.name)
+        remote += [
+            (RATE_LIMIT_AUTH_KEY, shared, STORE_AUTH_KEY),
+            (RATE_LIMIT_URL_KEY, shared, STORE_URL_KEY),
+        ]
+        plain.append(RATE_LIMIT_AUTH_KEY)
+    return {
+        "refreshInterval": "1h",
+        "secretStoreRef": {"kind": "SecretStore", "name": STORE_SECRET},
+        "target": {
+            "name": STORE_SECRET,
+            "creationPolicy": "Owner",
+            "template": {
+                "engineVersion": "v2",
+                "data": {key: "{{ ." + key + " }}" for key in plain},
+                "templateFrom": [
+                    {
+                        "configMap": {
+                            "name": GLOBAL_ROUTER,
+                            "items": [{"key": CONFIG_KEY, "templateAs": "Values"}],
+                        }
+                    }
+                ],
+            },
+        },
+        "data": [
+            {"secretKey": key, "remoteRef": {"key": name, "property": prop}}
+            for key, name, prop in remote
+        ],
+    }
 
 
 class GlobalRouterChart(Chart):
@@ -108,7 +183,13 @@ class GlobalRouterChart(Chart):
     TargetGroupBinding, PDB, NetworkPolicy."""
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, env: EnvironmentSpec, region: str
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        env: EnvironmentSpec,
+        region: str,
+        rate_limit_store: bool = RATE_LIMIT_STORE,
     ) -> None:
         super().__init__(scope, construct_id, disable_resource_name_hashes=True)
         if region not in env.aws.regions:
@@ -116,11 +197,10 @@ class GlobalRouterChart(Chart):
         namespace = env.kubernetes.namespace
         meta = router_labels()
         selector = selector_labels(meta)
-        template = config_template(env, region)
+        template = config_template(env, region, rate_limit_store=rate_limit_store)
         config_sha = hashlib.sha256(template.encode()).hexdigest()[:16]
         workload = {"namespace": namespace, "labels": meta, "wave": Wave.WORKLOADS}
         config = {**workload, "wave": Wave.CONFIG}
-        auth_secret, endpoint_secret = store_secret_names(env.name)
 
         manifest(
             self,
@@ -156,38 +236,7 @@ class GlobalRouterChart(Chart):
             kind="ExternalSecret",
             name=STORE_SECRET,
             **config,
-            body={
-                "spec": {
-                    "refreshInterval": "1h",
-                    "secretStoreRef": {"kind": "SecretStore", "name": STORE_SECRET},
-                    "target": {
-                        "name": STORE_SECRET,
-                        "creationPolicy": "Owner",
-                        "template": {
-                            "engineVersion": "v2",
-                            "data": {STORE_AUTH_KEY: "{{ ." + STORE_AUTH_KEY + " }}"},
-                            "templateFrom": [
-                                {
-                                    "configMap": {
-                                        "name": GLOBAL_ROUTER,
-                                        "items": [{"key": CONFIG_KEY, "templateAs": "Values"}],
-                                    }
-                                }
-                            ],
-                        },
-                    },
-                    "data": [
-                        {
-                            "secretKey": STORE_AUTH_KEY,
-                            "remoteRef": {"key": auth_secret, "property": STORE_AUTH_KEY},
-                        },
-                        {
-                            "secretKey": STORE_URL_KEY,
-                            "remoteRef": {"key": endpoint_secret, "property": STORE_URL_KEY},
-                        },
-                    ],
-                }
-            },
+            body={"spec": _store_secret_spec(env, rate_limit_store=rate_limit_store)},
         )
         manifest(
             self,
@@ -207,7 +256,9 @@ class GlobalRouterChart(Chart):
                     replicas=env.global_router.replicas,
                     selector=selector,
                     pod_labels=meta,
-                    pod_spec=_pod_spec(env, selector, region=region),
+                    pod_spec=_pod_spec(
+                        env, selector, region=region, rate_limit_store=rate_limit_store
+                    ),
                     annotations={"igw.dev/config-sha256": config_sha},
                 )
             },
@@ -287,8 +338,17 @@ class GlobalRouterChart(Chart):
         )
 
 
-def _pod_spec(env: EnvironmentSpec, selector: dict[str, str], *, region: str) -> dict[str, Any]:
+def _secret_env(name: str, key: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"secretKeyRef": {"name": STORE_SECRET, "key": key}}}
+
+
+def _pod_spec(
+    env: EnvironmentSpec, selector: dict[str, str], *, region: str, rate_limit_store: bool
+) -> dict[str, Any]:
     spec = env.global_router
+    passwords = [_secret_env(PASSWORD_ENV, STORE_AUTH_KEY)]
+    if rate_limit_store:
+        passwords.append(_secret_env(RATE_LIMIT_PASSWORD_ENV, RATE_LIMIT_AUTH_KEY))
     http = {"port": "http"}
     args = [
         "global",
@@ -319,14 +379,7 @@ def _pod_spec(env: EnvironmentSpec, selector: dict[str, str], *, region: str) ->
                 "image": gateway_image(env, region=region),
                 "imagePullPolicy": "IfNotPresent",
                 "args": args,
-                "env": [
-                    {
-                        "name": PASSWORD_ENV,
-                        "valueFrom": {
-                            "secretKeyRef": {"name": STORE_SECRET, "key": STORE_AUTH_KEY}
-                        },
-                    }
-                ],
+                "env": passwords,
                 "ports": [{"name": "http", "containerPort": spec.port, "protocol": "TCP"}],
                 # /health is 503 while no cluster is routable: the pod leaves the Service
                 # and the NLB target group, and DNS moves clients to another region.

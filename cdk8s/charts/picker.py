@@ -1,8 +1,14 @@
 """The endpoint picker (`igw picker`): the ext_proc server Envoy asks for every request.
 
 Active-active: every replica discovers the pool's pods by label selector and scrapes
-them itself, so no leader election and no shared state; Envoy spreads the ext_proc
-streams over the replicas. It starts from the mounted config file (the whole
+them itself, so no leader election; Envoy spreads the ext_proc streams over the replicas.
+Where the environment's global tier is enabled, the replicas also share their dispatch
+view (`--store`, from `$IGW_STORE_URL` and `$IGW_STORE_PASSWORD`) through the region's
+Valkey, so N replicas pick like one: the manifests are the same in every region, so the
+URL and token come from the Secret the region's own global-router folder renders
+(cdk8s/charts/global_router.py), optional so a picker that starts first runs alone.
+
+It starts from the mounted config file (the whole
 `InferenceGatewayConfig` resource, from a ConfigMap whose hash sits on the pod template,
 so a change rolls the pods) and watches the `igw` InferenceGatewayConfig, the
 InferenceObjectives and InferenceModelRewrites through the API, so a canary step applies
@@ -20,8 +26,10 @@ from constructs import Construct
 from cdk8s import Chart
 from inference_gateway.config import API_GROUP, API_VERSION
 from stacks.environment import EnvironmentSpec
+from stacks.spec_global import STORE_AUTH_KEY, STORE_URL_KEY
 
 from .base import PICKER, Wave, gateway_image, labels, manifest, selector_labels
+from .global_router import STORE_SECRET
 from .workloads import (
     CPU_LIMIT_SKIP,
     DIGEST_SKIP,
@@ -45,6 +53,7 @@ __all__ = [
     "config_hash",
     "gateway_config_resource",
     "picker_labels",
+    "store_env",
 ]
 
 GRPC_PORT = 9002
@@ -153,6 +162,14 @@ class PickerChart(Chart):
                 **CPU_LIMIT_SKIP,
                 **DIGEST_SKIP,
                 "CKV_K8S_38": "the picker watches pods of its pools through the API",
+                **(
+                    {
+                        "CKV_K8S_35": "igw picker reads the store password from an environment "
+                        "variable only ($IGW_STORE_PASSWORD); the value comes from the Secret"
+                    }
+                    if env.global_router.enabled
+                    else {}
+                ),
             },
             body={
                 "spec": surge_deployment_spec(
@@ -231,6 +248,22 @@ def _read_rules() -> list[dict[str, Any]]:
     ]
 
 
+def store_env(env: EnvironmentSpec) -> list[dict[str, Any]]:
+    """`igw picker`'s store flag and password, from the global router's Secret (the region's
+    Valkey); none without the global tier, the one in-cluster store. Optional keys: until
+    External Secrets has synced the Secret the picker starts alone, and picks the store up
+    on its next restart."""
+    if not env.global_router.enabled:
+        return []
+    return [
+        {
+            "name": name,
+            "valueFrom": {"secretKeyRef": {"name": STORE_SECRET, "key": key, "optional": True}},
+        }
+        for name, key in (("IGW_STORE_URL", STORE_URL_KEY), ("IGW_STORE_PASSWORD", STORE_AUTH_KEY))
+    ]
+
+
 def _pod_spec(*, env: EnvironmentSpec, selector: dict[str, str]) -> dict[str, Any]:
     live = {"grpc": {"port": HEALTH_PORT, "service": LIVENESS_SERVICE}}
     ready = {"grpc": {"port": HEALTH_PORT, "service": READINESS_SERVICE}}
@@ -275,7 +308,8 @@ def _pod_spec(*, env: EnvironmentSpec, selector: dict[str, str]) -> dict[str, An
                     {
                         "name": "POD_NAMESPACE",
                         "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}},
-                    }
+                    },
+                    *store_env(env),
                 ],
                 "ports": [
                     {"name": "grpc", "containerPort": GRPC_PORT, "protocol": "TCP"},

@@ -13,6 +13,12 @@ region runs one replication group in its private subnets:
 
 The pods read the token and the URL from two Secrets Manager secrets with the same names
 in every region (`stacks.spec_global.store_secret_names`), through External Secrets.
+
+Client rate limits are one budget across regions, so every region's routers count them in
+the PRIMARY region's store: there, the security group also admits the secondary regions'
+VPC ranges (peered, stacks/network_peering.py) on the store port only, and one more
+secret (`rate_limit_store_secret_name`: URL and token) is replicated by Secrets Manager
+to the secondary regions, so each region's External Secrets reads it locally.
 """
 
 from __future__ import annotations
@@ -29,9 +35,15 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
 from ..nag import acknowledge
-from ..spec_global import STORE_AUTH_KEY, STORE_URL_KEY, GlobalStoreSpec, store_secret_names
+from ..spec_global import (
+    STORE_AUTH_KEY,
+    STORE_URL_KEY,
+    GlobalStoreSpec,
+    rate_limit_store_secret_name,
+    store_secret_names,
+)
 
-__all__ = ["GlobalStore", "GlobalStoreProps", "read_store_secrets"]
+__all__ = ["GlobalStore", "GlobalStoreProps", "StorePeer", "read_store_secrets"]
 
 #: Characters an ElastiCache AUTH token may not hold, besides whitespace ('/', '"', '@').
 _TOKEN_EXCLUDED = "/\"@'\\ "
@@ -39,25 +51,41 @@ _TOKEN_EXCLUDED = "/\"@'\\ "
 
 def read_store_secrets(stack: Stack, environment: str) -> iam.PolicyStatement:
     """What External Secrets' role needs in `stack`'s region to sync the router's store
-    Secret: read the two secrets of that region, nothing else (Secrets Manager appends
-    "-" and six random characters to a secret's name in its ARN)."""
+    Secret: read the region's two store secrets and the rate-limit store's (the primary's
+    own, or its replica), nothing else (Secrets Manager appends "-" and six random
+    characters to a secret's name in its ARN)."""
     return iam.PolicyStatement(
         sid="ReadGlobalStoreSecrets",
         actions=["secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"],
         resources=[
             f"arn:{stack.partition}:secretsmanager:{stack.region}:{stack.account}"
             f":secret:{name}-??????"
-            for name in store_secret_names(environment)
+            for name in (
+                *store_secret_names(environment),
+                rate_limit_store_secret_name(environment),
+            )
         ],
     )
+
+
+@dataclass(frozen=True)
+class StorePeer:
+    """A secondary region whose routers count rate limits in this (the primary) store."""
+
+    region: str
+    #: Its VPC's range, routed here over the peering; its pods' addresses (VPC CNI).
+    vpc_cidr: str
 
 
 @dataclass(frozen=True)
 class GlobalStoreProps:
     environment: str
     spec: GlobalStoreSpec
-    #: The pods' security group (the EKS cluster security group): the only client.
+    #: The pods' security group (the EKS cluster security group): the only local client.
     client_security_group_id: str
+    #: Only in the primary region: the secondary regions, reaching the store to count
+    #: client rate limits (and reading its URL and token from the replicated secret).
+    peers: tuple[StorePeer, ...] = ()
 
 
 class GlobalStore(Construct):
@@ -81,6 +109,12 @@ class GlobalStore(Construct):
             ec2.Port.tcp(spec.port),
             "gateway and global-router pods (EKS cluster security group)",
         )
+        for peer in props.peers:
+            self.security_group.add_ingress_rule(
+                ec2.Peer.ipv4(peer.vpc_cidr),
+                ec2.Port.tcp(spec.port),
+                f"global-router pods of {peer.region} (peered VPC): rate-limit buckets",
+            )
         subnets = elasticache.CfnSubnetGroup(
             self,
             "Subnets",
@@ -175,3 +209,32 @@ class GlobalStore(Construct):
             "Holds the store's URL, not a credential: it changes only when the replication "
             "group is replaced, and CloudFormation rewrites it then; nothing to rotate.",
         )
+        if props.peers:
+            self.rate_limit_store = self._rate_limit_store_secret(props)
+
+    def _rate_limit_store_secret(self, props: GlobalStoreProps) -> secretsmanager.Secret:
+        """URL and token of this store under their own name, replicated to the peers'
+        regions. The token is a dynamic reference CloudFormation resolves, never in the
+        template; CloudFormation resolves it when it writes this secret, so a token rotated by
+        hand is put here too (docs/operations.md, 'Rotate the global store token')."""
+        secret = secretsmanager.Secret(
+            self,
+            "RateLimitStore",
+            secret_name=rate_limit_store_secret_name(props.environment),
+            description="URL and AUTH token of the primary region's store, for every "
+            "region's rate limits",
+            secret_object_value={
+                STORE_URL_KEY: SecretValue.unsafe_plain_text(self.url),
+                STORE_AUTH_KEY: self.auth_token.secret_value_from_json(STORE_AUTH_KEY),
+            },
+            replica_regions=[
+                secretsmanager.ReplicaRegion(region=peer.region) for peer in props.peers
+            ],
+        )
+        acknowledge(
+            secret,
+            "SMG4",
+            "A copy of the store's AUTH token, which has no hosted rotation (see AuthToken); "
+            "the manual rotation procedure updates this copy too.",
+        )
+        return secret

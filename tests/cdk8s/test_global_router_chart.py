@@ -20,12 +20,16 @@ from charts.global_router import (
     CONFIG_KEY,
     GLOBAL_ROUTER,
     PASSWORD_ENV,
+    RATE_LIMIT_PASSWORD_ENV,
+    RATE_LIMIT_STORE,
+    RATE_LIMIT_URL_PLACEHOLDER,
     STORE_SECRET,
     URL_PLACEHOLDER,
     GlobalRouterChart,
     router_config,
     synth_global_routers,
 )
+from charts.picker import PickerChart
 from stacks.environment import EnvironmentSpec, load_environment
 from stacks.parts.pod_identity import workloads
 from stacks.spec_global import (
@@ -33,6 +37,7 @@ from stacks.spec_global import (
     STORE_URL_KEY,
     global_folder,
     global_target_group_name,
+    rate_limit_store_secret_name,
     store_secret_names,
 )
 
@@ -44,8 +49,8 @@ def prod() -> EnvironmentSpec:
     return load_environment("prod")
 
 
-def _synth(env: EnvironmentSpec, region: str) -> dict[str, Doc]:
-    chart = GlobalRouterChart(cdk8s.Testing.app(), "test", env=env, region=region)
+def _synth(env: EnvironmentSpec, region: str, **options: bool) -> dict[str, Doc]:
+    chart = GlobalRouterChart(cdk8s.Testing.app(), "test", env=env, region=region, **options)
     return {d["kind"]: d for d in cdk8s.Testing.synth(chart)}
 
 
@@ -202,3 +207,103 @@ def test_committed_region_folders_match_a_fresh_synth(rendered_root: Path):
             difflib.unified_diff(old.read_text().splitlines(), new.read_text().splitlines())
         )
         assert not diff, "\n".join(diff)
+
+
+def _picker_env(env: EnvironmentSpec) -> dict[str, Doc]:
+    docs = cdk8s.Testing.synth(PickerChart(cdk8s.Testing.app(), "picker", env=env))
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return {e["name"]: e for e in container["env"]}
+
+
+def test_pickers_share_the_regions_store_through_the_routers_secret(prod, west):
+    """With the global tier on, the picker (same manifests in every region) reads
+    `igw picker --store`'s $IGW_STORE_URL and $IGW_STORE_PASSWORD from the Secret this
+    region's router folder renders from this region's Secrets Manager; optional, so a
+    picker that starts before External Secrets has synced still runs (alone)."""
+    env = _picker_env(prod)
+    for name, key in (("IGW_STORE_URL", STORE_URL_KEY), ("IGW_STORE_PASSWORD", STORE_AUTH_KEY)):
+        assert env[name]["valueFrom"] == {
+            "secretKeyRef": {"name": STORE_SECRET, "key": key, "optional": True}
+        }
+    secret = west["ExternalSecret"]
+    assert secret["spec"]["target"]["name"] == STORE_SECRET
+    assert west["ExternalSecret"]["metadata"]["namespace"] == prod.kubernetes.namespace
+    data = secret["spec"]["target"]["template"]["data"]
+    assert data[STORE_URL_KEY] == URL_PLACEHOLDER
+    assert data[STORE_AUTH_KEY] == "{{ ." + STORE_AUTH_KEY + " }}"
+
+
+def test_pickers_have_no_store_without_the_global_tier():
+    dev = load_environment("dev")
+    assert not dev.global_router.enabled
+    assert not {"IGW_STORE_URL", "IGW_STORE_PASSWORD"} & set(_picker_env(dev))
+
+
+def test_rate_limit_store_is_off_until_the_router_knows_the_key(west):
+    """`RATE_LIMIT_STORE` gates the rendering (see the module docstring)."""
+    template = west["ConfigMap"]["data"][CONFIG_KEY]
+    assert ("rateLimitStore" in yaml.safe_load(template)) is RATE_LIMIT_STORE
+    assert (RATE_LIMIT_PASSWORD_ENV in str(west["Deployment"])) is RATE_LIMIT_STORE
+
+
+@pytest.mark.parametrize("region", ["us-east-1", "us-west-2"])
+def test_every_region_counts_rate_limits_in_the_primarys_store(prod, region):
+    """Each region's router names the primary's store as `rateLimitStore`, read from the
+    secret the primary replicates to every region (same name everywhere, so the region's
+    own SecretStore reads its local copy), with the token in its own variable."""
+    docs = _synth(prod, region, rate_limit_store=True)
+    template = docs["ConfigMap"]["data"][CONFIG_KEY]
+    assert template.count(RATE_LIMIT_URL_PLACEHOLDER) == 1
+    config = yaml.safe_load(
+        template.replace(URL_PLACEHOLDER, "rediss://local:6380/0").replace(
+            RATE_LIMIT_URL_PLACEHOLDER, "rediss://primary:6380/0"
+        )
+    )
+    assert config["rateLimitStore"] == {
+        "url": "rediss://primary:6380/0",
+        "passwordEnv": RATE_LIMIT_PASSWORD_ENV,
+    }
+    assert config["store"]["url"] == "rediss://local:6380/0"
+    assert config == router_config(
+        prod,
+        region,
+        store_url="rediss://local:6380/0",
+        rate_limit_store_url="rediss://primary:6380/0",
+    )
+    secret = docs["ExternalSecret"]["spec"]
+    assert docs["SecretStore"]["spec"]["provider"]["aws"]["region"] == region
+    shared = rate_limit_store_secret_name(prod.name)
+    reads = {
+        d["secretKey"]: (d["remoteRef"]["key"], d["remoteRef"]["property"]) for d in secret["data"]
+    }
+    url_key = RATE_LIMIT_URL_PLACEHOLDER.strip("{} .")
+    assert reads[url_key] == (shared, STORE_URL_KEY)
+    password_keys = [k for k, v in reads.items() if v == (shared, STORE_AUTH_KEY)]
+    assert len(password_keys) == 1
+    (container,) = docs["Deployment"]["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"]}
+    assert env[RATE_LIMIT_PASSWORD_ENV] == {"name": STORE_SECRET, "key": password_keys[0]}
+    assert env[PASSWORD_ENV] == {"name": STORE_SECRET, "key": STORE_AUTH_KEY}
+    assert password_keys[0] in secret["target"]["template"]["data"]
+
+
+def test_rate_limit_config_is_one_the_router_accepts(prod):
+    """Switch-on check for `RATE_LIMIT_STORE`: `igw global`'s own loader parses the config
+    with `rateLimitStore`. Skipped while the loader lacks the key (it rejects unknown
+    keys); then RATE_LIMIT_STORE must stay off."""
+    router = pytest.importorskip("inference_gateway.global_router.config")
+    from inference_gateway.errors import ConfigError
+
+    config = router_config(
+        prod,
+        "us-west-2",
+        store_url="rediss://local:6380/0",
+        rate_limit_store_url="rediss://primary:6380/0",
+    )
+    try:
+        router.parse_router_config(config)
+    except ConfigError as error:
+        if RATE_LIMIT_STORE or not any("rateLimitStore" in p for p in error.problems):
+            raise
+        pytest.skip("igw global's config has no rateLimitStore yet: RATE_LIMIT_STORE stays off")
