@@ -27,8 +27,10 @@ from stacks.parts.global_lb import unhealthy_alarm_name
 from stacks.parts.valkey import read_store_secrets
 from stacks.spec_global import (
     STORE_AUTH_KEY,
+    STORE_URL_KEY,
     global_folder,
     global_target_group_name,
+    rate_limit_store_secret_name,
     resolved_clusters,
     store_secret_names,
 )
@@ -72,18 +74,29 @@ def test_valkey_is_tls_only_with_auth_multi_az_and_encrypted(prod_synth: Synth, 
 
 
 @pytest.mark.parametrize("region", REGIONS)
-def test_store_admits_only_the_cluster_security_group(prod_synth: Synth, region) -> None:
+def test_store_admits_the_cluster_security_group_and_the_peers_on_its_port_only(
+    prod_synth: Synth, region
+) -> None:
+    """The cluster security group (gateway, picker and router pods); in the primary region
+    also the secondary regions' VPC ranges, over the peering, for the shared rate limits."""
+    env = prod_synth.env
     template = prod_synth.template(region, "fleet")
     groups = prod_synth.resources(region, "fleet", "AWS::EC2::SecurityGroup")
     (store_sg,) = [
         g for g in groups.values() if "store" in g["Properties"]["GroupDescription"].lower()
     ]
     props = store_sg["Properties"]
-    port = prod_synth.env.global_router.store.port
-    (rule,) = props["SecurityGroupIngress"]
-    assert (rule["FromPort"], rule["ToPort"], rule["IpProtocol"]) == (port, port, "tcp")
-    assert "CidrIp" not in rule
-    assert "ClusterSecurityGroupId" in json.dumps(rule["SourceSecurityGroupId"])
+    port = env.global_router.store.port
+    rules = props["SecurityGroupIngress"]
+    for rule in rules:
+        assert (rule["FromPort"], rule["ToPort"], rule["IpProtocol"]) == (port, port, "tcp")
+    (cluster_rule,) = [r for r in rules if "CidrIp" not in r]
+    assert "ClusterSecurityGroupId" in json.dumps(cluster_rule["SourceSecurityGroupId"])
+    peers = env.aws.secondary_regions if region == env.aws.region else []
+    assert peers or region != env.aws.region, "prod's primary has peers: the test must bite"
+    assert sorted(r["CidrIp"] for r in rules if "CidrIp" in r) == sorted(
+        env.cluster.vpc_cidr_of(p) for p in peers
+    )
     # Nothing outbound: CDK's placeholder rule that matches no traffic.
     assert [e["CidrIp"] for e in props["SecurityGroupEgress"]] == ["255.255.255.255/32"]
     template.resource_count_is("AWS::ElastiCache::SubnetGroup", 1)
@@ -94,7 +107,10 @@ def test_connection_secrets_have_the_names_the_pods_read(prod_synth: Synth, regi
     secrets = prod_synth.resources(region, "fleet", "AWS::SecretsManager::Secret")
     by_name = {s["Properties"]["Name"]: s["Properties"] for s in secrets.values()}
     auth, endpoint = store_secret_names("prod")
-    assert set(by_name) == {auth, endpoint}
+    shared = (
+        {rate_limit_store_secret_name("prod")} if region == prod_synth.env.aws.region else set()
+    )
+    assert set(by_name) == {auth, endpoint} | shared
     assert by_name[auth]["GenerateSecretString"]["GenerateStringKey"] == STORE_AUTH_KEY
     url = json.dumps(by_name[endpoint]["SecretString"])
     assert "rediss://" in url and "PrimaryEndPoint.Address" in url
@@ -110,12 +126,39 @@ def test_the_read_statement_for_external_secrets_matches_the_secrets(
     statement = stack.resolve(read_store_secrets(stack, "prod").to_statement_json())
     patterns = [_joined(r) for r in statement["Resource"]]
     secrets = prod_synth.resources(region, "fleet", "AWS::SecretsManager::Secret")
-    names = sorted(s["Properties"]["Name"] for s in secrets.values())
-    assert len(patterns) == len(names) == 2
+    # The rate-limit store's secret is a replica outside the primary (not a resource).
+    names = sorted(
+        {*(s["Properties"]["Name"] for s in secrets.values())}
+        | {rate_limit_store_secret_name("prod")}
+    )
+    assert len(patterns) == len(names) == 3
     for pattern, name in zip(sorted(patterns), names, strict=True):
         assert f":secretsmanager:{region}:222222222222:secret:{name}-??????" in pattern
     actions = {"secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"}
     assert set(statement["Action"]) == actions
+
+
+def test_primary_replicates_its_store_url_and_token_to_every_secondary(prod_synth: Synth) -> None:
+    """One rate-limit budget across regions: the primary's URL and AUTH token (a dynamic
+    reference to the token secret, never the value) in a secret replicated to each
+    secondary region, where the routers' External Secrets read it locally."""
+    env = prod_synth.env
+    secrets = prod_synth.resources(env.aws.region, "fleet", "AWS::SecretsManager::Secret")
+    (shared,) = [
+        s["Properties"]
+        for s in secrets.values()
+        if s["Properties"]["Name"] == rate_limit_store_secret_name("prod")
+    ]
+    assert [r["Region"] for r in shared["ReplicaRegions"]] == env.aws.secondary_regions
+    value = json.dumps(shared["SecretString"])
+    assert f'\\"{STORE_URL_KEY}\\"' in value and "PrimaryEndPoint.Address" in value
+    assert "{{resolve:secretsmanager:" in value and f":SecretString:{STORE_AUTH_KEY}::" in value
+    for region in env.aws.secondary_regions:
+        names = {
+            s["Properties"]["Name"]
+            for s in prod_synth.resources(region, "fleet", "AWS::SecretsManager::Secret").values()
+        }
+        assert rate_limit_store_secret_name("prod") not in names
 
 
 @pytest.mark.parametrize("region", REGIONS)
