@@ -257,6 +257,7 @@ def _region(
                 # The ClusterSecretStore reads the primary region's Secrets Manager.
                 secrets_region=env.aws.region,
                 model_sources=_model_sources(env),
+                global_store=env.global_router.enabled,
             )
         ),
         **kw("Pod Identity roles"),

@@ -30,6 +30,7 @@ from constructs import Construct
 from ..nag import acknowledge
 from .internal_lb import ingress_parameter_prefix
 from .metrics import AGENT_NAMESPACES, CLUSTER_NAMESPACE, FLEET_NAMESPACE
+from .valkey import read_store_secrets
 
 __all__ = [
     "CLOUDWATCH_AGENT",
@@ -81,6 +82,9 @@ class PodIdentityProps:
     secrets_region: str | None = None
     #: `s3://bucket/prefix` sources of the model servers' weights and adapters.
     model_sources: tuple[str, ...] = ()
+    #: The global tier is on: External Secrets also reads this region's own store secrets
+    #: (the router's and the pickers' store Secret, stacks/parts/valkey.py).
+    global_store: bool = False
 
 
 def _put_metric_data(namespaces: tuple[str, ...]) -> iam.PolicyStatement:
@@ -245,9 +249,10 @@ class PodIdentities(Construct):
                 ),
             ],
         }
+        external_secrets: list[iam.PolicyStatement] = []
         if props.secret_ids:
             region = props.secrets_region or stack.region
-            statements["external_secrets"] = [
+            external_secrets.append(
                 iam.PolicyStatement(
                     sid="ReadNamedSecrets",
                     actions=["secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"],
@@ -258,7 +263,11 @@ class PodIdentities(Construct):
                         for secret_id in sorted(set(props.secret_ids))
                     ],
                 )
-            ]
+            )
+        if props.global_store:  # the region-local SecretStore of the store Secret
+            external_secrets.append(read_store_secrets(stack, props.environment))
+        if external_secrets:
+            statements["external_secrets"] = external_secrets
         if props.model_sources:
             statements["model_server"] = _read_s3(stack.partition, props.model_sources)
         self.roles: dict[str, iam.Role] = {}

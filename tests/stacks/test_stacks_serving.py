@@ -70,7 +70,16 @@ def test_external_secrets_reads_only_the_secrets_the_environment_names(any_synth
         wanted.add(env.kubernetes.auth.api_keys_secret_id)
     assert wanted
     for region in env.aws.regions:
-        (statement,) = _identity_policy(any_synth, region, "ExternalSecrets")
+        statements = {s["Sid"]: s for s in _identity_policy(any_synth, region, "ExternalSecrets")}
+        # With the global tier, the region-local SecretStore of the store Secret (the
+        # router's and the pickers') reads this region's store secrets, nothing else.
+        store = statements.pop("ReadGlobalStoreSecrets", None)
+        assert (store is not None) == env.global_router.enabled
+        if store is not None:
+            for resource in store["Resource"]:
+                text = "".join(p if isinstance(p, str) else "" for p in resource["Fn::Join"][1])
+                assert f":secretsmanager:{region}:" in text and "/global-store/" in text
+        (statement,) = statements.values()
         assert sorted(statement["Action"]) == [
             "secretsmanager:DescribeSecret",
             "secretsmanager:GetSecretValue",
