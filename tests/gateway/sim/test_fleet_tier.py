@@ -160,6 +160,31 @@ def test_the_ramp_grows_the_returning_share(two_regions: dict[str, Any]) -> None
     assert sum(share[:2]) < sum(share[-2:])
 
 
+def test_a_planned_drain_is_igw_global_drain() -> None:
+    """`drain` / `undrain` events act as `igw global drain/undrain`: the cluster gets no
+    new request while drained, no router counts a failover (a kill of it does: the
+    control), nothing is lost, and after the undrain its share ramps back over rampS."""
+    planned = [
+        {"at_s": 15, "action": "drain", "cluster": "c1"},
+        {"at_s": 30, "action": "undrain", "cluster": "c1"},
+    ]
+    report = simulate_fleet(scenario(events=planned))["profiles"]["latency"]
+    drain, undrain = report["events"]
+    assert drain["clusters"] == undrain["clusters"] == ["c1"]
+    c1 = report["share"]["by_cluster"]["c1"]  # bins of 2 s
+    assert c1[6] > 0.2  # before the drain: c1 takes its share of r1's traffic
+    assert c1[8:15] == [0.0] * 7  # 16 s .. 30 s: nothing new sent to a drained cluster
+    assert report["failover_events"] == {"r1": 0, "r2": 0}
+    q = report["requests"]
+    assert q["lost_started"] == q["unanswered"] == q["unfinished"] == 0
+    share = undrain["share_during"]  # rampS 10: five bins from the undrain
+    before = sum(c1[:7]) / 7
+    assert len(share) == 5 and share[0] < before / 2 and max(share[1:4]) > share[0]
+    killed = [{"at_s": 15, "action": "kill", "cluster": "c1"}]
+    control = simulate_fleet(scenario(events=killed))["profiles"]["latency"]
+    assert control["failover_events"] == {"r1": 1, "r2": 1}
+
+
 COST: dict[str, Any] = {
     "name": "cost-small",
     "seed": 2,
@@ -243,6 +268,20 @@ def test_cost_mode_moves_away_when_the_cheap_cluster_saturates() -> None:
                 ]
             },
             "events[1].at_s",
+        ),
+        ({"events": [{"at_s": 5, "action": "undrain", "cluster": "c1"}]}, "events[0]"),
+        (
+            {
+                "events": [
+                    {"at_s": 5, "action": "drain", "region": "r1"},
+                    {"at_s": 6, "action": "drain", "cluster": "c2"},
+                ]
+            },
+            "events[1]",
+        ),
+        (
+            {"events": [{"at_s": 5, "action": "drain", "cluster": "c1", "failure": "blackhole"}]},
+            "events[0]",
         ),
         ({"router": {"pollIntervalMS": 5}}, "router.pollIntervalMS"),
         ({"router": {"profile": "cost"}}, "router.profile"),
