@@ -185,6 +185,16 @@ def test_a_planned_drain_is_igw_global_drain() -> None:
     assert control["failover_events"] == {"r1": 1, "r2": 1}
 
 
+def test_the_shipped_planned_drain_scenario() -> None:
+    """`fleet-planned-drain` (docs/global-router.md): use1-a gets nothing while drained
+    (bins of 5 s, drained 30 s .. 60 s), no failover, every request served."""
+    result = simulate_fleet(load_fleet_scenario("fleet-planned-drain"))
+    report = result["profiles"]["latency"]
+    assert report["share"]["by_cluster"]["use1-a"][6:12] == [0.0] * 6
+    assert report["failover_events"] == {"us-east-1": 0, "us-west-2": 0}
+    assert report["requests"]["served"] == report["requests"]["total"]
+
+
 COST: dict[str, Any] = {
     "name": "cost-small",
     "seed": 2,
@@ -330,7 +340,7 @@ def test_cli_text_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
 
 def test_shipped_fleet_scenarios_load() -> None:
     names = shipped_fleet_scenarios()
-    assert {"fleet-two-regions", "fleet-cost-shaping"} <= set(names)
+    assert {"fleet-two-regions", "fleet-cost-shaping", "fleet-planned-drain"} <= set(names)
     for name in names:
         assert load_fleet_scenario(name).name == name
     assert load_fleet_scenario("fleet-cost-shaping").profiles == ["latency", "cost"]
