@@ -21,6 +21,7 @@ from .conftest import FakeCluster, running_router
 from .test_router import config, post
 
 LIMITS = {"rules": [{"requestsPerMinute": 30}], "windowS": 60}
+CALM = {"staleAfterMs": 30_000}  # a slow poll on a loaded machine drains no cluster here
 
 
 @pytest.fixture
@@ -60,12 +61,13 @@ async def test_two_regions_share_one_rate_limit_store(
 ) -> None:
     """As deployed: the primary's router counts in its own store, the secondary's router
     keeps its own regional store and counts in the primary's."""
-    primary = config(fake_clusters, store=store(redis_server), rateLimits=LIMITS)
+    primary = config(fake_clusters, store=store(redis_server), rateLimits=LIMITS, **CALM)
     secondary = config(
         fake_clusters,
         store=store(second_redis),
         rateLimitStore=store(redis_server),
         rateLimits=LIMITS,
+        **CALM,
     )
     assert await admitted(primary, secondary) == {200: 30, 429: 20}
     assert await limit_keys(redis_server) and not await limit_keys(second_redis)
@@ -75,8 +77,8 @@ async def test_without_it_each_regional_store_counts_alone(
     fake_clusters: list[FakeCluster], redis_server: LocalRedis, second_redis: LocalRedis
 ) -> None:
     """The control: per-region stores alone admit the limit in each region (50 of 50)."""
-    primary = config(fake_clusters, store=store(redis_server), rateLimits=LIMITS)
-    secondary = config(fake_clusters, store=store(second_redis), rateLimits=LIMITS)
+    primary = config(fake_clusters, store=store(redis_server), rateLimits=LIMITS, **CALM)
+    secondary = config(fake_clusters, store=store(second_redis), rateLimits=LIMITS, **CALM)
     assert await admitted(primary, secondary) == {200: 50}
 
 
