@@ -15,6 +15,7 @@
     profiles:                        # weights per signal; missing profiles keep defaults
       cost: {kvHeadroom: 1, queue: 1, proximity: 0.5, errors: 1, cost: 4}
     store: {url: "rediss://…", passwordEnv: IGW_STORE_PASSWORD}
+    rateLimitStore: {url: "rediss://…", passwordEnv: IGW_RATELIMIT_STORE_PASSWORD}  # optional
     auth: {apiKeysFile: /etc/igw/keys.yaml}   # optional; as igw serve --api-keys / --jwt-*
     rateLimits: {rules: [{requestsPerMinute: 600}], windowS: 60}
 
@@ -134,6 +135,11 @@ class GlobalRouterSpec(_Spec):
     )
     max_body_bytes: int = Field(default=4 * 2**20, ge=1024)
     store: StoreSpec | None = None
+    rate_limit_store: StoreSpec | None = Field(
+        default=None,
+        description="Where the global rate limits are counted when not in `store`: one store "
+        "shared by the routers of every region makes the limits exact fleet-wide.",
+    )
     auth: AuthSpec | None = None
     rate_limits: GlobalRateLimitSpec = Field(default_factory=GlobalRateLimitSpec)
 
@@ -143,9 +149,16 @@ class GlobalRouterSpec(_Spec):
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise ValueError(f"duplicate cluster names: {duplicates}")
-        if self.rate_limits.rules and self.store is None:
-            raise ValueError("rateLimits need a store (a global limit is shared through it)")
+        if self.rate_limits.rules and self.limits_store is None:
+            raise ValueError(
+                "rateLimits need a rateLimitStore or a store (a global limit is shared through it)"
+            )
         return self
+
+    @property
+    def limits_store(self) -> StoreSpec | None:
+        """The store the rate limits are counted in: `rateLimitStore`, else `store`."""
+        return self.rate_limit_store if self.rate_limit_store is not None else self.store
 
     def weights(self, profile: ProfileName) -> WeightsSpec:
         return self.profiles.get(profile) or DEFAULT_PROFILES[profile]

@@ -28,8 +28,9 @@ import aiohttp
 import orjson
 from aiohttp import web
 from prometheus_client import generate_latest
+from redis.asyncio import Redis
 
-from ..store.client import StoreHealth, connect
+from ..store.client import StoreHealth, StoreSpec, connect
 from ..store.ratelimit import GlobalRateLimiter, Ticket
 from .choice import Choice, RequestTraits, rank_clusters
 from .clusters import ClusterRegistry, ClusterState
@@ -86,18 +87,30 @@ class GlobalRouter:
         self.metrics = metrics or GlobalMetrics()
         self.registry = ClusterRegistry(spec, self.metrics)
         self.limiter: GlobalRateLimiter | None = None
+        self._stores: list[Redis] = []  # every client this router opened, closed at cleanup
         redis, health = None, None
         if spec.store is not None:
-            health = StoreHealth(
-                "global-router", retry_s=spec.store.retry_ms / 1000, registry=self.metrics.registry
-            )
-            redis = connect(spec.store)
+            redis, health = self._open_store(spec.store, "global-router")
+        if spec.rate_limit_store is not None:  # limits apart, e.g. one store for every region
+            limits = self._open_store(spec.rate_limit_store, "global-ratelimit")
+            self.limiter = GlobalRateLimiter(spec.rate_limits, *limits)
+        elif redis is not None and health is not None:
             self.limiter = GlobalRateLimiter(spec.rate_limits, redis, health)
         if redis is not None or spec.drain_file is not None:
             self.registry.planned = PlannedDrains(spec, redis, health).current
         self.auth = build_authenticator(spec.auth)
         self._rng = random.Random(seed)
         self._session: aiohttp.ClientSession | None = None
+
+    def _open_store(self, store: StoreSpec, component: str) -> tuple[Redis, StoreHealth]:
+        """A client and its own health state (`igw_store_up{component=...}`), so a regional
+        store and a rate-limit store fall back, and say so, each on its own."""
+        health = StoreHealth(
+            component, retry_s=store.retry_ms / 1000, registry=self.metrics.registry
+        )
+        redis = connect(store)
+        self._stores.append(redis)
+        return redis, health
 
     # ------------------------------------------------------------------ app
 
@@ -127,8 +140,8 @@ class GlobalRouter:
         await self.registry.stop()
         if self._session is not None:
             await self._session.close()
-        if self.limiter is not None:
-            await self.limiter.redis.aclose()
+        for redis in self._stores:
+            await redis.aclose()
 
     async def health(self, request: web.Request) -> web.Response:
         routable = [s.name for s in self.registry.routable()]

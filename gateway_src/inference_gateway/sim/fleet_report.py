@@ -14,8 +14,8 @@ Definitions (docs/global-router.md, "Simulating the fleet"):
   load shedding, not a failure of the tier); `unfinished` (still open when the run
   stopped, `DRAIN_FACTOR` durations after the start).
 * **ttft_p99_s** per event window, by arrival time: `before` = since the previous event,
-  `during` = the event's first `window_s` (a restore: its `rampS`), `after` = from
-  there to the next event. TTFT is what the client sees: network included.
+  `during` = the event's first `window_s` (a restore or an undrain: its `rampS`), `after` =
+  from there to the next event. TTFT is what the client sees: network included.
 * **share**: routing decisions (attempts) per cluster per `bin_s`, as fractions.
 * **cost**: `per_million_tokens` = the clusters' hourly prices while up / output tokens
   (the fleet as provisioned); `attributed_per_million_tokens` = each output token at
@@ -138,7 +138,9 @@ class FleetRecorder:
         event, names, t = self.events[i]
         end = self.events[i + 1][2] if i + 1 < len(self.events) else self.scenario.duration_s
         start = self.events[i - 1][2] if i > 0 else 0.0
-        span = self.ramp_s if event.action == "restore" else self.scenario.report.window_s
+        span = (
+            self.ramp_s if event.action in ("restore", "undrain") else self.scenario.report.window_s
+        )
         during_end = min(t + span, end)
 
         def window(a: float, b: float) -> float | None:

@@ -23,7 +23,13 @@ The router sees a cluster only the way `igw global` does:
 A killed cluster's gateway answers nothing more: requests it held that had not streamed
 a token are dropped with the connection and retried elsewhere; those that had are lost
 (the stream breaks after its first byte). A restored cluster starts cold (new pods, new
-gateway state). Every message between a router and a cluster takes half the region
+gateway state). A `drain` / `undrain` event is `igw global drain/undrain`: the operator's
+drain set changes, and every router applies it at once (`ClusterRegistry.set_planned`; a
+real router reads the set before its next poll, within `pollIntervalMs`): the cluster
+leaves the rankings without a failover event, requests held there without a first token
+are retried, and streams already running finish (the cluster stays up). An undrain
+admits the cluster again, ramping over `rampS`. Every message between a router and a
+cluster takes half the region
 pair's round trip (`network`), so cross-region traffic pays it in TTFT. The global
 routers themselves stay up (a region's clients are assumed to keep reaching theirs).
 """
@@ -231,6 +237,7 @@ class FleetTier:
         self._region_random = random.Random(scenario.seed ^ 0xC11E47)
         self.recorder = FleetRecorder(scenario, self.profile, self.clusters, self.spec.ramp_s)
         self.open = 0  # requests not yet done
+        self.planned: set[str] = set()  # the operator's drain set (`igw global drain`)
 
     def clock(self) -> float:
         return self.now
@@ -565,6 +572,15 @@ class FleetTier:
                 cluster.live = Incarnation(self, cluster, self.now)
                 cluster.silent = False
                 changed.append(name)
+            elif event.action == "drain" and name not in self.planned:
+                self.planned.add(name)
+                changed.append(name)
+            elif event.action == "undrain" and name in self.planned:
+                self.planned.discard(name)
+                changed.append(name)
+        if event.action in ("drain", "undrain"):
+            for router in self.routers.values():
+                router.registry.set_planned(self.planned)
         self.recorder.on_event(event, changed, self.now)
 
     def _kill(self, cluster: SimCluster, *, silent: bool) -> None:

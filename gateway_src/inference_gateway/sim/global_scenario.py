@@ -29,6 +29,8 @@ what happens to the clusters when:
       - {at_s: 60, action: kill, cluster: use1-a}
       - {at_s: 120, action: kill, region: us-east-1, failure: blackhole}
       - {at_s: 180, action: restore, region: us-east-1}
+      - {at_s: 200, action: drain, cluster: use1-a}     # igw global drain: planned, no
+      - {at_s: 220, action: undrain, cluster: use1-a}   # failover; back ramping over rampS
     profiles: [latency, cost]       # one run per router profile, side by side
     report: {bin_s: 5, window_s: 10}
 
@@ -63,7 +65,7 @@ __all__ = [
 
 FLEET_DIR = "fleet"  # shipped fleet scenarios: scenarios/fleet/NAME.yaml
 SET_BY_SIMULATION = ("clusters", "homeRegion", "profile", "sheddableObjectives", "store")
-NOT_SIMULATED = ("rateLimits", "drainFile")  # planned drains are not scenario events
+NOT_SIMULATED = ("rateLimits", "drainFile")  # planned drains are drain/undrain events
 SHEDDABLE_OBJECTIVE = "sheddable"  # a sheddable request's objective in the simulation
 
 
@@ -101,7 +103,7 @@ class ClusterSimSpec(_Spec):
 
 class FleetEvent(_Spec):
     at_s: float = Field(ge=0)
-    action: Literal["kill", "restore"]
+    action: Literal["kill", "restore", "drain", "undrain"]
     cluster: str | None = None
     region: str | None = None
     failure: Literal["refuse", "blackhole"] | None = None  # kill only; default refuse
@@ -180,6 +182,7 @@ def _check(scenario: FleetScenario) -> list[str]:
         if link.regions[0] == link.regions[1]:
             problems.append(f"network.links[{i}].regions: two different regions")
     down: set[str] = set()
+    drained: set[str] = set()  # planned drains, apart from kills: a drained cluster may die
     last = 0.0
     for i, event in enumerate(scenario.events):
         where = f"events[{i}]"
@@ -199,10 +202,18 @@ def _check(scenario: FleetScenario) -> list[str]:
             if not targets - down:
                 problems.append(f"{where}: {sorted(targets)} already down at {event.at_s} s")
             down |= targets
-        else:
+        elif event.action == "restore":
             if not targets & down:
                 problems.append(f"{where}: {sorted(targets)} not down at {event.at_s} s")
             down -= targets
+        elif event.action == "drain":
+            if not targets - drained:
+                problems.append(f"{where}: {sorted(targets)} already drained at {event.at_s} s")
+            drained |= targets
+        else:
+            if not targets & drained:
+                problems.append(f"{where}: {sorted(targets)} not drained at {event.at_s} s")
+            drained -= targets
     return problems
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -102,6 +103,36 @@ def connect(spec: StoreSpec) -> Redis:
     return Redis(connection_pool=pool)
 
 
+_FAMILIES: weakref.WeakKeyDictionary[CollectorRegistry, tuple[Gauge, Counter]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _families(registry: CollectorRegistry | None) -> tuple[Gauge, Counter]:
+    """The metric families of one registry, made once: a process with two stores (the
+    global router's regional one and its rate-limit one) registers them a single time and
+    tells the stores apart by `component`."""
+    if registry is not None and registry in _FAMILIES:
+        return _FAMILIES[registry]
+    families = (
+        Gauge(
+            "igw_store_up",
+            "1 while the shared store answers, 0 while this replica runs on its local view.",
+            ["component"],
+            registry=registry,
+        ),
+        Counter(
+            "igw_store_fallback_total",
+            "Times this replica switched to its local view because the store was unreachable.",
+            ["component"],
+            registry=registry,
+        ),
+    )
+    if registry is not None:
+        _FAMILIES[registry] = families
+    return families
+
+
 class StoreHealth:
     """Shared or local fallback, with the metric and the log line that say which."""
 
@@ -118,18 +149,9 @@ class StoreHealth:
         self.clock = clock
         self.up = True
         self._next_probe = 0.0
-        self.up_gauge = Gauge(
-            "igw_store_up",
-            "1 while the shared store answers, 0 while this replica runs on its local view.",
-            ["component"],
-            registry=registry,
-        ).labels(name)
-        self.fallbacks = Counter(
-            "igw_store_fallback_total",
-            "Times this replica switched to its local view because the store was unreachable.",
-            ["component"],
-            registry=registry,
-        ).labels(name)
+        up, fallbacks = _families(registry)
+        self.up_gauge = up.labels(name)
+        self.fallbacks = fallbacks.labels(name)
         self.up_gauge.set(1)
 
     async def call(self, operation: Callable[[], Awaitable[T]]) -> T:

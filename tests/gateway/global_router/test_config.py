@@ -26,7 +26,15 @@ CLUSTER = {"name": "a", "region": "r1", "endpoint": "http://127.0.0.1:1", "hourl
         ({"clusters": [{**CLUSTER, "hourlyCostUsd": -1}]}, "clusters[0].hourlyCostUsd"),
         ({"clusters": [CLUSTER, CLUSTER]}, "duplicate cluster names: ['a']"),
         ({"clusters": [CLUSTER], "profile": "cheap"}, "profile: Input should be"),
-        ({"clusters": [CLUSTER], "rateLimits": {"rules": [{"requestsPerMinute": 5}]}}, "store"),
+        (
+            {"clusters": [CLUSTER], "rateLimits": {"rules": [{"requestsPerMinute": 5}]}},
+            "rateLimits need a rateLimitStore or a store",
+        ),
+        ({"clusters": [CLUSTER], "rateLimitStore": {"url": "http://x"}}, "rateLimitStore.url"),
+        (
+            {"clusters": [CLUSTER], "rateLimitStore": {"url": "redis://h:6379", "db": 1}},
+            "rateLimitStore.db: Extra inputs",
+        ),
         ({"clusters": [CLUSTER], "store": {"url": "http://x"}}, "store.url"),
         ([CLUSTER], "<root>: expected a mapping"),
     ],
@@ -35,6 +43,26 @@ def test_bad_config_names_the_field(data: object, problem: str) -> None:
     with pytest.raises(ConfigError) as caught:
         parse_router_config(data, "global.yaml")
     assert any(problem in line for line in caught.value.problems), caught.value.problems
+
+
+def test_rate_limits_may_count_in_their_own_store() -> None:
+    """`rateLimitStore` alone is enough for `rateLimits` and takes the `StoreSpec` keys;
+    without it the limits count in `store`."""
+    limits = {"rules": [{"requestsPerMinute": 5}]}
+    remote = {
+        "url": "rediss://primary:6379",
+        "passwordEnv": "IGW_RATELIMIT_STORE_PASSWORD",
+        "caFile": "/etc/ssl/ca.pem",
+        "timeoutMs": 400,
+    }
+    spec = parse_router_config(
+        {"clusters": [CLUSTER], "rateLimitStore": remote, "rateLimits": limits}
+    )
+    assert spec.store is None and spec.limits_store is spec.rate_limit_store
+    assert spec.rate_limit_store is not None and spec.rate_limit_store.timeout_ms == 400
+    regional = {"url": "redis://local:6379"}
+    spec = parse_router_config({"clusters": [CLUSTER], "store": regional, "rateLimits": limits})
+    assert spec.rate_limit_store is None and spec.limits_store is spec.store
 
 
 def test_valid_config_keeps_defaults() -> None:

@@ -160,6 +160,41 @@ def test_the_ramp_grows_the_returning_share(two_regions: dict[str, Any]) -> None
     assert sum(share[:2]) < sum(share[-2:])
 
 
+def test_a_planned_drain_is_igw_global_drain() -> None:
+    """`drain` / `undrain` events act as `igw global drain/undrain`: the cluster gets no
+    new request while drained, no router counts a failover (a kill of it does: the
+    control), nothing is lost, and after the undrain its share ramps back over rampS."""
+    planned = [
+        {"at_s": 15, "action": "drain", "cluster": "c1"},
+        {"at_s": 30, "action": "undrain", "cluster": "c1"},
+    ]
+    report = simulate_fleet(scenario(events=planned))["profiles"]["latency"]
+    drain, undrain = report["events"]
+    assert drain["clusters"] == undrain["clusters"] == ["c1"]
+    c1 = report["share"]["by_cluster"]["c1"]  # bins of 2 s
+    assert c1[6] > 0.2  # before the drain: c1 takes its share of r1's traffic
+    assert c1[8:15] == [0.0] * 7  # 16 s .. 30 s: nothing new sent to a drained cluster
+    assert report["failover_events"] == {"r1": 0, "r2": 0}
+    q = report["requests"]
+    assert q["lost_started"] == q["unanswered"] == q["unfinished"] == 0
+    share = undrain["share_during"]  # rampS 10: five bins from the undrain
+    before = sum(c1[:7]) / 7
+    assert len(share) == 5 and share[0] < before / 2 and max(share[1:4]) > share[0]
+    killed = [{"at_s": 15, "action": "kill", "cluster": "c1"}]
+    control = simulate_fleet(scenario(events=killed))["profiles"]["latency"]
+    assert control["failover_events"] == {"r1": 1, "r2": 1}
+
+
+def test_the_shipped_planned_drain_scenario() -> None:
+    """`fleet-planned-drain` (docs/global-router.md): use1-a gets nothing while drained
+    (bins of 5 s, drained 30 s .. 60 s), no failover, every request served."""
+    result = simulate_fleet(load_fleet_scenario("fleet-planned-drain"))
+    report = result["profiles"]["latency"]
+    assert report["share"]["by_cluster"]["use1-a"][6:12] == [0.0] * 6
+    assert report["failover_events"] == {"us-east-1": 0, "us-west-2": 0}
+    assert report["requests"]["served"] == report["requests"]["total"]
+
+
 COST: dict[str, Any] = {
     "name": "cost-small",
     "seed": 2,
@@ -244,6 +279,20 @@ def test_cost_mode_moves_away_when_the_cheap_cluster_saturates() -> None:
             },
             "events[1].at_s",
         ),
+        ({"events": [{"at_s": 5, "action": "undrain", "cluster": "c1"}]}, "events[0]"),
+        (
+            {
+                "events": [
+                    {"at_s": 5, "action": "drain", "region": "r1"},
+                    {"at_s": 6, "action": "drain", "cluster": "c2"},
+                ]
+            },
+            "events[1]",
+        ),
+        (
+            {"events": [{"at_s": 5, "action": "drain", "cluster": "c1", "failure": "blackhole"}]},
+            "events[0]",
+        ),
         ({"router": {"pollIntervalMS": 5}}, "router.pollIntervalMS"),
         ({"router": {"profile": "cost"}}, "router.profile"),
         ({"router": {"staleAfterMs": -1}}, "router.staleAfterMs"),
@@ -291,7 +340,7 @@ def test_cli_text_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
 
 def test_shipped_fleet_scenarios_load() -> None:
     names = shipped_fleet_scenarios()
-    assert {"fleet-two-regions", "fleet-cost-shaping"} <= set(names)
+    assert {"fleet-two-regions", "fleet-cost-shaping", "fleet-planned-drain"} <= set(names)
     for name in names:
         assert load_fleet_scenario(name).name == name
     assert load_fleet_scenario("fleet-cost-shaping").profiles == ["latency", "cost"]
