@@ -18,10 +18,10 @@ store URL) into a Secret, with the token beside it for `passwordEnv`, and the UR
 pickers of the region (same namespace, cdk8s/charts/picker.py) read both from that Secret
 to share their dispatch view through the same store.
 
-Rate limits across regions: with `rate_limit_store`, every region's config also names
-the PRIMARY region's store as `rateLimitStore`, from the secret the primary replicates to
-every region (stacks/parts/valkey.py), so one budget holds fleet-wide. Off by default
-(`RATE_LIMIT_STORE`) until `igw global`'s config loader knows the key.
+Rate limits across regions: every region's config also names the PRIMARY region's store
+as `rateLimitStore`, from the secret the primary replicates to every region
+(stacks/parts/valkey.py), so one budget holds fleet-wide (docs/global-router.md: one
+inter-region round trip before a rate-limited request's first byte).
 """
 
 from __future__ import annotations
@@ -61,7 +61,6 @@ __all__ = [
     "GLOBAL_ROUTER",
     "PASSWORD_ENV",
     "RATE_LIMIT_PASSWORD_ENV",
-    "RATE_LIMIT_STORE",
     "STORE_SECRET",
     "GlobalRouterChart",
     "router_config",
@@ -75,9 +74,6 @@ CONFIG_KEY = "config.yaml"
 CONFIG_DIR = "/etc/igw-global"
 PASSWORD_ENV = "IGW_STORE_PASSWORD"
 RATE_LIMIT_PASSWORD_ENV = "IGW_RATELIMIT_STORE_PASSWORD"
-#: Render `rateLimitStore` (the primary region's store) into every region's config. Off
-#: until `igw global`'s config loader accepts the key (it rejects unknown keys).
-RATE_LIMIT_STORE = False
 #: The config's template variables: filled in by External Secrets (Go template).
 URL_PLACEHOLDER = "{{ ." + STORE_URL_KEY + " }}"
 #: Keys of the router's Secret holding the primary region's store (URL, token).
@@ -92,7 +88,7 @@ def router_labels() -> dict[str, str]:
 
 
 def router_config(
-    env: EnvironmentSpec, region: str, *, store_url: str, rate_limit_store_url: str | None = None
+    env: EnvironmentSpec, region: str, *, store_url: str, rate_limit_store_url: str
 ) -> dict[str, Any]:
     """The `igw global --config` document of `region` (docs/global-router.md)."""
     spec = env.global_router
@@ -116,42 +112,33 @@ def router_config(
         # TLS (rediss) with the AUTH token; ElastiCache's certificate chains to Amazon's
         # public roots, which the image's CA bundle holds, so no caFile.
         "store": {"url": store_url, "passwordEnv": PASSWORD_ENV},
+        "rateLimitStore": {"url": rate_limit_store_url, "passwordEnv": RATE_LIMIT_PASSWORD_ENV},
     }
-    if rate_limit_store_url is not None:
-        config["rateLimitStore"] = {
-            "url": rate_limit_store_url,
-            "passwordEnv": RATE_LIMIT_PASSWORD_ENV,
-        }
     return config
 
 
-def config_template(env: EnvironmentSpec, region: str, *, rate_limit_store: bool) -> str:
+def config_template(env: EnvironmentSpec, region: str) -> str:
     config = router_config(
-        env,
-        region,
-        store_url=URL_PLACEHOLDER,
-        rate_limit_store_url=RATE_LIMIT_URL_PLACEHOLDER if rate_limit_store else None,
+        env, region, store_url=URL_PLACEHOLDER, rate_limit_store_url=RATE_LIMIT_URL_PLACEHOLDER
     )
     return yaml.safe_dump(config, sort_keys=False)
 
 
-def _store_secret_spec(env: EnvironmentSpec, *, rate_limit_store: bool) -> dict[str, Any]:
-    """The ExternalSecret: this region's store (URL, token), the primary's when the config
-    names it, and the config file rendered from the ConfigMap with those URLs in it."""
+def _store_secret_spec(env: EnvironmentSpec) -> dict[str, Any]:
+    """The ExternalSecret: this region's store (URL, token), the primary's (for the rate
+    limits), and the config file rendered from the ConfigMap with those URLs in it."""
     auth_secret, endpoint_secret = store_secret_names(env.name)
     remote = [
         (STORE_AUTH_KEY, auth_secret, STORE_AUTH_KEY),
         (STORE_URL_KEY, endpoint_secret, STORE_URL_KEY),
     ]
     # The token for passwordEnv; the URL for the pickers' IGW_STORE_URL (picker.py).
-    plain = [STORE_AUTH_KEY, STORE_URL_KEY]
-    if rate_limit_store:
-        shared = rate_limit_store_secret_name(env.name)
-        remote += [
-            (RATE_LIMIT_AUTH_KEY, shared, STORE_AUTH_KEY),
-            (RATE_LIMIT_URL_KEY, shared, STORE_URL_KEY),
-        ]
-        plain.append(RATE_LIMIT_AUTH_KEY)
+    plain = [STORE_AUTH_KEY, STORE_URL_KEY, RATE_LIMIT_AUTH_KEY]
+    shared = rate_limit_store_secret_name(env.name)
+    remote += [
+        (RATE_LIMIT_AUTH_KEY, shared, STORE_AUTH_KEY),
+        (RATE_LIMIT_URL_KEY, shared, STORE_URL_KEY),
+    ]
     return {
         "refreshInterval": "1h",
         "secretStoreRef": {"kind": "SecretStore", "name": STORE_SECRET},
@@ -189,7 +176,6 @@ class GlobalRouterChart(Chart):
         *,
         env: EnvironmentSpec,
         region: str,
-        rate_limit_store: bool = RATE_LIMIT_STORE,
     ) -> None:
         super().__init__(scope, construct_id, disable_resource_name_hashes=True)
         if region not in env.aws.regions:
@@ -197,7 +183,7 @@ class GlobalRouterChart(Chart):
         namespace = env.kubernetes.namespace
         meta = router_labels()
         selector = selector_labels(meta)
-        template = config_template(env, region, rate_limit_store=rate_limit_store)
+        template = config_template(env, region)
         config_sha = hashlib.sha256(template.encode()).hexdigest()[:16]
         workload = {"namespace": namespace, "labels": meta, "wave": Wave.WORKLOADS}
         config = {**workload, "wave": Wave.CONFIG}
@@ -236,7 +222,7 @@ class GlobalRouterChart(Chart):
             kind="ExternalSecret",
             name=STORE_SECRET,
             **config,
-            body={"spec": _store_secret_spec(env, rate_limit_store=rate_limit_store)},
+            body={"spec": _store_secret_spec(env)},
         )
         manifest(
             self,
@@ -256,9 +242,7 @@ class GlobalRouterChart(Chart):
                     replicas=env.global_router.replicas,
                     selector=selector,
                     pod_labels=meta,
-                    pod_spec=_pod_spec(
-                        env, selector, region=region, rate_limit_store=rate_limit_store
-                    ),
+                    pod_spec=_pod_spec(env, selector, region=region),
                     annotations={"igw.dev/config-sha256": config_sha},
                 )
             },
@@ -342,13 +326,12 @@ def _secret_env(name: str, key: str) -> dict[str, Any]:
     return {"name": name, "valueFrom": {"secretKeyRef": {"name": STORE_SECRET, "key": key}}}
 
 
-def _pod_spec(
-    env: EnvironmentSpec, selector: dict[str, str], *, region: str, rate_limit_store: bool
-) -> dict[str, Any]:
+def _pod_spec(env: EnvironmentSpec, selector: dict[str, str], *, region: str) -> dict[str, Any]:
     spec = env.global_router
-    passwords = [_secret_env(PASSWORD_ENV, STORE_AUTH_KEY)]
-    if rate_limit_store:
-        passwords.append(_secret_env(RATE_LIMIT_PASSWORD_ENV, RATE_LIMIT_AUTH_KEY))
+    passwords = [
+        _secret_env(PASSWORD_ENV, STORE_AUTH_KEY),
+        _secret_env(RATE_LIMIT_PASSWORD_ENV, RATE_LIMIT_AUTH_KEY),
+    ]
     http = {"port": "http"}
     args = [
         "global",

@@ -21,7 +21,6 @@ from charts.global_router import (
     GLOBAL_ROUTER,
     PASSWORD_ENV,
     RATE_LIMIT_PASSWORD_ENV,
-    RATE_LIMIT_STORE,
     RATE_LIMIT_URL_PLACEHOLDER,
     STORE_SECRET,
     URL_PLACEHOLDER,
@@ -49,8 +48,8 @@ def prod() -> EnvironmentSpec:
     return load_environment("prod")
 
 
-def _synth(env: EnvironmentSpec, region: str, **options: bool) -> dict[str, Doc]:
-    chart = GlobalRouterChart(cdk8s.Testing.app(), "test", env=env, region=region, **options)
+def _synth(env: EnvironmentSpec, region: str) -> dict[str, Doc]:
+    chart = GlobalRouterChart(cdk8s.Testing.app(), "test", env=env, region=region)
     return {d["kind"]: d for d in cdk8s.Testing.synth(chart)}
 
 
@@ -59,11 +58,17 @@ def west(prod: EnvironmentSpec) -> dict[str, Doc]:
     return _synth(prod, "us-west-2")
 
 
+PRIMARY_STORE = "rediss://primary:6380/0"
+
+
 def _filled_config(docs: dict[str, Doc], url: str) -> dict[str, Any]:
-    """What External Secrets writes: the ConfigMap's template with the store URL in it."""
+    """What External Secrets writes: the ConfigMap's template with the region's store URL
+    and the primary's (the rate-limit store) in it."""
     template = docs["ConfigMap"]["data"][CONFIG_KEY]
     assert template.count(URL_PLACEHOLDER) == 1
-    return yaml.safe_load(template.replace(URL_PLACEHOLDER, url))
+    assert template.count(RATE_LIMIT_URL_PLACEHOLDER) == 1
+    filled = template.replace(URL_PLACEHOLDER, url)
+    return yaml.safe_load(filled.replace(RATE_LIMIT_URL_PLACEHOLDER, PRIMARY_STORE))
 
 
 def test_config_lists_every_region_and_is_home_in_its_own(prod, west):
@@ -83,16 +88,17 @@ def test_config_lists_every_region_and_is_home_in_its_own(prod, west):
 
 
 def test_config_is_one_the_router_accepts(prod, west):
-    """The rendered file parsed by `igw global`'s own loader (branch i15's
-    inference_gateway.global_router.config): unknown keys there are errors."""
-    router = pytest.importorskip(
-        "inference_gateway.global_router.config", reason="igw global (branch i15) not merged"
-    )
+    """The rendered file parsed by `igw global`'s own loader: unknown keys there are
+    errors, so a key the router does not know (such as `rateLimitStore` before it
+    existed) fails here."""
+    from inference_gateway.global_router import config as router
+
     spec = router.parse_router_config(
         _filled_config(west, "rediss://master.x.usw2.cache.amazonaws.com:6380/0")
     )
     assert spec.home_region == "us-west-2"
     assert spec.store.password_env == PASSWORD_ENV
+    assert spec.rate_limit_store is not None and spec.rate_limit_store.url == PRIMARY_STORE
     assert [c.name for c in spec.clusters] == ["prod-us-east-1", "prod-us-west-2"]
 
 
@@ -104,7 +110,13 @@ def test_store_secret_reads_the_regions_own_secrets_manager(prod, west):
     assert {
         (d["secretKey"], d["remoteRef"]["key"], d["remoteRef"]["property"])
         for d in secret["spec"]["data"]
-    } == {(STORE_AUTH_KEY, auth, STORE_AUTH_KEY), (STORE_URL_KEY, endpoint, STORE_URL_KEY)}
+    } == {
+        (STORE_AUTH_KEY, auth, STORE_AUTH_KEY),
+        (STORE_URL_KEY, endpoint, STORE_URL_KEY),
+        # the primary's store, for the rate limits (its replicated secret)
+        ("rateLimitPassword", rate_limit_store_secret_name(prod.name), STORE_AUTH_KEY),
+        ("rateLimitUrl", rate_limit_store_secret_name(prod.name), STORE_URL_KEY),
+    }
     template = secret["spec"]["target"]["template"]
     assert template["templateFrom"][0]["configMap"]["name"] == west["ConfigMap"]["metadata"]["name"]
     assert template["templateFrom"][0]["configMap"]["items"] == [
@@ -132,11 +144,16 @@ def test_deployment_is_hardened_probed_and_wired(prod, west):
     assert args[args.index("--port") + 1] == str(prod.global_router.port)
     assert args[args.index("--environment") + 1] == "prod"
     assert args[args.index("--config") + 1] == f"/etc/igw-global/{CONFIG_KEY}"
-    (password,) = container["env"]
-    assert password == {
-        "name": PASSWORD_ENV,
-        "valueFrom": {"secretKeyRef": {"name": STORE_SECRET, "key": STORE_AUTH_KEY}},
-    }
+    assert container["env"] == [
+        {
+            "name": PASSWORD_ENV,
+            "valueFrom": {"secretKeyRef": {"name": STORE_SECRET, "key": STORE_AUTH_KEY}},
+        },
+        {
+            "name": RATE_LIMIT_PASSWORD_ENV,
+            "valueFrom": {"secretKeyRef": {"name": STORE_SECRET, "key": "rateLimitPassword"}},
+        },
+    ]
     config_volume = next(v for v in pod["volumes"] if v["name"] == "config")
     assert config_volume["secret"]["secretName"] == STORE_SECRET
     assert pod["serviceAccountName"] == GLOBAL_ROUTER
@@ -190,7 +207,7 @@ def test_a_region_outside_the_environment_is_refused(prod):
 
 def test_router_config_function_matches_the_rendered_template(prod, west):
     assert _filled_config(west, "rediss://h:1/0") == router_config(
-        prod, "us-west-2", store_url="rediss://h:1/0"
+        prod, "us-west-2", store_url="rediss://h:1/0", rate_limit_store_url=PRIMARY_STORE
     )
 
 
@@ -240,19 +257,12 @@ def test_pickers_have_no_store_without_the_global_tier():
     assert not {"IGW_STORE_URL", "IGW_STORE_PASSWORD"} & set(_picker_env(dev))
 
 
-def test_rate_limit_store_is_off_until_the_router_knows_the_key(west):
-    """`RATE_LIMIT_STORE` gates the rendering (see the module docstring)."""
-    template = west["ConfigMap"]["data"][CONFIG_KEY]
-    assert ("rateLimitStore" in yaml.safe_load(template)) is RATE_LIMIT_STORE
-    assert (RATE_LIMIT_PASSWORD_ENV in str(west["Deployment"])) is RATE_LIMIT_STORE
-
-
 @pytest.mark.parametrize("region", ["us-east-1", "us-west-2"])
 def test_every_region_counts_rate_limits_in_the_primarys_store(prod, region):
     """Each region's router names the primary's store as `rateLimitStore`, read from the
     secret the primary replicates to every region (same name everywhere, so the region's
     own SecretStore reads its local copy), with the token in its own variable."""
-    docs = _synth(prod, region, rate_limit_store=True)
+    docs = _synth(prod, region)
     template = docs["ConfigMap"]["data"][CONFIG_KEY]
     assert template.count(RATE_LIMIT_URL_PLACEHOLDER) == 1
     config = yaml.safe_load(
@@ -286,24 +296,3 @@ def test_every_region_counts_rate_limits_in_the_primarys_store(prod, region):
     assert env[RATE_LIMIT_PASSWORD_ENV] == {"name": STORE_SECRET, "key": password_keys[0]}
     assert env[PASSWORD_ENV] == {"name": STORE_SECRET, "key": STORE_AUTH_KEY}
     assert password_keys[0] in secret["target"]["template"]["data"]
-
-
-def test_rate_limit_config_is_one_the_router_accepts(prod):
-    """Switch-on check for `RATE_LIMIT_STORE`: `igw global`'s own loader parses the config
-    with `rateLimitStore`. Skipped while the loader lacks the key (it rejects unknown
-    keys); then RATE_LIMIT_STORE must stay off."""
-    router = pytest.importorskip("inference_gateway.global_router.config")
-    from inference_gateway.errors import ConfigError
-
-    config = router_config(
-        prod,
-        "us-west-2",
-        store_url="rediss://local:6380/0",
-        rate_limit_store_url="rediss://primary:6380/0",
-    )
-    try:
-        router.parse_router_config(config)
-    except ConfigError as error:
-        if RATE_LIMIT_STORE or not any("rateLimitStore" in p for p in error.problems):
-            raise
-        pytest.skip("igw global's config has no rateLimitStore yet: RATE_LIMIT_STORE stays off")
