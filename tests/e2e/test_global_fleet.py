@@ -117,6 +117,20 @@ def processes() -> Iterator[list[Proc]]:
             p.stop()
 
 
+async def start_tier(
+    session: aiohttp.ClientSession, procs: list[Proc], gateways: list[Proc], routers: list[Proc]
+) -> None:
+    """Start the cluster gateways and the routers (registered for cleanup), then wait for
+    every gateway's heartbeat and every router's readiness."""
+    for p in [*gateways, *routers]:
+        procs.append(p)
+        p.start()
+    for g in gateways:
+        await wait_ready(session, g, "/status")
+    for r in routers:
+        await wait_ready(session, r, "/health")
+
+
 def cluster_gateway(
     tmp: Path, fleet: EmulatedFleet, name: str, cost: float, config: dict[str, Any] | None = None
 ) -> Proc:
@@ -229,13 +243,7 @@ async def test_cluster_and_region_failover_then_ramp_back(tmp_path: Path) -> Non
                 ],
             }
             routers = [router(tmp_path, f"global-{i}", config) for i in range(2)]
-            for p in [*gateways.values(), *routers]:
-                procs.append(p)
-                p.start()
-            for g in gateways.values():
-                await wait_ready(s, g, "/status")
-            for r in routers:
-                await wait_ready(s, r, "/health")
+            await start_tier(s, procs, list(gateways.values()), routers)
             await asyncio.sleep(1.5)  # every router has polled every cluster
 
             outcomes: list[Outcome] = []
@@ -336,12 +344,7 @@ async def test_hung_gateway_is_drained_by_its_stale_heartbeat(tmp_path: Path) ->
                 ],
             }
             front = router(tmp_path, "global", config)
-            for p in (c1, c2, front):
-                procs.append(p)
-                p.start()
-            for p in (c1, c2):
-                await wait_ready(s, p, "/status")
-            await wait_ready(s, front, "/health")
+            await start_tier(s, procs, [c1, c2], [front])
             await asyncio.sleep(1.2)
             outcomes: list[Outcome] = []
             tasks = []
@@ -409,13 +412,7 @@ async def test_planned_drain_reaches_running_routers_and_ramps_back(tmp_path: Pa
             }
             routers = [router(tmp_path, f"global-{i}", config) for i in range(2)]
             config_path = str(tmp_path / "global-0.yaml")
-            for p in [*gateways.values(), *routers]:
-                procs.append(p)
-                p.start()
-            for g in gateways.values():
-                await wait_ready(s, g, "/status")
-            for r in routers:
-                await wait_ready(s, r, "/health")
+            await start_tier(s, procs, list(gateways.values()), routers)
             await asyncio.sleep(ramp_s + 1)  # past the start-up ramp
             outcomes: list[Outcome] = []
             tasks: list[asyncio.Task[None]] = []
@@ -480,12 +477,7 @@ async def test_two_routers_share_one_limit_and_survive_the_store(tmp_path: Path)
                 },
             }
             routers = [router(tmp_path, f"global-{i}", config) for i in range(2)]
-            for p in [gateway, *routers]:
-                procs.append(p)
-                p.start()
-            await wait_ready(s, gateway, "/status")
-            for r in routers:
-                await wait_ready(s, r, "/health")
+            await start_tier(s, procs, [gateway], routers)
 
             async def one(i: int) -> tuple[int, str]:
                 body = {"model": MODEL, "prompt": f"q{i}", "max_tokens": 2}
@@ -544,12 +536,7 @@ async def test_cost_mode_prefers_the_cheaper_cluster_until_it_saturates(tmp_path
                 ],
             }
             front = router(tmp_path, "global", config)
-            for p in (dear, cheap, front):
-                procs.append(p)
-                p.start()
-            for p in (dear, cheap):
-                await wait_ready(s, p, "/status")
-            await wait_ready(s, front, "/health")
+            await start_tier(s, procs, [dear, cheap], [front])
             await asyncio.sleep(1.2)
 
             async def shed(i: int) -> str:
