@@ -47,7 +47,6 @@ from typing import Any, cast
 from inference_gateway.transport.h2_connection import (
     CallStarted,
     ConnectionDone,
-    ConnectionDropped,
     ConnectionTerminated,
     Event,
     H2Connection,
@@ -250,28 +249,25 @@ class _Connection(asyncio.Protocol):
             self.transport.write(out)
 
     def _handle(self, event: Event) -> None:
-        kind = type(event)
-        if kind is StreamReadable:
-            call = cast(StreamReadable, event).stream.owner
+        if isinstance(event, StreamReadable):  # the common one first
+            call = event.stream.owner
             if call is not None:
                 call._wake()
-        elif kind is CallStarted:
-            started = cast(CallStarted, event)
-            self._start(started.stream, started.timeout_s)
-        elif kind is StreamStopped:
-            call = cast(StreamStopped, event).stream.owner
+        elif isinstance(event, CallStarted):
+            self._start(event.stream, event.timeout_s)
+        elif isinstance(event, StreamStopped):
+            call = event.stream.owner
             if call is not None:
                 call._stop()
-        elif kind is ConnectionTerminated:
+        elif isinstance(event, ConnectionTerminated):
             self._linger()
-        elif kind is ConnectionDone:
+        elif isinstance(event, ConnectionDone):
             if self.transport is not None:
                 self.transport.write(self.h2.data_to_send())  # the GOAWAY, before closing
                 self.transport.close()
-        elif kind is ConnectionDropped:
-            log.info("HTTP/2 %s: dropped", cast(ConnectionDropped, event).reason)
-            if self.transport is not None:
-                self.transport.abort()
+        elif self.transport is not None:  # ConnectionDropped
+            log.info("HTTP/2 %s: dropped", event.reason)
+            self.transport.abort()
 
     def _start(self, stream: Stream, timeout_s: float | None) -> None:
         method = self.server.methods[stream.headers[":path"]]

@@ -189,7 +189,7 @@ class H2Connection:
         events = self._events
         while not events:
             if not self._parse_frame():
-                return None
+                return events.popleft() if events else None
         return events.popleft()
 
     def data_to_send(self) -> bytes:
@@ -296,7 +296,7 @@ class H2Connection:
     def _parse_frame(self) -> bool:
         """Handle the next whole frame; False when there is none (or we are closed)."""
         data, offset = self._data, self._offset
-        if self.closed or len(data) - offset < 9:
+        if self.closed or len(data) - offset < 9 or not self.preface:
             return False
         high, low, kind, flags, stream = FRAME_HEAD.unpack_from(data, offset)
         length = high << 16 | low
