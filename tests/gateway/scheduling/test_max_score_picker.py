@@ -8,7 +8,7 @@ import pytest
 from inference_gateway.config import GatewayConfigSpec, PluginRef, PluginSpec, SchedulingProfileSpec
 from inference_gateway.errors import ConfigError
 from inference_gateway.scheduling import Endpoint, LLMRequest, PodMetrics, Scheduler
-from inference_gateway.scheduling.plugins.max_score import build
+from inference_gateway.scheduling.registry import build_plugin, validation_context
 
 
 def pods(n: int) -> list[Endpoint]:
@@ -46,4 +46,6 @@ def test_unset_returns_every_candidate_ranked() -> None:
 
 def test_a_cap_below_one_is_refused() -> None:
     with pytest.raises((ValueError, ConfigError)):
-        build("picker", {"max_num_of_endpoints": 0})
+        build_plugin(
+            "max-score-picker", "picker", {"max_num_of_endpoints": 0}, validation_context()
+        )
