@@ -36,6 +36,7 @@ from inference_gateway.background import cancel_and_wait
 from inference_gateway.config.spec import LabelSelector
 from inference_gateway.core.endpoints.store import EndpointStore
 from inference_gateway.core.scheduling.types import Endpoint
+from inference_gateway.errors import InferenceGatewayError
 
 __all__ = [
     "CustomObjectSource",
@@ -58,7 +59,7 @@ log = logging.getLogger(__name__)
 POOL_LABEL = "igw.dev/pool"
 
 
-class WatchExpired(Exception):
+class WatchExpired(InferenceGatewayError):
     """The API server no longer has the history a watch asked for (HTTP 410 Gone)."""
 
 
