@@ -93,6 +93,7 @@ __all__ = [
     "StreamStopped",
 ]
 
+# the server's logger: an operator filters one name for everything the HTTP/2 server says
 log = logging.getLogger("inference_gateway.transport.http2_server")
 
 
@@ -369,7 +370,7 @@ class H2Connection:
             self._consumed(stream, len(payload))
         elif payload:
             queued = len(stream.inbox)
-            refused = stream._data(payload)
+            refused = stream.take_data(payload)
             if refused is not None:
                 self._end(stream, *refused)
                 self._consumed(stream, len(stream.partial))

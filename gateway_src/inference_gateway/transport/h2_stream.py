@@ -74,7 +74,7 @@ class Stream:
         self.held = 0  # bytes received and not yet read (they hold connection window)
         self.owner: Any = None
 
-    def _data(self, chunk: bytes | memoryview) -> tuple[int, str] | None:
+    def take_data(self, chunk: bytes | memoryview) -> tuple[int, str] | None:
         """Split length-prefixed messages out of DATA; a gRPC status if one is refused."""
         partial = self.partial
         if not partial and len(chunk) >= 5 and chunk[0] == 0:
