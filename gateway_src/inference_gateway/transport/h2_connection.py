@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from inference_gateway.transport.h2_frames import (
     ACK,
@@ -107,8 +107,15 @@ class H2Connection:
     another path is answered UNIMPLEMENTED here, without an event.
     """
 
-    def __init__(self, policy: ConnectionPolicy, limits: Mapping[str, int], now: float) -> None:
+    def __init__(
+        self,
+        policy: ConnectionPolicy,
+        limits: Mapping[str, int],
+        now: float,
+        new_stream: Callable[[int, dict[str, str], int, int, int], Stream] = Stream,
+    ) -> None:
         self.policy = policy
+        self.new_stream = new_stream  # Stream or a subclass (see Stream)
         self.limits = limits
         self.stream_window = stream_window(limits)
         self.decoder = HeaderDecoder(policy.max_header_list)
@@ -186,19 +193,45 @@ class H2Connection:
         return len(self._data) - self._offset
 
     def next_event(self) -> Event | None:
-        """The next event, parsing frames until one comes; None when the input is spent."""
+        """The next event, parsing frames until one comes; None when the input is spent.
+
+        The frame loop is written out here, not a method per frame: it runs for every
+        frame the picker receives."""
         events = self._events
-        while not events:
-            if not self._parse_frame():
-                return events.popleft() if events else None
-        return events.popleft()
+        if events:
+            return events.popleft()
+        data, view = self._data, self._view
+        size, max_frame = len(data), self.policy.max_frame_size
+        offset = self._offset
+        while size - offset >= 9 and not self.closed and self.preface:
+            high, low, kind, flags, stream = FRAME_HEAD.unpack_from(data, offset)
+            length = high << 16 | low
+            if length > max_frame:
+                self._abort(FRAME_SIZE_ERROR, "frame too large")
+                break
+            end = offset + 9 + length
+            if end > size:
+                break
+            self._offset = end
+            payload = view[offset + 9 : end]
+            offset = end
+            stream &= 0x7FFFFFFF
+            if self.header_stream and kind != CONTINUATION:
+                self._abort(PROTOCOL_ERROR, "header block interrupted")
+            elif kind == DATA:
+                self._on_data(flags, stream, payload)
+            else:
+                self._on_control(kind, flags, stream, payload)
+            if events:
+                return events.popleft()
+        return events.popleft() if events else None
 
     def data_to_send(self) -> bytes:
         """Everything queued for the peer, as one write."""
         out = self._out
         if not out:
             return b""
-        data = b"".join(out) if len(out) > 1 else out[0]
+        data = b"".join(out)  # a single item comes back as it is, uncopied
         out.clear()
         return data
 
@@ -294,27 +327,9 @@ class H2Connection:
 
     # ------------------------------------------------------------ frames
 
-    def _parse_frame(self) -> bool:
-        """Handle the next whole frame; False when there is none (or we are closed)."""
-        data, offset = self._data, self._offset
-        if self.closed or len(data) - offset < 9 or not self.preface:
-            return False
-        high, low, kind, flags, stream = FRAME_HEAD.unpack_from(data, offset)
-        length = high << 16 | low
-        if length > self.policy.max_frame_size:
-            self._abort(FRAME_SIZE_ERROR, "frame too large")
-            return False
-        end = offset + 9 + length
-        if end > len(data):
-            return False
-        self._offset = end
-        stream &= 0x7FFFFFFF
-        payload = self._view[offset + 9 : end]
-        if self.header_stream and kind != CONTINUATION:
-            self._abort(PROTOCOL_ERROR, "header block interrupted")
-        elif kind == DATA:
-            self._on_data(flags, stream, payload)
-        elif kind == WINDOW_UPDATE:
+    def _on_control(self, kind: int, flags: int, stream: int, payload: memoryview) -> None:
+        """Every frame but DATA (and a CONTINUATION out of place)."""
+        if kind == WINDOW_UPDATE:
             self._on_window_update(stream, payload)
         elif kind == HEADERS:
             self._on_headers(flags, stream, payload)
@@ -334,7 +349,6 @@ class H2Connection:
             self._abort(PROTOCOL_ERROR, "clients cannot push")
         elif not self.empty.take(self.last_read):  # unknown types: ignored, rationed
             self._calm("too many frames that do nothing")
-        return True
 
     def _on_data(self, flags: int, stream_id: int, payload: memoryview) -> None:
         length = len(payload)
@@ -365,24 +379,21 @@ class H2Connection:
                 return
             payload = payload[1 : length - pad]
             self._consumed(stream, pad + 1)
-        readable = False
         if payload and stream.done:  # we have answered: nobody reads the rest
             self._consumed(stream, len(payload))
         elif payload:
-            queued = len(stream.inbox)
             refused = stream.take_data(payload)
             if refused is not None:
                 self._end(stream, *refused)
                 self._consumed(stream, len(stream.partial))
                 stream.partial.clear()
                 return
-            readable = len(stream.inbox) > queued
         if flags & END_STREAM:
             stream.closed_remote = True
             self._events.append(StreamReadable(stream))
             self._maybe_close(stream)
             return
-        if readable:
+        if stream.inbox:  # unread messages (a reader that is not waiting ignores it)
             self._events.append(StreamReadable(stream))
         if self.recv_window < self.policy.connection_window // 2 or stream.recv_window < (
             self.stream_window // 2
@@ -507,7 +518,7 @@ class H2Connection:
             return
         path = headers.get(":path", "")
         limit = self.limits.get(path)
-        stream = Stream(
+        stream = self.new_stream(
             stream_id, headers, limit or 0, self.peer_initial_window, self.stream_window
         )
         if flags & END_STREAM:

@@ -6,7 +6,6 @@ each event into an action on a socket, a timer or a handler.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
 
 from inference_gateway.transport.h2_frames import GrpcCode
 
@@ -25,7 +24,9 @@ __all__ = [
 class Stream:
     """One gRPC call (an HTTP/2 stream): its windows, received messages and queued answer.
 
-    `owner` is the caller's object for the call (the asyncio layer's `Call`).
+    A caller keeps its own per-call state on the same object by subclassing it (with
+    `__slots__`) and handing `H2Connection` the subclass's factory (`new_stream`): the
+    asyncio layer's `Call` is one. One object per call, freed by reference counting.
     """
 
     __slots__ = (
@@ -38,7 +39,6 @@ class Stream:
         "id",
         "inbox",
         "max_message",
-        "owner",
         "partial",
         "pending",
         "recv_credit",
@@ -72,7 +72,6 @@ class Stream:
         self.recv_window = recv_window  # what the peer may still send us
         self.recv_credit = 0  # bytes read, not yet given back
         self.held = 0  # bytes received and not yet read (they hold connection window)
-        self.owner: Any = None
 
     def take_data(self, chunk: bytes | memoryview) -> tuple[int, str] | None:
         """Split length-prefixed messages out of DATA; a gRPC status if one is refused."""

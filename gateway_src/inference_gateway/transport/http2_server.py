@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import collections.abc
 import contextlib
+import functools
 import importlib
 import logging
 import socket
@@ -97,42 +98,36 @@ class Method:
             raise ValueError("max_message must be positive and fit a flow-control window")
 
 
-class Call:
-    """One gRPC call (an HTTP/2 stream) as its handler sees it."""
+class Call(Stream):
+    """One gRPC call (an HTTP/2 stream) as its handler sees it: the connection layer's
+    `Stream` (`headers`, `id`, `cancelled`, ...) with what the asyncio layer keeps
+    beside it (the handler's waiter, coroutine or Task, and deadline timer)."""
 
-    __slots__ = ("_conn", "_waiter", "coro", "deadline", "stream", "task")
+    __slots__ = ("_conn", "_waiter", "coro", "deadline", "task")
 
-    def __init__(self, conn: _Connection, stream: Stream) -> None:
+    def __init__(
+        self,
+        conn: _Connection,
+        stream_id: int,
+        headers: dict[str, str],
+        max_message: int,
+        send_window: int,
+        recv_window: int,
+    ) -> None:
+        super().__init__(stream_id, headers, max_message, send_window, recv_window)
         self._conn = conn
-        self.stream = stream
-        stream.owner = self
         self._waiter: asyncio.Future[None] | None = None
         self.task: asyncio.Task[None] | None = None
         self.coro: Coroutine[Any, Any, None] | None = None  # the handler, run in place
         self.deadline: asyncio.TimerHandle | None = None  # grpc-timeout
-
-    @property
-    def id(self) -> int:
-        return self.stream.id
-
-    @property
-    def headers(self) -> dict[str, str]:
-        """The request headers (shared between equal blocks: read, never change)."""
-        return self.stream.headers
-
-    @property
-    def cancelled(self) -> bool:
-        """The peer reset the call or the connection ended: nothing more is sent."""
-        return self.stream.cancelled
 
     async def read(self) -> bytes | None:
         """The next request message, or None when the client half-closed (or left).
 
         Reading is what reopens the flow-control windows for the message's bytes.
         """
-        stream = self.stream
-        while not stream.inbox:
-            if stream.closed_remote or stream.cancelled:
+        while not self.inbox:
+            if self.closed_remote or self.cancelled:
                 return None
             waiter = self._waiter = self._conn.loop.create_future()
             try:
@@ -140,21 +135,24 @@ class Call:
             finally:
                 self._waiter = None
         conn = self._conn
-        message = conn.h2.read_message(stream)
-        conn.pump()
+        message = conn.h2.read_message(self)
+        if not conn.busy:  # inside data_received, its loop writes once at the end
+            conn.pump()
         return message
 
     def send(self, messages: list[bytes]) -> None:
         """Queue response messages and write what the peer's windows allow, in one write."""
         conn = self._conn
-        conn.h2.send(self.stream, messages)
-        conn.pump()
+        conn.h2.send(self, messages)
+        if not conn.busy:
+            conn.pump()
 
     def finish(self, code: int = GrpcCode.OK, message: str = "") -> None:
         """End the call with a status (the trailers go out after any queued data)."""
         conn = self._conn
-        conn.h2.finish(self.stream, code, message)
-        conn.pump()
+        conn.h2.finish(self, code, message)
+        if not conn.busy:
+            conn.pump()
 
     def _wake(self) -> None:
         waiter = self._waiter
@@ -181,7 +179,9 @@ class _Connection(asyncio.Protocol):
         self.server = server
         self.policy = server.policy
         self.loop = asyncio.get_running_loop()
-        self.h2 = H2Connection(server.policy, server.limits, self.loop.time())
+        self.h2 = H2Connection(
+            server.policy, server.limits, self.loop.time(), functools.partial(Call, self)
+        )
         self.transport: asyncio.Transport | None = None
         self.busy = False  # events are being handled: their writes join at the end
         self.timer: asyncio.TimerHandle | None = None
@@ -222,10 +222,15 @@ class _Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         h2 = self.h2
         h2.receive_data(data, self.loop.time())
+        next_event, handle = h2.next_event, self._handle
         self.busy = True
         try:
-            while (event := h2.next_event()) is not None:
-                self._handle(event)
+            while (event := next_event()) is not None:
+                if type(event) is StreamReadable:  # the common event, without a call
+                    call: Call = event.stream  # type: ignore[assignment]  # `new_stream` is Call
+                    call._wake()
+                else:
+                    handle(event)
         finally:
             self.busy = False
             out = h2.data_to_send()
@@ -250,15 +255,11 @@ class _Connection(asyncio.Protocol):
 
     def _handle(self, event: Event) -> None:
         if isinstance(event, StreamReadable):  # the common one first
-            call = event.stream.owner
-            if call is not None:
-                call._wake()
+            cast(Call, event.stream)._wake()
         elif isinstance(event, CallStarted):
-            self._start(event.stream, event.timeout_s)
+            self._start(cast(Call, event.stream), event.timeout_s)
         elif isinstance(event, StreamStopped):
-            call = event.stream.owner
-            if call is not None:
-                call._stop()
+            cast(Call, event.stream)._stop()
         elif isinstance(event, ConnectionTerminated):
             self._linger()
         elif isinstance(event, ConnectionDone):
@@ -269,9 +270,8 @@ class _Connection(asyncio.Protocol):
             log.info("HTTP/2 %s: dropped", event.reason)
             self.transport.abort()
 
-    def _start(self, stream: Stream, timeout_s: float | None) -> None:
-        method = self.server.methods[stream.headers[":path"]]
-        call = Call(self, stream)
+    def _start(self, call: Call, timeout_s: float | None) -> None:
+        method = self.server.methods[call.headers[":path"]]
         if timeout_s is not None:
             call.deadline = self.loop.call_later(timeout_s, self._expire, call)
         if method.in_task:
@@ -299,7 +299,7 @@ class _Connection(asyncio.Protocol):
     def _expire(self, call: Call) -> None:
         """The call's `grpc-timeout` has passed: DEADLINE_EXCEEDED, handler cancelled."""
         call.deadline = None
-        self.h2.expire(call.stream)
+        self.h2.expire(call)
         self.pump()
 
     def step(self, call: Call, error: BaseException | None = None) -> None:
@@ -448,14 +448,11 @@ class Http2GrpcServer:
                         await asyncio.sleep(0.02)
         tasks = []
         for conn in list(self.connections):
-            streams = list(conn.h2.streams.values())
-            for stream in streams:
-                conn.h2.cancel(stream)
+            calls = [cast(Call, stream) for stream in conn.h2.streams.values()]
+            for call in calls:
+                conn.h2.cancel(call)
             conn.pump()
-            for stream in streams:
-                call = stream.owner
-                if call is not None and call.task is not None:
-                    tasks.append(call.task)
+            tasks += [call.task for call in calls if call.task is not None]
             if conn.transport is not None:
                 conn.transport.close()
         await asyncio.gather(*tasks, return_exceptions=True)
