@@ -1,14 +1,14 @@
 """One client connection of the picker's HTTP/2 gRPC server as a state machine.
 
 No asyncio, no socket, no clock: the caller feeds what the socket read
-(`receive_data(data, now)`), pulls events one at a time (`next_event()`), acts on them
+(`receive_data(data, now)`), takes events one at a time (`events()`), acts on them
 and writes `data_to_send()`; time comes in as an argument, and `tick(now)` runs the
 keepalive and idle checks. That is how h11 and h2 are built, and it is why every rule
 here is tested in-process by feeding frames and reading frames back
 (tests/gateway/transport/test_h2_connection.py); the asyncio layer (`http2_server`)
 owns the socket, TLS, timers and handlers.
 
-Frames are parsed lazily, one `next_event()` at a time, so the caller acts on an event
+Frames are parsed lazily, one event at a time, so the caller acts on an event
 (a handler answers a message) before the frames behind it in the same read are parsed:
 an answer and a later RST_STREAM or SETTINGS meet the state in the order the peer sent
 them, and everything one read causes goes out in one write.
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 from inference_gateway.transport.h2_frames import (
     ACK,
@@ -122,7 +122,7 @@ class H2Connection:
         self._data = b""  # the read being parsed, from `_offset` on
         self._view = memoryview(self._data)
         self._offset = 0
-        self._events: deque[Event] = deque()
+        self.queued: deque[Event] = deque()  # events not taken yet (see `events`)
         self._out: list[bytes] = []
         self.preface = False
         self.streams: dict[int, Stream] = {}
@@ -168,7 +168,7 @@ class H2Connection:
             self._out.append(window_update(0, policy.connection_window - DEFAULT_WINDOW))
 
     def receive_data(self, data: bytes, now: float) -> None:
-        """Take what the socket read; `next_event()` parses it."""
+        """Take what the socket read; `events()` parses it."""
         if self.closed:  # lingering after GOAWAY: dropped unread
             return
         self.last_read = now
@@ -192,39 +192,42 @@ class H2Connection:
         """Received bytes not parsed yet (at most one frame's once events are drained)."""
         return len(self._data) - self._offset
 
-    def next_event(self) -> Event | None:
-        """The next event, parsing frames until one comes; None when the input is spent.
+    def events(self) -> Iterator[Event]:
+        """The events of what was received, parsed lazily: a frame is handled only once
+        the events before it were taken, and what the caller does in between (an answer,
+        a reset) is seen by the frames after it. Events the caller's own calls cause
+        (`send`, `finish`, `goaway`, `tick`, ...) come out of it too, or wait in
+        `queued` when no read is being parsed.
 
-        The frame loop is written out here, not a method per frame: it runs for every
-        frame the picker receives."""
-        events = self._events
-        if events:
-            return events.popleft()
+        A generator, with the frame loop written out in it: it runs for every frame the
+        picker receives, and resuming it costs less than a method call per event."""
+        queued = self.queued
+        while queued:
+            yield queued.popleft()
         data, view = self._data, self._view
         size, max_frame = len(data), self.policy.max_frame_size
-        offset = self._offset
-        while size - offset >= 9 and not self.closed and self.preface:
+        while size - (offset := self._offset) >= 9 and not self.closed and self.preface:
             high, low, kind, flags, stream = FRAME_HEAD.unpack_from(data, offset)
             length = high << 16 | low
             if length > max_frame:
                 self._abort(FRAME_SIZE_ERROR, "frame too large")
-                break
-            end = offset + 9 + length
-            if end > size:
-                break
-            self._offset = end
-            payload = view[offset + 9 : end]
-            offset = end
-            stream &= 0x7FFFFFFF
-            if self.header_stream and kind != CONTINUATION:
-                self._abort(PROTOCOL_ERROR, "header block interrupted")
-            elif kind == DATA:
-                self._on_data(flags, stream, payload)
             else:
-                self._on_control(kind, flags, stream, payload)
-            if events:
-                return events.popleft()
-        return events.popleft() if events else None
+                end = offset + 9 + length
+                if end > size:
+                    return
+                self._offset = end
+                payload = view[offset + 9 : end]
+                stream &= 0x7FFFFFFF
+                if self.header_stream and kind != CONTINUATION:
+                    self._abort(PROTOCOL_ERROR, "header block interrupted")
+                elif kind == DATA:
+                    self._on_data(flags, stream, payload)
+                elif kind == WINDOW_UPDATE:
+                    self._on_window_update(stream, payload)
+                else:
+                    self._on_control(kind, flags, stream, payload)
+            while queued:
+                yield queued.popleft()
 
     def data_to_send(self) -> bytes:
         """Everything queued for the peer, as one write."""
@@ -241,7 +244,17 @@ class H2Connection:
         if not stream.inbox:
             return None
         message = stream.inbox.popleft()
-        self._consumed(stream, len(message) + 5)
+        # _consumed, written out: this runs for every message a handler reads
+        size = min(len(message) + 5, stream.held)  # 0 once the stream left the table
+        if size > 0:
+            stream.held -= size
+            stream.recv_credit += size
+            self.recv_credit += size
+            if (
+                stream.recv_window < self.stream_window // 2
+                or self.recv_window < self.policy.connection_window // 2
+            ):
+                self._credit(stream, 0)
         return message
 
     def send(self, stream: Stream, messages: list[bytes]) -> None:
@@ -279,7 +292,7 @@ class H2Connection:
         payload = self.last_stream.to_bytes(4, "big") + NO_ERROR.to_bytes(4, "big")
         self._write([frame(GOAWAY, 0, 0, payload)])
         if not self.streams:
-            self._events.append(_DONE)
+            self.queued.append(_DONE)
 
     def pause_writing(self, now: float) -> None:
         """The peer is not reading our writes (the caller stops reading from it)."""
@@ -292,6 +305,7 @@ class H2Connection:
         """The socket is gone: every call is cancelled."""
         self.closed = True
         for stream in list(self.streams.values()):
+            stream.readable = None
             self._cancel(stream)
         self.streams.clear()
         self.blocked.clear()
@@ -322,16 +336,14 @@ class H2Connection:
 
     def _drop(self, reason: str) -> bool:
         self.closed = True
-        self._events.append(ConnectionDropped(reason))
+        self.queued.append(ConnectionDropped(reason))
         return False
 
     # ------------------------------------------------------------ frames
 
     def _on_control(self, kind: int, flags: int, stream: int, payload: memoryview) -> None:
-        """Every frame but DATA (and a CONTINUATION out of place)."""
-        if kind == WINDOW_UPDATE:
-            self._on_window_update(stream, payload)
-        elif kind == HEADERS:
+        """Every frame but DATA and WINDOW_UPDATE (and a CONTINUATION out of place)."""
+        if kind == HEADERS:
             self._on_headers(flags, stream, payload)
         elif kind == CONTINUATION:
             self._on_continuation(flags, stream, payload)
@@ -390,11 +402,11 @@ class H2Connection:
                 return
         if flags & END_STREAM:
             stream.closed_remote = True
-            self._events.append(StreamReadable(stream))
+            self.queued.append(stream.readable or StreamReadable(stream))
             self._maybe_close(stream)
             return
         if stream.inbox:  # unread messages (a reader that is not waiting ignores it)
-            self._events.append(StreamReadable(stream))
+            self.queued.append(stream.readable or StreamReadable(stream))
         if self.recv_window < self.policy.connection_window // 2 or stream.recv_window < (
             self.stream_window // 2
         ):
@@ -482,7 +494,7 @@ class H2Connection:
         else:
             self.going_away = True
             if not self.streams:
-                self._events.append(_DONE)
+                self.queued.append(_DONE)
 
     def _on_priority(self, stream: int, payload: memoryview) -> None:
         if len(payload) != 5:
@@ -501,7 +513,7 @@ class H2Connection:
         if stream is not None:  # trailers: only the end of the stream matters
             if flags & END_STREAM:
                 stream.closed_remote = True
-                self._events.append(StreamReadable(stream))
+                self.queued.append(stream.readable or StreamReadable(stream))
                 self._maybe_close(stream)
             return
         if stream_id <= self.last_stream:
@@ -539,7 +551,7 @@ class H2Connection:
             self._end(stream, GrpcCode.INTERNAL, f"malformed grpc-timeout {timeout!r}")
         else:
             stream.started = True
-            self._events.append(CallStarted(stream, seconds))
+            self.queued.append(CallStarted(stream, seconds))
 
     def _on_window_update(self, stream_id: int, payload: memoryview) -> None:
         if len(payload) != 4:
@@ -650,6 +662,7 @@ class H2Connection:
         """The stream leaves the table: what it still holds is given back."""
         self.streams.pop(stream.id, None)
         self.blocked.pop(stream.id, None)
+        stream.readable = None  # the stream↔event cycle ends: refcounting frees both
         if stream.held:
             held, stream.held = stream.held, 0
             stream.inbox.clear()
@@ -672,7 +685,7 @@ class H2Connection:
                 block = RESPONSE_HEADERS + stream.trailers
                 out.append(frame(HEADERS, END_HEADERS | END_STREAM, stream_id, block))
                 stream.trailers = None
-                self._write(out)
+                self._out.extend(out)  # not closed: checked on entry
                 self._closed_local(stream)
                 return
             out.append(frame(HEADERS, END_HEADERS, stream_id, RESPONSE_HEADERS))
@@ -697,11 +710,11 @@ class H2Connection:
         if stream.trailers is not None and not pending:
             out.append(frame(HEADERS, END_HEADERS | END_STREAM, stream_id, stream.trailers))
             stream.trailers = None
-            self._write(out)
+            self._out.extend(out)  # not closed: checked on entry
             self._closed_local(stream)
             return
         if out:
-            self._write(out)
+            self._out.extend(out)  # not closed: checked on entry
 
     def _write(self, frames: list[bytes]) -> None:
         if not self.closed:
@@ -714,7 +727,7 @@ class H2Connection:
         # one): gRPC clients then fail a write already in flight instead of ignoring it,
         # as they do against grpcio's server. Late DATA is counted and dropped.
         if self.going_away and not self.streams:
-            self._events.append(_DONE)
+            self.queued.append(_DONE)
 
     def _maybe_close(self, stream: Stream) -> None:
         if stream.done and stream.trailers is None and not stream.pending:
@@ -723,7 +736,7 @@ class H2Connection:
     def _end(self, stream: Stream, code: int, message: str) -> None:
         self.finish(stream, code, message)
         if stream.started:
-            self._events.append(StreamStopped(stream))
+            self.queued.append(StreamStopped(stream))
 
     def _reset(self, stream: Stream, error: int) -> None:
         """A stream error: RST_STREAM, the handler stopped."""
@@ -736,7 +749,7 @@ class H2Connection:
             return
         stream.cancelled = True
         if stream.started:
-            self._events.append(StreamStopped(stream))
+            self.queued.append(StreamStopped(stream))
 
     def _calm(self, reason: str) -> None:
         """A budget is spent: GOAWAY ENHANCE_YOUR_CALM (RFC 9113 7), calls cancelled."""
@@ -750,6 +763,6 @@ class H2Connection:
         payload = self.last_stream.to_bytes(4, "big") + error.to_bytes(4, "big")
         self._out.append(frame(GOAWAY, 0, 0, payload + reason.encode()))
         self.closed = True
-        self._events.append(ConnectionTerminated(error, reason))
+        self.queued.append(ConnectionTerminated(error, reason))
         for stream in list(self.streams.values()):
             self._cancel(stream)

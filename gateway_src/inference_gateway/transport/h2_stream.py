@@ -1,5 +1,5 @@
 """What one HTTP/2 stream of the picker's server holds, and the events its connection
-reports (`h2_connection.H2Connection.next_event`). No asyncio: the asyncio layer turns
+reports (`h2_connection.H2Connection.events`). No asyncio: the asyncio layer turns
 each event into an action on a socket, a timer or a handler.
 """
 
@@ -41,6 +41,7 @@ class Stream:
         "max_message",
         "partial",
         "pending",
+        "readable",
         "recv_credit",
         "recv_window",
         "send_window",
@@ -72,6 +73,9 @@ class Stream:
         self.recv_window = recv_window  # what the peer may still send us
         self.recv_credit = 0  # bytes read, not yet given back
         self.held = 0  # bytes received and not yet read (they hold connection window)
+        # its readable event, made once: messages arrive far more often than streams
+        # (the connection drops it when the stream leaves the table)
+        self.readable: StreamReadable | None = StreamReadable(self)
 
     def take_data(self, chunk: bytes | memoryview) -> tuple[int, str] | None:
         """Split length-prefixed messages out of DATA; a gRPC status if one is refused."""

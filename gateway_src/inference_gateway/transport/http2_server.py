@@ -114,7 +114,7 @@ class Call(Stream):
         send_window: int,
         recv_window: int,
     ) -> None:
-        super().__init__(stream_id, headers, max_message, send_window, recv_window)
+        Stream.__init__(self, stream_id, headers, max_message, send_window, recv_window)
         self._conn = conn
         self._waiter: asyncio.Future[None] | None = None
         self.task: asyncio.Task[None] | None = None
@@ -222,10 +222,10 @@ class _Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         h2 = self.h2
         h2.receive_data(data, self.loop.time())
-        next_event, handle = h2.next_event, self._handle
+        handle = self._handle
         self.busy = True
         try:
-            while (event := next_event()) is not None:
+            for event in h2.events():
                 if type(event) is StreamReadable:  # the common event, without a call
                     call: Call = event.stream  # type: ignore[assignment]  # `new_stream` is Call
                     call._wake()
@@ -243,12 +243,14 @@ class _Connection(asyncio.Protocol):
         if self.busy:
             return
         h2 = self.h2
-        self.busy = True
-        try:
-            while (event := h2.next_event()) is not None:
-                self._handle(event)
-        finally:
-            self.busy = False
+        queued = h2.queued  # outside data_received no frame waits: only these
+        if queued:
+            self.busy = True
+            try:
+                while queued:
+                    self._handle(queued.popleft())
+            finally:
+                self.busy = False
         out = h2.data_to_send()
         if out and self.transport is not None:
             self.transport.write(out)

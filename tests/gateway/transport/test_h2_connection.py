@@ -83,10 +83,7 @@ def grpc(payload: bytes) -> bytes:
 
 
 def events(conn: H2Connection) -> list[Any]:
-    out = []
-    while (event := conn.next_event()) is not None:
-        out.append(event)
-    return out
+    return list(conn.events())
 
 
 class Peer:
@@ -258,11 +255,12 @@ def test_frames_behind_an_event_wait_for_the_caller() -> None:
     call = started.stream
     data = raw(DATA, 0, stream, grpc(b"q")) + raw(RST_STREAM, 0, stream, (8).to_bytes(4, "big"))
     peer.server.receive_data(data, 0.0)
-    event = peer.server.next_event()
+    taken = peer.server.events()
+    event = next(taken)
     assert isinstance(event, StreamReadable) and not call.cancelled
     peer.server.send(call, [peer.server.read_message(call) or b""])
-    assert isinstance(peer.server.next_event(), StreamStopped) and call.cancelled
-    assert peer.server.next_event() is None
+    assert isinstance(next(taken), StreamStopped) and call.cancelled
+    assert next(taken, None) is None
     kinds = [f.kind for f in frames(peer.server.data_to_send())]
     assert kinds == [HEADERS, DATA]  # the answer, nothing after the reset
 
