@@ -118,6 +118,9 @@ class H2Connection:
         self.new_stream = new_stream  # Stream or a subclass (see Stream)
         self.limits = limits
         self.stream_window = stream_window(limits)
+        # a window is given back once the peer has used half of it (read per frame)
+        self.stream_half = self.stream_window // 2
+        self.connection_half = policy.connection_window // 2
         self.decoder = HeaderDecoder(policy.max_header_list)
         self._data = b""  # the read being parsed, from `_offset` on
         self._view = memoryview(self._data)
@@ -250,10 +253,7 @@ class H2Connection:
             stream.held -= size
             stream.recv_credit += size
             self.recv_credit += size
-            if (
-                stream.recv_window < self.stream_window // 2
-                or self.recv_window < self.policy.connection_window // 2
-            ):
+            if stream.recv_window < self.stream_half or self.recv_window < self.connection_half:
                 self._credit(stream, 0)
         return message
 
@@ -407,9 +407,7 @@ class H2Connection:
             return
         if stream.inbox:  # unread messages (a reader that is not waiting ignores it)
             self.queued.append(stream.readable or StreamReadable(stream))
-        if self.recv_window < self.policy.connection_window // 2 or stream.recv_window < (
-            self.stream_window // 2
-        ):
+        if self.recv_window < self.connection_half or stream.recv_window < (self.stream_half):
             self._credit(stream, 0)
 
     def _on_headers(self, flags: int, stream: int, payload: memoryview) -> None:
@@ -630,10 +628,7 @@ class H2Connection:
         stream.held -= size
         stream.recv_credit += size
         self.recv_credit += size
-        if (
-            stream.recv_window < self.stream_window // 2
-            or self.recv_window < self.policy.connection_window // 2
-        ):
+        if stream.recv_window < self.stream_half or self.recv_window < self.connection_half:
             self._credit(stream, 0)
 
     def _credit(self, stream: Stream | None, dropped: int) -> None:
@@ -641,7 +636,7 @@ class H2Connection:
         once the peer has used half a window (WINDOW_UPDATE frames stay rare)."""
         self.recv_credit += dropped
         out = []
-        if self.recv_credit and self.recv_window < self.policy.connection_window // 2:
+        if self.recv_credit and self.recv_window < self.connection_half:
             out.append(window_update(0, self.recv_credit))
             self.recv_window += self.recv_credit
             self.recv_credit = 0
@@ -650,7 +645,7 @@ class H2Connection:
             and stream.recv_credit
             and not stream.closed_remote
             and stream.id in self.streams
-            and stream.recv_window < self.stream_window // 2
+            and stream.recv_window < self.stream_half
         ):
             out.append(window_update(stream.id, stream.recv_credit))
             stream.recv_window += stream.recv_credit
