@@ -31,7 +31,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
-from inference_gateway.errors import ConfigError
+from inference_gateway.errors import ConfigError, InferenceGatewayError
 
 __all__ = ["StoreHealth", "StoreSpec", "StoreUnavailable", "connect", "store_from_flag"]
 
@@ -79,7 +79,7 @@ def store_from_flag(url: str | None, source: str = "--store") -> StoreSpec | Non
         raise ConfigError(source, [f"--store: {e['msg']}" for e in error.errors()]) from None
 
 
-class StoreUnavailable(Exception):
+class StoreUnavailable(InferenceGatewayError):
     """The store is down (or was just found down): use the local view."""
 
 
