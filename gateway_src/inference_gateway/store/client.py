@@ -35,7 +35,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
-from ..errors import ConfigError
+from inference_gateway.errors import ConfigError
 
 __all__ = ["StoreHealth", "StoreSpec", "StoreUnavailable", "connect", "store_from_flag"]
 
