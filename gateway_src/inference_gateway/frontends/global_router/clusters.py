@@ -47,6 +47,7 @@ import aiohttp
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from inference_gateway.background import cancel_and_wait
+from inference_gateway.core.request.attempts import Verdict
 from inference_gateway.frontends.global_router.config import ClusterSpec, GlobalRouterSpec
 from inference_gateway.frontends.global_router.metrics import GlobalMetrics
 
@@ -213,6 +214,15 @@ class ClusterRegistry:
         state = self.states[name]
         self._decay(state, self.clock())
         state.error_ewma = 0.9 * state.error_ewma + (0.1 if failed else 0.0)
+
+    def learn(self, name: str, verdict: Verdict, reason: str) -> None:
+        """What an attempt that ended before its first byte teaches (the attempt plan's
+        verdict): a cluster that is gone is drained (`reason`), a failure moves the error
+        EWMA. `igw global` and the fleet simulator both call this."""
+        if verdict.drain:
+            self.drain(name, reason)
+        if verdict.failed:
+            self.observe_outcome(name, failed=True)
 
     @staticmethod
     def _decay(state: ClusterState, now: float) -> None:

@@ -43,7 +43,7 @@ from aiohttp import web
 from prometheus_client import generate_latest
 from redis.asyncio import Redis
 
-from inference_gateway.core.request.attempts import AttemptPlan, Failure, Verdict
+from inference_gateway.core.request.attempts import AttemptPlan, Failure
 from inference_gateway.core.request.relay import StreamEnd, StreamRelay, is_event_stream
 from inference_gateway.core.request.usage import UsageScanner, total_tokens
 from inference_gateway.frontends.global_router.choice import Choice, RequestTraits, rank_clusters
@@ -273,13 +273,6 @@ class GlobalRouter:
             await self.limiter.settle(ticket, used)
         return response
 
-    def _moved(self, state: ClusterState, verdict: Verdict, reason: str) -> None:
-        """What the registry learns from an attempt that ended before its first byte."""
-        if verdict.drain:
-            self.registry.drain(state.name, reason)
-        if verdict.failed:
-            self.registry.observe_outcome(state.name, failed=True)
-
     async def _forward(
         self, request: web.Request, raw: bytes, extra: dict[str, str], stream: bool = False
     ) -> tuple[web.StreamResponse, int | None]:
@@ -309,7 +302,7 @@ class GlobalRouter:
                 upstream, first = await self._open(state, request.path, raw, headers, stream)
             except _Skip as skip:
                 verdict = plan.after_failure(skip.failure)
-                self._moved(state, verdict, skip.failure.value)
+                self.registry.learn(name, verdict, skip.failure.value)
                 tried.append(f"{name}: {skip.failure.value}")
                 log.info("cluster %s: %s (%s)", name, skip.failure.value, skip.detail)
                 index = plan.next_index(ranked, index, made, _routable) if verdict.retry else None
@@ -321,7 +314,7 @@ class GlobalRouter:
                 answer = plan.after_status(upstream.status)
                 after = plan.next_index(ranked, index, made, _routable) if answer.retry else None
                 if after is not None:
-                    self._moved(state, answer, str(upstream.status))
+                    self.registry.learn(name, answer, str(upstream.status))
                     self.metrics.retries.labels(name, str(upstream.status)).inc()
                     tried.append(f"{name}: HTTP {upstream.status}")
                     index = after
