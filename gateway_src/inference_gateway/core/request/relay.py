@@ -26,7 +26,7 @@ own without a web framework in the core.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterable, Callable
 from dataclasses import dataclass
 from enum import Enum
 from typing import NamedTuple, Protocol
@@ -54,6 +54,7 @@ class StreamEnd(Enum):
 class Relayed(NamedTuple):
     end: StreamEnd
     started: bool  # a byte reached the client
+    error: BaseException | None = None  # what the source raised (BROKEN, STALLED)
 
 
 _MESSAGES = {
@@ -82,7 +83,7 @@ class StreamRelay:
 
     async def pump(
         self,
-        chunks: AsyncIterator[bytes],
+        chunks: AsyncIterable[bytes],
         client: Sink,
         *,
         first: bytes = b"",
@@ -96,6 +97,8 @@ class StreamRelay:
         end = StreamEnd.COMPLETE
         pending = first
         started = False
+        error: BaseException | None = None
+        source = aiter(chunks)
         try:
             while True:
                 if pending:
@@ -107,14 +110,14 @@ class StreamRelay:
                             sent(out)
                 try:
                     async with asyncio.timeout(self.idle_timeout_s):
-                        pending = await anext(chunks)
+                        pending = await anext(source)
                 except StopAsyncIteration:
                     break
-                except TimeoutError:  # our idle deadline, or the source's own read timeout
-                    end = StreamEnd.STALLED
+                except TimeoutError as failure:  # our idle deadline, or the source's own
+                    end, error = StreamEnd.STALLED, failure
                     break
-                except Exception:
-                    end = StreamEnd.BROKEN
+                except Exception as failure:  # any failure of the source: a broken stream
+                    end, error = StreamEnd.BROKEN, failure
                     break
             if end is StreamEnd.COMPLETE and flush is not None:
                 tail = flush()
@@ -125,9 +128,9 @@ class StreamRelay:
                         sent(tail)
             if end is not StreamEnd.COMPLETE:
                 if not started:
-                    return Relayed(end, False)
+                    return Relayed(end, False, error)
                 await client.write(stream_error_event(end))
             await client.write_eof()
         except ConnectionError:  # a write to the client failed: it left
             return Relayed(StreamEnd.CLIENT_LEFT, started)
-        return Relayed(end, started)
+        return Relayed(end, started, error)

@@ -34,7 +34,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import aiohttp
@@ -90,11 +90,6 @@ class _Skip(Exception):
     def __init__(self, failure: Failure, detail: str) -> None:
         super().__init__(detail)
         self.failure, self.detail = failure, detail
-
-
-async def _chunks(upstream: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
-    async for chunk in upstream.content.iter_any():
-        yield chunk
 
 
 class GlobalRouter:
@@ -437,7 +432,10 @@ class GlobalRouter:
         except ConnectionError:
             return response, None
         relayed = await self.relay.pump(
-            _chunks(upstream), response, first=first, sent=None if usage is None else usage.feed
+            upstream.content.iter_any(),
+            response,
+            first=first,
+            sent=None if usage is None else usage.feed,
         )
         end = relayed.end
         if end is StreamEnd.STALLED:

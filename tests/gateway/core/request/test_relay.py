@@ -48,7 +48,7 @@ def error_code(data: bytes) -> str:
 async def test_a_complete_stream_is_passed_through_with_its_first_chunk() -> None:
     client, seen = Client(), []
     relayed = await StreamRelay().pump(source(b"b", b"c"), client, first=b"a", sent=seen.append)
-    assert relayed == (StreamEnd.COMPLETE, True)
+    assert (relayed.end, relayed.started) == (StreamEnd.COMPLETE, True)
     assert client.written == [b"a", b"b", b"c"] == seen and client.ended
 
 
@@ -56,9 +56,10 @@ async def test_a_broken_stream_ends_with_an_error_event_that_names_no_library() 
     client = Client()
     error = OSError("TransferEncodingError: 400, message='Not enough data'")
     relayed = await StreamRelay().pump(source(b"a", then=error), client)
-    assert relayed == (StreamEnd.BROKEN, True)
+    assert (relayed.end, relayed.started) == (StreamEnd.BROKEN, True)
     assert error_code(client.written[-1]) == "stream_broken"
     assert b"Not enough data" not in client.written[-1] and client.ended
+    assert relayed.error is error  # the caller logs it; the client never sees it
 
 
 async def test_a_silent_stream_ends_after_the_idle_timeout() -> None:
@@ -66,7 +67,7 @@ async def test_a_silent_stream_ends_after_the_idle_timeout() -> None:
     loop = asyncio.get_running_loop()
     started = loop.time()
     relayed = await StreamRelay(idle_timeout_s=0.2).pump(source(b"a", then=30.0), client)
-    assert relayed == (StreamEnd.STALLED, True)
+    assert (relayed.end, relayed.started) == (StreamEnd.STALLED, True)
     assert loop.time() - started < 5  # the idle timeout, not the source's 30 s
     assert error_code(client.written[-1]) == "stream_stalled" and client.ended
 
@@ -74,14 +75,14 @@ async def test_a_silent_stream_ends_after_the_idle_timeout() -> None:
 async def test_a_break_before_any_byte_is_left_to_the_caller() -> None:
     client = Client()
     relayed = await StreamRelay().pump(source(then=OSError("gone")), client)
-    assert relayed == (StreamEnd.BROKEN, False)
+    assert (relayed.end, relayed.started) == (StreamEnd.BROKEN, False)
     assert client.written == [] and not client.ended  # a plain error status is still possible
 
 
 async def test_a_client_that_leaves_gets_nothing_more() -> None:
     client = Client(fail_after=1)
     relayed = await StreamRelay().pump(source(b"a", b"b", b"c"), client)
-    assert relayed == (StreamEnd.CLIENT_LEFT, True)
+    assert (relayed.end, relayed.started) == (StreamEnd.CLIENT_LEFT, True)
     assert client.written == [b"a"]
 
 
