@@ -12,6 +12,8 @@ how the stream ended (`StreamEnd`):
   started the stream): the same error event with code `stream_stalled`, so a client is
   never left waiting on a silent stream for the whole read timeout.
 * `CLIENT_LEFT`: a write to the client failed (it hung up): nothing more is written.
+* `OVER_LIMIT`: `admit` refused a chunk (a token budget the stream outgrew): the chunk
+  is not relayed and the stream ends with OpenAI's rate-limit error event.
 
 A stream that breaks or stalls before its first byte was written gets no event and no
 end: `Relayed.started` is False and the caller answers with a plain error status
@@ -26,7 +28,7 @@ own without a web framework in the core.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterable, Callable
+from collections.abc import AsyncIterable, Awaitable, Callable
 from dataclasses import dataclass
 from enum import Enum
 from typing import NamedTuple, Protocol
@@ -49,6 +51,7 @@ class StreamEnd(Enum):
     BROKEN = "stream_broken"
     STALLED = "stream_stalled"
     CLIENT_LEFT = "client_cancelled"
+    OVER_LIMIT = "rate_limit_exceeded"
 
 
 class Relayed(NamedTuple):
@@ -57,9 +60,14 @@ class Relayed(NamedTuple):
     error: BaseException | None = None  # what the source raised (BROKEN, STALLED)
 
 
-_MESSAGES = {
-    StreamEnd.BROKEN: "The model server stream broke.",
-    StreamEnd.STALLED: "The model server stream stalled.",
+# the event's fixed text per end (never an exception's: that names internals)
+_EVENTS = {
+    StreamEnd.BROKEN: ("The model server stream broke.", "upstream_error"),
+    StreamEnd.STALLED: ("The model server stream went silent.", "upstream_error"),
+    StreamEnd.OVER_LIMIT: (
+        "Rate limit reached: the answer outgrew what the token limit allows now.",
+        "tokens",
+    ),
 }
 
 
@@ -70,7 +78,8 @@ def is_event_stream(content_type: str) -> bool:
 
 def stream_error_event(end: StreamEnd) -> bytes:
     """The SSE event that ends a broken or stalled stream: OpenAI's error shape."""
-    error = {"message": _MESSAGES[end], "type": "upstream_error", "param": None, "code": end.value}
+    message, kind = _EVENTS[end]
+    error = {"message": message, "type": kind, "param": None, "code": end.value}
     return b"data: " + orjson.dumps({"error": error}) + b"\n\n"
 
 
@@ -90,10 +99,12 @@ class StreamRelay:
         transform: Callable[[bytes], bytes] | None = None,
         flush: Callable[[], bytes] | None = None,
         sent: Callable[[bytes], None] | None = None,
+        admit: Callable[[bytes], Awaitable[bool]] | None = None,
     ) -> Relayed:
         """Relay `first` (a chunk already read), then every chunk of `chunks`.
         `transform` rewrites each chunk on its way (and `flush` gives what it still
-        holds at the end); `sent` sees every chunk as the client got it."""
+        holds at the end); `admit` may refuse a chunk before it is written (then
+        `OVER_LIMIT`); `sent` sees every chunk as the client got it."""
         end = StreamEnd.COMPLETE
         pending = first
         started = False
@@ -103,6 +114,9 @@ class StreamRelay:
             while True:
                 if pending:
                     out = transform(pending) if transform is not None else pending
+                    if out and admit is not None and not await admit(out):
+                        end = StreamEnd.OVER_LIMIT
+                        break
                     if out:
                         await client.write(out)
                         started = True

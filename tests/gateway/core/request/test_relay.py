@@ -98,3 +98,16 @@ def test_content_types() -> None:
     assert is_event_stream("text/event-stream; charset=utf-8")
     assert not is_event_stream("application/json")
     assert error_code(stream_error_event(StreamEnd.BROKEN)) == "stream_broken"
+
+
+async def test_admit_refuses_a_chunk_and_ends_with_the_rate_limit_event() -> None:
+    """A token budget the stream outgrew: the refused chunk is not relayed."""
+    client, allowed = Client(), [True, False]
+
+    async def admit(chunk: bytes) -> bool:
+        return allowed.pop(0)
+
+    relayed = await StreamRelay().pump(source(b"b", b"c"), client, first=b"a", admit=admit)
+    assert (relayed.end, relayed.started) == (StreamEnd.OVER_LIMIT, True)
+    assert client.written[:1] == [b"a"] and error_code(client.written[-1]) == "rate_limit_exceeded"
+    assert b"b" not in client.written and client.ended
