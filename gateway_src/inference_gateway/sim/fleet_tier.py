@@ -11,11 +11,13 @@ The router sees a cluster only the way `igw global` does:
 * its status, polled every `pollIntervalMs` (the same fields and window rules as
   `frontends/status.py`, validated by `ClusterStatus`), arriving one round trip later;
   a poll of a dead cluster fails one round trip later and drains it (`connect_failed`);
-* its answers: a refused or dropped connection drains the cluster and moves the request
-  to the next cluster of its ranking that is still routable; a 429 or 503 from the
-  cluster's admission, or `firstByteTimeoutMs` without a first token, moves it without
-  draining (`server._forward`'s rules); the first token updates the router's first-byte
-  EWMA and error EWMA (passive learning);
+* its answers, judged by `igw global`'s own attempt plan (`core/request/attempts.py`,
+  learnt through `ClusterRegistry.learn`): a refused or dropped connection drains the
+  cluster and moves the request to the next cluster of its ranking that is still
+  routable; a 429 or 503 from the cluster's admission moves it without draining;
+  `firstByteTimeoutMs` without a first token ends it with 504 (the cluster may be
+  generating it: never a second generation); the first token updates the router's
+  first-byte EWMA, an answer's end (or a lost stream) its error EWMA;
 * a drain (however the router learnt it) retries at once the requests that router still
   waits on there without a first token (`ClusterRegistry.hold`, as `server._open`); the
   cluster's work on an abandoned attempt goes on, but its answer is dropped.
@@ -32,6 +34,7 @@ admits the cluster again, ramping over `rampS`. Every message between a router a
 cluster takes half the region
 pair's round trip (`network`), so cross-region traffic pays it in TTFT. The global
 routers themselves stay up (a region's clients are assumed to keep reaching theirs).
+Events run on the single-cluster simulator's one event heap (`driver.EventHeap`).
 """
 
 from __future__ import annotations
