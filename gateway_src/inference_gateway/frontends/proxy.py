@@ -7,7 +7,8 @@ request the engine never started (connection refused, closed before any answer b
 answer of 429/503); a timeout is a 504, never a second generation. Once a byte has
 reached the client nothing is retried, and a stream that breaks ends with an SSE error
 event rather than a silent truncation: streams go through the gateway's one answer relay
-(`StreamRelay`, core/request/relay.py), which `igw global` uses too. Responses stream through chunk by chunk.
+(`StreamRelay`, core/request/relay.py), which `igw global` uses too. Responses stream
+through chunk by chunk.
 
 A client that leaves (the handler is cancelled: run the app with
 `handler_cancellation=True`, as `server.app_runner` and `igw serve` do, or a write to
