@@ -3,7 +3,7 @@
 The director hands a `RequestLifecycle` to the data plane that asked (the proxy or the
 ext_proc picker); the data plane only reports what happened:
 
-    picked(pod) ─┬─ attempt_failed() ─ picked(next pod) ...
+    picked(pod) ─┬─ attempt_failed() / unreachable() ─ picked(next pod) ...
                  └─ answered(status) ─ first_byte() ─ chunk(bytes)* ─ finished()
     at any point: cancelled(reason)     (client gone, upstream broke, lifetime over)
 
@@ -136,6 +136,14 @@ class RequestLifecycle:
         endpoint, self.endpoint = self.endpoint, None
         if endpoint is not None:
             self.scheduler.on_finished(self.decision.llm, endpoint, time.monotonic())
+
+    def unreachable(self) -> None:
+        """The picked pod refused or dropped the connection before answering (a connect
+        error, Envoy's UF / UH / UC): the store stops picking it until a fresh scrape, and
+        this attempt's bookkeeping ends."""
+        if self.endpoint is not None:
+            self.director.connection_failed(self.endpoint)
+        self.attempt_failed()
 
     def answered(
         self, status: int, streaming: bool, usage_scan_bytes: int = USAGE_SCAN_BYTES

@@ -44,7 +44,13 @@ from .director import Director, Rejection
 from .lifecycle import CLIENT_CANCELLED, STREAM_BROKEN, RequestLifecycle
 from .retry import RetryPolicy
 from .sse import ModelNameRewriter
-from .upstream import Upstream, UpstreamError, UpstreamResponse, UpstreamTimeout
+from .upstream import (
+    Upstream,
+    UpstreamConnectError,
+    UpstreamError,
+    UpstreamResponse,
+    UpstreamTimeout,
+)
 
 # RoutingState and SchedulerLike live in `contracts` (shared with the ext_proc picker)
 # and are re-exported here for existing callers.
@@ -103,6 +109,8 @@ class Gateway:
             state,
             metrics=self.metrics,
             max_lifetime_s=max_request_lifetime_s,
+            # a refused connection: not picked again until a fresh scrape says it is back
+            connection_failed=store.connection_failed,
         )
         self._series = self.director.child  # cached labelled series
         self.max_body_bytes = max_body_bytes
@@ -240,7 +248,10 @@ class Gateway:
                 life.picked(endpoint)
                 upstream = await pending.response()
             except UpstreamError as error:
-                life.attempt_failed()
+                if isinstance(error, UpstreamConnectError):
+                    life.unreachable()  # not picked again until a fresh scrape
+                else:
+                    life.attempt_failed()
                 failures.append(f"{endpoint.name}: {error}")
                 if isinstance(error, UpstreamTimeout):
                     return self._timeout(life, headers, error)

@@ -47,6 +47,8 @@ async def test_discovers_pods_applies_api_rewrites_and_drops_unready_pods(
                 {
                     "pools": [{"name": "chat", "selector": {"app": "vllm"}, "targetPort": port}],
                     "models": [{"name": "llama-3.1-8b", "pool": "chat", "adapters": ["sql"]}],
+                    # a pool without pods holds a request this long (scale from zero)
+                    "flowControl": {"bands": {"standard": {"maxQueue": 4, "ttlS": 0.3}}},
                 }
             )
         )
