@@ -84,6 +84,7 @@ class RequestLifecycle:
         "input_counted",
         "on_expire",
         "outcome",
+        "running",
         "scheduler",
         "started",
         "status",
@@ -112,6 +113,9 @@ class RequestLifecycle:
         self.input_counted = False
         self.outcome: str | None = None  # set once: "ok" or why it ended early
         self.on_expire: Callable[[], object] | None = None
+        # inference_objective_running_requests: up now, down exactly once in `_end`
+        self.running = director.child(director.metrics.running, decision.client_model)
+        self.running.inc()
         director.track(self)
 
     # ------------------------------------------------------------------ reports
@@ -213,6 +217,7 @@ class RequestLifecycle:
         if self.outcome is not None:
             return
         self.outcome = outcome
+        self.running.dec()
         director, decision = self.director, self.decision
         director.live.pop(self.id, None)
         endpoint, self.endpoint = self.endpoint, None
