@@ -44,7 +44,9 @@ UNREACHABLE_FLAGS = NO_HEALTHY_UPSTREAM | UPSTREAM_CONNECTION_FAILURE | UPSTREAM
 # substrings of the code details Envoy sets for the three cases
 UNREACHABLE_DETAILS = ("connection_failure", "connection_termination", "no_healthy_upstream")
 _RESET = b"upstream connect error or disconnect/reset before headers."
-_UNREACHABLE_RESETS = (b"reset reason: connection failure", b"reset reason: connection termination")
+# the reset reason, after "reset reason: " ("remote connection failure" and "connection
+# failure" alike, per Envoy version and side)
+_UNREACHABLE_RESETS = (b"connection failure", b"connection termination")
 _NO_HOST = b"no healthy upstream"
 SNIFF_BYTES = 512  # the local reply's first line is well within this
 
@@ -77,5 +79,7 @@ def body_says_unreachable(head: bytes) -> bool:
         return True
     if not head.startswith(_RESET):
         return False
-    line = head[: head.find(b"\n")] if b"\n" in head else head
-    return any(reason in line for reason in _UNREACHABLE_RESETS)
+    line = head.split(b"\n", 1)[0]
+    _, _, reason = line.partition(b"reset reason: ")
+    reason = reason.split(b",", 1)[0]
+    return any(r in reason for r in _UNREACHABLE_RESETS)

@@ -37,7 +37,7 @@ from prometheus_client import generate_latest
 
 from ..background import cancel_and_wait
 from ..config import GatewayConfigSpec, load_config
-from ..endpoints.discovery import load_endpoints_file
+from ..endpoints.discovery import assign_pools, label_pools, load_endpoints_file
 from ..endpoints.store import EndpointStore
 from ..scheduling import Scheduler
 from ..scheduling.types import Endpoint
@@ -353,9 +353,8 @@ def build_picker(
         config = load_config(config)
     spec = config or GatewayConfigSpec()
     endpoint_list = list(endpoints or [])
-    for e in endpoint_list:
-        if not e.pool:
-            e.pool = e.labels.get("igw.dev/pool", "default")
+    by_label = label_pools(endpoint_list)
+    assign_pools(endpoint_list, spec.pools, by_label)  # the config's selectors first
     metrics = GatewayMetrics()
     sessions: dict[str, aiohttp.ClientSession] = {}
     store = EndpointStore(
@@ -378,6 +377,8 @@ def build_picker(
         connection_failed=store.connection_failed,  # Envoy's UF / UH / UC, passively
     )
     picker = PickerServer(store, director, options=options, **server_kwargs)
+    if endpoint_list:  # a static list: every config reload re-reads its pool selectors
+        picker.on_pools = lambda spec: assign_pools(store.endpoints, spec.pools, by_label)
     picker.collaborators.append(_SessionCloser(sessions))
     return picker
 

@@ -10,7 +10,7 @@ from aiohttp import web
 
 from ..config import GatewayConfigSpec, load_config
 from ..config_watch import guard_reload
-from ..endpoints.discovery import load_endpoints_file
+from ..endpoints.discovery import assign_pools, label_pools, load_endpoints_file
 from ..endpoints.store import EndpointStore
 from ..scheduling import Scheduler
 from ..scheduling.types import Endpoint
@@ -102,9 +102,8 @@ def build_gateway(
     if config_path is not None:
         config = load_config(config_path)
     spec = config or GatewayConfigSpec()
-    for e in endpoints:
-        if not e.pool:
-            e.pool = e.labels.get("igw.dev/pool", "default")
+    by_label = label_pools(endpoints)
+    assign_pools(endpoints, spec.pools, by_label)  # the config's selectors first
     metrics = GatewayMetrics()
     scrape_client = Upstream(
         connect_timeout_s=spec.scrape.timeout_ms / 1000,
@@ -132,11 +131,14 @@ def build_gateway(
 
     def load_state() -> RoutingState:
         current = load_config(config_path) if config_path is not None else config
-        state = RoutingState.build(current)  # type: ignore[arg-type]
         if rewrites is None:
-            return state
-        rules = load_rewrites(rewrites, known_models=known_models(), seed=seed)
-        return RoutingState.build(current, rules)  # type: ignore[arg-type]
+            state = RoutingState.build(current)  # type: ignore[arg-type]
+        else:
+            rules = load_rewrites(rewrites, known_models=known_models(), seed=seed)
+            state = RoutingState.build(current, rules)  # type: ignore[arg-type]
+        if isinstance(current, GatewayConfigSpec):  # a reload may move pods between pools
+            assign_pools(endpoints, current.pools, by_label)
+        return state
 
     gateway = Gateway(
         store,

@@ -242,3 +242,33 @@ async def test_scrape_fetch_decodes_text_and_refuses_errors() -> None:
         with pytest.raises(UpstreamError, match="HTTP 404"):
             await fetch(endpoint, "/nowhere")
         await client.close()
+
+
+async def test_a_refused_pod_is_not_picked_again_until_a_fresh_scrape() -> None:
+    """Passive failure detection (the endpoint store's one rule, shared with the picker):
+    the first refused connection takes the pod out of rotation at once, not when its
+    scrape goes stale (60 s here), so only one request pays a retry."""
+    from inference_gateway.config import parse_config
+
+    spec = parse_config({"scrape": {"intervalMs": 50, "stalenessMs": 60_000, "timeoutMs": 100}})
+    async with pod(ok, waiting=3) as (good, _), aiohttp.ClientSession() as client:
+        async with pod(ok) as (gone, _):
+            endpoints = [
+                Endpoint("gone", "127.0.0.1", gone, pool="p", index=0),
+                Endpoint("good", "127.0.0.1", good, pool="p", index=1),
+            ]
+            app, gateway = build_gateway(endpoints, spec, expose_endpoints=True)
+            runner = app_runner(app)
+            await runner.setup()
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            await site.start()
+        url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+        try:
+            for _ in range(8):
+                async with client.post(url + "/v1/completions", data=body()) as r:
+                    assert r.status == 200
+                    assert r.headers["x-gateway-destination-endpoint"] == f"127.0.0.1:{good}"
+            assert gateway.store.connection_failures == 1  # tried once, never again
+            assert endpoints[0].stale and not endpoints[1].stale
+        finally:
+            await runner.cleanup()
