@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from inference_gateway.telemetry import GatewayMetrics
+from inference_gateway.telemetry.metrics import GatewayMetrics
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "picker.md"
 
@@ -31,7 +31,11 @@ UPSTREAM: dict[str, tuple[str, ...]] = {
     "inference_pool_average_queue_size": ("name",),
     "inference_pool_ready_pods": ("name",),
     "inference_extension_scheduler_e2e_duration_seconds": (),
-    "inference_extension_plugin_duration_seconds": ("extension_point", "plugin_type", "plugin_name"),
+    "inference_extension_plugin_duration_seconds": (
+        "extension_point",
+        "plugin_type",
+        "plugin_name",
+    ),
     "inference_extension_prefix_indexer_size": (),
     "inference_extension_info": ("commit", "build_ref"),
 }
@@ -67,7 +71,9 @@ def test_the_table_lists_exactly_what_is_exported_with_its_labels() -> None:
 
 
 def test_every_family_called_upstream_has_upstreams_name_and_labels() -> None:
-    claimed = {n: labels for n, (labels, origin) in documented().items() if origin.startswith("upstream")}
+    claimed = {
+        n: labels for n, (labels, origin) in documented().items() if origin.startswith("upstream")
+    }
     assert "inference_objective_running_requests" in claimed
     for name, labels in claimed.items():
         assert name in UPSTREAM, f"{name} is not an upstream metric"
