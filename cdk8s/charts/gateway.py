@@ -46,6 +46,7 @@ from .base import (
     GATEWAY_CLASS,
     PICKER,
     PROXY_CONFIG,
+    ROUTE_TIMEOUT_S,
     Wave,
     gateway_image,
     labels,
@@ -562,7 +563,7 @@ def _route_spec(*, matches: list[dict[str, Any]], pool: str) -> dict[str, Any]:
                 "matches": matches,
                 "backendRefs": [{"group": POOL_GROUP, "kind": "InferencePool", "name": pool}],
                 # Streams of long completions must not be cut by a default timeout.
-                "timeouts": {"request": "600s"},
+                "timeouts": {"request": f"{ROUTE_TIMEOUT_S}s"},
             }
         ],
     }
