@@ -16,35 +16,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from envoy_harness import EnvoyStack
-
-#: Two pools of one model family and a second model: body-based routing has to choose.
-FLEET: dict[str, Any] = {
-    "base_port": 0,
-    "pods": [
-        {"name": "plain", "gpu": "H100", "model": "llama-3.1-8b", "replicas": 2},
-        {
-            "name": "lora",
-            "gpu": "H100",
-            "model": "llama-3.1-8b",
-            "replicas": 1,
-            "max_loras": 2,
-            "adapters": ["sql"],
-            "labels": {"igw.dev/pool": "plain"},
-        },
-        {"name": "small", "gpu": "H100", "model": "qwen3-32b", "replicas": 1},
-    ],
-}
-CONFIG: dict[str, Any] = {
-    "pools": [
-        {"name": "plain", "selector": {"igw.dev/pool": "plain"}},
-        {"name": "small", "selector": {"igw.dev/pool": "small"}},
-    ],
-    "models": [
-        {"name": "llama-3.1-8b", "pool": "plain", "adapters": ["sql"]},
-        {"name": "qwen3-32b", "pool": "small"},
-    ],
-}
+from envoy_harness import CONFIG, FLEET, EnvoyStack
 
 
 @pytest.fixture

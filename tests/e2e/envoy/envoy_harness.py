@@ -37,9 +37,39 @@ from inference_gateway.emulator.fleet import EmulatedFleet
 from inference_gateway.envoyproxy.process import EnvoyProcess
 from inference_gateway.envoyproxy.settings import Address, GatewaySettings, PoolRoute
 
-__all__ = ["EnvoyStack", "IgwProcess", "free_port", "routes_from_config"]
+__all__ = ["CONFIG", "FLEET", "EnvoyStack", "IgwProcess", "free_port", "routes_from_config"]
 
 START_TIMEOUT_S = 20.0
+
+#: Two pools of one model family and a second model: body-based routing has to choose.
+FLEET: dict[str, Any] = {
+    "base_port": 0,
+    "pods": [
+        {"name": "plain", "gpu": "H100", "model": "llama-3.1-8b", "replicas": 2},
+        {
+            "name": "lora",
+            "gpu": "H100",
+            "model": "llama-3.1-8b",
+            "replicas": 1,
+            "max_loras": 2,
+            "adapters": ["sql"],
+            "labels": {"igw.dev/pool": "plain"},
+        },
+        {"name": "small", "gpu": "H100", "model": "qwen3-32b", "replicas": 1},
+    ],
+}
+CONFIG: dict[str, Any] = {
+    "pools": [
+        {"name": "plain", "selector": {"igw.dev/pool": "plain"}},
+        {"name": "small", "selector": {"igw.dev/pool": "small"}},
+    ],
+    "models": [
+        {"name": "llama-3.1-8b", "pool": "plain", "adapters": ["sql"]},
+        {"name": "qwen3-32b", "pool": "small"},
+    ],
+}
+
+
 _BOUND = re.compile(rb"ext_proc on [^ ]*:(\d+)")
 
 
