@@ -170,6 +170,14 @@ def tls_options(args: argparse.Namespace) -> dict[str, Any]:
         return {}
     if transport(args.transport) == "grpcio":
         return {"credentials": credentials(args)}
+    return {"ssl_context": server_ssl_context(args)}
+
+
+def server_ssl_context(args: argparse.Namespace) -> Any:
+    """The `--tls` / `--tls-cert` / `--tls-key` flags as an SSL context for our HTTP/2
+    server (the picker's and the body-based router's), or None without them."""
+    if not (args.tls or args.tls_cert or args.tls_key):
+        return None
     from ..errors import ConfigError
     from .extproc_http2 import ssl_context
     from .tls import self_signed
@@ -177,12 +185,12 @@ def tls_options(args: argparse.Namespace) -> dict[str, Any]:
     if (args.tls_cert is None) != (args.tls_key is None):
         raise ConfigError("TLS", ["--tls-cert, --tls-key: give both or neither"])
     if args.tls_cert is None:
-        return {"ssl_context": ssl_context(*self_signed())}
+        return ssl_context(*self_signed())
     try:
         cert, key = Path(args.tls_cert).read_bytes(), Path(args.tls_key).read_bytes()
     except OSError as error:
         raise ConfigError("TLS", [f"{error.filename}: {error.strerror}"]) from None
-    return {"ssl_context": ssl_context(cert, key)}
+    return ssl_context(cert, key)
 
 
 def run(args: argparse.Namespace) -> int:
