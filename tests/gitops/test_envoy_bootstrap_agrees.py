@@ -43,7 +43,7 @@ from inference_gateway.envoyproxy.bootstrap import (
     route_cluster_name,
 )
 from inference_gateway.envoyproxy.process import envoy_binary
-from stacks.environment import load_environment
+from envspec.environment import load_environment
 
 Doc = dict[str, Any]
 ENVS = environment_names()

