@@ -375,6 +375,9 @@ class TestPicker:
         (container,) = pod_spec(bbr)["containers"]
         assert container["args"] == [
             "bbr",
+            # igw bbr binds loopback by default; Envoy reaches it on the pod IP
+            "--host",
+            "0.0.0.0",
             "--grpc-port",
             "9004",
             "--config",

@@ -188,6 +188,14 @@ def tls_options(args: argparse.Namespace) -> dict[str, Any]:
         return {}
     if transport(args.transport) == "grpcio":
         return {"credentials": credentials(args)}
+    return {"ssl_context": server_ssl_context(args)}
+
+
+def server_ssl_context(args: argparse.Namespace) -> Any:
+    """The `--tls` / `--tls-cert` / `--tls-key` flags as an SSL context for our HTTP/2
+    server (the picker's and the body-based router's), or None without them."""
+    if not (args.tls or args.tls_cert or args.tls_key):
+        return None
     from inference_gateway.errors import ConfigError
     from inference_gateway.transport.http2_server import ssl_context
     from inference_gateway.transport.tls import self_signed
@@ -195,12 +203,12 @@ def tls_options(args: argparse.Namespace) -> dict[str, Any]:
     if (args.tls_cert is None) != (args.tls_key is None):
         raise ConfigError("TLS", ["--tls-cert, --tls-key: give both or neither"])
     if args.tls_cert is None:
-        return {"ssl_context": ssl_context(*self_signed())}
+        return ssl_context(*self_signed())
     try:
         cert, key = Path(args.tls_cert).read_bytes(), Path(args.tls_key).read_bytes()
     except OSError as error:
         raise ConfigError("TLS", [f"{error.filename}: {error.strerror}"]) from None
-    return {"ssl_context": ssl_context(cert, key)}
+    return ssl_context(cert, key)
 
 
 def run(args: argparse.Namespace) -> int:
