@@ -294,7 +294,7 @@ async def test_serve_holds_a_request_for_an_empty_pool_until_a_pod_is_ready() ->
             "scrape": {"intervalMs": 50, "stalenessMs": 500, "timeoutMs": 200},
         }
     )
-    app, gateway = build_gateway([Endpoint("later", "127.0.0.1", port, pool="p")], spec)
+    app, _ = build_gateway([Endpoint("later", "127.0.0.1", port, pool="p")], spec)
     runner = app_runner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -305,7 +305,7 @@ async def test_serve_holds_a_request_for_an_empty_pool_until_a_pod_is_ready() ->
     try:
         async with aiohttp.ClientSession() as client:
             held = asyncio.create_task(client.post(url + "/v1/completions", data=body()))
-            async with asyncio.timeout(5):
+            async with asyncio.timeout(10):
                 while True:
                     async with client.get(url + "/metrics") as r:
                         if queue in await r.text():
