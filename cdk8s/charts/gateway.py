@@ -39,6 +39,13 @@ from constructs import Construct
 from cdk8s import Chart
 from envspec.environment import EnvironmentSpec
 from envspec.names import target_group_name
+from inference_gateway.envoyproxy.settings import (
+    Address,
+    CircuitBreaker,
+    GatewaySettings,
+    PoolRoute,
+    ResponseOverride,
+)
 from inference_gateway.frontends.authz import AUTHZ_PATH_PREFIX, MAX_BODY_BYTES, UPSTREAM_HEADERS
 
 from .base import (
@@ -47,13 +54,14 @@ from .base import (
     GATEWAY_CLASS,
     PICKER,
     PROXY_CONFIG,
+    ROUTE_TIMEOUT_S,
     Wave,
     gateway_image,
     labels,
     manifest,
     selector_labels,
 )
-from .picker import CONFIG_MAP, CONFIG_PATH, METRICS_PORT, config_hash
+from .picker import CONFIG_MAP, CONFIG_PATH, GRPC_PORT, METRICS_PORT, config_hash
 from .workloads import (
     CPU_LIMIT_SKIP,
     DIGEST_SKIP,
@@ -78,6 +86,7 @@ __all__ = [
     "MODEL_HEADER",
     "GatewayChart",
     "bbr_labels",
+    "envoy_settings",
     "picker_ext_proc_cluster",
     "pool_route_name",
     "routes",
@@ -115,13 +124,90 @@ def picker_ext_proc_cluster(pool: str, namespace: str) -> str:
 
 def circuit_breaker(env: EnvironmentSpec) -> dict[str, int]:
     """Envoy Gateway `CircuitBreaker` thresholds, far above Envoy's 1,024 default."""
-    limit = env.kubernetes.max_parallel_requests
+    cb = envoy_settings(env).circuit_breaker
     return {
-        "maxConnections": limit,
-        "maxPendingRequests": limit,
-        "maxParallelRequests": limit,
-        "maxParallelRetries": 16,
+        "maxConnections": cb.max_connections,
+        "maxPendingRequests": cb.max_pending_requests,
+        "maxParallelRequests": cb.max_parallel_requests,
+        "maxParallelRetries": cb.max_parallel_retries,
     }
+
+
+# ROUTE_TIMEOUT_S (base.py): the inference routes' `timeouts.request`, which the picker's
+# drain on a rollout matches.
+#: The body-based router's EnvoyExtensionPolicy: it only needs the request body.
+BBR_MESSAGE_TIMEOUT_S = 5
+BBR_BODY_MODE = "FullDuplexStreamed"
+
+
+def envoy_settings(env: EnvironmentSpec) -> GatewaySettings:
+    """What Envoy's config depends on in this chart, as the plain settings the gateway's
+    bootstrap renderer (`inference_gateway.envoyproxy`) takes. The chart's own manifests
+    read their timeouts, modes, thresholds and override from here, so the bootstrap a
+    test renders from it is the one Envoy Gateway + AI Gateway build from the tree."""
+    namespace = env.kubernetes.namespace
+    picker = Address(PICKER, GRPC_PORT)
+    by_pool = routes(env)
+    pool_routes = [
+        PoolRoute(
+            route=pool_route_name(p.name),
+            pool=p.name,
+            picker=picker,
+            models=tuple(by_pool[p.name]),
+            namespace=namespace,
+            timeout_s=ROUTE_TIMEOUT_S,
+        )
+        for p in env.gateway.pools
+    ]
+    if env.gateway.pools:
+        first = sorted(env.gateway.pools, key=lambda p: p.name)[0]
+        pool_routes.append(
+            PoolRoute(
+                route=DEFAULT_ROUTE,
+                pool=first.name,
+                picker=picker,
+                namespace=namespace,
+                timeout_s=ROUTE_TIMEOUT_S,
+            )
+        )
+    limit = env.kubernetes.max_parallel_requests
+    return GatewaySettings(
+        routes=tuple(pool_routes),
+        bbr=Address(BBR, BBR_PORT),
+        gateway=GATEWAY,
+        namespace=namespace,
+        listener=LISTENER,
+        # Envoy Gateway maps a privileged Gateway port P to container port P + 10000
+        listener_port=LISTENER_PORT + 10000,
+        bbr_policy=f"{GATEWAY}-ext-proc",
+        bbr_message_timeout_s=BBR_MESSAGE_TIMEOUT_S,
+        bbr_request_body_mode=BBR_BODY_MODE,
+        traffic_policy=f"{GATEWAY}-routes",
+        circuit_breaker=CircuitBreaker(limit, limit, limit, 16),
+        response_override=ResponseOverride(),
+        picker_circuit_breaker=limit,
+    )
+
+
+def response_override(settings: GatewaySettings) -> list[dict[str, Any]]:
+    """BackendTrafficPolicy `responseOverride` (Envoy Gateway v1.5
+    `api/v1alpha1/shared_types.go`): while the picker is unreachable its ext_proc filter
+    fails closed and Envoy answers 500 with an empty body; this gives that 500 an
+    OpenAI-shaped JSON body (the `custom_response` filter, `custom_response.go`)."""
+    override = settings.response_override
+    if override is None:
+        return []
+    return [
+        {
+            "match": {
+                "statusCodes": [{"type": "Value", "value": code} for code in override.status_codes]
+            },
+            "response": {
+                "contentType": override.content_type,
+                "body": {"type": "Inline", "inline": override.body},
+            },
+        }
+    ]
 
 
 def auth_labels() -> dict[str, str]:
@@ -262,6 +348,7 @@ class GatewayChart(Chart):
                         for n in route_names(env)
                     ],
                     "circuitBreaker": circuit_breaker(env),
+                    "responseOverride": response_override(envoy_settings(env)),
                 }
             },
         )
@@ -436,7 +523,7 @@ class GatewayChart(Chart):
                 "route-default",
                 api_version=GATEWAY_API,
                 kind="HTTPRoute",
-                name=f"{GATEWAY}-default-route",
+                name=DEFAULT_ROUTE,
                 **config,
                 body={
                     "spec": _route_spec(
@@ -518,7 +605,9 @@ def _bbr_pod_spec(*, env: EnvironmentSpec, selector: dict[str, str]) -> dict[str
         "name": "bbr",
         "image": gateway_image(env),
         "imagePullPolicy": "IfNotPresent",
-        "args": ["bbr", "--grpc-port", str(BBR_PORT), "--config", CONFIG_PATH],
+        # igw bbr binds loopback unless told, as the picker does: Envoy and the kubelet's
+        # probes reach it on the pod IP (NetworkPolicy limits who).
+        "args": ["bbr", "--host", "0.0.0.0", "--grpc-port", str(BBR_PORT), "--config", CONFIG_PATH],
         "ports": [{"name": "grpc", "containerPort": BBR_PORT}],
         "startupProbe": {**grpc_probe, "periodSeconds": 2, "failureThreshold": 30},
         "readinessProbe": {**grpc_probe, "periodSeconds": 5},
@@ -642,10 +731,11 @@ def route_names(env: EnvironmentSpec) -> list[str]:
     """Every inference HTTPRoute of the chart: one per pool, then the catch-all (the
     `/status` heartbeat route is not one: no auth, no inference circuit breaker)."""
     names = [pool_route_name(p.name) for p in env.gateway.pools]
-    return [*names, f"{GATEWAY}-default-route"] if names else []
+    return [*names, DEFAULT_ROUTE] if names else []
 
 
 STATUS_ROUTE = f"{GATEWAY}-status-route"
+DEFAULT_ROUTE = f"{GATEWAY}-default-route"
 
 
 def _status_route_spec() -> dict[str, Any]:
@@ -676,7 +766,7 @@ def _route_spec(*, matches: list[dict[str, Any]], pool: str) -> dict[str, Any]:
                 "matches": matches,
                 "backendRefs": [{"group": POOL_GROUP, "kind": "InferencePool", "name": pool}],
                 # Streams of long completions must not be cut by a default timeout.
-                "timeouts": {"request": "600s"},
+                "timeouts": {"request": f"{ROUTE_TIMEOUT_S}s"},
             }
         ],
     }
@@ -692,8 +782,8 @@ def _ext_procs(env: EnvironmentSpec) -> list[dict[str, Any]]:
         {
             "backendRefs": [{"group": "", "kind": "Service", "name": BBR, "port": BBR_PORT}],
             "backendSettings": {"circuitBreaker": circuit_breaker(env)},
-            "processingMode": {"request": {"body": "FullDuplexStreamed"}},
-            "messageTimeout": "5s",
+            "processingMode": {"request": {"body": BBR_BODY_MODE}},
+            "messageTimeout": f"{BBR_MESSAGE_TIMEOUT_S}s",
             "failOpen": False,
         },
     ]

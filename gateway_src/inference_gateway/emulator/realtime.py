@@ -100,6 +100,19 @@ class RealtimeDriver:
             future = self._step_future = self._loop.create_future()
         await asyncio.shield(future)
 
+    def abort(self, request: EngineRequest) -> None:
+        """The client disconnected: the engine drops the request now (vLLM's abort), so
+        its blocks and batch slot free at once and the pod's metrics say so; it is
+        counted as finished with reason `abort`."""
+        if self._stopped or request.request_id not in self._inflight:
+            return
+        ticket: Ticket = request.tag
+        ticket.finish_reason = "abort"
+        now = time.monotonic()
+        self.engine.advance(now)
+        self.engine.abort(request, now)
+        self._arm()
+
     def sync(self) -> None:
         """Bring the engine up to now (before a metrics scrape)."""
         if not self._stopped:

@@ -11,10 +11,13 @@ Shapes follow vLLM's OpenAI server where a client or router can see them:
   a request without `model` uses the base model, as vLLM does;
 * `GET /v1/models` lists the base model and each adapter with `parent` set to the base.
 
-Token counts, prefix hashes and output text come from `tokens.py`. Two deliberate
-simplifications: `n` must be 1, and a client that disconnects mid-stream does not abort
-its request (vLLM would); the engine runs it to completion, so its KV blocks and batch
-slot stay busy until then, as a slow abort would.
+Token counts, prefix hashes and output text come from `tokens.py`. One deliberate
+simplification: `n` must be 1. A client that disconnects aborts its request, as vLLM
+does (its OpenAI server aborts the engine request when the connection closes, streaming
+or not): the engine drops it at once, so its KV blocks and batch slot free, the running
+count falls, and it is counted with `finished_reason="abort"`. A stream notices at its
+next write, within one engine step; a plain request through aiohttp's handler
+cancellation.
 
 With vLLM's `--kv-transfer-config` (NixlConnector) a request's `kv_transfer_params` make
 it the prefill or the decode leg of disaggregated serving (`kvtransfer.py`, `disagg.py`).
@@ -25,6 +28,7 @@ crashed pod gives them: a stream cut without `[DONE]`, or a reset connection.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import time
@@ -239,6 +243,9 @@ class PodApp:
             except PodStoppedError:
                 _abort(request)
                 return web.Response(status=503)
+            except asyncio.CancelledError:  # the client left (aiohttp cancels the handler)
+                self.driver.abort(engine_request)
+                raise
             answer = reply.full_response()
             if keep_for_decode and self.disagg is not None and reply.finish_reason == "length":
                 answer["kv_transfer_params"] = self.disagg.keep(reply.id, hashes)
@@ -272,8 +279,11 @@ class PodApp:
         except PodStoppedError:
             _abort(request)
         except ConnectionError:
-            # The client left; the engine keeps the request until it completes (see top).
-            log.debug("client disconnected from stream %s", reply.id)
+            log.debug("client disconnected from stream %s: aborted", reply.id)
+            driver.abort(engine_request)
+        except asyncio.CancelledError:
+            driver.abort(engine_request)
+            raise
         return response
 
     # ------------------------------------------------------------------ parsing
@@ -503,7 +513,11 @@ class EmulatedPod:
             kv_transfer=self.kv_transfer,
         )
         runner = web.AppRunner(
-            pod_app.app(), access_log=None, handle_signals=False, shutdown_timeout=0.1
+            pod_app.app(),
+            access_log=None,
+            handle_signals=False,
+            shutdown_timeout=0.1,
+            handler_cancellation=True,  # a client that leaves aborts its request (vLLM)
         )
         await runner.setup()
         site = web.TCPSite(runner, self.host, self.port, reuse_address=True)

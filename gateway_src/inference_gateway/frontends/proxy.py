@@ -53,6 +53,7 @@ from inference_gateway.core.traffic.routing import ModelRouter, Route
 from inference_gateway.telemetry.metrics import GatewayMetrics
 from inference_gateway.transport.http1_client import (
     Upstream,
+    UpstreamConnectError,
     UpstreamError,
     UpstreamResponse,
     UpstreamTimeout,
@@ -141,6 +142,8 @@ class Gateway:
             state,
             metrics=self.metrics,
             max_lifetime_s=max_request_lifetime_s,
+            # a refused connection: not picked again until a fresh scrape says it is back
+            connection_failed=store.connection_failed,
         )
         self._series = self.director.child  # cached labelled series
         self.max_body_bytes = max_body_bytes
@@ -279,7 +282,10 @@ class Gateway:
                 life.picked(endpoint)
                 upstream = await pending.response()
             except UpstreamError as error:
-                life.attempt_failed()
+                if isinstance(error, UpstreamConnectError):
+                    life.unreachable()  # not picked again until a fresh scrape
+                else:
+                    life.attempt_failed()
                 failures.append(f"{endpoint.name}: {error}")
                 if isinstance(error, UpstreamTimeout):
                     return self._timeout(life, headers, error)

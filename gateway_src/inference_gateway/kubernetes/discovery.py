@@ -419,6 +419,10 @@ class PodDiscovery:
             for reflector in self.reflectors.values():
                 await reflector.synced.wait()
 
+    def is_synced(self) -> bool:
+        """Every pool's pods have been listed once (zero pods is a synced pool)."""
+        return all(r.synced.is_set() for r in self.reflectors.values())
+
     def _changed(self, pool: PoolTarget, pods: dict[str, dict[str, Any]]) -> None:
         self.events += 1
         self.per_pool[pool.name] = pod_endpoints(pods, pool)
