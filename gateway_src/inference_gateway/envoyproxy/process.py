@@ -46,17 +46,20 @@ def envoy_binary() -> Path:
 
 
 class EnvoyProcess:
-    """One Envoy on loopback; `start()` / `stop()` or `async with`."""
+    """One Envoy on loopback; `start()` / `stop()` or `async with`. `bootstrap` replaces
+    the one rendered from `settings` (e.g. `render_round_robin`, the baseline)."""
 
     def __init__(
         self,
         settings: GatewaySettings,
         *,
+        bootstrap: dict[str, Any] | None = None,
         concurrency: int = 1,
         log_level: str = "warning",
         start_timeout_s: float = 20.0,
     ) -> None:
         self.settings = settings
+        self.bootstrap = bootstrap if bootstrap is not None else render(settings)
         self.concurrency = concurrency
         self.log_level = log_level
         self.start_timeout_s = start_timeout_s
@@ -79,7 +82,7 @@ class EnvoyProcess:
         self._dir = tempfile.TemporaryDirectory(prefix="igw-envoy-")
         folder = Path(self._dir.name)
         config = folder / "bootstrap.json"
-        config.write_text(json.dumps(render(self.settings)))
+        config.write_text(json.dumps(self.bootstrap))
         admin_path = folder / "admin-address"
         self._process = await asyncio.create_subprocess_exec(
             str(envoy_binary()),
