@@ -60,7 +60,7 @@ PATHS = ("direct", "envoy_rr", "envoy_picker", "envoy_bbr_picker", "serve")
 CONFIG = f"pools: [{{name: p, selector: {{app: vllm}}}}]\nmodels: [{{name: {MODEL}, pool: p}}]\n"
 
 
-def settings(picker: int, bbr: int | None) -> GatewaySettings:
+def settings(picker: int, bbr: int | None, log: str | None = None) -> GatewaySettings:
     route = PoolRoute(
         route="p-route", pool="p", picker=Address("127.0.0.1", picker), models=(MODEL,)
     )
@@ -70,6 +70,7 @@ def settings(picker: int, bbr: int | None) -> GatewaySettings:
         bbr=Address("127.0.0.1", bbr) if bbr else None,
         listener_address="127.0.0.1",
         listener_port=0,
+        access_log=log,
     )
 
 
@@ -95,10 +96,14 @@ async def overhead(rate: float, requests: int, repeats: int) -> dict[str, Any]:
             await wait_ready(session, f"http://127.0.0.1:{pod_port}/metrics")
             await picker.start()
             await bbr.start()
-            with_picker = settings(picker.port, None)
+            with_picker = settings(picker.port, None, str(folder / "picker.log"))
             pods = [Address("127.0.0.1", pod_port)]
             rr = EnvoyProcess(with_picker, bootstrap=render_round_robin(with_picker, pods))
-            envoys = [rr, EnvoyProcess(with_picker), EnvoyProcess(settings(picker.port, bbr.port))]
+            envoys = [
+                rr,
+                EnvoyProcess(with_picker),
+                EnvoyProcess(settings(picker.port, bbr.port, str(folder / "bbr.log"))),
+            ]
             for envoy in envoys:
                 await envoy.start()
             await wait_ready(session, f"http://127.0.0.1:{serve_port}/health")
@@ -119,7 +124,8 @@ async def overhead(rate: float, requests: int, repeats: int) -> dict[str, Any]:
                 ) as r:
                     await r.read()
                     if r.status != 200:
-                        raise RuntimeError(f"HTTP {r.status} on {path}: {await r.text()}")
+                        logs = [p.read_text()[-600:] for p in folder.glob("*.log")]
+                        raise RuntimeError(f"HTTP {r.status} on {path}: {await r.text()} {logs}")
                 out.append(time.perf_counter() - start)
 
             for _ in range(100):  # warm connections, the picker and the router

@@ -87,7 +87,7 @@ async def run_envoy_policies(
     try:
         for name, bootstrap in (
             ("envoy+picker", None),
-            ("envoy round-robin", render_round_robin(settings, pods)),
+            ("envoy-round-robin", render_round_robin(settings, pods)),
         ):
             async with EnvoyProcess(settings, bootstrap=bootstrap) as envoy:
                 with progress(f"{name} via :{envoy.port}", len(trace)) as bar:
@@ -107,7 +107,7 @@ async def envoy_policies(duration: float, rate: float, seed: int) -> dict[str, A
     async with EmulatedFleet(FLEET) as fleet:
         outcomes = await run_envoy_policies(fleet, trace)
     picked = summarise(outcomes["envoy+picker"])
-    rr = summarise(outcomes["envoy round-robin"])
+    rr = summarise(outcomes["envoy-round-robin"])
     return {
         "requests": len(trace),
         "envoy_picker": picked,
