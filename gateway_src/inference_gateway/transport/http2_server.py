@@ -103,10 +103,12 @@ class ConnectionPolicy:
     """What one client connection may make the server hold or do.
 
     A ration is `(burst, per_second)`: a token bucket; a frame past it ends the
-    connection with GOAWAY ENHANCE_YOUR_CALM. Resets follow nghttp2's defaults (1,000,
-    then 33/s: CVE-2023-44487). A PING costs a token only when the server has sent no
-    HEADERS or DATA since the previous one (grpc-go's "ping strikes"): gRPC clients
-    probe bandwidth with a PING per burst of data they receive, and those are free.
+    connection with GOAWAY ENHANCE_YOUR_CALM. Resets of calls not answered yet follow
+    nghttp2's defaults (1,000, then 33/s: CVE-2023-44487); a reset after the answer began
+    is free (Envoy's ext_proc ends every stream that way). A PING costs a token only when
+    the server has sent no HEADERS or DATA since the previous one (grpc-go's "ping
+    strikes"): gRPC clients probe bandwidth with a PING per burst of data they receive,
+    and those are free.
     """
 
     max_frame_size: int = 65_536  # advertised SETTINGS_MAX_FRAME_SIZE, 16–64 KiB
@@ -617,11 +619,16 @@ class _Connection(asyncio.Protocol):
             self._abort(FRAME_SIZE_ERROR, "RST_STREAM is not 4 bytes")
         elif not stream or stream > self.last_stream:
             self._abort(PROTOCOL_ERROR, "RST_STREAM on an idle stream")
-        elif not self.resets.take(self.last_read):
-            self._calm("too many stream resets")
         else:
+            # Rapid reset (CVE-2023-44487) is a call reset before the server answered it:
+            # work started and never shown. A reset after the answer began, or of a call
+            # already over, is how a client ends a call it is done with: Envoy's ext_proc
+            # resets each stream when its HTTP request ends, hundreds a second under load.
             call = self.streams.get(stream)
-            if call is not None:
+            unanswered = call is not None and not call.headers_sent
+            if unanswered and not self.resets.take(self.last_read):
+                self._calm("too many stream resets")
+            elif call is not None:
                 self._forget(call)
                 self._cancel(call)
 
