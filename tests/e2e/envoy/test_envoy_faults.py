@@ -80,10 +80,11 @@ async def test_a_killed_pod_stops_being_picked(envoy_stack: Callable[..., EnvoyS
         client = stack.client()
         await stack.fleet.stop_pod("plain-0")
         dead = stack.pod_address("plain-0")
-        served_after = 0
+        served_after = sent = 0
         deadline = time.monotonic() + 20
         while served_after < 20:
             assert time.monotonic() < deadline, "requests kept failing after the pod died"
+            sent += 1
             try:
                 await client.chat.completions.create(**chat())  # type: ignore[call-overload]
                 served_after += 1
@@ -92,7 +93,8 @@ async def test_a_killed_pod_stops_being_picked(envoy_stack: Callable[..., EnvoyS
                 served_after = 0
             await asyncio.sleep(0.02)
         await client.close()
-        lines = stack.access_log()
+        lines = await stack.wait_access_log(sent)  # Envoy flushes its log about every second
+        assert len(lines) == sent
         failed = [line for line in lines if line["code"] != 200]
         assert all(line["upstream"] == dead and "UF" in line["flags"] for line in failed)
         assert all(line["upstream"] != dead for line in lines[-20:])
