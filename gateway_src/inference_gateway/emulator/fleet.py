@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from ..config import format_validation_error, read_yaml
 from ..errors import ConfigError
 from .behaviors import PodBehavior
+from .kv_publisher import KVEventsConfig, offset_endpoint, subscriber_address
 from .profiles import PodProfile, pod_profile
 from .server import EmulatedPod
 
@@ -53,6 +54,7 @@ __all__ = [
 
 POOL_LABEL = "igw.dev/pool"
 GPU_LABEL = "igw.dev/gpu"
+KV_EVENTS_LABEL = "igw.dev/kv-events"  # where the pod publishes (the picker subscribes)
 MODEL_LABEL = "igw.dev/model"
 
 
@@ -74,6 +76,14 @@ class PodGroupSpec(BaseModel):
     served_model_name: str | None = None
     hourly_usd: float | None = Field(default=None, ge=0)
     labels: dict[str, str] = Field(default_factory=dict)
+    kv_events_config: KVEventsConfig | None = Field(
+        default=None,
+        description="vLLM's --kv-events-config object; replica i publishes on the "
+        "endpoint's port + i (vLLM's per-rank offset).",
+    )
+    hash_seed: str | None = Field(
+        default=None, description="vLLM's PYTHONHASHSEED for block hashes (default: the env's)."
+    )
     behavior: PodBehavior = Field(
         default_factory=PodBehavior,
         description="Deliberate imperfections (tool-call errors, temperature-0 jitter); "
@@ -167,6 +177,18 @@ class EmulatedFleet:
             }
             for replica in range(group.replicas):
                 name = group.name if group.replicas == 1 else f"{group.name}-{replica}"
+                events = group.kv_events_config
+                pod_labels = labels
+                if events is not None and events.publishes:
+                    events = events.model_copy(
+                        update={
+                            "endpoint": offset_endpoint(events.endpoint, replica),
+                            "replay_endpoint": offset_endpoint(events.replay_endpoint, replica),
+                        }
+                    )
+                    address = subscriber_address(events.endpoint, self.spec.host)
+                    if address:
+                        pod_labels = {**labels, KV_EVENTS_LABEL: address}
                 self.pods[name] = EmulatedPod(
                     name,
                     profile,
@@ -174,8 +196,10 @@ class EmulatedFleet:
                     adapters=group.adapters,
                     host=self.spec.host,
                     port=port,
-                    labels=labels,
+                    labels=pod_labels,
                     behavior=group.behavior,
+                    kv_events=events,
+                    hash_seed=group.hash_seed,
                 )
                 if port:
                     port += 1

@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass
 
 from .engine import Engine, EngineListener, EngineRequest
+from .kvcache import KVEventSink
 from .profiles import PodProfile
 
 __all__ = ["PodStoppedError", "RealtimeDriver", "Ticket"]
@@ -55,9 +56,14 @@ class RealtimeDriver:
         *,
         observer: EngineListener | None = None,
         max_segment_s: float = DEFAULT_SEGMENT_S,
+        kv_sink: KVEventSink | None = None,
     ) -> None:
         self.engine = Engine(
-            profile, listener=self, max_segment_s=max_segment_s, report_progress=True
+            profile,
+            listener=self,
+            max_segment_s=max_segment_s,
+            report_progress=True,
+            kv_sink=kv_sink,
         )
         self.observer = observer
         self._loop = asyncio.get_running_loop()

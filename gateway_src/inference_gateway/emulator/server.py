@@ -11,7 +11,10 @@ Shapes follow vLLM's OpenAI server where a client or router can see them:
   a request without `model` uses the base model, as vLLM does;
 * `GET /v1/models` lists the base model and each adapter with `parent` set to the base.
 
-Token counts, prefix hashes and output text come from `tokens.py`. Two deliberate
+Token counts and output text come from `tokens.py`; prefix-cache blocks are hashed from
+token ids as vLLM hashes them (`scheduling.block_hashing`, seeded like vLLM from
+`PYTHONHASHSEED` unless the pod is given `hash_seed`), and with `kv_events` the pod
+publishes vLLM's KV events (`kv_publisher`). Two deliberate
 simplifications: `n` must be 1, and a client that disconnects mid-stream does not abort
 its request (vLLM would); the engine runs it to completion, so its KV blocks and batch
 slot stay busy until then, as a slow abort would.
@@ -32,13 +35,15 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from ..scheduling.block_hashing import block_hashes, none_hash, seed_from_env, to_external
+from ..scheduling.prompt_tokens import text_ids
 from .behaviors import Jitter, PodBehavior, ToolCall, decide_tool_call
 from .engine import EngineRequest
+from .kv_publisher import KVEventsConfig, ZmqKVPublisher
 from .metrics_text import PodMetrics
 from .profiles import BLOCK_SIZE, PodProfile
 from .realtime import PodStoppedError, RealtimeDriver
 from .tokens import (
-    block_hashes,
     count_tokens,
     default_output_tokens,
     filler_text,
@@ -89,6 +94,8 @@ class PodApp:
         served_model_name: str,
         adapters: Sequence[str],
         behavior: PodBehavior | None = None,
+        kv_events: KVEventsConfig | None = None,
+        hash_seed: str | None = None,
     ) -> None:
         if adapters and not profile.max_loras:
             raise ValueError("adapters need LoRA slots: build the profile with max_loras >= 1")
@@ -117,8 +124,32 @@ class PodApp:
                 "swap_space_bytes": "0",
             },
         )
-        self.driver = RealtimeDriver(profile, observer=self.metrics)
+        self._hash_root = none_hash(hash_seed if hash_seed is not None else seed_from_env())
+        self.publisher: ZmqKVPublisher | None = None
+        if kv_events is not None and kv_events.publishes:
+            self.publisher = ZmqKVPublisher(
+                kv_events, block_size=BLOCK_SIZE, capacity_blocks=profile.num_gpu_blocks
+            )
+        self.driver = RealtimeDriver(profile, observer=self.metrics, kv_sink=self.publisher)
         self._ids = itertools.count(1)
+
+    def close(self) -> None:
+        """Stop the engine and the event publisher (a stopped pod's state is gone)."""
+        self.driver.close()
+        if self.publisher is not None:
+            self.publisher.close()
+
+    def _block_hashes(self, text: str, adapter: str | None) -> list[int]:
+        """vLLM's block hashes of the prompt (the adapter's name in every block's key)."""
+        ids = text_ids(text)
+        extra = (adapter,) if adapter else None
+        hashes = [
+            to_external(h)
+            for h in block_hashes(ids, self._hash_root, block_size=BLOCK_SIZE, extra_keys=extra)
+        ]
+        if self.publisher is not None:
+            self.publisher.register(hashes, ids)
+        return hashes
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY_BYTES)
@@ -192,7 +223,7 @@ class PodApp:
             request_id=next(self._ids),
             prompt_tokens=prompt_tokens,
             output_tokens=output_tokens,
-            block_hashes=block_hashes(model, text),
+            block_hashes=self._block_hashes(text, adapter),
             adapter=adapter,
         )
         reply = _Reply(
@@ -421,10 +452,14 @@ class EmulatedPod:
         port: int = 0,
         labels: dict[str, str] | None = None,
         behavior: PodBehavior | None = None,
+        kv_events: KVEventsConfig | None = None,
+        hash_seed: str | None = None,
     ) -> None:
         self.name = name
         self.profile = profile
         self.behavior = behavior
+        self.kv_events = kv_events
+        self.hash_seed = hash_seed
         self.served_model_name = served_model_name or profile.model.name
         self.adapters = tuple(adapters)
         self.host = host
@@ -449,6 +484,8 @@ class EmulatedPod:
             served_model_name=self.served_model_name,
             adapters=self.adapters,
             behavior=self.behavior,
+            kv_events=self.kv_events,
+            hash_seed=self.hash_seed,
         )
         runner = web.AppRunner(
             pod_app.app(), access_log=None, handle_signals=False, shutdown_timeout=0.1
@@ -458,7 +495,7 @@ class EmulatedPod:
         try:
             await site.start()
         except BaseException:
-            pod_app.driver.close()
+            pod_app.close()
             await runner.cleanup()
             raise
         if self.port == 0:
@@ -470,6 +507,6 @@ class EmulatedPod:
         if self._runner is None:
             return
         assert self.pod_app is not None
-        self.pod_app.driver.close()
+        self.pod_app.close()
         runner, self._runner, self.pod_app = self._runner, None, None
         await runner.cleanup()

@@ -10,7 +10,16 @@ from pydantic import ValidationError
 
 from ..config import PluginSpec, format_validation_error
 from ..errors import ConfigError
-from .plugins import kv_cache, lora, max_score, predicted_ttft, prefix, queue, running
+from .plugins import (
+    kv_cache,
+    lora,
+    max_score,
+    precise_prefix,
+    predicted_ttft,
+    prefix,
+    queue,
+    running,
+)
 
 __all__ = ["PLUGIN_TYPES", "build_plugin", "register"]
 
@@ -24,7 +33,7 @@ def register(type_name: str, factory: Factory) -> None:
     PLUGIN_TYPES[type_name] = factory
 
 
-for _module in (queue, kv_cache, running, lora, prefix, predicted_ttft, max_score):
+for _module in (queue, kv_cache, running, lora, prefix, precise_prefix, predicted_ttft, max_score):
     register(_module.TYPE, _module.build)
 
 

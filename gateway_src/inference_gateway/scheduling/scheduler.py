@@ -14,6 +14,8 @@ from ..config import GatewayConfigSpec, PluginRef
 from ..errors import ConfigError, NoEndpointError
 from .filters import eligible
 from .gpu_priors import gpu_priors
+from .kv_index import KVBlockIndex
+from .plugins.precise_prefix import PrecisePrefixScorer
 from .plugins.prefix import PrefixIndex
 from .profile import PluginTimer, SchedulingProfile
 from .registry import build_plugin
@@ -34,15 +36,20 @@ class Scheduler:
         seed: int | None = None,
         priors: dict[str, float] | None = None,
         timer: PluginTimer | None = None,
+        kv_index: KVBlockIndex | None = None,
     ) -> None:
         self.config = config
         self.count_inflight = count_inflight
         self.index = PrefixIndex()
+        # what each pod really caches, from its KV events (fed by the picker's subscriber
+        # or the simulator); used only by a precise-prefix-cache-scorer
+        self.kv_index = kv_index or KVBlockIndex()
         # (request, pod) → (scrape_seq at pick, prefill tokens ahead of it and its own, its own)
         self._sent: dict[tuple[str, str], tuple[int, int, int]] = {}
         self._speed: dict[str, tuple[float, float]] = {}  # pod → decayed Σ ttft, Σ tokens
         context: dict[str, Any] = {
             "index": self.index,
+            "kv_index": self.kv_index,
             "seed": seed,
             "count_inflight": count_inflight,
             "priors": gpu_priors() if priors is None else priors,
@@ -62,9 +69,25 @@ class Scheduler:
             if name in used and isinstance(plugin, SchedulingObserver)
         ]
         self.uses_prefix = any(
-            plugins[r.plugin_ref].__class__.__name__ in ("PrefixCacheScorer", "PredictedTTFTScorer")
+            plugins[r.plugin_ref].__class__.__name__
+            in ("PrefixCacheScorer", "PredictedTTFTScorer", "PrecisePrefixScorer")
             for p in config.scheduling_profiles
             for r in p.plugins
+        )
+        # per profile: the precise scorer that sets the cycle's prefix matches first
+        self._precise = {
+            p.name: next(
+                (
+                    plugins[r.plugin_ref]
+                    for r in p.plugins
+                    if isinstance(plugins[r.plugin_ref], PrecisePrefixScorer)
+                ),
+                None,
+            )
+            for p in config.scheduling_profiles
+        }
+        self.precise: PrecisePrefixScorer | None = next(
+            (s for s in self._precise.values() if s is not None), None
         )
 
     @staticmethod
@@ -108,7 +131,11 @@ class Scheduler:
         candidates = eligible(request, endpoints)
         if not candidates:
             raise NoEndpointError(f"no ready endpoint serves model {request.model!r}")
-        return self.profile_for(request).run(request, candidates)
+        profile = self.profile_for(request)
+        precise = self._precise.get(profile.name)
+        if precise is not None:
+            precise.prepare(request, candidates)
+        return profile.run(request, candidates)
 
     def on_picked(self, request: LLMRequest, endpoint: Endpoint, now: float) -> None:
         endpoint.sent_requests += 1

@@ -7,9 +7,9 @@ by the HTTP proxy, the ext_proc server and the simulator.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
     "Endpoint",
@@ -96,6 +96,9 @@ class LLMRequest:
     profile: str | None = None
     subset: frozenset[str] | None = None  # Envoy subset hint: allowed "ip:port"s
     prefix_matches: dict[str, int] | None = None  # pod → leading blocks cached (per cycle)
+    # the parsed body's prompt (messages or prompt), for scorers that tokenize it
+    prompt_body: Mapping[str, Any] | None = None
+    kv_hashes: Sequence[int] | None = None  # engine block hashes (None: not computed yet)
 
 
 class Filter(Protocol):
