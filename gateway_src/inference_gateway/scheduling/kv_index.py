@@ -158,6 +158,11 @@ class KVBlockIndex:
         expected = state.expected_at
         return expected is None or self.clock() - expected <= self.stale_after_s
 
+    def heard_from(self, pod: str) -> bool:
+        """Whether the pod's events ever reached this index (subscribed and alive once)."""
+        state = self._pods.get(pod)
+        return state is not None and state.last_event != float("-inf")
+
     def blocks(self, pod: str) -> int:
         state = self._pods.get(pod)
         return len(state.blocks) if state is not None else 0

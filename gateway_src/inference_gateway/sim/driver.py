@@ -17,14 +17,15 @@ from typing import Any
 from ..emulator.engine import EngineRequest
 from .admission import DEFERRED
 from .fleet import SimPod, build_fleet, scrape
+from .kv_feed import FleetKVFeed, SimClock
 from .metrics import Observer
 from .policies import Policy, make_policy
 from .scenario import Scenario
-from .workload import SimRequest, generate, prefix_block_ids
+from .workload import Sessions, SimRequest, generate, shared_blocks
 
 __all__ = ["run_policy"]
 
-ENGINE, SCRAPE, ARRIVAL = 0, 1, 2
+ENGINE, SCRAPE, ARRIVAL, FOLLOW_UP = 0, 1, 2, 3
 DRAIN_FACTOR = 4.0  # stop waiting for stragglers after this many scenario durations
 
 
@@ -34,6 +35,7 @@ class _Listener:
     def __init__(self, observer: Observer) -> None:
         self.observer = observer
         self.policy: Policy | None = None
+        self.follow_up: Callable[[SimRequest, float], None] | None = None
 
     def on_first_token(self, request: EngineRequest, time: float) -> None:
         sim, pod = request.tag
@@ -48,6 +50,8 @@ class _Listener:
             sim.t, request.first_token_time, time, request.output_tokens, sim.priority
         )
         self.policy.on_finished(sim, pod, time)
+        if sim.session >= 0 and self.follow_up is not None:
+            self.follow_up(sim, time)
 
     def on_step(self, time: float) -> None:
         return None
@@ -63,13 +67,18 @@ def run_policy(
     """Simulate the scenario under one policy and return its report."""
     observer = Observer()
     listener = _Listener(observer)
-    pods = build_fleet(scenario.fleet, listener)
+    clock = SimClock()
+    kv_feed = FleetKVFeed(clock)
+    pods = build_fleet(scenario.fleet, listener, kv_feed)
     policy = make_policy(policy_name, pods, scenario.seed)
     listener.policy = policy
     heap: list[tuple[float, int, int, Any]] = []
     seq = itertools.count()
     push, pop = heapq.heappush, heapq.heappop
-    arrivals = generate(scenario.workload, scenario.duration_s, scenario.seed, capacity_rps)
+    sessions: list[Sessions] = []
+    arrivals = generate(
+        scenario.workload, scenario.duration_s, scenario.seed, capacity_rps, sessions
+    )
     first = next(arrivals, None)
     if first is not None:
         push(heap, (first.t, ARRIVAL, next(seq), first))
@@ -83,17 +92,23 @@ def run_policy(
 
     drain = getattr(policy, "drain", None)
 
+    def follow_up(request: SimRequest, t: float) -> None:
+        """A conversation's next turn, `think_time` after this answer finished."""
+        nxt = sessions[0].next_turn(request, t)
+        if nxt is not None and nxt.t < scenario.duration_s:
+            push(heap, (nxt.t, FOLLOW_UP, next(seq), nxt))
+
+    listener.follow_up = follow_up if sessions else None
+
     def dispatch(request: SimRequest, pod: SimPod | None, t: float) -> None:
         if pod is DEFERRED:
             return
         if pod is None:
             observer.on_rejected(request.priority)
+            if request.session >= 0 and sessions:
+                sessions[0].end(request)
             return
-        hashes = (
-            prefix_block_ids(request.prefix_group, request.prefix_tokens)
-            if request.prefix_group is not None
-            else ()
-        )
+        hashes = shared_blocks(request)
         engine_request = EngineRequest(
             request.request_id,
             request.prompt_tokens,
@@ -119,11 +134,16 @@ def run_policy(
         if busy is not None and busy != before:
             push(heap, (busy, ENGINE, next(seq), pod))
 
+    pump = kv_feed.pump
     while heap:
         t, kind, _, payload = pop(heap)
         if t > deadline:
             break
-        if kind == ENGINE:
+        clock.now = t
+        pump(t)
+        if kind == FOLLOW_UP:
+            dispatch(payload, policy.route(payload, t), t)
+        elif kind == ENGINE:
             engine = payload.engine
             if engine.busy_until != t:
                 continue  # superseded by a cut segment

@@ -6,8 +6,14 @@ block by block exactly as vLLM hashes it (`block_hashing`, seeded with `hash_see
 pods' `PYTHONHASHSEED`). `KVBlockIndex` says how many leading blocks each pod really
 holds. Score (as upstream's prefix scorer) = leading blocks held / blocks of the prompt.
 
-For a pod whose events are stale or absent (`KVBlockIndex.fresh`), the approximate
-index's match is used instead and counted (`KVBlockIndex.fallbacks`, exported as
+Blocks the picker has just sent a pod are not in its events until the pod admits the
+request, so a burst of one new system prompt would scatter; until a request's first
+token, its blocks count as held by its pod (`pending`), as upstream's approximate index
+counts a pick at once. The pod's events take over from there, evictions included.
+
+For a pod whose events are stale (`KVBlockIndex.fresh`; a pod never heard from has no
+events to trust either) (`KVBlockIndex.fresh`), the approximate
+index's match is used instead, a stale pod counted (`KVBlockIndex.fallbacks`, exported as
 `igw_kv_events_fallback_total`). The matches land on `request.prefix_matches`, which
 the predicted-TTFT scorer and the scheduler's pending-prefill count read: they see the
 pod's real cached length, not where earlier prompts were sent.
@@ -18,7 +24,7 @@ the order of scorers in a profile does not matter.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 
 from ..block_hashing import block_hashes, none_hash, to_external
 from ..kv_index import KVBlockIndex
@@ -62,6 +68,8 @@ class PrecisePrefixScorer:
         self.tokenizer = tokenizer
         self._root = none_hash(params.hash_seed)
         kv_index.stale_after_s = params.stale_after_s
+        self._pending: dict[str, tuple[str, Sequence[int]]] = {}  # request → pod, hashes
+        self._pending_at: dict[str, dict[str, Sequence[int]]] = {}  # pod → request → hashes
 
     def request_hashes(self, request: LLMRequest) -> list[int]:
         """The engine's block hashes of the prompt (cached on the request)."""
@@ -79,14 +87,18 @@ class PrecisePrefixScorer:
 
     def prepare(self, request: LLMRequest, endpoints: list[Endpoint]) -> None:
         """Set `request.prefix_matches` from the events (approximate for stale pods)."""
-        hashes = self.request_hashes(request)
-        precise = self.kv_index.matches(hashes) if hashes else {}
-        fresh = self.kv_index.fresh
+        kv, fresh = self.kv_index, self.kv_index.fresh
+        live = [fresh(e.name) for e in endpoints]
+        hashes = self.request_hashes(request) if any(live) else []
+        precise = kv.matches(hashes) if hashes else {}
         approx: dict[str, int] | None = None
         matches: dict[str, int] = {}
-        for e in endpoints:
-            if fresh(e.name):
+        for e, is_fresh in zip(endpoints, live, strict=True):
+            if is_fresh:
                 found = precise.get(e.name, 0)
+                pending = self._pending_at.get(e.name)
+                if pending and hashes:
+                    found = max(found, _longest_common(hashes, pending.values()))
             else:
                 if approx is None:
                     approx = (
@@ -95,7 +107,8 @@ class PrecisePrefixScorer:
                         else {}
                     )
                 found = approx.get(e.name, 0)
-                self.kv_index.fallbacks += 1
+                if kv.heard_from(e.name):
+                    kv.fallbacks += 1
             if found:
                 matches[e.name] = found
         request.prefix_matches = matches
@@ -109,17 +122,49 @@ class PrecisePrefixScorer:
         return [min(1.0, matches.get(e.name, 0) / total) for e in endpoints]
 
     def on_picked(self, request: LLMRequest, endpoint: Endpoint, now: float) -> None:
+        m = endpoint.metrics
+        if m is not None and m.num_gpu_blocks:
+            self.kv_index.set_capacity(endpoint.name, m.num_gpu_blocks)
+        hashes = request.kv_hashes
+        if not hashes:
+            return
         held = (request.prefix_matches or {}).get(endpoint.name, 0)
-        if request.kv_hashes and held < len(request.kv_hashes):
+        if held < len(hashes):
             self.kv_index.expect(endpoint.name)
+        self._pending[request.request_id] = (endpoint.name, hashes)
+        self._pending_at.setdefault(endpoint.name, {})[request.request_id] = hashes
+
+    def _started(self, request: LLMRequest) -> None:
+        entry = self._pending.pop(request.request_id, None)
+        if entry is not None:
+            at = self._pending_at.get(entry[0])
+            if at is not None:
+                at.pop(request.request_id, None)
+                if not at:
+                    del self._pending_at[entry[0]]
 
     def on_first_token(
         self, request: LLMRequest, endpoint: Endpoint, ttft_s: float, now: float
     ) -> None:
-        return None
+        self._started(request)
 
     def on_finished(self, request: LLMRequest, endpoint: Endpoint, now: float) -> None:
-        return None
+        self._started(request)
+
+
+def _longest_common(hashes: Sequence[int], others: Iterable[Sequence[int]]) -> int:
+    """The longest leading run `hashes` shares with any of `others`."""
+    best, first = 0, hashes[0]
+    for other in others:
+        if not other or other[0] != first:
+            continue
+        n = min(len(hashes), len(other))
+        i = 1
+        while i < n and hashes[i] == other[i]:
+            i += 1
+        if i > best:
+            best = i
+    return best
 
 
 def build(
