@@ -21,6 +21,7 @@ scorer then falls back to the approximate index for that request.
 from __future__ import annotations
 
 import json
+import struct
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -70,9 +71,10 @@ def render_chat(messages: Sequence[Mapping[str, Any]]) -> str:
 def text_ids(text: str | bytes) -> list[int]:
     """The emulator's token ids: each 4 bytes (the last zero-padded) read big-endian."""
     data = text.encode() if isinstance(text, str) else text
-    step = BYTES_PER_TOKEN
-    chunks = (data[i : i + step].ljust(step, b"\0") for i in range(0, len(data), step))
-    return [int.from_bytes(chunk) for chunk in chunks]
+    tail = -len(data) % BYTES_PER_TOKEN
+    if tail:
+        data += b"\0" * tail
+    return list(struct.unpack(f">{len(data) // BYTES_PER_TOKEN}I", data))
 
 
 def _prompt(body: Mapping[str, Any]) -> str | None:
