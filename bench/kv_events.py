@@ -29,25 +29,25 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gateway_src"))
 
-from inference_gateway.config import GatewayConfigSpec  # noqa: E402
-from inference_gateway.emulator.profiles import pod_profile  # noqa: E402
-from inference_gateway.scheduling import Endpoint, LLMRequest, PodMetrics, Scheduler  # noqa: E402
-from inference_gateway.scheduling.block_hashing import (  # noqa: E402
+from inference_gateway.config.spec import GatewayConfigSpec
+from inference_gateway.core.scheduling import Endpoint, LLMRequest, PodMetrics, Scheduler
+from inference_gateway.core.scheduling.block_hashing import (
     block_hashes,
     none_hash,
     to_external,
 )
-from inference_gateway.scheduling.kv_events import (  # noqa: E402
+from inference_gateway.core.scheduling.kv_events import (
     BlockRemoved,
     BlockStored,
     KVEventBatch,
     decode_batch,
     encode_batch,
 )
-from inference_gateway.scheduling.kv_index import KVBlockIndex  # noqa: E402
-from inference_gateway.scheduling.plugins.prefix import prompt_block_hashes  # noqa: E402
-from inference_gateway.scheduling.prompt_tokens import EmulatorTokenizer  # noqa: E402
-from inference_gateway.sim.policies import approximate_gateway_config  # noqa: E402
+from inference_gateway.core.scheduling.kv_index import KVBlockIndex
+from inference_gateway.core.scheduling.plugins.prefix import prompt_block_hashes
+from inference_gateway.core.scheduling.prompt_tokens import EmulatorTokenizer
+from inference_gateway.emulator.profiles import pod_profile
+from inference_gateway.sim.policies import approximate_gateway_config
 
 PODS = 8
 MODEL = "llama-3.1-8b"
@@ -118,10 +118,10 @@ def endpoints() -> list[Endpoint]:
 
 
 def prompts(rnd: random.Random, n: int) -> list[dict[str, Any]]:
-    systems = ["You are assistant %d. " % g * 60 for g in range(16)]
+    systems = [f"You are assistant {g}. " * 60 for g in range(16)]
     return [
         {"messages": [{"role": "system", "content": rnd.choice(systems)},
-                      {"role": "user", "content": "question %d " % i * rnd.randrange(5, 80)}]}
+                      {"role": "user", "content": f"question {i} " * rnd.randrange(5, 80)}]}
         for i in range(n)
     ]  # fmt: skip
 
@@ -140,9 +140,7 @@ def picking(picks: int, rnd: random.Random) -> dict[str, Any]:
             pod = pods[i % PODS]
             ids = tokenizer.prompt_ids(body) or []
             scheduler.kv_index.heard(pod.name)
-            scheduler.kv_index.stored(
-                pod.name, [to_external(h) for h in block_hashes(ids, root)]
-            )
+            scheduler.kv_index.stored(pod.name, [to_external(h) for h in block_hashes(ids, root)])
         start = time.perf_counter()
         for i, body in enumerate(bodies):
             text = "".join(m["content"] for m in body["messages"])
@@ -181,11 +179,15 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result))
     else:
         i, m, p = result["ingest"], result["memory"], result["picking"]
-        print(f"ingest: {i['cpu_ms_per_1000_events']:.1f} ms CPU per 1,000 events "
-              f"({i['cpu_us_per_block']:.2f} µs per block; one pick = "
-              f"{i['events_per_pick_cpu']:.1f} events)")
-        print(f"index: {m['mib_per_pod']:.1f} MiB per pod at a full cache of {m['blocks']:,} "
-              f"blocks ({m['bytes_per_block']:.0f} B per block)")
+        print(
+            f"ingest: {i['cpu_ms_per_1000_events']:.1f} ms CPU per 1,000 events "
+            f"({i['cpu_us_per_block']:.2f} µs per block; one pick = "
+            f"{i['events_per_pick_cpu']:.1f} events)"
+        )
+        print(
+            f"index: {m['mib_per_pod']:.1f} MiB per pod at a full cache of {m['blocks']:,} "
+            f"blocks ({m['bytes_per_block']:.0f} B per block)"
+        )
         print(f"picking: precise {p['precise_us_per_pick']:.0f} µs, approximate "
               f"{p['approximate_us_per_pick']:.0f} µs per pick "
               f"(x{p['precise_over_approximate']:.2f})")  # fmt: skip

@@ -20,9 +20,9 @@ import sys
 from collections.abc import Coroutine
 from typing import Any
 
-from ..errors import ConfigError
-from .fleet import EmulatedFleet, FleetSpec, load_fleet, parse_fleet
-from .kv_publisher import parse_kv_events_config
+from inference_gateway.emulator.fleet import EmulatedFleet, FleetSpec, load_fleet, parse_fleet
+from inference_gateway.emulator.kv_publisher import parse_kv_events_config
+from inference_gateway.errors import ConfigError
 
 __all__ = ["build_spec", "register", "run"]
 

@@ -35,9 +35,8 @@ from typing import Any, Literal
 import zmq
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..config import format_validation_error
-from ..errors import ConfigError
-from ..scheduling.kv_events import (
+from inference_gateway.config.spec import format_validation_error
+from inference_gateway.core.scheduling.kv_events import (
     END_SEQ,
     MEDIUM_GPU,
     BlockRemoved,
@@ -45,6 +44,7 @@ from ..scheduling.kv_events import (
     KVEventBatch,
     encode_batch,
 )
+from inference_gateway.errors import ConfigError
 
 __all__ = [
     "KVEventsConfig",

@@ -35,15 +35,20 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from ..scheduling.block_hashing import block_hashes, none_hash, seed_from_env, to_external
-from ..scheduling.prompt_tokens import text_ids
-from .behaviors import Jitter, PodBehavior, ToolCall, decide_tool_call
-from .engine import EngineRequest
-from .kv_publisher import KVEventsConfig, ZmqKVPublisher
-from .metrics_text import PodMetrics
-from .profiles import BLOCK_SIZE, PodProfile
-from .realtime import PodStoppedError, RealtimeDriver
-from .tokens import (
+from inference_gateway.core.scheduling.block_hashing import (
+    block_hashes,
+    none_hash,
+    seed_from_env,
+    to_external,
+)
+from inference_gateway.core.scheduling.prompt_tokens import text_ids
+from inference_gateway.emulator.behaviors import Jitter, PodBehavior, ToolCall, decide_tool_call
+from inference_gateway.emulator.engine import EngineRequest
+from inference_gateway.emulator.kv_publisher import KVEventsConfig, ZmqKVPublisher
+from inference_gateway.emulator.metrics_text import PodMetrics
+from inference_gateway.emulator.profiles import BLOCK_SIZE, PodProfile
+from inference_gateway.emulator.realtime import PodStoppedError, RealtimeDriver
+from inference_gateway.emulator.tokens import (
     count_tokens,
     default_output_tokens,
     filler_text,

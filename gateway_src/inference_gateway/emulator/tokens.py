@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import xxhash
 
-from ..scheduling.prompt_tokens import render_chat
+from inference_gateway.core.scheduling.prompt_tokens import render_chat
 
 __all__ = [
     "BLOCK_BYTES",

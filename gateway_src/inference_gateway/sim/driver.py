@@ -14,14 +14,14 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
-from ..emulator.engine import EngineRequest
-from .admission import DEFERRED
-from .fleet import SimPod, build_fleet, scrape
-from .kv_feed import FleetKVFeed, SimClock
-from .metrics import Observer
-from .policies import Policy, make_policy
-from .scenario import Scenario
-from .workload import Sessions, SimRequest, generate, shared_blocks
+from inference_gateway.emulator.engine import EngineRequest
+from inference_gateway.sim.admission import DEFERRED
+from inference_gateway.sim.fleet import SimPod, build_fleet, scrape
+from inference_gateway.sim.kv_feed import FleetKVFeed, SimClock
+from inference_gateway.sim.metrics import Observer
+from inference_gateway.sim.policies import Policy, make_policy
+from inference_gateway.sim.scenario import Scenario
+from inference_gateway.sim.workload import Sessions, SimRequest, generate, shared_blocks
 
 __all__ = ["run_policy"]
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Hashable
 
-from ..scheduling.kv_index import KVBlockIndex
+from inference_gateway.core.scheduling.kv_index import KVBlockIndex
 
 __all__ = ["DEFAULT_LATENCY_S", "FleetKVFeed", "PodKVSink", "SimClock"]
 

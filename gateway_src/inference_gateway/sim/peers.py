@@ -26,8 +26,13 @@ import math
 import random
 from collections import deque
 
-from .fleet import SimPod
-from .workload import BLOCK_TOKENS, SimRequest, prefix_block_ids, shared_blocks
+from inference_gateway.sim.fleet import SimPod
+from inference_gateway.sim.workload import (
+    BLOCK_TOKENS,
+    SimRequest,
+    prefix_block_ids,
+    shared_blocks,
+)
 
 __all__ = ["DynamoKV", "ProductionStackPrefixAware", "SGLangCacheAware"]
 

@@ -27,8 +27,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ConfigError
-from .scenario import (
+from inference_gateway.errors import ConfigError
+from inference_gateway.sim.scenario import (
     BurstyArrival,
     Conversations,
     Fixed,
@@ -140,7 +140,9 @@ class Sessions:
         r.block_ids = self._blocks(r, r.prompt_tokens)
 
     def _blocks(self, r: SimRequest, prompt_tokens: int) -> tuple[int, ...]:
-        system = prefix_block_ids(r.prefix_group, r.prefix_tokens) if r.prefix_group is not None else ()
+        system = (
+            prefix_block_ids(r.prefix_group, r.prefix_tokens) if r.prefix_group is not None else ()
+        )
         return system + session_block_ids(r.session, len(system), prompt_tokens // BLOCK_TOKENS)
 
     def next_turn(self, r: SimRequest, finished_at: float) -> SimRequest | None:
