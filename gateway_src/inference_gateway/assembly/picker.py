@@ -43,6 +43,7 @@ from inference_gateway.transport.http2_server import (
     Method,
 )
 from inference_gateway.transport.http_settings import server_settings
+from inference_gateway.transport.kv_events_zmq import subscribe_pods
 
 __all__ = [
     "LIVENESS_SERVICE",
@@ -137,7 +138,10 @@ class PickerServer:
         current = getattr(self.director.scheduler, "config", None)
         if current is None or _scheduling(current) != _scheduling(spec):
             self.director.scheduler = Scheduler(
-                spec, count_inflight=True, timer=self.director.series.time_plugin
+                spec,
+                count_inflight=True,
+                timer=self.director.series.time_plugin,
+                kv_index=getattr(self.director.scheduler, "kv_index", None),  # pods' events
             )
         self.store.interval_s = spec.scrape.interval_ms / 1000
         self.store.timeout_s = spec.scrape.timeout_ms / 1000
@@ -325,6 +329,9 @@ def build_picker(
     director = Director(lambda: store.endpoints, scheduler, state, metrics=metrics, series=series)
     picker = PickerServer(store, director, options=options, **server_kwargs)
     picker.collaborators.append(_SessionCloser(sessions))
+    picker.collaborators.append(
+        subscribe_pods(metrics.registry, lambda: store.endpoints, lambda: director.scheduler)
+    )
     return picker
 
 

@@ -42,7 +42,7 @@ from inference_gateway.core.scheduling.kv_index import KVBlockIndex
 from inference_gateway.core.scheduling.plugins.precise_prefix import PrecisePrefixScorer
 from inference_gateway.core.scheduling.types import Endpoint
 
-__all__ = ["REPLAY_LABEL", "KVEventSubscriber", "KVEventsCollector"]
+__all__ = ["REPLAY_LABEL", "KVEventSubscriber", "KVEventsCollector", "subscribe_pods"]
 
 log = logging.getLogger(__name__)
 
@@ -238,3 +238,19 @@ class KVEventsCollector(Collector):
             for pod, _ in self.subscriber._sockets.items():
                 blocks.add_metric([pod], index.blocks(pod))
         yield blocks
+
+
+def subscribe_pods(
+    registry: Any, endpoints: Callable[[], list[Endpoint]], scheduler: Callable[[], object]
+) -> KVEventSubscriber:
+    """The subscriber a data plane starts and stops with its store, its metrics on
+    `registry`; it follows whatever scheduler the data plane holds now (a reload may
+    swap it), and subscribes only while that has a precise prefix scorer."""
+
+    def scorer() -> PrecisePrefixScorer | None:
+        found = getattr(scheduler(), "precise", None)
+        return found if isinstance(found, PrecisePrefixScorer) else None
+
+    subscriber = KVEventSubscriber(endpoints, scorer)
+    registry.register(KVEventsCollector(subscriber, scorer))
+    return subscriber

@@ -4,7 +4,7 @@ Per request, the prompt is tokenized as the pod will tokenize it (`prompt_tokens
 emulator's rule, or a model's own tokenizer files from `tokenizer: /path`) and hashed
 block by block exactly as vLLM hashes it (`block_hashing`, seeded with `hash_seed`, the
 pods' `PYTHONHASHSEED`). `KVBlockIndex` says how many leading blocks each pod really
-holds. Score (as upstream's prefix scorer) = leading blocks held / blocks of the prompt.
+holds.
 
 Blocks the picker has just sent a pod are not in its events until the pod admits the
 request, so a burst of one new system prompt would scatter; until a request's first
@@ -12,11 +12,21 @@ token, its blocks count as held by its pod (`pending`), as upstream's approximat
 counts a pick at once. The pod's events take over from there, evictions included.
 
 For a pod whose events are stale (`KVBlockIndex.fresh`; a pod never heard from has no
-events to trust either) (`KVBlockIndex.fresh`), the approximate
-index's match is used instead, a stale pod counted (`KVBlockIndex.fallbacks`, exported as
+events to trust either), the approximate index's match is used instead, each decision
+for a stale pod counted (`KVBlockIndex.fallbacks`, exported as
 `igw_kv_events_fallback_total`). The matches land on `request.prefix_matches`, which
 the predicted-TTFT scorer and the scheduler's pending-prefill count read: they see the
 pod's real cached length, not where earlier prompts were sent.
+
+Two uses, two sources, because the simulator showed they differ under KV pressure
+(the `kv-pressure` scenario, docs/benchmarks.md): the *cost* of a pod
+(`prefix_matches`) is what its events say it holds, so no pod is credited with a cache
+it evicted; the *affinity* score is the longer of that and what the approximate index
+says was sent there (over the prompt's blocks, as upstream's prefix score), so a
+customer whose context was evicted everywhere goes back to the pod it was last sent to,
+where its next requests will find it rebuilt, instead of to whichever pod looks idlest,
+which scatters evicted contexts and keeps every cache churning (an events-only affinity
+had a 2.5x worse P50 there).
 
 `prepare` runs once per scheduling cycle, before any scorer (the scheduler calls it), so
 the order of scorers in a profile does not matter.
@@ -118,12 +128,19 @@ class PrecisePrefixScorer:
         request.prefix_matches = matches
 
     def score(self, request: LLMRequest, endpoints: list[Endpoint]) -> list[float]:
+        """Affinity: the longer of what the pod holds (events) and what was sent to it
+        (the approximate index), over the prompt's blocks (see the module docstring)."""
         if request.prefix_matches is None:
             self.prepare(request, endpoints)
         matches = request.prefix_matches or {}
         blocks = request.prompt_tokens // self.params.block_size
         total = max(len(request.kv_hashes or ()), blocks, 1)
-        return [min(1.0, matches.get(e.name, 0) / total) for e in endpoints]
+        sent: dict[str, int] = {}
+        if self.approximate is not None and request.prefix_hashes:
+            sent = self.approximate.matches(request.prefix_hashes)
+        return [
+            min(1.0, max(matches.get(e.name, 0), sent.get(e.name, 0)) / total) for e in endpoints
+        ]
 
     def on_picked(self, request: LLMRequest, endpoint: Endpoint, now: float) -> None:
         m = endpoint.metrics
