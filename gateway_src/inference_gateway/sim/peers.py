@@ -299,9 +299,10 @@ class DynamoKV(_Peer):
         i = pod.index
         self.prefill_tokens[i] += new_tokens
         self.unique_blocks[i] += unique
-        group = request.prefix_group if shared_ids and not request.block_ids else -1
-        if group is not None and group >= 0:
-            assert request.prefix_group is not None
+        group = -1  # a conversation turn's blocks are its session's alone
+        if shared_ids and not request.block_ids and request.prefix_group is not None:
+            group = request.prefix_group
+        if group >= 0:
             self.group_blocks[group] = len(shared_ids)
             self.shared[i][group] = self.shared[i].get(group, 0) + 1
         self._active[request.request_id] = (new_tokens, unique, group)

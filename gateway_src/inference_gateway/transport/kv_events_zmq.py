@@ -29,7 +29,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 import zmq
@@ -139,8 +139,9 @@ class KVEventSubscriber:
             scorer = self.scorer()
             if scorer is None:
                 continue
-            for sock, _ in ready:
-                for frames in _drain(sock):  # type: ignore[arg-type]
+            for ready_sock, _ in ready:
+                sock = cast(zmq.asyncio.Socket, ready_sock)
+                for frames in _drain(sock):
                     await self.handle(pods[sock], frames, scorer.kv_index)
 
     # ------------------------------------------------------------------ messages
@@ -198,7 +199,8 @@ def _drain(sock: zmq.asyncio.Socket, limit: int = 1000) -> Iterator[list[bytes]]
     """The messages waiting on `sock` now (at most `limit`, so one pod cannot starve)."""
     for _ in range(limit):
         try:
-            frames: list[bytes] = sock.recv_multipart(zmq.NOBLOCK).result()  # type: ignore[union-attr]
+            pending = cast("asyncio.Future[list[bytes]]", sock.recv_multipart(zmq.NOBLOCK))
+            frames = pending.result()  # NOBLOCK: done at once, or zmq.Again
         except zmq.Again:
             return
         yield frames

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,7 @@ def test_each_turn_is_the_conversation_so_far_plus_a_new_message() -> None:
     while (nxt := sessions.next_turn(turns[-1], turns[-1].t + 1.0)) is not None:
         turns.append(nxt)
     assert [t.turn for t in turns] == [0, 1, 2, 3]  # 4 turns, then the session ends
-    for before, after in zip(turns, turns[1:], strict=False):
+    for before, after in itertools.pairwise(turns):
         assert after.prompt_tokens == before.prompt_tokens + before.output_tokens + 50
         assert after.t == pytest.approx(before.t + 1.0 + 5.0)  # answer, then think time
         # every full block of the previous prompt starts the next one
@@ -144,5 +145,5 @@ def test_a_bad_conversation_spec_names_its_field(tmp_path: Path) -> None:
         "  conversations: {turns: {dist: fixed, value: 2}, think_time_s: {median: 0},"
         " message_tokens: {dist: fixed, value: 5}}\n"
     )
-    with pytest.raises(ConfigError, match="think_time_s.median"):
+    with pytest.raises(ConfigError, match=r"think_time_s\.median"):
         load_scenario(str(path))
