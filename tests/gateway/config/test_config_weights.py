@@ -61,7 +61,7 @@ def test_unnamed_scorers_keep_their_weight_and_zero_removes_one() -> None:
     got = weights_of(spec)
     assert "kv-cache-utilization-scorer" not in got
     assert got["predicted-ttft-scorer"] == 2
-    assert got["prefix-cache-scorer"] == builtin["prefix-cache-scorer"]
+    assert got["precise-prefix-cache-scorer"] == builtin["precise-prefix-cache-scorer"]
     assert got["lora-affinity-scorer"] == builtin["lora-affinity-scorer"]
     assert spec.profile("latency").plugins[-1].plugin_ref == "max-score-picker"
 
