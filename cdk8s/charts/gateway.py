@@ -39,6 +39,7 @@ from constructs import Construct
 from cdk8s import Chart
 from envspec.environment import EnvironmentSpec
 from envspec.names import target_group_name
+from inference_gateway.frontends.authz import AUTHZ_PATH_PREFIX, MAX_BODY_BYTES, UPSTREAM_HEADERS
 
 from .base import (
     BBR,
@@ -64,6 +65,11 @@ from .workloads import (
 )
 
 __all__ = [
+    "AUTH",
+    "AUTH_HEADERS_TO_BACKEND",
+    "AUTH_MAX_BODY_BYTES",
+    "AUTH_PATH",
+    "AUTH_PORT",
     "BBR_PORT",
     "DESTINATION_HEADER",
     "ENVOY_SERVICE",
@@ -89,8 +95,13 @@ ENVOY_GATEWAY_API = "gateway.envoyproxy.io/v1alpha1"
 TLS_SECRET = f"{GATEWAY}-tls"
 POOL_GROUP = "inference.networking.k8s.io"
 API_KEYS_SECRET = f"{GATEWAY}-api-keys"
-#: The authenticated client id, which the picker takes as the fairness id.
-CLIENT_ID_HEADER = "x-igw-client-id"
+AUTH_KEYS_FILE = "keys.yaml"
+#: `igw auth`, the ext_authz service of the SecurityPolicy
+AUTH = f"{GATEWAY}-auth"
+AUTH_PORT = 9010
+AUTH_PATH = AUTHZ_PATH_PREFIX
+AUTH_HEADERS_TO_BACKEND = UPSTREAM_HEADERS
+AUTH_MAX_BODY_BYTES = MAX_BODY_BYTES
 #: The runtime-key limits (Envoy `circuit_breakers.<cluster>.<priority>.<limit>`) and the
 #: CircuitBreaker fields of Envoy Gateway that set the same four thresholds.
 _RUNTIME_LIMITS = ("max_connections", "max_pending_requests", "max_requests", "max_retries")
@@ -111,6 +122,10 @@ def circuit_breaker(env: EnvironmentSpec) -> dict[str, int]:
         "maxParallelRequests": limit,
         "maxParallelRetries": 16,
     }
+
+
+def auth_labels() -> dict[str, str]:
+    return labels(name=AUTH, component="auth")
 
 
 def bbr_labels() -> dict[str, str]:
@@ -255,15 +270,19 @@ class GatewayChart(Chart):
         self._bbr(env=env)
 
     def _auth(self, *, env: EnvironmentSpec, config: dict[str, Any]) -> None:
-        """Who may call: a SecurityPolicy on every inference route, so no request reaches
-        the picker, let alone a pod, without a known credential.
+        """Who may call: a SecurityPolicy on every inference route whose one check is
+        ext_authz to `igw auth`, so no request reaches the picker, let alone a pod,
+        without a known credential, and API keys and JWTs are accepted together.
 
-        API keys (Envoy's api_key_auth, `Authorization: Bearer <key>` as the OpenAI SDK
-        sends it) come from a Secret that External Secrets keeps in sync with the
-        environment's Secrets Manager secret (client id → key); the client id is
-        forwarded as `x-igw-client-id`, the fairness and rate-limit key. With `jwt`, a
-        token of the issuer is checked too (signature, issuer, audiences) and its
-        client claim copied to the same header.
+        Why not `apiKeyAuth` + `jwt`: Envoy Gateway v1.5 orders api_key_auth before
+        jwt_authn (`internal/xds/translator/httpfilters.go`), and Envoy's api_key_auth
+        answers 401 to any bearer it does not know, a JWT included, so no JWT client could
+        pass (tests/e2e/test_auth_through_envoy.py shows it with Envoy's own filters).
+        `igw auth` makes the checks `igw serve` makes (key digests from the mounted key
+        file, JWTs against the issuer's JWKS URL, per-credential models from the body) and
+        hands the client id to the picker in the headers `headersToBackend` lists, which
+        override any a client sent. The key file (digests only) is a Secrets Manager
+        secret that External Secrets keeps in sync.
         """
         auth = env.kubernetes.auth
         assert auth is not None
@@ -279,11 +298,14 @@ class GatewayChart(Chart):
                     "refreshInterval": "5m",
                     "secretStoreRef": {"kind": "ClusterSecretStore", "name": "aws-secrets-manager"},
                     "target": {"name": API_KEYS_SECRET, "creationPolicy": "Owner"},
-                    # Every key of the JSON secret becomes one client id of the Secret.
-                    "dataFrom": [{"extract": {"key": auth.api_keys_secret_id}}],
+                    # The secret's value is igw's key file (`keys: [{client, sha256, models?}]`).
+                    "data": [
+                        {"secretKey": AUTH_KEYS_FILE, "remoteRef": {"key": auth.api_keys_secret_id}}
+                    ],
                 }
             },
         )
+        self._auth_service(env=env)
         spec: dict[str, Any] = {
             # The inference routes, not the Gateway: the heartbeat route (`/status`, read
             # by `igw global` of every region) carries no credential, and a policy on
@@ -292,29 +314,20 @@ class GatewayChart(Chart):
                 {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": n}
                 for n in route_names(env)
             ],
-            "apiKeyAuth": {
-                "credentialRefs": [{"group": "", "kind": "Secret", "name": API_KEYS_SECRET}],
-                "extractFrom": [{"headers": ["authorization"]}],
-                "forwardClientIDHeader": CLIENT_ID_HEADER,
-                # The key never travels upstream, to the picker or a model server.
-                "sanitize": True,
+            "extAuth": {
+                "http": {
+                    "backendRefs": [
+                        {"group": "", "kind": "Service", "name": AUTH, "port": AUTH_PORT}
+                    ],
+                    "path": AUTH_PATH,
+                    "headersToBackend": list(AUTH_HEADERS_TO_BACKEND),
+                },
+                # The model check reads the body (a credential may be limited to models);
+                # the picker's own body limit, so no request the picker takes is refused here.
+                "bodyToExtAuth": {"maxRequestBytes": AUTH_MAX_BODY_BYTES},
+                "failOpen": False,
             },
         }
-        if auth.jwt is not None:
-            spec["jwt"] = {
-                "optional": True,
-                "providers": [
-                    {
-                        "name": "oidc",
-                        "issuer": auth.jwt.issuer,
-                        "audiences": list(auth.jwt.audiences),
-                        "remoteJWKS": {"uri": auth.jwt.jwks_uri},
-                        "claimToHeaders": [
-                            {"header": CLIENT_ID_HEADER, "claim": auth.jwt.client_id_claim}
-                        ],
-                    }
-                ],
-            }
         manifest(
             self,
             "security-policy",
@@ -323,6 +336,62 @@ class GatewayChart(Chart):
             name=f"{GATEWAY}-auth",
             **config,
             body={"spec": spec},
+        )
+
+    def _auth_service(self, *, env: EnvironmentSpec) -> None:
+        """`igw auth`: two replicas behind a ClusterIP Service, the key file mounted."""
+        meta = auth_labels()
+        selector = selector_labels(meta)
+        common = {"namespace": env.kubernetes.namespace, "labels": meta, "wave": Wave.CONTROLLERS}
+        manifest(
+            self,
+            "auth-sa",
+            api_version="v1",
+            kind="ServiceAccount",
+            name=AUTH,
+            **common,
+            body={"automountServiceAccountToken": False},
+        )
+        manifest(
+            self,
+            "auth-deployment",
+            api_version="apps/v1",
+            kind="Deployment",
+            name=AUTH,
+            **common,
+            checkov_skips={**CPU_LIMIT_SKIP, **DIGEST_SKIP},
+            body={
+                "spec": surge_deployment_spec(
+                    replicas=2,
+                    selector=selector,
+                    pod_labels=meta,
+                    pod_spec=_auth_pod_spec(env=env, selector=selector),
+                )
+            },
+        )
+        manifest(
+            self,
+            "auth-service",
+            api_version="v1",
+            kind="Service",
+            name=AUTH,
+            **common,
+            body={
+                "spec": {
+                    "type": "ClusterIP",
+                    "selector": selector,
+                    "ports": [{"name": "http", "port": AUTH_PORT, "targetPort": "http"}],
+                }
+            },
+        )
+        manifest(
+            self,
+            "auth-pdb",
+            api_version="policy/v1",
+            kind="PodDisruptionBudget",
+            name=AUTH,
+            **common,
+            body={"spec": {"minAvailable": 1, "selector": {"matchLabels": selector}}},
         )
 
     def _routes(self, *, env: EnvironmentSpec, config: dict[str, Any]) -> None:
@@ -473,6 +542,51 @@ def _bbr_pod_spec(*, env: EnvironmentSpec, selector: dict[str, str]) -> dict[str
         "containers": [container],
         "volumes": [
             {"name": "config", "configMap": {"name": CONFIG_MAP}},
+            empty_dir("tmp", size="64Mi"),
+        ],
+    }
+
+
+def _auth_pod_spec(*, env: EnvironmentSpec, selector: dict[str, str]) -> dict[str, Any]:
+    auth = env.kubernetes.auth
+    assert auth is not None
+    args = ["auth", "--host", "0.0.0.0", "--port", str(AUTH_PORT)]
+    args += ["--api-keys", f"/etc/igw-auth/{AUTH_KEYS_FILE}"]
+    args += ["--max-body-bytes", str(AUTH_MAX_BODY_BYTES)]
+    if auth.jwt is not None:
+        args += ["--jwt-issuer", auth.jwt.issuer, "--jwt-jwks", auth.jwt.jwks_uri]
+        args += ["--jwt-client-claim", auth.jwt.client_id_claim]
+        for audience in auth.jwt.audiences:
+            args += ["--jwt-audience", audience]
+    probe = {"httpGet": {"path": "/healthz", "port": "http"}}
+    container = {
+        "name": "auth",
+        "image": gateway_image(env),
+        "imagePullPolicy": "IfNotPresent",
+        "args": args,
+        "ports": [{"name": "http", "containerPort": AUTH_PORT}],
+        "startupProbe": {**probe, "periodSeconds": 2, "failureThreshold": 30},
+        "readinessProbe": {**probe, "periodSeconds": 5},
+        "livenessProbe": {**probe, "periodSeconds": 10},
+        "resources": {
+            "requests": {"cpu": "250m", "memory": "256Mi"},
+            "limits": {"memory": "512Mi"},
+        },
+        "securityContext": container_security_context(),
+        "volumeMounts": [
+            {"name": "keys", "mountPath": "/etc/igw-auth", "readOnly": True},
+            {"name": "tmp", "mountPath": "/tmp"},
+        ],
+    }
+    return {
+        "serviceAccountName": AUTH,
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": pod_security_context(),
+        "topologySpreadConstraints": spread(selector),
+        "containers": [container],
+        "volumes": [
+            {"name": "keys", "secret": {"secretName": API_KEYS_SECRET}},
             empty_dir("tmp", size="64Mi"),
         ],
     }

@@ -42,6 +42,7 @@ from inference_gateway.emulator.kv_publisher import (
     offset_endpoint,
     subscriber_address,
 )
+from inference_gateway.emulator.kvtransfer import KVTransferConfig
 from inference_gateway.emulator.profiles import PodProfile, pod_profile
 from inference_gateway.emulator.server import EmulatedPod
 from inference_gateway.errors import ConfigError
@@ -87,6 +88,11 @@ class PodGroupSpec(BaseModel):
     )
     hash_seed: str | None = Field(
         default=None, description="vLLM's PYTHONHASHSEED for block hashes (default: the env's)."
+    )
+    kv_transfer_config: KVTransferConfig | None = Field(
+        default=None,
+        description="vLLM's --kv-transfer-config (disaggregated prefill/decode); each "
+        "replica gets an engine id of its own.",
     )
     behavior: PodBehavior = Field(
         default_factory=PodBehavior,
@@ -163,6 +169,15 @@ def _group_profile(group: PodGroupSpec, index: int, source: str) -> PodProfile:
         raise ConfigError(source, problems) from None
 
 
+def _replica_kv_transfer(group: PodGroupSpec, replica: int) -> KVTransferConfig | None:
+    """The group's KV connector settings, with an engine id per replica (vLLM pods of one
+    Deployment each draw their own)."""
+    config = group.kv_transfer_config
+    if config is None or group.replicas == 1:
+        return config
+    return config.model_copy(update={"engine_id": f"{config.engine_id}-{replica}"})
+
+
 class EmulatedFleet:
     """The pods of a fleet spec; profiles are built (and validated) at construction."""
 
@@ -204,6 +219,7 @@ class EmulatedFleet:
                     behavior=group.behavior,
                     kv_events=events,
                     hash_seed=group.hash_seed,
+                    kv_transfer=_replica_kv_transfer(group, replica),
                 )
                 if port:
                     port += 1

@@ -25,13 +25,14 @@ from dataclasses import dataclass
 from inference_gateway.emulator.engine import Engine, EngineListener, EngineRequest
 from inference_gateway.emulator.kvcache import KVEventSink
 from inference_gateway.emulator.profiles import PodProfile
+from inference_gateway.errors import InferenceGatewayError
 
 __all__ = ["PodStoppedError", "RealtimeDriver", "Ticket"]
 
 DEFAULT_SEGMENT_S = 0.02  # streamed tokens arrive in groups of at most ~20 ms
 
 
-class PodStoppedError(RuntimeError):
+class PodStoppedError(InferenceGatewayError):
     """The pod was stopped while a request was in flight (an emulated pod death)."""
 
 

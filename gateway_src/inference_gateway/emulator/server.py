@@ -19,6 +19,9 @@ simplifications: `n` must be 1, and a client that disconnects mid-stream does no
 its request (vLLM would); the engine runs it to completion, so its KV blocks and batch
 slot stay busy until then, as a slow abort would.
 
+With vLLM's `--kv-transfer-config` (NixlConnector) a request's `kv_transfer_params` make
+it the prefill or the decode leg of disaggregated serving (`kvtransfer.py`, `disagg.py`).
+
 A stopped pod (`EmulatedPod.stop`) aborts its open connections, so clients see what a
 crashed pod gives them: a stream cut without `[DONE]`, or a reset connection.
 """
@@ -29,7 +32,7 @@ import itertools
 import logging
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 import orjson
@@ -43,8 +46,16 @@ from inference_gateway.core.scheduling.block_hashing import (
 )
 from inference_gateway.core.scheduling.prompt_tokens import text_ids
 from inference_gateway.emulator.behaviors import Jitter, PodBehavior, ToolCall, decide_tool_call
+from inference_gateway.emulator.disagg import Disaggregation
 from inference_gateway.emulator.engine import EngineRequest
 from inference_gateway.emulator.kv_publisher import KVEventsConfig, ZmqKVPublisher
+from inference_gateway.emulator.kvtransfer import (
+    READ_PATH,
+    KVTransferConfig,
+    RemotePrefill,
+    remote_prefill_of,
+    wants_remote_decode,
+)
 from inference_gateway.emulator.metrics_text import PodMetrics
 from inference_gateway.emulator.profiles import BLOCK_SIZE, PodProfile
 from inference_gateway.emulator.realtime import PodStoppedError, RealtimeDriver
@@ -101,6 +112,7 @@ class PodApp:
         behavior: PodBehavior | None = None,
         kv_events: KVEventsConfig | None = None,
         hash_seed: str | None = None,
+        kv_transfer: KVTransferConfig | None = None,
     ) -> None:
         if adapters and not profile.max_loras:
             raise ValueError("adapters need LoRA slots: build the profile with max_loras >= 1")
@@ -129,7 +141,9 @@ class PodApp:
                 "swap_space_bytes": "0",
             },
         )
-        self._hash_root = none_hash(hash_seed if hash_seed is not None else seed_from_env())
+        # vLLM: sha256(PYTHONHASHSEED) when set; newer releases derive it from a fixed
+        # default for sha256, so processes agree unconfigured: "0" here (the scorer's default)
+        self._hash_root = none_hash(hash_seed if hash_seed is not None else seed_from_env() or "0")
         self.publisher: ZmqKVPublisher | None = None
         if kv_events is not None and kv_events.publishes:
             self.publisher = ZmqKVPublisher(
@@ -137,6 +151,8 @@ class PodApp:
             )
         self.driver = RealtimeDriver(profile, observer=self.metrics, kv_sink=self.publisher)
         self._ids = itertools.count(1)
+        # vLLM's --kv-transfer-config: prefill and decode legs of disaggregated serving
+        self.disagg = Disaggregation(kv_transfer, profile, self.driver) if kv_transfer else None
 
     def close(self) -> None:
         """Stop the engine and the event publisher (a stopped pod's state is gone)."""
@@ -163,6 +179,8 @@ class PodApp:
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/health", self.health)
         app.router.add_get("/metrics", self.metrics_handler)
+        if self.disagg is not None:
+            app.router.add_post(READ_PATH, self.disagg.read)
         return app
 
     # ------------------------------------------------------------------ small endpoints
@@ -205,6 +223,7 @@ class PodApp:
             model, adapter = self._resolve_model(body.get("model"))
             text = self._prompt_text(body, chat=chat)
             stream, include_usage, max_tokens = self._options(body, chat=chat)
+            remote, keep_for_decode = self._disagg_leg(body)
         except _BadRequest as error:
             return _error(error.status, str(error), error.kind)
         prompt_tokens = count_tokens(text)
@@ -224,11 +243,16 @@ class PodApp:
             output_tokens = min(count_tokens(tool_call.arguments), max_tokens or limit)
         else:
             output_tokens = max_tokens or min(default_output_tokens(seed), limit - prompt_tokens)
+        hashes = self._block_hashes(text, adapter)
+        pinned: Sequence[Hashable] = ()
+        if remote is not None and self.disagg is not None:  # a decode leg: read the KV first
+            async with self.disagg.session() as session:
+                pinned = await self.disagg.pull(remote, hashes, session)
         engine_request = EngineRequest(
             request_id=next(self._ids),
             prompt_tokens=prompt_tokens,
             output_tokens=output_tokens,
-            block_hashes=self._block_hashes(text, adapter),
+            block_hashes=hashes,
             adapter=adapter,
         )
         reply = _Reply(
@@ -242,15 +266,24 @@ class PodApp:
         try:
             ticket = self.driver.submit(engine_request, finish_reason=reply.finish_reason)
         except PodStoppedError:
+            if self.disagg is not None:
+                self.disagg.unpin(pinned)
             return _error(503, "The server is shutting down.", "ServiceUnavailableError")
-        if stream:
-            return await self._stream(request, reply, include_usage)
         try:
-            await ticket.done
-        except PodStoppedError:
-            _abort(request)
-            return web.Response(status=503)
-        return _json(reply.full_response())
+            if stream:
+                return await self._stream(request, reply, include_usage)
+            try:
+                await ticket.done
+            except PodStoppedError:
+                _abort(request)
+                return web.Response(status=503)
+            answer = reply.full_response()
+            if keep_for_decode and self.disagg is not None and reply.finish_reason == "length":
+                answer["kv_transfer_params"] = self.disagg.keep(reply.id, hashes)
+            return _json(answer)
+        finally:
+            if self.disagg is not None:
+                self.disagg.unpin(pinned)
 
     async def _stream(
         self, request: web.Request, reply: _Reply, include_usage: bool
@@ -282,6 +315,24 @@ class PodApp:
         return response
 
     # ------------------------------------------------------------------ parsing
+
+    def _disagg_leg(self, body: dict[str, Any]) -> tuple[RemotePrefill | None, bool]:
+        """(the decode leg's remote prefill, whether this is a prefill leg) from the body's
+        `kv_transfer_params`; ignored, as by vLLM, on a pod without a KV connector."""
+        params = body.get("kv_transfer_params")
+        if self.disagg is None or params is None:
+            return None, False
+        try:
+            remote = remote_prefill_of(params)
+        except ValueError as error:
+            raise _BadRequest(400, str(error)) from None
+        config = self.disagg.config
+        if remote is not None and not config.consumes:
+            raise _BadRequest(400, f"a {config.kv_role} pod cannot take a remote prefill")
+        keep = remote is None and wants_remote_decode(params)
+        if keep and not config.produces:
+            raise _BadRequest(400, f"a {config.kv_role} pod cannot prefill for a remote decode")
+        return remote, keep
 
     async def _read_body(self, request: web.Request) -> dict[str, Any]:
         try:
@@ -459,8 +510,10 @@ class EmulatedPod:
         behavior: PodBehavior | None = None,
         kv_events: KVEventsConfig | None = None,
         hash_seed: str | None = None,
+        kv_transfer: KVTransferConfig | None = None,
     ) -> None:
         self.name = name
+        self.kv_transfer = kv_transfer
         self.profile = profile
         self.behavior = behavior
         self.kv_events = kv_events
@@ -491,6 +544,7 @@ class EmulatedPod:
             behavior=self.behavior,
             kv_events=self.kv_events,
             hash_seed=self.hash_seed,
+            kv_transfer=self.kv_transfer,
         )
         runner = web.AppRunner(
             pod_app.app(), access_log=None, handle_signals=False, shutdown_timeout=0.1
@@ -505,6 +559,8 @@ class EmulatedPod:
             raise
         if self.port == 0:
             self.port = int(runner.addresses[0][1])
+        if pod_app.disagg is not None:
+            pod_app.disagg.address = (self.host, self.port)
         self.pod_app, self._runner = pod_app, runner
 
     async def stop(self) -> None:

@@ -274,9 +274,10 @@ class Director:
         for pool, endpoints in pools.items():
             ready = [e.metrics for e in endpoints if not e.stale and e.metrics is not None]
             metrics.pool_ready.labels(pool).set(len(ready))
-            if ready:
-                metrics.pool_kv.labels(pool).set(sum(m.kv_usage for m in ready) / len(ready))
-                metrics.pool_queue.labels(pool).set(sum(m.waiting for m in ready) / len(ready))
+            # no ready pod: 0, not the value of the last pod that was (a stale gauge)
+            n = len(ready) or 1
+            metrics.pool_kv.labels(pool).set(sum(m.kv_usage for m in ready) / n)
+            metrics.pool_queue.labels(pool).set(sum(m.waiting for m in ready) / n)
             gate = self.gates.get(pool)
             controller = gate.controller if gate is not None else FlowController(spec)
             metrics.pool_saturation.labels(pool).set(controller.saturation(endpoints))

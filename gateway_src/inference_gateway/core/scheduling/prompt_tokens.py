@@ -26,8 +26,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from inference_gateway.errors import ConfigError
-
 __all__ = ["EmulatorTokenizer", "HFTokenizer", "PromptTokenizer", "render_chat", "text_ids"]
 
 BYTES_PER_TOKEN = 4
@@ -105,8 +103,8 @@ class HFTokenizer:
         try:
             self.tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
             config = json.loads((path / "tokenizer_config.json").read_text())
-        except (OSError, ValueError, Exception) as error:  # tokenizers raises Exception
-            raise ConfigError(str(path), [f"tokenizer: cannot load: {error}"]) from None
+        except Exception as error:  # OSError, bad JSON, or the tokenizers library's own
+            raise ValueError(f"tokenizer: cannot load {path}: {error}") from None
         template = config.get("chat_template")
         if isinstance(template, list):  # named templates: the default one
             named = (t.get("template") for t in template if t.get("name") == "default")

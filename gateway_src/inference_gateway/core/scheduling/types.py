@@ -9,13 +9,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from inference_gateway.core.scheduling.kv_index import KVBlockIndex
+    from inference_gateway.core.scheduling.plugins.prefix import PrefixIndex
 
 __all__ = [
     "Endpoint",
     "Filter",
     "LLMRequest",
     "Picker",
+    "PluginContext",
     "PodMetrics",
     "SchedulingObserver",
     "Scorer",
@@ -138,3 +143,18 @@ class SchedulingObserver(Protocol):
     def on_finished(self, request: LLMRequest, endpoint: Endpoint, now: float) -> None:
         """The request ended (done, failed or cancelled); always called once after a pick."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class PluginContext:
+    """What the scheduler shares with every plugin it builds: its prefix index (updated
+    after each pick), the seed of random tie-breaks, whether in-flight requests count as
+    queued, the GPU priors of the TTFT predictor, and the index of the pods' KV events.
+    Config validation builds plugins with a context of its own
+    (`registry.validation_context`) and throws them away."""
+
+    index: PrefixIndex
+    seed: int | None = None
+    count_inflight: bool = True
+    priors: Mapping[str, float] = field(default_factory=dict)
+    kv_index: KVBlockIndex | None = None  # the pods' KV events (precise prefix scorer)

@@ -7,17 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from inference_gateway.config.spec import GatewayConfigSpec, PluginSpec
+from inference_gateway.config.spec import GatewayConfigSpec
 from inference_gateway.core.scheduling import Endpoint, LLMRequest, PodMetrics, Scheduler
 from inference_gateway.core.scheduling.block_hashing import block_hashes, none_hash, to_external
+from inference_gateway.core.scheduling.plugins.precise_prefix import PrecisePrefixScorer
 from inference_gateway.core.scheduling.prompt_tokens import (
     EmulatorTokenizer,
     HFTokenizer,
     render_chat,
     text_ids,
 )
-from inference_gateway.core.scheduling.registry import build_plugin
-from inference_gateway.errors import ConfigError
+from inference_gateway.core.scheduling.registry import build_plugin, validation_context
 
 
 def pods(n: int) -> list[Endpoint]:
@@ -76,7 +76,8 @@ def test_a_stale_pod_falls_back_to_the_approximate_index_and_is_counted() -> Non
 
 
 def test_hashes_of_a_chat_body_are_vllms_over_the_emulators_token_ids() -> None:
-    scorer = build_plugin(PluginSpec(type="precise-prefix-cache-scorer"))
+    scorer = build_plugin("precise-prefix-cache-scorer", "p", {}, validation_context())
+    assert isinstance(scorer, PrecisePrefixScorer)
     body = {"messages": [{"role": "user", "content": "x" * 300}]}
     req = LLMRequest("r", "m", prompt_tokens=80, prompt_body=body)
     ids = text_ids(render_chat(body["messages"]))
@@ -105,5 +106,5 @@ def test_a_models_own_tokenizer_files_are_read_from_a_directory(tmp_path: Path) 
     body = {"messages": [{"role": "user", "content": "hello world"}]}
     assert hf.prompt_ids(body) == [1, 4, 2, 3, 5]  # "<s> <|user|> hello world <|assistant|>"
     assert hf.prompt_ids({"prompt": "hello hello"}) == [2, 2]
-    with pytest.raises(ConfigError, match="tokenizer"):
+    with pytest.raises(ValueError, match="tokenizer"):
         HFTokenizer(tmp_path / "missing")

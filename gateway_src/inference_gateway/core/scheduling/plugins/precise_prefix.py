@@ -34,7 +34,7 @@ the order of scorers in a profile does not matter.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from inference_gateway.core.scheduling.block_hashing import block_hashes, none_hash, to_external
 from inference_gateway.core.scheduling.kv_index import KVBlockIndex
@@ -45,7 +45,7 @@ from inference_gateway.core.scheduling.prompt_tokens import (
     HFTokenizer,
     PromptTokenizer,
 )
-from inference_gateway.core.scheduling.types import Endpoint, LLMRequest
+from inference_gateway.core.scheduling.types import Endpoint, LLMRequest, PluginContext
 
 TYPE = "precise-prefix-cache-scorer"
 EMULATOR = "emulator"
@@ -188,16 +188,10 @@ def _longest_common(hashes: Sequence[int], others: Iterable[Sequence[int]]) -> i
     return best
 
 
-def build(
-    name: str,
-    params: dict[str, object],
-    *,
-    kv_index: KVBlockIndex | None = None,
-    index: PrefixIndex | None = None,
-    tokenizer_factory: Callable[[str], PromptTokenizer] = make_tokenizer,
-    **_: object,
-) -> PrecisePrefixScorer:
-    """Built by the scheduler with its shared indexes (alone, with fresh ones)."""
-    config = PrecisePrefixParams.model_validate(params)
-    tokenizer = tokenizer_factory(config.tokenizer)
-    return PrecisePrefixScorer(name, config, kv_index or KVBlockIndex(), index, tokenizer)
+def build(name: str, params: PrecisePrefixParams, context: PluginContext) -> PrecisePrefixScorer:
+    """Built by the scheduler with its shared indexes (for validation, with fresh ones);
+    a tokenizer directory that cannot be read is a ValueError, so the config names it."""
+    kv_index = context.kv_index or KVBlockIndex()
+    return PrecisePrefixScorer(
+        name, params, kv_index, context.index, make_tokenizer(params.tokenizer)
+    )
