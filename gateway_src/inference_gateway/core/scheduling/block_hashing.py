@@ -9,9 +9,11 @@ vllm-project/vllm `vllm/v1/core/kv_cache_utils.py`:
 * `hash_function` is `sha256` by default (`--prefix-caching-hash-algo sha256`):
   `hashlib.sha256(pickle.dumps(input, protocol=pickle.HIGHEST_PROTOCOL)).digest()`;
 * `NONE_HASH` (`init_none_hash`) = `hash_function(PYTHONHASHSEED)` when that variable is
-  set, else 32 random bytes per process: a router can only reproduce a pod's hashes
-  when the pod runs with `PYTHONHASHSEED` set, and told the same value (llm-d's guide
-  says the same for its `hashSeed`);
+  set; unset, releases up to v0.11 take 32 random bytes per process and later ones
+  derive it from a fixed default for sha256. A router reproduces a pod's hashes only
+  when it is told the pod's seed, so run pods with `PYTHONHASHSEED` set and give the
+  scorer the same `hash_seed` (llm-d's guide says the same for its `hashSeed`). The
+  emulator, unset, uses "0", the scorer's default;
 * `extra_keys` carries the LoRA adapter's name for every block of an adapter request
   (`_gen_lora_extra_hash_keys`), so an adapter never shares blocks with its base model;
 * KV events publish the low 64 bits of each hash as an int (`maybe_convert_block_hash`).
