@@ -37,7 +37,8 @@ def make_sessions(
 ) -> list[Session]:
     """Sessions starting at `rate` per second (Poisson) for `duration` seconds."""
     rnd = random.Random(seed)
-    out, t = [], 0.0
+    out: list[Session] = []
+    t = 0.0
     while True:
         t += rnd.expovariate(rate)
         if t >= duration:
@@ -58,7 +59,7 @@ async def replay_sessions(
 ) -> None:
     """Replay every session (concurrently, each turn after the last answer); record each
     turn's TTFT and latency in `outcome` (`ttft`, `e2e`, `tokens`, `errors`)."""
-    from openai import AsyncOpenAI
+    from openai import AsyncOpenAI, AsyncStream
 
     client = AsyncOpenAI(base_url=base_url, api_key="demo", max_retries=0, timeout=120)
     start = time.perf_counter()
@@ -78,6 +79,7 @@ async def replay_sessions(
                     stream=True,
                     extra_headers={SESSION_HEADER: session.sid},
                 )
+                assert isinstance(stream, AsyncStream)  # stream=True: the SDK's contract
                 first = None
                 async for chunk in stream:
                     if first is None:
