@@ -50,6 +50,7 @@ REPLAY_LABEL = "igw.dev/kv-events-replay"
 SYNC_INTERVAL_S = 1.0
 REPLAY_TIMEOUT_S = 0.5
 MAX_REPLAY_MESSAGES = 10_000
+RECONNECT_MIN_MS, RECONNECT_MAX_MS = 200, 10_000
 
 
 class KVEventSubscriber:
@@ -111,6 +112,10 @@ class KVEventSubscriber:
                 continue
             sock = self.context.socket(zmq.SUB)
             sock.setsockopt(zmq.LINGER, 0)
+            # a pod that publishes nothing (yet) is retried with backoff up to 10 s,
+            # not ZMQ's fixed 100 ms: a pool of silent pods costs no connect storm
+            sock.setsockopt(zmq.RECONNECT_IVL, RECONNECT_MIN_MS)
+            sock.setsockopt(zmq.RECONNECT_IVL_MAX, RECONNECT_MAX_MS)
             sock.setsockopt(zmq.SUBSCRIBE, b"")
             try:
                 sock.connect(address)
