@@ -16,6 +16,7 @@ and the grace period covers both.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from constructs import Construct
@@ -45,6 +46,21 @@ __all__ = [
 ]
 
 HTTP_PORT = 8000
+#: vLLM's KV-event publisher (`--kv-events-config`), which the picker's precise prefix
+#: scorer subscribes to on each pod's IP (its `events_port` default).
+KV_EVENTS_PORT = 5557
+#: vLLM's NONE_HASH seed: the picker reproduces the pods' block hashes with the same
+#: value (the scorer's `hash_seed` default).
+KV_HASH_SEED = "0"
+KV_EVENTS_CONFIG = json.dumps(
+    {
+        "enable_kv_cache_events": True,
+        "publisher": "zmq",
+        "endpoint": f"tcp://*:{KV_EVENTS_PORT}",
+        "topic": "kv-events",
+    },
+    separators=(",", ":"),
+)
 SERVICE_ACCOUNT = "vllm"
 HF_TOKEN_DIR = "/var/run/secrets/huggingface"
 #: kube-prometheus-stack's Prometheus, installed by gitops/bootstrap with release name
@@ -85,7 +101,8 @@ def vllm_args(server: ModelServerSpec) -> list[str]:
         # Weights streamed straight from S3 (vLLM's Run:ai model streamer).
         args += ["--load-format", "runai_streamer"]
     if server.enable_prefix_caching:
-        args.append("--enable-prefix-caching")
+        # and publish what the cache holds, for the picker's precise prefix scorer
+        args += ["--enable-prefix-caching", "--kv-events-config", KV_EVENTS_CONFIG]
     if server.max_loras:
         args += ["--enable-lora", "--max-loras", str(server.max_loras)]
         if server.adapters:
@@ -276,6 +293,8 @@ def _pod_spec(
         {"name": "VLLM_NO_USAGE_STATS", "value": "1"},
         {"name": "DO_NOT_TRACK", "value": "1"},
     ]
+    if server.enable_prefix_caching:  # block hashes the picker can reproduce
+        env.append({"name": "PYTHONHASHSEED", "value": KV_HASH_SEED})
     mounts = [
         {"name": "shm", "mountPath": "/dev/shm"},
         {"name": "models", "mountPath": "/models"},
@@ -330,7 +349,14 @@ def _pod_spec(
                 "command": ["vllm", "serve"],
                 "args": vllm_args(server),
                 "env": env,
-                "ports": [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"}],
+                "ports": [
+                    {"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"},
+                    *(
+                        [{"name": "kv-events", "containerPort": KV_EVENTS_PORT, "protocol": "TCP"}]
+                        if server.enable_prefix_caching
+                        else []
+                    ),
+                ],
                 # Downloading and loading weights takes minutes; up to 30 here.
                 "startupProbe": {
                     **health,

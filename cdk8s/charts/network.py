@@ -16,7 +16,7 @@ from envspec.environment import EnvironmentSpec
 
 from .base import BBR, GATEWAY, PICKER, Wave, labels, manifest
 from .gateway import AUTH, AUTH_PORT, BBR_PORT
-from .model_servers import HTTP_PORT
+from .model_servers import HTTP_PORT, KV_EVENTS_PORT
 from .picker import GRPC_PORT, METRICS_PORT
 
 __all__ = ["NetworkPoliciesChart"]
@@ -53,6 +53,8 @@ class NetworkPoliciesChart(Chart):
                 [
                     {"from": [envoy, picker], "ports": tcp(HTTP_PORT)},
                     {"from": [prometheus], "ports": tcp(HTTP_PORT)},
+                    # the picker's SUB sockets to each pod's KV-event publisher
+                    {"from": [picker], "ports": tcp(KV_EVENTS_PORT)},
                 ],
             ),
             PICKER: (

@@ -212,10 +212,17 @@ class TestModelServers:
             "--gpu-memory-utilization", "0.9",
             "--disable-uvicorn-access-log",
             "--enable-prefix-caching",
+            "--kv-events-config",
+            '{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:5557",'
+            '"topic":"kv-events"}',
             "--enable-lora", "--max-loras", "2",
             "--lora-modules", "sql-lora=Kawon/llama3.1-food-finetune_v14_r8",
             "--enable-auto-tool-choice", "--tool-call-parser", "llama3_json",
         ]  # fmt: skip
+        # vLLM's KV events for the picker's precise prefix scorer: its default port and
+        # hash seed (core/scheduling/plugins/precise_prefix.py), the seed vLLM reads
+        assert {"name": "PYTHONHASHSEED", "value": "0"} in container["env"]
+        assert {"name": "kv-events", "containerPort": 5557, "protocol": "TCP"} in container["ports"]
 
     def test_flags_follow_the_spec(self):
         server = ModelServerSpec(
@@ -224,7 +231,12 @@ class TestModelServers:
         args = vllm_args(server)
         assert args[:3] == ["org/model", "--served-model-name", "org/model"]
         assert args[args.index("--tensor-parallel-size") + 1] == "8"
-        for flag in ("--enable-lora", "--enable-auto-tool-choice", "--enable-prefix-caching"):
+        for flag in (
+            "--enable-lora",
+            "--enable-auto-tool-choice",
+            "--enable-prefix-caching",
+            "--kv-events-config",
+        ):
             assert flag not in args
 
     def test_gpu_scheduling_drain_and_probes(self, synth, dev_env):
@@ -406,6 +418,7 @@ def test_network_policies_let_only_the_gateway_in(synth, dev_env):
     )
     assert sources[1] == {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "igw-picker"}}}
     assert models[0]["ports"] == [{"protocol": "TCP", "port": 8000}]
+    assert models[2] == {"from": [sources[1]], "ports": [{"protocol": "TCP", "port": 5557}]}
     picker = one(docs, "NetworkPolicy", "igw-picker")["spec"]["ingress"]
     assert [s["namespaceSelector"] for s in picker[0]["from"]] == [envoy_ns]
     assert picker[0]["ports"] == [{"protocol": "TCP", "port": 9002}]

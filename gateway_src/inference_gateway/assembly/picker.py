@@ -59,6 +59,7 @@ from inference_gateway.transport.http2_server import (
     Method,
 )
 from inference_gateway.transport.http_settings import server_settings
+from inference_gateway.transport.kv_events_zmq import subscribe_pods
 
 __all__ = [
     "LIVENESS_SERVICE",
@@ -158,7 +159,10 @@ class PickerServer:
         current = getattr(self.director.scheduler, "config", None)
         if current is None or _scheduling(current) != _scheduling(spec):
             self.director.scheduler = Scheduler(
-                spec, count_inflight=True, timer=self.director.series.time_plugin
+                spec,
+                count_inflight=True,
+                timer=self.director.series.time_plugin,
+                kv_index=getattr(self.director.scheduler, "kv_index", None),  # pods' events
             )
         self.store.interval_s = spec.scrape.interval_ms / 1000
         self.store.timeout_s = spec.scrape.timeout_ms / 1000
@@ -389,6 +393,9 @@ def build_picker(
     if endpoint_list:  # a static list: every config reload re-reads its pool selectors
         picker.on_pools = lambda spec: assign_pools(store.endpoints, spec.pools, by_label)
     picker.collaborators.append(_SessionCloser(sessions))
+    picker.collaborators.append(
+        subscribe_pods(metrics.registry, lambda: store.endpoints, lambda: director.scheduler)
+    )
     return picker
 
 

@@ -30,6 +30,7 @@ from inference_gateway.store.ratelimit import SharedLimits
 from inference_gateway.telemetry.emf import EmfEmitter
 from inference_gateway.telemetry.metrics import GatewayMetrics
 from inference_gateway.transport.http1_client import Upstream
+from inference_gateway.transport.kv_events_zmq import subscribe_pods
 
 __all__ = ["RUN_OPTIONS", "WATCHER", "app_runner", "build_gateway", "http_fetch", "upstream_fetch"]
 
@@ -161,6 +162,9 @@ def build_gateway(
     add_status_route(
         app, gateway.director, store, cluster=emf_cluster, hourly_cost_usd=hourly_cost_usd
     )
+    kv_events = subscribe_pods(
+        metrics.registry, lambda: store.endpoints, lambda: gateway.director.scheduler
+    )
     watched = [p for p in (config_path, Path(rewrites) if rewrites else None) if p]
     tasks: list[asyncio.Task[None]] = []
     emitters: list[EmfEmitter] = []
@@ -168,6 +172,7 @@ def build_gateway(
     async def start_scraping(app: web.Application) -> None:
         await store.scrape_once()
         store.start()
+        await kv_events.start()
         gateway.reload(load_state())  # rewrites need the pods' model names
         if watched:
             reload = guard_reload(lambda: gateway.reload(load_state()), metrics)
@@ -190,6 +195,7 @@ def build_gateway(
         for emitter in emitters:
             await emitter.stop()
         await store.stop()
+        await kv_events.stop()
         await scrape_client.close()
         if gateway.director.shared_limits is not None:
             await gateway.director.shared_limits.aclose()

@@ -391,13 +391,16 @@ def default_scheduling() -> tuple[list[PluginSpec], list[SchedulingProfileSpec]]
     """The shipped plugins and the `latency` (chat) and `throughput` (batch) profiles.
 
     `latency` leads with predicted TTFT, which knows each pod's speed, and keeps the
-    upstream scorers beside it; `throughput` packs by queue and KV headroom and cares
+    upstream scorers beside it; its prefix affinity is the precise scorer, which reads
+    the pods' KV events where they publish them and is the approximate (sent-based)
+    scorer where they do not; `throughput` packs by queue and KV headroom and cares
     less about the first token.
     """
     plugins = [
         PluginSpec(type="queue-scorer"),
         PluginSpec(type="kv-cache-utilization-scorer"),
         PluginSpec(type="prefix-cache-scorer"),
+        PluginSpec(type="precise-prefix-cache-scorer"),
         PluginSpec(type="lora-affinity-scorer"),
         PluginSpec(type="running-requests-size-scorer"),
         PluginSpec(type="predicted-ttft-scorer"),
@@ -409,7 +412,7 @@ def default_scheduling() -> tuple[list[PluginSpec], list[SchedulingProfileSpec]]
             name="latency",
             plugins=[
                 ref(plugin_ref="predicted-ttft-scorer", weight=6),
-                ref(plugin_ref="prefix-cache-scorer", weight=1),
+                ref(plugin_ref="precise-prefix-cache-scorer", weight=1),
                 # as strong as the TTFT prediction: an adapter request sent where its
                 # adapter is not loaded waits for a slot, which the prediction cannot see
                 # (lora-mix P99 TTFT 0.14 s at weight 6, 85 s at weight 1)
@@ -444,6 +447,8 @@ SCORER_NAMES: dict[str, str] = {
     "kvCacheUtilization": "kv-cache-utilization-scorer",
     "prefix-cache-scorer": "prefix-cache-scorer",
     "prefixCache": "prefix-cache-scorer",
+    "precise-prefix-cache-scorer": "precise-prefix-cache-scorer",
+    "precisePrefixCache": "precise-prefix-cache-scorer",
     "lora-affinity-scorer": "lora-affinity-scorer",
     "loraAffinity": "lora-affinity-scorer",
     "running-requests-size-scorer": "running-requests-size-scorer",

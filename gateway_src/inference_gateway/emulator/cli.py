@@ -1,6 +1,8 @@
 """`igw emulate`: one emulated vLLM pod, or a whole fleet from a YAML file, in one process.
 
     igw emulate --gpu H100 --model llama-3.1-8b --port 8001 [--max-loras N --adapters a,b]
+        [--kv-events-config '{"enable_kv_cache_events": true, "publisher": "zmq",
+                              "endpoint": "tcp://*:5557", "topic": "kv-events"}']
     igw emulate --fleet FLEET.yaml [--write-endpoints ENDPOINTS.yaml]
 
 Bad input (unknown GPU or model, a malformed fleet file) raises `ConfigError` before any
@@ -21,6 +23,7 @@ from typing import Any
 import orjson
 
 from inference_gateway.emulator.fleet import EmulatedFleet, FleetSpec, load_fleet, parse_fleet
+from inference_gateway.emulator.kv_publisher import parse_kv_events_config
 from inference_gateway.errors import ConfigError
 
 __all__ = ["build_spec", "register", "run"]
@@ -49,6 +52,13 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--max-num-seqs", type=int, default=None)
     parser.add_argument("--max-num-batched-tokens", type=int, default=None)
     parser.add_argument("--served-model-name", default=None)
+    parser.add_argument(
+        "--kv-events-config",
+        default=None,
+        metavar="JSON",
+        help="vLLM's KV-events config (publish BlockStored/BlockRemoved over ZMQ); "
+        "in a fleet file, the key kv_events_config",
+    )
     for flag, text in (
         ("--tool-call-miss-rate", "fraction of tool requests answered without a call"),
         ("--tool-call-error-rate", "fraction of tool calls answered with a wrong value"),
@@ -80,6 +90,7 @@ def build_spec(args: argparse.Namespace) -> tuple[FleetSpec, str]:
         "--max-num-seqs": args.max_num_seqs,
         "--max-num-batched-tokens": args.max_num_batched_tokens,
         "--served-model-name": args.served_model_name,
+        "--kv-events-config": args.kv_events_config,
         "--tool-call-miss-rate": args.tool_call_miss_rate,
         "--tool-call-error-rate": args.tool_call_error_rate,
         "--temperature0-jitter": args.temperature0_jitter,
@@ -107,6 +118,9 @@ def build_spec(args: argparse.Namespace) -> tuple[FleetSpec, str]:
         "max_num_seqs": args.max_num_seqs,
         "max_num_batched_tokens": args.max_num_batched_tokens,
         "served_model_name": args.served_model_name,
+        "kv_events_config": (
+            parse_kv_events_config(args.kv_events_config) if args.kv_events_config else None
+        ),
         "behavior": {
             key: value
             for key, value in (

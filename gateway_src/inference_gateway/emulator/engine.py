@@ -40,7 +40,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from inference_gateway.emulator.kvcache import BlockPool
+from inference_gateway.emulator.kvcache import BlockPool, KVEventSink
 from inference_gateway.emulator.profiles import BLOCK_SIZE, PodProfile
 
 __all__ = ["Engine", "EngineListener", "EngineRequest", "EngineSnapshot"]
@@ -123,10 +123,11 @@ class Engine:
         prefix_caching: bool = True,
         max_segment_s: float | None = None,
         report_progress: bool = False,
+        kv_sink: KVEventSink | None = None,
     ) -> None:
         self.profile = profile
         self.listener = listener
-        self.pool = BlockPool(profile.num_gpu_blocks, prefix_caching=prefix_caching)
+        self.pool = BlockPool(profile.num_gpu_blocks, prefix_caching=prefix_caching, sink=kv_sink)
         self.max_segment_s = max_segment_s
         self.report_progress = report_progress
         self.waiting: deque[EngineRequest] = deque()

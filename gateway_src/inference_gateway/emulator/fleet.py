@@ -37,6 +37,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from inference_gateway.config.spec import format_validation_error, read_yaml
 from inference_gateway.emulator.behaviors import PodBehavior
+from inference_gateway.emulator.kv_publisher import (
+    KVEventsConfig,
+    offset_endpoint,
+    subscriber_address,
+)
 from inference_gateway.emulator.kvtransfer import KVTransferConfig
 from inference_gateway.emulator.profiles import PodProfile, pod_profile
 from inference_gateway.emulator.server import EmulatedPod
@@ -54,6 +59,7 @@ __all__ = [
 
 POOL_LABEL = "igw.dev/pool"
 GPU_LABEL = "igw.dev/gpu"
+KV_EVENTS_LABEL = "igw.dev/kv-events"  # where the pod publishes (the picker subscribes)
 MODEL_LABEL = "igw.dev/model"
 
 
@@ -75,6 +81,14 @@ class PodGroupSpec(BaseModel):
     served_model_name: str | None = None
     hourly_usd: float | None = Field(default=None, ge=0)
     labels: dict[str, str] = Field(default_factory=dict)
+    kv_events_config: KVEventsConfig | None = Field(
+        default=None,
+        description="vLLM's --kv-events-config object; replica i publishes on the "
+        "endpoint's port + i (vLLM's per-rank offset).",
+    )
+    hash_seed: str | None = Field(
+        default=None, description="vLLM's PYTHONHASHSEED for block hashes (default: the env's)."
+    )
     kv_transfer_config: KVTransferConfig | None = Field(
         default=None,
         description="vLLM's --kv-transfer-config (disaggregated prefill/decode); each "
@@ -182,6 +196,18 @@ class EmulatedFleet:
             }
             for replica in range(group.replicas):
                 name = group.name if group.replicas == 1 else f"{group.name}-{replica}"
+                events = group.kv_events_config
+                pod_labels = labels
+                if events is not None and events.publishes:
+                    events = events.model_copy(
+                        update={
+                            "endpoint": offset_endpoint(events.endpoint, replica),
+                            "replay_endpoint": offset_endpoint(events.replay_endpoint, replica),
+                        }
+                    )
+                    address = subscriber_address(events.endpoint, self.spec.host)
+                    if address:
+                        pod_labels = {**labels, KV_EVENTS_LABEL: address}
                 self.pods[name] = EmulatedPod(
                     name,
                     profile,
@@ -189,8 +215,10 @@ class EmulatedFleet:
                     adapters=group.adapters,
                     host=self.spec.host,
                     port=port,
-                    labels=labels,
+                    labels=pod_labels,
                     behavior=group.behavior,
+                    kv_events=events,
+                    hash_seed=group.hash_seed,
                     kv_transfer=_replica_kv_transfer(group, replica),
                 )
                 if port:

@@ -9,19 +9,33 @@ their prefill. Blocks for unique prompt tails and generated tokens are "private"
 never hit, so they are only counted.
 
 Invariant (tested): `used <= num_blocks` at every step.
+
+An optional `sink` hears what vLLM's KV events report: a hashed block entering the
+cache (`stored`, in chain order) and a cached block evicted (`removed`). The live
+emulator publishes them over ZMQ (`kv_publisher`); the simulator feeds them to the
+picker's index on its virtual clock.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
+from typing import Protocol
 
-__all__ = ["BlockPool"]
+__all__ = ["BlockPool", "KVEventSink"]
+
+
+class KVEventSink(Protocol):
+    def stored(self, hashes: list[Hashable]) -> None: ...
+    def removed(self, hashes: list[Hashable]) -> None: ...
 
 
 class BlockPool:
-    def __init__(self, num_blocks: int, *, prefix_caching: bool = True) -> None:
+    def __init__(
+        self, num_blocks: int, *, prefix_caching: bool = True, sink: KVEventSink | None = None
+    ) -> None:
         self.num_blocks = num_blocks
+        self.sink = sink
         self.prefix_caching = prefix_caching
         self.used = 0  # blocks referenced by at least one running request
         self._refs: dict[Hashable, int] = {}  # hashed blocks in use → reference count
@@ -71,7 +85,8 @@ class BlockPool:
             self.used += need
             self._evict_to_fit()
             return True
-        refs, cached = self._refs, self._cached
+        refs, cached, sink = self._refs, self._cached, self.sink
+        new: list[Hashable] = []
         for h in hashes:
             count = refs.get(h)
             if count is not None:
@@ -79,9 +94,13 @@ class BlockPool:
                 continue
             if h in cached:
                 del cached[h]
+            elif sink is not None:
+                new.append(h)
             refs[h] = 1
             self.used += 1
         self.used += private
+        if new and sink is not None:
+            sink.stored(new)
         if cached:
             self._evict_to_fit()
         return True
@@ -114,5 +133,8 @@ class BlockPool:
 
     def _evict_to_fit(self) -> None:
         cached = self._cached
+        gone: list[Hashable] = []
         while cached and self.used + len(cached) > self.num_blocks:
-            cached.popitem(last=False)
+            gone.append(cached.popitem(last=False)[0])
+        if gone and self.sink is not None:
+            self.sink.removed(gone)

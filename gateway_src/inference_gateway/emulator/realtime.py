@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass
 
 from inference_gateway.emulator.engine import Engine, EngineListener, EngineRequest
+from inference_gateway.emulator.kvcache import KVEventSink
 from inference_gateway.emulator.profiles import PodProfile
 from inference_gateway.errors import InferenceGatewayError
 
@@ -56,9 +57,14 @@ class RealtimeDriver:
         *,
         observer: EngineListener | None = None,
         max_segment_s: float = DEFAULT_SEGMENT_S,
+        kv_sink: KVEventSink | None = None,
     ) -> None:
         self.engine = Engine(
-            profile, listener=self, max_segment_s=max_segment_s, report_progress=True
+            profile,
+            listener=self,
+            max_segment_s=max_segment_s,
+            report_progress=True,
+            kv_sink=kv_sink,
         )
         self.observer = observer
         self._loop = asyncio.get_running_loop()

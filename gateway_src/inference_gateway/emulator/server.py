@@ -11,13 +11,15 @@ Shapes follow vLLM's OpenAI server where a client or router can see them:
   a request without `model` uses the base model, as vLLM does;
 * `GET /v1/models` lists the base model and each adapter with `parent` set to the base.
 
-Token counts, prefix hashes and output text come from `tokens.py`. One deliberate
-simplification: `n` must be 1. A client that disconnects aborts its request, as vLLM
-does (its OpenAI server aborts the engine request when the connection closes, streaming
-or not): the engine drops it at once, so its KV blocks and batch slot free, the running
-count falls, and it is counted with `finished_reason="abort"`. A stream notices at its
-next write, within one engine step; a plain request through aiohttp's handler
-cancellation.
+Token counts and output text come from `tokens.py`; prefix-cache blocks are hashed from
+token ids as vLLM hashes them (`scheduling.block_hashing`, seeded like vLLM from
+`PYTHONHASHSEED` unless the pod is given `hash_seed`), and with `kv_events` the pod
+publishes vLLM's KV events (`kv_publisher`). One deliberate simplification: `n` must be
+1. A client that disconnects aborts its request, as vLLM does (its OpenAI server aborts
+the engine request when the connection closes, streaming or not): the engine drops it at
+once, so its KV blocks and batch slot free, the running count falls, and it is counted
+with `finished_reason="abort"`. A stream notices at its next write, within one engine
+step; a plain request through aiohttp's handler cancellation.
 
 With vLLM's `--kv-transfer-config` (NixlConnector) a request's `kv_transfer_params` make
 it the prefill or the decode leg of disaggregated serving (`kvtransfer.py`, `disagg.py`).
@@ -39,9 +41,17 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from inference_gateway.core.scheduling.block_hashing import (
+    block_hashes,
+    none_hash,
+    seed_from_env,
+    to_external,
+)
+from inference_gateway.core.scheduling.prompt_tokens import text_ids
 from inference_gateway.emulator.behaviors import Jitter, PodBehavior, ToolCall, decide_tool_call
 from inference_gateway.emulator.disagg import Disaggregation
 from inference_gateway.emulator.engine import EngineRequest
+from inference_gateway.emulator.kv_publisher import KVEventsConfig, ZmqKVPublisher
 from inference_gateway.emulator.kvtransfer import (
     READ_PATH,
     KVTransferConfig,
@@ -53,7 +63,6 @@ from inference_gateway.emulator.metrics_text import PodMetrics
 from inference_gateway.emulator.profiles import BLOCK_SIZE, PodProfile
 from inference_gateway.emulator.realtime import PodStoppedError, RealtimeDriver
 from inference_gateway.emulator.tokens import (
-    block_hashes,
     count_tokens,
     default_output_tokens,
     filler_text,
@@ -104,6 +113,8 @@ class PodApp:
         served_model_name: str,
         adapters: Sequence[str],
         behavior: PodBehavior | None = None,
+        kv_events: KVEventsConfig | None = None,
+        hash_seed: str | None = None,
         kv_transfer: KVTransferConfig | None = None,
     ) -> None:
         if adapters and not profile.max_loras:
@@ -133,10 +144,36 @@ class PodApp:
                 "swap_space_bytes": "0",
             },
         )
-        self.driver = RealtimeDriver(profile, observer=self.metrics)
+        # vLLM: sha256(PYTHONHASHSEED) when set; newer releases derive it from a fixed
+        # default for sha256, so processes agree unconfigured: "0" here (the scorer's default)
+        self._hash_root = none_hash(hash_seed if hash_seed is not None else seed_from_env() or "0")
+        self.publisher: ZmqKVPublisher | None = None
+        if kv_events is not None and kv_events.publishes:
+            self.publisher = ZmqKVPublisher(
+                kv_events, block_size=BLOCK_SIZE, capacity_blocks=profile.num_gpu_blocks
+            )
+        self.driver = RealtimeDriver(profile, observer=self.metrics, kv_sink=self.publisher)
         self._ids = itertools.count(1)
         # vLLM's --kv-transfer-config: prefill and decode legs of disaggregated serving
         self.disagg = Disaggregation(kv_transfer, profile, self.driver) if kv_transfer else None
+
+    def close(self) -> None:
+        """Stop the engine and the event publisher (a stopped pod's state is gone)."""
+        self.driver.close()
+        if self.publisher is not None:
+            self.publisher.close()
+
+    def _block_hashes(self, text: str, adapter: str | None) -> list[int]:
+        """vLLM's block hashes of the prompt (the adapter's name in every block's key)."""
+        ids = text_ids(text)
+        extra = (adapter,) if adapter else None
+        hashes = [
+            to_external(h)
+            for h in block_hashes(ids, self._hash_root, block_size=BLOCK_SIZE, extra_keys=extra)
+        ]
+        if self.publisher is not None:
+            self.publisher.register(hashes, ids)
+        return hashes
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY_BYTES)
@@ -209,7 +246,7 @@ class PodApp:
             output_tokens = min(count_tokens(tool_call.arguments), max_tokens or limit)
         else:
             output_tokens = max_tokens or min(default_output_tokens(seed), limit - prompt_tokens)
-        hashes = block_hashes(model, text)
+        hashes = self._block_hashes(text, adapter)
         pinned: Sequence[Hashable] = ()
         if remote is not None and self.disagg is not None:  # a decode leg: read the KV first
             async with self.disagg.session() as session:
@@ -480,12 +517,16 @@ class EmulatedPod:
         port: int = 0,
         labels: dict[str, str] | None = None,
         behavior: PodBehavior | None = None,
+        kv_events: KVEventsConfig | None = None,
+        hash_seed: str | None = None,
         kv_transfer: KVTransferConfig | None = None,
     ) -> None:
         self.name = name
         self.kv_transfer = kv_transfer
         self.profile = profile
         self.behavior = behavior
+        self.kv_events = kv_events
+        self.hash_seed = hash_seed
         self.served_model_name = served_model_name or profile.model.name
         self.adapters = tuple(adapters)
         self.host = host
@@ -510,6 +551,8 @@ class EmulatedPod:
             served_model_name=self.served_model_name,
             adapters=self.adapters,
             behavior=self.behavior,
+            kv_events=self.kv_events,
+            hash_seed=self.hash_seed,
             kv_transfer=self.kv_transfer,
         )
         runner = web.AppRunner(
@@ -524,7 +567,7 @@ class EmulatedPod:
         try:
             await site.start()
         except BaseException:
-            pod_app.driver.close()
+            pod_app.close()
             await runner.cleanup()
             raise
         if self.port == 0:
@@ -538,6 +581,6 @@ class EmulatedPod:
         if self._runner is None:
             return
         assert self.pod_app is not None
-        self.pod_app.driver.close()
+        self.pod_app.close()
         runner, self._runner, self.pod_app = self._runner, None, None
         await runner.cleanup()

@@ -5,15 +5,15 @@ There is no real tokenizer here, so one documented deterministic rule stands in 
 * **One token is 4 bytes of UTF-8 text** (the last token may be shorter):
   `prompt_tokens = ceil(len(text.encode()) / 4)`, at least 1. English BPE tokenizers
   average about 4 characters per token, so counts land near the real ones.
-* **Prefix blocks** are 16 tokens = 64 bytes, as vLLM's block size. Each full block is
-  hashed with xxhash64 seeded with the previous block's hash, the chain seeded with
-  `xxh64(model name)`. This is the same rule as the picker's approximate prefix index
-  (`scheduling.plugins.prefix.prompt_block_hashes`), so a router that hashes the same
-  text predicts this pod's cache exactly; the model name is the requested one, so an
-  adapter never shares cache blocks with its base model (vLLM keys blocks by LoRA too).
+* **Prefix blocks** are 16 tokens, as vLLM's block size, hashed from token ids as vLLM
+  hashes them (`scheduling.block_hashing`); the token ids are the 4-byte chunks read
+  big-endian (`scheduling.prompt_tokens.text_ids`), so a picker that tokenizes with the
+  same rule (`EmulatorTokenizer`) predicts this pod's cache exactly; an adapter's name
+  is in every block's key, so it never shares cache blocks with its base model.
 * **Chat template**: each message becomes `<|role|>\\n{content}\\n`, then `<|assistant|>\\n`
-  is appended (a generation prompt). Messages are rendered in order, so requests that
-  share a system prompt share a token prefix and hit the prefix cache.
+  is appended (a generation prompt), in `scheduling.prompt_tokens.render_chat` (the
+  picker renders with the same function). Messages are rendered in order, so requests
+  that share a system prompt share a token prefix and hit the prefix cache.
 * **Output** is filler: each output token is one space and a three-letter word from a
   fixed list (exactly 4 bytes, so re-tokenizing the output by the rule above gives back
   its token count), cycled from a seed derived from the prompt. Length is `max_tokens`
@@ -23,17 +23,15 @@ There is no real tokenizer here, so one documented deterministic rule stands in 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
-
 import xxhash
+
+from inference_gateway.core.scheduling.prompt_tokens import render_chat
 
 __all__ = [
     "BLOCK_BYTES",
     "BYTES_PER_TOKEN",
     "DEFAULT_OUTPUT_RANGE",
     "WORDS",
-    "block_hashes",
     "count_tokens",
     "default_output_tokens",
     "filler_text",
@@ -62,48 +60,6 @@ def count_tokens(text: str | bytes) -> int:
     """Prompt tokens of `text` by the 4-bytes-per-token rule (at least 1)."""
     data = text.encode() if isinstance(text, str) else text
     return max(1, -(-len(data) // BYTES_PER_TOKEN))
-
-
-def block_hashes(model: str, text: str | bytes) -> list[int]:
-    """Chained xxhash64 of each full 64-byte (16-token) block, seeded with the model name."""
-    data = text.encode() if isinstance(text, str) else text
-    previous = xxhash.xxh64_intdigest(model.encode())
-    out = []
-    for start in range(0, len(data) - BLOCK_BYTES + 1, BLOCK_BYTES):
-        previous = xxhash.xxh64_intdigest(data[start : start + BLOCK_BYTES], seed=previous)
-        out.append(previous)
-    return out
-
-
-def _content_text(content: Any) -> str:
-    """A message's content: a string, or OpenAI content parts of which the text counts."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, Sequence):
-        parts = []
-        for part in content:
-            if not isinstance(part, Mapping):
-                raise ValueError("content parts must be objects")
-            if part.get("type") == "text":
-                parts.append(str(part.get("text", "")))
-        return "".join(parts)
-    raise ValueError("content must be a string or a list of content parts")
-
-
-def render_chat(messages: Sequence[Mapping[str, Any]]) -> str:
-    """Render messages with the chat template of the module docstring (prefix-stable)."""
-    out = []
-    for message in messages:
-        if not isinstance(message, Mapping):
-            raise ValueError("each message must be an object")
-        role = message.get("role")
-        if not isinstance(role, str) or not role:
-            raise ValueError("each message needs a string 'role'")
-        out.append(f"<|{role}|>\n{_content_text(message.get('content'))}\n")
-    out.append("<|assistant|>\n")
-    return "".join(out)
 
 
 def prompt_seed(text: str | bytes) -> int:

@@ -17,14 +17,15 @@ from typing import Any
 from inference_gateway.emulator.engine import EngineRequest
 from inference_gateway.sim.admission import DEFERRED
 from inference_gateway.sim.fleet import SimPod, build_fleet, scrape
+from inference_gateway.sim.kv_feed import FleetKVFeed, SimClock
 from inference_gateway.sim.metrics import Observer
 from inference_gateway.sim.policies import Policy, make_policy
 from inference_gateway.sim.scenario import Scenario
-from inference_gateway.sim.workload import SimRequest, generate, prefix_block_ids
+from inference_gateway.sim.workload import Sessions, SimRequest, generate, shared_blocks
 
 __all__ = ["EventHeap", "run_policy"]
 
-ENGINE, SCRAPE, ARRIVAL = 0, 1, 2
+ENGINE, SCRAPE, ARRIVAL, FOLLOW_UP = 0, 1, 2, 3
 DRAIN_FACTOR = 4.0  # stop waiting for stragglers after this many scenario durations
 
 
@@ -55,6 +56,7 @@ class _Listener:
     def __init__(self, observer: Observer) -> None:
         self.observer = observer
         self.policy: Policy | None = None
+        self.follow_up: Callable[[SimRequest, float], None] | None = None
 
     def on_first_token(self, request: EngineRequest, time: float) -> None:
         sim, pod = request.tag
@@ -69,6 +71,8 @@ class _Listener:
             sim.t, request.first_token_time, time, request.output_tokens, sim.priority
         )
         self.policy.on_finished(sim, pod, time)
+        if sim.session >= 0 and self.follow_up is not None:
+            self.follow_up(sim, time)
 
     def on_step(self, time: float) -> None:
         return None
@@ -84,12 +88,17 @@ def run_policy(
     """Simulate the scenario under one policy and return its report."""
     observer = Observer()
     listener = _Listener(observer)
-    pods = build_fleet(scenario.fleet, listener)
+    clock = SimClock()
+    kv_feed = FleetKVFeed(clock)
+    pods = build_fleet(scenario.fleet, listener, kv_feed)
     policy = make_policy(policy_name, pods, scenario.seed)
     listener.policy = policy
     events = EventHeap()
     push = events.push
-    arrivals = generate(scenario.workload, scenario.duration_s, scenario.seed, capacity_rps)
+    sessions: list[Sessions] = []
+    arrivals = generate(
+        scenario.workload, scenario.duration_s, scenario.seed, capacity_rps, sessions
+    )
     first = next(arrivals, None)
     if first is not None:
         push(first.t, ARRIVAL, first)
@@ -103,17 +112,23 @@ def run_policy(
 
     drain = getattr(policy, "drain", None)
 
+    def follow_up(request: SimRequest, t: float) -> None:
+        """A conversation's next turn, `think_time` after this answer finished."""
+        nxt = sessions[0].next_turn(request, t)
+        if nxt is not None and nxt.t < scenario.duration_s:
+            push(nxt.t, FOLLOW_UP, nxt)
+
+    listener.follow_up = follow_up if sessions else None
+
     def dispatch(request: SimRequest, pod: SimPod | None, t: float) -> None:
         if pod is DEFERRED:
             return
         if pod is None:
             observer.on_rejected(request.priority)
+            if request.session >= 0 and sessions:
+                sessions[0].end(request)
             return
-        hashes = (
-            prefix_block_ids(request.prefix_group, request.prefix_tokens)
-            if request.prefix_group is not None
-            else ()
-        )
+        hashes = shared_blocks(request)
         engine_request = EngineRequest(
             request.request_id,
             request.prompt_tokens,
@@ -139,11 +154,16 @@ def run_policy(
         if busy is not None and busy != before:
             push(busy, ENGINE, pod)
 
+    pump = kv_feed.pump
     while events:
         t, kind, payload = events.pop()
         if t > deadline:
             break
-        if kind == ENGINE:
+        clock.now = t
+        pump(t)
+        if kind == FOLLOW_UP:
+            dispatch(payload, policy.route(payload, t), t)
+        elif kind == ENGINE:
             engine = payload.engine
             if engine.busy_until != t:
                 continue  # superseded by a cut segment

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from inference_gateway.core.scheduling.types import Endpoint, PodMetrics
 from inference_gateway.emulator.engine import Engine, EngineListener
 from inference_gateway.emulator.profiles import PodProfile, pod_profile
+from inference_gateway.sim.kv_feed import FleetKVFeed
 from inference_gateway.sim.scenario import PoolSpec
 
 __all__ = ["SimPod", "build_fleet", "pool_profile", "scrape"]
@@ -19,6 +20,7 @@ class SimPod:
     profile: PodProfile
     engine: Engine
     endpoint: Endpoint
+    kv_feed: FleetKVFeed | None = None  # the pods' KV events, for subscribing pickers
 
 
 def pool_profile(pool: PoolSpec) -> PodProfile:
@@ -27,7 +29,9 @@ def pool_profile(pool: PoolSpec) -> PodProfile:
     )
 
 
-def build_fleet(pools: list[PoolSpec], listener: EngineListener) -> list[SimPod]:
+def build_fleet(
+    pools: list[PoolSpec], listener: EngineListener, kv_feed: FleetKVFeed | None = None
+) -> list[SimPod]:
     pods: list[SimPod] = []
     for pool in pools:
         profile = pool_profile(pool)
@@ -43,7 +47,9 @@ def build_fleet(pools: list[PoolSpec], listener: EngineListener) -> list[SimPod]
                 models=models,
                 index=i,
             )
-            pods.append(SimPod(i, pool, profile, Engine(profile, listener=listener), endpoint))
+            sink = kv_feed.sink(endpoint.name) if kv_feed is not None else None
+            engine = Engine(profile, listener=listener, kv_sink=sink)
+            pods.append(SimPod(i, pool, profile, engine, endpoint, kv_feed))
     return pods
 
 

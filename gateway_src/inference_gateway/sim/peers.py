@@ -10,6 +10,10 @@ token- and character-based trees, and a pair of blocks (128 characters ≈ 32 to
 inserted as units: they could never match anything, so they change no decision (their
 only effect upstream is on tree size, which matters only to eviction; see each class).
 
+Conversation turns (`workload.Sessions`) carry their own shareable block ids (the system
+prompt's, then the session's): the trees key units by those ids, so a turn matches the
+previous turn's prompt wherever the peer sent it, as the real trees match the text.
+
 Peers see only what their real counterparts see: their own in-flight counts and request
 rates (all three), and for Dynamo the engines' KV events, i.e. the pod's real cached
 blocks (read from the engine pool: events are pushed per block, so the router's index
@@ -23,7 +27,12 @@ import random
 from collections import deque
 
 from inference_gateway.sim.fleet import SimPod
-from inference_gateway.sim.workload import BLOCK_TOKENS, SimRequest, prefix_block_ids
+from inference_gateway.sim.workload import (
+    BLOCK_TOKENS,
+    SimRequest,
+    prefix_block_ids,
+    shared_blocks,
+)
 
 __all__ = ["DynamoKV", "ProductionStackPrefixAware", "SGLangCacheAware"]
 
@@ -83,17 +92,17 @@ class ProductionStackPrefixAware(_Peer):
 
     def __init__(self, name: str, pods: list[SimPod], seed: int) -> None:
         super().__init__(name, pods, seed)
-        self.holders: dict[tuple[int, int], set[int]] = {}  # (group, chunk) → pod indices
+        self.holders: dict[int, set[int]] = {}  # chunk (its last block id) → pod indices
         self.arrivals: list[deque[float]] = [deque() for _ in pods]
         self.seen: set[int] = set()  # pods that have recorded any request
 
-    def chunks(self, request: SimRequest) -> list[tuple[int, int]]:
+    def chunks(self, request: SimRequest) -> list[int]:
         """Trie path of the request's fully shared chunks (the chunk that straddles the
-        end of the system prompt holds tail characters, so it is unique)."""
-        if request.prefix_group is None:
-            return []
-        per_chunk = self.chunk_chars // CHARS_PER_TOKEN
-        return [(request.prefix_group, i) for i in range(request.prefix_tokens // per_chunk)]
+        end of the shared blocks holds tail characters, so it is unique), each named by
+        its last block id (ids are chained: one names its whole prefix)."""
+        ids = shared_blocks(request)
+        per_chunk = self.chunk_chars // CHARS_PER_TOKEN // BLOCK_TOKENS  # blocks per chunk
+        return [ids[(i + 1) * per_chunk - 1] for i in range(len(ids) // per_chunk)]
 
     def qps(self, pod: SimPod, now: float) -> float:
         window = self.arrivals[pod.index]
@@ -152,9 +161,9 @@ class SGLangCacheAware(_Peer):
       smallest tree, which is the least-loaded one in a steady state).
     * Insert the prompt for the chosen worker.
 
-    Adaptation: the matched characters of a request are its system prompt's when the
-    worker holds that group (4 characters per token cancel in the ratio), so match rate =
-    prefix tokens / prompt tokens. The deepest node's tenant is taken from an unordered
+    Adaptation: the matched characters of a request are its leading shared blocks that
+    the tree holds (4 characters per token cancel in the ratio), so match rate = matched
+    blocks × 16 / prompt tokens. The deepest node's tenant is taken from an unordered
     map upstream; we draw uniformly (seeded) among the workers holding it. LRU eviction
     (every `eviction_interval` 60 s down to `max_tree_size`) trims cold leaves first; hot
     system prompts are touched on every request and survive it, so it is not modelled.
@@ -171,7 +180,7 @@ class SGLangCacheAware(_Peer):
     def __init__(self, name: str, pods: list[SimPod], seed: int) -> None:
         super().__init__(name, pods, seed)
         self.load = [0] * len(pods)
-        self.tenants: dict[int, set[int]] = {}  # prefix group → pods holding it
+        self.tenants: dict[int, set[int]] = {}  # tree node (block id) → pods holding it
 
     def imbalanced(self) -> bool:
         high, low = max(self.load), min(self.load)
@@ -181,13 +190,19 @@ class SGLangCacheAware(_Peer):
         return min(pods, key=lambda p: self.load[p.index])
 
     def match_rate(self, request: SimRequest, pods: list[SimPod]) -> tuple[float, list[SimPod]]:
-        if request.prefix_group is None:
+        """Walk the tree: the deepest node some candidate holds, and its holders."""
+        allowed = {p.index for p in pods}
+        matched, holders = 0, set()
+        for i, block in enumerate(shared_blocks(request)):
+            here = self.tenants.get(block)
+            found = here & allowed if here else set()
+            if not found:
+                break
+            matched, holders = i + 1, found
+        if not matched:
             return 0.0, []
-        holders = self.tenants.get(request.prefix_group, set())
         owners = [p for p in pods if p.index in holders]
-        if not owners:
-            return 0.0, []
-        return request.prefix_tokens / request.prompt_tokens, owners
+        return matched * BLOCK_TOKENS / request.prompt_tokens, owners
 
     def route(self, request: SimRequest, now: float) -> SimPod | None:
         pods = self.candidates(request)
@@ -201,8 +216,8 @@ class SGLangCacheAware(_Peer):
                 pod = owners[self.random.randrange(len(owners))]
             else:
                 pod = self.least_loaded(pods)
-        if request.prefix_group is not None:
-            self.tenants.setdefault(request.prefix_group, set()).add(pod.index)
+        for block in shared_blocks(request):
+            self.tenants.setdefault(block, set()).add(pod.index)
         self.load[pod.index] += 1
         return pod
 
@@ -247,6 +262,8 @@ class DynamoKV(_Peer):
     def _blocks(self, request: SimRequest) -> tuple[tuple[int, ...], int]:
         """The request's shared block ids and its count of unshared blocks."""
         total = -(-request.prompt_tokens // self.block_size)
+        if request.block_ids:  # a conversation turn: its blocks are its session's alone
+            return request.block_ids, total
         if request.prefix_group is None:
             return (), total
         ids = prefix_block_ids(request.prefix_group, request.prefix_tokens)
@@ -261,7 +278,7 @@ class DynamoKV(_Peer):
         prefill_blocks = (self.prefill_tokens[i] + new_tokens) / self.block_size
         decode = self.unique_blocks[i] + unique + sum(self.group_blocks[g] for g in self.shared[i])
         group = request.prefix_group
-        if shared_ids and group not in self.shared[i]:
+        if shared_ids and not request.block_ids and group not in self.shared[i]:
             decode += len(shared_ids)
         return self.overlap_score_weight * prefill_blocks + decode, new_tokens
 
@@ -282,7 +299,9 @@ class DynamoKV(_Peer):
         i = pod.index
         self.prefill_tokens[i] += new_tokens
         self.unique_blocks[i] += unique
-        group = request.prefix_group if shared_ids and request.prefix_group is not None else -1
+        group = -1  # a conversation turn's blocks are its session's alone
+        if shared_ids and not request.block_ids and request.prefix_group is not None:
+            group = request.prefix_group
         if group >= 0:
             self.group_blocks[group] = len(shared_ids)
             self.shared[i][group] = self.shared[i].get(group, 0) + 1

@@ -20,10 +20,11 @@ from inference_gateway.config.spec import (
     SchedulingProfileSpec,
 )
 from inference_gateway.core.scheduling import LLMRequest, Scheduler
+from inference_gateway.core.scheduling.kv_index import KVBlockIndex
 from inference_gateway.errors import ConfigError, NoEndpointError
 from inference_gateway.sim.admission import AdmissionPolicy
 from inference_gateway.sim.fleet import SimPod
-from inference_gateway.sim.workload import SimRequest, prefix_block_ids
+from inference_gateway.sim.workload import SimRequest, shared_blocks
 
 __all__ = ["POLICIES", "Policy", "make_policy"]
 
@@ -114,11 +115,7 @@ class Oracle(_Baseline):
     @staticmethod
     def predict(pod: SimPod, request: SimRequest, now: float) -> float:
         engine = pod.engine
-        hashes = (
-            prefix_block_ids(request.prefix_group, request.prefix_tokens)
-            if (request.prefix_group is not None)
-            else ()
-        )
+        hashes = shared_blocks(request)
         own = max(1, request.prompt_tokens - 16 * engine.pool.match_prefix(hashes))
         ahead = engine.outstanding_tokens() + own
         n_decode = engine.num_running
@@ -158,6 +155,26 @@ def upstream_default_config() -> GatewayConfigSpec:
     )
 
 
+def approximate_gateway_config() -> GatewayConfigSpec:
+    """The gateway as shipped before KV events: the same profiles, with the approximate
+    (sent-based) prefix scorer where the precise one stands (the comparison of issue 24)."""
+    config = GatewayConfigSpec()
+    profiles = [
+        p.model_copy(
+            update={
+                "plugins": [
+                    r.model_copy(update={"plugin_ref": "prefix-cache-scorer"})
+                    if r.plugin_ref == "precise-prefix-cache-scorer"
+                    else r
+                    for r in p.plugins
+                ]
+            }
+        )
+        for p in config.scheduling_profiles
+    ]
+    return config.model_copy(update={"scheduling_profiles": profiles})
+
+
 class SchedulerPolicy:
     """Runs the gateway's own scheduling code on scraped metrics."""
 
@@ -175,20 +192,27 @@ class SchedulerPolicy:
     ) -> None:
         self.name = name
         self.pods = pods
-        self.scheduler = Scheduler(config, count_inflight=count_inflight, seed=seed)
+        feed = pods[0].kv_feed if pods else None
+        kv_index = KVBlockIndex(clock=feed.clock) if feed is not None else None
+        self.scheduler = Scheduler(
+            config, count_inflight=count_inflight, seed=seed, kv_index=kv_index
+        )
+        if feed is not None and kv_index is not None and self.scheduler.precise is not None:
+            for pod in pods:  # subscribed to every pod's events, as the live picker is
+                feed.subscribe(pod.endpoint.name, kv_index)
+                kv_index.heard(pod.endpoint.name)
         self.endpoints = [p.endpoint for p in pods]
         self.profile = profile
         self._requests: dict[int, LLMRequest] = {}
 
     def route(self, request: SimRequest, now: float) -> SimPod | None:
-        hashes: tuple[int, ...] = ()
-        if request.prefix_group is not None:
-            hashes = prefix_block_ids(request.prefix_group, request.prefix_tokens)
+        hashes = shared_blocks(request)
         llm = LLMRequest(
             request_id=str(request.request_id),
             model=request.adapter or self.pods[0].pool.model,
             prompt_tokens=request.prompt_tokens,
             prefix_hashes=hashes,
+            kv_hashes=hashes,  # no text here: the engine's block ids are the router's too
             adapter=request.adapter,
             band=request.priority,
             profile=self.profile,
@@ -224,6 +248,10 @@ POLICIES: dict[str, PolicyFactory] = {
     ),
     "gateway": lambda name, pods, seed: AdmissionPolicy(
         SchedulerPolicy(name, pods, seed, GatewayConfigSpec(), count_inflight=True),
+        GatewayConfigSpec().flow_control,
+    ),
+    "gateway-approximate": lambda name, pods, seed: AdmissionPolicy(
+        SchedulerPolicy(name, pods, seed, approximate_gateway_config(), count_inflight=True),
         GatewayConfigSpec().flow_control,
     ),
 }

@@ -88,6 +88,26 @@ class SharedPrefixes(_Spec):
     tokens: int = Field(ge=16)
 
 
+class Seconds(_Spec):
+    """A positive duration drawn from a lognormal (median, sigma) in seconds."""
+
+    median: float = Field(gt=0)
+    sigma: float = Field(default=0.0, ge=0)
+
+
+class Conversations(_Spec):
+    """Multi-turn chat sessions: the arrival process starts *sessions*; each turn's prompt
+    is the previous turn's prompt + its answer + a new user message, and the next turn
+    arrives `think_time_s` after the answer finished (closed loop per session). A
+    session's system prompt is one of `shared_prefixes`' groups when that is set (drawn
+    with its `share`), and `prompt_tokens` is the first message's length."""
+
+    turns: Length
+    think_time_s: Seconds
+    message_tokens: Length
+    max_context_tokens: int = Field(default=32_000, ge=64)
+
+
 class Adapters(_Spec):
     share: float = Field(ge=0, le=1)
     names: list[str] = Field(min_length=1)
@@ -105,8 +125,20 @@ class Workload(_Spec):
     prompt_tokens: Length = LogNormal(dist="lognormal", median=800, sigma=0.8)
     output_tokens: Length = LogNormal(dist="lognormal", median=150, sigma=0.6)
     shared_prefixes: SharedPrefixes | None = None
+    conversations: Conversations | None = None
     adapters: Adapters | None = None
     priorities: Priorities | None = None
+
+    @model_validator(mode="after")
+    def _sessions_by_rate(self) -> Workload:
+        if self.conversations is not None and not (
+            isinstance(self.arrival, PoissonArrival) and self.arrival.rate_rps is not None
+        ):
+            raise ValueError(
+                "conversations: start sessions with arrival {kind: poisson, rate_rps: "
+                "SESSIONS_PER_S} (a load fraction would count first turns only)"
+            )
+        return self
 
 
 class Scenario(_Spec):

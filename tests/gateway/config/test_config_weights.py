@@ -61,7 +61,7 @@ def test_unnamed_scorers_keep_their_weight_and_zero_removes_one() -> None:
     got = weights_of(spec)
     assert "kv-cache-utilization-scorer" not in got
     assert got["predicted-ttft-scorer"] == 2
-    assert got["prefix-cache-scorer"] == builtin["prefix-cache-scorer"]
+    assert got["precise-prefix-cache-scorer"] == builtin["precise-prefix-cache-scorer"]
     assert got["lora-affinity-scorer"] == builtin["lora-affinity-scorer"]
     assert spec.profile("latency").plugins[-1].plugin_ref == "max-score-picker"
 
@@ -87,7 +87,7 @@ def test_the_scheduler_scores_with_the_shortcut_weights() -> None:
         Endpoint("busy-queue", "h", 1, metrics=PodMetrics(waiting=8, kv_usage=0.0), stale=False),
         Endpoint("busy-kv", "h", 2, metrics=PodMetrics(waiting=0, kv_usage=0.9), stale=False),
     ]
-    off = {"predictedTtft": 0, "prefixCache": 0, "loraAffinity": 0}
+    off = {"predictedTtft": 0, "precisePrefixCache": 0, "loraAffinity": 0}
     request = LLMRequest("r", "m", prompt_tokens=10)
     by_queue = Scheduler(parse_config({"weights": {**off, "kvCache": 0, "queue": 1}}))
     by_kv = Scheduler(parse_config({"weights": {**off, "kvCache": 1}}))
@@ -119,7 +119,7 @@ def test_weights_survive_a_dump_and_reload() -> None:
             "weights: 'queue' and 'queueDepth' both name queue-scorer; keep one",
         ),
         (
-            {"predictedTtft": 0, "prefixCache": 0, "loraAffinity": 0, "kvCache": 0},
+            {"predictedTtft": 0, "precisePrefixCache": 0, "loraAffinity": 0, "kvCache": 0},
             "weights: every scorer of profile 'latency' is weighted 0",
         ),
     ],

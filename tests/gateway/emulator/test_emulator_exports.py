@@ -7,12 +7,13 @@ import importlib
 import pytest
 
 EXPORTS = {
-    "tokens": {"block_hashes", "count_tokens", "render_chat", "filler_text", "prompt_seed"},
+    "tokens": {"count_tokens", "render_chat", "filler_text", "prompt_seed"},
     "realtime": {"PodStoppedError", "RealtimeDriver", "Ticket"},
     "metrics_text": {"PodMetrics", "TTFT_BUCKETS", "E2E_BUCKETS"},
     "server": {"EmulatedPod", "PodApp"},
     "fleet": {"EmulatedFleet", "Endpoint", "FleetSpec", "PodGroupSpec", "load_fleet"},
     "cli": {"register", "build_spec", "run"},
+    "kv_publisher": {"KVEventsConfig", "ZmqKVPublisher", "parse_kv_events_config"},
 }
 
 

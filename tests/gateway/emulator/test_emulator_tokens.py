@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from inference_gateway.core.scheduling.plugins.prefix import prompt_block_hashes
+from inference_gateway.core.scheduling.block_hashing import block_hashes, none_hash
+from inference_gateway.core.scheduling.prompt_tokens import EmulatorTokenizer, text_ids
 from inference_gateway.emulator import tokens
 
 
@@ -15,12 +16,18 @@ def test_four_bytes_per_token(text: str, expected: int) -> None:
     assert tokens.count_tokens(text) == expected
 
 
-def test_block_hashes_match_the_pickers_prefix_index() -> None:
+def test_token_ids_follow_the_counting_rule_and_the_pickers_tokenizer() -> None:
     text = "You are a helpful assistant. " * 30
-    hashes = tokens.block_hashes("llama-3.1-8b", text)
-    assert len(hashes) == len(text.encode()) // 64
-    assert hashes == prompt_block_hashes("llama-3.1-8b", text)
-    assert hashes != tokens.block_hashes("sql", text)  # adapters never share blocks
+    ids = text_ids(text)
+    assert len(ids) == tokens.count_tokens(text)
+    assert ids[0] == int.from_bytes(b"You ", "big")
+    body = {"messages": [{"role": "user", "content": text}]}
+    assert EmulatorTokenizer().prompt_ids(body) == text_ids(tokens.render_chat(body["messages"]))
+
+
+def hashes(text: str, adapter: str | None = None) -> list[bytes]:
+    extra = (adapter,) if adapter else None
+    return block_hashes(text_ids(text), none_hash("0"), extra_keys=extra)
 
 
 def test_chat_template_keeps_a_shared_system_prompt_a_shared_prefix() -> None:
@@ -31,8 +38,9 @@ def test_chat_template_keeps_a_shared_system_prompt_a_shared_prefix() -> None:
     )
     assert a.startswith("<|system|>\n" + "S" * 640 + "\n<|user|>\n")
     assert a.endswith("<|assistant|>\n") and "second" in b
-    ha, hb = tokens.block_hashes("m", a), tokens.block_hashes("m", b)
+    ha, hb = hashes(a), hashes(b)
     assert ha[:10] == hb[:10]
+    assert hashes(a, "sql")[0] != ha[0]  # adapters never share blocks
     with pytest.raises(ValueError):
         tokens.render_chat([{"content": "no role"}])
 

@@ -73,25 +73,32 @@ def test_prefixaware_pins_a_prefix_to_the_endpoints_that_first_saw_it() -> None:
 # -- SGLang `cache_aware` -------------------------------------------------------------------
 
 
+def hold(router: SGLangCacheAware, group: int, tokens: int, holders: set[int]) -> None:
+    """The tree holds system prompt `group` (its `tokens`) for `holders`."""
+    for block in prefix_block_ids(group, tokens):
+        router.tenants[block] = set(holders)
+
+
 def test_cache_aware_follows_the_tree_above_the_threshold_while_balanced() -> None:
     router = SGLangCacheAware("s", pods(4), 0)
-    router.tenants[2] = {3}
+    hold(router, 2, 1500, {3})
     router.load = [0, 0, 0, 30]  # 30 − 0 ≤ 32: balanced
     # match rate 1500 / 2000 = 0.75 > 0.5: the tree's worker, not the idle ones
     assert router.route(req(0, 2000, group=2, prefix=1500), 0.0).index == 3
     # match rate 400 / 1000 = 0.4 ≤ 0.5: least loaded instead (and now held there too)
     pod = router.route(req(1, 1000, group=2, prefix=400), 0.0)
-    assert pod.index == 0 and router.tenants[2] == {0, 3}
+    assert pod.index == 0 and router.tenants[prefix_block_ids(2, 400)[0]] == {0, 3}
 
 
 def test_cache_aware_balances_when_both_thresholds_are_crossed() -> None:
     router = SGLangCacheAware("s", pods(3), 0)
-    router.tenants[1] = {0}
+    hold(router, 1, 1500, {0})
     router.load = [40, 7, 8]  # 40 − 7 = 33 > 32 and 40 > 1.1 × 7
     assert router.imbalanced()
     assert router.route(req(0, 2000, group=1, prefix=1500), 0.0).index == 1
-    assert router.tenants[1] == {0, 1}  # the balancing pick is inserted into the tree
-    router.tenants[1] = {0}
+    first = prefix_block_ids(1, 1500)[0]
+    assert router.tenants[first] == {0, 1}  # the balancing pick is inserted into the tree
+    hold(router, 1, 1500, {0})
     router.load = [40, 8, 9]  # 40 − 8 = 32: not above the absolute threshold
     assert not router.imbalanced()
     assert router.route(req(1, 2000, group=1, prefix=1500), 0.0).index == 0

@@ -104,7 +104,7 @@ def test_tune_keeps_the_current_weights_as_a_trial_and_ranks_by_p99(
     assert result["profile"] == "latency"
     assert result["current"]["weights"] == {
         "predicted-ttft-scorer": 6,
-        "prefix-cache-scorer": 1,
+        "precise-prefix-cache-scorer": 1,
         "lora-affinity-scorer": 6,
         "kv-cache-utilization-scorer": 1,
     }

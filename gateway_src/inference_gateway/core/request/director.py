@@ -324,6 +324,7 @@ class Director:
             model=route.model,
             prompt_tokens=len(text) // 4 + 1,
             prefix_hashes=prompt_block_hashes(route.model, text),
+            prompt_body=body,  # tokenized by a precise prefix scorer, only if it needs it
             adapter=route.adapter,
             band=band_for(state.config, headers.get(OBJECTIVE_HEADER), route.model),
             profile=headers.get(PROFILE_HEADER) or route.profile,

@@ -23,6 +23,7 @@ from inference_gateway.core.scheduling.plugins import (
     kv_cache,
     lora,
     max_score,
+    precise_prefix,
     predicted_ttft,
     prefix,
     queue,
@@ -129,6 +130,12 @@ register_scorer(kv_cache.TYPE, kv_cache.KVParams, kv_cache.build)
 register_scorer(running.TYPE, running.RunningParams, running.build)
 register_scorer(lora.TYPE, lora.LoraParams, lora.build)
 register_scorer(prefix.TYPE, prefix.PrefixParams, prefix.build, uses_prefix_index=True)
+register_scorer(
+    precise_prefix.TYPE,
+    precise_prefix.PrecisePrefixParams,
+    precise_prefix.build,
+    uses_prefix_index=True,  # its fallback, and the affinity of where prompts were sent
+)
 register_scorer(
     predicted_ttft.TYPE,
     predicted_ttft.PredictedTTFTParams,

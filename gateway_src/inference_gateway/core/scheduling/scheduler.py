@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING, cast
 
 from inference_gateway.core.scheduling.filters import eligible
 from inference_gateway.core.scheduling.gpu_priors import gpu_priors
+from inference_gateway.core.scheduling.kv_index import KVBlockIndex
 from inference_gateway.core.scheduling.plugins.max_score import MaxScorePicker
+from inference_gateway.core.scheduling.plugins.precise_prefix import PrecisePrefixScorer
 from inference_gateway.core.scheduling.plugins.prefix import PrefixIndex
 from inference_gateway.core.scheduling.profile import PluginTimer, SchedulingProfile
 from inference_gateway.core.scheduling.registry import PLUGIN_TYPES, Plugin, build_plugin
@@ -45,10 +47,14 @@ class Scheduler:
         seed: int | None = None,
         priors: dict[str, float] | None = None,
         timer: PluginTimer | None = None,
+        kv_index: KVBlockIndex | None = None,
     ) -> None:
         self.config = config
         self.count_inflight = count_inflight
         self.index = PrefixIndex()
+        # what each pod really caches, from its KV events (fed by the picker's subscriber
+        # or the simulator); used only by a precise-prefix-cache-scorer
+        self.kv_index = kv_index or KVBlockIndex()
         # (request, pod) → (scrape_seq at pick, prefill tokens ahead of it and its own, its own)
         self._sent: dict[tuple[str, str], tuple[int, int, int]] = {}
         self._speed: dict[str, tuple[float, float]] = {}  # pod → decayed Σ ttft, Σ tokens
@@ -59,6 +65,7 @@ class Scheduler:
             seed=seed,
             count_inflight=count_inflight,
             priors=gpu_priors() if priors is None else priors,
+            kv_index=self.kv_index,
         )
         self._types = {spec.instance_name: PLUGIN_TYPES[spec.type] for spec in config.plugins}
         plugins = {
@@ -78,6 +85,21 @@ class Scheduler:
             if name in used and isinstance(plugin, SchedulingObserver)
         ]
         self.uses_prefix = any(self._types[name].uses_prefix_index for name in used)
+        # per profile: the precise scorer that sets the cycle's prefix matches first
+        self._precise = {
+            p.name: next(
+                (
+                    plugin
+                    for r in p.plugins
+                    if isinstance(plugin := plugins[r.plugin_ref], PrecisePrefixScorer)
+                ),
+                None,
+            )
+            for p in config.scheduling_profiles
+        }
+        self.precise: PrecisePrefixScorer | None = next(
+            (s for s in self._precise.values() if s is not None), None
+        )
 
     def _build_profile(
         self,
@@ -114,6 +136,9 @@ class Scheduler:
         if not candidates:
             raise NoEndpointError(f"no ready endpoint serves model {request.model!r}")
         profile = self.profile_for(request)
+        precise = self._precise.get(profile.name)
+        if precise is not None:
+            precise.prepare(request, candidates)
         ranked = profile.run(request, candidates)
         if not ranked:
             raise NoEndpointError(f"no endpoint passed the filters of profile {profile.name!r}")

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    from inference_gateway.core.scheduling.kv_index import KVBlockIndex
     from inference_gateway.core.scheduling.plugins.prefix import PrefixIndex
 
 __all__ = [
@@ -100,6 +101,9 @@ class LLMRequest:
     profile: str | None = None
     subset: frozenset[str] | None = None  # Envoy subset hint: allowed "ip:port"s
     prefix_matches: dict[str, int] | None = None  # pod → leading blocks cached (per cycle)
+    # the parsed body's prompt (messages or prompt), for scorers that tokenize it
+    prompt_body: Mapping[str, Any] | None = None
+    kv_hashes: Sequence[int] | None = None  # engine block hashes (None: not computed yet)
 
 
 class Filter(Protocol):
@@ -145,10 +149,12 @@ class SchedulingObserver(Protocol):
 class PluginContext:
     """What the scheduler shares with every plugin it builds: its prefix index (updated
     after each pick), the seed of random tie-breaks, whether in-flight requests count as
-    queued, and the GPU priors of the TTFT predictor. Config validation builds plugins
-    with a context of its own (`registry.validation_context`) and throws them away."""
+    queued, the GPU priors of the TTFT predictor, and the index of the pods' KV events.
+    Config validation builds plugins with a context of its own
+    (`registry.validation_context`) and throws them away."""
 
     index: PrefixIndex
     seed: int | None = None
     count_inflight: bool = True
     priors: Mapping[str, float] = field(default_factory=dict)
+    kv_index: KVBlockIndex | None = None  # the pods' KV events (precise prefix scorer)

@@ -1,0 +1,198 @@
+"""KV events in the picker: ingest CPU, index memory, added picking latency (a benchmark).
+
+1. Ingest: CPU (process time) per 1,000 KV events decoded from vLLM's wire format and
+   applied to the `KVBlockIndex`, in batches shaped like vLLM's (a `BlockStored` of a
+   prompt's new blocks with their token ids, `BlockRemoved` of evicted ones), beside the
+   CPU of one scrape parse-free scheduling decision in the same run, so the figure reads
+   as "events per pick".
+2. Memory: the index's bytes per pod (tracemalloc) with a full cache of an H100 pod of
+   Llama-3.1-8B (its `num_gpu_blocks`), and per block.
+3. Picking: time per `Scheduler.schedule` + `on_picked` over 8 pods with the shipped
+   `latency` profile, the precise scorer on (hashing the prompt's token ids as vLLM does,
+   index full of the pods' real blocks) against the same profile with the approximate
+   scorer, side by side in one run; the ratio is the figure.
+
+Run: `.venv/bin/python bench/kv_events.py [--json] [--picks N]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import random
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gateway_src"))
+
+from inference_gateway.config.spec import GatewayConfigSpec
+from inference_gateway.core.scheduling import Endpoint, LLMRequest, PodMetrics, Scheduler
+from inference_gateway.core.scheduling.block_hashing import (
+    block_hashes,
+    none_hash,
+    to_external,
+)
+from inference_gateway.core.scheduling.kv_events import (
+    BlockRemoved,
+    BlockStored,
+    KVEventBatch,
+    decode_batch,
+    encode_batch,
+)
+from inference_gateway.core.scheduling.kv_index import KVBlockIndex
+from inference_gateway.core.scheduling.plugins.prefix import prompt_block_hashes
+from inference_gateway.core.scheduling.prompt_tokens import EmulatorTokenizer
+from inference_gateway.emulator.profiles import pod_profile
+from inference_gateway.sim.policies import approximate_gateway_config
+
+PODS = 8
+MODEL = "llama-3.1-8b"
+
+
+def payloads(n_batches: int, rnd: random.Random) -> tuple[list[bytes], int]:
+    """Wire batches of one store (64 blocks, a 1,000-token prompt) and one removal each."""
+    out, events, next_hash = [], 0, 1
+    for _ in range(n_batches):
+        stored = list(range(next_hash, next_hash + 64))
+        next_hash += 64
+        removed = [rnd.randrange(1, next_hash) for _ in range(16)]
+        tokens = [rnd.randrange(1 << 17) for _ in range(64 * 16)]
+        batch = KVEventBatch(
+            ts=time.time(),
+            events=[
+                BlockStored(stored, stored[0] - 1 or None, tokens, 16, None, "GPU"),
+                BlockRemoved(removed, "GPU"),
+            ],
+            data_parallel_rank=0,
+        )
+        out.append(encode_batch(batch))
+        events += 2
+    return out, events
+
+
+def ingest_cpu(rnd: random.Random) -> dict[str, float]:
+    wire, events = payloads(2000, rnd)
+    index = KVBlockIndex()
+    start = time.process_time()
+    for seq, payload in enumerate(wire):
+        index.ingest(f"pod-{seq % PODS}", decode_batch(payload), seq)
+    spent = time.process_time() - start
+    blocks = 2000 * (64 + 16)
+    return {
+        "events": events,
+        "cpu_ms_per_1000_events": 1000 * spent / events * 1000,
+        "cpu_us_per_block": 1e6 * spent / blocks,
+    }
+
+
+def index_memory() -> dict[str, float]:
+    blocks = pod_profile("H100", MODEL).num_gpu_blocks
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    index = KVBlockIndex()
+    index.set_capacity("pod", blocks)
+    rnd = random.Random(1)
+    index.stored("pod", [rnd.getrandbits(64) for _ in range(blocks)])
+    after = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    assert index.blocks("pod") == blocks
+    return {
+        "blocks": blocks,
+        "mib_per_pod": (after - before) / 2**20,
+        "bytes_per_block": (after - before) / blocks,
+    }
+
+
+def endpoints() -> list[Endpoint]:
+    out = []
+    for i in range(PODS):
+        e = Endpoint(f"pod-{i}", "10.0.0.1", 8000 + i, labels={"igw.dev/gpu": "H100"}, index=i)
+        e.metrics, e.stale = PodMetrics(num_gpu_blocks=26_000, kv_usage=0.5), False
+        out.append(e)
+    return out
+
+
+def prompts(rnd: random.Random, n: int) -> list[dict[str, Any]]:
+    systems = [f"You are assistant {g}. " * 60 for g in range(16)]
+    return [
+        {"messages": [{"role": "system", "content": rnd.choice(systems)},
+                      {"role": "user", "content": f"question {i} " * rnd.randrange(5, 80)}]}
+        for i in range(n)
+    ]  # fmt: skip
+
+
+def picking(picks: int, rnd: random.Random) -> dict[str, Any]:
+    bodies = prompts(rnd, picks)
+    figures: dict[str, Any] = {}
+    for name, config in (
+        ("precise", GatewayConfigSpec()),
+        ("approximate", approximate_gateway_config()),
+    ):
+        scheduler = Scheduler(config, seed=1)
+        pods = endpoints()
+        tokenizer, root = EmulatorTokenizer(), none_hash("0")
+        for i, body in enumerate(bodies[:200]):  # warm both indexes with the same history
+            pod = pods[i % PODS]
+            ids = tokenizer.prompt_ids(body) or []
+            scheduler.kv_index.heard(pod.name)
+            scheduler.kv_index.stored(pod.name, [to_external(h) for h in block_hashes(ids, root)])
+        start = time.perf_counter()
+        for i, body in enumerate(bodies):
+            text = "".join(m["content"] for m in body["messages"])
+            request = LLMRequest(
+                str(i),
+                MODEL,
+                prompt_tokens=len(text) // 4,
+                prefix_hashes=prompt_block_hashes(MODEL, text),
+                prompt_body=body,
+            )
+            chosen = scheduler.schedule(request, pods)[0]
+            scheduler.on_picked(request, chosen, 0.0)
+            scheduler.on_finished(request, chosen, 0.0)
+        figures[f"{name}_us_per_pick"] = 1e6 * (time.perf_counter() - start) / picks
+    figures["precise_over_approximate"] = (
+        figures["precise_us_per_pick"] / figures["approximate_us_per_pick"]
+    )
+    return figures
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--picks", type=int, default=3000)
+    args = parser.parse_args(argv)
+    rnd = random.Random(7)
+    result = {
+        "ingest": ingest_cpu(rnd),
+        "memory": index_memory(),
+        "picking": picking(args.picks, rnd),
+    }
+    pick_us = result["picking"]["precise_us_per_pick"]
+    per_event_us = result["ingest"]["cpu_ms_per_1000_events"]  # µs per event
+    result["ingest"]["events_per_pick_cpu"] = pick_us / per_event_us
+    if args.json:
+        print(json.dumps(result))
+    else:
+        i, m, p = result["ingest"], result["memory"], result["picking"]
+        print(
+            f"ingest: {i['cpu_ms_per_1000_events']:.1f} ms CPU per 1,000 events "
+            f"({i['cpu_us_per_block']:.2f} µs per block; one pick = "
+            f"{i['events_per_pick_cpu']:.1f} events)"
+        )
+        print(
+            f"index: {m['mib_per_pod']:.1f} MiB per pod at a full cache of {m['blocks']:,} "
+            f"blocks ({m['bytes_per_block']:.0f} B per block)"
+        )
+        print(f"picking: precise {p['precise_us_per_pick']:.0f} µs, approximate "
+              f"{p['approximate_us_per_pick']:.0f} µs per pick "
+              f"(x{p['precise_over_approximate']:.2f})")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

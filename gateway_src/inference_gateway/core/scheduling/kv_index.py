@@ -1,0 +1,200 @@
+"""What each pod really holds in its prefix cache, from the pod's own KV events.
+
+The approximate index (`plugins.prefix.PrefixIndex`) records where the picker *sent*
+each prompt; after the pod evicts, it still predicts hits that miss. This index records
+what the pod *kept*: `BlockStored` adds block hashes, `BlockRemoved` drops them,
+`AllBlocksCleared` empties the pod (`kv_events` for the wire format). It is fed by the
+live picker's ZMQ subscriber and, on the virtual clock, by the simulator, through the
+same `ingest` calls.
+
+Memory is bounded per pod: at most the pod's KV capacity in blocks (from its
+`vllm:cache_config_info` scrape; `max_blocks_per_pod` until known), the oldest stored
+block dropped first when an event stream that lost removals would exceed it. A block
+costs one entry in the pod's insertion-ordered dict and one in the hash → pods map.
+
+A pod's events are *stale* when the picker has sent it uncached blocks (`expect`) and
+no event came within `stale_after_s`: an idle pod publishes nothing and stays fresh, a
+pod whose publisher died is found out by its next few requests. For a stale pod the
+scorer falls back to the approximate index until events flow again.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
+
+from inference_gateway.core.scheduling.kv_events import (
+    AllBlocksCleared,
+    BlockRemoved,
+    BlockStored,
+    KVEventBatch,
+)
+
+__all__ = ["KVBlockIndex"]
+
+DEFAULT_MAX_BLOCKS = 1 << 20  # per pod until its capacity is scraped (~16 M tokens)
+
+
+class _Pod:
+    __slots__ = ("blocks", "capacity", "expected_at", "last_event", "last_seq")
+
+    def __init__(self, capacity: int) -> None:
+        self.blocks: OrderedDict[int, None] = OrderedDict()
+        self.capacity = capacity
+        self.last_event = float("-inf")
+        self.expected_at: float | None = None  # first pick with new blocks since the last event
+        self.last_seq = -1
+
+
+class KVBlockIndex:
+    def __init__(
+        self,
+        *,
+        max_blocks_per_pod: int = DEFAULT_MAX_BLOCKS,
+        stale_after_s: float = 2.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.max_blocks_per_pod = max_blocks_per_pod
+        self.stale_after_s = stale_after_s
+        self.clock = clock
+        self._pods: dict[str, _Pod] = {}
+        self._holders: dict[int, set[str]] = {}
+        self.events = 0  # events ingested, for the benchmark and /metrics
+        self.fallbacks = 0  # scoring decisions that used the approximate index for a pod
+
+    # ------------------------------------------------------------------ feeding
+
+    def _pod(self, pod: str) -> _Pod:
+        state = self._pods.get(pod)
+        if state is None:
+            state = self._pods[pod] = _Pod(self.max_blocks_per_pod)
+        return state
+
+    def set_capacity(self, pod: str, blocks: int) -> None:
+        state = self._pod(pod)
+        state.capacity = max(1, min(blocks, self.max_blocks_per_pod))
+        self._trim(pod, state)
+
+    def ingest(self, pod: str, batch: KVEventBatch, seq: int = -1) -> None:
+        """Apply one decoded batch from `pod` (in sequence order)."""
+        state = self._pod(pod)
+        for event in batch.events:
+            if isinstance(event, BlockStored):
+                self.stored(pod, event.block_hashes, state)
+            elif isinstance(event, BlockRemoved):
+                self.removed(pod, event.block_hashes, state)
+            elif isinstance(event, AllBlocksCleared):
+                self.clear(pod)
+            self.events += 1
+        if seq >= 0:
+            state.last_seq = seq
+        self.heard(pod, state)
+
+    def heard(self, pod: str, state: _Pod | None = None) -> None:
+        """The pod's stream is alive now (a batch, or a replay that answered)."""
+        state = state or self._pod(pod)
+        state.last_event = self.clock()
+        state.expected_at = None
+
+    def stored(self, pod: str, hashes: Iterable[int], state: _Pod | None = None) -> None:
+        state = state or self._pod(pod)
+        blocks, holders = state.blocks, self._holders
+        for h in hashes:
+            if h in blocks:
+                blocks.move_to_end(h)
+                continue
+            blocks[h] = None
+            owners = holders.get(h)
+            if owners is None:
+                holders[h] = {pod}
+            else:
+                owners.add(pod)
+        if len(blocks) > state.capacity:
+            self._trim(pod, state)
+
+    def removed(self, pod: str, hashes: Iterable[int], state: _Pod | None = None) -> None:
+        state = state or self._pod(pod)
+        blocks = state.blocks
+        for h in hashes:
+            if h in blocks:
+                del blocks[h]
+                self._drop_holder(h, pod)
+
+    def clear(self, pod: str) -> None:
+        state = self._pods.get(pod)
+        if state is None:
+            return
+        for h in state.blocks:
+            self._drop_holder(h, pod)
+        state.blocks.clear()
+
+    def forget(self, pod: str) -> None:
+        """The pod left the pool: drop everything about it."""
+        self.clear(pod)
+        self._pods.pop(pod, None)
+
+    def _drop_holder(self, h: int, pod: str) -> None:
+        owners = self._holders.get(h)
+        if owners is not None:
+            owners.discard(pod)
+            if not owners:
+                del self._holders[h]
+
+    def _trim(self, pod: str, state: _Pod) -> None:
+        blocks = state.blocks
+        while len(blocks) > state.capacity:
+            h, _ = blocks.popitem(last=False)
+            self._drop_holder(h, pod)
+
+    # ------------------------------------------------------------------ reading
+
+    def expect(self, pod: str) -> None:
+        """The picker just sent `pod` blocks it does not hold: events should follow."""
+        state = self._pod(pod)
+        if state.expected_at is None:
+            state.expected_at = self.clock()
+
+    def fresh(self, pod: str) -> bool:
+        """Whether the pod's events can be trusted (see the module docstring)."""
+        state = self._pods.get(pod)
+        if state is None or state.last_event == float("-inf"):
+            return False
+        expected = state.expected_at
+        return expected is None or self.clock() - expected <= self.stale_after_s
+
+    def heard_from(self, pod: str) -> bool:
+        """Whether the pod's events ever reached this index (subscribed and alive once)."""
+        state = self._pods.get(pod)
+        return state is not None and state.last_event != float("-inf")
+
+    def blocks(self, pod: str) -> int:
+        state = self._pods.get(pod)
+        return len(state.blocks) if state is not None else 0
+
+    def last_seq(self, pod: str) -> int:
+        state = self._pods.get(pod)
+        return state.last_seq if state is not None else -1
+
+    def matches(self, hashes: Sequence[int]) -> dict[str, int]:
+        """Leading blocks of `hashes` each pod holds (pods with none are absent)."""
+        out: dict[str, int] = {}
+        if not hashes:
+            return out
+        holders = self._holders
+        first = holders.get(hashes[0])
+        if not first:
+            return out
+        alive = set(first)
+        for i in range(1, len(hashes)):
+            owners = holders.get(hashes[i])
+            kept = alive & owners if owners else set()
+            if len(kept) != len(alive):
+                for pod in alive - kept:
+                    out[pod] = i
+                if not kept:
+                    return out
+                alive = kept
+        for pod in alive:
+            out[pod] = len(hashes)
+        return out

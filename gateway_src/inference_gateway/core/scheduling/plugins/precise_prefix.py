@@ -1,0 +1,197 @@
+"""`precise-prefix-cache-scorer` (llm-d's name): prefix affinity from the pods' own KV events.
+
+Per request, the prompt is tokenized as the pod will tokenize it (`prompt_tokens`: the
+emulator's rule, or a model's own tokenizer files from `tokenizer: /path`) and hashed
+block by block exactly as vLLM hashes it (`block_hashing`, seeded with `hash_seed`, the
+pods' `PYTHONHASHSEED`). `KVBlockIndex` says how many leading blocks each pod really
+holds.
+
+Blocks the picker has just sent a pod are not in its events until the pod admits the
+request, so a burst of one new system prompt would scatter; until a request's first
+token, its blocks count as held by its pod (`pending`), as upstream's approximate index
+counts a pick at once. The pod's events take over from there, evictions included.
+
+For a pod whose events are stale (`KVBlockIndex.fresh`; a pod never heard from has no
+events to trust either), the approximate index's match is used instead, each decision
+for a stale pod counted (`KVBlockIndex.fallbacks`, exported as
+`igw_kv_events_fallback_total`). The matches land on `request.prefix_matches`, which
+the predicted-TTFT scorer and the scheduler's pending-prefill count read: they see the
+pod's real cached length, not where earlier prompts were sent.
+
+Two uses, two sources, because the simulator showed they differ under KV pressure
+(the `kv-pressure` scenario, docs/benchmarks.md): the *cost* of a pod
+(`prefix_matches`) is what its events say it holds, so no pod is credited with a cache
+it evicted; the *affinity* score is the longer of that and what the approximate index
+says was sent there (over the prompt's blocks, as upstream's prefix score), so a
+customer whose context was evicted everywhere goes back to the pod it was last sent to,
+where its next requests will find it rebuilt, instead of to whichever pod looks idlest,
+which scatters evicted contexts and keeps every cache churning (an events-only affinity
+had a 2.5x worse P50 there).
+
+`prepare` runs once per scheduling cycle, before any scorer (the scheduler calls it), so
+the order of scorers in a profile does not matter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from inference_gateway.core.scheduling.block_hashing import block_hashes, none_hash, to_external
+from inference_gateway.core.scheduling.kv_index import KVBlockIndex
+from inference_gateway.core.scheduling.plugins.base import Params
+from inference_gateway.core.scheduling.plugins.prefix import PrefixIndex
+from inference_gateway.core.scheduling.prompt_tokens import (
+    EmulatorTokenizer,
+    HFTokenizer,
+    PromptTokenizer,
+)
+from inference_gateway.core.scheduling.types import Endpoint, LLMRequest, PluginContext
+
+TYPE = "precise-prefix-cache-scorer"
+EMULATOR = "emulator"
+
+__all__ = ["TYPE", "PrecisePrefixParams", "PrecisePrefixScorer", "build"]
+
+
+class PrecisePrefixParams(Params):
+    block_size: int = 16  # the pods' --block-size
+    hash_seed: str = "0"  # the pods' PYTHONHASHSEED (vLLM's NONE_HASH seed)
+    tokenizer: str = EMULATOR  # "emulator", or a local directory with tokenizer.json
+    stale_after_s: float = 2.0  # no event this long after sending new blocks: fall back
+    events_port: int = 5557  # where pods publish (--kv-events-config endpoint port)
+    events_label: str = "igw.dev/kv-events"  # a pod label with its full endpoint wins
+
+
+def make_tokenizer(spec: str) -> PromptTokenizer:
+    return EmulatorTokenizer() if spec == EMULATOR else HFTokenizer(spec)
+
+
+class PrecisePrefixScorer:
+    def __init__(
+        self,
+        name: str,
+        params: PrecisePrefixParams,
+        kv_index: KVBlockIndex,
+        approximate: PrefixIndex | None,
+        tokenizer: PromptTokenizer,
+    ) -> None:
+        self.name = name
+        self.params = params
+        self.kv_index = kv_index
+        self.approximate = approximate
+        self.tokenizer = tokenizer
+        self._root = none_hash(params.hash_seed)
+        kv_index.stale_after_s = params.stale_after_s
+        self._pending: dict[str, tuple[str, Sequence[int]]] = {}  # request → pod, hashes
+        self._pending_at: dict[str, dict[str, Sequence[int]]] = {}  # pod → request → hashes
+
+    def request_hashes(self, request: LLMRequest) -> list[int]:
+        """The engine's block hashes of the prompt (cached on the request)."""
+        if request.kv_hashes is not None:
+            return list(request.kv_hashes)
+        ids = self.tokenizer.prompt_ids(request.prompt_body) if request.prompt_body else None
+        out: list[int] = []
+        if ids:
+            extra = (request.adapter,) if request.adapter else None
+            size = self.params.block_size
+            hashed = block_hashes(ids, self._root, block_size=size, extra_keys=extra)
+            out = [to_external(h) for h in hashed]
+        request.kv_hashes = out
+        return out
+
+    def prepare(self, request: LLMRequest, endpoints: list[Endpoint]) -> None:
+        """Set `request.prefix_matches` from the events (approximate for stale pods)."""
+        kv, fresh = self.kv_index, self.kv_index.fresh
+        live = [fresh(e.name) for e in endpoints]
+        hashes = self.request_hashes(request) if any(live) else []
+        precise = kv.matches(hashes) if hashes else {}
+        approx: dict[str, int] | None = None
+        matches: dict[str, int] = {}
+        for e, is_fresh in zip(endpoints, live, strict=True):
+            if is_fresh:
+                found = precise.get(e.name, 0)
+                pending = self._pending_at.get(e.name)
+                if pending and hashes:
+                    found = max(found, _longest_common(hashes, pending.values()))
+            else:
+                if approx is None:
+                    approx = (
+                        self.approximate.matches(request.prefix_hashes)
+                        if self.approximate is not None and request.prefix_hashes
+                        else {}
+                    )
+                found = approx.get(e.name, 0)
+                if kv.heard_from(e.name):
+                    kv.fallbacks += 1
+            if found:
+                matches[e.name] = found
+        request.prefix_matches = matches
+
+    def score(self, request: LLMRequest, endpoints: list[Endpoint]) -> list[float]:
+        """Affinity: the longer of what the pod holds (events) and what was sent to it
+        (the approximate index), over the prompt's blocks (see the module docstring)."""
+        if request.prefix_matches is None:
+            self.prepare(request, endpoints)
+        matches = request.prefix_matches or {}
+        blocks = request.prompt_tokens // self.params.block_size
+        total = max(len(request.kv_hashes or ()), blocks, 1)
+        sent: dict[str, int] = {}
+        if self.approximate is not None and request.prefix_hashes:
+            sent = self.approximate.matches(request.prefix_hashes)
+        return [
+            min(1.0, max(matches.get(e.name, 0), sent.get(e.name, 0)) / total) for e in endpoints
+        ]
+
+    def on_picked(self, request: LLMRequest, endpoint: Endpoint, now: float) -> None:
+        m = endpoint.metrics
+        if m is not None and m.num_gpu_blocks:
+            self.kv_index.set_capacity(endpoint.name, m.num_gpu_blocks)
+        hashes = request.kv_hashes
+        if not hashes:
+            return
+        held = (request.prefix_matches or {}).get(endpoint.name, 0)
+        if held < len(hashes):
+            self.kv_index.expect(endpoint.name)
+        self._pending[request.request_id] = (endpoint.name, hashes)
+        self._pending_at.setdefault(endpoint.name, {})[request.request_id] = hashes
+
+    def _started(self, request: LLMRequest) -> None:
+        entry = self._pending.pop(request.request_id, None)
+        if entry is not None:
+            at = self._pending_at.get(entry[0])
+            if at is not None:
+                at.pop(request.request_id, None)
+                if not at:
+                    del self._pending_at[entry[0]]
+
+    def on_first_token(
+        self, request: LLMRequest, endpoint: Endpoint, ttft_s: float, now: float
+    ) -> None:
+        self._started(request)
+
+    def on_finished(self, request: LLMRequest, endpoint: Endpoint, now: float) -> None:
+        self._started(request)
+
+
+def _longest_common(hashes: Sequence[int], others: Iterable[Sequence[int]]) -> int:
+    """The longest leading run `hashes` shares with any of `others`."""
+    best, first = 0, hashes[0]
+    for other in others:
+        if not other or other[0] != first:
+            continue
+        n = min(len(hashes), len(other))
+        i = 1
+        while i < n and hashes[i] == other[i]:
+            i += 1
+        if i > best:
+            best = i
+    return best
+
+
+def build(name: str, params: PrecisePrefixParams, context: PluginContext) -> PrecisePrefixScorer:
+    """Built by the scheduler with its shared indexes (for validation, with fresh ones);
+    a tokenizer directory that cannot be read is a ValueError, so the config names it."""
+    kv_index = context.kv_index or KVBlockIndex()
+    return PrecisePrefixScorer(
+        name, params, kv_index, context.index, make_tokenizer(params.tokenizer)
+    )

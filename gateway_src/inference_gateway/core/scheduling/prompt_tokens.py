@@ -1,0 +1,135 @@
+"""Token ids of a request's prompt, as the model server will see them.
+
+The `precise-prefix-cache-scorer` hashes token ids the way vLLM does, so it needs the
+pod's own tokenization: the chat template renders the messages, the tokenizer turns the
+text into ids. Two implementations of one small interface:
+
+* `EmulatorTokenizer`: the emulator's documented rule (one token per 4 bytes of UTF-8,
+  the id the 4 bytes read big-endian; chat template `<|role|>\\n{content}\\n` per message,
+  then `<|assistant|>\\n`). The emulator's HTTP server tokenizes with it, so a picker in
+  front of emulated pods hashes exactly what they cache.
+* `HFTokenizer`: a real model's files, loaded from a local directory only (never from a
+  hub): `tokenizer.json` through the `tokenizers` library and the Jinja chat template
+  of `tokenizer_config.json`, rendered in a sandbox with `add_generation_prompt=True`
+  as vLLM's chat endpoint does; the rendered chat is encoded without special tokens (the
+  template writes them), a plain completion prompt with them, as vLLM does.
+
+A body this cannot read (no messages, a malformed content part) gives `None`: the
+scorer then falls back to the approximate index for that request.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+__all__ = ["EmulatorTokenizer", "HFTokenizer", "PromptTokenizer", "render_chat", "text_ids"]
+
+BYTES_PER_TOKEN = 4
+
+
+class PromptTokenizer(Protocol):
+    def prompt_ids(self, body: Mapping[str, Any]) -> list[int] | None: ...
+
+
+def _content_text(content: Any) -> str:
+    """A message's content: a string, or OpenAI content parts of which the text counts."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Sequence):
+        parts = []
+        for part in content:
+            if not isinstance(part, Mapping):
+                raise ValueError("content parts must be objects")
+            if part.get("type") == "text":
+                parts.append(str(part.get("text", "")))
+        return "".join(parts)
+    raise ValueError("content must be a string or a list of content parts")
+
+
+def render_chat(messages: Sequence[Mapping[str, Any]]) -> str:
+    """The emulator's chat template (prefix-stable: a longer conversation extends it)."""
+    out = []
+    for message in messages:
+        if not isinstance(message, Mapping):
+            raise ValueError("each message must be an object")
+        role = message.get("role")
+        if not isinstance(role, str) or not role:
+            raise ValueError("each message needs a string 'role'")
+        out.append(f"<|{role}|>\n{_content_text(message.get('content'))}\n")
+    out.append("<|assistant|>\n")
+    return "".join(out)
+
+
+def text_ids(text: str | bytes) -> list[int]:
+    """The emulator's token ids: each 4 bytes (the last zero-padded) read big-endian."""
+    data = text.encode() if isinstance(text, str) else text
+    tail = -len(data) % BYTES_PER_TOKEN
+    if tail:
+        data += b"\0" * tail
+    return list(struct.unpack(f">{len(data) // BYTES_PER_TOKEN}I", data))
+
+
+def _prompt(body: Mapping[str, Any]) -> str | None:
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    return prompt if isinstance(prompt, str) else None
+
+
+class EmulatorTokenizer:
+    def prompt_ids(self, body: Mapping[str, Any]) -> list[int] | None:
+        messages = body.get("messages")
+        try:
+            text = render_chat(messages) if isinstance(messages, list) else _prompt(body)
+        except ValueError:
+            return None
+        return text_ids(text) if text else None
+
+
+class HFTokenizer:
+    """A model's own tokenizer files from `directory` (see the module docstring)."""
+
+    def __init__(self, directory: str | Path) -> None:
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+        from tokenizers import Tokenizer
+
+        path = Path(directory)
+        try:
+            self.tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
+            config = json.loads((path / "tokenizer_config.json").read_text())
+        except Exception as error:  # OSError, bad JSON, or the tokenizers library's own
+            raise ValueError(f"tokenizer: cannot load {path}: {error}") from None
+        template = config.get("chat_template")
+        if isinstance(template, list):  # named templates: the default one
+            named = (t.get("template") for t in template if t.get("name") == "default")
+            template = next(named, None)
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        self.template = env.from_string(template) if isinstance(template, str) else None
+        self.specials = {
+            key: value if isinstance(value, str) else (value or {}).get("content", "")
+            for key, value in config.items()
+            if key in ("bos_token", "eos_token")
+        }
+
+    def prompt_ids(self, body: Mapping[str, Any]) -> list[int] | None:
+        messages = body.get("messages")
+        if isinstance(messages, list):
+            if self.template is None:
+                return None
+            try:
+                text = self.template.render(
+                    messages=messages, add_generation_prompt=True, **self.specials
+                )
+            except Exception:  # a template error on hostile input: no precise hashes
+                return None
+            return list(self.tokenizer.encode(text, add_special_tokens=False).ids)
+        prompt = _prompt(body)
+        if prompt is None:
+            return None
+        return list(self.tokenizer.encode(prompt, add_special_tokens=True).ids)
