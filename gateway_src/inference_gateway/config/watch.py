@@ -242,7 +242,7 @@ class KubernetesConfigSource:
                 else self.base
             )
             culprit = None
-            objectives = list(self.objectives.objects.values())
+            objectives: list[Mapping[str, Any]] = list(self.objectives.objects.values())
             config = merge_objectives(config, objectives)
             rewrite_docs = list(self.rewrites.objects.values())
             culprit = rewrite_docs[0] if rewrite_docs else None
@@ -298,8 +298,11 @@ class KubernetesConfigSource:
             "count": 1,
         }
         try:
-            response = await CoreV1Api(self.client).create_namespaced_event(
-                self.namespace, body, _preload_content=False
+            # unparsed (`_preload_content=False`): the raw response, released unread
+            response: Any = await CoreV1Api(self.client).create_namespaced_event(
+                self.namespace,
+                body,  # type: ignore[arg-type]  # a plain dict, as the client accepts
+                _preload_content=False,
             )
             response.release()
         except Exception as error:  # an Event is a courtesy, never a failure

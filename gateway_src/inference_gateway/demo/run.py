@@ -22,14 +22,14 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from inference_gateway.demo.sessions import make_sessions, replay_sessions
 
 __all__ = ["register"]
 
 SYSTEM_PROMPTS = 8
-FLEET = {
+FLEET: dict[str, Any] = {
     "base_port": 0,
     "pods": [
         {"name": "h100", "gpu": "H100", "model": "llama-3.1-8b", "replicas": 4},
@@ -121,7 +121,8 @@ def make_trace(duration: float, rate: float, seed: int) -> list[TraceItem]:
     rnd = random.Random(seed)
     systems, words = demo_text(rnd)
     base = rate / (1 + 2 * 5 / 20)
-    items, t = [], 0.0
+    items: list[TraceItem] = []
+    t = 0.0
     while True:
         r = base * 3 if (t % 20) < 5 else base
         t += rnd.expovariate(r)
@@ -135,7 +136,8 @@ def make_trace(duration: float, rate: float, seed: int) -> list[TraceItem]:
 
 
 async def replay(base_url: str, trace: list[TraceItem], progress: Any) -> Outcome:
-    from openai import AsyncOpenAI
+    from openai import AsyncOpenAI, AsyncStream
+    from openai.types.chat import ChatCompletionChunk
 
     client = AsyncOpenAI(base_url=base_url, api_key="demo", max_retries=0, timeout=120)
     outcome = Outcome()
@@ -145,12 +147,13 @@ async def replay(base_url: str, trace: list[TraceItem], progress: Any) -> Outcom
         await asyncio.sleep(max(0.0, item.t - (time.perf_counter() - start)))
         sent = time.perf_counter()
         try:
-            stream = await client.chat.completions.create(
+            answer = await client.chat.completions.create(
                 model="llama-3.1-8b",
                 messages=item.messages,  # type: ignore[arg-type]
                 max_tokens=item.max_tokens,
                 stream=True,
             )
+            stream = cast("AsyncStream[ChatCompletionChunk]", answer)
             first = None
             async for chunk in stream:
                 if first is None:
@@ -343,7 +346,7 @@ def _cell(key: str, value: float) -> str:
 
 
 def _fleet_summary() -> list[str]:
-    return [f"{g['replicas']} {g['gpu']} pods of {g['model']}" for g in FLEET["pods"]]  # type: ignore[index]
+    return [f"{g['replicas']} {g['gpu']} pods of {g['model']}" for g in FLEET["pods"]]
 
 
 def run(args: argparse.Namespace) -> int:

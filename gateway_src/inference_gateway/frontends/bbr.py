@@ -13,6 +13,8 @@ place that words errors.
 from __future__ import annotations
 
 import ssl
+from collections.abc import Callable
+from typing import Any
 
 import orjson
 from envoy.extensions.filters.http.ext_proc.v3.processing_mode_pb2 import ProcessingMode
@@ -85,7 +87,7 @@ class _Stream:
         self.mode = mode
         self.response_mode = mode  # its own: Envoy answers 500 to a mode it did not send
         self.body = bytearray()
-        self.handlers = {
+        self.handlers: dict[str, Callable[[Any], list[Any]]] = {
             "request_headers": self.on_request_headers,
             "request_body": self.on_request_body,
             "request_trailers": lambda r: [trailers_response()],

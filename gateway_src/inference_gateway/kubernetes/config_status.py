@@ -113,8 +113,10 @@ def _stamp(new: dict[str, Any], old: Mapping[str, Any] | None) -> dict[str, Any]
     now = _now()
     for condition in new["conditions"]:
         previous = before.get(condition["type"])
-        same = previous is not None and previous.get("status") == condition["status"]
-        condition["lastTransitionTime"] = previous["lastTransitionTime"] if same else now
+        if previous is not None and previous.get("status") == condition["status"]:
+            condition["lastTransitionTime"] = previous["lastTransitionTime"]
+        else:
+            condition["lastTransitionTime"] = now
     return new
 
 
@@ -180,7 +182,7 @@ class ConfigStatusWriter:
                 "inferencegatewayconfigs",
                 name,
                 body,
-                _content_type="application/merge-patch+json",
+                _content_type="application/merge-patch+json",  # type: ignore[call-arg]  # a kwarg of the generated client, not in its stubs
                 _preload_content=False,
             )
             response.release()

@@ -131,7 +131,8 @@ class Exchange:
         handler = getattr(self, f"on_{kind}", None) if kind in MESSAGE_KINDS else None
         if handler is None:
             return []
-        return await handler(request)
+        answers: list[Any] = await handler(request)
+        return answers
 
     # ------------------------------------------------------------------ request
 
@@ -364,7 +365,7 @@ class Exchange:
         self.finished = True
 
 
-class ExtProcServicer(pb_grpc.ExternalProcessorServicer):
+class ExtProcServicer(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]  # generated
     """`envoy.service.ext_proc.v3.ExternalProcessor` over a `Director`."""
 
     def __init__(

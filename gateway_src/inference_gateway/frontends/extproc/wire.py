@@ -256,7 +256,7 @@ def immediate_response(
     """Envoy answers the client itself: status, JSON body, headers (e.g. Retry-After)."""
     return pb.ProcessingResponse(
         immediate_response=pb.ImmediateResponse(
-            status=http_status_pb2.HttpStatus(code=status),  # type: ignore[arg-type]
+            status=http_status_pb2.HttpStatus(code=status),
             headers=header_mutation({"content-type": "application/json", **(headers or {})}),
             body=body,
             details=details,
