@@ -14,7 +14,7 @@ gitops-engine v0.7.1-0.20240905010810-bd7681ae3f8b (argo-cd go.mod).
   (argoproj.io ApplicationSet, keda.sh ScaledObject, external-secrets.io
   ExternalSecret and ClusterSecretStore, policy PodDisruptionBudget);
 * our own `argocd-cm` check for `argoproj.io/Application`
-  (stacks/parts/argocd_manifests.py `APPLICATION_HEALTH_LUA`): Argo CD v1.8 removed the
+  (envspec/argocd_manifests.py `APPLICATION_HEALTH_LUA`): Argo CD v1.8 removed the
   built-in one.
 
 `health(obj)` answers `(status, message)` or None where Argo CD has no check (a
@@ -264,7 +264,7 @@ def _applicationset(obj: Obj) -> Health:
 
 
 def _application(obj: Obj) -> Health:
-    """Our argocd-cm check (stacks/parts/argocd_manifests.py `APPLICATION_HEALTH_LUA`):
+    """Our argocd-cm check (envspec/argocd_manifests.py `APPLICATION_HEALTH_LUA`):
     the child's own `status.health`, Progressing until it has one."""
     child = (obj.get("status") or {}).get("health") or {}
     if child.get("status"):

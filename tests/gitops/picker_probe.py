@@ -23,10 +23,10 @@ import grpc
 import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from inference_gateway.config import parse_config
-from inference_gateway.dataplane.extproc_server import build_picker
+from inference_gateway.assembly.picker import build_picker
+from inference_gateway.config.spec import parse_config
+from inference_gateway.core.scheduling.types import Endpoint
 from inference_gateway.emulator.fleet import EmulatedFleet
-from inference_gateway.scheduling.types import Endpoint
 
 from .cluster_model import Cluster, PickerRule
 

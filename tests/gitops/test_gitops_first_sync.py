@@ -4,7 +4,7 @@ component, played wave by wave.
 The play (argo_sync.py: gitops-engine's sync loop; argo_health.py: Argo CD's health
 checks; cluster_model.py: a MODEL of the API server and controllers, since no cluster
 runs here) starts from what `cdk deploy` leaves: EKS, Argo CD, the AWS Load Balancer
-Controller, the `in-cluster` Secret of the environment (stacks/parts/argocd_manifests.py
+Controller, the `in-cluster` Secret of the environment (envspec/argocd_manifests.py
 `cluster_secret`). It syncs `gitops/bootstrap` as the root Application; the
 ApplicationSets it creates generate the environment's Application
 (`regions/<region>/`, the rendered tree) and its monitoring one; every Application syncs
@@ -26,8 +26,8 @@ from typing import Any
 
 import pytest
 
-from stacks.environment import load_environment
-from stacks.parts.argocd_manifests import cluster_secret
+from envspec.argocd_manifests import cluster_secret
+from envspec.environment import load_environment
 
 from .argo_health import DEGRADED, HEALTHY, PROGRESSING, health
 from .argo_sync import Operation, Outcome
