@@ -323,6 +323,10 @@ def addon_values(envs: Sequence[EnvironmentSpec]) -> dict[str, dict[str, Any]]:
                     # InferencePool as an HTTPRoute backend: Envoy Gateway hands it to the
                     # Envoy AI Gateway controller, its extension server (ai-gateway
                     # manifests/envoy-gateway-values.yaml + examples/inference-pool).
+                    # The Backend API that values file marks required for AI Gateway's
+                    # backends (AIServiceBackend -> Backend); the patch policy it calls
+                    # optional stays off (no EnvoyPatchPolicy is rendered).
+                    "extensionApis": {"enableBackend": True},
                     "extensionManager": {
                         "backendResources": [
                             {"group": GIE_CRD_GROUPS[0], "kind": "InferencePool", "version": "v1"}

@@ -326,14 +326,24 @@ class GatewayChart(Chart):
         )
 
     def _routes(self, *, env: EnvironmentSpec, config: dict[str, Any]) -> None:
-        """One HTTPRoute per pool, matching the model header; a catch-all comes last.
+        """One HTTPRoute per pool, matching the model header; the first pool's (by name)
+        also matches every `/v1` request without one, the catch-all.
 
-        The catch-all route (no header) exists so that Envoy has a route, and with it
-        the ext_proc filters, for a request whose model is not known yet; after the
-        body-based router sets the header the route is chosen again. A model nobody
-        serves ends at the picker, which answers 404 in OpenAI shape.
+        The catch-all exists so that Envoy has a route, and with it the ext_proc
+        filters, for a request whose model is not known yet; after the body-based router
+        sets the header the route is chosen again (a header match outranks it, Gateway
+        API match precedence). A model nobody serves ends at the picker, which answers
+        404 in OpenAI shape. It is a match of the pool's own rule, not a second route to
+        the same pool: Envoy AI Gateway v0.4 builds one picker cluster per route rule
+        backed by an InferencePool, all named `envoy.clusters.endpointpicker_<pool>_<ns>
+        _ext_proc`, with no de-duplication (`internal/extensionserver/
+        post_translate_modify.go`, `inferencepool.go: clusterNameForInferencePool`);
+        Envoy Gateway v1.5 passes the list on and go-control-plane's snapshot keeps the
+        last of each name (`pkg/cache/v3/resources.go: IndexResourcesByName`). One rule
+        per pool leaves nothing to collapse.
         """
         by_pool = routes(env)
+        first = min((p.name for p in env.gateway.pools), default=None)
         for pool in env.gateway.pools:
             matches = [
                 {
@@ -342,6 +352,8 @@ class GatewayChart(Chart):
                 }
                 for model in by_pool[pool.name]
             ]
+            if pool.name == first:
+                matches.append({"path": {"type": "PathPrefix", "value": "/v1"}})
             manifest(
                 self,
                 f"route-{pool.name}",
@@ -360,22 +372,6 @@ class GatewayChart(Chart):
             **config,
             body={"spec": _status_route_spec()},
         )
-        if env.gateway.pools:
-            first = sorted(env.gateway.pools, key=lambda p: p.name)[0]
-            manifest(
-                self,
-                "route-default",
-                api_version=GATEWAY_API,
-                kind="HTTPRoute",
-                name=f"{GATEWAY}-default-route",
-                **config,
-                body={
-                    "spec": _route_spec(
-                        matches=[{"path": {"type": "PathPrefix", "value": "/v1"}}],
-                        pool=first.name,
-                    )
-                },
-            )
 
     def _bbr(self, *, env: EnvironmentSpec) -> None:
         namespace = env.kubernetes.namespace
@@ -525,10 +521,10 @@ def _target_group_binding_spec(env: EnvironmentSpec) -> dict[str, Any]:
 
 
 def route_names(env: EnvironmentSpec) -> list[str]:
-    """Every inference HTTPRoute of the chart: one per pool, then the catch-all (the
-    `/status` heartbeat route is not one: no auth, no inference circuit breaker)."""
-    names = [pool_route_name(p.name) for p in env.gateway.pools]
-    return [*names, f"{GATEWAY}-default-route"] if names else []
+    """Every inference HTTPRoute of the chart: one per pool, the first also the
+    catch-all (the `/status` heartbeat route is not one: no auth, no inference circuit
+    breaker)."""
+    return [pool_route_name(p.name) for p in env.gateway.pools]
 
 
 STATUS_ROUTE = f"{GATEWAY}-status-route"

@@ -59,7 +59,10 @@ def test_envoy_gateway_hands_inference_pools_to_its_extension_and_applies_server
     """Envoy Gateway resolves an InferencePool backendRef only through an extension
     server that declares it (`extensionManager.backendResources`), the Envoy AI Gateway
     controller (envoyproxy/ai-gateway manifests/envoy-gateway-values.yaml and
-    examples/inference-pool/envoy-gateway-values-addon.yaml, v0.4.0)."""
+    examples/inference-pool/envoy-gateway-values-addon.yaml, v0.4.0). The same values
+    file marks `extensionApis.enableBackend: true` "Required: Enable Backend API for AI
+    service backends"; `enableEnvoyPatchPolicy` it calls optional, and no patch policy is
+    rendered, so it stays off."""
     app = _bootstrap(gitops_dir)["Application/envoy-gateway"]["spec"]
     values = yaml.safe_load(app["source"]["helm"]["values"])
     manager = values["config"]["envoyGateway"]["extensionManager"]
@@ -71,7 +74,7 @@ def test_envoy_gateway_hands_inference_pools_to_its_extension_and_applies_server
         "port": 1063,
     }
     assert {"Translation", "Cluster"} <= set(manager["hooks"]["xdsTranslator"]["post"])
-    assert "extensionApis" not in values["config"]["envoyGateway"]  # no patch policy
+    assert values["config"]["envoyGateway"]["extensionApis"] == {"enableBackend": True}
     assert "Application/envoy-ai-gateway" in _bootstrap(gitops_dir)
     assert "ServerSideApply=true" in app["syncPolicy"]["syncOptions"]
     assert int(_bootstrap(gitops_dir)["ApplicationSet/inference-gateway-environments"][
@@ -115,3 +118,28 @@ def test_environments_must_share_one_repository_and_revision():
     assert repo_of([env, env]) == (env.gitops.repo_url, env.gitops.revision)
     with pytest.raises(ValueError, match=r"gitops\.revision"):
         repo_of([env, other])
+
+
+OCI_REGISTRIES = {"docker.io/envoyproxy", "public.ecr.aws/karpenter"}
+
+
+def test_oci_chart_sources_are_scheme_less_so_argo_cd_pulls_them_anonymously(gitops_dir):
+    """Argo CD v2.13.2 treats a Helm `repoURL` as OCI exactly when it has no scheme
+    (`util/helm/client.go: IsHelmOciRepo`: `url.Parse(repoURL).Host == ""`; the repo
+    server's `enableOCI := repo.EnableOCI || helm.IsHelmOciRepo(repo.Repo)`), and an
+    unregistered repository comes back without credentials (`util/db/repository.go:
+    getRepository` returns `&Repository{Repo: repoURL}`). So every OCI chart of the
+    bootstrap names its registry without `oci://` (which would make it an HTTP chart
+    repository, asking for `index.yaml`), and no repository Secret is rendered."""
+    sources = []
+    for doc in _bootstrap(gitops_dir).values():
+        spec = doc["spec"].get("template", {}).get("spec", doc["spec"])
+        source = spec.get("source")
+        if source is not None and "chart" in source:
+            sources.append(source["repoURL"])
+    assert OCI_REGISTRIES <= set(sources)
+    for url in sources:
+        assert "://" in url or url in OCI_REGISTRIES, url
+        assert not url.startswith("oci://"), url
+    text = (gitops_dir / "bootstrap" / "inference-gateway.k8s.yaml").read_text()
+    assert "argocd.argoproj.io/secret-type: repository" not in text
