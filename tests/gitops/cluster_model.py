@@ -109,6 +109,9 @@ CHART_KINDS: dict[str, set[tuple[str, str]]] = {
     },
     "karpenter-crd": {("karpenter.sh", "NodePool"), ("karpenter.k8s.aws", "EC2NodeClass")},
     "karpenter": set(),
+    # SageMaker HyperPod's chart (aws/sagemaker-hyperpod-cli helm_chart/HyperPodHelmChart):
+    # the training operators' and HyperPod's kinds, none of which this tree creates.
+    "helm_chart/HyperPodHelmChart": set(),
 }
 
 
@@ -273,7 +276,7 @@ class Cluster:
         return any(
             a.healthy_at is not None
             and self.now >= a.healthy_at
-            and a.obj["spec"]["source"].get("chart") == chart
+            and a.obj["spec"]["source"].get("chart", a.obj["spec"]["source"].get("path")) == chart
             for a in self.apps.values()
         )
 
@@ -438,8 +441,11 @@ class Cluster:
     def _start_app(self, obj: Obj) -> None:
         source = obj["spec"]["source"]
         name = obj["metadata"]["name"]
-        if "chart" in source:
-            kinds = CHART_KINDS[source["chart"]]
+        upstream = source.get("chart") or (
+            source["path"] if not (REPO_ROOT / source["path"]).is_dir() else None
+        )
+        if upstream is not None:
+            kinds = CHART_KINDS[upstream]
             healthy_at = self.now + self.timing.chart_s
             self.apps[name] = AppModel(obj, None, [], healthy_at=healthy_at, kinds=kinds)
             return
@@ -482,10 +488,13 @@ class Cluster:
         spec = appset["spec"]
         generators = spec["generators"][0]
         paths: list[str] = [""]
+        clusters = generators.get("clusters")
         if "matrix" in generators:
             git = generators["matrix"]["generators"][0]["git"]["directories"][0]["path"]
             paths = [str(p.relative_to(REPO_ROOT)) for p in sorted(REPO_ROOT.glob(git))]
             paths = [p for p in paths if Path(p).name == labels.get("igw.dev/environment")]
+        elif clusters is not None and not _selects(clusters.get("selector", {}), labels):
+            paths = []
         for path in paths:
             params = {
                 ".path.basename": Path(path).name,
@@ -504,6 +513,19 @@ class Cluster:
             app["metadata"]["namespace"] = "argocd"
             self.apply(app)
         appset["status"] = {"conditions": [{"type": "ResourcesUpToDate", "status": "True"}]}
+
+
+def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    """A Kubernetes label selector (matchLabels, matchExpressions In/Exists) on labels."""
+    if any(labels.get(k) != v for k, v in selector.get("matchLabels", {}).items()):
+        return False
+    for expression in selector.get("matchExpressions", []):
+        key, operator = expression["key"], expression["operator"]
+        if operator == "Exists" and key not in labels:
+            return False
+        if operator == "In" and labels.get(key) not in expression["values"]:
+            return False
+    return True
 
 
 def _seconds(text: str) -> float:

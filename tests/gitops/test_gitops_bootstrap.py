@@ -143,3 +143,36 @@ def test_oci_chart_sources_are_scheme_less_so_argo_cd_pulls_them_anonymously(git
         assert not url.startswith("oci://"), url
     text = (gitops_dir / "bootstrap" / "inference-gateway.k8s.yaml").read_text()
     assert "argocd.argoproj.io/secret-type: repository" not in text
+
+
+def test_hyperpod_dependencies_go_where_hyperpod_joins_before_the_cluster(gitops_dir):
+    """AWS requires SageMaker HyperPod's Helm chart on the EKS cluster before
+    `CreateCluster` ("Installing packages on the Amazon EKS cluster using Helm": release
+    `hyperpod-dependencies` in kube-system, from aws/sagemaker-hyperpod-cli
+    helm_chart/HyperPodHelmChart). The ApplicationSet installs it, pinned to a commit, on
+    every cluster whose Secret the CDK labels `igw.dev/hyperpod: enabled`, in wave 0
+    with the other controllers; the CDK creates the HyperPod cluster only once the
+    chart's agent exists (tests/stacks/test_stacks_hyperpod.py). The region goes in
+    explicitly: the chart detects it with Helm's `lookup`, which `helm template` (Argo
+    CD's renderer) answers empty, and would fall back to us-west-2."""
+    bootstrap = _bootstrap(gitops_dir)
+    appset = bootstrap["ApplicationSet/hyperpod-dependencies"]
+    assert appset["metadata"]["annotations"][WAVE] == "0"
+    (generator,) = appset["spec"]["generators"]
+    assert generator["clusters"]["selector"]["matchExpressions"] == [
+        {"key": "igw.dev/hyperpod", "operator": "In", "values": ["enabled"]}
+    ]
+    spec = appset["spec"]["template"]["spec"]
+    source = spec["source"]
+    assert source["repoURL"] == "https://github.com/aws/sagemaker-hyperpod-cli.git"
+    assert source["path"] == "helm_chart/HyperPodHelmChart"
+    assert len(source["targetRevision"]) == 40  # a commit, not a moving branch or tag
+    assert source["helm"]["releaseName"] == "hyperpod-dependencies"
+    region = '{{index .metadata.labels "igw.dev/region"}}'
+    assert {p["name"]: p["value"] for p in source["helm"]["parameters"]} == {
+        "global.region": region,
+        "health-monitoring-agent.region": region,
+    }
+    assert spec["destination"] == {"server": "{{.server}}", "namespace": "kube-system"}
+    project = bootstrap[f"AppProject/{spec['project']}"]["spec"]
+    assert project["sourceRepos"] == [source["repoURL"]]

@@ -67,7 +67,9 @@ def first_sync(env: str, rule: PickerRule) -> Play:
     """Sync gitops/bootstrap on an empty cluster of `env` until every Argo CD operation
     has finished (or the limit)."""
     spec = load_environment(env)
-    secret = cluster_secret(env, spec.aws.region, spec.cluster.name)
+    secret = cluster_secret(
+        env, spec.aws.region, spec.cluster.name, hyperpod=spec.cluster.hyperpod.enabled
+    )
     cluster = Cluster(rule, cluster_secret=secret)
     root = Operation(load_manifests(REPO_ROOT / "gitops/bootstrap"), cluster)
     play = Play(cluster, root)
@@ -108,6 +110,9 @@ def test_first_sync_completes_when_readiness_does_not_wait_on_pods(env: str) -> 
     assert outcome.applied_waves == [-2, -1, 0, 1, 2]
     monitoring = next(n for n in play.cluster.apps if "monitoring" in n)
     assert play.app(monitoring).phase == "Succeeded"
+    # HyperPod's Helm chart only where the cluster Secret says HyperPod joins (prod)
+    hyperpod = play.cluster.find("Application", "hyperpod-dependencies-in-cluster")
+    assert (hyperpod is not None) == load_environment(env).cluster.hyperpod.enabled
     # and then the environment's Application turns Healthy: every pool at its size
     live_app = play.cluster.find("Application", env_app)
     assert live_app is not None
