@@ -17,8 +17,8 @@ import yaml
 
 from charts.app import environment_names
 from charts.bootstrap import ADDONS, KARPENTER_VERSION
-from envspec.environment import load_environment
 from envspec.argocd_manifests import cluster_secret
+from envspec.environment import load_environment
 from envspec.names import KARPENTER_DISCOVERY_TAG, karpenter_node_role_name, karpenter_queue_name
 
 WAVE = "argocd.argoproj.io/sync-wave"
