@@ -417,10 +417,15 @@ class GatewayChart(Chart):
         )
 
     def _auth_service(self, *, env: EnvironmentSpec) -> None:
-        """`igw auth`: two replicas behind a ClusterIP Service, the key file mounted."""
+        """`igw auth`: two replicas behind a ClusterIP Service, the key file mounted.
+
+        In the config wave, with the ExternalSecret that makes the key file: a pod whose
+        Secret volume does not exist yet never starts, so in the controllers wave its
+        Deployment would pass its progress deadline and fail the first sync
+        (tests/gitops/test_gitops_first_sync.py plays it)."""
         meta = auth_labels()
         selector = selector_labels(meta)
-        common = {"namespace": env.kubernetes.namespace, "labels": meta, "wave": Wave.CONTROLLERS}
+        common = {"namespace": env.kubernetes.namespace, "labels": meta, "wave": Wave.CONFIG}
         manifest(
             self,
             "auth-sa",

@@ -10,9 +10,10 @@ reduced to the status fields Argo CD's health checks read (tests/gitops/argo_hea
   `status.{replicas,updatedReplicas,availableReplicas,observedGeneration}` and the
   `Progressing` condition, which turns `ProgressDeadlineExceeded` once
   `progressDeadlineSeconds` (default 600) pass without a pod becoming available;
-* pods: Running after their start time (`Timing`), a pod that needs a Secret (not
-  `optional`) only once it exists, Ready when its readiness rule says so. The
-  picker's rule is a parameter (`PickerRule`), read from the real picker by
+* pods: Running after their start time (`Timing`), a pod that needs a Secret (an env
+  reference or a volume, not `optional`) only once it exists, Ready when its readiness
+  rule says so. The picker's rule is a parameter (`PickerRule`), read from the real
+  picker by
   `tests/gitops/picker_probe.py`;
 * disruption controller (`pkg/controller/disruption`): `DisruptionAllowed` True
   (`SufficientPods`) when `currentHealthy - desiredHealthy > 0` and pods are expected,
@@ -340,6 +341,10 @@ class Cluster:
             for env in c.get("env", [])
             if "secretKeyRef" in env.get("valueFrom", {})
             and not env["valueFrom"]["secretKeyRef"].get("optional", False)
+        ) + tuple(
+            volume["secret"]["secretName"]
+            for volume in template.get("volumes", [])
+            if "secret" in volume and not volume["secret"].get("optional", False)
         )
         gpu = any(
             "nvidia.com/gpu" in (c.get("resources", {}).get("limits") or {})
