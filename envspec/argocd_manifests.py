@@ -22,6 +22,7 @@ __all__ = [
     "ARGOCD_NAMESPACE",
     "CLUSTER_NAME_LABEL",
     "ENVIRONMENT_LABEL",
+    "HYPERPOD_LABEL",
     "IN_CLUSTER",
     "REGION_LABEL",
     "cluster_secret",
@@ -37,6 +38,10 @@ REGION_LABEL = "igw.dev/region"
 #: The EKS cluster's name, which the Karpenter ApplicationSet hands the controller
 #: (`settings.clusterName`, and the interruption queue named after it).
 CLUSTER_NAME_LABEL = "igw.dev/cluster-name"
+#: On the cluster Secret of a cluster that has a SageMaker HyperPod cluster attached: the
+#: ApplicationSet `hyperpod-dependencies` (cdk8s/charts/bootstrap.py) installs HyperPod's
+#: Helm chart there, before the CDK creates the HyperPod cluster.
+HYPERPOD_LABEL = "igw.dev/hyperpod"
 IN_CLUSTER = "https://kubernetes.default.svc"
 SYNC_RETRY = {"limit": 5, "backoff": {"duration": "10s", "factor": 2, "maxDuration": "5m"}}
 
@@ -54,11 +59,15 @@ return result
 """
 
 
-def cluster_secret(environment: str, region: str, cluster_name: str) -> dict[str, Any]:
+def cluster_secret(
+    environment: str, region: str, cluster_name: str, *, hyperpod: bool = False
+) -> dict[str, Any]:
     """ArgoCD's own cluster, declared: the Secret ArgoCD reads a cluster from, labelled
     with the environment so the ApplicationSet deploys this environment here, and with
     the region so it syncs that region's overlay, and with the EKS cluster's name for the
-    add-ons that must know it (Karpenter)."""
+    add-ons that must know it (Karpenter); `igw.dev/hyperpod: enabled` where HyperPod
+    joins this cluster (its Helm dependencies)."""
+    extra = {HYPERPOD_LABEL: "enabled"} if hyperpod else {}
     return {
         "apiVersion": "v1",
         "kind": "Secret",
@@ -70,6 +79,7 @@ def cluster_secret(environment: str, region: str, cluster_name: str) -> dict[str
                 ENVIRONMENT_LABEL: environment,
                 REGION_LABEL: region,
                 CLUSTER_NAME_LABEL: cluster_name,
+                **extra,
             },
         },
         "stringData": {"name": "in-cluster", "server": IN_CLUSTER},

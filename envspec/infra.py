@@ -111,6 +111,12 @@ class HyperPodInstanceGroupSpec(_Section):
     instance_type: str = Field(pattern=r"^ml\.[a-z0-9]+\.[a-z0-9]+$")
     instance_count: int = Field(ge=1)
     threads_per_core: Literal[1, 2] = 1
+    gpu: str | None = Field(
+        default=None,
+        description="GPU profile of the instance type (e.g. H100): the model servers of "
+        "every node group with this GPU may also run on this group's nodes, found by "
+        "HyperPod's own labels (sagemaker.amazonaws.com/instance-group-name).",
+    )
 
 
 class HyperPodSpec(_Section):

@@ -18,7 +18,7 @@ from envspec.environment import EnvironmentSpec
 from inference_gateway.errors import ConfigError
 
 from .cluster import ClusterStack, ClusterStackProps
-from .gitops import GitOpsStack, GitOpsStackProps
+from .gitops import GitOpsStack, GitOpsStackProps, HyperPodPlacement
 from .global_app import add_global_tier
 from .global_dns import GlobalDnsStack
 from .global_tier import GlobalTierStack
@@ -31,6 +31,7 @@ from .observability import ObservabilityStack, ObservabilityStackProps
 from .parts.alarms import ClusterAlarmsProps, FleetAlarmsProps
 from .parts.argocd import ArgoCdProps
 from .parts.eks_cluster import KUBECTL_LAYERS, InferenceClusterProps
+from .parts.hyperpod import HyperPodProps
 from .parts.images import (
     DockerHubCacheProps,
     GatewayImageProps,
@@ -218,10 +219,8 @@ def _region(
                 ),
             ),
             vpc=network.vpc,
-            access_logs=network.access_logs,
-            hyperpod_zones=plan.hyperpod_zones if plan.hyperpod else None,
         ),
-        **kw("EKS, node groups, add-ons, HyperPod"),
+        **kw("EKS, node groups, add-ons"),
     )
     if primary is not None:
         # Karpenter's node role is created by the primary region's cluster stack.
@@ -295,6 +294,20 @@ def _region(
         ),
         **kw("alarms and dashboards"),
     )
+    hyperpod = (
+        HyperPodPlacement(
+            HyperPodProps(
+                spec=env.cluster.hyperpod,
+                cluster_name=env.cluster.name,
+                zones=plan.hyperpod_zones,
+                access_logs=network.access_logs,
+                pull_through_cache=plan.region in env.aws.docker_hub_cache_credentials,
+            ),
+            network.vpc,
+        )
+        if env.cluster.hyperpod.enabled and plan.hyperpod
+        else None
+    )
     gitops = GitOpsStack(
         app,
         f"{prefix}-gitops",
@@ -304,6 +317,7 @@ def _region(
                 environment=env.name,
                 region=plan.region,
                 cluster_name=env.cluster.name,
+                hyperpod=hyperpod is not None,
             ),
             cluster=cluster.cluster,
             # Built and pushed once, in the primary region; ECR replication copies it
@@ -311,8 +325,9 @@ def _region(
             release=GatewayReleaseProps(repository_name=repository, tag=env.kubernetes.image_tag)
             if plan.primary
             else None,
+            hyperpod=hyperpod,
         ),
-        **kw("ArgoCD bootstrap, gateway release image"),
+        **kw("ArgoCD bootstrap, gateway release image, HyperPod"),
     )
     gitops.add_stack_dependency(images, "the release image is pushed into its repository")
     if primary is not None:

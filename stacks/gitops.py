@@ -1,5 +1,7 @@
 """GitOpsStack: ArgoCD, its in-cluster Secret and the root Application on the region's
-cluster, and the gateway release image those manifests run (pushed before the stack)."""
+cluster, the gateway release image those manifests run (pushed before the stack), and,
+where the environment attaches one, the SageMaker HyperPod cluster: it must be created
+after Argo CD has installed HyperPod's Helm chart, which only this stack can wait for."""
 
 from __future__ import annotations
 
@@ -7,13 +9,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from aws_cdk import CfnOutput, Stack
+from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
 from .parts.argocd import ArgoCdBootstrap, ArgoCdProps
+from .parts.hyperpod import HyperPodCluster, HyperPodProps
 from .parts.images import GatewayRelease, GatewayReleaseProps, release_synthesizer
 
-__all__ = ["GitOpsStack", "GitOpsStackProps"]
+__all__ = ["GitOpsStack", "GitOpsStackProps", "HyperPodPlacement"]
+
+
+@dataclass(frozen=True)
+class HyperPodPlacement:
+    props: HyperPodProps
+    vpc: ec2.IVpc
 
 
 @dataclass(frozen=True)
@@ -22,6 +32,8 @@ class GitOpsStackProps:
     cluster: eks.ICluster
     #: The image of `kubernetes.image_tag`; its repository (ImagesStack) must deploy first.
     release: GatewayReleaseProps | None = None
+    #: The HyperPod cluster of this region (primary only), None where there is none.
+    hyperpod: HyperPodPlacement | None = None
 
 
 class GitOpsStack(Stack):
@@ -38,3 +50,13 @@ class GitOpsStack(Stack):
                 self, "Release", props.release, synthesizer=kwargs["synthesizer"]
             )
             CfnOutput(self, "GatewayImageUri", value=self.release.image_uri)
+        self.hyperpod: HyperPodCluster | None = None
+        if props.hyperpod is not None:
+            self.hyperpod = HyperPodCluster(
+                self,
+                "HyperPod",
+                props.cluster,
+                props.hyperpod.vpc,
+                props.hyperpod.props,
+                argocd=self.argocd,
+            )

@@ -29,7 +29,12 @@ import yaml
 from constructs import Construct
 
 from cdk8s import Chart
-from envspec.argocd_manifests import CLUSTER_NAME_LABEL, REGION_LABEL, root_application
+from envspec.argocd_manifests import (
+    CLUSTER_NAME_LABEL,
+    HYPERPOD_LABEL,
+    REGION_LABEL,
+    root_application,
+)
 from envspec.environment import EnvironmentSpec
 from envspec.names import KARPENTER_NAMESPACE, KARPENTER_SERVICE_ACCOUNT
 
@@ -40,6 +45,8 @@ __all__ = [
     "ARGOCD_NAMESPACE",
     "ENVOY_GATEWAY_CHART",
     "ENVOY_GATEWAY_VERSION",
+    "HYPERPOD_CHART_REVISION",
+    "HYPERPOD_RELEASE",
     "KARPENTER_VERSION",
     "PROJECT",
     "AddOnChart",
@@ -74,6 +81,17 @@ KARPENTER_VERSION = "1.6.6"
 #: kube-prometheus-stack selects monitors labelled `release: <release name>` by default
 #: (`prometheus.prometheusSpec.serviceMonitorSelectorNilUsesHelmValues: true`).
 PROMETHEUS_RELEASE = "kube-prometheus-stack"
+#: SageMaker HyperPod's Helm chart, which AWS requires on the EKS cluster before
+#: `CreateCluster` ("Installing packages on the Amazon EKS cluster using Helm"): it is not
+#: published to a chart repository, only in git (aws/sagemaker-hyperpod-cli,
+#: helm_chart/HyperPodHelmChart, with local and remote dependencies Argo CD builds). Pinned
+#: to the commit of tag v3.9.0; release `hyperpod-dependencies` in kube-system, as AWS's
+#: install command names it; the chart owns the namespace `aws-hyperpod`.
+HYPERPOD_PROJECT = "hyperpod"
+HYPERPOD_CHART_REPO = "https://github.com/aws/sagemaker-hyperpod-cli.git"
+HYPERPOD_CHART_PATH = "helm_chart/HyperPodHelmChart"
+HYPERPOD_CHART_REVISION = "b01cf90676553a711ab1a8ac51422adbb09aef6b"  # tag v3.9.0
+HYPERPOD_RELEASE = "hyperpod-dependencies"
 
 
 @dataclass(frozen=True)
@@ -287,6 +305,35 @@ class BootstrapChart(Chart):
             **common,
             body={"spec": _karpenter(sync=sync)},
         )
+        manifest(
+            self,
+            "hyperpod-project",
+            api_version=ARGO_API,
+            kind="AppProject",
+            name=HYPERPOD_PROJECT,
+            wave=Wave.CRDS,
+            **common,
+            body={
+                "spec": {
+                    "description": "SageMaker HyperPod's own Helm chart, pinned.",
+                    "sourceRepos": [HYPERPOD_CHART_REPO],
+                    # AWS's chart places its parts in namespaces of its choosing
+                    # (aws-hyperpod, kubeflow, kube-system, ...) and brings CRDs.
+                    "destinations": [{"server": "*", "namespace": "*"}],
+                    "clusterResourceWhitelist": [{"group": "*", "kind": "*"}],
+                }
+            },
+        )
+        manifest(
+            self,
+            "hyperpod-dependencies",
+            api_version=ARGO_API,
+            kind="ApplicationSet",
+            name=HYPERPOD_RELEASE,
+            wave=Wave.CONTROLLERS,
+            **common,
+            body={"spec": _hyperpod_dependencies(sync=sync)},
+        )
         for name, folder, wave in (
             (f"{PROJECT}-environments", "rendered", Wave.CONFIG),
             (f"{PROJECT}-monitoring", "monitoring", Wave.WORKLOADS),
@@ -323,6 +370,10 @@ def addon_values(envs: Sequence[EnvironmentSpec]) -> dict[str, dict[str, Any]]:
                     # InferencePool as an HTTPRoute backend: Envoy Gateway hands it to the
                     # Envoy AI Gateway controller, its extension server (ai-gateway
                     # manifests/envoy-gateway-values.yaml + examples/inference-pool).
+                    # The Backend API that values file marks required for AI Gateway's
+                    # backends (AIServiceBackend -> Backend); the patch policy it calls
+                    # optional stays off (no EnvoyPatchPolicy is rendered).
+                    "extensionApis": {"enableBackend": True},
                     "extensionManager": {
                         "backendResources": [
                             {"group": GIE_CRD_GROUPS[0], "kind": "InferencePool", "version": "v1"}
@@ -411,6 +462,54 @@ def _karpenter(*, sync: dict[str, Any]) -> dict[str, Any]:
                     },
                 },
                 "destination": {"server": "{{.server}}", "namespace": KARPENTER_NAMESPACE},
+                "syncPolicy": {**sync, "syncOptions": ["ServerSideApply=true"]},
+            },
+        },
+    }
+
+
+def _hyperpod_dependencies(*, sync: dict[str, Any]) -> dict[str, Any]:
+    """HyperPod's Helm dependencies on every cluster whose Secret says HyperPod joins it
+    (`igw.dev/hyperpod: enabled`, set by the CDK gitops stack), before the CDK creates the
+    HyperPod cluster (that stack waits for the chart's health-monitoring agent).
+
+    The region is passed explicitly: the chart's own detection reads the cluster with
+    Helm's `lookup`, which `helm template` (how Argo CD renders) answers empty, and then
+    falls back to us-west-2 (charts/health-monitoring-agent/values.yaml). The chart's
+    NVIDIA device plugin stays on: it selects HyperPod's `ml.*` instance types, ours
+    selects the managed groups' `igw.dev/gpu` label, so each GPU node gets exactly one."""
+    region = f'{{{{index .metadata.labels "{REGION_LABEL}"}}}}'
+    return {
+        "goTemplate": True,
+        "goTemplateOptions": ["missingkey=error"],
+        "generators": [
+            {
+                "clusters": {
+                    "selector": {
+                        "matchExpressions": [
+                            {"key": HYPERPOD_LABEL, "operator": "In", "values": ["enabled"]}
+                        ]
+                    }
+                }
+            }
+        ],
+        "template": {
+            "metadata": {"name": f"{HYPERPOD_RELEASE}-{{{{.nameNormalized}}}}"},
+            "spec": {
+                "project": HYPERPOD_PROJECT,
+                "source": {
+                    "repoURL": HYPERPOD_CHART_REPO,
+                    "targetRevision": HYPERPOD_CHART_REVISION,
+                    "path": HYPERPOD_CHART_PATH,
+                    "helm": {
+                        "releaseName": HYPERPOD_RELEASE,
+                        "parameters": [
+                            {"name": "global.region", "value": region},
+                            {"name": "health-monitoring-agent.region", "value": region},
+                        ],
+                    },
+                },
+                "destination": {"server": "{{.server}}", "namespace": "kube-system"},
                 "syncPolicy": {**sync, "syncOptions": ["ServerSideApply=true"]},
             },
         },

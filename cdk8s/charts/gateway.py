@@ -148,6 +148,7 @@ def envoy_settings(env: EnvironmentSpec) -> GatewaySettings:
     namespace = env.kubernetes.namespace
     picker = Address(PICKER, GRPC_PORT)
     by_pool = routes(env)
+    first = min((p.name for p in env.gateway.pools), default=None)
     pool_routes = [
         PoolRoute(
             route=pool_route_name(p.name),
@@ -156,20 +157,10 @@ def envoy_settings(env: EnvironmentSpec) -> GatewaySettings:
             models=tuple(by_pool[p.name]),
             namespace=namespace,
             timeout_s=ROUTE_TIMEOUT_S,
+            catch_all=p.name == first,
         )
         for p in env.gateway.pools
     ]
-    if env.gateway.pools:
-        first = sorted(env.gateway.pools, key=lambda p: p.name)[0]
-        pool_routes.append(
-            PoolRoute(
-                route=DEFAULT_ROUTE,
-                pool=first.name,
-                picker=picker,
-                namespace=namespace,
-                timeout_s=ROUTE_TIMEOUT_S,
-            )
-        )
     limit = env.kubernetes.max_parallel_requests
     return GatewaySettings(
         routes=tuple(pool_routes),
@@ -426,10 +417,15 @@ class GatewayChart(Chart):
         )
 
     def _auth_service(self, *, env: EnvironmentSpec) -> None:
-        """`igw auth`: two replicas behind a ClusterIP Service, the key file mounted."""
+        """`igw auth`: two replicas behind a ClusterIP Service, the key file mounted.
+
+        In the config wave, with the ExternalSecret that makes the key file: a pod whose
+        Secret volume does not exist yet never starts, so in the controllers wave its
+        Deployment would pass its progress deadline and fail the first sync
+        (tests/gitops/test_gitops_first_sync.py plays it)."""
         meta = auth_labels()
         selector = selector_labels(meta)
-        common = {"namespace": env.kubernetes.namespace, "labels": meta, "wave": Wave.CONTROLLERS}
+        common = {"namespace": env.kubernetes.namespace, "labels": meta, "wave": Wave.CONFIG}
         manifest(
             self,
             "auth-sa",
@@ -482,14 +478,24 @@ class GatewayChart(Chart):
         )
 
     def _routes(self, *, env: EnvironmentSpec, config: dict[str, Any]) -> None:
-        """One HTTPRoute per pool, matching the model header; a catch-all comes last.
+        """One HTTPRoute per pool, matching the model header; the first pool's (by name)
+        also matches every `/v1` request without one, the catch-all.
 
-        The catch-all route (no header) exists so that Envoy has a route, and with it
-        the ext_proc filters, for a request whose model is not known yet; after the
-        body-based router sets the header the route is chosen again. A model nobody
-        serves ends at the picker, which answers 404 in OpenAI shape.
+        The catch-all exists so that Envoy has a route, and with it the ext_proc
+        filters, for a request whose model is not known yet; after the body-based router
+        sets the header the route is chosen again (a header match outranks it, Gateway
+        API match precedence). A model nobody serves ends at the picker, which answers
+        404 in OpenAI shape. It is a match of the pool's own rule, not a second route to
+        the same pool: Envoy AI Gateway v0.4 builds one picker cluster per route rule
+        backed by an InferencePool, all named `envoy.clusters.endpointpicker_<pool>_<ns>
+        _ext_proc`, with no de-duplication (`internal/extensionserver/
+        post_translate_modify.go`, `inferencepool.go: clusterNameForInferencePool`);
+        Envoy Gateway v1.5 passes the list on and go-control-plane's snapshot keeps the
+        last of each name (`pkg/cache/v3/resources.go: IndexResourcesByName`). One rule
+        per pool leaves nothing to collapse.
         """
         by_pool = routes(env)
+        first = min((p.name for p in env.gateway.pools), default=None)
         for pool in env.gateway.pools:
             matches = [
                 {
@@ -498,6 +504,8 @@ class GatewayChart(Chart):
                 }
                 for model in by_pool[pool.name]
             ]
+            if pool.name == first:
+                matches.append({"path": {"type": "PathPrefix", "value": "/v1"}})
             manifest(
                 self,
                 f"route-{pool.name}",
@@ -516,22 +524,6 @@ class GatewayChart(Chart):
             **config,
             body={"spec": _status_route_spec()},
         )
-        if env.gateway.pools:
-            first = sorted(env.gateway.pools, key=lambda p: p.name)[0]
-            manifest(
-                self,
-                "route-default",
-                api_version=GATEWAY_API,
-                kind="HTTPRoute",
-                name=DEFAULT_ROUTE,
-                **config,
-                body={
-                    "spec": _route_spec(
-                        matches=[{"path": {"type": "PathPrefix", "value": "/v1"}}],
-                        pool=first.name,
-                    )
-                },
-            )
 
     def _bbr(self, *, env: EnvironmentSpec) -> None:
         namespace = env.kubernetes.namespace
@@ -728,14 +720,13 @@ def _target_group_binding_spec(env: EnvironmentSpec) -> dict[str, Any]:
 
 
 def route_names(env: EnvironmentSpec) -> list[str]:
-    """Every inference HTTPRoute of the chart: one per pool, then the catch-all (the
-    `/status` heartbeat route is not one: no auth, no inference circuit breaker)."""
-    names = [pool_route_name(p.name) for p in env.gateway.pools]
-    return [*names, DEFAULT_ROUTE] if names else []
+    """Every inference HTTPRoute of the chart: one per pool, the first also the
+    catch-all (the `/status` heartbeat route is not one: no auth, no inference circuit
+    breaker)."""
+    return [pool_route_name(p.name) for p in env.gateway.pools]
 
 
 STATUS_ROUTE = f"{GATEWAY}-status-route"
-DEFAULT_ROUTE = f"{GATEWAY}-default-route"
 
 
 def _status_route_spec() -> dict[str, Any]:

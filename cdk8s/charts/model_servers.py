@@ -12,18 +12,23 @@ function the environment validation uses to prove that each pool's selector sele
 these pods. Pods drain before they stop: readiness fails first (the picker stops
 picking the pod), then `preStop` sleeps `drain_seconds` so streams in flight finish,
 and the grace period covers both.
+
+Placement: a model server runs on its node group's managed nodes and, where the
+environment attaches SageMaker HyperPod, on the HyperPod instance groups of the same GPU,
+which HyperPod labels itself (`sagemaker.amazonaws.com/...`, `node_terms`).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from constructs import Construct
 
 from cdk8s import Chart
 from envspec.environment import EnvironmentSpec
-from envspec.infra import NodeGroupSpec
+from envspec.infra import HyperPodInstanceGroupSpec, NodeGroupSpec
 from envspec.workloads import ModelServerSpec, model_server_name, model_server_pod_labels
 
 from .base import Wave, manifest, model_server_image, selector_labels
@@ -170,6 +175,9 @@ class ModelServersChart(Chart):
                     group=group,
                     selector=selector,
                     image=model_server_image(env, image=server.image, digest=server.image_digest),
+                    hyperpod_groups=(
+                        env.cluster.hyperpod.instance_groups if env.cluster.hyperpod.enabled else ()
+                    ),
                 ),
             },
         }
@@ -282,8 +290,49 @@ def _hf_token_external_secret(secret_id: str, secret: str) -> dict[str, Any]:
     }
 
 
+#: The labels SageMaker HyperPod puts on the nodes it joins to an EKS cluster: the kind
+#: of compute, the instance group, and the health its agents report ("Resilience-related
+#: Kubernetes labels by SageMaker HyperPod": only `Schedulable` nodes take workloads).
+HYPERPOD_COMPUTE_LABEL = "sagemaker.amazonaws.com/compute-type"
+HYPERPOD_GROUP_LABEL = "sagemaker.amazonaws.com/instance-group-name"
+HYPERPOD_HEALTH_LABEL = "sagemaker.amazonaws.com/node-health-status"
+
+
+def node_terms(
+    group: NodeGroupSpec, hyperpod_groups: Sequence[HyperPodInstanceGroupSpec]
+) -> list[dict[str, Any]]:
+    """Where a model server of `group` may run (terms are ORed): the managed node group,
+    by the labels the CDK gives it (stacks/parts/gpu_nodes.py: gpu_labels), and every
+    HyperPod instance group of the same GPU, by HyperPod's own labels, healthy only."""
+    terms: list[dict[str, Any]] = [
+        {
+            "matchExpressions": [
+                {"key": "igw.dev/gpu", "operator": "In", "values": [group.gpu]},
+                {"key": "igw.dev/node-group", "operator": "In", "values": [group.name]},
+            ]
+        }
+    ]
+    names = sorted(g.name for g in hyperpod_groups if g.gpu == group.gpu)
+    if names:
+        terms.append(
+            {
+                "matchExpressions": [
+                    {"key": HYPERPOD_COMPUTE_LABEL, "operator": "In", "values": ["hyperpod"]},
+                    {"key": HYPERPOD_GROUP_LABEL, "operator": "In", "values": names},
+                    {"key": HYPERPOD_HEALTH_LABEL, "operator": "In", "values": ["Schedulable"]},
+                ]
+            }
+        )
+    return terms
+
+
 def _pod_spec(
-    *, server: ModelServerSpec, group: NodeGroupSpec, selector: dict[str, str], image: str
+    *,
+    server: ModelServerSpec,
+    group: NodeGroupSpec,
+    selector: dict[str, str],
+    image: str,
+    hyperpod_groups: Sequence[HyperPodInstanceGroupSpec] = (),
 ) -> dict[str, Any]:
     gpus = str(server.gpus)
     health = {"httpGet": {"path": "/health", "port": "http"}}
@@ -322,20 +371,7 @@ def _pod_spec(
         "affinity": {
             "nodeAffinity": {
                 "requiredDuringSchedulingIgnoredDuringExecution": {
-                    "nodeSelectorTerms": [
-                        {
-                            # Labels the CDK app puts on each GPU node group
-                            # (stacks/parts/gpu_nodes.py: gpu_labels).
-                            "matchExpressions": [
-                                {"key": "igw.dev/gpu", "operator": "In", "values": [group.gpu]},
-                                {
-                                    "key": "igw.dev/node-group",
-                                    "operator": "In",
-                                    "values": [group.name],
-                                },
-                            ]
-                        }
-                    ]
+                    "nodeSelectorTerms": node_terms(group, hyperpod_groups)
                 }
             }
         },

@@ -46,6 +46,9 @@ class ArgoCdProps:
     environment: str
     region: str
     cluster_name: str
+    #: SageMaker HyperPod joins this cluster: the Secret says so (`igw.dev/hyperpod`),
+    #: and Argo CD installs HyperPod's Helm chart here.
+    hyperpod: bool = False
 
 
 class ArgoCdBootstrap(Construct):
@@ -81,7 +84,11 @@ class ArgoCdBootstrap(Construct):
             self,
             "InClusterSecret",
             cluster=cluster,
-            manifest=[cluster_secret(props.environment, props.region, props.cluster_name)],
+            manifest=[
+                cluster_secret(
+                    props.environment, props.region, props.cluster_name, hyperpod=props.hyperpod
+                )
+            ],
             overwrite=True,
         )
         self.cluster_secret.node.add_dependency(self.chart)

@@ -5,6 +5,20 @@ the same EKS cluster as the managed node groups, so the picker routes to HyperPo
 exactly as to any other pod of a pool. The lifecycle script is shipped from
 `stacks/assets/hyperpod/` to a private bucket; the instance groups run in the private
 subnets of the zones the environment lists and share the cluster security group.
+
+What AWS requires of an EKS-orchestrated cluster, and where it is done:
+
+* the execution role (SageMaker AI developer guide, "IAM role for SageMaker HyperPod",
+  the statements for Amazon EKS orchestration): `AmazonSageMakerClusterInstanceRolePolicy`
+  plus the ENI actions the Amazon VPC CNI runs on HyperPod nodes, ECR image pulls, and
+  `eks-auth:AssumeRoleForPodIdentity` for the Pod Identity agent (`EKS_NODE_STATEMENTS`);
+  HyperPod creates the cluster's access entries for it itself (API reference,
+  `ClusterMetadata.EksRoleAccessEntries`: "created by HyperPod on your behalf");
+* HyperPod's Helm chart installed before `CreateCluster` ("Installing packages on the
+  Amazon EKS cluster using Helm": required, else creation may fail): Argo CD installs it
+  (the `hyperpod-dependencies` ApplicationSet of gitops/bootstrap, for a cluster Secret
+  labelled `igw.dev/hyperpod: enabled`), and the cluster waits for the chart's
+  health-monitoring agent DaemonSet (`DEPENDENCIES_READY`) before it is created.
 """
 
 from __future__ import annotations
@@ -12,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from aws_cdk import RemovalPolicy, Stack
+from aws_cdk import Duration, RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
@@ -24,11 +38,46 @@ from constructs import Construct
 from envspec.infra import HyperPodSpec
 
 from ..nag import acknowledge
+from .images import pull_through_statement
 
-__all__ = ["LIFECYCLE_DIR", "HyperPodCluster", "HyperPodProps"]
+__all__ = [
+    "DEPENDENCIES_READY",
+    "EKS_NODE_STATEMENTS",
+    "LIFECYCLE_DIR",
+    "HyperPodCluster",
+    "HyperPodProps",
+]
 
 LIFECYCLE_DIR = Path(__file__).resolve().parent.parent / "assets" / "hyperpod"
 _PREFIX = "lifecycle"
+#: The object whose existence says HyperPod's Helm chart is installed: the health-
+#: monitoring agent DaemonSet, in the namespace the chart fixes ("The aws-hyperpod
+#: namespace name cannot be modified"; aws/sagemaker-hyperpod-cli
+#: helm_chart/HyperPodHelmChart/charts/health-monitoring-agent).
+DEPENDENCIES_READY = ("daemonset", "health-monitoring-agent", "aws-hyperpod")
+#: How long the HyperPod cluster waits for Argo CD to install the chart: the root
+#: Application's waves before it, and `helm dependency build` of the chart.
+DEPENDENCIES_TIMEOUT = Duration.minutes(30)
+#: The execution role's statements for EKS orchestration (AWS's list): the VPC CNI's ENI
+#: work on the node, image pulls, and the Pod Identity agent's credential exchange.
+EKS_NODE_STATEMENTS: dict[str, tuple[str, ...]] = {
+    "VpcCni": (
+        "ec2:AssignPrivateIpAddresses",
+        "ec2:CreateNetworkInterface",
+        "ec2:CreateNetworkInterfacePermission",
+        "ec2:DeleteNetworkInterface",
+        "ec2:DeleteNetworkInterfacePermission",
+        "ec2:DescribeNetworkInterfaces",
+        "ec2:DescribeVpcs",
+        "ec2:DescribeDhcpOptions",
+        "ec2:DescribeSubnets",
+        "ec2:DescribeSecurityGroups",
+        "ec2:DetachNetworkInterface",
+        "ec2:ModifyNetworkInterfaceAttribute",
+        "ec2:UnassignPrivateIpAddresses",
+    ),
+    "ImagePulls": ("ecr:BatchGetImage", "ecr:GetAuthorizationToken", "ecr:GetDownloadUrlForLayer"),
+}
 
 
 @dataclass(frozen=True)
@@ -37,6 +86,8 @@ class HyperPodProps:
     cluster_name: str
     zones: tuple[str, ...]
     access_logs: s3.IBucket
+    #: The cluster's nodes may fill the Docker Hub pull-through cache (parts/images.py).
+    pull_through_cache: bool = False
 
 
 class HyperPodCluster(Construct):
@@ -46,10 +97,14 @@ class HyperPodCluster(Construct):
         self,
         scope: Construct,
         construct_id: str,
-        cluster: eks.Cluster,
+        cluster: eks.ICluster,
         vpc: ec2.IVpc,
         props: HyperPodProps,
+        *,
+        argocd: Construct,
     ) -> None:
+        """`argocd`: what installs Argo CD and its root Application; the wait for the
+        chart starts after it."""
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
         self.bucket = s3.Bucket(
@@ -87,6 +142,7 @@ class HyperPodCluster(Construct):
             description="HyperPod instance role: node bootstrap and health reporting.",
         )
         self.bucket.grant_read(self.role, f"{_PREFIX}/*")
+        self._eks_node_permissions(stack, cluster, props)
         acknowledge(
             self.role,
             "IAM4",
@@ -143,6 +199,65 @@ class HyperPodCluster(Construct):
             ],
         )
         self.cluster.node.add_dependency(deployment)
+        kind, name, namespace = DEPENDENCIES_READY
+        self.dependencies = eks.KubernetesObjectValue(
+            self,
+            "HelmDependencies",
+            cluster=cluster,
+            object_type=kind,
+            object_name=name,
+            object_namespace=namespace,
+            json_path=".metadata.name",
+            timeout=DEPENDENCIES_TIMEOUT,
+        )
+        self.dependencies.node.add_dependency(argocd)
+        self.cluster.node.add_dependency(self.dependencies)
+
+    def _eks_node_permissions(
+        self, stack: Stack, cluster: eks.ICluster, props: HyperPodProps
+    ) -> None:
+        for sid, actions in EKS_NODE_STATEMENTS.items():
+            self.role.add_to_policy(
+                iam.PolicyStatement(sid=sid, actions=list(actions), resources=["*"])
+            )
+        self.role.add_to_policy(
+            iam.PolicyStatement(
+                sid="TagNetworkInterfaces",
+                actions=["ec2:CreateTags"],
+                resources=[
+                    stack.format_arn(service="ec2", resource="network-interface", resource_name="*")
+                ],
+            )
+        )
+        self.role.add_to_policy(
+            iam.PolicyStatement(
+                sid="PodIdentity",
+                actions=["eks-auth:AssumeRoleForPodIdentity"],
+                resources=[cluster.cluster_arn],
+            )
+        )
+        if props.pull_through_cache:
+            self.role.add_to_policy(pull_through_statement(self))
+            cache = f"arn:<AWS::Partition>:ecr:{stack.region}:{stack.account}:repository"
+            acknowledge(
+                self.role,
+                "IAM5",
+                "A pull-through cache creates one repository per upstream image on its first "
+                "pull; HyperPod nodes, like the managed GPU nodes, may do that only under the "
+                "docker-hub/ prefix of this region's registry.",
+                findings=[f"Resource::{cache}/docker-hub/*"],
+            )
+        eni = (
+            f"Resource::arn:<AWS::Partition>:ec2:{stack.region}:{stack.account}:network-interface/*"
+        )
+        acknowledge(
+            self.role,
+            "IAM5",
+            "The Amazon VPC CNI on a HyperPod node creates, attaches and tags ENIs whose ids "
+            "exist only at run time, and pulls images of AWS-owned registries (HyperPod's "
+            "agents) besides ours: the statements AWS documents for EKS orchestration.",
+            findings=["Resource::*", eni],
+        )
 
 
 def _acknowledge_deployment_handler(

@@ -66,13 +66,16 @@ class TestExtProcWiring:
         route = one(docs, "HTTPRoute", "llama-8b-a10g-route")["spec"]
         assert route["parentRefs"] == [{"name": "igw", "sectionName": "https"}]
         (rule,) = route["rules"]
-        headers = [m["headers"][0] for m in rule["matches"]]
+        *by_header, catch_all = rule["matches"]
+        headers = [m["headers"][0] for m in by_header]
         header = {"type": "Exact", "name": "X-Gateway-Model-Name"}
         assert headers == [
             {**header, "value": "llama-3.1-8b"},
             {**header, "value": "sql-lora"},  # an adapter keeps its own name in the header
             {**header, "value": "sql-assistant"},  # the canary alias
         ]
+        # the catch-all is a match of the first pool's rule, not a second route to it
+        assert catch_all == {"path": {"type": "PathPrefix", "value": "/v1"}}
         assert rule["backendRefs"] == [
             {
                 "group": "inference.networking.k8s.io",
@@ -80,8 +83,38 @@ class TestExtProcWiring:
                 "name": "llama-8b-a10g",
             }
         ]
-        default = one(docs, "HTTPRoute", "igw-default-route")["spec"]["rules"][0]
-        assert default["matches"] == [{"path": {"type": "PathPrefix", "value": "/v1"}}]
+
+    @pytest.mark.parametrize("name", ["dev", "prod"])
+    def test_each_pool_is_the_backend_of_exactly_one_route_rule(self, synth, name):
+        """Envoy AI Gateway v0.4 builds one endpoint-picker cluster per route rule whose
+        backend is an InferencePool, every one of them named after the pool
+        (`envoy.clusters.endpointpicker_<pool>_<namespace>_ext_proc`,
+        internal/extensionserver/inferencepool.go), and never de-duplicates them
+        (post_translate_modify.go); Envoy Gateway v1.5 hands that list to its snapshot
+        as is. So no pool may back two rules: the catch-all is a match, not a route."""
+        from envspec.environment import load_environment
+
+        docs = synth(GatewayChart, load_environment(name))
+        rules = [
+            (ref["name"], doc["metadata"]["name"])
+            for doc in docs
+            if doc["kind"] == "HTTPRoute"
+            for rule in doc["spec"]["rules"]
+            for ref in rule["backendRefs"]
+            if ref["kind"] == "InferencePool"
+        ]
+        pools = [p for p, _ in rules]
+        assert len(pools) == len(set(pools)), rules
+        catch_alls = [
+            route
+            for doc in docs
+            if doc["kind"] == "HTTPRoute"
+            for route in [doc["metadata"]["name"]]
+            for rule in doc["spec"]["rules"]
+            for match in rule["matches"]
+            if match == {"path": {"type": "PathPrefix", "value": "/v1"}}
+        ]
+        assert len(catch_alls) == 1, catch_alls
 
     def test_gateway_is_https_behind_an_internal_nlb(self, synth, dev_env):
         docs = synth(GatewayChart, dev_env)

@@ -6,6 +6,8 @@ third-party schemas under cdk8s/crds/external/)."""
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from charts.crds import CRD_DIR
+from charts.crds import CRD_DIR, pinned_crds
 from envspec.environment import load_environment
 
 EXTERNAL = CRD_DIR / "external"
@@ -147,11 +149,58 @@ def test_the_schemas_reject_what_they_should(rendered):
     assert not jsonschema.Draft4Validator(schemas[key]).is_valid(bad)
 
 
-def test_pinned_crds_name_their_source_and_version():
-    for path in sorted(CRD_DIR.glob("*.yaml")):
-        text = path.read_text()
-        assert "kubernetes-sigs/gateway-api-inference-extension" in text, path.name
-        crd = yaml.safe_load(text)
-        assert crd["metadata"]["annotations"]["inference.networking.k8s.io/bundle-version"]
+def test_pinned_crds_are_the_upstream_files_byte_for_byte():
+    """cdk8s/crds/sources.json names, for every vendored GIE CRD, the upstream tag,
+    commit and path (kubernetes-sigs/gateway-api-inference-extension
+    config/crd/bases/), and the sha256 of that file: the vendored copy is that file
+    unchanged, and its bundle-version annotation is the tag it came from."""
+    sources = json.loads((CRD_DIR / "sources.json").read_text())
+    assert "kubernetes-sigs/gateway-api-inference-extension" in sources["repository"]
+    vendored = sorted(p.name for p in CRD_DIR.glob("*.yaml"))
+    assert vendored == sorted(sources["files"])
+    for name, source in sources["files"].items():
+        data = (CRD_DIR / name).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == source["sha256"], name
+        assert source["path"] == f"config/crd/bases/{name}"
+        crd = yaml.safe_load(data)
+        annotations = crd["metadata"]["annotations"]
+        assert annotations["inference.networking.k8s.io/bundle-version"] == source["tag"], name
+
+
+def test_the_gie_bundle_is_v1_0_0_where_it_says_so():
+    """InferencePool (v1 and x-k8s v1alpha2) and InferenceObjective are GIE v1.0.0's, the
+    release Envoy Gateway v1.5 and AI Gateway v0.4 speak; upstream v1.0.0's InferencePool
+    allows exactly one target port."""
+    by_kind = {c["spec"]["names"]["kind"] + "/" + c["spec"]["group"]: c for c in pinned_crds()}
+    for key in (
+        "InferencePool/inference.networking.k8s.io",
+        "InferencePool/inference.networking.x-k8s.io",
+        "InferenceObjective/inference.networking.x-k8s.io",
+    ):
+        labels = by_kind[key]["metadata"]["annotations"]
+        assert labels["inference.networking.k8s.io/bundle-version"] == "v1.0.0", key
+    pool = by_kind["InferencePool/inference.networking.k8s.io"]["spec"]["versions"][0]
+    ports = pool["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["targetPorts"]
+    assert ports["maxItems"] == 1
+
+
+def test_rendered_gie_crds_are_the_vendored_ones_field_for_field(rendered_root: Path):
+    """gitops/crds/ carries each vendored CRD's spec unchanged and its upstream
+    annotations, plus only our labels and Argo CD's sync options."""
+    rendered = {
+        d["metadata"]["name"]: d
+        for d in yaml.safe_load_all(
+            (rendered_root / "crds/gateway-api-inference-extension.k8s.yaml").read_text()
+        )
+    }
+    vendored = {c["metadata"]["name"]: c for c in pinned_crds()}
+    assert sorted(rendered) == sorted(vendored)
+    for name, crd in vendored.items():
+        assert rendered[name]["spec"] == crd["spec"], name
+        for key, value in crd["metadata"]["annotations"].items():
+            assert rendered[name]["metadata"]["annotations"][key] == value, (name, key)
+
+
+def test_external_schemas_name_their_version():
     for path in sorted(EXTERNAL.glob("*.yaml")):
         assert Path(path).read_text().startswith("# "), f"{path.name}: say which version"

@@ -59,7 +59,10 @@ def test_envoy_gateway_hands_inference_pools_to_its_extension_and_applies_server
     """Envoy Gateway resolves an InferencePool backendRef only through an extension
     server that declares it (`extensionManager.backendResources`), the Envoy AI Gateway
     controller (envoyproxy/ai-gateway manifests/envoy-gateway-values.yaml and
-    examples/inference-pool/envoy-gateway-values-addon.yaml, v0.4.0)."""
+    examples/inference-pool/envoy-gateway-values-addon.yaml, v0.4.0). The same values
+    file marks `extensionApis.enableBackend: true` "Required: Enable Backend API for AI
+    service backends"; `enableEnvoyPatchPolicy` it calls optional, and no patch policy is
+    rendered, so it stays off."""
     app = _bootstrap(gitops_dir)["Application/envoy-gateway"]["spec"]
     values = yaml.safe_load(app["source"]["helm"]["values"])
     manager = values["config"]["envoyGateway"]["extensionManager"]
@@ -71,7 +74,7 @@ def test_envoy_gateway_hands_inference_pools_to_its_extension_and_applies_server
         "port": 1063,
     }
     assert {"Translation", "Cluster"} <= set(manager["hooks"]["xdsTranslator"]["post"])
-    assert "extensionApis" not in values["config"]["envoyGateway"]  # no patch policy
+    assert values["config"]["envoyGateway"]["extensionApis"] == {"enableBackend": True}
     assert "Application/envoy-ai-gateway" in _bootstrap(gitops_dir)
     assert "ServerSideApply=true" in app["syncPolicy"]["syncOptions"]
     assert int(_bootstrap(gitops_dir)["ApplicationSet/inference-gateway-environments"][
@@ -115,3 +118,61 @@ def test_environments_must_share_one_repository_and_revision():
     assert repo_of([env, env]) == (env.gitops.repo_url, env.gitops.revision)
     with pytest.raises(ValueError, match=r"gitops\.revision"):
         repo_of([env, other])
+
+
+OCI_REGISTRIES = {"docker.io/envoyproxy", "public.ecr.aws/karpenter"}
+
+
+def test_oci_chart_sources_are_scheme_less_so_argo_cd_pulls_them_anonymously(gitops_dir):
+    """Argo CD v2.13.2 treats a Helm `repoURL` as OCI exactly when it has no scheme
+    (`util/helm/client.go: IsHelmOciRepo`: `url.Parse(repoURL).Host == ""`; the repo
+    server's `enableOCI := repo.EnableOCI || helm.IsHelmOciRepo(repo.Repo)`), and an
+    unregistered repository comes back without credentials (`util/db/repository.go:
+    getRepository` returns `&Repository{Repo: repoURL}`). So every OCI chart of the
+    bootstrap names its registry without `oci://` (which would make it an HTTP chart
+    repository, asking for `index.yaml`), and no repository Secret is rendered."""
+    sources = []
+    for doc in _bootstrap(gitops_dir).values():
+        spec = doc["spec"].get("template", {}).get("spec", doc["spec"])
+        source = spec.get("source")
+        if source is not None and "chart" in source:
+            sources.append(source["repoURL"])
+    assert set(sources) >= OCI_REGISTRIES
+    for url in sources:
+        assert "://" in url or url in OCI_REGISTRIES, url
+        assert not url.startswith("oci://"), url
+    text = (gitops_dir / "bootstrap" / "inference-gateway.k8s.yaml").read_text()
+    assert "argocd.argoproj.io/secret-type: repository" not in text
+
+
+def test_hyperpod_dependencies_go_where_hyperpod_joins_before_the_cluster(gitops_dir):
+    """AWS requires SageMaker HyperPod's Helm chart on the EKS cluster before
+    `CreateCluster` ("Installing packages on the Amazon EKS cluster using Helm": release
+    `hyperpod-dependencies` in kube-system, from aws/sagemaker-hyperpod-cli
+    helm_chart/HyperPodHelmChart). The ApplicationSet installs it, pinned to a commit, on
+    every cluster whose Secret the CDK labels `igw.dev/hyperpod: enabled`, in wave 0
+    with the other controllers; the CDK creates the HyperPod cluster only once the
+    chart's agent exists (tests/stacks/test_stacks_hyperpod.py). The region goes in
+    explicitly: the chart detects it with Helm's `lookup`, which `helm template` (Argo
+    CD's renderer) answers empty, and would fall back to us-west-2."""
+    bootstrap = _bootstrap(gitops_dir)
+    appset = bootstrap["ApplicationSet/hyperpod-dependencies"]
+    assert appset["metadata"]["annotations"][WAVE] == "0"
+    (generator,) = appset["spec"]["generators"]
+    assert generator["clusters"]["selector"]["matchExpressions"] == [
+        {"key": "igw.dev/hyperpod", "operator": "In", "values": ["enabled"]}
+    ]
+    spec = appset["spec"]["template"]["spec"]
+    source = spec["source"]
+    assert source["repoURL"] == "https://github.com/aws/sagemaker-hyperpod-cli.git"
+    assert source["path"] == "helm_chart/HyperPodHelmChart"
+    assert len(source["targetRevision"]) == 40  # a commit, not a moving branch or tag
+    assert source["helm"]["releaseName"] == "hyperpod-dependencies"
+    region = '{{index .metadata.labels "igw.dev/region"}}'
+    assert {p["name"]: p["value"] for p in source["helm"]["parameters"]} == {
+        "global.region": region,
+        "health-monitoring-agent.region": region,
+    }
+    assert spec["destination"] == {"server": "{{.server}}", "namespace": "kube-system"}
+    project = bootstrap[f"AppProject/{spec['project']}"]["spec"]
+    assert project["sourceRepos"] == [source["repoURL"]]

@@ -17,8 +17,8 @@ import yaml
 
 from charts.app import environment_names
 from charts.bootstrap import ADDONS, KARPENTER_VERSION
-from envspec.environment import load_environment
 from envspec.argocd_manifests import cluster_secret
+from envspec.environment import load_environment
 from envspec.names import KARPENTER_DISCOVERY_TAG, karpenter_node_role_name, karpenter_queue_name
 
 WAVE = "argocd.argoproj.io/sync-wave"
@@ -94,13 +94,18 @@ def test_every_model_server_fits_a_gpu_node_pool(gitops_dir: Path) -> None:
         assert servers
         for server in servers:
             pod = server["spec"]["template"]["spec"]
-            (term,) = pod["affinity"]["nodeAffinity"][
+            # Terms are ORed; a HyperPod term (sagemaker.amazonaws.com/... labels) matches
+            # no NodePool, Karpenter adds managed-group-like nodes only.
+            terms = pod["affinity"]["nodeAffinity"][
                 "requiredDuringSchedulingIgnoredDuringExecution"
             ]["nodeSelectorTerms"]
             fits = [
                 pool_name
                 for pool_name, pool in pools.items()
-                if _matches(term["matchExpressions"], pool["template"]["metadata"]["labels"])
+                if any(
+                    _matches(t["matchExpressions"], pool["template"]["metadata"]["labels"])
+                    for t in terms
+                )
                 and all(
                     _tolerates(pod["tolerations"], t) for t in pool["template"]["spec"]["taints"]
                 )

@@ -97,16 +97,6 @@ def prod_synth(tmp_path_factory: pytest.TempPathFactory) -> Synth:
     return _synth("prod", tmp_path_factory.mktemp("cdk-prod"))
 
 
-@pytest.fixture(scope="session")
-def prod_hyperpod_synth(tmp_path_factory: pytest.TempPathFactory) -> Synth:
-    """prod with HyperPod turned on (it ships off until docs/infrastructure.md's list is
-    done), so the HyperPod constructs stay tested."""
-    env = load_environment("prod")
-    hyperpod = env.cluster.hyperpod.model_copy(update={"enabled": True})
-    env = env.model_copy(update={"cluster": env.cluster.model_copy(update={"hyperpod": hyperpod})})
-    return _synth("prod", tmp_path_factory.mktemp("cdk-prod-hyperpod"), env)
-
-
 @pytest.fixture(scope="session", params=["dev", "prod"])
 def any_synth(request: pytest.FixtureRequest) -> Synth:
     return request.getfixturevalue(f"{request.param}_synth")

@@ -1,4 +1,5 @@
-"""The cluster stack: EKS, GPU node groups per generation and zone, add-ons, HyperPod."""
+"""The cluster stack: EKS, GPU node groups per generation and zone, add-ons (HyperPod:
+test_stacks_hyperpod.py)."""
 
 from __future__ import annotations
 
@@ -168,65 +169,6 @@ def test_addons_installed_in_dependency_order(any_synth: Synth) -> None:
     assert by_name["eks-pod-identity-agent"][0] in cloudwatch_deps
     assert by_name["coredns"][0] in cloudwatch_deps
     assert by_name["vpc-cni"][0] in by_name["coredns"][1]["DependsOn"]
-
-
-def test_hyperpod_cluster_is_orchestrated_by_the_eks_cluster(prod_hyperpod_synth: Synth) -> None:
-    prod_synth = prod_hyperpod_synth
-    template = prod_synth.template(PRIMARY, "cluster")
-    template.resource_count_is("AWS::SageMaker::Cluster", 1)
-    template.has_resource_properties(
-        "AWS::SageMaker::Cluster",
-        {
-            "ClusterName": "igw-prod-hyperpod",
-            "NodeRecovery": "Automatic",
-            "Orchestrator": {
-                "Eks": {
-                    "ClusterArn": {
-                        "Fn::GetAtt": [Match.string_like_regexp("^InferenceCluster"), "Arn"]
-                    }
-                }
-            },
-            "VpcConfig": {
-                "SecurityGroupIds": [
-                    {
-                        "Fn::GetAtt": [
-                            Match.string_like_regexp("^InferenceCluster"),
-                            "ClusterSecurityGroupId",
-                        ]
-                    }
-                ],
-                "Subnets": _private_subnets(prod_synth, PRIMARY, ["us-east-1b"]),
-            },
-            "InstanceGroups": [
-                Match.object_like(
-                    {
-                        "InstanceGroupName": "h100-hyperpod",
-                        "InstanceType": "ml.p5.48xlarge",
-                        "InstanceCount": 2,
-                        "LifeCycleConfig": Match.object_like({"OnCreate": "on_create.sh"}),
-                    }
-                )
-            ],
-        },
-    )
-    # The EKS cluster it names is this template's own cluster.
-    cluster_ids = prod_synth.resources(PRIMARY, "cluster", "AWS::EKS::Cluster")
-    hyperpod = next(
-        iter(prod_synth.resources(PRIMARY, "cluster", "AWS::SageMaker::Cluster").values())
-    )
-    assert (
-        hyperpod["Properties"]["Orchestrator"]["Eks"]["ClusterArn"]["Fn::GetAtt"][0] in cluster_ids
-    )
-
-
-def test_hyperpod_only_where_enabled_and_only_in_the_primary_region(
-    dev_synth: Synth, prod_synth: Synth, prod_hyperpod_synth: Synth
-) -> None:
-    dev_synth.template(PRIMARY, "cluster").resource_count_is("AWS::SageMaker::Cluster", 0)
-    prod_synth.template(PRIMARY, "cluster").resource_count_is("AWS::SageMaker::Cluster", 0)
-    prod_hyperpod_synth.template(SECONDARY, "cluster").resource_count_is(
-        "AWS::SageMaker::Cluster", 0
-    )
 
 
 def test_vpc_cni_enforces_network_policies(any_synth: Synth) -> None:

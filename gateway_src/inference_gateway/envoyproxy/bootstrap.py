@@ -371,10 +371,12 @@ def _custom_response_filter(s: GatewaySettings, override: ResponseOverride) -> d
 
 def _route_config(s: GatewaySettings) -> dict[str, Any]:
     routes: list[dict[str, Any]] = []
-    # Envoy Gateway sorts a listener's routes most specific first: header matches
-    # before the `/v1` catch-all (gateway v1.5.0 `internal/xds/translator` sortXdsIRRoutes).
-    for route in sorted(s.routes, key=lambda r: not r.models):
+    for route in s.routes:
         routes += _routes(s, route)
+    # Envoy Gateway sorts a listener's routes (one per match) most specific first: header
+    # matches before the `/v1` catch-all, even when both are matches of one rule
+    # (gateway v1.5.0 `internal/xds/translator` sortXdsIRRoutes).
+    routes.sort(key=lambda r: not r["match"].get("headers"))
     name = f"{s.namespace}/{s.gateway}/{s.listener}"
     return {
         "name": name,
@@ -409,7 +411,9 @@ def _routes(s: GatewaySettings, route: PoolRoute) -> list[dict[str, Any]]:
             "headers": [{"name": MODEL_HEADER, "string_match": {"exact": model}}],
         }
         for model in route.models
-    ] or [{"prefix": "/v1"}]
+    ]
+    if route.catch_all or not matches:
+        matches.append({"prefix": "/v1"})
     return [
         {
             "name": f"httproute/{s.namespace}/{route.route}/rule/0/match/{i}/*",

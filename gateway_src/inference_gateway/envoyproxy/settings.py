@@ -42,8 +42,10 @@ class PoolRoute:
     """One HTTPRoute whose backend is an InferencePool, and that pool's picker.
 
     `models`: the `X-Gateway-Model-Name` values the route matches (empty: the catch-all
-    route, matching `/v1` alone). `picker`: the pool's `endpointPickerRef` Service and
-    port. `namespace`: the pool's, which names the picker's cluster and filter.
+    route, matching `/v1` alone). `catch_all`: the route's rule also matches `/v1` alone
+    (the charts put the catch-all in the first pool's rule, so no pool backs two rules).
+    `picker`: the pool's `endpointPickerRef` Service and port. `namespace`: the pool's,
+    which names the picker's cluster and filter.
     """
 
     route: str
@@ -54,6 +56,7 @@ class PoolRoute:
     timeout_s: float = 600.0
     #: `aigateway.envoyproxy.io/processing-body-mode`: "duplex" (default) or "buffered"
     body_mode: str = "duplex"
+    catch_all: bool = False
 
 
 #: OpenAI's error shape (`{"error": {message, type, param, code}}`) for a 500 that Envoy
