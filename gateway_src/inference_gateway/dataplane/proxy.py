@@ -31,6 +31,7 @@ import asyncio
 import logging
 import random
 
+import orjson
 from aiohttp import web
 from prometheus_client import generate_latest
 
@@ -41,10 +42,11 @@ from ..traffic.routing import ModelRouter, Route
 from .admission import PoolGate
 from .contracts import RoutingState, SchedulerLike, openai_error
 from .director import Director, Rejection
-from .lifecycle import CLIENT_CANCELLED, STREAM_BROKEN, RequestLifecycle
+from .lifecycle import CLIENT_CANCELLED, RATE_LIMITED, STREAM_BROKEN, RequestLifecycle
 from .retry import RetryPolicy
 from .sse import ModelNameRewriter
 from .upstream import Upstream, UpstreamError, UpstreamResponse, UpstreamTimeout
+from .usage import output_tokens, usage_of
 
 # RoutingState and SchedulerLike live in `contracts` (shared with the ext_proc picker)
 # and are re-exported here for existing callers.
@@ -59,6 +61,15 @@ _request_ids = random.Random()  # ids need to be unique, not secret: no syscall 
 def new_request_id() -> str:
     """32 hex digits, like `uuid4().hex`."""
     return f"{_request_ids.getrandbits(128):032x}"
+
+
+def usage_of_body(body: bytes) -> int | None:
+    """The output tokens a whole JSON answer reports, or None."""
+    try:
+        usage = usage_of(orjson.loads(body))
+    except orjson.JSONDecodeError:
+        return None
+    return output_tokens(usage) if usage is not None else None
 
 
 def error_response(
@@ -318,10 +329,13 @@ class Gateway:
             status=upstream.status, headers=self._answer_headers(headers, content_type, endpoint)
         )
         first = True
+        budget = life.budget
         try:
             async for chunk in upstream.chunks():
                 if rewriter is not None:
                     chunk = rewriter.stream_chunk(chunk)
+                if budget is not None and budget.count(chunk) and not await budget.grow():
+                    return await self._over_budget(request, response, life, headers, first)
                 if first:
                     first = False
                     await response.prepare(request)
@@ -344,6 +358,29 @@ class Gateway:
         except (TimeoutError, UpstreamError) as error:
             return await self._broken(request, response, life, headers, error, started=not first)
         life.finished()
+        return response
+
+    async def _over_budget(
+        self,
+        request: web.Request,
+        response: web.StreamResponse,
+        life: RequestLifecycle,
+        headers: dict[str, str],
+        first: bool,
+    ) -> web.StreamResponse:
+        """The stream outgrew its token budget and the window has no room: what was
+        counted so far was relayed, the rest is not. Before any byte: a 429; after: the
+        SSE error event (OpenAI's rate-limit error), then the end of the stream."""
+        life.cancelled(RATE_LIMITED)
+        message = "Rate limit reached: the answer outgrew what the token limit allows now."
+        if first:
+            return error_response(429, message, "tokens", "rate_limit_exceeded", headers)
+        event = openai_error(message, "tokens", "rate_limit_exceeded")
+        try:
+            await response.write(b"data: " + event + b"\n\n")
+            await response.write_eof()
+        except ConnectionResetError:
+            pass  # the client left as well
         return response
 
     async def _broken(
@@ -407,6 +444,19 @@ class Gateway:
             life.cancelled("upstream_failed")
             message = "The model server's answer broke."
             return error_response(502, message, "upstream_error", "upstream_failed", headers)
+        budget = life.budget
+        if budget is not None and upstream.status == 200:
+            used = usage_of_body(body)
+            if used is not None and budget.count_whole(used) and not await budget.grow():
+                life.cancelled(RATE_LIMITED)  # generated, but not delivered past the limit
+                return error_response(
+                    429,
+                    "Rate limit reached: the answer is larger than what the token limit "
+                    "allows now.",
+                    "tokens",
+                    "rate_limit_exceeded",
+                    headers,
+                )
         if rewriter is not None:
             body = rewriter.json_body(body)
         response = web.Response(
