@@ -341,14 +341,23 @@ class Director:
                 state, headers, client_model, llm, output_bound
             )
         gate = self.gate(route)
-        await self._admit(gate, llm, client_model, extra)
+        try:
+            await self._admit(gate, llm, client_model, extra)
+        except BaseException:
+            if budget is not None:  # refused after the charge: nothing was delivered
+                budget.close(0)
+            raise
         try:
             ranked = self._rank(state, llm, route, endpoints)
         except BaseException:
             gate.on_completion()
+            if budget is not None:
+                budget.close(0)
             raise
         if not ranked:
             gate.on_completion()
+            if budget is not None:
+                budget.close(0)
             self.child(self.metrics.rejected, client_model, "no_ready_endpoint").inc()
             raise Rejection(
                 503,
