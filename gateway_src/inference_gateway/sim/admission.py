@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..config import FlowControlSpec
-from ..traffic.flow_control import FlowController
-from .fleet import SimPod
-from .workload import SimRequest
+from inference_gateway.config.spec import FlowControlSpec
+from inference_gateway.core.traffic.flow_control import FlowController
+from inference_gateway.sim.fleet import SimPod
+from inference_gateway.sim.workload import SimRequest
 
 __all__ = ["DEFERRED", "AdmissionPolicy"]
 

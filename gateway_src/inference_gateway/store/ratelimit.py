@@ -1,6 +1,6 @@
 """Global rate limits: requests and tokens per window (a minute unless a rule or the spec
 sets `windowS`) per client and per model, exact across every replica that shares the
-store, with the local limiter's rules (traffic/ratelimit.py says why each part is there).
+store, with the local limiter's rules (core/traffic/ratelimit.py says why each part is there).
 
 One atomic Lua script per step checks every bucket the request falls into and charges
 all of them, or none. A bucket is a hash of per-slot counts (`slots` slots per window,
@@ -12,7 +12,7 @@ until enough old slots leave the window for this request to fit.
 
 The steps of a request: `check` commits the prompt estimate and reserves the output
 bound (a request bigger than the whole limit is `too_large`, nothing stored); `extend`
-reserves more for a stream that outgrew its reservation (dataplane/budget.py asks,
+reserves more for a stream that outgrew its reservation (core/request/budget.py asks,
 in steps, before relaying more); `settle` drops the reservation and counts what the
 answer really delivered in the slot of that moment (an overestimated prompt comes back
 off its admission slot). A reservation carries a lease (the gateway's maximum request
@@ -45,9 +45,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 from redis.asyncio import Redis
 
-from ..config import RateLimitSpec
-from ..traffic.ratelimit import DEFAULT_MAX_TOKENS, RateLimiter, TooLarge, bucket_digest
-from .client import StoreHealth, StoreUnavailable
+from inference_gateway.config.spec import RateLimitSpec
+from inference_gateway.core.traffic.ratelimit import (
+    DEFAULT_MAX_TOKENS,
+    RateLimiter,
+    TooLarge,
+    bucket_digest,
+)
+from inference_gateway.store.client import StoreHealth, StoreUnavailable
 
 __all__ = [
     "DEFAULT_MAX_TOKENS",

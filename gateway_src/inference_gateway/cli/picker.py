@@ -1,0 +1,375 @@
+"""`igw picker`: the Envoy ext_proc endpoint picker.
+
+    igw picker --endpoints ENDPOINTS.yaml [--config CONFIG.yaml] [--rewrites PATH]
+               [--grpc-port 9002] [--metrics-port 9090] [--tls | --tls-cert F --tls-key F]
+
+Without `--endpoints` the pods come from Kubernetes: the pools of the config (label
+selector and target port) and/or the InferencePool named by `--pool`, in `--namespace`
+(default: $POD_NAMESPACE). In that mode InferenceGatewayConfig, InferenceObjective and
+InferenceModelRewrite resources are watched too (`--no-watch-api` turns that off); with
+a static endpoints file, the config and rewrites files are reloaded when they change.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import socket
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_store_argument", "kubernetes_picker", "register", "run", "server_options"]
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "picker",
+        help="run the Envoy ext_proc endpoint picker (Gateway API Inference Extension)",
+        description="Serve envoy.service.ext_proc.v3.ExternalProcessor: pick a model-server "
+        "pod per request from live metrics and answer with x-gateway-destination-endpoint.",
+    )
+    parser.add_argument("--endpoints", help="endpoints YAML; default: Kubernetes discovery")
+    parser.add_argument("--config", help="InferenceGatewayConfig YAML (resource or bare spec)")
+    parser.add_argument("--rewrites", help="InferenceModelRewrite YAML file or folder")
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to bind (gRPC and metrics); default loopback only: pass 0.0.0.0 or :: "
+        "where Envoy reaches the picker over the network (the Kubernetes chart does)",
+    )
+    parser.add_argument("--grpc-port", type=int, default=9002)
+    parser.add_argument("--metrics-port", type=int, default=9090, help="0 disables")
+    parser.add_argument(
+        "--grpc-health-port",
+        type=int,
+        help="also serve gRPC health (liveness, readiness) in plain text on this port, for "
+        "the kubelet's probes when the ext_proc port serves TLS",
+    )
+    add_tls_arguments(parser)
+    parser.add_argument(
+        "--transport",
+        choices=["http2", "grpcio"],
+        default="http2",
+        help="gRPC server: our HTTP/2 one (default, ~4x less CPU per exchange) or grpc.aio",
+    )
+    parser.add_argument(
+        "--fallbacks",
+        type=int,
+        default=0,
+        help="ranked fallback pods appended to the destination (keep 0 for an "
+        "ORIGINAL_DST cluster, which takes exactly one address)",
+    )
+    parser.add_argument(
+        "--body-mode",
+        choices=["full-duplex", "buffered"],
+        default="full-duplex",
+        help="body mode assumed when Envoy sends no protocol_config",
+    )
+    add_cluster_arguments(parser)
+    add_store_argument(parser)
+    k8s = parser.add_argument_group("Kubernetes (when no --endpoints is given)")
+    k8s.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE", "default"))
+    k8s.add_argument("--pool", action="append", default=[], help="InferencePool name to serve")
+    k8s.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster credentials)")
+    k8s.add_argument("--api-server", help="API server URL without credentials (dev, tests)")
+    k8s.add_argument("--config-name", default="igw", help="InferenceGatewayConfig to watch")
+    k8s.add_argument("--no-watch-api", action="store_true", help="do not watch config resources")
+    k8s.add_argument("--leader-elect", action="store_true", help="active-passive via a Lease")
+    k8s.add_argument("--lease-name", default="igw-picker")
+    k8s.add_argument(
+        "--status-interval",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="how often the InferenceGatewayConfig's status is refreshed (written on change)",
+    )
+    parser.set_defaults(handler=run)
+
+
+def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags `igw serve` and `igw picker` share about the cluster they route for: its
+    name and price (GET /status, the global router's heartbeat) and the CloudWatch EMF
+    records. In the cluster the picker is what routes, so it is what writes the records
+    the alarms read and what answers the heartbeat."""
+    parser.add_argument(
+        "--emf-interval",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="write a CloudWatch embedded-metric-format record to stdout every SECONDS "
+        "(0, the default, is off)",
+    )
+    parser.add_argument(
+        "--hourly-cost",
+        type=float,
+        default=0.0,
+        metavar="USD",
+        help="the cluster's hourly price, for the cost per million tokens in GET /status",
+    )
+    parser.add_argument(
+        "--emf-cluster",
+        default=os.environ.get("IGW_CLUSTER_NAME", "igw"),
+        help="the records' Cluster dimension and GET /status's cluster: the EKS cluster name "
+        "(default $IGW_CLUSTER_NAME, else igw)",
+    )
+
+
+def emf_emitter(args: argparse.Namespace, registry: Any, refresh: Any) -> Any:
+    """The EmfEmitter the flags ask for, or None; ConfigError on a negative interval."""
+    if not args.hourly_cost >= 0:
+        from inference_gateway.errors import ConfigError
+
+        raise ConfigError("--hourly-cost", ["<value>: must be 0 or positive"])
+    if args.emf_interval < 0:
+        from inference_gateway.errors import ConfigError
+
+        raise ConfigError("--emf-interval", ["<value>: must be 0 (off) or positive"])
+    if args.emf_interval == 0:
+        return None
+    from inference_gateway.telemetry.emf import EmfEmitter
+
+    return EmfEmitter(
+        registry, cluster=args.emf_cluster, interval_s=args.emf_interval, refresh=refresh
+    )
+
+
+def add_store_argument(parser: argparse.ArgumentParser) -> None:
+    """`--store URL` of `igw serve` and `igw picker`: one shared store for the dispatch
+    view (store/dispatch.py) and, in `igw serve`, the rate limits (store/ratelimit.py);
+    `store.client.store_from_flag` parses it, the password comes from $IGW_STORE_PASSWORD."""
+    parser.add_argument(
+        "--store",
+        default=os.environ.get("IGW_STORE_URL") or None,
+        metavar="URL",
+        help="redis:// (rediss:// for TLS) store the replicas share: their dispatch view, so N "
+        "replicas pick like one, and (igw serve) rate limits exact across replicas; the local "
+        "view while it is unreachable (default $IGW_STORE_URL; none: this replica alone)",
+    )
+
+
+def add_tls_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tls", action="store_true", help="serve TLS (self-signed by default)")
+    parser.add_argument("--tls-cert", help="PEM certificate (with --tls-key)")
+    parser.add_argument("--tls-key", help="PEM private key (with --tls-cert)")
+
+
+def credentials(args: argparse.Namespace) -> Any:
+    if not (args.tls or args.tls_cert or args.tls_key):
+        return None
+    from inference_gateway.transport.tls import server_credentials
+
+    return server_credentials(args.tls_cert, args.tls_key)[0]
+
+
+def tls_options(args: argparse.Namespace) -> dict[str, Any]:
+    """TLS for the chosen transport: gRPC credentials (grpcio) or an SSL context (http2)."""
+    if not (args.tls or args.tls_cert or args.tls_key):
+        return {}
+    if transport(args.transport) == "grpcio":
+        return {"credentials": credentials(args)}
+    from inference_gateway.errors import ConfigError
+    from inference_gateway.transport.http2_server import ssl_context
+    from inference_gateway.transport.tls import self_signed
+
+    if (args.tls_cert is None) != (args.tls_key is None):
+        raise ConfigError("TLS", ["--tls-cert, --tls-key: give both or neither"])
+    if args.tls_cert is None:
+        return {"ssl_context": ssl_context(*self_signed())}
+    try:
+        cert, key = Path(args.tls_cert).read_bytes(), Path(args.tls_key).read_bytes()
+    except OSError as error:
+        raise ConfigError("TLS", [f"{error.filename}: {error.strerror}"]) from None
+    return {"ssl_context": ssl_context(cert, key)}
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:  # pragma: no cover - uvloop is a pinned dependency
+        pass
+    return asyncio.run(_serve(args))
+
+
+def transport(name: str) -> str:
+    """The gRPC server to run; `http2` needs `hpack` (an image built from an older
+    package manifest may lack it: then grpc.aio, said once in the log)."""
+    import importlib.util
+
+    if name == "http2" and importlib.util.find_spec("hpack") is None:
+        logging.getLogger(__name__).warning("hpack is not installed: serving with grpc.aio")
+        return "grpcio"
+    return name
+
+
+def server_options(args: argparse.Namespace) -> dict[str, Any]:
+    """`PickerServer` keyword arguments from the command line."""
+    from envoy.extensions.filters.http.ext_proc.v3.processing_mode_pb2 import ProcessingMode
+
+    from inference_gateway.frontends.extproc.picker import PickerOptions
+
+    mode = (
+        ProcessingMode.BUFFERED
+        if args.body_mode == "buffered"
+        else ProcessingMode.FULL_DUPLEX_STREAMED
+    )
+    options = PickerOptions(
+        fallbacks=args.fallbacks, request_body_mode=mode, response_body_mode=mode
+    )
+    return {
+        "options": options,
+        "host": args.host,
+        "grpc_port": args.grpc_port,
+        "metrics_port": args.metrics_port or None,
+        "health_port": args.grpc_health_port,
+        # the cluster's heartbeat for igw global, on the metrics port
+        "status": {"cluster": args.emf_cluster, "hourly_cost_usd": args.hourly_cost},
+        "transport": transport(args.transport),
+        **tls_options(args),
+    }
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    from inference_gateway.assembly.picker import build_picker
+
+    server = server_options(args)
+    client = None
+    if args.endpoints:
+        from inference_gateway.config.watch import FileConfigSource
+
+        picker = build_picker(args.endpoints, None, **server)
+        source = FileConfigSource(
+            picker.apply_config, args.config, args.rewrites, metrics=picker.director.metrics
+        )
+        picker.collaborators.insert(0, source)
+    else:
+        picker, client = await kubernetes_picker(args, server)
+    emitter = emf_emitter(
+        args,
+        picker.director.metrics.registry,
+        lambda: picker.director.refresh_gauges(picker.store.pools()),
+    )
+    if emitter is not None:
+        picker.collaborators.append(emitter)
+    if args.store:
+        from inference_gateway.store.dispatch import for_director
+
+        picker.collaborators.append(for_director(args.store, picker.director))
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await picker.start()
+    tls = " (TLS)" if server.get("credentials") or server.get("ssl_context") else ""
+    print(
+        f"igw picker: ext_proc on {args.host}:{picker.port}{tls}, "
+        f"metrics on :{picker.metrics_bound}",
+        flush=True,
+    )
+    await stop.wait()
+    await picker.stop(grace_s=5)
+    if client is not None:
+        await client.close()
+    return 0
+
+
+async def kubernetes_picker(args: argparse.Namespace, server: dict[str, Any]) -> tuple[Any, Any]:
+    """The picker of Kubernetes mode, wired but not started: (PickerServer, ApiClient)."""
+    from inference_gateway.assembly.picker import build_picker
+    from inference_gateway.config.spec import GatewayConfigSpec, load_config
+    from inference_gateway.config.watch import FileConfigSource, KubernetesConfigSource
+    from inference_gateway.errors import ConfigError
+    from inference_gateway.kubernetes.config_status import ConfigStatusWriter
+    from inference_gateway.kubernetes.discovery import (
+        LeaderElector,
+        PodDiscovery,
+        PodSource,
+        PoolTarget,
+        api_client,
+        read_inference_pool,
+    )
+
+    try:
+        client = await api_client(host=args.api_server, kubeconfig=args.kubeconfig)
+    except ModuleNotFoundError:  # a missing package is not bad input: the CLI says what to install
+        raise
+    except Exception as error:  # the client's config errors, translated at the boundary
+        raise ConfigError(
+            "Kubernetes discovery",
+            [
+                f"<credentials>: no in-cluster service account or usable kubeconfig ({error}); "
+                "pass --endpoints FILE to run without Kubernetes"
+            ],
+        ) from None
+    base = load_config(args.config) if args.config else None
+    named = [await read_inference_pool(client, args.namespace, name) for name in args.pool]
+    picker = build_picker([], base, **server)
+
+    def targets(spec: GatewayConfigSpec) -> list[PoolTarget]:
+        from_config = [
+            PoolTarget(p.name, p.selector, (p.target_port,), args.namespace)
+            for p in spec.pools
+            if p.name not in {n.name for n in named}
+        ]
+        return [*named, *from_config]
+
+    discovery = PodDiscovery(
+        picker.store,
+        targets(base or GatewayConfigSpec()),
+        lambda p: PodSource(client, p.namespace, p.selector),
+    )
+    declared = [p.name for p in (base or GatewayConfigSpec()).pools] + [n.name for n in named]
+
+    def pools_changed(spec: GatewayConfigSpec) -> None:
+        declared[:] = [p.name for p in spec.pools] + [n.name for n in named]
+        _spawn(discovery.set_pools(targets(spec)))
+
+    picker.on_pools = pools_changed
+    config_source: Any = (
+        FileConfigSource(
+            picker.apply_config, args.config, args.rewrites, metrics=picker.director.metrics
+        )
+        if args.no_watch_api
+        else KubernetesConfigSource(
+            picker.apply_config,
+            client,
+            args.namespace,
+            config_name=args.config_name,
+            base=base,
+            metrics=picker.director.metrics,
+        )
+    )
+    picker.collaborators[:0] = [config_source, discovery]
+    if args.leader_elect:
+        identity = os.environ.get("POD_NAME") or socket.gethostname()
+        elector = LeaderElector(client, args.namespace, args.lease_name, identity)
+        picker.is_leader = elector.is_leader
+        picker.collaborators.append(elector)
+    if isinstance(config_source, KubernetesConfigSource):
+        picker.collaborators.append(
+            ConfigStatusWriter(
+                client,
+                args.namespace,
+                resource=config_source.served_resource,
+                config_error=lambda: config_source.last_error,
+                pools=picker.store.pools,
+                declared=lambda: list(declared),
+                is_leader=lambda: picker.is_leader(),
+                interval_s=args.status_interval,
+            )
+        )
+    return picker, client
+
+
+_background: set[asyncio.Task[Any]] = set()
+
+
+def _spawn(coro: Any) -> None:
+    task = asyncio.get_running_loop().create_task(coro)
+    _background.add(task)
+    task.add_done_callback(_background.discard)

@@ -1,0 +1,126 @@
+"""Asyncio glue around the pure flow controller: one gate per pool.
+
+`PoolGate.admit` returns when the request may be scheduled, or raises
+`NoCapacityError` (429, with a computed Retry-After) or `QueueTimeoutError` (503). A
+waiting request is a future; a ticker releases waiters as capacity frees and expires
+those past their band's TTL; a cancelled handler (the client went away) leaves the
+queue at once. A released waiter holds a slot until its handler resumes and picks a pod
+(the picker's bookkeeping then counts it), so two rounds never hand out the same slot;
+once it has picked, the gate pumps again, since a round that ran meanwhile (several
+answers arriving in one loop turn) saw the slots it freed as taken by the waiter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+from inference_gateway.background import cancel_and_wait
+from inference_gateway.config.spec import FlowControlSpec
+from inference_gateway.core.scheduling.types import Endpoint
+from inference_gateway.core.traffic.flow_control import FlowController, SlotCounter
+from inference_gateway.errors import InferenceGatewayError, NoCapacityError
+
+__all__ = ["PoolGate", "QueueTimeoutError"]
+
+
+class QueueTimeoutError(InferenceGatewayError):
+    """The request waited its band's whole TTL without capacity (→ 503)."""
+
+
+class PoolGate:
+    def __init__(
+        self,
+        spec: FlowControlSpec,
+        endpoints: Callable[[], list[Endpoint]],
+        *,
+        tick_s: float = 0.005,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.controller = FlowController(spec)
+        self.spec = spec
+        self.endpoints = endpoints
+        self.tick_s = tick_s
+        self.clock = clock
+        self._ticker: asyncio.Task[None] | None = None
+        self._in_transit = 0  # released, handler not resumed yet (no pod picked)
+
+    def slots(self) -> SlotCounter:
+        return self.controller.slots(self.endpoints(), self.clock(), self._in_transit)
+
+    def free_slots(self) -> int:
+        """Requests the pool takes before it saturates again (non-critical bands)."""
+        return self.slots().normal
+
+    def pool_waiting(self) -> int:
+        return sum(e.metrics.waiting for e in self.endpoints() if e.metrics and not e.stale)
+
+    async def admit(self, band: str, fairness_id: str) -> None:
+        """Return when the request may go on to scheduling (raises 429 / 503 errors).
+
+        A pool with no ready pod is not "saturated": the request goes on, so that
+        scheduling answers 503 (or a FailOpen pool picks at random) at once.
+        """
+        now = self.clock()
+        endpoints = self.endpoints()
+        if not any(not e.stale for e in endpoints):
+            return
+        saturated = self.controller.full(band, endpoints, now, self._in_transit)
+        decision = self.controller.offer(band, fairness_id, now, saturated)
+        if decision.admitted:
+            return
+        if decision.waiter is None:
+            retry = self.controller.retry_after(now, self.pool_waiting())
+            raise NoCapacityError(
+                f"The pool is saturated ({decision.reason.replace('_', ' ')}); "
+                f"retry after {retry} s.",
+                retry,
+            )
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        decision.waiter.handle = future
+        self._ensure_ticker()
+        try:
+            admitted = await future
+        finally:
+            if future.done() and not future.cancelled() and future.result():
+                self._in_transit -= 1  # the caller picks a pod before it next yields
+                # a round that found this waiter in transit handed out nothing for the
+                # slots it saw free: look again once the pick is counted, not at the tick
+                asyncio.get_running_loop().call_soon(self.pump)
+            self.controller.cancel(decision.waiter)
+        if not admitted:
+            raise QueueTimeoutError(
+                f"Waited {self.controller.bands[band].ttl_s:g} s in the {band} queue "
+                "without capacity."
+            )
+
+    def on_completion(self) -> None:
+        self.controller.on_completion(self.clock())
+        self.pump()
+
+    def pump(self) -> None:
+        """Release what capacity allows, expire what waited too long."""
+        if not self.controller.queued():
+            return  # every completion pumps; with nobody waiting there is nothing to do
+        now = self.clock()
+        for waiter in self.controller.expire(now):
+            if not waiter.handle.done():
+                waiter.handle.set_result(False)
+        slots = self.slots()
+        for waiter in self.controller.release(now, slots.take):
+            if not waiter.handle.done():
+                waiter.handle.set_result(True)
+                self._in_transit += 1
+
+    def _ensure_ticker(self) -> None:
+        if self._ticker is None or self._ticker.done():
+            self._ticker = asyncio.get_running_loop().create_task(self._tick())
+
+    async def _tick(self) -> None:
+        while self.controller.queued():
+            await asyncio.sleep(self.tick_s)
+            self.pump()
+
+    async def close(self) -> None:
+        await cancel_and_wait(self._ticker)

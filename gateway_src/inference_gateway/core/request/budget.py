@@ -1,0 +1,131 @@
+"""One request's token budget: what its rate limits reserved, counted as tokens pass.
+
+The director charges a request's prompt and reserves its output bound (the local
+limiter, traffic/ratelimit.py, or the store's, store/ratelimit.py); this object follows
+the answer. The data plane calls `count` with each streamed chunk BEFORE relaying it:
+when the tokens counted outgrow the reservation, `grow` asks the limiter for `step` more
+(one store round trip per step, none per chunk) and a refusal means the window has no
+room, so the data plane ends the stream with the SSE error event instead of relaying
+past the limit. `close` (the lifecycle calls it once, whatever the outcome) settles the
+charge: the answer's `usage` when it reported one, else the prompt plus what was counted.
+
+Counting: one token per `"finish_reason"` key in the stream (every chat and completions
+chunk carries one per choice, vLLM's usage-only chunk none). An engine that streams
+several tokens per event (vLLM `--stream-interval` > 1) is counted per event while the
+stream runs and exactly from `usage` at its end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from inference_gateway.core.traffic.ratelimit import RateLimiter
+
+if TYPE_CHECKING:
+    from inference_gateway.store.ratelimit import GlobalRateLimiter, SharedLimits, Ticket
+
+__all__ = ["LocalBackend", "StoreBackend", "TokenBudget", "grow_step"]
+
+_MARK = b'"finish_reason"'
+_CARRY = len(_MARK) - 1
+
+
+def grow_step(limit: int) -> int:
+    """Tokens asked for per extension: a tenth of the limit, 16 to 256."""
+    return max(16, min(256, limit // 10))
+
+
+class BudgetBackend(Protocol):
+    async def extend(self, more: int) -> bool: ...
+    def settle(self, used_total: int) -> None: ...
+
+
+@dataclass(slots=True)
+class LocalBackend:
+    """A reservation in this replica's own buckets."""
+
+    limiter: RateLimiter
+    request_id: str
+    client: str
+    model: str
+    charged: int  # committed at admission
+
+    async def extend(self, more: int) -> bool:
+        return self.limiter.extend(
+            self.request_id, self.client, self.model, more, time.monotonic()
+        )
+
+    def settle(self, used_total: int) -> None:
+        self.limiter.settle(
+            self.request_id, self.client, self.model, used_total - self.charged, time.monotonic()
+        )
+
+
+@dataclass(slots=True)
+class StoreBackend:
+    """A reservation in the shared store; the local buckets take over extensions while
+    the store is away. Settling is written in the background (the answer has been sent)."""
+
+    shared: SharedLimits
+    limiter: GlobalRateLimiter
+    ticket: Ticket
+    fallback: LocalBackend
+    used_fallback: bool = field(default=False)
+
+    async def extend(self, more: int) -> bool:
+        granted = await self.limiter.extend(self.ticket, more)
+        if granted is None:
+            self.used_fallback = True
+            return await self.fallback.extend(more)
+        return granted
+
+    def settle(self, used_total: int) -> None:
+        if self.used_fallback:
+            self.fallback.settle(self.fallback.charged)  # drops the local reservation
+        task = asyncio.get_running_loop().create_task(self.limiter.settle(self.ticket, used_total))
+        self.shared.pending.add(task)
+        task.add_done_callback(self.shared.pending.discard)
+
+
+class TokenBudget:
+    __slots__ = ("backend", "closed", "counted", "prompt", "reserved", "step", "_tail")
+
+    def __init__(self, backend: BudgetBackend, prompt: int, reserved: int, step: int) -> None:
+        self.backend = backend
+        self.prompt = prompt  # tokens charged for the prompt (the estimate)
+        self.reserved = reserved  # output tokens the request may deliver without asking
+        self.step = step
+        self.counted = 0  # output tokens seen so far
+        self.closed = False
+        self._tail = b""
+
+    def count(self, chunk: bytes) -> bool:
+        """Count the tokens of a streamed chunk; True when they outgrow the reservation
+        (the caller must `grow` before relaying the chunk)."""
+        data = self._tail + chunk
+        self.counted += data.count(_MARK) - self._tail.count(_MARK)
+        self._tail = data[-_CARRY:]
+        return self.counted > self.reserved
+
+    def count_whole(self, output_tokens: int) -> bool:
+        """A whole answer's output tokens (from its `usage`); True when over."""
+        self.counted = max(self.counted, output_tokens)
+        return self.counted > self.reserved
+
+    async def grow(self) -> bool:
+        """Reserve enough for what was counted plus a step; False: the window is full."""
+        more = self.counted - self.reserved + self.step
+        if not await self.backend.extend(more):
+            return False
+        self.reserved += more
+        return True
+
+    def close(self, used_total: int | None) -> None:
+        """Settle once: `used_total` from the answer's usage, else prompt + counted."""
+        if self.closed:
+            return
+        self.closed = True
+        self.backend.settle(used_total if used_total is not None else self.prompt + self.counted)

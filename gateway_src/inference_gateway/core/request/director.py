@@ -1,0 +1,603 @@
+"""The director: one request's way from raw body bytes to a ranked list of pods.
+
+Both data planes need the same steps before a byte goes to a model server — parse the
+body (→ 400), apply a canary rewrite, route the model to a pool (→ 404), pick the
+priority band, charge the rate limits (→ 429), pass admission (→ 429 / 503), rank the
+pool's ready pods (→ 503) — and only differ in how they answer. The ext_proc server
+(`extproc.py`) drives them through `Director.decide`; failures come back as one
+exception type, `Rejection`, that carries the HTTP status, the OpenAI error fields and
+the headers (`Retry-After`, rate-limit state), so each data plane renders it in its own
+wire format without a second copy of the rules.
+
+A request that passes gets a `RequestLifecycle` (lifecycle.py): from then on the data
+plane only reports what happens to it, and the lifecycle gives back everything the
+request holds. Bookkeeping is keyed by an id made here; the client's `x-request-id` is
+kept only for logs and the response header.
+
+The pieces themselves are the shared core: `RoutingState` (config, router, rewrites,
+limiter, swapped whole on reload), `PoolGate` admission, `band_for`, the `Scheduler`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import random
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import orjson
+
+from inference_gateway.background import cancel_and_wait
+from inference_gateway.config.spec import GatewayConfigSpec
+from inference_gateway.core.request.admission import PoolGate, QueueTimeoutError
+from inference_gateway.core.request.budget import (
+    LocalBackend,
+    StoreBackend,
+    TokenBudget,
+    grow_step,
+)
+from inference_gateway.core.request.contracts import RoutingState, SchedulerLike, openai_error
+from inference_gateway.core.request.lifecycle import RequestLifecycle, new_internal_id
+from inference_gateway.core.scheduling.plugins.prefix import prompt_block_hashes
+from inference_gateway.core.scheduling.types import Endpoint, LLMRequest
+from inference_gateway.core.traffic.flow_control import BANDS, FlowController
+from inference_gateway.core.traffic.objectives import band_for
+from inference_gateway.core.traffic.ratelimit import DEFAULT_MAX_TOKENS, TooLarge
+from inference_gateway.core.traffic.routing import Route
+from inference_gateway.errors import (
+    InferenceGatewayError,
+    NoCapacityError,
+    NoEndpointError,
+    UnknownModelError,
+)
+from inference_gateway.store.ratelimit import SharedLimits
+from inference_gateway.telemetry.metrics import GatewayMetrics
+
+__all__ = [
+    "CLIENT_ID_HEADER",
+    "Decision",
+    "Director",
+    "Rejection",
+    "RequestLifecycle",
+    "RoutingState",
+    "SchedulerLike",
+    "Series",
+    "api_key_of",
+    "prompt_text",
+    "request_too_large_message",
+    "subset_hostports",
+]
+
+log = logging.getLogger(__name__)
+
+# Output bounds past this are refused (400): no model's context comes near it, and a
+# bound is what a token limit charges up front.
+MAX_OUTPUT_TOKENS = 2**21
+MAX_CHOICES = 128  # `n`: completions generated per request
+OUTPUT_BOUND_FIELDS = ("max_tokens", "max_completion_tokens")
+
+OBJECTIVE_HEADER = "x-gateway-inference-objective"
+FAIRNESS_HEADER = "x-gateway-inference-fairness-id"
+# The authenticated client: set by `igw serve`'s authentication (frontends/auth.py) or by
+# Envoy Gateway's SecurityPolicy (API key `forwardClientIDHeader`, JWT `claimToHeaders`);
+# the key of per-client rate limits.
+CLIENT_ID_HEADER = "x-igw-client-id"
+PROFILE_HEADER = "x-gateway-inference-profile"
+
+
+def prompt_text(body: dict[str, Any]) -> str:
+    """The text the prefix index and token estimate see: messages or prompt, in order."""
+    messages = body.get("messages")
+    if isinstance(messages, list):
+        parts = []
+        for m in messages:
+            if isinstance(m, dict):
+                content = m.get("content")
+                if isinstance(content, list):  # content parts
+                    content = "".join(
+                        str(p.get("text", "")) for p in content if isinstance(p, dict)
+                    )
+                parts.append(f"{m.get('role', '')}:{content or ''}\n")
+        return "".join(parts)
+    prompt = body.get("prompt")
+    if isinstance(prompt, list):
+        return "".join(str(p) for p in prompt)
+    return str(prompt or "")
+
+
+class Rejection(InferenceGatewayError):
+    """A request refused before any pod saw it: an HTTP status and an OpenAI error."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        kind: str,
+        code: str,
+        *,
+        retry_after_s: int | None = None,
+        headers: Mapping[str, str] | None = None,
+        param: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.kind = kind
+        self.code = code
+        self.param = param
+        self.retry_after_s = retry_after_s
+        self.headers = dict(headers or {})
+        if retry_after_s is not None:
+            self.headers["retry-after"] = str(retry_after_s)
+
+    def body(self) -> bytes:
+        """`{"error": {"message", "type", "param", "code"}}`, as the OpenAI API answers."""
+        return openai_error(self.message, self.kind, self.code, self.param)
+
+
+@dataclass(slots=True)
+class Decision:
+    """Where a request goes and what it carries there."""
+
+    llm: LLMRequest
+    ranked: list[Endpoint]
+    client_model: str  # what the client asked for; responses are written back to it
+    route: Route
+    body: bytes  # the body for the pod: the client's bytes, or rewritten for a canary
+    gate: PoolGate
+    headers: dict[str, str] = field(default_factory=dict)  # e.g. rate-limit state
+
+    @property
+    def target_model(self) -> str:
+        return self.llm.model
+
+    @property
+    def rewritten(self) -> bool:
+        return self.client_model != self.route.model
+
+
+def api_key_of(headers: Mapping[str, str]) -> str:
+    """The authenticated client id, else the bearer token, else "anonymous" (limits
+    without a client or apiKey apply to each caller separately)."""
+    client = headers.get(CLIENT_ID_HEADER)
+    if client:
+        return client
+    auth = headers.get("authorization", "")
+    return auth[7:].strip() if auth.lower().startswith("bearer ") else "anonymous"
+
+
+def subset_hostports(hint: list[str] | None, endpoints: list[Endpoint]) -> frozenset[str] | None:
+    """Envoy's subset hint as `ip:port`s; an entry without a port allows every port of
+    that address (the protocol lets a data plane send bare IPs). None: no hint."""
+    if hint is None:
+        return None
+    out = {h for h in hint if ":" in h}
+    bare = {h for h in hint if ":" not in h}
+    if bare:
+        out.update(e.hostport for e in endpoints if e.address in bare)
+    return frozenset(out)
+
+
+class Series:
+    """Cached labelled series of the gateway metrics: prometheus_client's `labels()` takes
+    a lock and builds keys on every call, and one request touches half a dozen series."""
+
+    def __init__(self, metrics: GatewayMetrics) -> None:
+        self.metrics = metrics
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+
+    def child(self, metric: Any, *labels: str) -> Any:
+        key = (id(metric), labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
+    def time_plugin(self, kind: str, name: str, seconds: float) -> None:
+        """The scheduler's plugin timer (`Scheduler(timer=...)`)."""
+        self.child(self.metrics.plugin_duration, kind, name).observe(seconds)
+
+
+class Director:
+    """Runs the shared request pipeline over the live routing state.
+
+    `state` is read once per request, so a reload never changes a request half way.
+    """
+
+    def __init__(
+        self,
+        endpoints: Callable[[], list[Endpoint]],
+        scheduler: SchedulerLike,
+        state: RoutingState,
+        *,
+        metrics: GatewayMetrics | None = None,
+        series: Series | None = None,
+        max_lifetime_s: float = 3600.0,
+    ) -> None:
+        self.endpoints = endpoints
+        self.scheduler = scheduler
+        self.state = state
+        self.max_lifetime_s = max_lifetime_s  # the watchdog ends requests older than this
+        self.live: dict[str, RequestLifecycle] = {}  # admitted, not ended, by internal id
+        self._watchdog: asyncio.Task[None] | None = None
+        self.metrics = metrics or GatewayMetrics()
+        self.gates: dict[str, PoolGate] = {}
+        self.series = series or Series(self.metrics)
+        self.child = self.series.child
+        self.shared_limits: SharedLimits | None = None  # igw serve --store: limits in the store
+        self._watch_limiter(state)
+
+    def _watch_limiter(self, state: RoutingState) -> None:
+        limiter = state.limiter
+        limiter.on_evict = self.metrics.ratelimit_evictions.inc
+        self.metrics.ratelimit_buckets.set_function(lambda: len(self.state.limiter))
+
+    def reload(self, state: RoutingState) -> None:
+        """Swap config, rewrites and limits; requests in flight keep their old state.
+        Unchanged rate-limit rules keep their buckets (a reload must not hand every
+        client a fresh window, nor drop the reservations of streams in flight)."""
+        if state.limiter.rules == self.state.limiter.rules:
+            state = dataclasses.replace(state, limiter=self.state.limiter)
+        self._watch_limiter(state)
+        self.state = state
+        if state.config is not None:
+            for gate in self.gates.values():
+                gate.spec = gate.controller.spec = state.config.flow_control
+
+    @property
+    def active(self) -> int:
+        """Requests admitted and not ended yet."""
+        return len(self.live)
+
+    def track(self, life: RequestLifecycle) -> None:
+        """A new lifecycle: watched until it ends (it removes itself from `live`)."""
+        self.live[life.id] = life
+        if self._watchdog is None or self._watchdog.done():
+            self._watchdog = asyncio.get_running_loop().create_task(self._watch())
+
+    async def _watch(self) -> None:
+        """End what outlived `max_lifetime_s`, checking a few times per lifetime (at most
+        once a second); the task ends when nothing is live."""
+        while self.live:
+            await asyncio.sleep(min(1.0, self.max_lifetime_s / 4))
+            oldest = time.perf_counter() - self.max_lifetime_s
+            for life in [life for life in self.live.values() if life.started < oldest]:
+                life.expire()
+
+    async def close(self) -> None:
+        await cancel_and_wait(self._watchdog)
+        for gate in self.gates.values():
+            await gate.close()
+
+    def gate(self, route: Route) -> PoolGate:
+        key = route.pool or "*"
+        gate = self.gates.get(key)
+        if gate is None:
+            config = self.state.config or GatewayConfigSpec()
+            gate = self.gates[key] = PoolGate(
+                config.flow_control,
+                lambda: self.state.router.candidates(route, self.endpoints()),
+            )
+        return gate
+
+    def refresh_gauges(self, pools: Mapping[str, list[Endpoint]]) -> None:
+        """Pool gauges, computed when `/metrics` is read: ready pods, mean KV use and
+        queue, and the autoscaling signals, saturation (mean per-pod load at the critical
+        thresholds, 1 = full) and the admission queue per band."""
+        metrics = self.metrics
+        spec = (self.state.config or GatewayConfigSpec()).flow_control
+        for pool, endpoints in pools.items():
+            ready = [e.metrics for e in endpoints if not e.stale and e.metrics is not None]
+            metrics.pool_ready.labels(pool).set(len(ready))
+            if ready:
+                metrics.pool_kv.labels(pool).set(sum(m.kv_usage for m in ready) / len(ready))
+                metrics.pool_queue.labels(pool).set(sum(m.waiting for m in ready) / len(ready))
+            gate = self.gates.get(pool)
+            controller = gate.controller if gate is not None else FlowController(spec)
+            metrics.pool_saturation.labels(pool).set(controller.saturation(endpoints))
+        for pool, gate in self.gates.items():
+            for band in BANDS:
+                metrics.queue_size.labels(pool, band).set(gate.controller.queued(band))
+
+    async def decide(
+        self,
+        raw: bytes,
+        headers: Mapping[str, str],
+        *,
+        client_request_id: str = "",
+        subset: list[str] | None = None,
+    ) -> RequestLifecycle:
+        """Parse, rewrite, route, limit, admit and rank; `Rejection` on any refusal.
+
+        `headers` must have lower-case names. On success the caller reports the
+        request's course to the returned lifecycle, which releases what it holds.
+        `client_request_id` (the client's `x-request-id`) is only logged.
+        """
+        body = self._parse(raw)
+        output_bound = _output_bound(body)
+        state = self.state
+        client_model: str = body["model"]
+        model = state.rewrites.rewrite(client_model)
+        endpoints = self.endpoints()
+        try:
+            route = state.router.route(model, endpoints)
+        except UnknownModelError:
+            raise Rejection(
+                404,
+                f"The model `{client_model}` does not exist.",
+                "invalid_request_error",
+                "model_not_found",
+            ) from None
+        text = prompt_text(body)
+        llm = LLMRequest(
+            request_id=new_internal_id(),
+            model=route.model,
+            prompt_tokens=len(text) // 4 + 1,
+            prefix_hashes=prompt_block_hashes(route.model, text),
+            adapter=route.adapter,
+            band=band_for(state.config, headers.get(OBJECTIVE_HEADER), route.model),
+            profile=headers.get(PROFILE_HEADER) or route.profile,
+            fairness_id=headers.get(FAIRNESS_HEADER, ""),
+            subset=subset_hostports(subset, endpoints),
+        )
+        if self.shared_limits is None:  # local buckets: no await on the hot path
+            extra, budget = self._charge(state, headers, client_model, llm, output_bound)
+        else:
+            extra, budget = await self._charge_shared(
+                state, headers, client_model, llm, output_bound
+            )
+        gate = self.gate(route)
+        try:
+            await self._admit(gate, llm, client_model, extra)
+        except BaseException:
+            if budget is not None:  # refused after the charge: nothing was delivered
+                budget.close(0)
+            raise
+        try:
+            ranked = self._rank(state, llm, route, endpoints)
+        except BaseException:
+            gate.on_completion()
+            if budget is not None:
+                budget.close(0)
+            raise
+        if not ranked:
+            gate.on_completion()
+            if budget is not None:
+                budget.close(0)
+            self.child(self.metrics.rejected, client_model, "no_ready_endpoint").inc()
+            raise Rejection(
+                503,
+                f"No ready model server for `{client_model}`: every pod of the pool is "
+                "stale, outside the subset hint, or none serves the model.",
+                "service_unavailable",
+                "no_ready_endpoint",
+                headers=extra,
+            )
+        self.child(self.metrics.requests, client_model, route.model).inc()
+        if model != client_model:
+            body["model"] = model
+            raw = orjson.dumps(body)
+        decision = Decision(llm, ranked, client_model, route, raw, gate, extra)
+        return RequestLifecycle(self, decision, client_request_id, budget=budget)
+
+    # ------------------------------------------------------------------ steps
+
+    @staticmethod
+    def _parse(raw: bytes) -> dict[str, Any]:
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError as error:
+            raise Rejection(
+                400, f"Malformed JSON body: {error}", "invalid_request_error", "invalid_json"
+            ) from None
+        if not isinstance(body, dict) or not isinstance(body.get("model"), str):
+            raise Rejection(
+                400,
+                "The request body must be a JSON object with a string `model` field.",
+                "invalid_request_error",
+                "missing_model",
+            )
+        return body
+
+    def _charge(
+        self,
+        state: RoutingState,
+        headers: Mapping[str, str],
+        client_model: str,
+        llm: LLMRequest,
+        output_bound: OutputBound,
+    ) -> tuple[dict[str, str], TokenBudget | None]:
+        """Charge the prompt estimate and reserve the output bound; the lifecycle's
+        budget follows the answer and settles it."""
+        if not state.limiter.rules:  # nothing to charge (the common case): no headers
+            return {}, None
+        api_key = api_key_of(headers)
+        limit = state.limiter.check(
+            api_key,
+            client_model,
+            llm.prompt_tokens,
+            output_bound.tokens,
+            time.monotonic(),
+            request_id=llm.request_id,
+            bounded=output_bound.explicit,
+        )
+        if limit.too_large is not None:
+            raise self._too_large(client_model, limit.too_large)
+        if not limit.allowed:
+            raise self._limited(client_model, limit.retry_after_s, limit.headers)
+        backend = LocalBackend(
+            state.limiter, llm.request_id, api_key, client_model, llm.prompt_tokens
+        )
+        return dict(limit.headers), self._budget(backend, llm, limit.reserved, limit.headers)
+
+    async def _charge_shared(
+        self,
+        state: RoutingState,
+        headers: Mapping[str, str],
+        client_model: str,
+        llm: LLMRequest,
+        output_bound: OutputBound,
+    ) -> tuple[dict[str, str], TokenBudget | None]:
+        """`_charge` against the store, exact across replicas (one round trip); with the
+        store away, this replica's own buckets (`igw_store_up` says so, one log line)."""
+        assert self.shared_limits is not None
+        if not state.limiter.rules:
+            return {}, None
+        api_key = api_key_of(headers)
+        limiter = self.shared_limits.limiter(state.limiter.rules)
+        admission = await limiter.check_shared(
+            api_key,
+            client_model,
+            llm.prompt_tokens,
+            output_bound.tokens,
+            request_id=llm.request_id,
+            bounded=output_bound.explicit,
+        )
+        if admission is None:
+            return self._charge(state, headers, client_model, llm, output_bound)
+        if admission.too_large is not None:
+            raise self._too_large(client_model, admission.too_large)
+        if not admission.allowed:
+            raise self._limited(client_model, admission.retry_after_s, admission.headers)
+        local = LocalBackend(state.limiter, llm.request_id, api_key, client_model, 0)
+        backend = StoreBackend(self.shared_limits, limiter, admission.ticket, local)
+        reserved = admission.ticket.reserved
+        return dict(admission.headers), self._budget(backend, llm, reserved, admission.headers)
+
+    @staticmethod
+    def _budget(
+        backend: LocalBackend | StoreBackend,
+        llm: LLMRequest,
+        reserved: int,
+        headers: Mapping[str, str],
+    ) -> TokenBudget | None:
+        """The budget that follows the answer (`reserved`: the output bound, or less when
+        the request set none and the limit is small)."""
+        limit = headers.get("x-ratelimit-limit-tokens")
+        if limit is None:  # request limits only: nothing to follow
+            return None
+        return TokenBudget(backend, llm.prompt_tokens, reserved, grow_step(int(limit)))
+
+    def _limited(
+        self, client_model: str, retry_after_s: int, headers: Mapping[str, str]
+    ) -> Rejection:
+        self.child(self.metrics.rejected, client_model, "rate_limited").inc()
+        return Rejection(
+            429,
+            f"Rate limit reached for `{client_model}`; retry after {retry_after_s} s.",
+            "rate_limit_exceeded",
+            "rate_limited",
+            retry_after_s=retry_after_s,
+            headers=headers,
+        )
+
+    def _too_large(self, client_model: str, too_large: TooLarge) -> Rejection:
+        """OpenAI's answer to a request bigger than a whole window's limit: 429, type
+        `tokens`, code `rate_limit_exceeded`, and `x-should-retry: false` (the `openai`
+        SDK's retry switch), as waiting can never make it fit."""
+        self.child(self.metrics.rejected, client_model, "request_too_large").inc()
+        return Rejection(
+            429,
+            request_too_large_message(client_model, too_large),
+            "tokens",
+            "rate_limit_exceeded",
+            headers={"x-should-retry": "false"},
+        )
+
+    async def _admit(
+        self, gate: PoolGate, llm: LLMRequest, client_model: str, extra: dict[str, str]
+    ) -> None:
+        try:
+            await gate.admit(llm.band, llm.fairness_id)
+        except NoCapacityError as error:
+            self.child(self.metrics.rejected, client_model, "pool_saturated").inc()
+            raise Rejection(
+                429,
+                str(error),
+                "rate_limit_exceeded",
+                "pool_saturated",
+                retry_after_s=error.retry_after_s,
+                headers=extra,
+            ) from None
+        except QueueTimeoutError as error:
+            self.child(self.metrics.rejected, client_model, "queue_timeout").inc()
+            raise Rejection(
+                503, str(error), "service_unavailable", "queue_timeout", headers=extra
+            ) from None
+
+    def _rank(
+        self, state: RoutingState, llm: LLMRequest, route: Route, endpoints: list[Endpoint]
+    ) -> list[Endpoint]:
+        """Ranked pods; when all are stale, a `FailOpen` pool picks at random."""
+        candidates = state.router.candidates(route, endpoints)
+        started = time.perf_counter()
+        try:
+            ranked = self.scheduler.schedule(llm, candidates)
+        except NoEndpointError:
+            config = state.config
+            fail_open = bool(
+                config
+                and route.pool
+                and any(p.name == route.pool and p.failure_mode == "FailOpen" for p in config.pools)
+            )
+            serving = [
+                e
+                for e in candidates
+                if e.serves(llm.model) and (llm.subset is None or e.hostport in llm.subset)
+            ]
+            if not fail_open or not serving:
+                return []
+            log.warning("pool %s has no fresh pod; FailOpen picks at random", route.pool)
+            return random.sample(serving, len(serving))
+        self.metrics.scheduler_e2e.observe(time.perf_counter() - started)
+        return ranked
+
+
+def request_too_large_message(model: str, too_large: TooLarge) -> str:
+    """OpenAI's "Request too large" text, with this window in place of its minute."""
+    per = (
+        "tokens per min (TPM)"
+        if too_large.window_s == 60
+        else f"tokens per {too_large.window_s:g} s"
+    )
+    return (
+        f"Request too large for {model} on {per}: Limit {too_large.limit}, Requested "
+        f"{too_large.requested}. The input or output tokens must be reduced in order to run "
+        "successfully."
+    )
+
+
+class OutputBound(NamedTuple):
+    tokens: int
+    explicit: bool  # the request set it (else the default, which a small limit may cut)
+
+
+def _output_bound(body: dict[str, Any]) -> OutputBound:
+    """The most output tokens the engine may generate for this body: the largest of
+    `max_tokens` and `max_completion_tokens` (engines honour one or the other, so a token
+    limit must charge the larger), times `n`. A negative, fractional or absurd value is a
+    400 naming the field, never a credit to a token bucket."""
+    bound = 0
+    for name in OUTPUT_BOUND_FIELDS:
+        value = body.get(name)
+        if value is not None:
+            bound = max(bound, _bounded_int(name, value, 1, MAX_OUTPUT_TOKENS))
+    n = body.get("n")
+    choices = 1 if n is None else _bounded_int("n", n, 1, MAX_CHOICES)
+    return OutputBound((bound or DEFAULT_MAX_TOKENS) * choices, bool(bound))
+
+
+def _bounded_int(name: str, value: object, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise Rejection(
+            400,
+            f"`{name}` must be an integer from {low} to {high}, got {repr(value)[:40]}.",
+            "invalid_request_error",
+            "invalid_value",
+            param=name,
+        )
+    return value
