@@ -355,7 +355,7 @@ class FlowControlSpec(Spec):
 
 
 class RateLimitSpec(Spec):
-    """A sliding-window limit per client and/or model (core/traffic/ratelimit.py)."""
+    """A sliding-window limit per client and/or model."""
 
     client: str | None = Field(
         default=None,
