@@ -57,6 +57,12 @@ from inference_gateway.transport.http1_client import (
     UpstreamResponse,
     UpstreamTimeout,
 )
+from inference_gateway.transport.http_settings import (
+    BODY_TIMEOUT_S,
+    STREAM_ERRORS,
+    body_deadline,
+    sse_error_event,
+)
 
 # RoutingState and SchedulerLike live in `contracts` (shared with the ext_proc picker)
 # and are re-exported here for existing callers.
@@ -113,8 +119,10 @@ class Gateway:
         first_byte_timeout_s: float = 300.0,
         max_request_lifetime_s: float = 3600.0,
         expose_endpoints: bool = False,
+        body_timeout_s: float = BODY_TIMEOUT_S,
     ) -> None:
         self.store = store
+        self.body_timeout_s = body_timeout_s
         self.metrics = metrics or GatewayMetrics()
         state = router if isinstance(router, RoutingState) else RoutingState(router.config, router)
         # parse → rewrite → route → band → limits → admission → rank: shared with the picker
@@ -134,7 +142,9 @@ class Gateway:
         self.upstream: Upstream | None = None
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=self.max_body_bytes)
+        app = web.Application(
+            client_max_size=self.max_body_bytes, middlewares=[body_deadline(self.body_timeout_s)]
+        )
         app.router.add_post("/v1/chat/completions", self.completions)
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_get("/v1/models", self.models)
@@ -202,16 +212,7 @@ class Gateway:
     async def completions(self, request: web.Request) -> web.StreamResponse:
         client_id = request.headers.get("x-request-id") or new_request_id()
         headers = {"x-request-id": client_id}
-        try:
-            raw = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            return error_response(
-                413,
-                f"Request body exceeds {self.max_body_bytes} bytes.",
-                "invalid_request_error",
-                "request_too_large",
-                headers,
-            )
+        raw = await request.read()  # read by `body_deadline` already (408 / 413 there)
         try:
             life = await self.director.decide(raw, request.headers, client_request_id=client_id)
         except Rejection as rejection:
@@ -382,12 +383,11 @@ class Gateway:
         counted so far was relayed, the rest is not. Before any byte: a 429; after: the
         SSE error event (OpenAI's rate-limit error), then the end of the stream."""
         life.cancelled(RATE_LIMITED)
-        message = "Rate limit reached: the answer outgrew what the token limit allows now."
         if first:
-            return error_response(429, message, "tokens", "rate_limit_exceeded", headers)
-        event = openai_error(message, "tokens", "rate_limit_exceeded")
+            message, kind = STREAM_ERRORS["rate_limit_exceeded"]
+            return error_response(429, message, kind, "rate_limit_exceeded", headers)
         try:
-            await response.write(b"data: " + event + b"\n\n")
+            await response.write(sse_error_event("rate_limit_exceeded"))
             await response.write_eof()
         except ConnectionResetError:
             pass  # the client left as well
@@ -419,9 +419,8 @@ class Gateway:
                 502, "The model server's answer broke.", "upstream_error", STREAM_BROKEN, headers
             )
         life.cancelled(STREAM_BROKEN)
-        event = openai_error("The model server stream broke.", "upstream_error", STREAM_BROKEN)
         try:
-            await response.write(b"data: " + event + b"\n\n")
+            await response.write(sse_error_event(STREAM_BROKEN))
             await response.write_eof()
         except ConnectionResetError:
             pass  # the client left as well: nothing more to tell it

@@ -54,9 +54,7 @@ class LocalBackend:
     charged: int  # committed at admission
 
     async def extend(self, more: int) -> bool:
-        return self.limiter.extend(
-            self.request_id, self.client, self.model, more, time.monotonic()
-        )
+        return self.limiter.extend(self.request_id, self.client, self.model, more, time.monotonic())
 
     def settle(self, used_total: int) -> None:
         self.limiter.settle(
@@ -91,7 +89,7 @@ class StoreBackend:
 
 
 class TokenBudget:
-    __slots__ = ("backend", "closed", "counted", "prompt", "reserved", "step", "_tail")
+    __slots__ = ("_tail", "backend", "closed", "counted", "prompt", "reserved", "step")
 
     def __init__(self, backend: BudgetBackend, prompt: int, reserved: int, step: int) -> None:
         self.backend = backend

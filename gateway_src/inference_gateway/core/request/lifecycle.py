@@ -10,7 +10,8 @@ ext_proc picker); the data plane only reports what happened:
 and the lifecycle alone does the bookkeeping: the scheduler's per-pod state (`on_picked`,
 `on_first_token`, `on_finished`, so learning plugins see every outcome), the admission
 slot, the token budget (budget.py: counted as the answer streams, settled from its
-`usage` or from what was counted, on every outcome), and the request metrics. It ends exactly once, whichever report comes first; later reports are no-ops.
+`usage` or from what was counted, on every outcome), and the request metrics. It ends
+exactly once, whichever report comes first; later reports are no-ops.
 The director's watchdog ends it after its maximum lifetime whatever the data plane does
 (`expire`, which also calls `on_expire`: the proxy cancels its handler), so nothing a
 request holds can outlive it. One sweeping task per director rather than a timer per
