@@ -117,7 +117,6 @@ async def test_no_window_delivers_more_than_the_limit(
         )
     window = WINDOW_S - 0.1
     worst = max(sum(1 for t in arrivals if start <= t < start + window) for start in arrivals)
-    print(f"worst window {worst} of {LIMIT}; delivered {len(arrivals)}; {outcome}")
     assert worst <= LIMIT, (worst, outcome)
     assert len(arrivals) > 2 * LIMIT  # the windows rolled: the limit throttles, not blocks
     assert outcome["cut"] >= 1 and outcome["429"] >= 1, outcome
