@@ -81,7 +81,9 @@ async def test_body_tricklers_are_answered_408_and_closed_at_the_body_deadline(
     tmp_path: Path,
 ) -> None:
     """40 clients send a complete head and then one body byte every 200 ms: each gets a
-    408 and a closed connection at the 1 s deadline; a normal request still succeeds."""
+    408 and a closed connection at the 1 s deadline (a close with body bytes unread may
+    reach the client as a reset, which can discard the 408 before it is read); a normal
+    request still succeeds."""
     async with (
         streaming_pod() as pod,
         igw_serve(tmp_path, [pod.port], "--body-timeout", "1") as served,
@@ -103,19 +105,26 @@ async def test_body_tricklers_are_answered_408_and_closed_at_the_body_deadline(
                     await asyncio.sleep(0.2)
 
             feeding = asyncio.create_task(feed())
+            answer = b""
             try:
                 async with asyncio.timeout(6):
-                    answer = await reader.read()  # until the gateway closes
+                    while chunk := await reader.read(4096):  # until the gateway closes
+                        answer += chunk
+            except ConnectionResetError:
+                pass  # closed with body bytes unread: the kernel may answer them with RST
+            try:
                 return answer, time.monotonic() - started
             finally:
                 feeding.cancel()
                 writer.close()
 
         results = await asyncio.gather(*(trickler() for _ in range(40)))
-        for answer, seconds in results:
+        assert all(seconds < 4.0 for _, seconds in results)  # every one closed
+        answers = [answer for answer, _ in results if answer]  # what the RSTs left
+        assert answers
+        for answer in answers:
             assert answer.startswith(b"HTTP/1.1 408"), answer[:80]
             assert b'"code":"request_timeout"' in answer
-            assert seconds < 4.0
         async with (
             aiohttp.ClientSession() as client,
             client.post(served.url + "/v1/completions", data=body) as r,

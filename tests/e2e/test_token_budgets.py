@@ -88,9 +88,7 @@ async def test_no_window_delivers_more_than_the_limit(
         )
         assert await rejected(served.url, "request_too_large") == 1  # one try, not three
 
-        client = openai.AsyncOpenAI(
-            base_url=served.url + "/v1", api_key="client-a", max_retries=0
-        )
+        client = openai.AsyncOpenAI(base_url=served.url + "/v1", api_key="client-a", max_retries=0)
         arrivals: list[float] = []
         outcome = {"completed": 0, "cut": 0, "429": 0}
         stop_at = time.monotonic() + 3 * WINDOW_S

@@ -12,7 +12,8 @@ ext_proc streams; `igw global`: requests being relayed) and its own way to stop 
 work (close the listening socket; for the picker also readiness NOT_SERVING and GOAWAY).
 The shared parts:
 
-    stop = await wait_for_stop("igw serve")          # one line: which signal, draining
+    stopped = stop_signals("igw picker")             # before starting anything
+    ... start; sig = await stopped ...               # one line: which signal, draining
     ... stop accepting ...
     drained = await drain(in_flight, grace_s)        # waits, polling, never past grace_s
     log_drained("igw serve", drained)                # one line: waited for, finished, cut
@@ -41,6 +42,7 @@ __all__ = [
     "drain",
     "log_drained",
     "serve_http",
+    "stop_signals",
     "wait_for_stop",
 ]
 
@@ -61,23 +63,28 @@ class Drained:
         return max(0, self.waited_for - self.cut)
 
 
-async def wait_for_stop(name: str) -> signal.Signals:
-    """Wait for one of `STOP_SIGNALS`; the handlers stay installed afterwards (a second
-    signal must not kill the drain), and one line says which arrived."""
+def stop_signals(name: str) -> asyncio.Future[signal.Signals]:
+    """Catch `STOP_SIGNALS` from now on; the future resolves to the first that arrives
+    (one line says which). The handlers stay installed: a second signal must not kill
+    the drain. Install before starting anything, await once running."""
     loop = asyncio.get_running_loop()
     arrived: asyncio.Future[signal.Signals] = loop.create_future()
 
     def on_signal(sig: signal.Signals) -> None:
-        if not arrived.done():
-            arrived.set_result(sig)
-        else:
+        if arrived.done():
             log.info("%s: %s during the drain: ignored", name, sig.name)
+            return
+        log.info("%s: %s received: stopping, draining what is in flight", name, sig.name)
+        arrived.set_result(sig)
 
     for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, on_signal, sig)
-    sig = await arrived
-    log.info("%s: %s received: stopping, draining what is in flight", name, sig.name)
-    return sig
+    return arrived
+
+
+async def wait_for_stop(name: str) -> signal.Signals:
+    """`stop_signals` installed now and awaited."""
+    return await stop_signals(name)
 
 
 async def drain(in_flight: Callable[[], int], grace_s: float, poll_s: float = 0.05) -> Drained:
@@ -118,6 +125,7 @@ async def serve_http(
     (new connections are refused), idle keep-alive connections close, requests in
     flight get `grace_s` to finish and are cancelled after it. `on_listening(port)`
     runs once the socket is bound; `runner_options` go to `web.AppRunner`."""
+    stopped = stop_signals(name)  # before anything starts: no signal may kill the start
     runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=grace_s, **runner_options)
     await runner.setup()
     cleaned = False
@@ -128,7 +136,7 @@ async def serve_http(
             server = site._server
             sockets = getattr(server, "sockets", None) or []
             on_listening(sockets[0].getsockname()[1] if sockets else port)
-        sig = await wait_for_stop(name)
+        sig = await stopped
         cleanup = asyncio.ensure_future(runner.cleanup())
         cleaned = True
         drained = await drain(in_flight, grace_s)

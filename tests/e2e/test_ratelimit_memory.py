@@ -1,0 +1,85 @@
+"""Rate-limit state is bounded (issue 23, defect 2), measured on a real `igw serve`.
+
+Before: every distinct bearer token left a bucket keyed by the token itself, never
+pruned (+25.3 MB of RSS for 3,000 distinct 8 KB tokens, nothing freed minutes later).
+Now buckets are keyed by a 16-byte digest and dropped once their window has passed.
+
+10,000 requests, each with its own 8,000-character bearer token, against a 2 s window;
+once the window has passed (and later requests have swept), the process's RSS (VmRSS
+from /proc) is within 5 MB of where it stood after a warm-up, and the bucket gauge is
+back to the one steady client. The pool's only pod is down, so each request is charged
+(its bucket made) and answered 503 at once: the test measures the gateway, not a pod.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from pathlib import Path
+
+import aiohttp
+
+from .serve_process import ServeProcess, free_port, igw_serve
+
+MODEL = "llama-3.1-8b"
+CONFIG = {
+    "pools": [{"name": "p"}],
+    "models": [{"name": MODEL, "pool": "p"}],
+    "rateLimits": [{"requestsPerMinute": 5, "tokensPerMinute": 100_000, "windowS": 2}],
+}
+BODY = b'{"model": "llama-3.1-8b", "prompt": "hi", "max_tokens": 4}'
+
+
+async def send(served: ServeProcess, tokens: list[str], concurrency: int = 32) -> dict[int, int]:
+    statuses: dict[int, int] = {}
+    queue = iter(tokens)
+    async with aiohttp.ClientSession() as client:
+
+        async def worker() -> None:
+            for token in queue:
+                headers = {"authorization": f"Bearer {token}"}
+                async with client.post(
+                    served.url + "/v1/completions", data=BODY, headers=headers
+                ) as r:
+                    await r.read()
+                    statuses[r.status] = statuses.get(r.status, 0) + 1
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return statuses
+
+
+async def buckets(served: ServeProcess) -> float:
+    async with aiohttp.ClientSession() as client, client.get(served.url + "/metrics") as r:
+        for line in (await r.text()).splitlines():
+            if line.startswith("igw_ratelimit_buckets "):
+                return float(line.split()[1])
+    raise AssertionError("no igw_ratelimit_buckets")
+
+
+def distinct_tokens(n: int) -> list[str]:
+    return [secrets.token_hex(4000) for _ in range(n)]  # 8,000 characters each
+
+
+async def settle_windows(served: ServeProcess) -> None:
+    """Let every window pass, then let later requests (one steady client) sweep."""
+    await asyncio.sleep(2.5)
+    await send(served, ["steady"] * 400, concurrency=8)
+
+
+async def test_ten_thousand_distinct_tokens_leave_rss_where_it_was(tmp_path: Path) -> None:
+    down = free_port()  # nothing listens: the pod is never ready
+    async with igw_serve(tmp_path, [down], config=CONFIG, wait_healthy=False) as served:
+        assert (await send(served, distinct_tokens(1000))) == {503: 1000}  # warm-up
+        await settle_windows(served)
+        before = served.rss_kib()
+        statuses = await send(served, distinct_tokens(10_000))
+        assert statuses == {503: 10_000}
+        peak_buckets = await buckets(served)
+        await settle_windows(served)
+        after = served.rss_kib()
+        left = await buckets(served)
+    # a requests and a tokens bucket per client (the burst outlasts a window: the oldest
+    # are swept while it runs)
+    assert peak_buckets >= 2_000
+    assert left <= 2  # the steady client's two
+    assert after - before <= 5 * 1024, f"RSS grew {after - before} KiB ({before} → {after})"
