@@ -68,7 +68,6 @@ __all__ = [
     "Series",
     "api_key_of",
     "prompt_text",
-    "request_too_large_message",
     "subset_hostports",
 ]
 
@@ -502,7 +501,7 @@ class Director:
         self.child(self.metrics.rejected, client_model, "request_too_large").inc()
         return Rejection(
             429,
-            request_too_large_message(client_model, too_large),
+            too_large.message(client_model),
             "tokens",
             "rate_limit_exceeded",
             headers={"x-should-retry": "false"},
@@ -555,20 +554,6 @@ class Director:
             return random.sample(serving, len(serving))
         self.metrics.scheduler_e2e.observe(time.perf_counter() - started)
         return ranked
-
-
-def request_too_large_message(model: str, too_large: TooLarge) -> str:
-    """OpenAI's "Request too large" text, with this window in place of its minute."""
-    per = (
-        "tokens per min (TPM)"
-        if too_large.window_s == 60
-        else f"tokens per {too_large.window_s:g} s"
-    )
-    return (
-        f"Request too large for {model} on {per}: Limit {too_large.limit}, Requested "
-        f"{too_large.requested}. The input or output tokens must be reduced in order to run "
-        "successfully."
-    )
 
 
 class OutputBound(NamedTuple):

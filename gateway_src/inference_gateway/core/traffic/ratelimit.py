@@ -112,6 +112,15 @@ class TooLarge:
     requested: int
     window_s: float
 
+    def message(self, model: str) -> str:
+        """OpenAI's "Request too large" text, with this window in place of its minute."""
+        per = "tokens per min (TPM)" if self.window_s == 60 else f"tokens per {self.window_s:g} s"
+        return (
+            f"Request too large for {model} on {per}: Limit {self.limit}, Requested "
+            f"{self.requested}. The input or output tokens must be reduced in order to run "
+            "successfully."
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class LimitDecision:

@@ -233,6 +233,15 @@ class GlobalRouter:
         if self.limiter is not None:
             admission = await self.limiter.check(client, body["model"], token_estimate(body))
             extra = admission.headers
+            if admission.too_large is not None:  # can never fit: OpenAI's answer, no retry
+                self.metrics.rate_limit_hits.labels(admission.scope).inc()
+                return error_response(
+                    429,
+                    admission.too_large.message(body["model"]),
+                    "tokens",
+                    "rate_limit_exceeded",
+                    {"x-should-retry": "false"},
+                )
             if not admission.allowed:
                 self.metrics.rate_limit_hits.labels(admission.scope).inc()
                 return error_response(
