@@ -155,7 +155,8 @@ def build_gateway(
         )
         gateway.director.shared_limits = SharedLimits(connect(store_spec), health)
     app = gateway.app()
-    app.middlewares.append(auth_middleware(auth))
+    # credentials first: an unauthenticated client never makes the gateway read its body
+    app.middlewares.insert(0, auth_middleware(auth))
     add_status_route(
         app, gateway.director, store, cluster=emf_cluster, hourly_cost_usd=hourly_cost_usd
     )

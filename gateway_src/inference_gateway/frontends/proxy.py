@@ -1,12 +1,16 @@
 """The standalone gateway: an OpenAI-compatible HTTP proxy over the scheduling core.
 
-Per request: read the body (limit → 413), parse it (→ 400), route `model` to a pool
-(→ 404), rank that pool's ready pods (→ 503 when none), and forward to the best pod.
+Per request: read the body (within the body deadline → 408, limit → 413: the
+`body_deadline` middleware of transport/http_settings.py), parse it (→ 400), route
+`model` to a pool (→ 404), charge the rate limits (→ 429), rank that pool's ready pods
+(→ 503 when none), and forward to the best pod.
 What may go to the next-ranked pod is the `RetryPolicy`'s call (retry.py): only a
 request the engine never started (connection refused, closed before any answer byte, an
 answer of 429/503); a timeout is a 504, never a second generation. Once a byte has
 reached the client nothing is retried, and a stream that breaks ends with an SSE error
-event rather than a silent truncation. Responses stream through chunk by chunk.
+event rather than a silent truncation. Responses stream through chunk by chunk; with
+token limits each chunk is counted before it is relayed (core/request/budget.py), and a
+stream the window has no more room for ends with the rate-limit SSE error event.
 
 A client that leaves (the handler is cancelled: run the app with
 `handler_cancellation=True`, as `server.app_runner` and `igw serve` do, or a write to
