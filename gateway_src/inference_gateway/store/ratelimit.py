@@ -435,11 +435,13 @@ class GlobalRateLimiter:
             client, model, prompt, output, time.monotonic(), request_id=request_id, bounded=bounded
         )
         headers = {**decision.headers, "x-ratelimit-scope": "local"}
+        ticket = Ticket(request_id, charged=prompt, reserved=decision.reserved)
         return Admission(
             decision.allowed,
             headers,
             decision.retry_after_s,
             scope="local",
+            ticket=ticket if decision.allowed else Ticket(),
             too_large=decision.too_large,
         )
 

@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Protocol
 from inference_gateway.core.traffic.ratelimit import RateLimiter
 
 if TYPE_CHECKING:
-    from inference_gateway.store.ratelimit import GlobalRateLimiter, SharedLimits, Ticket
+    from inference_gateway.store.ratelimit import Admission, GlobalRateLimiter, Ticket
 
-__all__ = ["LocalBackend", "StoreBackend", "TokenBudget", "grow_step"]
+__all__ = ["LocalBackend", "StoreBackend", "TokenBudget", "grow_step", "store_budget"]
 
 _MARK = b'"finish_reason"'
 _CARRY = len(_MARK) - 1
@@ -65,9 +65,10 @@ class LocalBackend:
 @dataclass(slots=True)
 class StoreBackend:
     """A reservation in the shared store; the local buckets take over extensions while
-    the store is away. Settling is written in the background (the answer has been sent)."""
+    the store is away. Settling is written in the background (the answer has been sent);
+    `pending` holds those writes, for the owner to await at shutdown."""
 
-    shared: SharedLimits
+    pending: set[asyncio.Task[None]]
     limiter: GlobalRateLimiter
     ticket: Ticket
     fallback: LocalBackend
@@ -84,8 +85,8 @@ class StoreBackend:
         if self.used_fallback:
             self.fallback.settle(self.fallback.charged)  # drops the local reservation
         task = asyncio.get_running_loop().create_task(self.limiter.settle(self.ticket, used_total))
-        self.shared.pending.add(task)
-        task.add_done_callback(self.shared.pending.discard)
+        self.pending.add(task)
+        task.add_done_callback(self.pending.discard)
 
 
 class TokenBudget:
@@ -127,3 +128,28 @@ class TokenBudget:
             return
         self.closed = True
         self.backend.settle(used_total if used_total is not None else self.prompt + self.counted)
+
+
+def store_budget(
+    limiter: GlobalRateLimiter,
+    admission: Admission,
+    request_id: str,
+    client: str,
+    model: str,
+    pending: set[asyncio.Task[None]],
+) -> TokenBudget | None:
+    """The budget of a request `limiter.check(..., request_id=...)` admitted (None when
+    no token limit applies): every server that keeps its limits in the store (`igw
+    serve --store`, `igw global`) follows its answers with this one object. An admission
+    made by the local fallback (`scope == "local"`) is followed in `limiter.local`."""
+    limit = admission.headers.get("x-ratelimit-limit-tokens")
+    if limit is None:
+        return None
+    ticket = admission.ticket
+    step = grow_step(int(limit))
+    if admission.scope == "local":
+        local = LocalBackend(limiter.local, request_id, client, model, ticket.charged)
+        return TokenBudget(local, ticket.charged, ticket.reserved, step)
+    fallback = LocalBackend(limiter.local, request_id, client, model, 0)
+    backend = StoreBackend(pending, limiter, ticket, fallback)
+    return TokenBudget(backend, ticket.charged, ticket.reserved, step)

@@ -36,9 +36,9 @@ from inference_gateway.config.spec import GatewayConfigSpec
 from inference_gateway.core.request.admission import PoolGate, QueueTimeoutError
 from inference_gateway.core.request.budget import (
     LocalBackend,
-    StoreBackend,
     TokenBudget,
     grow_step,
+    store_budget,
 )
 from inference_gateway.core.request.contracts import RoutingState, SchedulerLike, openai_error
 from inference_gateway.core.request.lifecycle import RequestLifecycle, new_internal_id
@@ -462,14 +462,19 @@ class Director:
             raise self._too_large(client_model, admission.too_large)
         if not admission.allowed:
             raise self._limited(client_model, admission.retry_after_s, admission.headers)
-        local = LocalBackend(state.limiter, llm.request_id, api_key, client_model, 0)
-        backend = StoreBackend(self.shared_limits, limiter, admission.ticket, local)
-        reserved = admission.ticket.reserved
-        return dict(admission.headers), self._budget(backend, llm, reserved, admission.headers)
+        budget = store_budget(
+            limiter,
+            admission,
+            llm.request_id,
+            api_key,
+            client_model,
+            self.shared_limits.pending,
+        )
+        return dict(admission.headers), budget
 
     @staticmethod
     def _budget(
-        backend: LocalBackend | StoreBackend,
+        backend: LocalBackend,
         llm: LLMRequest,
         reserved: int,
         headers: Mapping[str, str],
