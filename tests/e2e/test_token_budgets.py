@@ -113,6 +113,8 @@ async def test_no_window_delivers_more_than_the_limit(
         await asyncio.wait_for(
             asyncio.gather(*(stream_until_stopped(p) for p in LONG_PROMPTS[:3])), 60
         )
+        # cut streams count with the 429s as the client's limit, never as errors
+        assert await rejected(served.url, "rate_limited") == outcome["cut"] + outcome["429"]
     window = WINDOW_S - 0.1
     worst = max(sum(1 for t in arrivals if start <= t < start + window) for start in arrivals)
     assert worst <= LIMIT, (worst, outcome)

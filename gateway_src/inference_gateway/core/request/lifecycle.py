@@ -158,13 +158,18 @@ class RequestLifecycle:
 
     def cancelled(self, reason: str) -> None:
         """The request ended early: `CLIENT_CANCELLED` (counted apart, as the client's
-        choice, not a failure), or an error code counted in the errors metric:
-        `STREAM_BROKEN`, `EXPIRED`, `upstream_timeout`, ..."""
+        choice, not a failure), `RATE_LIMITED` (the client's limit, counted with the
+        up-front refusals of `rejected{reason="rate_limited"}`), or an error code counted
+        in the errors metric: `STREAM_BROKEN`, `EXPIRED`, `upstream_timeout`, ..."""
         if self.outcome is None:
+            decision = self.decision
             if reason == CLIENT_CANCELLED:
-                decision = self.decision
                 self.director.child(
                     self.director.metrics.cancelled, decision.client_model, decision.target_model
+                ).inc()
+            elif reason == RATE_LIMITED:
+                self.director.child(
+                    self.director.metrics.rejected, decision.client_model, RATE_LIMITED
                 ).inc()
             else:
                 self._count_error(reason)
