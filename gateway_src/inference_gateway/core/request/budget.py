@@ -90,7 +90,7 @@ class StoreBackend:
 
 
 class TokenBudget:
-    __slots__ = ("_tail", "backend", "closed", "counted", "prompt", "reserved", "step")
+    __slots__ = ("_before", "_tail", "backend", "closed", "counted", "prompt", "reserved", "step")
 
     def __init__(self, backend: BudgetBackend, prompt: int, reserved: int, step: int) -> None:
         self.backend = backend
@@ -100,27 +100,34 @@ class TokenBudget:
         self.counted = 0  # output tokens seen so far
         self.closed = False
         self._tail = b""
+        self._before = 0  # `counted` before the last chunk (what a refusal leaves)
 
     def count(self, chunk: bytes) -> bool:
         """Count the tokens of a streamed chunk; True when they outgrow the reservation
         (the caller must `grow` before relaying the chunk)."""
         data = self._tail + chunk
+        self._before = self.counted
         self.counted += data.count(_MARK) - self._tail.count(_MARK)
         self._tail = data[-_CARRY:]
         return self.counted > self.reserved
 
     def count_whole(self, output_tokens: int) -> bool:
         """A whole answer's output tokens (from its `usage`); True when over."""
+        self._before = 0  # refused: nothing of it is delivered
         self.counted = max(self.counted, output_tokens)
         return self.counted > self.reserved
 
     async def grow(self) -> bool:
-        """Reserve enough for what was counted plus a step; False: the window is full."""
-        more = self.counted - self.reserved + self.step
-        if not await self.backend.extend(more):
-            return False
-        self.reserved += more
-        return True
+        """Reserve what was counted plus a step (or, near the limit, just what was
+        counted). False: the window is full, and the last chunk is not delivered (the
+        count goes back to before it)."""
+        need = self.counted - self.reserved
+        for more in (need + self.step, need):
+            if await self.backend.extend(more):
+                self.reserved += more
+                return True
+        self.counted = self._before
+        return False
 
     def close(self, used_total: int | None) -> None:
         """Settle once: `used_total` from the answer's usage, else prompt + counted."""
