@@ -25,11 +25,12 @@ A request whose prompt and output bound together exceed a rule's whole limit can
 fit: `check` says `too_large` and the caller answers 429 "Request too large" (OpenAI's
 answer), with no state kept for it.
 
-Bounded state. Buckets are keyed by a 16-byte digest of (rule, kind, client, model),
-never by what the client sent (a bearer token may be 8 KB), kept in least-recently-used
-order, dropped once idle for a window (nothing live, nothing reserved; later checks
-sweep up to 64 each), and capped at `max_buckets`: past the cap the least recently used goes and
-`on_evict` is told (the gateway counts `igw_ratelimit_evictions_total`). An evicted
+Bounded state. A bucket (one per client and rule, requests and tokens in one) is keyed
+by a 16-byte digest of (rule, client, model), never by what the client sent (a bearer
+token may be 8 KB), kept in least-recently-used order, dropped once idle for a window
+(nothing live, nothing reserved; each check sweeps up to 64, and reading `/metrics`
+sweeps them all), and capped at `max_buckets`: past the cap the least recently used
+goes and `on_evict` is told (the gateway counts `igw_ratelimit_evictions_total`). An evicted
 client starts from an empty bucket, so the cap trades exactness for memory only under
 a flood of distinct clients, and says so in the metric.
 """
@@ -40,7 +41,7 @@ import hashlib
 import math
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from inference_gateway.config.spec import RateLimitSpec
 
@@ -67,41 +68,84 @@ def bucket_digest(rule: int, kind: str, client: str, model: str) -> bytes:
     return hashlib.blake2b(f"{rule}\0{kind}\0{client}\0{model}".encode(), digest_size=16).digest()
 
 
-@dataclass(slots=True)
-class _Window:
-    """One bucket: amounts per slot, reservations per request (internal ids)."""
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """What the buckets of one rule share: its limits (0: none) and its slots."""
 
-    limit: int
+    requests: int
+    tokens: int
     slot_s: float
     slots: int
-    counts: dict[int, int] = field(default_factory=dict)
-    held: dict[str, int] = field(default_factory=dict)
-    touched: float = 0.0
+
+
+class _Window:
+    """The bucket of one client under one rule, kept small (there may be 100,000): its
+    live slots as one flat `[slot, requests, tokens, slot, …]` list in slot order
+    (usually one triple), and the token reservations per request id, made only when a
+    request reserves."""
+
+    __slots__ = ("counts", "held", "shape", "touched")
+
+    def __init__(self, shape: _Shape, now: float) -> None:
+        self.shape = shape
+        self.counts: list[int] = []
+        self.held: dict[str, int] | None = None
+        self.touched = now
 
     def slot(self, now: float) -> int:
-        return math.floor(now / self.slot_s)
+        return math.floor(now / self.shape.slot_s)
 
-    def used(self, now: float) -> int:
-        first = self.slot(now) - self.slots
-        if any(s < first for s in self.counts):
-            self.counts = {s: c for s, c in self.counts.items() if s >= first}
-        return sum(self.counts.values()) + sum(self.held.values())
+    def used(self, now: float) -> tuple[int, int]:
+        """(requests, tokens) in the window now, reservations included."""
+        counts = self.counts
+        first = self.slot(now) - self.shape.slots
+        if counts and counts[0] < first:
+            keep = next((k for k in range(0, len(counts), 3) if counts[k] >= first), len(counts))
+            del counts[:keep]
+        held = sum(self.held.values()) if self.held else 0
+        return sum(counts[1::3]), sum(counts[2::3]) + held
 
-    def seconds_until(self, amount: int, now: float) -> float:
-        """How long until `amount` more fits (reservations only leave by settling, so
-        this is a lower bound then: the client retries)."""
-        over = self.used(now) + amount - self.limit
-        if over <= 0:
-            return 0.0
-        freed = 0
-        for s in sorted(self.counts):
-            freed += self.counts[s]
-            if freed >= over:
-                return max(0.0, (s + self.slots + 1) * self.slot_s - now)
-        return self.slots * self.slot_s  # held by reservations: about one window
+    def add(self, now: float, requests: int, tokens: int) -> None:
+        slot = self.slot(now)
+        if self.counts and self.counts[-3] == slot:
+            self.counts[-2] += requests
+            self.counts[-1] += tokens
+        else:
+            self.counts += (slot, requests, tokens)
+
+    def hold(self, request_id: str, amount: int) -> None:
+        if self.held is None:
+            self.held = {}
+        self.held[request_id] = self.held.get(request_id, 0) + amount
+
+    def release(self, request_id: str) -> None:
+        if self.held is not None:
+            self.held.pop(request_id, None)
+            if not self.held:
+                self.held = None
+
+    def seconds_until(self, requests: int, tokens: int, now: float) -> float:
+        """How long until `requests` and `tokens` more fit (reservations only leave by
+        settling, so this is a lower bound then: the client retries)."""
+        shape = self.shape
+        used = self.used(now)
+        wait = 0.0
+        for kind, limit, amount in ((1, shape.requests, requests), (2, shape.tokens, tokens)):
+            over = used[kind - 1] + amount - limit
+            if not limit or not amount or over <= 0:
+                continue
+            freed = 0
+            until = shape.slots * shape.slot_s  # held by reservations: about one window
+            for k in range(0, len(self.counts), 3):
+                freed += self.counts[k + kind]
+                if freed >= over:
+                    until = max(0.0, (self.counts[k] + shape.slots + 1) * shape.slot_s - now)
+                    break
+            wait = max(wait, until)
+        return wait
 
     def idle(self, now: float) -> bool:
-        return not self.held and self.used(now) == 0
+        return not self.held and self.used(now) == (0, 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +190,8 @@ class RateLimiter:
         self.max_buckets = max_buckets
         self.on_evict: Callable[[int], object] | None = None  # buckets dropped at the cap
         self._buckets: OrderedDict[bytes, _Window] = OrderedDict()
+        self._shapes: dict[int, _Shape] = {}  # per rule index
+        self._high = 0  # the most buckets held since the table was last rebuilt
 
     def __len__(self) -> int:
         return len(self._buckets)
@@ -162,21 +208,25 @@ class RateLimiter:
             and (rule.model is None or rule.model == model)
         ]
 
-    def _windows(
-        self, client: str, model: str, kind: str, now: float, *, create: bool
-    ) -> list[_Window]:
+    def _windows(self, client: str, model: str, now: float, *, create: bool) -> list[_Window]:
+        """The bucket of every matching rule (one per client, rule and model scope)."""
         out = []
         for i, rule, scope_model in self._matching(client, model):
-            limit = rule.requests_per_minute if kind == "requests" else rule.tokens_per_minute
-            if not limit:
-                continue
-            key = bucket_digest(i, kind, client, scope_model)
+            key = bucket_digest(i, "rule", client, scope_model)
             window = self._buckets.get(key)
             if window is None:
                 if not create:
                     continue
-                window = _Window(limit, self.rule_window_s(rule) / self.slots, self.slots)
-                self._buckets[key] = window
+                shape = self._shapes.get(i)
+                if shape is None:
+                    slot_s = self.rule_window_s(rule) / self.slots
+                    shape = self._shapes[i] = _Shape(
+                        rule.requests_per_minute or 0,
+                        rule.tokens_per_minute or 0,
+                        slot_s,
+                        self.slots,
+                    )
+                window = self._buckets[key] = _Window(shape, now)
             else:
                 self._buckets.move_to_end(key)
             window.touched = now
@@ -211,22 +261,17 @@ class RateLimiter:
                 too_large = TooLarge(rule.tokens_per_minute, wanted, self.rule_window_s(rule))
                 return LimitDecision(False, {}, 0, too_large)
         self._sweep(now)
-        requests = self._windows(client, model, "requests", now, create=True)
-        tokens = self._windows(client, model, "tokens", now, create=True)
-        wait = max(
-            [w.seconds_until(1, now) for w in requests]
-            + [w.seconds_until(wanted, now) for w in tokens],
-            default=0.0,
-        )
+        windows = self._windows(client, model, now, create=True)
+        wait = max((w.seconds_until(1, wanted, now) for w in windows), default=0.0)
         allowed = wait <= 0
+        tokens = [w for w in windows if w.shape.tokens]
         if allowed:
-            for w in requests:
-                w.counts[w.slot(now)] = w.counts.get(w.slot(now), 0) + 1
-            for w in tokens:
-                w.counts[w.slot(now)] = w.counts.get(w.slot(now), 0) + prompt_tokens
-                if output_tokens:
-                    w.held[request_id] = w.held.get(request_id, 0) + output_tokens
-        headers = {**_headers("requests", requests, now), **_headers("tokens", tokens, now)}
+            for w in windows:
+                w.add(now, 1, prompt_tokens if w.shape.tokens else 0)
+            if output_tokens:
+                for w in tokens:
+                    w.hold(request_id, output_tokens)
+        headers = _headers(windows, now)
         self._cap()
         if not allowed:
             return LimitDecision(False, headers, max(1, math.ceil(wait)))
@@ -235,28 +280,39 @@ class RateLimiter:
     def extend(self, request_id: str, client: str, model: str, more: int, now: float) -> bool:
         """Reserve `more` output tokens for a request that outgrew its reservation: True
         when every token bucket has room (all or none)."""
-        windows = self._windows(client, model, "tokens", now, create=True)
-        if any(w.used(now) + more > w.limit for w in windows):
+        windows = [w for w in self._windows(client, model, now, create=True) if w.shape.tokens]
+        if any(w.used(now)[1] + more > w.shape.tokens for w in windows):
             return False
         for w in windows:
-            w.held[request_id] = w.held.get(request_id, 0) + more
+            w.hold(request_id, more)
         return True
 
     def settle(self, request_id: str, client: str, model: str, delivered: int, now: float) -> None:
         """The request ended: its reservation goes, and `delivered` (output tokens, plus
         any prompt tokens beyond what was charged) counts in this moment's slot."""
-        for w in self._windows(client, model, "tokens", now, create=False):
-            w.held.pop(request_id, None)
+        for w in self._windows(client, model, now, create=False):
+            if not w.shape.tokens:
+                continue
+            w.release(request_id)
             if delivered > 0:
-                w.counts[w.slot(now)] = w.counts.get(w.slot(now), 0) + delivered
+                w.add(now, 0, delivered)
 
-    def _sweep(self, now: float) -> None:
-        """Drop a few of the least recently used buckets that went idle."""
-        for _ in range(SWEEP_PER_CALL):
+    def sweep(self, now: float) -> None:
+        """Drop every bucket that went idle (the gateway calls it when `/metrics` is
+        read, so an idle replica lets go too). A table that shrank to a quarter of its
+        high-water mark is rebuilt: a dict never gives back the room of deleted keys."""
+        self._sweep(now, len(self._buckets))
+        if len(self._buckets) < self._high // 4:
+            self._buckets = OrderedDict(self._buckets)
+            self._high = len(self._buckets)
+
+    def _sweep(self, now: float, at_most: int = SWEEP_PER_CALL) -> None:
+        """Drop up to `at_most` of the least recently used buckets that went idle."""
+        for _ in range(at_most):
             if not self._buckets:
                 return
             key, window = next(iter(self._buckets.items()))
-            if now - window.touched < window.slot_s * (window.slots + 1):
+            if now - window.touched < window.shape.slot_s * (window.shape.slots + 1):
                 return  # the oldest is recent: so is every other
             if window.idle(now):
                 del self._buckets[key]
@@ -265,6 +321,7 @@ class RateLimiter:
                 self._buckets.move_to_end(key)
 
     def _cap(self) -> None:
+        self._high = max(self._high, len(self._buckets))
         evicted = 0
         while len(self._buckets) > self.max_buckets:
             self._buckets.popitem(last=False)
@@ -273,12 +330,17 @@ class RateLimiter:
             self.on_evict(evicted)
 
 
-def _headers(kind: str, windows: list[_Window], now: float) -> dict[str, str]:
-    """OpenAI's `x-ratelimit-*` headers from the tightest bucket of the kind."""
-    if not windows:
-        return {}
-    tightest = min(windows, key=lambda w: w.limit - w.used(now))
-    return {
-        f"x-ratelimit-limit-{kind}": str(tightest.limit),
-        f"x-ratelimit-remaining-{kind}": str(max(0, tightest.limit - tightest.used(now))),
-    }
+def _headers(windows: list[_Window], now: float) -> dict[str, str]:
+    """OpenAI's `x-ratelimit-*` headers from the tightest bucket of each kind."""
+    headers: dict[str, str] = {}
+    for kind, index in (("requests", 0), ("tokens", 1)):
+        left = [
+            (limit, max(0, limit - w.used(now)[index]))
+            for w in windows
+            if (limit := (w.shape.requests, w.shape.tokens)[index])
+        ]
+        if left:
+            limit, remaining = min(left, key=lambda pair: pair[1])
+            headers[f"x-ratelimit-limit-{kind}"] = str(limit)
+            headers[f"x-ratelimit-remaining-{kind}"] = str(remaining)
+    return headers
