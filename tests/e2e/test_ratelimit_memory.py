@@ -4,10 +4,11 @@ Before: every distinct bearer token left a bucket keyed by the token itself, nev
 pruned (+25.3 MB of RSS for 3,000 distinct 8 KB tokens, nothing freed minutes later).
 Now buckets are keyed by a 16-byte digest and dropped once their window has passed.
 
-10,000 requests, each with its own 8,000-character bearer token, against a 10 s window (all of them live at once at the end of the burst);
-once the window has passed (and `/metrics` has been read: that sweeps), the process's RSS (VmRSS
-from /proc) is within 5 MB of where it stood after a warm-up, and the bucket gauge is
-back to the one steady client. The pool's only pod is down, so each request is charged
+10,000 requests, each with its own 8,000-character bearer token, against a 10 s window
+(all 10,000 buckets live at once at the end of the burst); once the window has passed
+(and `/metrics` has been read: that sweeps), the process's RSS (VmRSS from /proc) is
+within 5 MB of where it stood after a warm-up, and the bucket gauge is back to the one
+steady client. The pool's only pod is down, so each request is charged
 (its bucket made) and answered 503 at once: the test measures the gateway, not a pod.
 """
 

@@ -285,8 +285,9 @@ class Director:
 
     def refresh_gauges(self, pools: Mapping[str, list[Endpoint]]) -> None:
         """Pool gauges, computed when `/metrics` is read (which also sweeps idle
-        rate-limit buckets): ready pods, mean KV use and queue, and the autoscaling signals, saturation (mean per-pod load at the critical
-        thresholds, 1 = full) and the admission queue per band."""
+        rate-limit buckets): ready pods, mean KV use and queue, and the autoscaling
+        signals, saturation (mean per-pod load at the critical thresholds, 1 = full) and
+        the admission queue per band."""
         metrics = self.metrics
         self.state.limiter.sweep(time.monotonic())  # idle buckets go, traffic or not
         spec = (self.state.config or GatewayConfigSpec()).flow_control
