@@ -11,7 +11,11 @@ from aiohttp import web
 from inference_gateway.config.reloader import FileWatcher
 from inference_gateway.config.spec import GatewayConfigSpec, load_config
 from inference_gateway.config.watch import guard_reload
-from inference_gateway.core.endpoints.discovery import load_endpoints_file
+from inference_gateway.core.endpoints.discovery import (
+    assign_pools,
+    label_pools,
+    load_endpoints_file,
+)
 from inference_gateway.core.endpoints.store import EndpointStore
 from inference_gateway.core.scheduling import Scheduler
 from inference_gateway.core.scheduling.baseline import RoundRobinScheduler
@@ -104,10 +108,9 @@ def build_gateway(
     config_path = None if config is None or isinstance(config, GatewayConfigSpec) else Path(config)
     if config_path is not None:
         config = load_config(config_path)
-    spec = config or GatewayConfigSpec()
-    for e in endpoints:
-        if not e.pool:
-            e.pool = e.labels.get("igw.dev/pool", "default")
+    spec = config if isinstance(config, GatewayConfigSpec) else GatewayConfigSpec()
+    by_label = label_pools(endpoints)
+    assign_pools(endpoints, spec.pools, by_label)  # the config's selectors first
     metrics = GatewayMetrics()
     scrape_client = Upstream(
         connect_timeout_s=spec.scrape.timeout_ms / 1000,
@@ -135,11 +138,14 @@ def build_gateway(
 
     def load_state() -> RoutingState:
         current = load_config(config_path) if config_path is not None else config
-        state = RoutingState.build(current)  # type: ignore[arg-type]
         if rewrites is None:
-            return state
-        rules = load_rewrites(rewrites, known_models=known_models(), seed=seed)
-        return RoutingState.build(current, rules)  # type: ignore[arg-type]
+            state = RoutingState.build(current)  # type: ignore[arg-type]
+        else:
+            rules = load_rewrites(rewrites, known_models=known_models(), seed=seed)
+            state = RoutingState.build(current, rules)  # type: ignore[arg-type]
+        if isinstance(current, GatewayConfigSpec):  # a reload may move pods between pools
+            assign_pools(endpoints, current.pools, by_label)
+        return state
 
     gateway = Gateway(
         store,

@@ -8,9 +8,11 @@ What may go to the next-ranked pod is the `RetryPolicy`'s call (retry.py): only 
 request the engine never started (connection refused, closed before any answer byte, an
 answer of 429/503); a timeout is a 504, never a second generation. Once a byte has
 reached the client nothing is retried, and a stream that breaks ends with an SSE error
-event rather than a silent truncation. Responses stream through chunk by chunk; with
-token limits each chunk is counted before it is relayed (core/request/budget.py), and a
-stream the window has no more room for ends with the rate-limit SSE error event.
+event rather than a silent truncation: streams go through the gateway's one answer relay
+(`StreamRelay`, core/request/relay.py), which `igw global` uses too. Responses stream
+through chunk by chunk; with token limits each chunk is counted before it is relayed
+(core/request/budget.py), and a stream the window has no more room for ends with the
+rate-limit SSE error event.
 
 A client that leaves (the handler is cancelled: run the app with
 `handler_cancellation=True`, as `server.app_runner` and `igw serve` do, or a write to
@@ -49,6 +51,7 @@ from inference_gateway.core.request.lifecycle import (
     STREAM_BROKEN,
     RequestLifecycle,
 )
+from inference_gateway.core.request.relay import StreamEnd, StreamRelay, is_event_stream
 from inference_gateway.core.request.retry import RetryPolicy
 from inference_gateway.core.request.sse import ModelNameRewriter
 from inference_gateway.core.request.usage import output_tokens, usage_of
@@ -57,15 +60,14 @@ from inference_gateway.core.traffic.routing import ModelRouter, Route
 from inference_gateway.telemetry.metrics import GatewayMetrics
 from inference_gateway.transport.http1_client import (
     Upstream,
+    UpstreamConnectError,
     UpstreamError,
     UpstreamResponse,
     UpstreamTimeout,
 )
 from inference_gateway.transport.http_settings import (
     BODY_TIMEOUT_S,
-    STREAM_ERRORS,
     body_deadline,
-    sse_error_event,
 )
 
 # RoutingState and SchedulerLike live in `contracts` (shared with the ext_proc picker)
@@ -109,6 +111,32 @@ def error_response(
     )
 
 
+class _ClientStream:
+    """The client side of a relayed stream: prepared with its first byte, which is the
+    request's first byte (so a break before it can still be a plain error status)."""
+
+    def __init__(
+        self, request: web.Request, response: web.StreamResponse, life: RequestLifecycle
+    ) -> None:
+        self.request, self.response, self.life = request, response, life
+        self.prepared = False
+
+    async def write(self, data: bytes) -> None:
+        if self.prepared:
+            await self.response.write(data)
+            return
+        self.prepared = True
+        await self.response.prepare(self.request)
+        await self.response.write(data)
+        self.life.first_byte()
+
+    async def write_eof(self) -> None:
+        if not self.prepared:  # an empty stream
+            self.prepared = True
+            await self.response.prepare(self.request)
+        await self.response.write_eof()
+
+
 class Gateway:
     def __init__(
         self,
@@ -136,10 +164,13 @@ class Gateway:
             state,
             metrics=self.metrics,
             max_lifetime_s=max_request_lifetime_s,
+            # a refused connection: not picked again until a fresh scrape says it is back
+            connection_failed=store.connection_failed,
         )
         self._series = self.director.child  # cached labelled series
         self.max_body_bytes = max_body_bytes
         self.retry = retry or RetryPolicy()
+        self.relay = StreamRelay()  # the pod's read timeout bounds its silences
         self.connect_timeout_s = connect_timeout_s
         self.first_byte_timeout_s = first_byte_timeout_s
         self.expose_endpoints = expose_endpoints
@@ -266,7 +297,10 @@ class Gateway:
                 life.picked(endpoint)
                 upstream = await pending.response()
             except UpstreamError as error:
-                life.attempt_failed()
+                if isinstance(error, UpstreamConnectError):
+                    life.unreachable()  # not picked again until a fresh scrape
+                else:
+                    life.attempt_failed()
                 failures.append(f"{endpoint.name}: {error}")
                 if isinstance(error, UpstreamTimeout):
                     return self._timeout(life, headers, error)
@@ -335,7 +369,7 @@ class Gateway:
         """Stream the pod's answer through; a break after the first byte ends the stream
         with an SSE error event, never a silent truncation."""
         content_type = upstream.headers.get("content-type", "application/json")
-        if not content_type.startswith("text/event-stream"):
+        if not is_event_stream(content_type):
             return await self._relay_whole(
                 request, upstream, life, endpoint, headers, rewriter, content_type
             )
@@ -343,59 +377,43 @@ class Gateway:
         response = web.StreamResponse(
             status=upstream.status, headers=self._answer_headers(headers, content_type, endpoint)
         )
-        first = True
         budget = life.budget
-        try:
-            async for chunk in upstream.chunks():
-                if rewriter is not None:
-                    chunk = rewriter.stream_chunk(chunk)
-                if budget is not None and budget.count(chunk) and not await budget.grow():
-                    return await self._over_budget(request, response, life, headers, first)
-                if first:
-                    first = False
-                    await response.prepare(request)
-                    await response.write(chunk)
-                    life.first_byte()
-                else:
-                    await response.write(chunk)
-                life.chunk(chunk)
-            if rewriter is not None:
-                tail = rewriter.flush()
-                if tail:
-                    await response.write(tail)
-                    life.chunk(tail)
-            if first:
-                await response.prepare(request)
-            await response.write_eof()
-        except ConnectionResetError:  # a write to the client failed: it left
+        relayed = await self.relay.pump(
+            upstream.chunks(),
+            _ClientStream(request, response, life),
+            transform=None if rewriter is None else rewriter.stream_chunk,
+            flush=None if rewriter is None else rewriter.flush,
+            sent=life.chunk,
+            admit=None if budget is None else budget.admit,
+        )
+        if relayed.end is StreamEnd.CLIENT_LEFT:
             life.cancelled(CLIENT_CANCELLED)
-            return response
-        except (TimeoutError, UpstreamError) as error:
-            return await self._broken(request, response, life, headers, error, started=not first)
-        life.finished()
+        elif relayed.end is StreamEnd.COMPLETE:
+            life.finished()
+        elif relayed.end is StreamEnd.OVER_LIMIT:
+            return self._over_budget(life, headers, started=relayed.started) or response
+        else:
+            return await self._broken(
+                request, response, life, headers, relayed.error, started=relayed.started
+            )
         return response
 
-    async def _over_budget(
-        self,
-        request: web.Request,
-        response: web.StreamResponse,
-        life: RequestLifecycle,
-        headers: dict[str, str],
-        first: bool,
-    ) -> web.StreamResponse:
-        """The stream outgrew its token budget and the window has no room: what was
-        counted so far was relayed, the rest is not. Before any byte: a 429; after: the
-        SSE error event (OpenAI's rate-limit error), then the end of the stream."""
+    def _over_budget(
+        self, life: RequestLifecycle, headers: dict[str, str], *, started: bool
+    ) -> web.StreamResponse | None:
+        """The stream outgrew its token budget and the window has no room: the chunk
+        that did not fit was not relayed. Before any byte: a 429 (returned); after: the
+        relay has ended the stream with OpenAI's rate-limit error event (None)."""
         life.cancelled(RATE_LIMITED)
-        if first:
-            message, kind = STREAM_ERRORS["rate_limit_exceeded"]
-            return error_response(429, message, kind, "rate_limit_exceeded", headers)
-        try:
-            await response.write(sse_error_event("rate_limit_exceeded"))
-            await response.write_eof()
-        except ConnectionResetError:
-            pass  # the client left as well
-        return response
+        if started:
+            return None
+        return error_response(
+            429,
+            "Rate limit reached: the answer outgrew what the token limit allows now.",
+            "tokens",
+            "rate_limit_exceeded",
+            headers,
+        )
 
     async def _broken(
         self,
@@ -403,12 +421,12 @@ class Gateway:
         response: web.StreamResponse,
         life: RequestLifecycle,
         headers: dict[str, str],
-        error: Exception,
+        error: BaseException | None,
         *,
         started: bool,
     ) -> web.StreamResponse:
         """The pod's stream broke. Before any byte reached the client: a plain 504 / 502;
-        after: the SSE error event, then the end of the stream."""
+        after: the relay has ended it with the SSE error event."""
         log.warning(
             "request %s (x-request-id %s): the model server stream broke: %s",
             life.id,
@@ -423,11 +441,6 @@ class Gateway:
                 502, "The model server's answer broke.", "upstream_error", STREAM_BROKEN, headers
             )
         life.cancelled(STREAM_BROKEN)
-        try:
-            await response.write(sse_error_event(STREAM_BROKEN))
-            await response.write_eof()
-        except ConnectionResetError:
-            pass  # the client left as well: nothing more to tell it
         return response
 
     async def _relay_whole(

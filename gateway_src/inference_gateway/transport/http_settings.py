@@ -1,6 +1,6 @@
 """The rules every `igw` HTTP server follows (`igw serve`, `igw global`): deadlines for
-request heads and bodies, quiet logs for clients that misbehave or leave, SSE error
-events with fixed text. The signal and drain rules are in transport/signals.py.
+request heads and bodies, quiet logs for clients that misbehave or leave. The signal and
+drain rules are in transport/signals.py.
 
 Header deadline. aiohttp's server has one timer for a connection that is not running a
 request, `keepalive_timeout`: armed when the connection opens and when a response ends,
@@ -27,10 +27,8 @@ writes one line for a malformed request (INFO, with the peer and the parser's re
 and one DEBUG line for a client that left (any `ConnectionError`); every other
 exception keeps its traceback.
 
-SSE errors. A stream that cannot go on ends with one `data: {"error": …}` event whose
-text comes from `STREAM_ERRORS`, never from an exception: a library's message
-(`TransferEncodingError: 400, message='Not enough data…'`) names internals and tells
-the client nothing it can act on.
+SSE errors: a stream that cannot go on ends with the event of the one answer relay
+(core/request/relay.py `stream_error_event`), whose texts are fixed.
 """
 
 from __future__ import annotations
@@ -48,29 +46,13 @@ from aiohttp.http_exceptions import HttpProcessingError
 __all__ = [
     "BODY_TIMEOUT_S",
     "HEADER_TIMEOUT_S",
-    "STREAM_ERRORS",
     "ClientErrorLog",
     "body_deadline",
     "server_settings",
-    "sse_error_event",
 ]
 
 HEADER_TIMEOUT_S = 15.0
 BODY_TIMEOUT_S = 15.0
-
-# code -> (message, type) of the SSE error event that ends a stream early
-STREAM_ERRORS: dict[str, tuple[str, str]] = {
-    "stream_broken": ("The model server stream broke.", "upstream_error"),
-    "upstream_timeout": (
-        "The model server went quiet in the middle of the stream.",
-        "upstream_error",
-    ),
-    "rate_limit_exceeded": (
-        "Rate limit reached: the answer outgrew what the token limit allows now.",
-        "tokens",
-    ),
-    "shutting_down": ("The gateway is shutting down.", "service_unavailable"),
-}
 
 log = logging.getLogger("inference_gateway.transport.http")
 
@@ -155,11 +137,3 @@ def body_deadline(timeout_s: float = BODY_TIMEOUT_S) -> Any:
         return await handler(request)
 
     return middleware
-
-
-def sse_error_event(code: str) -> bytes:
-    """The SSE event that ends a stream early, with the fixed text of `code` (a key of
-    `STREAM_ERRORS`; KeyError otherwise, so no other text can reach a client)."""
-    message, kind = STREAM_ERRORS[code]
-    error = {"error": {"message": message, "type": kind, "param": None, "code": code}}
-    return b"data: " + orjson.dumps(error) + b"\n\n"

@@ -188,21 +188,6 @@ def test_a_client_reset_reaching_the_server_log_is_one_debug_line(
     assert bug.levelno == logging.ERROR and bug.exc_info
 
 
-def test_sse_error_events_carry_only_fixed_texts() -> None:
-    """Issue 23, defect 7: an SSE error event showed aiohttp's message
-    (`TransferEncodingError: 400, message='Not enough data…'`). The event text comes from
-    a fixed table by code; an unknown code cannot be rendered at all."""
-    from inference_gateway.transport.http_settings import STREAM_ERRORS, sse_error_event
-
-    for code, (message, kind) in STREAM_ERRORS.items():
-        event = sse_error_event(code)
-        assert event.startswith(b"data: ") and event.endswith(b"\n\n")
-        error = json.loads(event[6:])["error"]
-        assert error == {"message": message, "type": kind, "param": None, "code": code}
-    with pytest.raises(KeyError):
-        sse_error_event("TransferEncodingError: 400, message='Not enough data'")
-
-
 @pytest.mark.parametrize("error", [BrokenPipeError(32, "x"), ConnectionAbortedError(103, "x")])
 def test_every_kind_of_client_hang_up_is_one_debug_line(
     error: ConnectionError, caplog: pytest.LogCaptureFixture

@@ -8,6 +8,16 @@ queue at once. A released waiter holds a slot until its handler resumes and pick
 (the picker's bookkeeping then counts it), so two rounds never hand out the same slot;
 once it has picked, the gate pumps again, since a round that ran meanwhile (several
 answers arriving in one loop turn) saw the slots it freed as taken by the waiter.
+
+Scale from zero: a pool with no ready pod counts as saturated, so a request of a band
+that queues is held in that queue (where `inference_extension_flow_control_queue_size`,
+the metric KEDA scales the pool on, counts it) and released, by the same ticker, to the
+first pod that becomes ready; past the band's TTL it ends `QueueTimeoutError` (503 with
+`Retry-After`). A band that does not queue (sheddable by default) and a `FailOpen` pool
+(`hold_empty=False`) go on at once, so scheduling answers 503 or picks at random. This is
+upstream's rule: GIE's saturation detector reports a pool without pods as saturated and
+its flow controller holds requests up to their TTL (llm-d's scale-from-zero buffering
+rests on it, kubernetes-sigs/gateway-api-inference-extension `pkg/epp/flowcontrol`).
 """
 
 from __future__ import annotations
@@ -26,7 +36,13 @@ __all__ = ["PoolGate", "QueueTimeoutError"]
 
 
 class QueueTimeoutError(InferenceGatewayError):
-    """The request waited its band's whole TTL without capacity (→ 503)."""
+    """The request waited its band's whole TTL without capacity (→ 503 with Retry-After);
+    `empty`: the pool still had no ready pod (a scale from zero that took too long)."""
+
+    def __init__(self, message: str, retry_after_s: int, *, empty: bool = False) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+        self.empty = empty
 
 
 class PoolGate:
@@ -56,21 +72,28 @@ class PoolGate:
     def pool_waiting(self) -> int:
         return sum(e.metrics.waiting for e in self.endpoints() if e.metrics and not e.stale)
 
-    async def admit(self, band: str, fairness_id: str) -> None:
+    def has_ready(self) -> bool:
+        return any(not e.stale for e in self.endpoints())
+
+    async def admit(self, band: str, fairness_id: str, *, hold_empty: bool = True) -> None:
         """Return when the request may go on to scheduling (raises 429 / 503 errors).
 
-        A pool with no ready pod is not "saturated": the request goes on, so that
-        scheduling answers 503 (or a FailOpen pool picks at random) at once.
+        A pool with no ready pod holds the request in its band's queue until one is ready
+        (scale from zero); with `hold_empty` False (a FailOpen pool), or for a band that
+        does not queue, the request goes on at once and scheduling answers.
         """
         now = self.clock()
         endpoints = self.endpoints()
-        if not any(not e.stale for e in endpoints):
+        empty = not any(not e.stale for e in endpoints)
+        if empty and not hold_empty:
             return
-        saturated = self.controller.full(band, endpoints, now, self._in_transit)
+        saturated = empty or self.controller.full(band, endpoints, now, self._in_transit)
         decision = self.controller.offer(band, fairness_id, now, saturated)
         if decision.admitted:
             return
         if decision.waiter is None:
+            if empty:
+                return  # nothing to hold it in: scheduling answers 503 at once
             retry = self.controller.retry_after(now, self.pool_waiting())
             raise NoCapacityError(
                 f"The pool is saturated ({decision.reason.replace('_', ' ')}); "
@@ -90,9 +113,13 @@ class PoolGate:
                 asyncio.get_running_loop().call_soon(self.pump)
             self.controller.cancel(decision.waiter)
         if not admitted:
+            ttl = self.controller.bands[band].ttl_s
+            empty = not self.has_ready()
+            reason = "for a ready model server" if empty else "without capacity"
             raise QueueTimeoutError(
-                f"Waited {self.controller.bands[band].ttl_s:g} s in the {band} queue "
-                "without capacity."
+                f"Waited {ttl:g} s in the {band} queue {reason}.",
+                self.controller.retry_after(self.clock(), self.pool_waiting()),
+                empty=empty,
             )
 
     def on_completion(self) -> None:

@@ -2,7 +2,8 @@
 
 The director charges a request's prompt and reserves its output bound (the local
 limiter, traffic/ratelimit.py, or the store's, store/ratelimit.py); this object follows
-the answer. The data plane calls `count` with each streamed chunk BEFORE relaying it:
+the answer. The relay (core/request/relay.py) calls `admit` with each streamed chunk
+BEFORE relaying it (`count`, then `grow` when needed):
 when the tokens counted outgrow the reservation, `grow` asks the limiter for `step` more
 (one store round trip per step, none per chunk) and a refusal means the window has no
 room, so the data plane ends the stream with the SSE error event instead of relaying
@@ -116,6 +117,11 @@ class TokenBudget:
         self._before = 0  # refused: nothing of it is delivered
         self.counted = max(self.counted, output_tokens)
         return self.counted > self.reserved
+
+    async def admit(self, chunk: bytes) -> bool:
+        """The relay's `admit` (core/request/relay.py): count `chunk`, growing the
+        reservation when it outgrows it; False: the chunk must not be relayed."""
+        return not self.count(chunk) or await self.grow()
 
     async def grow(self) -> bool:
         """Reserve what was counted plus a step (or, near the limit, just what was

@@ -216,8 +216,12 @@ class Director:
         metrics: GatewayMetrics | None = None,
         series: Series | None = None,
         max_lifetime_s: float = 3600.0,
+        connection_failed: Callable[[Endpoint], None] | None = None,
     ) -> None:
+        """`connection_failed`: where a data plane's report that a pod could not be
+        reached goes (the endpoint store's `connection_failed`, one rule for both)."""
         self.endpoints = endpoints
+        self.connection_failed = connection_failed or (lambda endpoint: None)
         self.scheduler = scheduler
         self.state = state
         self.max_lifetime_s = max_lifetime_s  # the watchdog ends requests older than this
@@ -294,9 +298,10 @@ class Director:
         for pool, endpoints in pools.items():
             ready = [e.metrics for e in endpoints if not e.stale and e.metrics is not None]
             metrics.pool_ready.labels(pool).set(len(ready))
-            if ready:
-                metrics.pool_kv.labels(pool).set(sum(m.kv_usage for m in ready) / len(ready))
-                metrics.pool_queue.labels(pool).set(sum(m.waiting for m in ready) / len(ready))
+            # no ready pod: 0, not the value of the last pod that was (a stale gauge)
+            n = len(ready) or 1
+            metrics.pool_kv.labels(pool).set(sum(m.kv_usage for m in ready) / n)
+            metrics.pool_queue.labels(pool).set(sum(m.waiting for m in ready) / n)
             gate = self.gates.get(pool)
             controller = gate.controller if gate is not None else FlowController(spec)
             metrics.pool_saturation.labels(pool).set(controller.saturation(endpoints))
@@ -353,7 +358,9 @@ class Director:
             )
         gate = self.gate(route)
         try:
-            await self._admit(gate, llm, client_model, extra)
+            await self._admit(
+                gate, llm, client_model, extra, hold_empty=not _fail_open(state, route)
+            )
         except BaseException:
             if budget is not None:  # refused after the charge: nothing was delivered
                 budget.close(0)
@@ -515,10 +522,16 @@ class Director:
         )
 
     async def _admit(
-        self, gate: PoolGate, llm: LLMRequest, client_model: str, extra: dict[str, str]
+        self,
+        gate: PoolGate,
+        llm: LLMRequest,
+        client_model: str,
+        extra: dict[str, str],
+        *,
+        hold_empty: bool,
     ) -> None:
         try:
-            await gate.admit(llm.band, llm.fairness_id)
+            await gate.admit(llm.band, llm.fairness_id, hold_empty=hold_empty)
         except NoCapacityError as error:
             self.child(self.metrics.rejected, client_model, "pool_saturated").inc()
             raise Rejection(
@@ -530,9 +543,15 @@ class Director:
                 headers=extra,
             ) from None
         except QueueTimeoutError as error:
-            self.child(self.metrics.rejected, client_model, "queue_timeout").inc()
+            code = "no_ready_endpoint" if error.empty else "queue_timeout"
+            self.child(self.metrics.rejected, client_model, code).inc()
             raise Rejection(
-                503, str(error), "service_unavailable", "queue_timeout", headers=extra
+                503,
+                str(error),
+                "service_unavailable",
+                code,
+                retry_after_s=error.retry_after_s,
+                headers=extra,
             ) from None
 
     def _rank(
@@ -544,12 +563,7 @@ class Director:
         try:
             ranked = self.scheduler.schedule(llm, candidates)
         except NoEndpointError:
-            config = state.config
-            fail_open = bool(
-                config
-                and route.pool
-                and any(p.name == route.pool and p.failure_mode == "FailOpen" for p in config.pools)
-            )
+            fail_open = _fail_open(state, route)
             serving = [
                 e
                 for e in candidates
@@ -561,6 +575,17 @@ class Director:
             return random.sample(serving, len(serving))
         self.metrics.scheduler_e2e.observe(time.perf_counter() - started)
         return ranked
+
+
+def _fail_open(state: RoutingState, route: Route) -> bool:
+    """Whether the route's pool is `FailOpen`: with no fresh pod it picks at random
+    rather than holding or refusing the request."""
+    config = state.config
+    return bool(
+        config
+        and route.pool
+        and any(p.name == route.pool and p.failure_mode == "FailOpen" for p in config.pools)
+    )
 
 
 class OutputBound(NamedTuple):
