@@ -30,6 +30,7 @@ from inference_gateway.store.ratelimit import SharedLimits
 from inference_gateway.telemetry.emf import EmfEmitter
 from inference_gateway.telemetry.metrics import GatewayMetrics
 from inference_gateway.transport.http1_client import Upstream
+from inference_gateway.transport.http_settings import BODY_TIMEOUT_S
 from inference_gateway.transport.kv_events_zmq import subscribe_pods
 
 __all__ = ["RUN_OPTIONS", "WATCHER", "app_runner", "build_gateway", "http_fetch", "upstream_fetch"]
@@ -85,13 +86,15 @@ def build_gateway(
     emf_interval_s: float = 0.0,
     emf_cluster: str = "igw",
     expose_endpoints: bool = False,
+    body_timeout_s: float = BODY_TIMEOUT_S,
     auth: Authenticator | None = None,
     hourly_cost_usd: float = 0.0,
     store_spec: StoreSpec | None = None,
 ) -> tuple[web.Application, Gateway]:
     """The gateway app; scraping (and file reloads) start with the app and stop with it.
     Serve it with `RUN_OPTIONS` (`app_runner`), so a client that leaves ends its request;
-    `expose_endpoints` names the chosen pod to clients (debugging only).
+    `expose_endpoints` names the chosen pod to clients (debugging only); a request body
+    must arrive within `body_timeout_s` (transport/http_settings.py).
 
     `config` and `rewrites` given as paths are watched: a valid edit is swapped in
     without a restart, an invalid one is logged and ignored. `emf_interval_s` > 0 writes
@@ -151,6 +154,7 @@ def build_gateway(
         RoutingState.build(config),
         metrics=metrics,
         expose_endpoints=expose_endpoints,
+        body_timeout_s=body_timeout_s,
     )
     if store_spec is not None:
         health = StoreHealth(
@@ -158,7 +162,8 @@ def build_gateway(
         )
         gateway.director.shared_limits = SharedLimits(connect(store_spec), health)
     app = gateway.app()
-    app.middlewares.append(auth_middleware(auth))
+    # credentials first: an unauthenticated client never makes the gateway read its body
+    app.middlewares.insert(0, auth_middleware(auth))
     add_status_route(
         app, gateway.director, store, cluster=emf_cluster, hourly_cost_usd=hourly_cost_usd
     )

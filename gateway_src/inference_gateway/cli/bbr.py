@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import signal
 from typing import Any
 
 from inference_gateway.cli.picker import add_tls_arguments, server_ssl_context
@@ -45,16 +44,14 @@ def run(args: argparse.Namespace) -> int:
 async def _serve(args: argparse.Namespace) -> int:
     from inference_gateway.config.spec import load_config
     from inference_gateway.frontends.bbr import start_bbr
+    from inference_gateway.transport.signals import stop_signals
 
+    stopped = stop_signals("igw bbr")  # SIGTERM, SIGINT and SIGHUP alike (transport/signals.py)
     config = load_config(args.config) if args.config else None
     server, port = await start_bbr(
         config, host=args.host, port=args.grpc_port, ssl_context=server_ssl_context(args)
     )
     print(f"igw bbr: ext_proc on {args.host}:{port}", flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    await stopped
     await server.stop(5)
     return 0

@@ -14,6 +14,8 @@ from typing import Any
 __all__ = ["register"]
 
 HEADER_TIMEOUT_S = 15.0  # transport/http_settings.py's default, without importing aiohttp
+BODY_TIMEOUT_S = 15.0  # transport/http_settings.py's default
+DRAIN_GRACE_S = 30.0  # transport/signals.py's default
 
 
 def register(subparsers: Any) -> None:
@@ -48,6 +50,22 @@ def register(subparsers: Any) -> None:
         f"idle keep-alive one (default {HEADER_TIMEOUT_S:g}; as igw serve)",
     )
     parser.add_argument(
+        "--body-timeout",
+        type=float,
+        default=BODY_TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"answer 408 and close the connection when a request body is not complete "
+        f"SECONDS after its head (default {BODY_TIMEOUT_S:g}; as igw serve)",
+    )
+    parser.add_argument(
+        "--drain-grace",
+        type=float,
+        default=DRAIN_GRACE_S,
+        metavar="SECONDS",
+        help=f"on SIGTERM, SIGINT or SIGHUP: stop listening, let requests in flight finish "
+        f"for at most SECONDS, then exit (default {DRAIN_GRACE_S:g}; as igw serve)",
+    )
+    parser.add_argument(
         "--emf-interval",
         type=float,
         default=0.0,
@@ -63,9 +81,8 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import asyncio
     import logging
-
-    from aiohttp import web
 
     from inference_gateway.frontends.global_router.config import load_router_config
     from inference_gateway.frontends.global_router.server import (
@@ -76,9 +93,14 @@ def run(args: argparse.Namespace) -> int:
     if not args.emf_interval >= 0:
         print("igw global: --emf-interval must be 0 (off) or positive", file=sys.stderr)
         return 2
-    if not args.header_timeout > 0:
-        print("igw global: --header-timeout must be positive", file=sys.stderr)
-        return 2
+    for flag, value in (
+        ("--header-timeout", args.header_timeout),
+        ("--body-timeout", args.body_timeout),
+        ("--drain-grace", args.drain_grace),
+    ):
+        if not value > 0:
+            print(f"igw global: {flag} must be positive", file=sys.stderr)
+            return 2
     spec = load_router_config(args.config)  # ConfigError → exit 2
     if args.action != "serve":
         return change_drains(spec, args)
@@ -87,8 +109,11 @@ def run(args: argparse.Namespace) -> int:
         return 2
     # drains, returns and store fallbacks are one line each
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    app, _ = build_global_router(
-        spec, emf_interval_s=args.emf_interval, environment=args.environment
+    app, router = build_global_router(
+        spec,
+        emf_interval_s=args.emf_interval,
+        environment=args.environment,
+        body_timeout_s=args.body_timeout,
     )
     try:
         import uvloop
@@ -98,8 +123,21 @@ def run(args: argparse.Namespace) -> int:
         pass
     clusters = ", ".join(f"{c.name} ({c.region})" for c in spec.clusters)
     print(f"igw global: listening on http://{args.host}:{args.port} over {clusters}", flush=True)
+    from inference_gateway.transport.signals import serve_http
+
     settings = runner_settings(args.header_timeout)
-    web.run_app(app, host=args.host, port=args.port, print=None, access_log=None, **settings)
+    asyncio.run(
+        serve_http(  # SIGTERM, SIGINT and SIGHUP drain alike (transport/signals.py)
+            app,
+            name="igw global",
+            host=args.host,
+            port=args.port,
+            in_flight=lambda: router.in_flight,
+            grace_s=args.drain_grace,
+            access_log=None,
+            **settings,
+        )
+    )
     return 0
 
 

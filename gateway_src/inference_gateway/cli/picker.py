@@ -16,7 +16,6 @@ import argparse
 import asyncio
 import logging
 import os
-import signal
 import socket
 from pathlib import Path
 from typing import Any
@@ -309,10 +308,9 @@ async def _serve(args: argparse.Namespace) -> int:
         from inference_gateway.store.dispatch import for_director
 
         picker.collaborators.append(for_director(args.store, picker.director))
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    from inference_gateway.transport.signals import stop_signals
+
+    stopped = stop_signals("igw picker")  # SIGTERM, SIGINT and SIGHUP alike (transport/signals.py)
     await picker.start()
     tls = " (TLS)" if server.get("credentials") or server.get("ssl_context") else ""
     print(
@@ -320,7 +318,7 @@ async def _serve(args: argparse.Namespace) -> int:
         f"metrics on :{picker.metrics_bound}",
         flush=True,
     )
-    await stop.wait()
+    await stopped
     await picker.drain(args.drain_timeout)
     await picker.stop(grace_s=1)
     if client is not None:

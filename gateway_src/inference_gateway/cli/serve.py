@@ -41,6 +41,22 @@ def register(subparsers: Any) -> None:
         "default %(default)s)",
     )
     parser.add_argument(
+        "--body-timeout",
+        type=float,
+        default=15.0,
+        metavar="SECONDS",
+        help="answer 408 and close the connection when a request body is not complete "
+        "this long after its head (slow clients; default %(default)s)",
+    )
+    parser.add_argument(
+        "--drain-grace",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="on SIGTERM, SIGINT or SIGHUP: stop listening, let requests in flight finish "
+        "for at most this long, then exit (default %(default)s)",
+    )
+    parser.add_argument(
         "--debug-destination-headers",
         action="store_true",
         help="name the chosen pod to clients (x-gateway-destination-endpoint header, pod "
@@ -59,15 +75,22 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from aiohttp import web
+    import asyncio
+    import logging
 
     from inference_gateway.assembly.serve import RUN_OPTIONS, build_gateway
     from inference_gateway.store.client import store_from_flag
     from inference_gateway.transport.http_settings import server_settings
+    from inference_gateway.transport.signals import serve_http
 
-    if args.header_timeout <= 0:
-        print("igw serve: --header-timeout must be positive", file=sys.stderr)
-        return 2
+    for flag, value in (
+        ("--header-timeout", args.header_timeout),
+        ("--body-timeout", args.body_timeout),
+        ("--drain-grace", args.drain_grace),
+    ):
+        if not value > 0:
+            print(f"igw serve: {flag} must be positive", file=sys.stderr)
+            return 2
     if args.emf_interval < 0:
         print("igw serve: --emf-interval must be 0 (off) or positive", file=sys.stderr)
         return 2
@@ -85,7 +108,10 @@ def run(args: argparse.Namespace) -> int:
         auth=authenticator(args, "igw serve"),
         hourly_cost_usd=args.hourly_cost,
         store_spec=store_from_flag(args.store),  # ConfigError → exit 2
+        body_timeout_s=args.body_timeout,
     )
+    # one line per drain, store fallback, reload; never a traceback per client
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
         import uvloop
 
@@ -105,7 +131,17 @@ def run(args: argparse.Namespace) -> int:
         flush=True,
     )
     options = {**RUN_OPTIONS, **server_settings(args.header_timeout)}
-    web.run_app(app, host=args.host, port=args.port, print=None, **options)  # type: ignore[arg-type]
+    asyncio.run(
+        serve_http(
+            app,
+            name="igw serve",
+            host=args.host,
+            port=args.port,
+            in_flight=lambda: gateway.director.active,
+            grace_s=args.drain_grace,
+            **options,
+        )
+    )
     return 0
 
 

@@ -366,7 +366,7 @@ class FlowControlSpec(Spec):
 
 
 class RateLimitSpec(Spec):
-    """A token-bucket limit per API key and/or model."""
+    """A sliding-window limit per client and/or model."""
 
     client: str | None = Field(
         default=None,
@@ -379,6 +379,13 @@ class RateLimitSpec(Spec):
     model: str | None = None
     requests_per_minute: int | None = Field(default=None, gt=0)
     tokens_per_minute: int | None = Field(default=None, gt=0)
+    window_s: float | None = Field(
+        default=None,
+        ge=1,
+        le=3600,
+        description="Seconds the per-minute numbers count over (default a minute; igw global: "
+        "rateLimits.windowS).",
+    )
 
     @model_validator(mode="after")
     def _some_limit(self) -> RateLimitSpec:

@@ -1,14 +1,18 @@
 """The standalone gateway: an OpenAI-compatible HTTP proxy over the scheduling core.
 
-Per request: read the body (limit → 413), parse it (→ 400), route `model` to a pool
-(→ 404), rank that pool's ready pods (→ 503 when none), and forward to the best pod.
+Per request: read the body (within the body deadline → 408, limit → 413: the
+`body_deadline` middleware of transport/http_settings.py), parse it (→ 400), route
+`model` to a pool (→ 404), charge the rate limits (→ 429), rank that pool's ready pods
+(→ 503 when none), and forward to the best pod.
 What may go to the next-ranked pod is the `RetryPolicy`'s call (retry.py): only a
 request the engine never started (connection refused, closed before any answer byte, an
 answer of 429/503); a timeout is a 504, never a second generation. Once a byte has
 reached the client nothing is retried, and a stream that breaks ends with an SSE error
 event rather than a silent truncation: streams go through the gateway's one answer relay
 (`StreamRelay`, core/request/relay.py), which `igw global` uses too. Responses stream
-through chunk by chunk.
+through chunk by chunk; with token limits each chunk is counted before it is relayed
+(core/request/budget.py), and a stream the window has no more room for ends with the
+rate-limit SSE error event.
 
 A client that leaves (the handler is cancelled: run the app with
 `handler_cancellation=True`, as `server.app_runner` and `igw serve` do, or a write to
@@ -33,6 +37,7 @@ import asyncio
 import logging
 import random
 
+import orjson
 from aiohttp import web
 from prometheus_client import generate_latest
 
@@ -42,12 +47,14 @@ from inference_gateway.core.request.contracts import RoutingState, SchedulerLike
 from inference_gateway.core.request.director import Director, Rejection
 from inference_gateway.core.request.lifecycle import (
     CLIENT_CANCELLED,
+    RATE_LIMITED,
     STREAM_BROKEN,
     RequestLifecycle,
 )
 from inference_gateway.core.request.relay import StreamEnd, StreamRelay, is_event_stream
 from inference_gateway.core.request.retry import RetryPolicy
 from inference_gateway.core.request.sse import ModelNameRewriter
+from inference_gateway.core.request.usage import output_tokens, usage_of
 from inference_gateway.core.scheduling.types import Endpoint
 from inference_gateway.core.traffic.routing import ModelRouter, Route
 from inference_gateway.telemetry.metrics import GatewayMetrics
@@ -57,6 +64,10 @@ from inference_gateway.transport.http1_client import (
     UpstreamError,
     UpstreamResponse,
     UpstreamTimeout,
+)
+from inference_gateway.transport.http_settings import (
+    BODY_TIMEOUT_S,
+    body_deadline,
 )
 
 # RoutingState and SchedulerLike live in `contracts` (shared with the ext_proc picker)
@@ -72,6 +83,15 @@ _request_ids = random.Random()  # ids need to be unique, not secret: no syscall 
 def new_request_id() -> str:
     """32 hex digits, like `uuid4().hex`."""
     return f"{_request_ids.getrandbits(128):032x}"
+
+
+def usage_of_body(body: bytes) -> int | None:
+    """The output tokens a whole JSON answer reports, or None."""
+    try:
+        usage = usage_of(orjson.loads(body))
+    except orjson.JSONDecodeError:
+        return None
+    return output_tokens(usage) if usage is not None else None
 
 
 def error_response(
@@ -131,8 +151,10 @@ class Gateway:
         first_byte_timeout_s: float = 300.0,
         max_request_lifetime_s: float = 3600.0,
         expose_endpoints: bool = False,
+        body_timeout_s: float = BODY_TIMEOUT_S,
     ) -> None:
         self.store = store
+        self.body_timeout_s = body_timeout_s
         self.metrics = metrics or GatewayMetrics()
         state = router if isinstance(router, RoutingState) else RoutingState(router.config, router)
         # parse → rewrite → route → band → limits → admission → rank: shared with the picker
@@ -155,7 +177,9 @@ class Gateway:
         self.upstream: Upstream | None = None
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=self.max_body_bytes)
+        app = web.Application(
+            client_max_size=self.max_body_bytes, middlewares=[body_deadline(self.body_timeout_s)]
+        )
         app.router.add_post("/v1/chat/completions", self.completions)
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_get("/v1/models", self.models)
@@ -223,16 +247,7 @@ class Gateway:
     async def completions(self, request: web.Request) -> web.StreamResponse:
         client_id = request.headers.get("x-request-id") or new_request_id()
         headers = {"x-request-id": client_id}
-        try:
-            raw = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            return error_response(
-                413,
-                f"Request body exceeds {self.max_body_bytes} bytes.",
-                "invalid_request_error",
-                "request_too_large",
-                headers,
-            )
+        raw = await request.read()  # read by `body_deadline` already (408 / 413 there)
         try:
             life = await self.director.decide(raw, request.headers, client_request_id=client_id)
         except Rejection as rejection:
@@ -362,22 +377,43 @@ class Gateway:
         response = web.StreamResponse(
             status=upstream.status, headers=self._answer_headers(headers, content_type, endpoint)
         )
+        budget = life.budget
         relayed = await self.relay.pump(
             upstream.chunks(),
             _ClientStream(request, response, life),
             transform=None if rewriter is None else rewriter.stream_chunk,
             flush=None if rewriter is None else rewriter.flush,
             sent=life.chunk,
+            admit=None if budget is None else budget.admit,
         )
         if relayed.end is StreamEnd.CLIENT_LEFT:
             life.cancelled(CLIENT_CANCELLED)
         elif relayed.end is StreamEnd.COMPLETE:
             life.finished()
+        elif relayed.end is StreamEnd.OVER_LIMIT:
+            return self._over_budget(life, headers, started=relayed.started) or response
         else:
             return await self._broken(
                 request, response, life, headers, relayed.error, started=relayed.started
             )
         return response
+
+    def _over_budget(
+        self, life: RequestLifecycle, headers: dict[str, str], *, started: bool
+    ) -> web.StreamResponse | None:
+        """The stream outgrew its token budget and the window has no room: the chunk
+        that did not fit was not relayed. Before any byte: a 429 (returned); after: the
+        relay has ended the stream with OpenAI's rate-limit error event (None)."""
+        life.cancelled(RATE_LIMITED)
+        if started:
+            return None
+        return error_response(
+            429,
+            "Rate limit reached: the answer outgrew what the token limit allows now.",
+            "tokens",
+            "rate_limit_exceeded",
+            headers,
+        )
 
     async def _broken(
         self,
@@ -434,6 +470,19 @@ class Gateway:
             life.cancelled("upstream_failed")
             message = "The model server's answer broke."
             return error_response(502, message, "upstream_error", "upstream_failed", headers)
+        budget = life.budget
+        if budget is not None and upstream.status == 200:
+            used = usage_of_body(body)
+            if used is not None and budget.count_whole(used) and not await budget.grow():
+                life.cancelled(RATE_LIMITED)  # generated, but not delivered past the limit
+                return error_response(
+                    429,
+                    "Rate limit reached: the answer is larger than what the token limit "
+                    "allows now.",
+                    "tokens",
+                    "rate_limit_exceeded",
+                    headers,
+                )
         if rewriter is not None:
             body = rewriter.json_body(body)
         response = web.Response(

@@ -1,39 +1,42 @@
-"""Global rate limits: requests and tokens per window (a minute by default) per client and
-per model, exact across every replica that shares the store.
+"""Global rate limits: requests and tokens per window (a minute unless a rule or the spec
+sets `windowS`) per client and per model, exact across every replica that shares the
+store, with the local limiter's rules (core/traffic/ratelimit.py says why each part is there).
 
-One atomic Lua script per request checks every bucket the request falls into and charges
+One atomic Lua script per step checks every bucket the request falls into and charges
 all of them, or none. A bucket is a hash of per-slot counts (`slots` slots per window,
-60 by default: one per second of a minute); the script reads the server's own clock
-(`TIME`), so replicas with skewed clocks still agree. A slot counts until one whole
-window has passed since its END, so the admitted amount in ANY window-long interval is
-at most the limit (conservative by at most one slot, never over). `Retry-After` is the
-time until enough old slots leave the window for this request to fit.
+60 by default) plus one reservation field per request in flight; the scripts read the
+server's own clock (`TIME`), so replicas with skewed clocks still agree. A slot counts
+until one whole window has passed since its END, a reservation until it is settled, so
+what any window-long interval delivers is at most the limit. `Retry-After` is the time
+until enough old slots leave the window for this request to fit.
 
-Tokens are charged up front (the prompt estimate plus `max_tokens`, or a default) and
-settled from the answer's `usage` afterwards (`settle`): the difference is added to the
-slot that was charged, if that slot is still in the window.
+The steps of a request: `check` commits the prompt estimate and reserves the output
+bound (a request bigger than the whole limit is `too_large`, nothing stored); `extend`
+reserves more for a stream that outgrew its reservation (core/request/budget.py asks,
+in steps, before relaying more); `settle` drops the reservation and counts what the
+answer really delivered in the slot of that moment (an overestimated prompt comes back
+off its admission slot). A reservation carries a lease (the gateway's maximum request
+lifetime): one left by a replica that died mid-request stops counting when it ends.
 
-When the store is away (`StoreHealth` says so), `check` falls back to the local token
-buckets of `traffic.ratelimit` with each limit (scaled to a minute) divided by
-`fallbackReplicas`, so the fleet as a whole stays near the limit; the answer carries
-`x-ratelimit-scope: local`.
+When the store is away (`StoreHealth` says so), `check` falls back to the local
+limiter with the same windows and each limit divided by `fallbackReplicas`, so the
+fleet as a whole stays near the limit; the answer carries `x-ratelimit-scope: local`.
 
 `igw serve` replicas share limits the same way (`SharedLimits`, `--store URL`): the
-gateway config's `rateLimits` (per minute) become one store limiter, rebuilt when a
-reload changes the rules; with the store away the gateway uses its own local buckets
-(`check_shared` answers None) and settles through `StoreSettle`, which writes the
-correction in the background (the answer has been sent; the write is bounded by the
-store's `timeoutMs`).
+gateway config's `rateLimits` become one store limiter, rebuilt when a reload changes
+the rules; with the store away the gateway uses its own local limiter (`check_shared`
+answers None). Settling is written in the background (the answer has been sent; the
+write is bounded by the store's `timeoutMs`).
 
-Keys hash the client id and model name (a client sends them; they never appear in
-a key as such, and their length is bounded); all keys share one hash tag, so the script
-runs on one shard in cluster mode.
+Keys are a digest of rule, kind, client id and model name (a client sends them; they
+never appear in a key as such, and a key's length is fixed); all keys share one hash
+tag, so the scripts run on one shard in cluster mode, and every key expires a window
+after its last slot (or when its last lease ends).
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import math
 import time
 from dataclasses import dataclass, field
@@ -43,53 +46,87 @@ from pydantic.alias_generators import to_camel
 from redis.asyncio import Redis
 
 from inference_gateway.config.spec import RateLimitSpec
-from inference_gateway.core.traffic.ratelimit import RateLimiter
+from inference_gateway.core.traffic.ratelimit import (
+    DEFAULT_MAX_TOKENS,
+    RateLimiter,
+    TooLarge,
+    bucket_digest,
+)
 from inference_gateway.store.client import StoreHealth, StoreUnavailable
 
 __all__ = [
+    "DEFAULT_MAX_TOKENS",
     "Admission",
     "GlobalRateLimitSpec",
     "GlobalRateLimiter",
     "SharedLimits",
-    "StoreSettle",
     "Ticket",
 ]
 
-# KEYS: bucket keys. ARGV: window_ms, slots, then (limit, cost) per key.
-# Returns {wait_ms, slot, used_1, ..., used_n} (used after charging when admitted).
-CHECK_SCRIPT = """
+# The three scripts share one reading of a bucket (`SCAN`): numeric fields are slots
+# (count per slot), `r:<request id>` fields are reservations ("amount:expiry_ms", an
+# expired one no longer counts: a replica that died mid-request frees its reservation
+# when the lease ends). Old slots and expired reservations are deleted as they are read.
+SCAN = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local window = tonumber(ARGV[1])
-local slots = tonumber(ARGV[2])
-local slot_ms = window / slots
-local slot = math.floor(now / slot_ms)
-local first = slot - slots
-local wait = 0
-local used = {}
-for i, key in ipairs(KEYS) do
-  local limit = tonumber(ARGV[1 + 2 * i])
-  local cost = tonumber(ARGV[2 + 2 * i])
+local function scan(key, window, slots)
+  local slot_ms = window / slots
+  local slot = math.floor(now / slot_ms)
+  local first = slot - slots
   local fields = redis.call('HGETALL', key)
   local total = 0
   local old = {}
   local live = {}
   for j = 1, #fields, 2 do
-    local s = tonumber(fields[j])
-    local c = tonumber(fields[j + 1])
-    if s < first then
-      old[#old + 1] = fields[j]
+    local f = fields[j]
+    local v = fields[j + 1]
+    if string.sub(f, 1, 2) == 'r:' then
+      local amount, expiry = string.match(v, '^(%d+):(%d+)$')
+      if amount == nil or tonumber(expiry) < now then
+        old[#old + 1] = f
+      else
+        total = total + tonumber(amount)
+      end
     else
-      total = total + c
-      live[#live + 1] = {s, c}
+      local s = tonumber(f)
+      if s < first then
+        old[#old + 1] = f
+      else
+        total = total + tonumber(v)
+        live[#live + 1] = {s, tonumber(v)}
+      end
     end
   end
   if #old > 0 then redis.call('HDEL', key, unpack(old)) end
+  return total, live, slot, slot_ms
+end
+local function keep(key, ms)
+  if redis.call('PTTL', key) < ms then redis.call('PEXPIRE', key, math.ceil(ms)) end
+end
+"""
+
+# KEYS: bucket keys. ARGV: request id, lease_ms, slots, then (limit, commit, reserve,
+# window_ms) per key. Commits `commit` to this slot and reserves `reserve` for the request
+# in every bucket, or nothing. Returns {wait_ms, now_ms, used_1, ..., used_n}.
+CHECK_SCRIPT = (
+    SCAN
+    + """
+local rid = ARGV[1]
+local lease = tonumber(ARGV[2])
+local slots = tonumber(ARGV[3])
+local wait = 0
+local used = {}
+for i, key in ipairs(KEYS) do
+  local limit = tonumber(ARGV[4 * i])
+  local cost = tonumber(ARGV[4 * i + 1]) + tonumber(ARGV[4 * i + 2])
+  local window = tonumber(ARGV[4 * i + 3])
+  local total, live, _, slot_ms = scan(key, window, slots)
   used[i] = total
   if total + cost > limit then
     table.sort(live, function(a, b) return a[1] < b[1] end)
     local freed = 0
-    local w = window + slot_ms
+    local w = window + slot_ms  -- held by reservations: about a window
     for _, sc in ipairs(live) do
       freed = freed + sc[2]
       if total - freed + cost <= limit then
@@ -102,28 +139,82 @@ for i, key in ipairs(KEYS) do
 end
 if wait == 0 then
   for i, key in ipairs(KEYS) do
-    local cost = tonumber(ARGV[2 + 2 * i])
-    redis.call('HINCRBY', key, slot, cost)
-    redis.call('PEXPIRE', key, math.ceil(window + 2 * slot_ms))
-    used[i] = used[i] + cost
+    local commit = tonumber(ARGV[4 * i + 1])
+    local reserve = tonumber(ARGV[4 * i + 2])
+    local window = tonumber(ARGV[4 * i + 3])
+    local slot_ms = window / slots
+    local s = math.floor(now / slot_ms)
+    if commit > 0 then redis.call('HINCRBY', key, s, commit) end
+    local ttl = window + 2 * slot_ms
+    if reserve > 0 then
+      redis.call('HSET', key, 'r:' .. rid, reserve .. ':' .. (now + lease))
+      if lease > ttl then ttl = lease end
+    end
+    keep(key, ttl)
+    used[i] = used[i] + commit + reserve
   end
 end
-local out = {math.ceil(wait), slot}
+local out = {math.ceil(wait), now}
 for i = 1, #used do out[#out + 1] = used[i] end
 return out
 """
+)
 
-# KEYS: token bucket keys. ARGV: slot, then one delta per key. Slots already gone stay gone.
-SETTLE_SCRIPT = """
+# KEYS: token bucket keys. ARGV: request id, lease_ms, slots, then (limit, more, window_ms)
+# per key. Adds `more` to the request's reservation everywhere (renewing its lease), or
+# nowhere: 1 or 0.
+EXTEND_SCRIPT = (
+    SCAN
+    + """
+local rid = 'r:' .. ARGV[1]
+local lease = tonumber(ARGV[2])
+local slots = tonumber(ARGV[3])
+local held = {}
 for i, key in ipairs(KEYS) do
-  if redis.call('HEXISTS', key, ARGV[1]) == 1 then
-    redis.call('HINCRBY', key, ARGV[1], ARGV[1 + i])
+  local limit = tonumber(ARGV[3 * i + 1])
+  local more = tonumber(ARGV[3 * i + 2])
+  local total = scan(key, tonumber(ARGV[3 * i + 3]), slots)
+  if total + more > limit then return 0 end
+  local current = redis.call('HGET', key, rid)
+  held[i] = (current and tonumber(string.match(current, '^(%d+):')) or 0) + more
+end
+for i, key in ipairs(KEYS) do
+  redis.call('HSET', key, rid, held[i] .. ':' .. (now + lease))
+  keep(key, lease)
+end
+return 1
+"""
+)
+
+# KEYS: token bucket keys. ARGV: request id, admission time (ms), slots, then (delta,
+# window_ms) per key. Drops the request's reservation; a positive delta (tokens delivered beyond the
+# commit) counts in this slot, a negative one (the prompt was overestimated) comes off the
+# admission slot while it is still in the window.
+SETTLE_SCRIPT = (
+    SCAN
+    + """
+local rid = 'r:' .. ARGV[1]
+local admitted_ms = tonumber(ARGV[2])
+local slots = tonumber(ARGV[3])
+for i, key in ipairs(KEYS) do
+  local delta = tonumber(ARGV[2 * i + 2])
+  local window = tonumber(ARGV[2 * i + 3])
+  local total, live, slot, slot_ms = scan(key, window, slots)
+  redis.call('HDEL', key, rid)
+  if delta > 0 then
+    redis.call('HINCRBY', key, slot, delta)
+    keep(key, window + 2 * slot_ms)
+  elseif delta < 0 then
+    local admitted = math.floor(admitted_ms / slot_ms)
+    local there = tonumber(redis.call('HGET', key, admitted) or '0')
+    if there > 0 then redis.call('HINCRBY', key, admitted, math.max(delta, -there)) end
   end
 end
 return 1
 """
+)
 
-DEFAULT_MAX_TOKENS = 256  # charged when a request names no max_tokens
+DEFAULT_LEASE_S = 3600.0  # a reservation's life: the gateway's maximum request lifetime
 
 
 class GlobalRateLimitSpec(BaseModel):
@@ -145,11 +236,15 @@ class GlobalRateLimitSpec(BaseModel):
 
 @dataclass(frozen=True, slots=True)
 class Ticket:
-    """What a request charged to token buckets, so its `usage` can settle them."""
+    """What a request charged to token buckets, so its course can extend and settle them."""
 
-    slot: int = 0
+    request_id: str = ""
+    admitted_ms: int = 0  # the store's clock at admission
     token_keys: tuple[str, ...] = ()
-    charged: int = 0
+    token_limits: tuple[int, ...] = ()
+    windows_ms: tuple[int, ...] = ()
+    charged: int = 0  # committed at admission (the prompt estimate, or the whole charge)
+    reserved: int = 0  # reserved for the output until settled
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +254,7 @@ class Admission:
     retry_after_s: int = 0
     scope: str = "global"  # "global" (the store) or "local" (fallback)
     ticket: Ticket = field(default_factory=Ticket)
+    too_large: TooLarge | None = None  # can never fit: answer 429 "Request too large"
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,32 +262,46 @@ class _Bucket:
     key: str
     kind: str  # "requests" or "tokens"
     limit: int
-    cost: int
+    commit: int
+    reserve: int
+    window_ms: int
 
 
 class GlobalRateLimiter:
-    def __init__(self, spec: GlobalRateLimitSpec, redis: Redis, health: StoreHealth) -> None:
+    def __init__(
+        self,
+        spec: GlobalRateLimitSpec,
+        redis: Redis,
+        health: StoreHealth,
+        *,
+        lease_s: float = DEFAULT_LEASE_S,
+    ) -> None:
         self.spec = spec
         self.redis = redis
         self.health = health
+        self.lease_ms = int(lease_s * 1000)
         self._check = redis.register_script(CHECK_SCRIPT)
+        self._extend = redis.register_script(EXTEND_SCRIPT)
         self._settle = redis.register_script(SETTLE_SCRIPT)
-        # the local buckets count per minute: scale each limit to a minute, then share it
-        scale = 60.0 / spec.window_s / spec.fallback_replicas
+        # the fallback: the same rules and windows, each limit shared by the replicas
+        share = 1.0 / spec.fallback_replicas
         self.local = RateLimiter(
             [
                 rule.model_copy(
                     update={
-                        "requests_per_minute": _share(rule.requests_per_minute, scale),
-                        "tokens_per_minute": _share(rule.tokens_per_minute, scale),
+                        "requests_per_minute": _share(rule.requests_per_minute, share),
+                        "tokens_per_minute": _share(rule.tokens_per_minute, share),
                     }
                 )
                 for rule in spec.rules
-            ]
+            ],
+            window_s=spec.window_s,
+            slots=spec.slots,
         )
-        self._window_ms = int(spec.window_s * 1000)
 
-    def buckets(self, client: str, model: str, tokens: int) -> list[_Bucket]:
+    def buckets(
+        self, client: str, model: str, prompt_tokens: int, output_tokens: int = 0
+    ) -> list[_Bucket]:
         """Every bucket a request of `client` (the authenticated client id, or the bearer
         key where nothing authenticates) for `model` is charged to."""
         out = []
@@ -202,67 +312,138 @@ class GlobalRateLimiter:
             if rule.model is not None and rule.model != model:
                 continue
             scope_model = model if rule.model is not None else "*"
-            for kind, limit, cost in (
-                ("requests", rule.requests_per_minute, 1),
-                ("tokens", rule.tokens_per_minute, tokens),
-            ):
-                if limit:
-                    out.append(
-                        _Bucket(
-                            self._key(i, kind, client, scope_model), kind, limit, min(cost, limit)
-                        )
-                    )
+            window_ms = int((rule.window_s or self.spec.window_s) * 1000)
+            if rule.requests_per_minute:
+                key = self._key(i, "requests", client, scope_model)
+                out.append(_Bucket(key, "requests", rule.requests_per_minute, 1, 0, window_ms))
+            if rule.tokens_per_minute:
+                key = self._key(i, "tokens", client, scope_model)
+                limit = rule.tokens_per_minute
+                out.append(_Bucket(key, "tokens", limit, prompt_tokens, output_tokens, window_ms))
         return out
 
     def _key(self, rule: int, kind: str, client: str, model: str) -> str:
-        digest = hashlib.sha256(f"{rule}\0{kind}\0{client}\0{model}".encode()).hexdigest()[:32]
+        digest = bucket_digest(rule, kind, client, model).hex()
         return f"{{{self.spec.key_prefix}:rl}}:{digest}"
 
-    async def check(self, client: str, model: str, tokens: int) -> Admission:
-        """Charge one request and `tokens` to every matching bucket, or to none."""
-        admission = await self.check_shared(client, model, tokens)
-        return self._local(client, model, tokens) if admission is None else admission
+    async def check(
+        self,
+        client: str,
+        model: str,
+        prompt_tokens: int,
+        output_tokens: int = 0,
+        *,
+        request_id: str = "",
+        bounded: bool = True,
+    ) -> Admission:
+        """Charge one request, `prompt_tokens` now and `output_tokens` reserved (until
+        `settle`) to every matching bucket, or to none. A caller that cannot follow the
+        answer passes its whole estimate as `prompt_tokens`. `bounded`: the request set
+        its output bound (else `output_tokens` is a default, cut to fit the limit)."""
+        admission = await self.check_shared(
+            client, model, prompt_tokens, output_tokens, request_id=request_id, bounded=bounded
+        )
+        if admission is None:
+            return self._local(client, model, prompt_tokens, output_tokens, request_id, bounded)
+        return admission
 
-    async def check_shared(self, client: str, model: str, tokens: int) -> Admission | None:
+    async def check_shared(
+        self,
+        client: str,
+        model: str,
+        prompt_tokens: int,
+        output_tokens: int = 0,
+        *,
+        request_id: str = "",
+        bounded: bool = True,
+    ) -> Admission | None:
         """`check` in the store only: None when the store is away (the caller's own
         local buckets decide then)."""
-        buckets = self.buckets(client, model, tokens)
+        limits = [b.limit for b in self.buckets(client, model, 0) if b.kind == "tokens"]
+        if not bounded and limits:
+            output_tokens = max(0, min(output_tokens, min(limits) - prompt_tokens))
+        buckets = self.buckets(client, model, prompt_tokens, output_tokens)
         if not buckets:
             return Admission(True)
-        args: list[int] = [self._window_ms, self.spec.slots]
+        wanted = prompt_tokens + output_tokens
         for b in buckets:
-            args += [b.limit, b.cost]
+            if b.kind == "tokens" and wanted > b.limit:  # never fits: nothing stored
+                return Admission(False, too_large=TooLarge(b.limit, wanted, b.window_ms / 1000))
+        if output_tokens and not request_id:
+            raise ValueError("a reservation needs the request's id")
+        args: list[int | str] = [request_id or "-", self.lease_ms, self.spec.slots]
+        for b in buckets:
+            args += [b.limit, b.commit, b.reserve, b.window_ms]
         try:
             result = await self.health.call(
                 lambda: self._check(keys=[b.key for b in buckets], args=args)
             )
         except StoreUnavailable:
             return None
-        wait_ms, slot, *used = (int(v) for v in result)
+        wait_ms, now_ms, *used = (int(v) for v in result)
         headers = _headers(buckets, used, wait_ms)
         if wait_ms > 0:
             return Admission(False, headers, max(1, math.ceil(wait_ms / 1000)))
-        token_keys = tuple(b.key for b in buckets if b.kind == "tokens")
-        charged = next((b.cost for b in buckets if b.kind == "tokens"), 0)
-        return Admission(True, headers, ticket=Ticket(slot, token_keys, charged))
+        tokens = [b for b in buckets if b.kind == "tokens"]
+        ticket = Ticket(
+            request_id,
+            now_ms,
+            tuple(b.key for b in tokens),
+            tuple(b.limit for b in tokens),
+            tuple(b.window_ms for b in tokens),
+            prompt_tokens if tokens else 0,
+            output_tokens if tokens else 0,
+        )
+        return Admission(True, headers, ticket=ticket)
 
-    async def settle(self, ticket: Ticket, used_tokens: int) -> None:
-        """Correct the token buckets by what the answer's `usage` says it really cost."""
-        if not ticket.token_keys or used_tokens == ticket.charged:
-            return
-        delta = used_tokens - ticket.charged
+    async def extend(self, ticket: Ticket, more: int) -> bool | None:
+        """Reserve `more` output tokens for a request that outgrew its reservation: True
+        or False from the store, None when the store is away."""
+        if not ticket.token_keys:
+            return True
+        args: list[int | str] = [ticket.request_id, self.lease_ms, self.spec.slots]
+        for limit, window_ms in zip(ticket.token_limits, ticket.windows_ms, strict=True):
+            args += [limit, more, window_ms]
         keys = list(ticket.token_keys)
         try:
-            await self.health.call(
-                lambda: self._settle(keys=keys, args=[ticket.slot, *([delta] * len(keys))])
-            )
+            granted = await self.health.call(lambda: self._extend(keys=keys, args=args))
         except StoreUnavailable:
-            return  # the local buckets were charged the estimate; nothing to correct
+            return None
+        return bool(int(granted))
 
-    def _local(self, client: str, model: str, tokens: int) -> Admission:
-        decision = self.local.check(client, model, tokens, time.monotonic())
+    async def settle(self, ticket: Ticket, used_tokens: int) -> None:
+        """The request ended: drop its reservation and count what it really cost
+        (`used_tokens`, prompt and output) beyond what admission committed."""
+        if not ticket.token_keys:
+            return
+        delta = used_tokens - ticket.charged
+        if delta == 0 and not ticket.reserved:
+            return
+        args: list[int | str] = [ticket.request_id or "-", ticket.admitted_ms, self.spec.slots]
+        for window_ms in ticket.windows_ms:
+            args += [delta, window_ms]
+        keys = list(ticket.token_keys)
+        try:
+            await self.health.call(lambda: self._settle(keys=keys, args=args))
+        except StoreUnavailable:
+            return  # the reservation lapses with its lease; the commit stands
+
+    def _local(
+        self, client: str, model: str, prompt: int, output: int, request_id: str, bounded: bool
+    ) -> Admission:
+        decision = self.local.check(
+            client, model, prompt, output, time.monotonic(), request_id=request_id, bounded=bounded
+        )
         headers = {**decision.headers, "x-ratelimit-scope": "local"}
-        return Admission(decision.allowed, headers, decision.retry_after_s, scope="local")
+        ticket = Ticket(request_id, charged=prompt, reserved=decision.reserved)
+        return Admission(
+            decision.allowed,
+            headers,
+            decision.retry_after_s,
+            scope="local",
+            ticket=ticket if decision.allowed else Ticket(),
+            too_large=decision.too_large,
+        )
 
 
 class SharedLimits:
@@ -288,23 +469,6 @@ class SharedLimits:
         if self.pending:
             await asyncio.gather(*self.pending, return_exceptions=True)
         await self.redis.aclose()
-
-
-@dataclass(frozen=True, slots=True)
-class StoreSettle:
-    """The lifecycle's settle hook for a store charge (the local `RateLimiter.settle`
-    signature): the correction is written in the background, the request does not wait."""
-
-    shared: SharedLimits
-    limiter: GlobalRateLimiter
-    ticket: Ticket
-
-    def settle(self, api_key: str, model: str, charged: int, used: int, now: float) -> None:
-        if not self.ticket.token_keys or used == self.ticket.charged:
-            return
-        task = asyncio.get_running_loop().create_task(self.limiter.settle(self.ticket, used))
-        self.shared.pending.add(task)
-        task.add_done_callback(self.shared.pending.discard)
 
 
 def _share(limit: int | None, scale: float) -> int | None:

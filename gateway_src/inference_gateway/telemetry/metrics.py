@@ -133,6 +133,18 @@ class GatewayMetrics:
             "CPU one scrape of every pod takes (lowest of the recent rounds).",
             registry=r,
         )
+        self.ratelimit_buckets = Gauge(
+            "igw_ratelimit_buckets",
+            "Rate-limit buckets this replica keeps (one per client, rule and kind; idle ones "
+            "expire a window after their last use).",
+            registry=r,
+        )
+        self.ratelimit_evictions = Counter(
+            "igw_ratelimit_evictions_total",
+            "Rate-limit buckets dropped because the bucket cap was reached (those clients "
+            "start from an empty bucket).",
+            registry=r,
+        )
         self._plugin_series: dict[tuple[str, str], Any] = {}
 
     def watch_scrapes(self, store: Any) -> None:

@@ -1,6 +1,8 @@
-"""`igw serve`'s aiohttp server settings: a deadline for request heads and quiet logs.
+"""The rules every `igw` HTTP server follows (`igw serve`, `igw global`): deadlines for
+request heads and bodies, quiet logs for clients that misbehave or leave. The signal and
+drain rules are in transport/signals.py.
 
-Deadline. aiohttp's server has one timer for a connection that is not running a
+Header deadline. aiohttp's server has one timer for a connection that is not running a
 request, `keepalive_timeout`: armed when the connection opens and when a response ends,
 not extended by bytes of an incomplete head, so it is the deadline for a whole request
 head (a slow client, slowloris) as well as for an idle keep-alive connection. `aiohttp.
@@ -10,26 +12,51 @@ defaults to 60 s: lower it, or raise `--header-timeout`), or it may send a reque
 connection the gateway is closing; the `openai` SDK's client (httpx) drops idle
 connections after 5 s itself.
 
+Body deadline. Once the head is in, aiohttp runs the handler and no timer covers the
+body: a client that trickles its body one byte a second holds a handler, a socket and
+a buffer for as long as it likes. `body_deadline` (a middleware, the first of the app)
+reads the whole body within `BODY_TIMEOUT_S` of the head, then hands it to the handler
+(aiohttp keeps it: `request.read()` there returns it without waiting); past the
+deadline the client gets 408 and the connection closes. A body over the app's
+`client_max_size` is a 413 there too, so every server answers both alike.
+
 Logs. aiohttp logs a traceback for every malformed request (`BadHttpMessage`) and for
 every handler that writes to a client that has gone (a hang-up mid-stream): thousands
-of lines for a burst of either, and neither is the gateway's fault. `ClientErrorLog`
+of lines for a burst of either, and neither is the server's fault. `ClientErrorLog`
 writes one line for a malformed request (INFO, with the peer and the parser's reason)
-and one DEBUG line for a client that left; every other exception keeps its traceback.
+and one DEBUG line for a client that left (any `ConnectionError`); every other
+exception keeps its traceback.
+
+SSE errors: a stream that cannot go on ends with the event of the one answer relay
+(core/request/relay.py `stream_error_event`), whose texts are fixed.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import MutableMapping
+import uuid
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+import orjson
+from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
-__all__ = ["HEADER_TIMEOUT_S", "ClientErrorLog", "server_settings"]
+__all__ = [
+    "BODY_TIMEOUT_S",
+    "HEADER_TIMEOUT_S",
+    "ClientErrorLog",
+    "body_deadline",
+    "server_settings",
+]
 
 HEADER_TIMEOUT_S = 15.0
+BODY_TIMEOUT_S = 15.0
 
 log = logging.getLogger("inference_gateway.transport.http")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class ClientErrorLog(logging.LoggerAdapter):  # type: ignore[type-arg]
@@ -43,14 +70,70 @@ class ClientErrorLog(logging.LoggerAdapter):  # type: ignore[type-arg]
         if isinstance(error, HttpProcessingError):
             reason = " ".join(str(error.message).split())[:200]
             self.logger.info("malformed request (%s): %s", error.code, reason)
-        elif isinstance(error, ConnectionResetError):
+        elif isinstance(error, ConnectionError):
             self.logger.debug("the client left before its response was written: %s", error)
         else:
             self.logger.exception(msg, *args, **kwargs)
 
 
 def server_settings(header_timeout_s: float = HEADER_TIMEOUT_S) -> dict[str, Any]:
-    """Keyword arguments for `aiohttp.web.run_app` / `AppRunner`."""
+    """Keyword arguments for `aiohttp.web.AppRunner` (or `run_app`)."""
     if header_timeout_s <= 0:
         raise ValueError("the header timeout must be positive")
     return {"keepalive_timeout": header_timeout_s, "logger": ClientErrorLog(log, {})}
+
+
+async def _refuse(
+    request: web.Request, status: int, message: str, kind: str, code: str
+) -> web.StreamResponse:
+    """Answer now and close the connection: what is left of the body is never read
+    (aiohttp would otherwise keep reading it for up to 10 s, its lingering close)."""
+    body = orjson.dumps({"error": {"message": message, "type": kind, "param": None, "code": code}})
+    # the client's request id echoed (or one made), as every other answer carries one
+    request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
+    response = web.Response(
+        status=status,
+        body=body,
+        content_type="application/json",
+        headers={"x-request-id": request_id},
+    )
+    response.force_close()
+    await response.prepare(request)
+    await response.write_eof()
+    if request.protocol is not None:
+        request.protocol.force_close()  # the transport flushes the answer, then closes
+    return response
+
+
+def body_deadline(timeout_s: float = BODY_TIMEOUT_S) -> Any:
+    """The middleware that reads every request body within `timeout_s` (408 past it,
+    413 over the app's `client_max_size`), before any handler runs."""
+    if timeout_s <= 0:
+        raise ValueError("the body timeout must be positive")
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.body_exists:
+            try:
+                async with asyncio.timeout(timeout_s):
+                    await request.read()
+            except TimeoutError:
+                log.info("request body not complete after %g s: 408, connection closed", timeout_s)
+                return await _refuse(
+                    request,
+                    408,
+                    f"The request body did not arrive within {timeout_s:g} s.",
+                    "invalid_request_error",
+                    "request_timeout",
+                )
+            except web.HTTPRequestEntityTooLarge:
+                return await _refuse(
+                    request,
+                    413,
+                    f"Request body exceeds {request.client_max_size} bytes.",
+                    "invalid_request_error",
+                    "request_too_large",
+                )
+        return await handler(request)
+
+    return middleware

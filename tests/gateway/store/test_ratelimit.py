@@ -105,3 +105,50 @@ def test_hostile_names_do_not_reach_keys() -> None:
     r = limiter("redis://127.0.0.1:9/0", "a", rules=[RateLimitSpec(requests_per_minute=5)])
     (bucket,) = r.buckets("x" * 10_000 + "\r\nFLUSHALL", "m", 1)
     assert len(bucket.key) < 64 and "FLUSHALL" not in bucket.key
+
+
+async def test_a_request_larger_than_the_limit_is_too_large_and_stores_nothing(
+    redis_server: LocalRedis,
+) -> None:
+    """Defect 1: a 1,024-token bound on a 200/min key was charged 200 and admitted."""
+    r = limiter(redis_server.url, "a", rules=[RateLimitSpec(tokens_per_minute=200)])
+    refused = await r.check("k", "m", 5, 1024, request_id="r1")
+    assert not refused.allowed and refused.too_large is not None
+    assert refused.too_large.requested == 1029 and refused.too_large.limit == 200
+    assert await r.redis.keys("*") == []
+    cut = await r.check("k", "m", 5, 256, request_id="r2", bounded=False)
+    assert cut.allowed and cut.ticket.reserved == 195  # no bound set: cut to fit
+    await r.redis.aclose()
+
+
+async def test_a_reservation_holds_the_window_until_settled(redis_server: LocalRedis) -> None:
+    """Defect 1: a stream longer than the window was never settled and the next request
+    was admitted at once. Reserved tokens count until the request settles, however long
+    it runs; extensions are all or nothing across replicas."""
+    rules = [RateLimitSpec(tokens_per_minute=100, window_s=1)]
+    a = limiter(redis_server.url, "a", rules=rules, slots=10)
+    b = limiter(redis_server.url, "b", rules=rules, slots=10)
+    long = await a.check("k", "m", 10, 60, request_id="long")
+    assert long.allowed
+    await asyncio.sleep(1.3)  # more than a window: a slot charge would have left
+    assert not (await b.check("k", "m", 10, 40, request_id="next")).allowed
+    assert await a.extend(long.ticket, 30) is True  # 10 committed went; 90 held
+    assert await b.extend(long.ticket, 11) is False  # would make 101
+    await a.settle(long.ticket, 10 + 50)  # delivered 50 of 90: committed now
+    refused = await b.check("k", "m", 10, 41, request_id="next")
+    assert not refused.allowed and refused.headers["x-ratelimit-remaining-tokens"] == "50"
+    assert (await b.check("k", "m", 10, 40, request_id="next")).allowed
+    await a.redis.aclose()
+    await b.redis.aclose()
+
+
+async def test_a_dead_replicas_reservation_ends_with_its_lease(redis_server: LocalRedis) -> None:
+    store = StoreSpec(url=redis_server.url, timeout_ms=2000)
+    health = StoreHealth("a", registry=CollectorRegistry())
+    spec = GlobalRateLimitSpec(rules=[RateLimitSpec(tokens_per_minute=100)])
+    r = GlobalRateLimiter(spec, connect(store), health, lease_s=0.5)
+    assert (await r.check("k", "m", 0, 100, request_id="lost")).allowed  # never settled
+    assert not (await r.check("k", "m", 0, 1, request_id="x")).allowed
+    await asyncio.sleep(0.6)
+    assert (await r.check("k", "m", 0, 1, request_id="x")).allowed
+    await r.redis.aclose()

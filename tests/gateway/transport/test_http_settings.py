@@ -186,3 +186,16 @@ def test_a_client_reset_reaching_the_server_log_is_one_debug_line(
     assert reset.levelno == logging.DEBUG and not reset.exc_info
     assert "client left" in reset.getMessage()
     assert bug.levelno == logging.ERROR and bug.exc_info
+
+
+@pytest.mark.parametrize("error", [BrokenPipeError(32, "x"), ConnectionAbortedError(103, "x")])
+def test_every_kind_of_client_hang_up_is_one_debug_line(
+    error: ConnectionError, caplog: pytest.LogCaptureFixture
+) -> None:
+    from inference_gateway.transport.http_settings import ClientErrorLog
+
+    logger = logging.getLogger("test.client-errors")
+    caplog.set_level(logging.DEBUG, logger.name)
+    ClientErrorLog(logger, {}).exception("Error handling request", exc_info=error)
+    assert len(caplog.records) == 1
+    assert caplog.records[0].levelno == logging.DEBUG and caplog.records[0].exc_info is None

@@ -21,24 +21,32 @@ limiter, swapped whole on reload), `PoolGate` admission, `band_for`, the `Schedu
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import random
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
 from inference_gateway.background import cancel_and_wait
 from inference_gateway.config.spec import GatewayConfigSpec
 from inference_gateway.core.request.admission import PoolGate, QueueTimeoutError
+from inference_gateway.core.request.budget import (
+    LocalBackend,
+    TokenBudget,
+    grow_step,
+    store_budget,
+)
 from inference_gateway.core.request.contracts import RoutingState, SchedulerLike, openai_error
-from inference_gateway.core.request.lifecycle import Charge, RequestLifecycle, new_internal_id
+from inference_gateway.core.request.lifecycle import RequestLifecycle, new_internal_id
 from inference_gateway.core.scheduling.plugins.prefix import prompt_block_hashes
 from inference_gateway.core.scheduling.types import Endpoint, LLMRequest
 from inference_gateway.core.traffic.flow_control import BANDS, FlowController
 from inference_gateway.core.traffic.objectives import band_for
+from inference_gateway.core.traffic.ratelimit import DEFAULT_MAX_TOKENS, TooLarge
 from inference_gateway.core.traffic.routing import Route
 from inference_gateway.errors import (
     InferenceGatewayError,
@@ -46,7 +54,7 @@ from inference_gateway.errors import (
     NoEndpointError,
     UnknownModelError,
 )
-from inference_gateway.store.ratelimit import SharedLimits, StoreSettle
+from inference_gateway.store.ratelimit import SharedLimits
 from inference_gateway.telemetry.metrics import GatewayMetrics
 
 __all__ = [
@@ -65,7 +73,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_TOKENS = 256  # charged to token buckets when a request sets none
 # Output bounds past this are refused (400): no model's context comes near it, and a
 # bound is what a token limit charges up front.
 MAX_OUTPUT_TOKENS = 2**21
@@ -225,9 +232,20 @@ class Director:
         self.series = series or Series(self.metrics)
         self.child = self.series.child
         self.shared_limits: SharedLimits | None = None  # igw serve --store: limits in the store
+        self._watch_limiter(state)
+
+    def _watch_limiter(self, state: RoutingState) -> None:
+        limiter = state.limiter
+        limiter.on_evict = self.metrics.ratelimit_evictions.inc
+        self.metrics.ratelimit_buckets.set_function(lambda: len(self.state.limiter))
 
     def reload(self, state: RoutingState) -> None:
-        """Swap config, rewrites and limits; requests in flight keep their old state."""
+        """Swap config, rewrites and limits; requests in flight keep their old state.
+        Unchanged rate-limit rules keep their buckets (a reload must not hand every
+        client a fresh window, nor drop the reservations of streams in flight)."""
+        if state.limiter.rules == self.state.limiter.rules:
+            state = dataclasses.replace(state, limiter=self.state.limiter)
+        self._watch_limiter(state)
         self.state = state
         if state.config is not None:
             for gate in self.gates.values():
@@ -270,10 +288,12 @@ class Director:
         return gate
 
     def refresh_gauges(self, pools: Mapping[str, list[Endpoint]]) -> None:
-        """Pool gauges, computed when `/metrics` is read: ready pods, mean KV use and
-        queue, and the autoscaling signals, saturation (mean per-pod load at the critical
-        thresholds, 1 = full) and the admission queue per band."""
+        """Pool gauges, computed when `/metrics` is read (which also sweeps idle
+        rate-limit buckets): ready pods, mean KV use and queue, and the autoscaling
+        signals, saturation (mean per-pod load at the critical thresholds, 1 = full) and
+        the admission queue per band."""
         metrics = self.metrics
+        self.state.limiter.sweep(time.monotonic())  # idle buckets go, traffic or not
         spec = (self.state.config or GatewayConfigSpec()).flow_control
         for pool, endpoints in pools.items():
             ready = [e.metrics for e in endpoints if not e.stale and e.metrics is not None]
@@ -332,20 +352,31 @@ class Director:
             subset=subset_hostports(subset, endpoints),
         )
         if self.shared_limits is None:  # local buckets: no await on the hot path
-            extra, charge = self._charge(state, headers, client_model, llm, output_bound)
+            extra, budget = self._charge(state, headers, client_model, llm, output_bound)
         else:
-            extra, charge = await self._charge_shared(
+            extra, budget = await self._charge_shared(
                 state, headers, client_model, llm, output_bound
             )
         gate = self.gate(route)
-        await self._admit(gate, llm, client_model, extra, hold_empty=not _fail_open(state, route))
+        try:
+            await self._admit(
+                gate, llm, client_model, extra, hold_empty=not _fail_open(state, route)
+            )
+        except BaseException:
+            if budget is not None:  # refused after the charge: nothing was delivered
+                budget.close(0)
+            raise
         try:
             ranked = self._rank(state, llm, route, endpoints)
         except BaseException:
             gate.on_completion()
+            if budget is not None:
+                budget.close(0)
             raise
         if not ranked:
             gate.on_completion()
+            if budget is not None:
+                budget.close(0)
             self.child(self.metrics.rejected, client_model, "no_ready_endpoint").inc()
             raise Rejection(
                 503,
@@ -360,7 +391,7 @@ class Director:
             body["model"] = model
             raw = orjson.dumps(body)
         decision = Decision(llm, ranked, client_model, route, raw, gate, extra)
-        return RequestLifecycle(self, decision, client_request_id, charge=charge)
+        return RequestLifecycle(self, decision, client_request_id, budget=budget)
 
     # ------------------------------------------------------------------ steps
 
@@ -387,25 +418,30 @@ class Director:
         headers: Mapping[str, str],
         client_model: str,
         llm: LLMRequest,
-        output_bound: int,
-    ) -> tuple[dict[str, str], Charge | None]:
-        """Charge the prompt estimate plus the output bound; the lifecycle settles it."""
+        output_bound: OutputBound,
+    ) -> tuple[dict[str, str], TokenBudget | None]:
+        """Charge the prompt estimate and reserve the output bound; the lifecycle's
+        budget follows the answer and settles it."""
         if not state.limiter.rules:  # nothing to charge (the common case): no headers
             return {}, None
-        tokens = llm.prompt_tokens + output_bound
         api_key = api_key_of(headers)
-        limit = state.limiter.check(api_key, client_model, tokens, time.monotonic())
+        limit = state.limiter.check(
+            api_key,
+            client_model,
+            llm.prompt_tokens,
+            output_bound.tokens,
+            time.monotonic(),
+            request_id=llm.request_id,
+            bounded=output_bound.explicit,
+        )
+        if limit.too_large is not None:
+            raise self._too_large(client_model, limit.too_large)
         if not limit.allowed:
-            self.child(self.metrics.rejected, client_model, "rate_limited").inc()
-            raise Rejection(
-                429,
-                f"Rate limit reached for `{client_model}`; retry after {limit.retry_after_s} s.",
-                "rate_limit_exceeded",
-                "rate_limited",
-                retry_after_s=limit.retry_after_s,
-                headers=limit.headers,
-            )
-        return dict(limit.headers), Charge(state.limiter, api_key, client_model, tokens)
+            raise self._limited(client_model, limit.retry_after_s, limit.headers)
+        backend = LocalBackend(
+            state.limiter, llm.request_id, api_key, client_model, llm.prompt_tokens
+        )
+        return dict(limit.headers), self._budget(backend, llm, limit.reserved, limit.headers)
 
     async def _charge_shared(
         self,
@@ -413,32 +449,78 @@ class Director:
         headers: Mapping[str, str],
         client_model: str,
         llm: LLMRequest,
-        output_bound: int,
-    ) -> tuple[dict[str, str], Charge | None]:
+        output_bound: OutputBound,
+    ) -> tuple[dict[str, str], TokenBudget | None]:
         """`_charge` against the store, exact across replicas (one round trip); with the
         store away, this replica's own buckets (`igw_store_up` says so, one log line)."""
         assert self.shared_limits is not None
         if not state.limiter.rules:
             return {}, None
-        tokens = llm.prompt_tokens + output_bound
         api_key = api_key_of(headers)
         limiter = self.shared_limits.limiter(state.limiter.rules)
-        admission = await limiter.check_shared(api_key, client_model, tokens)
+        admission = await limiter.check_shared(
+            api_key,
+            client_model,
+            llm.prompt_tokens,
+            output_bound.tokens,
+            request_id=llm.request_id,
+            bounded=output_bound.explicit,
+        )
         if admission is None:
             return self._charge(state, headers, client_model, llm, output_bound)
+        if admission.too_large is not None:
+            raise self._too_large(client_model, admission.too_large)
         if not admission.allowed:
-            self.child(self.metrics.rejected, client_model, "rate_limited").inc()
-            raise Rejection(
-                429,
-                f"Rate limit reached for `{client_model}`; "
-                f"retry after {admission.retry_after_s} s.",
-                "rate_limit_exceeded",
-                "rate_limited",
-                retry_after_s=admission.retry_after_s,
-                headers=admission.headers,
-            )
-        settle = StoreSettle(self.shared_limits, limiter, admission.ticket)
-        return dict(admission.headers), Charge(settle, api_key, client_model, tokens)
+            raise self._limited(client_model, admission.retry_after_s, admission.headers)
+        budget = store_budget(
+            limiter,
+            admission,
+            llm.request_id,
+            api_key,
+            client_model,
+            self.shared_limits.pending,
+        )
+        return dict(admission.headers), budget
+
+    @staticmethod
+    def _budget(
+        backend: LocalBackend,
+        llm: LLMRequest,
+        reserved: int,
+        headers: Mapping[str, str],
+    ) -> TokenBudget | None:
+        """The budget that follows the answer (`reserved`: the output bound, or less when
+        the request set none and the limit is small)."""
+        limit = headers.get("x-ratelimit-limit-tokens")
+        if limit is None:  # request limits only: nothing to follow
+            return None
+        return TokenBudget(backend, llm.prompt_tokens, reserved, grow_step(int(limit)))
+
+    def _limited(
+        self, client_model: str, retry_after_s: int, headers: Mapping[str, str]
+    ) -> Rejection:
+        self.child(self.metrics.rejected, client_model, "rate_limited").inc()
+        return Rejection(
+            429,
+            f"Rate limit reached for `{client_model}`; retry after {retry_after_s} s.",
+            "rate_limit_exceeded",
+            "rate_limited",
+            retry_after_s=retry_after_s,
+            headers=headers,
+        )
+
+    def _too_large(self, client_model: str, too_large: TooLarge) -> Rejection:
+        """OpenAI's answer to a request bigger than a whole window's limit: 429, type
+        `tokens`, code `rate_limit_exceeded`, and `x-should-retry: false` (the `openai`
+        SDK's retry switch), as waiting can never make it fit."""
+        self.child(self.metrics.rejected, client_model, "request_too_large").inc()
+        return Rejection(
+            429,
+            too_large.message(client_model),
+            "tokens",
+            "rate_limit_exceeded",
+            headers={"x-should-retry": "false"},
+        )
 
     async def _admit(
         self,
@@ -507,7 +589,12 @@ def _fail_open(state: RoutingState, route: Route) -> bool:
     )
 
 
-def _output_bound(body: dict[str, Any]) -> int:
+class OutputBound(NamedTuple):
+    tokens: int
+    explicit: bool  # the request set it (else the default, which a small limit may cut)
+
+
+def _output_bound(body: dict[str, Any]) -> OutputBound:
     """The most output tokens the engine may generate for this body: the largest of
     `max_tokens` and `max_completion_tokens` (engines honour one or the other, so a token
     limit must charge the larger), times `n`. A negative, fractional or absurd value is a
@@ -519,7 +606,7 @@ def _output_bound(body: dict[str, Any]) -> int:
             bound = max(bound, _bounded_int(name, value, 1, MAX_OUTPUT_TOKENS))
     n = body.get("n")
     choices = 1 if n is None else _bounded_int("n", n, 1, MAX_CHOICES)
-    return (bound or DEFAULT_MAX_TOKENS) * choices
+    return OutputBound((bound or DEFAULT_MAX_TOKENS) * choices, bool(bound))
 
 
 def _bounded_int(name: str, value: object, low: int, high: int) -> int:

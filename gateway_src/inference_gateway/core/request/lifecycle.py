@@ -9,8 +9,9 @@ ext_proc picker); the data plane only reports what happened:
 
 and the lifecycle alone does the bookkeeping: the scheduler's per-pod state (`on_picked`,
 `on_first_token`, `on_finished`, so learning plugins see every outcome), the admission
-slot, the rate-limit charge (settled from the answer's `usage`), and the request
-metrics. It ends exactly once, whichever report comes first; later reports are no-ops.
+slot, the token budget (budget.py: counted as the answer streams, settled from its
+`usage` or from what was counted, on every outcome), and the request metrics. It ends
+exactly once, whichever report comes first; later reports are no-ops.
 The director's watchdog ends it after its maximum lifetime whatever the data plane does
 (`expire`, which also calls `on_expire`: the proxy cancels its handler), so nothing a
 request holds can outlive it. One sweeping task per director rather than a timer per
@@ -28,16 +29,16 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING
 
+from inference_gateway.core.request.budget import TokenBudget
 from inference_gateway.core.request.usage import UsageScanner, output_tokens, total_tokens
 from inference_gateway.core.scheduling.types import Endpoint
 
 if TYPE_CHECKING:
     from inference_gateway.core.request.director import Decision, Director
 
-__all__ = ["Charge", "RequestLifecycle", "new_internal_id"]
+__all__ = ["RATE_LIMITED", "RequestLifecycle", "new_internal_id"]
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,7 @@ _ID_COUNTER = itertools.count()
 CLIENT_CANCELLED = "client_cancelled"  # the client left before the answer ended
 EXPIRED = "lifetime_exceeded"  # the watchdog ended it
 STREAM_BROKEN = "stream_broken"  # the pod's answer broke after its first byte
+RATE_LIMITED = "rate_limited"  # the answer outgrew its token budget and the window was full
 USAGE_SCAN_BYTES = 4 * 2**20
 
 
@@ -56,25 +58,9 @@ def new_internal_id() -> str:
     return f"{_ID_PREFIX}{next(_ID_COUNTER)}"
 
 
-class Settles(Protocol):
-    """What a charge is settled with: the local `RateLimiter`, or the store's `StoreSettle`."""
-
-    def settle(self, api_key: str, model: str, charged: int, used: int, now: float) -> None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class Charge:
-    """What the token buckets were charged up front, to settle from the real usage."""
-
-    limiter: Settles
-    api_key: str
-    model: str
-    tokens: int
-
-
 class RequestLifecycle:
     __slots__ = (
-        "charge",
+        "budget",
         "client_id",
         "decision",
         "director",
@@ -97,14 +83,14 @@ class RequestLifecycle:
         decision: Decision,
         client_id: str,
         *,
-        charge: Charge | None = None,
+        budget: TokenBudget | None = None,
     ) -> None:
         self.id = decision.llm.request_id
         self.client_id = client_id
         self.director = director
         self.decision = decision
         self.scheduler = director.scheduler  # a reload must not split one request
-        self.charge = charge
+        self.budget = budget
         self.endpoint: Endpoint | None = None
         self.started = time.perf_counter()
         self.first_byte_at = 0.0
@@ -184,13 +170,18 @@ class RequestLifecycle:
 
     def cancelled(self, reason: str) -> None:
         """The request ended early: `CLIENT_CANCELLED` (counted apart, as the client's
-        choice, not a failure), or an error code counted in the errors metric:
-        `STREAM_BROKEN`, `EXPIRED`, `upstream_timeout`, ..."""
+        choice, not a failure), `RATE_LIMITED` (the client's limit, counted with the
+        up-front refusals of `rejected{reason="rate_limited"}`), or an error code counted
+        in the errors metric: `STREAM_BROKEN`, `EXPIRED`, `upstream_timeout`, ..."""
         if self.outcome is None:
+            decision = self.decision
             if reason == CLIENT_CANCELLED:
-                decision = self.decision
                 self.director.child(
                     self.director.metrics.cancelled, decision.client_model, decision.target_model
+                ).inc()
+            elif reason == RATE_LIMITED:
+                self.director.child(
+                    self.director.metrics.rejected, decision.client_model, RATE_LIMITED
                 ).inc()
             else:
                 self._count_error(reason)
@@ -230,17 +221,9 @@ class RequestLifecycle:
             completion = output_tokens(usage)
             if completion is not None:
                 director.child(director.metrics.output_tokens, *labels).observe(completion)
-            self._settle(usage)
+        if self.budget is not None:  # the usage says what it cost; else what was counted
+            self.budget.close(total_tokens(usage) if usage is not None else None)
         if outcome == "ok" and 0 < self.status < 400 and self.first_byte_at:
             director.child(director.metrics.duration, *labels).observe(
                 time.perf_counter() - self.started
             )
-
-    def _settle(self, usage: dict[str, Any]) -> None:
-        """Give back (or take more of) the up-front token charge: the answer says what
-        the request really cost."""
-        charge = self.charge
-        total = total_tokens(usage) if charge is not None else None
-        if charge is None or total is None:
-            return  # no charge, or a usage that does not say: the charge stands
-        charge.limiter.settle(charge.api_key, charge.model, charge.tokens, total, time.monotonic())

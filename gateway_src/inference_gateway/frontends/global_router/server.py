@@ -60,7 +60,12 @@ from inference_gateway.frontends.global_router.requests import (
 )
 from inference_gateway.store.client import StoreHealth, StoreSpec, connect
 from inference_gateway.store.ratelimit import GlobalRateLimiter, Ticket
-from inference_gateway.transport.http_settings import HEADER_TIMEOUT_S, server_settings
+from inference_gateway.transport.http_settings import (
+    BODY_TIMEOUT_S,
+    HEADER_TIMEOUT_S,
+    body_deadline,
+    server_settings,
+)
 
 __all__ = ["GlobalRouter", "build_global_router", "runner_settings"]
 
@@ -120,6 +125,8 @@ class GlobalRouter:
         self.auth = build_authenticator(spec.auth)
         self._rng = random.Random(seed)
         self._session: aiohttp.ClientSession | None = None
+        self.body_timeout_s = BODY_TIMEOUT_S  # a request body must arrive within this
+        self.in_flight = 0  # completions being answered: what a stop signal drains
 
     def _open_store(self, store: StoreSpec, component: str) -> tuple[Redis, StoreHealth]:
         """A client and its own health state (`igw_store_up{component=...}`), so a regional
@@ -134,7 +141,11 @@ class GlobalRouter:
     # ------------------------------------------------------------------ app
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=self.spec.max_body_bytes)
+        # the body deadline (408) and the 413 over `maxBodyBytes`: transport/http_settings.py
+        app = web.Application(
+            client_max_size=self.spec.max_body_bytes,
+            middlewares=[body_deadline(self.body_timeout_s)],
+        )
         app.router.add_post("/v1/chat/completions", self.completions)
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_get("/v1/models", self.models)
@@ -206,15 +217,14 @@ class GlobalRouter:
         )
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
+        self.in_flight += 1
         try:
-            raw = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            return error_response(
-                413,
-                f"Request body exceeds {self.spec.max_body_bytes} bytes.",
-                "invalid_request_error",
-                "request_too_large",
-            )
+            return await self._complete(request)
+        finally:
+            self.in_flight -= 1
+
+    async def _complete(self, request: web.Request) -> web.StreamResponse:
+        raw = await request.read()  # read by `body_deadline` already (408 / 413 there)
         try:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError as error:
@@ -252,6 +262,15 @@ class GlobalRouter:
         if self.limiter is not None:
             admission = await self.limiter.check(client, body["model"], token_estimate(body))
             extra = admission.headers
+            if admission.too_large is not None:  # can never fit: OpenAI's answer, no retry
+                self.metrics.rate_limit_hits.labels(admission.scope).inc()
+                return error_response(
+                    429,
+                    admission.too_large.message(body["model"]),
+                    "tokens",
+                    "rate_limit_exceeded",
+                    {"x-should-retry": "false"},
+                )
             if not admission.allowed:
                 self.metrics.rate_limit_hits.labels(admission.scope).inc()
                 return error_response(
@@ -482,8 +501,10 @@ def build_global_router(
     emf_interval_s: float = 0.0,
     environment: str = "igw",
     seed: int | None = None,
+    body_timeout_s: float = BODY_TIMEOUT_S,
 ) -> tuple[web.Application, GlobalRouter]:
     router = GlobalRouter(spec, seed=seed)
+    router.body_timeout_s = body_timeout_s
     app = router.app()
     if emf_interval_s > 0:
         emitter = FleetEmfEmitter(

@@ -23,11 +23,11 @@ def test_public_names() -> None:
         "store_from_flag",
     }
     assert set(ratelimit.__all__) == {
+        "DEFAULT_MAX_TOKENS",
         "Admission",
         "GlobalRateLimitSpec",
         "GlobalRateLimiter",
         "SharedLimits",
-        "StoreSettle",
         "Ticket",
     }
     assert set(drains.__all__) == {

@@ -204,6 +204,27 @@ async def test_two_replicas_share_one_limit(
     assert refused["x-ratelimit-remaining-requests"] == "0"
 
 
+async def test_a_request_larger_than_the_whole_limit_is_too_large(
+    fake_clusters: list[FakeCluster], redis_server: LocalRedis
+) -> None:
+    """Issue 23, defect 1: a bound above the whole per-window limit was charged
+    `min(cost, limit)` and admitted. It is OpenAI's 429 "Request too large", no retry."""
+    limits = {"rules": [{"tokensPerMinute": 200}]}
+    cfg = config(
+        fake_clusters, store={"url": redis_server.url, "timeoutMs": 2000}, rateLimits=limits
+    )
+    async with running_router(cfg) as (url, _), aiohttp.ClientSession() as s:
+        body = {"model": "m", "prompt": "hello", "max_tokens": 1024}
+        async with s.post(url + "/v1/completions", json=body) as r:
+            assert r.status == 429 and r.headers["x-should-retry"] == "false"
+            error = (await r.json())["error"]
+    assert error["code"] == "rate_limit_exceeded" and error["type"] == "tokens"
+    assert error["message"].startswith(
+        "Request too large for m on tokens per min (TPM): Limit 200, Requested 1026."
+    )
+    assert sum(sum(c.hits.values()) for c in fake_clusters) == 0  # no cluster saw it
+
+
 async def test_store_stopped_routers_keep_serving(
     fake_clusters: list[FakeCluster], redis_server: LocalRedis
 ) -> None:
