@@ -116,11 +116,7 @@ class EndpointStore:
         except Exception as error:  # a dead pod must not stop the loop
             log.debug("scrape of %s failed: %r", endpoint.name, error)
             return
-        endpoint.metrics = metrics
-        endpoint.scraped_at = started
-        endpoint.sent_requests = 0
-        endpoint.sent_tokens = 0
-        endpoint.scrape_seq += 1
+        endpoint.record_scrape(metrics, started)
 
     def _parse(self, endpoint: Endpoint, text: str) -> PodMetrics:
         """The page's metrics, parsed again only when it differs from the last one (a

@@ -56,7 +56,7 @@ def scrape(pod: SimPod, now: float) -> None:
     engine = pod.engine
     adapters_running = engine._adapters_running
     adapters_waiting = engine._adapters_waiting
-    pod.endpoint.metrics = PodMetrics(
+    metrics = PodMetrics(
         waiting=len(engine.waiting),
         running=engine.num_running,
         kv_usage=engine.kv_usage,
@@ -70,8 +70,4 @@ def scrape(pod: SimPod, now: float) -> None:
         block_size=16,
         num_gpu_blocks=pod.profile.num_gpu_blocks,
     )
-    pod.endpoint.scraped_at = now
-    pod.endpoint.stale = False
-    pod.endpoint.sent_requests = 0
-    pod.endpoint.sent_tokens = 0
-    pod.endpoint.scrape_seq += 1
+    pod.endpoint.record_scrape(metrics, now)
