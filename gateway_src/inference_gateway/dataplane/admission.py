@@ -1,13 +1,21 @@
-"""Asyncio glue around the pure flow controller: one gate per pool.
+"""Admission glue around the pure flow controller: one gate per pool, on any clock.
 
-`PoolGate.admit` returns when the request may be scheduled, or raises
-`NoCapacityError` (429, with a computed Retry-After) or `QueueTimeoutError` (503). A
-waiting request is a future; a ticker releases waiters as capacity frees and expires
-those past their band's TTL; a cancelled handler (the client went away) leaves the
-queue at once. A released waiter holds a slot until its handler resumes and picks a pod
-(the picker's bookkeeping then counts it), so two rounds never hand out the same slot;
-once it has picked, the gate pumps again, since a round that ran meanwhile (several
-answers arriving in one loop turn) saw the slots it freed as taken by the waiter.
+`PoolGate.offer` is the rule, with no waiting in it: admit now (`None`), queue (a
+`Waiter` whose `handle` the driver sets), or raise `NoCapacityError` (429, with a
+computed Retry-After). A pool with no ready pod is not "saturated": the request goes
+on, so that scheduling answers 503 (or a FailOpen pool picks at random) at once.
+`pump` releases waiters as capacity frees and expires those past their band's TTL,
+resolving each handle with `set_result(True | False)`; a released waiter is *in
+transit* and holds a slot until its driver resumes it and it picks a pod (the picker's
+bookkeeping then counts it), so two rounds never hand out the same slot; `resumed`
+ends the transit and, since a round that ran meanwhile saw the slots it freed as taken,
+asks for another round soon (`soon`).
+
+Two drivers, one rule: `admit` is the asyncio one (`igw serve`, `igw picker`): the
+handle is a future, a ticker pumps while anyone waits, a cancelled handler (the client
+went away) leaves the queue at once, `soon` is the loop's `call_soon`. The simulator
+passes its virtual clock and its own `soon`, resumes waiters itself and pumps after
+every engine step and scrape (its ticker).
 """
 
 from __future__ import annotations
@@ -15,12 +23,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from typing import Any
 
 from ..background import cancel_and_wait
 from ..config import FlowControlSpec
 from ..errors import InferenceGatewayError, NoCapacityError
 from ..scheduling.types import Endpoint
-from ..traffic.flow_control import FlowController, SlotCounter
+from ..traffic.flow_control import FlowController, SlotCounter, Waiter
 
 __all__ = ["PoolGate", "QueueTimeoutError"]
 
@@ -37,12 +46,16 @@ class PoolGate:
         *,
         tick_s: float = 0.005,
         clock: Callable[[], float] = time.monotonic,
+        soon: Callable[[Callable[[], Any]], Any] | None = None,
     ) -> None:
+        """`soon(f)` runs `f` after the current step (default: the running loop's
+        `call_soon`)."""
         self.controller = FlowController(spec)
         self.spec = spec
         self.endpoints = endpoints
         self.tick_s = tick_s
         self.clock = clock
+        self.soon = soon or (lambda f: asyncio.get_running_loop().call_soon(f))
         self._ticker: asyncio.Task[None] | None = None
         self._in_transit = 0  # released, handler not resumed yet (no pod picked)
 
@@ -56,20 +69,18 @@ class PoolGate:
     def pool_waiting(self) -> int:
         return sum(e.metrics.waiting for e in self.endpoints() if e.metrics and not e.stale)
 
-    async def admit(self, band: str, fairness_id: str) -> None:
-        """Return when the request may go on to scheduling (raises 429 / 503 errors).
-
-        A pool with no ready pod is not "saturated": the request goes on, so that
-        scheduling answers 503 (or a FailOpen pool picks at random) at once.
-        """
+    def offer(self, band: str, fairness_id: str) -> Waiter | None:
+        """Admit now (None), or queue: the returned waiter's `handle` (set by the
+        caller) gets `set_result(True)` when released, `set_result(False)` when its
+        band's TTL passes; raises `NoCapacityError` when refused."""
         now = self.clock()
         endpoints = self.endpoints()
         if not any(not e.stale for e in endpoints):
-            return
+            return None
         saturated = self.controller.full(band, endpoints, now, self._in_transit)
         decision = self.controller.offer(band, fairness_id, now, saturated)
         if decision.admitted:
-            return
+            return None
         if decision.waiter is None:
             retry = self.controller.retry_after(now, self.pool_waiting())
             raise NoCapacityError(
@@ -77,23 +88,37 @@ class PoolGate:
                 f"retry after {retry} s.",
                 retry,
             )
+        return decision.waiter
+
+    def resumed(self, waiter: Waiter, released: bool) -> None:
+        """The waiter's driver resumed it (released: it picks a pod before anything else
+        runs) or gave up on it (expired, cancelled): it leaves the queue and transit."""
+        if released:
+            self._in_transit -= 1
+            # a round that found this waiter in transit handed out nothing for the slots
+            # it saw free: look again once the pick is counted, not at the tick
+            self.soon(self.pump)
+        self.controller.cancel(waiter)
+
+    def timeout_error(self, band: str) -> QueueTimeoutError:
+        return QueueTimeoutError(
+            f"Waited {self.controller.bands[band].ttl_s:g} s in the {band} queue without capacity."
+        )
+
+    async def admit(self, band: str, fairness_id: str) -> None:
+        """Return when the request may go on to scheduling (raises 429 / 503 errors)."""
+        waiter = self.offer(band, fairness_id)
+        if waiter is None:
+            return
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        decision.waiter.handle = future
+        waiter.handle = future
         self._ensure_ticker()
         try:
             admitted = await future
         finally:
-            if future.done() and not future.cancelled() and future.result():
-                self._in_transit -= 1  # the caller picks a pod before it next yields
-                # a round that found this waiter in transit handed out nothing for the
-                # slots it saw free: look again once the pick is counted, not at the tick
-                asyncio.get_running_loop().call_soon(self.pump)
-            self.controller.cancel(decision.waiter)
+            self.resumed(waiter, future.done() and not future.cancelled() and future.result())
         if not admitted:
-            raise QueueTimeoutError(
-                f"Waited {self.controller.bands[band].ttl_s:g} s in the {band} queue "
-                "without capacity."
-            )
+            raise self.timeout_error(waiter.band)
 
     def on_completion(self) -> None:
         self.controller.on_completion(self.clock())

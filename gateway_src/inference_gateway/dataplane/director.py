@@ -16,6 +16,12 @@ kept only for logs and the response header.
 
 The pieces themselves are the shared core: `RoutingState` (config, router, rewrites,
 limiter, swapped whole on reload), `PoolGate` admission, `band_for`, the `Scheduler`.
+
+`decide` is the asyncio driver of the pipeline. Its steps are also public, without any
+waiting in them, for the simulator, which drives the same director on its virtual clock
+(`clock`): `begin` (from an `Intake`: the parsed body, or the simulator's request),
+`offer` / `resume` (admission), `start` (rank and a lifecycle). So `igw serve`,
+`igw picker` and `igw simulate` run one request path.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,7 +43,7 @@ from ..scheduling.plugins.prefix import prompt_block_hashes
 from ..scheduling.types import Endpoint, LLMRequest
 from ..store.ratelimit import SharedLimits, StoreSettle
 from ..telemetry import GatewayMetrics
-from ..traffic.flow_control import BANDS, FlowController
+from ..traffic.flow_control import BANDS, FlowController, Waiter
 from ..traffic.objectives import band_for
 from ..traffic.routing import Route
 from .admission import PoolGate, QueueTimeoutError
@@ -48,6 +54,8 @@ __all__ = [
     "CLIENT_ID_HEADER",
     "Decision",
     "Director",
+    "Intake",
+    "Pending",
     "Rejection",
     "RequestLifecycle",
     "RoutingState",
@@ -147,6 +155,55 @@ class Decision:
         return self.client_model != self.route.model
 
 
+@dataclass(frozen=True, slots=True)
+class Intake:
+    """What the pipeline needs of a request body: `decide` reads it from the client's
+    bytes (`Intake.parse`); the simulator, whose prompts are token counts and prefix
+    block ids rather than text, builds it from its workload."""
+
+    model: str  # what the client asked for
+    prompt_tokens: int  # estimated
+    output_bound: int  # the most output tokens it may cost (token limits charge it)
+    # the prompt's prefix-index hashes for the model the pod is sent (after rewrites)
+    prefix_hashes: Callable[[str], Sequence[int]]
+    body: dict[str, Any] | None = None  # the parsed body, re-encoded if a rewrite applies
+
+    @classmethod
+    def parse(cls, raw: bytes) -> Intake:
+        """The client's body (→ 400 `Rejection` when malformed)."""
+        body = _parse(raw)
+        output_bound = _output_bound(body)
+        text = prompt_text(body)
+        return cls(
+            body["model"],
+            len(text) // 4 + 1,
+            output_bound,
+            lambda model: prompt_block_hashes(model, text),
+            body,
+        )
+
+
+@dataclass(slots=True)
+class Pending:
+    """A request between `Director.begin` and `Director.start`: routed, limited,
+    waiting for (or past) admission."""
+
+    state: RoutingState
+    intake: Intake
+    model: str  # after rewrites
+    route: Route
+    llm: LLMRequest
+    endpoints: list[Endpoint]
+    gate: PoolGate
+    headers: dict[str, str]  # answered with (rate-limit state)
+    charge: Charge | None
+    waiter: Waiter | None = None
+
+    @property
+    def client_model(self) -> str:
+        return self.intake.model
+
+
 def api_key_of(headers: Mapping[str, str]) -> str:
     """The authenticated client id, else the bearer token, else "anonymous" (limits
     without a client or apiKey apply to each caller separately)."""
@@ -203,8 +260,13 @@ class Director:
         *,
         metrics: GatewayMetrics | None = None,
         series: Series | None = None,
-        max_lifetime_s: float = 3600.0,
+        max_lifetime_s: float | None = 3600.0,
+        clock: Callable[[], float] = time.monotonic,
+        soon: Callable[[Callable[[], Any]], Any] | None = None,
     ) -> None:
+        """`max_lifetime_s` None: no watchdog (the simulator ends every request itself).
+        `clock` and `soon` are the admission gates' (see `PoolGate`); `clock` also times
+        lifecycles and rate limits."""
         self.endpoints = endpoints
         self.scheduler = scheduler
         self.state = state
@@ -216,6 +278,8 @@ class Director:
         self.series = series or Series(self.metrics)
         self.child = self.series.child
         self.shared_limits: SharedLimits | None = None  # igw serve --store: limits in the store
+        self.clock = clock
+        self.soon = soon
 
     def reload(self, state: RoutingState) -> None:
         """Swap config, rewrites and limits; requests in flight keep their old state."""
@@ -232,15 +296,18 @@ class Director:
     def track(self, life: RequestLifecycle) -> None:
         """A new lifecycle: watched until it ends (it removes itself from `live`)."""
         self.live[life.id] = life
+        if self.max_lifetime_s is None:
+            return
         if self._watchdog is None or self._watchdog.done():
             self._watchdog = asyncio.get_running_loop().create_task(self._watch())
 
     async def _watch(self) -> None:
         """End what outlived `max_lifetime_s`, checking a few times per lifetime (at most
         once a second); the task ends when nothing is live."""
+        assert self.max_lifetime_s is not None
         while self.live:
             await asyncio.sleep(min(1.0, self.max_lifetime_s / 4))
-            oldest = time.perf_counter() - self.max_lifetime_s
+            oldest = self.clock() - self.max_lifetime_s
             for life in [life for life in self.live.values() if life.started < oldest]:
                 life.expire()
 
@@ -257,6 +324,8 @@ class Director:
             gate = self.gates[key] = PoolGate(
                 config.flow_control,
                 lambda: self.state.router.candidates(route, self.endpoints()),
+                clock=self.clock,
+                soon=self.soon,
             )
         return gate
 
@@ -293,43 +362,53 @@ class Director:
         request's course to the returned lifecycle, which releases what it holds.
         `client_request_id` (the client's `x-request-id`) is only logged.
         """
-        body = self._parse(raw)
-        output_bound = _output_bound(body)
-        state = self.state
-        client_model: str = body["model"]
-        model = state.rewrites.rewrite(client_model)
-        endpoints = self.endpoints()
-        try:
-            route = state.router.route(model, endpoints)
-        except UnknownModelError:
-            raise Rejection(
-                404,
-                f"The model `{client_model}` does not exist.",
-                "invalid_request_error",
-                "model_not_found",
-            ) from None
-        text = prompt_text(body)
-        llm = LLMRequest(
-            request_id=new_internal_id(),
-            model=route.model,
-            prompt_tokens=len(text) // 4 + 1,
-            prefix_hashes=prompt_block_hashes(route.model, text),
-            adapter=route.adapter,
-            band=band_for(state.config, headers.get(OBJECTIVE_HEADER), route.model),
-            profile=headers.get(PROFILE_HEADER) or route.profile,
-            fairness_id=headers.get(FAIRNESS_HEADER, ""),
-            subset=subset_hostports(subset, endpoints),
-        )
+        intake = Intake.parse(raw)
         if self.shared_limits is None:  # local buckets: no await on the hot path
-            extra, charge = self._charge(state, headers, client_model, llm, output_bound)
+            pending = self.begin(intake, headers, subset)
         else:
-            extra, charge = await self._charge_shared(
-                state, headers, client_model, llm, output_bound
-            )
-        gate = self.gate(route)
-        await self._admit(gate, llm, client_model, extra)
+            pending = self._route(intake, headers, subset)
+            pending.headers, pending.charge = await self._charge_shared(pending, headers)
         try:
-            ranked = self._rank(state, llm, route, endpoints)
+            await pending.gate.admit(pending.llm.band, pending.llm.fairness_id)
+        except (NoCapacityError, QueueTimeoutError) as error:
+            raise self._refused(pending, error) from None
+        return self.start(pending, raw, client_request_id)
+
+    def begin(
+        self, intake: Intake, headers: Mapping[str, str], subset: list[str] | None = None
+    ) -> Pending:
+        """Rewrite, route and charge the local token buckets (`Rejection` on a refusal):
+        the steps before admission."""
+        pending = self._route(intake, headers, subset)
+        pending.headers, pending.charge = self._charge(pending, headers)
+        return pending
+
+    def offer(self, pending: Pending) -> bool:
+        """Admission without waiting: True when admitted now; False when queued (the
+        caller sets `pending.waiter.handle`, which the gate's `pump` resolves, and then
+        calls `resume`); `Rejection` when refused."""
+        try:
+            pending.waiter = pending.gate.offer(pending.llm.band, pending.llm.fairness_id)
+        except NoCapacityError as error:
+            raise self._refused(pending, error) from None
+        return pending.waiter is None
+
+    def resume(self, pending: Pending, released: bool) -> None:
+        """A queued request's wait ended: released, or its band's TTL passed (→ 503)."""
+        waiter = pending.waiter
+        assert waiter is not None
+        pending.gate.resumed(waiter, released)
+        if not released:
+            raise self._refused(pending, pending.gate.timeout_error(waiter.band))
+
+    def start(
+        self, pending: Pending, raw: bytes = b"", client_request_id: str = ""
+    ) -> RequestLifecycle:
+        """Rank the pool's pods and open the request's lifecycle (503 when none is
+        ready). `raw` is the client's body, re-encoded when a rewrite changed the model."""
+        gate, llm, client_model = pending.gate, pending.llm, pending.client_model
+        try:
+            ranked = self._rank(pending.state, llm, pending.route, pending.endpoints)
         except BaseException:
             gate.on_completion()
             raise
@@ -342,48 +421,57 @@ class Director:
                 "stale, outside the subset hint, or none serves the model.",
                 "service_unavailable",
                 "no_ready_endpoint",
-                headers=extra,
+                headers=pending.headers,
             )
-        self.child(self.metrics.requests, client_model, route.model).inc()
-        if model != client_model:
-            body["model"] = model
+        self.child(self.metrics.requests, client_model, pending.route.model).inc()
+        body = pending.intake.body
+        if pending.model != client_model and body is not None:
+            body["model"] = pending.model
             raw = orjson.dumps(body)
-        decision = Decision(llm, ranked, client_model, route, raw, gate, extra)
-        return RequestLifecycle(self, decision, client_request_id, charge=charge)
+        decision = Decision(llm, ranked, client_model, pending.route, raw, gate, pending.headers)
+        return RequestLifecycle(self, decision, client_request_id, charge=pending.charge)
 
     # ------------------------------------------------------------------ steps
 
-    @staticmethod
-    def _parse(raw: bytes) -> dict[str, Any]:
+    def _route(
+        self, intake: Intake, headers: Mapping[str, str], subset: list[str] | None
+    ) -> Pending:
+        state = self.state
+        client_model = intake.model
+        model = state.rewrites.rewrite(client_model)
+        endpoints = self.endpoints()
         try:
-            body = orjson.loads(raw)
-        except orjson.JSONDecodeError as error:
+            route = state.router.route(model, endpoints)
+        except UnknownModelError:
             raise Rejection(
-                400, f"Malformed JSON body: {error}", "invalid_request_error", "invalid_json"
-            ) from None
-        if not isinstance(body, dict) or not isinstance(body.get("model"), str):
-            raise Rejection(
-                400,
-                "The request body must be a JSON object with a string `model` field.",
+                404,
+                f"The model `{client_model}` does not exist.",
                 "invalid_request_error",
-                "missing_model",
-            )
-        return body
+                "model_not_found",
+            ) from None
+        llm = LLMRequest(
+            request_id=new_internal_id(),
+            model=route.model,
+            prompt_tokens=intake.prompt_tokens,
+            prefix_hashes=intake.prefix_hashes(route.model),
+            adapter=route.adapter,
+            band=band_for(state.config, headers.get(OBJECTIVE_HEADER), route.model),
+            profile=headers.get(PROFILE_HEADER) or route.profile,
+            fairness_id=headers.get(FAIRNESS_HEADER, ""),
+            subset=subset_hostports(subset, endpoints),
+        )
+        return Pending(state, intake, model, route, llm, endpoints, self.gate(route), {}, None)
 
     def _charge(
-        self,
-        state: RoutingState,
-        headers: Mapping[str, str],
-        client_model: str,
-        llm: LLMRequest,
-        output_bound: int,
+        self, pending: Pending, headers: Mapping[str, str]
     ) -> tuple[dict[str, str], Charge | None]:
         """Charge the prompt estimate plus the output bound; the lifecycle settles it."""
+        state, client_model = pending.state, pending.client_model
         if not state.limiter.rules:  # nothing to charge (the common case): no headers
             return {}, None
-        tokens = llm.prompt_tokens + output_bound
+        tokens = pending.llm.prompt_tokens + pending.intake.output_bound
         api_key = api_key_of(headers)
-        limit = state.limiter.check(api_key, client_model, tokens, time.monotonic())
+        limit = state.limiter.check(api_key, client_model, tokens, self.clock())
         if not limit.allowed:
             self.child(self.metrics.rejected, client_model, "rate_limited").inc()
             raise Rejection(
@@ -397,24 +485,20 @@ class Director:
         return dict(limit.headers), Charge(state.limiter, api_key, client_model, tokens)
 
     async def _charge_shared(
-        self,
-        state: RoutingState,
-        headers: Mapping[str, str],
-        client_model: str,
-        llm: LLMRequest,
-        output_bound: int,
+        self, pending: Pending, headers: Mapping[str, str]
     ) -> tuple[dict[str, str], Charge | None]:
         """`_charge` against the store, exact across replicas (one round trip); with the
         store away, this replica's own buckets (`igw_store_up` says so, one log line)."""
         assert self.shared_limits is not None
+        state, client_model = pending.state, pending.client_model
         if not state.limiter.rules:
             return {}, None
-        tokens = llm.prompt_tokens + output_bound
+        tokens = pending.llm.prompt_tokens + pending.intake.output_bound
         api_key = api_key_of(headers)
         limiter = self.shared_limits.limiter(state.limiter.rules)
         admission = await limiter.check_shared(api_key, client_model, tokens)
         if admission is None:
-            return self._charge(state, headers, client_model, llm, output_bound)
+            return self._charge(pending, headers)
         if not admission.allowed:
             self.child(self.metrics.rejected, client_model, "rate_limited").inc()
             raise Rejection(
@@ -429,26 +513,22 @@ class Director:
         settle = StoreSettle(self.shared_limits, limiter, admission.ticket)
         return dict(admission.headers), Charge(settle, api_key, client_model, tokens)
 
-    async def _admit(
-        self, gate: PoolGate, llm: LLMRequest, client_model: str, extra: dict[str, str]
-    ) -> None:
-        try:
-            await gate.admit(llm.band, llm.fairness_id)
-        except NoCapacityError as error:
+    def _refused(self, pending: Pending, error: NoCapacityError | QueueTimeoutError) -> Rejection:
+        """Admission's refusal as the client's answer: 429 with Retry-After for a
+        saturated pool, 503 for a wait past the band's TTL."""
+        client_model, extra = pending.client_model, pending.headers
+        if isinstance(error, NoCapacityError):
             self.child(self.metrics.rejected, client_model, "pool_saturated").inc()
-            raise Rejection(
+            return Rejection(
                 429,
                 str(error),
                 "rate_limit_exceeded",
                 "pool_saturated",
                 retry_after_s=error.retry_after_s,
                 headers=extra,
-            ) from None
-        except QueueTimeoutError as error:
-            self.child(self.metrics.rejected, client_model, "queue_timeout").inc()
-            raise Rejection(
-                503, str(error), "service_unavailable", "queue_timeout", headers=extra
-            ) from None
+            )
+        self.child(self.metrics.rejected, client_model, "queue_timeout").inc()
+        return Rejection(503, str(error), "service_unavailable", "queue_timeout", headers=extra)
 
     def _rank(
         self, state: RoutingState, llm: LLMRequest, route: Route, endpoints: list[Endpoint]
@@ -476,6 +556,23 @@ class Director:
             return random.sample(serving, len(serving))
         self.metrics.scheduler_e2e.observe(time.perf_counter() - started)
         return ranked
+
+
+def _parse(raw: bytes) -> dict[str, Any]:
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as error:
+        raise Rejection(
+            400, f"Malformed JSON body: {error}", "invalid_request_error", "invalid_json"
+        ) from None
+    if not isinstance(body, dict) or not isinstance(body.get("model"), str):
+        raise Rejection(
+            400,
+            "The request body must be a JSON object with a string `model` field.",
+            "invalid_request_error",
+            "missing_model",
+        )
+    return body
 
 
 def _output_bound(body: dict[str, Any]) -> int:
