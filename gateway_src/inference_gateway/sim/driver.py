@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..emulator.engine import EngineRequest
-from .admission import DEFERRED
+from .gateway import DEFERRED
 from .fleet import SimPod, build_fleet, scrape
 from .metrics import Observer
 from .policies import Policy, make_policy

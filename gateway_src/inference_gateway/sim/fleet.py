@@ -39,7 +39,11 @@ def build_fleet(pools: list[PoolSpec], listener: EngineListener) -> list[SimPod]
                 address=f"sim-{i}",
                 port=8000,
                 pool=pool.name,
-                labels={"igw.dev/gpu": pool.gpu, "igw.dev/pool": pool.name},
+                labels={
+                    "igw.dev/gpu": pool.gpu,
+                    "igw.dev/pool": pool.name,
+                    "igw.dev/model": pool.model,  # so a request for an adapter routes as one
+                },
                 models=models,
                 index=i,
             )

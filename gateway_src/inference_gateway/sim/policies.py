@@ -1,6 +1,9 @@
-"""Routing policies the simulator compares. `gateway` and `upstream-default` run the
-real scheduling code; the baselines are a few lines each; `oracle` reads engine state
-that no real router can see and is the limit to compare against.
+"""Routing policies the simulator compares. `gateway` runs the gateway's whole request
+path (`gateway.GatewayPolicy`: the director, admission and the scheduler, as `igw
+serve` runs them); `upstream-default` runs the real scheduler with the upstream
+picker's default profile and nothing else (no admission, no in-flight counts), as a
+comparison point; the baselines are a few lines each; `oracle` reads engine state that
+no real router can see and is the limit to compare against.
 
 Every policy sees the fleet through `SimPod.endpoint` (scraped metrics) except the
 oracle, which reads `SimPod.engine` directly.
@@ -16,8 +19,8 @@ from typing import Protocol
 from ..config import GatewayConfigSpec, PluginRef, PluginSpec, SchedulingProfileSpec
 from ..errors import ConfigError, NoEndpointError
 from ..scheduling import LLMRequest, Scheduler
-from .admission import AdmissionPolicy
 from .fleet import SimPod
+from .gateway import GatewayPolicy
 from .workload import SimRequest, prefix_block_ids
 
 __all__ = ["POLICIES", "Policy", "make_policy"]
@@ -154,7 +157,8 @@ def upstream_default_config() -> GatewayConfigSpec:
 
 
 class SchedulerPolicy:
-    """Runs the gateway's own scheduling code on scraped metrics."""
+    """The scheduler alone on scraped metrics: `upstream-default`'s scoring without the
+    gateway's request path around it."""
 
     needs_scrapes = True
 
@@ -217,10 +221,7 @@ POLICIES: dict[str, PolicyFactory] = {
     "upstream-default": lambda name, pods, seed: SchedulerPolicy(
         name, pods, seed, upstream_default_config(), count_inflight=False
     ),
-    "gateway": lambda name, pods, seed: AdmissionPolicy(
-        SchedulerPolicy(name, pods, seed, GatewayConfigSpec(), count_inflight=True),
-        GatewayConfigSpec().flow_control,
-    ),
+    "gateway": lambda name, pods, seed: GatewayPolicy(name, pods, seed, GatewayConfigSpec()),
 }
 
 
@@ -255,10 +256,7 @@ def make_policy(name: str, pods: list[SimPod], seed: int) -> Policy:
         config = GatewayConfigSpec()
         if profile not in {p.name for p in config.scheduling_profiles}:
             raise ConfigError("policies", [f"policies: unknown gateway profile {profile!r}"])
-        return AdmissionPolicy(
-            SchedulerPolicy(name, pods, seed, config, count_inflight=True, profile=profile),
-            config.flow_control,
-        )
+        return GatewayPolicy(name, pods, seed, config, profile=profile)
     factory = POLICIES.get(base)
     if factory is None:
         raise ConfigError(

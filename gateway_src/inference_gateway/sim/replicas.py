@@ -45,7 +45,7 @@ from ..scheduling.shared_view import (
     own_dispatch,
 )
 from ..traffic.flow_control import BANDS, FlowController
-from .admission import DEFERRED
+from .gateway import DEFERRED
 from .fleet import SimPod
 from .workload import SimRequest
 

@@ -1,0 +1,203 @@
+"""The `gateway` policies: the gateway's own request path, on the simulator's clock.
+
+A simulated request goes through the same `Director` that `igw serve` and `igw picker`
+run, over the same endpoints: rewrites, model routing, the priority band (its workload
+band is its InferenceObjective, sent in the objective header), token limits, admission
+(`PoolGate`: the same saturation, in-transit and queueing rules), ranking by the real
+`Scheduler`, and a `RequestLifecycle` whose reports (`picked`, `first_byte`, `finished`)
+do the scheduler's and the gate's bookkeeping. Only the driver differs: the director's
+clock is the virtual one, a queued request's wait is a handle the gate resolves instead
+of a future, and the gate's ticker is the driver's `drain` after every engine step and
+scrape. What the real path reads from a body (the model, a token estimate, the prompt's
+prefix hashes) comes from the workload instead (`Intake`): exact token counts and the
+shared-prefix block ids the engine caches by.
+
+The simulated fleet is one pool-less gateway: the config's `models`, `pools` and rate
+limits describe a real cluster's pools and clients, which a scenario does not have, so
+the pods route by the models they serve (as `igw serve --endpoints FILE` does) and the
+workload, one anonymous client, is not rate limited.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..config import GatewayConfigSpec, ObjectiveSpec
+from ..dataplane.contracts import RoutingState
+from ..dataplane.director import (
+    OBJECTIVE_HEADER,
+    PROFILE_HEADER,
+    Director,
+    Intake,
+    Pending,
+    Rejection,
+)
+from ..dataplane.lifecycle import RequestLifecycle
+from ..scheduling import Scheduler
+from ..traffic.flow_control import BANDS, FlowController
+from ..traffic.objectives import band_of_priority
+from ..traffic.routing import Route
+from .fleet import SimPod
+from .workload import SimRequest, prefix_block_ids
+
+__all__ = ["DEFERRED", "GatewayPolicy", "simulated_config"]
+
+DEFERRED: Any = object()  # route() result: queued in the gateway, dispatched later
+
+# the workload's bands as InferenceObjectives (priority → band, see traffic.objectives)
+BAND_OBJECTIVES = [ObjectiveSpec(name=band, priority=p) for band, p in zip(BANDS, (1, 0, -1))]
+assert [band_of_priority(o.priority) for o in BAND_OBJECTIVES] == list(BANDS)
+ANY_POOL = Route("", None, None, None)  # the gate of a pool-less gateway
+
+
+def simulated_config(config: GatewayConfigSpec) -> GatewayConfigSpec:
+    """`config` as the simulated gateway runs it (see the module docstring): scheduling,
+    flow control and objectives kept, the workload's bands as objectives first."""
+    return config.model_copy(
+        update={
+            "models": [],
+            "pools": [],
+            "rate_limits": [],
+            "objectives": BAND_OBJECTIVES + list(config.objectives),
+        }
+    )
+
+
+class VirtualClock:
+    """The director's clock: the simulated time of the event being handled."""
+
+    __slots__ = ("now",)
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class _Wait:
+    """A queued request's handle: the gate resolves it as it would a future."""
+
+    __slots__ = ("pending", "released", "request", "result")
+
+    def __init__(self, request: SimRequest, pending: Pending, released: list[_Wait]) -> None:
+        self.request = request
+        self.pending = pending
+        self.released = released
+        self.result: bool | None = None
+
+    def done(self) -> bool:
+        return self.result is not None
+
+    def set_result(self, admitted: bool) -> None:
+        self.result = admitted
+        self.released.append(self)  # resumed by the next `drain`, at this virtual time
+
+
+class GatewayPolicy:
+    """The gateway as a simulator policy (`gateway`, `gateway:PROFILE`, a tuned config)."""
+
+    needs_scrapes = True
+
+    def __init__(
+        self,
+        name: str,
+        pods: list[SimPod],
+        seed: int,
+        config: GatewayConfigSpec,
+        *,
+        profile: str | None = None,
+    ) -> None:
+        self.name = name
+        self.pods = pods
+        self.clock = VirtualClock()
+        self._released: list[_Wait] = []
+        self._soon: list[Any] = []
+        spec = simulated_config(config)
+        self.endpoints = [p.endpoint for p in pods]
+        self.director = Director(
+            lambda: self.endpoints,
+            Scheduler(spec, count_inflight=True, seed=seed),
+            RoutingState.build(spec),
+            max_lifetime_s=None,
+            clock=self.clock,
+            soon=self._soon.append,
+        )
+        self.controller: FlowController = self.director.gate(ANY_POOL).controller
+        self._headers = {
+            band: {OBJECTIVE_HEADER: band, **({PROFILE_HEADER: profile} if profile else {})}
+            for band in BANDS
+        }
+        self._model = pods[0].pool.model if pods else ""
+        self._lives: dict[int, RequestLifecycle] = {}
+
+    def route(self, request: SimRequest, now: float) -> Any:
+        """A pod, `DEFERRED` (queued by admission) or None (refused)."""
+        self.clock.now = now
+        hashes: tuple[int, ...] = ()
+        if request.prefix_group is not None:
+            hashes = prefix_block_ids(request.prefix_group, request.prefix_tokens)
+        intake = Intake(
+            request.adapter or self._model,
+            request.prompt_tokens,
+            request.output_tokens,
+            lambda _model: hashes,
+        )
+        headers = self._headers.get(request.priority) or self._headers["standard"]
+        director = self.director
+        try:
+            pending = director.begin(intake, headers)
+            if not director.offer(pending):
+                assert pending.waiter is not None
+                pending.waiter.handle = _Wait(request, pending, self._released)
+                return DEFERRED
+            return self._start(request, pending)
+        except Rejection:
+            return None
+
+    def _start(self, request: SimRequest, pending: Pending) -> SimPod | None:
+        try:
+            life = self.director.start(pending)
+        except Rejection:
+            return None
+        endpoint = life.decision.ranked[0]
+        life.picked(endpoint)
+        self._lives[request.request_id] = life
+        return self.pods[endpoint.index]
+
+    def drain(self, now: float) -> list[tuple[SimRequest, SimPod | None]]:
+        """The gate's round (its ticker), then every request whose wait ended: with a
+        pod, or None when its band's TTL passed; and the rounds their picks ask for."""
+        self.clock.now = now
+        for gate in self.director.gates.values():
+            gate.pump()
+        out: list[tuple[SimRequest, SimPod | None]] = []
+        while self._released or self._soon:
+            released = self._released[:]
+            self._released.clear()
+            for wait in released:
+                out.append((wait.request, self._resume(wait)))
+            soon = self._soon[:]
+            self._soon.clear()
+            for call in soon:
+                call()
+        return out
+
+    def _resume(self, wait: _Wait) -> SimPod | None:
+        try:
+            self.director.resume(wait.pending, bool(wait.result))
+        except Rejection:
+            return None
+        return self._start(wait.request, wait.pending)
+
+    def on_first_token(self, request: SimRequest, pod: SimPod, ttft: float, now: float) -> None:
+        life = self._lives.get(request.request_id)
+        if life is not None:
+            self.clock.now = now
+            life.first_byte()
+
+    def on_finished(self, request: SimRequest, pod: SimPod, now: float) -> None:
+        life = self._lives.pop(request.request_id, None)
+        if life is not None:
+            self.clock.now = now
+            life.finished()
