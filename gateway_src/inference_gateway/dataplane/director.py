@@ -263,10 +263,12 @@ class Director:
         max_lifetime_s: float | None = 3600.0,
         clock: Callable[[], float] = time.monotonic,
         soon: Callable[[Callable[[], Any]], Any] | None = None,
+        shared_limits: SharedLimits | None = None,
     ) -> None:
         """`max_lifetime_s` None: no watchdog (the simulator ends every request itself).
         `clock` and `soon` are the admission gates' (see `PoolGate`); `clock` also times
-        lifecycles and rate limits."""
+        lifecycles and rate limits. `shared_limits` (igw serve --store): the token
+        buckets live in the store."""
         self.endpoints = endpoints
         self.scheduler = scheduler
         self.state = state
@@ -277,7 +279,7 @@ class Director:
         self.gates: dict[str, PoolGate] = {}
         self.series = series or Series(self.metrics)
         self.child = self.series.child
-        self.shared_limits: SharedLimits | None = None  # igw serve --store: limits in the store
+        self.shared_limits = shared_limits
         self.clock = clock
         self.soon = soon
 

@@ -36,7 +36,6 @@ from prometheus_client import generate_latest
 
 from ..endpoints.store import EndpointStore
 from ..scheduling.types import Endpoint
-from ..telemetry import GatewayMetrics
 from ..traffic.routing import ModelRouter, Route
 from .admission import PoolGate
 from .contracts import RoutingState, SchedulerLike, openai_error
@@ -79,31 +78,23 @@ def error_response(
 
 
 class Gateway:
+    """The proxy over a core's store and director (`assembly.core.build_core`)."""
+
     def __init__(
         self,
         store: EndpointStore,
-        scheduler: SchedulerLike,
-        router: ModelRouter | RoutingState,
+        director: Director,
         *,
-        metrics: GatewayMetrics | None = None,
         max_body_bytes: int = 4 * 2**20,
         retry: RetryPolicy | None = None,
         connect_timeout_s: float = 5.0,
         first_byte_timeout_s: float = 300.0,
-        max_request_lifetime_s: float = 3600.0,
         expose_endpoints: bool = False,
     ) -> None:
         self.store = store
-        self.metrics = metrics or GatewayMetrics()
-        state = router if isinstance(router, RoutingState) else RoutingState(router.config, router)
         # parse → rewrite → route → band → limits → admission → rank: shared with the picker
-        self.director = Director(
-            lambda: self.store.endpoints,
-            scheduler,
-            state,
-            metrics=self.metrics,
-            max_lifetime_s=max_request_lifetime_s,
-        )
+        self.director = director
+        self.metrics = director.metrics
         self._series = self.director.child  # cached labelled series
         self.max_body_bytes = max_body_bytes
         self.retry = retry or RetryPolicy()

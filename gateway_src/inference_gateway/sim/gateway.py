@@ -1,7 +1,8 @@
 """The `gateway` policies: the gateway's own request path, on the simulator's clock.
 
-A simulated request goes through the same `Director` that `igw serve` and `igw picker`
-run, over the same endpoints: rewrites, model routing, the priority band (its workload
+A simulated request goes through the same core that `igw serve` and `igw picker` build
+(`assembly.core.build_core`: the endpoint store, the scheduler, the director), over the
+simulated pods' endpoints: rewrites, model routing, the priority band (its workload
 band is its InferenceObjective, sent in the objective header), token limits, admission
 (`PoolGate`: the same saturation, in-transit and queueing rules), ranking by the real
 `Scheduler`, and a `RequestLifecycle` whose reports (`picked`, `first_byte`, `finished`)
@@ -22,8 +23,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..assembly.core import build_core
 from ..config import GatewayConfigSpec, ObjectiveSpec
-from ..dataplane.contracts import RoutingState
 from ..dataplane.director import (
     OBJECTIVE_HEADER,
     PROFILE_HEADER,
@@ -33,7 +34,6 @@ from ..dataplane.director import (
     Rejection,
 )
 from ..dataplane.lifecycle import RequestLifecycle
-from ..scheduling import Scheduler
 from ..traffic.flow_control import BANDS, FlowController
 from ..traffic.objectives import band_of_priority
 from ..traffic.routing import Route
@@ -113,16 +113,18 @@ class GatewayPolicy:
         self.clock = VirtualClock()
         self._released: list[_Wait] = []
         self._soon: list[Any] = []
-        spec = simulated_config(config)
-        self.endpoints = [p.endpoint for p in pods]
-        self.director = Director(
-            lambda: self.endpoints,
-            Scheduler(spec, count_inflight=True, seed=seed),
-            RoutingState.build(spec),
-            max_lifetime_s=None,
+        self.core = build_core(
+            [p.endpoint for p in pods],
+            simulated_config(config),
+            scrape=False,  # the driver scrapes the pods (`fleet.scrape`)
+            seed=seed,
+            timed=False,
             clock=self.clock,
             soon=self._soon.append,
+            max_lifetime_s=None,
         )
+        self.director = self.core.director
+        self.endpoints = self.core.store.endpoints
         self.controller: FlowController = self.director.gate(ANY_POOL).controller
         self._headers = {
             band: {OBJECTIVE_HEADER: band, **({PROFILE_HEADER: profile} if profile else {})}
