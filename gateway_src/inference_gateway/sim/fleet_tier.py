@@ -52,7 +52,7 @@ from ..global_router.clusters import ClusterRegistry, ClusterStatus
 from ..global_router.config import GlobalRouterSpec
 from ..global_router.metrics import GlobalMetrics
 from ..traffic.flow_control import BANDS, FlowController
-from .admission import DEFERRED
+from .gateway import DEFERRED
 from .fleet import SimPod, build_fleet, scrape
 from .fleet_report import FleetRecorder
 from .global_scenario import SHEDDABLE_OBJECTIVE, ClusterSimSpec, FleetScenario, router_spec
