@@ -2,6 +2,8 @@
 SHELL := /bin/bash
 .SHELLFLAGS := -eo pipefail -c
 PY      ?= python3
+# jsii (the CDK's runtime) warns on every start under Node 20; the warning is noise here.
+export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
@@ -13,7 +15,29 @@ PIP     := $(BIN)/pip --disable-pip-version-check -q
 # The machine's pip config names a local index that may be absent; drop that noise only.
 QUIET   := { grep -v '^WARNING: Location' || true; }
 
-.PHONY: venv venv-core native demo test lint bench synth cdk-cli preflight checkov clean
+.PHONY: venv venv-core native system-deps demo test lint bench synth cdk-cli preflight checkov clean
+
+# Debian packages the tests run for real (command:package): the shared store, the HTML
+# reports' renderer, the metrics linter, the CDK CLI's runtime, Kustomize for the region
+# overlays. `make test` installs the missing ones with apt-get when run as root, and
+# otherwise stops and names them; a test never skips for want of one.
+SYSTEM_TOOLS := redis-server:redis-server chromium:chromium promtool:prometheus \
+                node:nodejs npm:npm kubectl:kubectl
+system-deps:
+	@missing=""; for pair in $(SYSTEM_TOOLS); do \
+	  command -v "$${pair%%:*}" >/dev/null || missing="$$missing $${pair##*:}"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "==> installing Debian packages:$$missing (apt-get)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	      apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	  else \
+	    echo "make: these Debian packages are missing:$$missing" >&2; \
+	    echo "      install them (sudo apt-get install$$missing) and run make again" >&2; \
+	    exit 1; \
+	  fi; \
+	fi
 
 venv: $(STAMP)
 venv-core: $(CORE_STAMP)
@@ -51,14 +75,18 @@ $(STAMP): $(REQS) pyproject.toml gateway_src/pyproject.toml
 demo: venv-core
 	$(BIN)/igw demo
 
-test: venv native cdk-cli
+# The tests need the compiled simulator modules (test_native.py checks them), so a failed
+# build is an error here.
+test: NATIVE := required
+test: system-deps venv native cdk-cli
 	$(BIN)/python -m pytest
 
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	cd gateway_src && ../$(BIN)/mypy --strict inference_gateway
 
-bench: venv native
+bench: system-deps venv native
 	$(BIN)/python bench/run.py
 
 # Every environment: CDK templates into cdk.out/<env>/ (no AWS credentials needed), and

@@ -19,9 +19,9 @@ import sys
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
 
+from envspec.environment import load_environment
 from inference_gateway.errors import ConfigError
 from stacks.application import build, environment_name, nag_findings, new_app
-from stacks.environment import load_environment
 
 
 def main() -> int:

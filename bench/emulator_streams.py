@@ -65,7 +65,7 @@ async def start_fleet(
     fleet_path, endpoints_path = workdir / "fleet.yaml", workdir / "endpoints.yaml"
     fleet_path.write_text(yaml.safe_dump(fleet))
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "inference_gateway.cli", "emulate",
+        sys.executable, "-m", "inference_gateway.cli.main", "emulate",
         "--fleet", str(fleet_path), "--write-endpoints", str(endpoints_path),
         stdout=asyncio.subprocess.PIPE,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},

@@ -43,9 +43,9 @@ import numpy as np
 import orjson
 from aiohttp import web
 
-from inference_gateway.config import GatewayConfigSpec
-from inference_gateway.scheduling import Endpoint, LLMRequest, PodMetrics, Scheduler
-from inference_gateway.scheduling.plugins.prefix import prompt_block_hashes
+from inference_gateway.config.spec import GatewayConfigSpec
+from inference_gateway.core.scheduling import Endpoint, LLMRequest, PodMetrics, Scheduler
+from inference_gateway.core.scheduling.plugins.prefix import prompt_block_hashes
 
 MODEL = "llama-3.1-8b"
 METRICS = (
@@ -118,7 +118,7 @@ def start_gateway(pod_port: int, config: str | None = None) -> tuple[subprocess.
     if config is not None:
         (folder / "config.yaml").write_text(config)
         extra = ["--config", str(folder / "config.yaml")]
-    argv = [sys.executable, "-m", "inference_gateway.cli", "serve"]
+    argv = [sys.executable, "-m", "inference_gateway.cli.main", "serve"]
     argv += ["--endpoints", str(folder / "endpoints.yaml"), "--port", str(port), *extra]
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL), port
 

@@ -148,7 +148,7 @@ async def run(seconds: float) -> dict[str, Any]:
         )
     )
     port = free_port()
-    igw = [sys.executable, "-m", "inference_gateway.cli"]
+    igw = [sys.executable, "-m", "inference_gateway.cli.main"]
     fleet = subprocess.Popen(
         [
             *igw,

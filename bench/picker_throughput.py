@@ -61,9 +61,9 @@ MODEL = "llama-3.1-8b"
 
 
 async def serve(port_file: Path, pods: int, transport: str = "http2") -> None:
-    from inference_gateway.config import parse_config
-    from inference_gateway.dataplane.extproc_server import build_picker
-    from inference_gateway.scheduling.types import Endpoint
+    from inference_gateway.assembly.picker import build_picker
+    from inference_gateway.config.spec import parse_config
+    from inference_gateway.core.scheduling.types import Endpoint
 
     endpoints = [Endpoint(f"pod-{i}", f"10.0.0.{i + 1}", 8000, pool="p") for i in range(pods)]
     models = json.dumps({"data": [{"id": MODEL}]})
@@ -95,7 +95,7 @@ async def serve(port_file: Path, pods: int, transport: str = "http2") -> None:
 
 def echo_answers(request: Any) -> list[Any]:
     """Fixed answers in the picker's shapes (headers + streamed body), no picking."""
-    from inference_gateway.dataplane.extproc_wire import body_chunks, headers_response
+    from inference_gateway.frontends.extproc.wire import body_chunks, headers_response
 
     kind = request.WhichOneof("request")
     if kind == "request_body" and request.request_body.end_of_stream:
@@ -118,8 +118,8 @@ async def serve_echo(port_file: Path, transport: str) -> None:
     from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
     from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
-    from inference_gateway.dataplane.extproc_http2 import Call, Http2GrpcServer
-    from inference_gateway.dataplane.extproc_server import PROCESS_PATH
+    from inference_gateway.assembly.picker import PROCESS_PATH
+    from inference_gateway.transport.http2_server import Call, Http2GrpcServer
 
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
@@ -172,7 +172,7 @@ def messages(body_bytes: int) -> dict[str, Any]:
     from envoy.extensions.filters.http.ext_proc.v3.processing_mode_pb2 import ProcessingMode
     from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
-    from inference_gateway.dataplane.extproc_wire import header_map
+    from inference_gateway.frontends.extproc.wire import header_map
 
     # Distinct prompts behind one shared 2 KB system prompt, as chat traffic looks: the
     # prefix index sees shared leading blocks, not one prompt repeated forever.

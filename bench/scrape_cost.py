@@ -187,8 +187,8 @@ def legacy_parse(text: str, engine: str = "vllm") -> Any:
     through the general Prometheus text parser. The baseline, nothing routes with it."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    from inference_gateway.endpoints.adapters import ENGINES
-    from inference_gateway.scheduling.types import PodMetrics
+    from inference_gateway.core.endpoints.adapters import ENGINES
+    from inference_gateway.core.scheduling.types import PodMetrics
 
     names = ENGINES[engine]
     values: dict[str, float] = {}
@@ -244,7 +244,7 @@ def legacy_fetch() -> Any:
 
 
 def parse_cost(repeat: int) -> dict[str, Any]:
-    from inference_gateway.endpoints.adapters import parse_metrics
+    from inference_gateway.core.endpoints.adapters import parse_metrics
 
     out: dict[str, Any] = {}
     for lora in (False, True):
@@ -312,9 +312,9 @@ def _run_picker(ports: list[int], seconds: float, path: str) -> dict[str, Any]:
     """Child process: an idle `igw picker` over the pods; its own CPU over `seconds`."""
     import uvloop
 
-    from inference_gateway.dataplane.extproc_server import build_picker
-    from inference_gateway.endpoints import store as store_module
-    from inference_gateway.scheduling.types import Endpoint
+    from inference_gateway.assembly.picker import build_picker
+    from inference_gateway.core.endpoints import store as store_module
+    from inference_gateway.core.scheduling.types import Endpoint
 
     endpoints = [
         Endpoint(name=f"pod-{i}", address="127.0.0.1", port=p, pool="default")

@@ -44,7 +44,7 @@ def simulate(scenario: str, **env: str) -> dict[str, Any]:
     """One `igw simulate --json` in a child process: its result, wall and CPU seconds."""
     cpu, start = children_cpu_s(), time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-m", "inference_gateway.cli", "simulate", scenario, "--json"],
+        [sys.executable, "-m", "inference_gateway.cli.main", "simulate", scenario, "--json"],
         env={**os.environ, **env},
         capture_output=True,
         text=True,

@@ -14,10 +14,10 @@ from pathlib import Path
 from aws_cdk import App, Environment, Stack, Tags, Validations
 from cdk_nag import AwsSolutionsChecks
 
+from envspec.environment import EnvironmentSpec
 from inference_gateway.errors import ConfigError
 
 from .cluster import ClusterStack, ClusterStackProps
-from .environment import EnvironmentSpec
 from .gitops import GitOpsStack, GitOpsStackProps
 from .global_app import add_global_tier
 from .global_dns import GlobalDnsStack

@@ -15,8 +15,9 @@ from .parts.global_lb import GlobalRouterLoadBalancerProps, unhealthy_alarm_name
 from .parts.valkey import GlobalStoreProps, StorePeer
 
 if TYPE_CHECKING:
+    from envspec.environment import EnvironmentSpec
+
     from .application import RegionStacks
-    from .environment import EnvironmentSpec
 
 __all__ = ["add_global_tier"]
 

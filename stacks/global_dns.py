@@ -5,7 +5,7 @@ One private hosted zone, `ingress.domain_name`, associated with every region's V
 * `<domain>`: one latency record per region, an alias to that region's global-router
   NLB, so a client gets the nearest region whose routers are healthy;
 * `<region>.<domain>`: an alias to that region's cluster endpoint (Envoy's NLB), the
-  name the global routers call (`stacks.spec_global.resolved_clusters`).
+  name the global routers call (`envspec.global_router.resolved_clusters`).
 
 Health, and what a private zone's health check can reach: Route 53's health checkers
 run outside every VPC, so an endpoint or HTTP health check cannot reach an internal

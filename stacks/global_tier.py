@@ -23,11 +23,12 @@ from aws_cdk import aws_elasticloadbalancingv2 as elbv2
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
+from envspec.global_router import GlobalRouterSpec, global_folder
+from envspec.infra import GitOpsSpec
+
 from .parts.argocd import ARGOCD_NAMESPACE, ENVIRONMENT_LABEL, IN_CLUSTER
 from .parts.global_lb import GlobalRouterLoadBalancer, GlobalRouterLoadBalancerProps
 from .parts.valkey import GlobalStore, GlobalStoreProps
-from .spec_global import GlobalRouterSpec, global_folder
-from .spec_infra import GitOpsSpec
 
 __all__ = ["GlobalTierStack", "GlobalTierStackProps", "global_application"]
 

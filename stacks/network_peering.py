@@ -35,8 +35,9 @@ from constructs import Construct
 from .parts.peering import PeerSide, PeerSideProps, region_id
 
 if TYPE_CHECKING:
+    from envspec.environment import EnvironmentSpec
+
     from .application import RegionStacks
-    from .environment import EnvironmentSpec
 
 __all__ = ["PeerLink", "PeerRequest", "PeeringStack", "PeeringStackProps", "add_peering"]
 

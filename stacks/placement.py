@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from envspec.environment import EnvironmentSpec
+from envspec.infra import NodeGroupSpec, region_of_zone
 from inference_gateway.errors import ConfigError
-
-from .environment import EnvironmentSpec
-from .spec_infra import NodeGroupSpec, region_of_zone
 
 __all__ = ["RegionPlan", "plan_regions"]
 

@@ -23,7 +23,7 @@ os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20,22")
 import yaml
 
 from cdk8s import App, Chart, YamlOutputType
-from stacks.environment import ENVIRONMENTS_DIR, EnvironmentSpec, load_environment
+from envspec.environment import ENVIRONMENTS_DIR, EnvironmentSpec, load_environment
 
 from .base import region_images
 from .bootstrap import BootstrapChart, RootChart

@@ -15,7 +15,7 @@ from typing import Any
 from constructs import Construct
 
 from cdk8s import ApiObject, ApiObjectMetadata, JsonPatch
-from stacks.environment import EnvironmentSpec
+from envspec.environment import EnvironmentSpec
 
 __all__ = [
     "BBR",

@@ -29,9 +29,9 @@ import yaml
 from constructs import Construct
 
 from cdk8s import Chart
-from stacks.environment import EnvironmentSpec
-from stacks.parts.argocd_manifests import CLUSTER_NAME_LABEL, REGION_LABEL, root_application
-from stacks.parts.names import KARPENTER_NAMESPACE, KARPENTER_SERVICE_ACCOUNT
+from envspec.argocd_manifests import CLUSTER_NAME_LABEL, REGION_LABEL, root_application
+from envspec.environment import EnvironmentSpec
+from envspec.names import KARPENTER_NAMESPACE, KARPENTER_SERVICE_ACCOUNT
 
 from .base import PART_OF, Wave, labels, manifest
 

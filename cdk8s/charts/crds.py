@@ -19,8 +19,8 @@ import yaml
 from constructs import Construct
 
 from cdk8s import Chart
-from inference_gateway.config import API_GROUP, API_VERSION, openapi_v3_schema
-from stacks.environment import EnvironmentSpec
+from envspec.environment import EnvironmentSpec
+from inference_gateway.config.spec import API_GROUP, API_VERSION, openapi_v3_schema
 
 from .base import Wave, labels, manifest
 
@@ -46,7 +46,7 @@ def pinned_crds() -> list[dict[str, Any]]:
 
 
 def gateway_config_status_schema() -> dict[str, Any]:
-    """What the picker writes to `status` (`inference_gateway.endpoints.config_status`):
+    """What the picker writes to `status` (`inference_gateway.kubernetes.config_status`):
     API-convention conditions `Accepted`, `Ready`, `Degraded`, and pod counts per pool."""
     count = {"type": "integer", "minimum": 0}
     condition = {

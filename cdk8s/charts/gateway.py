@@ -37,8 +37,8 @@ from typing import Any
 from constructs import Construct
 
 from cdk8s import Chart
-from stacks.environment import EnvironmentSpec
-from stacks.parts.names import target_group_name
+from envspec.environment import EnvironmentSpec
+from envspec.names import target_group_name
 
 from .base import (
     BBR,
@@ -123,7 +123,7 @@ def pool_route_name(pool: str) -> str:
 
 def routes(env: EnvironmentSpec) -> dict[str, list[str]]:
     """Pool name → client-facing names routed to it: models, adapters, canary aliases."""
-    from stacks.spec_workloads import canary_pool
+    from envspec.workloads import canary_pool
 
     out: dict[str, list[str]] = {p.name: [] for p in env.gateway.pools}
     for model in env.gateway.models:
@@ -536,7 +536,7 @@ STATUS_ROUTE = f"{GATEWAY}-status-route"
 
 def _status_route_spec() -> dict[str, Any]:
     """`GET /status` to the picker's metrics port: the cluster's heartbeat for `igw
-    global` (dataplane/status.py). Exact path and method only, so `/metrics` and the
+    global` (frontends/status.py). Exact path and method only, so `/metrics` and the
     rest of that port stay inside the cluster."""
     return {
         "parentRefs": [{"name": GATEWAY, "sectionName": LISTENER}],

@@ -34,8 +34,8 @@ import yaml
 from constructs import Construct
 
 from cdk8s import App, Chart, YamlOutputType
-from stacks.environment import EnvironmentSpec
-from stacks.spec_global import (
+from envspec.environment import EnvironmentSpec
+from envspec.global_router import (
     STORE_AUTH_KEY,
     STORE_URL_KEY,
     global_folder,

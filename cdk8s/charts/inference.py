@@ -12,8 +12,8 @@ from typing import Any
 from constructs import Construct
 
 from cdk8s import Chart
-from stacks.environment import EnvironmentSpec
-from stacks.spec_workloads import canary_pool
+from envspec.environment import EnvironmentSpec
+from envspec.workloads import canary_pool
 
 from .base import PICKER, Wave, labels, manifest
 from .picker import GRPC_PORT, gateway_config_resource
@@ -84,7 +84,7 @@ class InferenceChart(Chart):
                     "spec": {
                         # matchLabels only: upstream InferencePool v1 has no
                         # matchExpressions, and the environment validation refuses
-                        # a pool that uses them (stacks/spec_workloads.py)
+                        # a pool that uses them (envspec/workloads.py)
                         "selector": {"matchLabels": dict(pool.selector.match_labels)},
                         "targetPorts": [{"number": pool.target_port}],
                         "endpointPickerRef": {

@@ -7,7 +7,7 @@ Scaling reads what the picker exports (scraped by kube-prometheus-stack):
 a signal: admission keeps it short on purpose. With `scale_to_zero` the pool may go to no
 pod at all; a request then waits in the gateway's queue, which activates KEDA.
 
-The pod labels come from `stacks.spec_workloads.model_server_pod_labels`, the same
+The pod labels come from `envspec.workloads.model_server_pod_labels`, the same
 function the environment validation uses to prove that each pool's selector selects
 these pods. Pods drain before they stop: readiness fails first (the picker stops
 picking the pod), then `preStop` sleeps `drain_seconds` so streams in flight finish,
@@ -21,9 +21,9 @@ from typing import Any
 from constructs import Construct
 
 from cdk8s import Chart
-from stacks.environment import EnvironmentSpec
-from stacks.spec_infra import NodeGroupSpec
-from stacks.spec_workloads import ModelServerSpec, model_server_name, model_server_pod_labels
+from envspec.environment import EnvironmentSpec
+from envspec.infra import NodeGroupSpec
+from envspec.workloads import ModelServerSpec, model_server_name, model_server_pod_labels
 
 from .base import Wave, manifest, model_server_image, selector_labels
 from .workloads import (

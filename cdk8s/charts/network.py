@@ -12,7 +12,7 @@ from typing import Any
 from constructs import Construct
 
 from cdk8s import Chart
-from stacks.environment import EnvironmentSpec
+from envspec.environment import EnvironmentSpec
 
 from .base import BBR, GATEWAY, PICKER, Wave, labels, manifest
 from .gateway import BBR_PORT

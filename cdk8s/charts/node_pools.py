@@ -20,14 +20,14 @@ from typing import Any
 from constructs import Construct
 
 from cdk8s import Chart
-from stacks.environment import EnvironmentSpec
-from stacks.parts.names import (
+from envspec.environment import EnvironmentSpec
+from envspec.infra import NodeGroupSpec
+from envspec.names import (
     GPU_TAINT_KEY,
     KARPENTER_DISCOVERY_TAG,
     gpu_labels,
     karpenter_node_role_name,
 )
-from stacks.spec_infra import NodeGroupSpec
 
 from .base import Wave, labels, manifest
 

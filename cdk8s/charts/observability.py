@@ -15,7 +15,7 @@ from typing import Any
 from constructs import Construct
 
 from cdk8s import Chart
-from stacks.environment import EnvironmentSpec
+from envspec.environment import EnvironmentSpec
 
 from .base import PART_OF, PICKER, Wave, labels, manifest
 from .bootstrap import PROMETHEUS_RELEASE

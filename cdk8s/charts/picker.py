@@ -24,9 +24,9 @@ import yaml
 from constructs import Construct
 
 from cdk8s import Chart
-from inference_gateway.config import API_GROUP, API_VERSION
-from stacks.environment import EnvironmentSpec
-from stacks.spec_global import STORE_AUTH_KEY, STORE_URL_KEY
+from envspec.environment import EnvironmentSpec
+from envspec.global_router import STORE_AUTH_KEY, STORE_URL_KEY
+from inference_gateway.config.spec import API_GROUP, API_VERSION
 
 from .base import PICKER, Wave, gateway_image, labels, manifest, selector_labels
 from .global_router import STORE_SECRET

@@ -1,6 +1,6 @@
 """GPU-aware inference gateway: endpoint picker, proxy, emulator and fleet simulator."""
 
-from . import native
+from inference_gateway import native
 
 __version__ = "0.1.0"
 

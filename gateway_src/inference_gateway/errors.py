@@ -4,7 +4,10 @@
     ├── ConfigError          a config, scenario or profile file is invalid (field paths)
     ├── NoCapacityError      every pod of the pool is saturated (→ HTTP 429 + Retry-After)
     ├── NoEndpointError      no ready pod can take the request (→ HTTP 503)
-    └── UnknownModelError    no pool serves the requested model (→ HTTP 404)
+    ├── UnknownModelError    no pool serves the requested model (→ HTTP 404)
+    └── UpstreamError        a model server could not be reached or its answer broke
+        ├── UpstreamConnectError   the request never reached the engine
+        └── UpstreamTimeout        no byte arrived within the read timeout
 
 Errors from libraries (pydantic, YAML, aiohttp) are translated into these at the
 boundary that meets them, in one place each.
@@ -18,6 +21,9 @@ __all__ = [
     "NoCapacityError",
     "NoEndpointError",
     "UnknownModelError",
+    "UpstreamConnectError",
+    "UpstreamError",
+    "UpstreamTimeout",
 ]
 
 
@@ -50,3 +56,23 @@ class NoCapacityError(InferenceGatewayError):
     def __init__(self, message: str, retry_after_s: int) -> None:
         self.retry_after_s = retry_after_s
         super().__init__(message)
+
+
+class UpstreamError(InferenceGatewayError):
+    """The model server could not be reached or its answer broke (malformed, truncated)."""
+
+    def __init__(self, message: str, *, before_response: bool = False) -> None:
+        super().__init__(message)
+        self.before_response = before_response
+
+
+class UpstreamConnectError(UpstreamError):
+    """The request never reached the engine: the TCP connection failed (refused,
+    unreachable, timed out) or closed before any byte of an answer."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, before_response=True)
+
+
+class UpstreamTimeout(UpstreamError):
+    """No byte arrived for `read_timeout_s` while one was awaited."""

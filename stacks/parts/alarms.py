@@ -25,7 +25,8 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subs
 from constructs import Construct
 
-from ..spec_infra import AlarmSpec
+from envspec.infra import AlarmSpec
+
 from .metrics import (
     CLUSTER_DIMENSION,
     CLUSTER_METRICS,

@@ -16,8 +16,7 @@ from aws_cdk import Duration
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
-from ..spec_infra import GitOpsSpec
-from .argocd_manifests import (
+from envspec.argocd_manifests import (
     APPLICATION_HEALTH_KEY,
     APPLICATION_HEALTH_LUA,
     ARGOCD_NAMESPACE,
@@ -26,6 +25,7 @@ from .argocd_manifests import (
     cluster_secret,
     root_application,
 )
+from envspec.infra import GitOpsSpec
 
 __all__ = [
     "ARGOCD_NAMESPACE",

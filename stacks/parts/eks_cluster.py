@@ -18,7 +18,8 @@ from aws_cdk import aws_kms as kms
 from aws_cdk.lambda_layer_kubectl_v32 import KubectlV32Layer
 from constructs import Construct
 
-from ..spec_infra import ClusterSpec, NodeGroupSpec
+from envspec.infra import ClusterSpec, NodeGroupSpec
+
 from .addons import AddOn, CloudWatchObservabilityAddOn, default_addons, install_addons
 from .cluster_nag import acknowledge_cluster, acknowledge_nodegroup
 from .gpu_nodes import GpuNodeGroup, GpuNodeGroupProps

@@ -24,7 +24,8 @@ from aws_cdk import aws_elasticloadbalancingv2 as elbv2
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from ..spec_global import global_target_group_name
+from envspec.global_router import global_target_group_name
+
 from .private_nlb import PrivateNlbProps, private_tls_nlb, tls_listener
 
 __all__ = ["GlobalRouterLoadBalancer", "GlobalRouterLoadBalancerProps", "unhealthy_alarm_name"]

@@ -15,11 +15,12 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
+from envspec.infra import NodeGroupSpec
+from envspec.names import GPU_PRODUCTS, GPU_TAINT_KEY, gpu_labels
+
 from ..nag import acknowledge
-from ..spec_infra import NodeGroupSpec
 from .cluster_nag import acknowledge_nodegroup
 from .images import pull_through_statement
-from .names import GPU_PRODUCTS, GPU_TAINT_KEY, gpu_labels
 from .pod_identity import wildcard_findings
 
 __all__ = ["GPU_PRODUCTS", "GPU_TAINT", "GpuNodeGroup", "GpuNodeGroupProps", "gpu_labels"]

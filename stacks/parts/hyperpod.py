@@ -21,8 +21,9 @@ from aws_cdk import aws_s3_deployment as s3deploy
 from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct
 
+from envspec.infra import HyperPodSpec
+
 from ..nag import acknowledge
-from ..spec_infra import HyperPodSpec
 
 __all__ = ["LIFECYCLE_DIR", "HyperPodCluster", "HyperPodProps"]
 

@@ -24,7 +24,8 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
-from .names import target_group_name
+from envspec.names import target_group_name
+
 from .private_nlb import PrivateNlbProps, private_tls_nlb, tls_listener
 
 __all__ = [

@@ -33,15 +33,16 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from ..nag import acknowledge
-from .images import DOCKER_HUB_CACHE_PREFIX
-from .names import (
+from envspec.names import (
     KARPENTER_DISCOVERY_TAG,
     KARPENTER_NAMESPACE,
     KARPENTER_SERVICE_ACCOUNT,
     karpenter_node_role_name,
     karpenter_queue_name,
 )
+
+from ..nag import acknowledge
+from .images import DOCKER_HUB_CACHE_PREFIX
 from .pod_identity import Workload, pod_identity, wildcard_findings
 
 __all__ = ["INTERRUPTION_EVENTS", "KARPENTER", "Karpenter", "KarpenterProps"]

@@ -1,6 +1,6 @@
 """The CloudWatch metric contract between the gateway's telemetry and the alarms.
 
-The names live in one place, `inference_gateway.telemetry_emf`, which writes them as
+The names live in one place, `inference_gateway.telemetry.emf`, which writes them as
 CloudWatch embedded-metric-format records (`igw picker` in the cluster and `igw serve`
 standalone, `--emf-interval`: one record per interval; global router: `fleet_record`);
 the CloudWatch agent turns them into metrics.
@@ -10,7 +10,7 @@ once. Dimension `Cluster` is the EKS cluster name, `Environment` the environment
 
 from __future__ import annotations
 
-from inference_gateway.telemetry_emf import (
+from inference_gateway.telemetry.emf import (
     CLUSTER_DIMENSION,
     CLUSTER_METRICS,
     CLUSTER_NAMESPACE,

@@ -12,7 +12,7 @@ region runs one replication group in its private subnets:
   one the gateway's pods (VPC CNI) use, and opens nothing outbound.
 
 The pods read the token and the URL from two Secrets Manager secrets with the same names
-in every region (`stacks.spec_global.store_secret_names`), through External Secrets.
+in every region (`envspec.global_router.store_secret_names`), through External Secrets.
 
 Client rate limits are one budget across regions, so every region's routers count them in
 the PRIMARY region's store: there, the security group also admits the secondary regions'
@@ -34,14 +34,15 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
-from ..nag import acknowledge
-from ..spec_global import (
+from envspec.global_router import (
     STORE_AUTH_KEY,
     STORE_URL_KEY,
     GlobalStoreSpec,
     rate_limit_store_secret_name,
     store_secret_names,
 )
+
+from ..nag import acknowledge
 
 __all__ = ["GlobalStore", "GlobalStoreProps", "StorePeer", "read_store_secrets"]
 

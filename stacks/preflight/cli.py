@@ -29,9 +29,9 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
+from envspec.environment import load_environment
 from inference_gateway.errors import ConfigError
 
-from ..environment import load_environment
 from ..placement import plan_regions
 from .checks import BotoEc2Api, PlannedGroup, PreflightReport, run_preflight
 from .quotas import ServiceQuotasSource

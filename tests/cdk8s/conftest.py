@@ -19,7 +19,7 @@ os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20,22")
 
 from cdk8s import Chart, Testing
 from charts.app import synth_tree
-from stacks.environment import EnvironmentSpec, load_environment
+from envspec.environment import EnvironmentSpec, load_environment
 
 Doc = dict[str, Any]
 

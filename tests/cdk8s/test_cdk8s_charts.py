@@ -15,9 +15,9 @@ from charts.model_servers import ModelServersChart, vllm_args
 from charts.network import NetworkPoliciesChart
 from charts.observability import ObservabilityChart
 from charts.picker import PickerChart
-from inference_gateway.config import parse_config
-from stacks.environment import EnvironmentSpec
-from stacks.spec_workloads import ModelServerSpec
+from envspec.environment import EnvironmentSpec
+from envspec.workloads import ModelServerSpec
+from inference_gateway.config.spec import parse_config
 
 Doc = dict[str, Any]
 
@@ -104,8 +104,8 @@ class TestOneLoadBalancer:
 
     @pytest.mark.parametrize("name", ["dev", "prod"])
     def test_target_group_binding_names_the_cdk_target_group(self, synth, name):
-        from stacks.environment import load_environment
-        from stacks.parts.names import target_group_name
+        from envspec.environment import load_environment
+        from envspec.names import target_group_name
 
         env = load_environment(name)
         docs = synth(GatewayChart, env)

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from inference_gateway.config import openapi_v3_schema
+from inference_gateway.config.spec import openapi_v3_schema
 
 JUNCTORS = ("allOf", "anyOf", "oneOf", "not")
 NOT_IN_JUNCTORS = ("type", "description", "default", "nullable", "additionalProperties")

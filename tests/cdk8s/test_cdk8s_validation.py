@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from charts.crds import CRD_DIR
-from stacks.environment import load_environment
+from envspec.environment import load_environment
 
 EXTERNAL = CRD_DIR / "external"
 

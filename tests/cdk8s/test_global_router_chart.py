@@ -29,9 +29,8 @@ from charts.global_router import (
     synth_global_routers,
 )
 from charts.picker import PickerChart
-from stacks.environment import EnvironmentSpec, load_environment
-from stacks.parts.pod_identity import workloads
-from stacks.spec_global import (
+from envspec.environment import EnvironmentSpec, load_environment
+from envspec.global_router import (
     STORE_AUTH_KEY,
     STORE_URL_KEY,
     global_folder,
@@ -39,6 +38,7 @@ from stacks.spec_global import (
     rate_limit_store_secret_name,
     store_secret_names,
 )
+from stacks.parts.pod_identity import workloads
 
 Doc = dict[str, Any]
 
@@ -91,7 +91,7 @@ def test_config_is_one_the_router_accepts(prod, west):
     """The rendered file parsed by `igw global`'s own loader: unknown keys there are
     errors, so a key the router does not know (such as `rateLimitStore` before it
     existed) fails here."""
-    from inference_gateway.global_router import config as router
+    from inference_gateway.frontends.global_router import config as router
 
     spec = router.parse_router_config(
         _filled_config(west, "rediss://master.x.usw2.cache.amazonaws.com:6380/0")

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from inference_gateway.dataplane.proxy import Gateway
-from inference_gateway.dataplane.server import app_runner, build_gateway
+from inference_gateway.assembly.serve import app_runner, build_gateway
+from inference_gateway.core.scheduling.types import Endpoint
 from inference_gateway.emulator.fleet import EmulatedFleet
-from inference_gateway.scheduling.types import Endpoint
+from inference_gateway.frontends.proxy import Gateway
 
 
 def fleet_endpoints(fleet: EmulatedFleet) -> list[Endpoint]:

@@ -16,10 +16,10 @@ import pytest
 import yaml
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from inference_gateway.config import parse_config
-from inference_gateway.dataplane.auth import Authenticator, JwtSettings, load_api_keys
+from inference_gateway.config.spec import parse_config
 from inference_gateway.emulator.fleet import EmulatedFleet
 from inference_gateway.errors import ConfigError
+from inference_gateway.frontends.auth import Authenticator, JwtSettings, load_api_keys
 
 FLEET = {"base_port": 0, "pods": [{"name": "h", "gpu": "H100", "model": "llama-3.1-8b"}]}
 MODEL = "llama-3.1-8b"

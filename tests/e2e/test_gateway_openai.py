@@ -9,9 +9,9 @@ import openai
 import pytest
 from aiohttp import web
 
-from inference_gateway.dataplane.server import app_runner, build_gateway
+from inference_gateway.assembly.serve import app_runner, build_gateway
+from inference_gateway.core.scheduling.types import Endpoint
 from inference_gateway.emulator.fleet import EmulatedFleet
-from inference_gateway.scheduling.types import Endpoint
 
 FLEET = {
     "base_port": 0,

@@ -41,12 +41,12 @@ import pytest
 import yaml
 from aiohttp import web
 
-from inference_gateway.dataplane.auth import Authenticator, Identity
-from inference_gateway.dataplane.server import build_gateway
+from inference_gateway.assembly.serve import build_gateway
+from inference_gateway.core.scheduling.types import Endpoint
 from inference_gateway.emulator.fleet import EmulatedFleet
-from inference_gateway.global_router import build_global_router, parse_router_config
-from inference_gateway.global_router.clusters import ClusterStatus
-from inference_gateway.scheduling.types import Endpoint
+from inference_gateway.frontends.auth import Authenticator, Identity
+from inference_gateway.frontends.global_router import build_global_router, parse_router_config
+from inference_gateway.frontends.global_router.clusters import ClusterStatus
 from inference_gateway.store.local_server import LocalRedis, free_port
 
 pytestmark = pytest.mark.slow
@@ -67,7 +67,7 @@ class Proc:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> None:
-        command = [sys.executable, "-m", "inference_gateway.cli", *self.args]
+        command = [sys.executable, "-m", "inference_gateway.cli.main", *self.args]
         command += ["--host", "127.0.0.1", "--port", str(self.port)]
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
@@ -385,7 +385,7 @@ async def test_hung_gateway_is_drained_by_its_stale_heartbeat(tmp_path: Path) ->
 
 async def igw_cli(*args: str) -> int:
     """`igw ARGS` as an operator runs it, in its own process."""
-    command = [sys.executable, "-m", "inference_gateway.cli", *args]
+    command = [sys.executable, "-m", "inference_gateway.cli.main", *args]
     process = await asyncio.create_subprocess_exec(
         *command, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
     )

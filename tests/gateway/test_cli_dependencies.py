@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from inference_gateway import cli
+from inference_gateway.cli import main as cli
 
 BLOCKER = """\
 import sys
@@ -31,7 +31,7 @@ def _igw_without(tmp_path: Path, hidden: set[str], *argv: str) -> subprocess.Com
     (tmp_path / "sitecustomize.py").write_text(BLOCKER.format(hidden=hidden))
     path = os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])
     return subprocess.run(
-        [sys.executable, "-m", "inference_gateway.cli", *argv],
+        [sys.executable, "-m", "inference_gateway.cli.main", *argv],
         env={**os.environ, "PYTHONPATH": path},
         capture_output=True,
         text=True,

@@ -52,7 +52,79 @@ def test_no_gateway_module_imports_the_iac(path: Path) -> None:
 def test_the_check_sees_lazy_imports(tmp_path: Path) -> None:
     sample = tmp_path / "sample.py"
     sample.write_text(
-        "def f():\n    from stacks.environment import load_environment\n"
+        "def f():\n    from stacks.cluster import ClusterStack\n"
         "def g():\n    import importlib\n    importlib.import_module('charts.base')\n"
     )
     assert _imported_top_levels(sample) >= {"stacks", "charts"}
+
+
+CORE = PACKAGE / "core"
+#: What the routing core may never import: the front ends and transports that drive it,
+#: the tools beside it, and any web or RPC framework (DESIGN §2: the same core runs in
+#: the proxy, the ext_proc picker and the simulator's virtual clock).
+CORE_FORBIDDEN = {
+    "inference_gateway.frontends",
+    "inference_gateway.transport",
+    "inference_gateway.assembly",
+    "inference_gateway.cli",
+    "inference_gateway.kubernetes",
+    "inference_gateway.emulator",
+    "inference_gateway.sim",
+    "inference_gateway.demo",
+    "inference_gateway.backend_bench",
+    "aiohttp",
+    "grpc",
+    "httptools",
+    "uvloop",
+}
+
+
+def _imported_modules(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return names
+
+
+CORE_MODULES = sorted(CORE.rglob("*.py"))
+
+
+def test_the_core_has_modules_to_check() -> None:
+    assert len(CORE_MODULES) > 20
+
+
+@pytest.mark.parametrize("path", CORE_MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_the_core_imports_no_front_end_transport_or_framework(path: Path) -> None:
+    bad = {
+        name
+        for name in _imported_modules(path)
+        if any(name == f or name.startswith(f + ".") for f in CORE_FORBIDDEN)
+    }
+    assert bad == set()
+
+
+def test_the_core_check_sees_a_front_end_import(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text("def f():\n    from inference_gateway.frontends.proxy import Proxy\n")
+    assert "inference_gateway.frontends.proxy" in _imported_modules(sample)
+
+
+ENVSPEC = Path(__file__).resolve().parents[2] / "envspec"
+
+
+@pytest.mark.parametrize("path", sorted(ENVSPEC.rglob("*.py")), ids=lambda p: p.name)
+def test_the_environment_model_imports_neither_side(path: Path) -> None:
+    """`envspec` is read by the CDK stacks and the cdk8s charts alike, so it imports
+    neither of them nor their libraries: each side depends on it, never on the other."""
+    assert _imported_top_levels(path) & IAC_PACKAGES == set()
+
+
+CHARTS = Path(__file__).resolve().parents[2] / "cdk8s" / "charts"
+
+
+@pytest.mark.parametrize("path", sorted(CHARTS.rglob("*.py")), ids=lambda p: p.name)
+def test_the_charts_do_not_import_the_cdk_stacks(path: Path) -> None:
+    assert _imported_top_levels(path) & {"stacks", "aws_cdk"} == set()

@@ -31,10 +31,17 @@ from inference_gateway.backend_bench.results import (
     ToolCallResult,
 )
 from inference_gateway.backend_bench.stats import summarize
-from inference_gateway.demo_report import render_report
+from inference_gateway.demo.report import render_report
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs the Debian package chromium")
+
+
+@pytest.fixture(autouse=True)
+def _chromium_installed() -> None:
+    """Rendering is the test: a missing browser fails it (`make test` installs it)."""
+    if CHROMIUM is None:
+        pytest.fail("chromium is missing: `make test` installs the Debian package", pytrace=False)
+
 
 PROBE = """<script>
 (() => {

@@ -10,9 +10,8 @@ from typing import Any
 
 import pytest
 
-from inference_gateway import telemetry_emf as emf
-from inference_gateway.telemetry import GatewayMetrics
-from inference_gateway.telemetry_emf import (
+from inference_gateway.telemetry import emf
+from inference_gateway.telemetry.emf import (
     CLUSTER_METRICS,
     EmfEmitter,
     cluster_record,
@@ -20,6 +19,7 @@ from inference_gateway.telemetry_emf import (
     fleet_record,
     histogram_quantile,
 )
+from inference_gateway.telemetry.metrics import GatewayMetrics
 
 CLOCK = 1_700_000_000.25
 
@@ -277,9 +277,9 @@ async def test_serve_writes_emf_records_of_real_requests(
     import aiohttp
     from aiohttp import web
 
-    from inference_gateway.dataplane.server import build_gateway
+    from inference_gateway.assembly.serve import build_gateway
+    from inference_gateway.core.scheduling.types import Endpoint
     from inference_gateway.emulator.fleet import EmulatedFleet
-    from inference_gateway.scheduling.types import Endpoint
 
     fleet_spec = {
         "base_port": 0,
@@ -322,7 +322,7 @@ async def test_serve_writes_emf_records_of_real_requests(
 def test_serve_cli_has_the_flag_off_by_default() -> None:
     import argparse
 
-    from inference_gateway.dataplane import cli
+    from inference_gateway.cli import serve as cli
 
     parser = argparse.ArgumentParser()
     cli.register(parser.add_subparsers())

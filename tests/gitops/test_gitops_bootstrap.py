@@ -10,7 +10,7 @@ import yaml
 
 from charts.app import environment_names
 from charts.bootstrap import repo_of
-from stacks.environment import load_environment
+from envspec.environment import load_environment
 
 WAVE = "argocd.argoproj.io/sync-wave"
 

@@ -9,7 +9,7 @@ import difflib
 from pathlib import Path
 
 from charts.app import KUSTOMIZATION, environment_names
-from stacks.environment import load_environment
+from envspec.environment import load_environment
 
 
 def _generated_dirs(root: Path) -> list[Path]:

@@ -15,7 +15,7 @@ import yaml
 from charts.app import environment_names
 from charts.bootstrap import ADDONS, GIE_CRD_GROUPS, GIE_CRDS_APP
 from charts.gateway import picker_ext_proc_cluster
-from stacks.environment import load_environment
+from envspec.environment import load_environment
 
 Doc = dict[str, Any]
 WAVE = "argocd.argoproj.io/sync-wave"

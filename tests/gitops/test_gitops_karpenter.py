@@ -17,13 +17,9 @@ import yaml
 
 from charts.app import environment_names
 from charts.bootstrap import ADDONS, KARPENTER_VERSION
-from stacks.environment import load_environment
-from stacks.parts.argocd_manifests import cluster_secret
-from stacks.parts.names import (
-    KARPENTER_DISCOVERY_TAG,
-    karpenter_node_role_name,
-    karpenter_queue_name,
-)
+from envspec.environment import load_environment
+from envspec.argocd_manifests import cluster_secret
+from envspec.names import KARPENTER_DISCOVERY_TAG, karpenter_node_role_name, karpenter_queue_name
 
 WAVE = "argocd.argoproj.io/sync-wave"
 

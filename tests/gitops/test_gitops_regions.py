@@ -19,12 +19,18 @@ import yaml
 
 from charts.app import environment_names, synth_tree
 from charts.base import ecr_registry
-from stacks.environment import load_environment
+from envspec.environment import load_environment
 
 KUBECTL = shutil.which("kubectl")
-needs_kustomize = pytest.mark.skipif(
-    KUBECTL is None, reason="kubectl (with its embedded Kustomize) is not installed"
-)
+needs_kustomize = pytest.mark.usefixtures("kubectl_installed")
+
+
+@pytest.fixture
+def kubectl_installed() -> None:
+    """The overlays are built by kubectl's embedded Kustomize; a missing kubectl fails the
+    test (`make test` installs the Debian package), it never skips it."""
+    if KUBECTL is None:
+        pytest.fail("kubectl is missing: `make test` installs the Debian package", pytrace=False)
 
 
 def _images(docs: list[dict[str, Any]]) -> list[str]:

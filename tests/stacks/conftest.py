@@ -24,8 +24,8 @@ import pytest
 from aws_cdk import Stack
 from aws_cdk.assertions import Template
 
+from envspec.environment import EnvironmentSpec, load_environment
 from stacks.application import RegionStacks, build, new_app
-from stacks.environment import EnvironmentSpec, load_environment
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 The cluster alarms read namespace `InferenceGateway`, dimension `Cluster`; in the cluster
 the only writer is the picker (`igw picker --emf-interval --emf-cluster`), whose records
-come from `inference_gateway.telemetry_emf.cluster_record`. So each alarm's metrics are
+come from `inference_gateway.telemetry.emf.cluster_record`. So each alarm's metrics are
 checked against a record built by that function, and the rendered picker Deployment must
 ask for records under the very Cluster value the alarms filter on. CloudWatch matches a
 metric by namespace, name and the exact dimension set (CloudWatch docs, "Metrics
@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from inference_gateway.telemetry_emf import (
+from inference_gateway.telemetry.emf import (
     CLUSTER_METRICS,
     FLEET_METRICS,
     Snapshot,
@@ -151,7 +151,7 @@ def test_the_pickers_emf_lines_reach_cloudwatch_as_metrics(any_synth: Synth) -> 
 
     from prometheus_client import CollectorRegistry
 
-    from inference_gateway.telemetry_emf import EmfEmitter
+    from inference_gateway.telemetry.emf import EmfEmitter
 
     addons = any_synth.resources(any_synth.env.aws.region, "cluster", "AWS::EKS::Addon")
     (agent,) = [

@@ -18,14 +18,8 @@ import yaml
 from aws_cdk import Environment
 from aws_cdk.assertions import Match, Template
 
-from inference_gateway.errors import ConfigError
-from inference_gateway.telemetry_emf import FLEET_METRICS, fleet_record
-from stacks.application import new_app
-from stacks.environment import load_environment
-from stacks.global_dns import GlobalDnsStack, GlobalDnsStackProps, RegionalEndpoints
-from stacks.parts.global_lb import unhealthy_alarm_name
-from stacks.parts.valkey import read_store_secrets
-from stacks.spec_global import (
+from envspec.environment import load_environment
+from envspec.global_router import (
     STORE_AUTH_KEY,
     STORE_URL_KEY,
     global_folder,
@@ -34,6 +28,12 @@ from stacks.spec_global import (
     resolved_clusters,
     store_secret_names,
 )
+from inference_gateway.errors import ConfigError
+from inference_gateway.telemetry.emf import FLEET_METRICS, fleet_record
+from stacks.application import new_app
+from stacks.global_dns import GlobalDnsStack, GlobalDnsStackProps, RegionalEndpoints
+from stacks.parts.global_lb import unhealthy_alarm_name
+from stacks.parts.valkey import read_store_secrets
 
 if TYPE_CHECKING:
     from conftest import Synth
@@ -251,7 +251,7 @@ def test_private_zone_spans_every_vpc_with_a_latency_record_per_region(
         assert record["SetIdentifier"] == region
         assert record["AliasTarget"]["EvaluateTargetHealth"] is True
         assert "HealthCheckId" in record
-    # The names the routers call resolve in the same zone (stacks.spec_global).
+    # The names the routers call resolve in the same zone (envspec.global_router).
     regional = {r["Name"] for r in records if r["Name"] != domain}
     hosts = {
         c.endpoint.removeprefix("https://").rstrip("/") for c in resolved_clusters(prod_synth.env)
@@ -305,7 +305,7 @@ def _dashboard_metrics(synth: Synth) -> set[tuple[str, str]]:
 
 
 def test_failover_alarm_and_dashboard_read_the_telemetry_emf_names(prod_synth: Synth) -> None:
-    """Against `telemetry_emf.fleet_record`, which `igw global` calls (main has no router)."""
+    """Against `telemetry.emf.fleet_record`, which `igw global` calls (main has no router)."""
     record = fleet_record("prod", {k: 1 for k in FLEET_METRICS}, 0)
     namespace, dimensions, names = _emf_names(record)
     alarm = _fleet_alarm(prod_synth)
@@ -319,7 +319,7 @@ def test_failover_alarm_reads_what_the_router_itself_writes(prod_synth: Synth) -
     """The record `igw global` writes (its FleetEmfEmitter over its own Prometheus
     counters), after a failover: the alarm's metric must be in it with a count of 1. The
     fleet record is the first line; per-cluster records follow it."""
-    from inference_gateway.global_router import metrics
+    from inference_gateway.frontends.global_router import metrics
 
     fleet = metrics.GlobalMetrics()
     out = io.StringIO()

@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import yaml
 
+from envspec.environment import EnvironmentSpec, load_environment
 from inference_gateway.errors import ConfigError
 from stacks.application import build, new_app
-from stacks.environment import EnvironmentSpec, load_environment
 from stacks.parts.peering import ENVOY_LISTENER_PORT
 
 if TYPE_CHECKING:

@@ -220,7 +220,7 @@ def test_karpenter_gets_an_interruption_queue_fed_by_the_four_event_rules(any_sy
     Health scheduled changes (Karpenter docs, "Interruption"); the queue is the one the
     controller is told (`<cluster>-karpenter`, cdk8s/charts/bootstrap.py) and refuses
     plain HTTP."""
-    from stacks.parts.names import karpenter_queue_name
+    from envspec.names import karpenter_queue_name
 
     env = any_synth.env
     for region in env.aws.regions:
@@ -251,7 +251,7 @@ def test_karpenter_controller_role_is_scoped_to_this_cluster(any_synth: Synth) -
     """The controller's Pod Identity (kube-system/karpenter) may create and delete only
     what carries this cluster's tag and a NodePool's, and pass only the node role
     (Karpenter 1.6 getting-started CloudFormation, `KarpenterControllerPolicy`)."""
-    from stacks.parts.names import karpenter_node_role_name
+    from envspec.names import karpenter_node_role_name
 
     env = any_synth.env
     cluster = env.cluster.name
@@ -292,7 +292,7 @@ def test_karpenter_nodes_join_with_one_role_per_cluster(prod_synth: Synth) -> No
     EC2_LINUX access entry (EKS docs, "Create access entries": type EC2_LINUX for
     self-managed and Karpenter nodes), and the secondary cluster stack deploys after the
     primary one. The private subnets carry the tag the EC2NodeClasses select."""
-    from stacks.parts.names import KARPENTER_DISCOVERY_TAG, karpenter_node_role_name
+    from envspec.names import KARPENTER_DISCOVERY_TAG, karpenter_node_role_name
 
     env = prod_synth.env
     name = karpenter_node_role_name(env.cluster.name)

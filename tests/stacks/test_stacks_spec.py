@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from envspec.environment import EnvironmentSpec, load_environment
 from inference_gateway.errors import ConfigError
-from stacks.environment import EnvironmentSpec, load_environment
 from stacks.parts.addons import (
     AddOn,
     CloudWatchObservabilityAddOn,
@@ -193,7 +193,7 @@ def test_placement_is_importable_without_aws_cdk() -> None:
 
     code = (
         "import sys, stacks.placement as p; "
-        "plans = p.plan_regions(__import__('stacks.environment').environment"
+        "plans = p.plan_regions(__import__('envspec.environment').environment"
         ".load_environment('prod')); "
         "assert 'aws_cdk' not in sys.modules; "
         "print({pl.region: dict(pl.node_group_zones) for pl in plans})"

@@ -20,17 +20,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import GatewayConfigSpec
-from ..dataplane.baseline import RoundRobinScheduler
-from ..dataplane.contracts import RoutingState, SchedulerLike
-from ..dataplane.director import Director, Series
-from ..dataplane.upstream import Upstream
-from ..endpoints.store import EndpointStore, Fetch
-from ..scheduling import Scheduler
-from ..scheduling.types import Endpoint
-from ..store.ratelimit import SharedLimits
-from ..telemetry import GatewayMetrics
-from ..traffic.rewrites import RewriteSet
+from inference_gateway.config.spec import GatewayConfigSpec
+from inference_gateway.core.endpoints.store import EndpointStore, Fetch
+from inference_gateway.core.request.contracts import RoutingState, SchedulerLike
+from inference_gateway.core.request.director import Director, Series
+from inference_gateway.core.scheduling import Scheduler
+from inference_gateway.core.scheduling.baseline import RoundRobinScheduler
+from inference_gateway.core.scheduling.types import Endpoint
+from inference_gateway.core.traffic.rewrites import RewriteSet
+from inference_gateway.store.ratelimit import SharedLimits
+from inference_gateway.telemetry.metrics import GatewayMetrics
+from inference_gateway.transport.http1_client import Upstream
 
 __all__ = ["POLICIES", "Core", "ScrapeClient", "build_core"]
 
@@ -41,7 +41,7 @@ POLICIES = ("gateway", "round-robin")  # `round-robin`: the baseline `igw serve`
 
 class ScrapeClient:
     """The store's fetch over HTTP: GET http://pod{path} → text, on the lean client
-    (dataplane/upstream.py; aiohttp's general client cost ~0.3 ms of CPU per scrape
+    (transport/http1_client.py; aiohttp's general client cost ~0.3 ms of CPU per scrape
     more) with the config's scrape timeout. `cpu_seconds` is what the store's CPU budget
     reads (the client's own parsing, timed where it runs)."""
 

@@ -18,11 +18,11 @@ Nothing here imports aws_cdk or boto3.
 
 from __future__ import annotations
 
-from .client import BackendError
-from .cost import cost_per_million_tokens
-from .results import BackendResult, BenchResult
-from .runner import Target, run_benchmark
-from .spec import BenchSpec, load_bench_spec, parse_bench_spec
+from inference_gateway.backend_bench.client import BackendError
+from inference_gateway.backend_bench.cost import cost_per_million_tokens
+from inference_gateway.backend_bench.results import BackendResult, BenchResult
+from inference_gateway.backend_bench.runner import Target, run_benchmark
+from inference_gateway.backend_bench.spec import BenchSpec, load_bench_spec, parse_bench_spec
 
 __all__ = [
     "BackendError",

@@ -17,13 +17,13 @@ from typing import Any
 import orjson
 from rich.console import Console
 
-from ..errors import ConfigError
-from ..terminal import progress_line
-from .report import render_html, render_table
-from .results import BenchResult
-from .runner import run_benchmark
-from .spec import BenchSpec, load_bench_spec
-from .targets import resolve_targets
+from inference_gateway.backend_bench.report import render_html, render_table
+from inference_gateway.backend_bench.results import BenchResult
+from inference_gateway.backend_bench.runner import run_benchmark
+from inference_gateway.backend_bench.spec import BenchSpec, load_bench_spec
+from inference_gateway.backend_bench.targets import resolve_targets
+from inference_gateway.errors import ConfigError
+from inference_gateway.terminal import progress_line
 
 __all__ = ["benchmark_backends", "register"]
 

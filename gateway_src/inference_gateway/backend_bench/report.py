@@ -21,7 +21,7 @@ import jinja2
 from rich.console import Console
 from rich.table import Table
 
-from .results import BackendResult, BenchResult
+from inference_gateway.backend_bench.results import BackendResult, BenchResult
 
 __all__ = ["COLUMN_HELP", "render_html", "render_table", "row_cells", "sweep_chart_svg"]
 
@@ -97,7 +97,7 @@ def provenance(result: BenchResult) -> str:
 
 
 def render_table(result: BenchResult, console: Console | None = None) -> None:
-    from ..terminal import compact_table
+    from inference_gateway.terminal import compact_table
 
     console = console or Console()
     table = compact_table(

@@ -23,7 +23,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from .stats import Summary
+from inference_gateway.backend_bench.stats import Summary
 
 __all__ = [
     "BackendResult",

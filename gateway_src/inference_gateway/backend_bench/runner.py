@@ -30,9 +30,9 @@ from typing import TypeVar
 
 import aiohttp
 
-from .client import BackendError, ChatClient, StreamResult
-from .cost import cost_per_million_tokens
-from .results import (
+from inference_gateway.backend_bench.client import BackendError, ChatClient, StreamResult
+from inference_gateway.backend_bench.cost import cost_per_million_tokens
+from inference_gateway.backend_bench.results import (
     BackendResult,
     BenchResult,
     ConcurrencyPoint,
@@ -40,9 +40,9 @@ from .results import (
     RunSummary,
     ToolCallResult,
 )
-from .spec import BackendSpec, BenchSettings
-from .stats import relative_change_pct, summarize
-from .tasks import COUNT_IDS_TOOL, score_reply, tool_cases
+from inference_gateway.backend_bench.spec import BackendSpec, BenchSettings
+from inference_gateway.backend_bench.stats import relative_change_pct, summarize
+from inference_gateway.backend_bench.tasks import COUNT_IDS_TOOL, score_reply, tool_cases
 
 __all__ = ["Target", "emulated_as", "run_benchmark"]
 

@@ -29,9 +29,9 @@ from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from ..config import format_validation_error, read_yaml
-from ..emulator.behaviors import PodBehavior
-from ..errors import ConfigError
+from inference_gateway.config.spec import format_validation_error, read_yaml
+from inference_gateway.emulator.behaviors import PodBehavior
+from inference_gateway.errors import ConfigError
 
 __all__ = [
     "BackendSpec",

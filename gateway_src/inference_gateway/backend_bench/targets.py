@@ -13,10 +13,10 @@ import re
 from collections.abc import AsyncIterator
 from typing import Any
 
-from ..emulator.fleet import EmulatedFleet
-from ..errors import ConfigError
-from .runner import Target
-from .spec import BenchSpec
+from inference_gateway.backend_bench.runner import Target
+from inference_gateway.backend_bench.spec import BenchSpec
+from inference_gateway.emulator.fleet import EmulatedFleet
+from inference_gateway.errors import ConfigError
 
 __all__ = ["resolve_targets"]
 

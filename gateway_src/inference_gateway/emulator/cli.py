@@ -18,8 +18,8 @@ import sys
 from collections.abc import Coroutine
 from typing import Any
 
-from ..errors import ConfigError
-from .fleet import EmulatedFleet, FleetSpec, load_fleet, parse_fleet
+from inference_gateway.emulator.fleet import EmulatedFleet, FleetSpec, load_fleet, parse_fleet
+from inference_gateway.errors import ConfigError
 
 __all__ = ["build_spec", "register", "run"]
 

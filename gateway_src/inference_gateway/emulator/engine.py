@@ -40,8 +40,8 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .kvcache import BlockPool
-from .profiles import BLOCK_SIZE, PodProfile
+from inference_gateway.emulator.kvcache import BlockPool
+from inference_gateway.emulator.profiles import BLOCK_SIZE, PodProfile
 
 __all__ = ["Engine", "EngineListener", "EngineRequest", "EngineSnapshot"]
 

@@ -35,11 +35,11 @@ from typing import Any, NamedTuple, Self
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from ..config import format_validation_error, read_yaml
-from ..errors import ConfigError
-from .behaviors import PodBehavior
-from .profiles import PodProfile, pod_profile
-from .server import EmulatedPod
+from inference_gateway.config.spec import format_validation_error, read_yaml
+from inference_gateway.emulator.behaviors import PodBehavior
+from inference_gateway.emulator.profiles import PodProfile, pod_profile
+from inference_gateway.emulator.server import EmulatedPod
+from inference_gateway.errors import ConfigError
 
 __all__ = [
     "POOL_LABEL",

@@ -40,7 +40,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from .engine import EngineRequest, EngineSnapshot
+from inference_gateway.emulator.engine import EngineRequest, EngineSnapshot
 
 __all__ = ["E2E_BUCKETS", "TTFT_BUCKETS", "PodMetrics"]
 

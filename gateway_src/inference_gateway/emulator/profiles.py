@@ -17,8 +17,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from ..config import format_validation_error
-from ..errors import ConfigError
+from inference_gateway.config.spec import format_validation_error
+from inference_gateway.errors import ConfigError
 
 __all__ = [
     "BLOCK_SIZE",

@@ -22,8 +22,8 @@ import asyncio
 import time
 from dataclasses import dataclass
 
-from .engine import Engine, EngineListener, EngineRequest
-from .profiles import PodProfile
+from inference_gateway.emulator.engine import Engine, EngineListener, EngineRequest
+from inference_gateway.emulator.profiles import PodProfile
 
 __all__ = ["PodStoppedError", "RealtimeDriver", "Ticket"]
 

@@ -32,12 +32,12 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from .behaviors import Jitter, PodBehavior, ToolCall, decide_tool_call
-from .engine import EngineRequest
-from .metrics_text import PodMetrics
-from .profiles import BLOCK_SIZE, PodProfile
-from .realtime import PodStoppedError, RealtimeDriver
-from .tokens import (
+from inference_gateway.emulator.behaviors import Jitter, PodBehavior, ToolCall, decide_tool_call
+from inference_gateway.emulator.engine import EngineRequest
+from inference_gateway.emulator.metrics_text import PodMetrics
+from inference_gateway.emulator.profiles import BLOCK_SIZE, PodProfile
+from inference_gateway.emulator.realtime import PodStoppedError, RealtimeDriver
+from inference_gateway.emulator.tokens import (
     block_hashes,
     count_tokens,
     default_output_tokens,

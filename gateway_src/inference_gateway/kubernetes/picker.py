@@ -23,13 +23,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..assembly.core import Core, build_core
-from ..background import cancel_and_wait
-from ..config import GatewayConfigSpec, load_config
-from ..config_watch import FileConfigSource, KubernetesConfigSource
-from ..dataplane.extproc_server import Lifecycle, PickerServer
-from ..endpoints.config_status import ConfigStatusWriter
-from ..endpoints.kubernetes import (
+from inference_gateway.assembly.core import Core, build_core
+from inference_gateway.assembly.picker import Lifecycle, PickerServer
+from inference_gateway.background import cancel_and_wait
+from inference_gateway.config.spec import GatewayConfigSpec, load_config
+from inference_gateway.config.watch import FileConfigSource, KubernetesConfigSource
+from inference_gateway.core.traffic.rewrites import RewriteSet
+from inference_gateway.errors import ConfigError
+from inference_gateway.kubernetes.config_status import ConfigStatusWriter
+from inference_gateway.kubernetes.discovery import (
     LeaderElector,
     PodDiscovery,
     PodSource,
@@ -37,8 +39,6 @@ from ..endpoints.kubernetes import (
     api_client,
     read_inference_pool,
 )
-from ..errors import ConfigError
-from ..traffic.rewrites import RewriteSet
 
 __all__ = ["KubernetesMode", "KubernetesOptions"]
 

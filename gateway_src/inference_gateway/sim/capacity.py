@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..emulator.engine import Engine, EngineRequest
-from ..emulator.profiles import PodProfile
-from .fleet import pool_profile
-from .scenario import PoolSpec, Workload
-from .workload import SimRequest, prefix_block_ids, sample_requests
+from inference_gateway.emulator.engine import Engine, EngineRequest
+from inference_gateway.emulator.profiles import PodProfile
+from inference_gateway.sim.fleet import pool_profile
+from inference_gateway.sim.scenario import PoolSpec, Workload
+from inference_gateway.sim.workload import SimRequest, prefix_block_ids, sample_requests
 
 __all__ = ["ClosedLoop", "closed_loop", "fleet_capacity", "pod_capacity"]
 

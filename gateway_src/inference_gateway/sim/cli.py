@@ -9,10 +9,10 @@ from typing import Any
 
 import orjson
 
-from .. import native
-from .configs import shorten
-from .policies import POLICIES
-from .scenario import load_scenario, shipped_scenarios
+from inference_gateway import native
+from inference_gateway.sim.configs import shorten
+from inference_gateway.sim.policies import POLICIES
+from inference_gateway.sim.scenario import load_scenario, shipped_scenarios
 
 __all__ = ["policy_names", "register"]
 
@@ -79,7 +79,7 @@ def print_list() -> None:
         description = load_scenario(name).description
         first_paragraph = description.strip().split("\n\n")[0]
         table.add_row(name, " ".join(first_paragraph.split()))
-    from .global_scenario import shipped_fleet_scenarios
+    from inference_gateway.sim.global_scenario import shipped_fleet_scenarios
 
     for name, description in shipped_fleet_scenarios().items():  # clusters behind igw global
         table.add_row(name, " ".join(description.split()))
@@ -89,7 +89,7 @@ def print_list() -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .global_scenario import is_fleet_scenario
+    from inference_gateway.sim.global_scenario import is_fleet_scenario
 
     if args.list:
         print_list()
@@ -101,10 +101,10 @@ def run(args: argparse.Namespace) -> int:
         print("igw simulate: --duration must be above 0", file=sys.stderr)
         return 2
     if is_fleet_scenario(args.scenario):  # clusters behind the global router
-        from .fleet_cli import run_fleet
+        from inference_gateway.sim.fleet_cli import run_fleet
 
         return run_fleet(args)
-    from .runner import simulate
+    from inference_gateway.sim.runner import simulate
 
     scenario = shorten(load_scenario(args.scenario), args.duration)
     policies = [p.strip() for p in args.policies.split(",")] if args.policies else None
@@ -134,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
 def print_table(result: dict[str, Any], duration_s: float) -> None:
     from rich.console import Console
 
-    from ..terminal import compact_table, name_width, wrap_name
+    from inference_gateway.terminal import compact_table, name_width, wrap_name
 
     console = Console()
     width = name_width(console.width)

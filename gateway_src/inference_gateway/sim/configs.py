@@ -16,14 +16,14 @@ from typing import Any
 
 import yaml
 
-from ..config import GatewayConfigSpec, parse_config
-from ..errors import ConfigError
-from .capacity import fleet_capacity
-from .driver import run_policy
-from .fleet import SimPod
-from .gateway import GatewayPolicy
-from .policies import POLICIES
-from .scenario import Scenario
+from inference_gateway.config.spec import GatewayConfigSpec, parse_config
+from inference_gateway.errors import ConfigError
+from inference_gateway.sim.capacity import fleet_capacity
+from inference_gateway.sim.driver import run_policy
+from inference_gateway.sim.fleet import SimPod
+from inference_gateway.sim.gateway import GatewayPolicy
+from inference_gateway.sim.policies import POLICIES
+from inference_gateway.sim.scenario import Scenario
 
 __all__ = ["load_gateway_config", "run_config", "shorten"]
 

@@ -14,13 +14,13 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
-from ..emulator.engine import EngineRequest
-from .gateway import DEFERRED
-from .fleet import SimPod, build_fleet, scrape
-from .metrics import Observer
-from .policies import Policy, make_policy
-from .scenario import Scenario
-from .workload import SimRequest, generate, prefix_block_ids
+from inference_gateway.emulator.engine import EngineRequest
+from inference_gateway.sim.fleet import SimPod, build_fleet, scrape
+from inference_gateway.sim.gateway import DEFERRED
+from inference_gateway.sim.metrics import Observer
+from inference_gateway.sim.policies import Policy, make_policy
+from inference_gateway.sim.scenario import Scenario
+from inference_gateway.sim.workload import SimRequest, generate, prefix_block_ids
 
 __all__ = ["run_policy"]
 

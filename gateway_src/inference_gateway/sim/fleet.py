@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..emulator.engine import Engine, EngineListener
-from ..emulator.profiles import PodProfile, pod_profile
-from ..scheduling.types import Endpoint, PodMetrics
-from .scenario import PoolSpec
+from inference_gateway.core.scheduling.types import Endpoint, PodMetrics
+from inference_gateway.emulator.engine import Engine, EngineListener
+from inference_gateway.emulator.profiles import PodProfile, pod_profile
+from inference_gateway.sim.scenario import PoolSpec
 
 __all__ = ["SimPod", "build_fleet", "pool_profile", "scrape"]
 

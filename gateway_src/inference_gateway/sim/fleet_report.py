@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from .global_scenario import FleetEvent, FleetScenario
+from inference_gateway.sim.global_scenario import FleetEvent, FleetScenario
 
 __all__ = ["FleetRecorder"]
 

@@ -6,11 +6,11 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from ..global_router import clusters as clusters_module
-from .capacity import PROBE_REQUESTS, fleet_capacity
-from .fleet_tier import FleetTier
-from .global_scenario import FleetScenario, cluster_hourly_usd
-from .workload import sample_requests
+from inference_gateway.frontends.global_router import clusters as clusters_module
+from inference_gateway.sim.capacity import PROBE_REQUESTS, fleet_capacity
+from inference_gateway.sim.fleet_tier import FleetTier
+from inference_gateway.sim.global_scenario import FleetScenario, cluster_hourly_usd
+from inference_gateway.sim.workload import sample_requests
 
 __all__ = ["simulate_fleet"]
 

@@ -9,7 +9,7 @@ seeded generator), so what is measured here is the code that routes in productio
 The router sees a cluster only the way `igw global` does:
 
 * its status, polled every `pollIntervalMs` (the same fields and window rules as
-  `dataplane/status.py`, validated by `ClusterStatus`), arriving one round trip later;
+  `frontends/status.py`, validated by `ClusterStatus`), arriving one round trip later;
   a poll of a dead cluster fails one round trip later and drains it (`connect_failed`);
 * its answers: a refused or dropped connection drains the cluster and moves the request
   to the next cluster of its ranking that is still routable; a 429 or 503 from the
@@ -45,25 +45,30 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from ..config import GatewayConfigSpec
-from ..emulator.engine import EngineRequest
-from ..global_router.choice import RequestTraits, rank_clusters
-from ..global_router.clusters import ClusterRegistry, ClusterStatus
-from ..global_router.config import GlobalRouterSpec
-from ..global_router.metrics import GlobalMetrics
-from ..traffic.flow_control import BANDS, FlowController
-from .gateway import DEFERRED
-from .fleet import SimPod, build_fleet, scrape
-from .fleet_report import FleetRecorder
-from .global_scenario import SHEDDABLE_OBJECTIVE, ClusterSimSpec, FleetScenario, router_spec
-from .policies import make_policy
-from .workload import SimRequest, generate, prefix_block_ids
+from inference_gateway.config.spec import GatewayConfigSpec
+from inference_gateway.core.traffic.flow_control import BANDS, FlowController
+from inference_gateway.emulator.engine import EngineRequest
+from inference_gateway.frontends.global_router.choice import RequestTraits, rank_clusters
+from inference_gateway.frontends.global_router.clusters import ClusterRegistry, ClusterStatus
+from inference_gateway.frontends.global_router.config import GlobalRouterSpec
+from inference_gateway.frontends.global_router.metrics import GlobalMetrics
+from inference_gateway.sim.fleet import SimPod, build_fleet, scrape
+from inference_gateway.sim.fleet_report import FleetRecorder
+from inference_gateway.sim.gateway import DEFERRED
+from inference_gateway.sim.global_scenario import (
+    SHEDDABLE_OBJECTIVE,
+    ClusterSimSpec,
+    FleetScenario,
+    router_spec,
+)
+from inference_gateway.sim.policies import make_policy
+from inference_gateway.sim.workload import SimRequest, generate, prefix_block_ids
 
 __all__ = ["FleetTier"]
 
 ENGINE, SCRAPE, MESSAGE, POLL, EVENT, ARRIVAL = range(6)  # order at equal times
 DRAIN_FACTOR = 4.0  # stop waiting for stragglers after this many scenario durations
-STATUS_WINDOW_S = 10.0  # dataplane/status.py's rate window
+STATUS_WINDOW_S = 10.0  # frontends/status.py's rate window
 
 
 @dataclass(slots=True, eq=False)

@@ -23,29 +23,30 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..assembly.core import build_core
-from ..config import GatewayConfigSpec, ObjectiveSpec
-from ..dataplane.director import (
+from inference_gateway.assembly.core import build_core
+from inference_gateway.config.spec import GatewayConfigSpec, ObjectiveSpec
+from inference_gateway.core.request.director import (
     OBJECTIVE_HEADER,
     PROFILE_HEADER,
-    Director,
     Intake,
     Pending,
     Rejection,
 )
-from ..dataplane.lifecycle import RequestLifecycle
-from ..traffic.flow_control import BANDS, FlowController
-from ..traffic.objectives import band_of_priority
-from ..traffic.routing import Route
-from .fleet import SimPod
-from .workload import SimRequest, prefix_block_ids
+from inference_gateway.core.request.lifecycle import RequestLifecycle
+from inference_gateway.core.traffic.flow_control import BANDS, FlowController
+from inference_gateway.core.traffic.objectives import band_of_priority
+from inference_gateway.core.traffic.routing import Route
+from inference_gateway.sim.fleet import SimPod
+from inference_gateway.sim.workload import SimRequest, prefix_block_ids
 
 __all__ = ["DEFERRED", "GatewayPolicy", "simulated_config"]
 
 DEFERRED: Any = object()  # route() result: queued in the gateway, dispatched later
 
 # the workload's bands as InferenceObjectives (priority → band, see traffic.objectives)
-BAND_OBJECTIVES = [ObjectiveSpec(name=band, priority=p) for band, p in zip(BANDS, (1, 0, -1))]
+BAND_OBJECTIVES = [
+    ObjectiveSpec(name=band, priority=p) for band, p in zip(BANDS, (1, 0, -1), strict=True)
+]
 assert [band_of_priority(o.priority) for o in BAND_OBJECTIVES] == list(BANDS)
 ANY_POOL = Route("", None, None, None)  # the gate of a pool-less gateway
 

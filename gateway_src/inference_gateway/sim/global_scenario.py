@@ -49,11 +49,15 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from ..config import format_validation_error
-from ..errors import ConfigError
-from ..global_router.config import ClusterSpec, GlobalRouterSpec, ProfileName
-from .policies import make_policy
-from .scenario import PoolSpec, TraceArrival, Workload
+from inference_gateway.config.spec import format_validation_error
+from inference_gateway.errors import ConfigError
+from inference_gateway.frontends.global_router.config import (
+    ClusterSpec,
+    GlobalRouterSpec,
+    ProfileName,
+)
+from inference_gateway.sim.policies import make_policy
+from inference_gateway.sim.scenario import PoolSpec, TraceArrival, Workload
 
 __all__ = [
     "FleetScenario",
@@ -243,7 +247,7 @@ def router_spec(scenario: FleetScenario, profile: str) -> GlobalRouterSpec:
 def cluster_hourly_usd(cluster: ClusterSimSpec) -> float:
     if cluster.hourly_usd is not None:
         return cluster.hourly_usd
-    from .fleet import pool_profile
+    from inference_gateway.sim.fleet import pool_profile
 
     return sum(pool_profile(p).hourly_usd * p.replicas for p in cluster.fleet)
 

@@ -22,8 +22,8 @@ import math
 import random
 from collections import deque
 
-from .fleet import SimPod
-from .workload import BLOCK_TOKENS, SimRequest, prefix_block_ids
+from inference_gateway.sim.fleet import SimPod
+from inference_gateway.sim.workload import BLOCK_TOKENS, SimRequest, prefix_block_ids
 
 __all__ = ["DynamoKV", "ProductionStackPrefixAware", "SGLangCacheAware"]
 

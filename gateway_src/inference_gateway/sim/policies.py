@@ -16,12 +16,17 @@ import random
 from collections.abc import Callable
 from typing import Protocol
 
-from ..config import GatewayConfigSpec, PluginRef, PluginSpec, SchedulingProfileSpec
-from ..errors import ConfigError, NoEndpointError
-from ..scheduling import LLMRequest, Scheduler
-from .fleet import SimPod
-from .gateway import GatewayPolicy
-from .workload import SimRequest, prefix_block_ids
+from inference_gateway.config.spec import (
+    GatewayConfigSpec,
+    PluginRef,
+    PluginSpec,
+    SchedulingProfileSpec,
+)
+from inference_gateway.core.scheduling import LLMRequest, Scheduler
+from inference_gateway.errors import ConfigError, NoEndpointError
+from inference_gateway.sim.fleet import SimPod
+from inference_gateway.sim.gateway import GatewayPolicy
+from inference_gateway.sim.workload import SimRequest, prefix_block_ids
 
 __all__ = ["POLICIES", "Policy", "make_policy"]
 
@@ -227,7 +232,7 @@ POLICIES: dict[str, PolicyFactory] = {
 
 def _register_peers() -> None:
     """The peer routers of DESIGN §5 (see `peers`)."""
-    from .peers import DynamoKV, ProductionStackPrefixAware, SGLangCacheAware
+    from inference_gateway.sim.peers import DynamoKV, ProductionStackPrefixAware, SGLangCacheAware
 
     POLICIES["production-stack-prefixaware"] = ProductionStackPrefixAware
     POLICIES["sglang-cache-aware"] = SGLangCacheAware
@@ -242,7 +247,7 @@ def make_policy(name: str, pods: list[SimPod], seed: int) -> Policy:
     `POLICY@N` runs N replicas of a policy, each with its own view, sharing their
     dispatch counts through the store as shipped; `POLICY@N-unshared` runs them without
     (see `replicas`)."""
-    from .replicas import Replicated, parse_replicas
+    from inference_gateway.sim.replicas import Replicated, parse_replicas
 
     replicated = parse_replicas(name)
     if replicated is not None:

@@ -36,18 +36,18 @@ import random
 from collections import deque
 from collections.abc import Callable
 
-from ..errors import ConfigError
-from ..scheduling.shared_view import (
+from inference_gateway.core.scheduling.shared_view import (
     PUBLISH_INTERVAL_S,
     STORE_RTT_S,
     DispatchCounts,
     apply_peer_dispatch,
     own_dispatch,
 )
-from ..traffic.flow_control import BANDS, FlowController
-from .gateway import DEFERRED
-from .fleet import SimPod
-from .workload import SimRequest
+from inference_gateway.core.traffic.flow_control import BANDS, FlowController
+from inference_gateway.errors import ConfigError
+from inference_gateway.sim.fleet import SimPod
+from inference_gateway.sim.gateway import DEFERRED
+from inference_gateway.sim.workload import SimRequest
 
 __all__ = ["Replicated", "Sharing", "parse_replicas"]
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .capacity import fleet_capacity
-from .driver import run_policy
-from .policies import make_policy
-from .scenario import Scenario
+from inference_gateway.sim.capacity import fleet_capacity
+from inference_gateway.sim.driver import run_policy
+from inference_gateway.sim.policies import make_policy
+from inference_gateway.sim.scenario import Scenario
 
 __all__ = ["simulate"]
 

@@ -22,11 +22,11 @@ from typing import Any
 
 import orjson
 
-from ..config import GatewayConfigSpec, PluginRef, SchedulingProfileSpec
-from ..errors import ConfigError
-from .capacity import fleet_capacity
-from .configs import load_gateway_config, run_config, shorten
-from .scenario import Scenario, load_scenario
+from inference_gateway.config.spec import GatewayConfigSpec, PluginRef, SchedulingProfileSpec
+from inference_gateway.errors import ConfigError
+from inference_gateway.sim.capacity import fleet_capacity
+from inference_gateway.sim.configs import load_gateway_config, run_config, shorten
+from inference_gateway.sim.scenario import Scenario, load_scenario
 
 __all__ = ["Trial", "register", "tune"]
 
@@ -188,7 +188,7 @@ def _short(scorer: str) -> str:
 def _print(out: dict[str, Any]) -> None:
     from rich.console import Console
 
-    from ..terminal import compact_table
+    from inference_gateway.terminal import compact_table
 
     table = compact_table(
         f"igw tune {out['scenario']} — profile {out['profile']}",

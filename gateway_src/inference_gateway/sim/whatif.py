@@ -16,9 +16,9 @@ from typing import Any
 
 import orjson
 
-from .capacity import fleet_capacity
-from .configs import load_gateway_config, run_config, shorten
-from .scenario import load_scenario
+from inference_gateway.sim.capacity import fleet_capacity
+from inference_gateway.sim.configs import load_gateway_config, run_config, shorten
+from inference_gateway.sim.scenario import load_scenario
 
 __all__ = ["compare", "register"]
 

@@ -17,8 +17,15 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ConfigError
-from .scenario import BurstyArrival, Fixed, LogNormal, PoissonArrival, TraceArrival, Workload
+from inference_gateway.errors import ConfigError
+from inference_gateway.sim.scenario import (
+    BurstyArrival,
+    Fixed,
+    LogNormal,
+    PoissonArrival,
+    TraceArrival,
+    Workload,
+)
 
 __all__ = ["SimRequest", "generate", "prefix_block_ids"]
 

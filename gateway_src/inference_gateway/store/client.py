@@ -31,7 +31,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
-from ..errors import ConfigError
+from inference_gateway.errors import ConfigError
 
 __all__ = ["StoreHealth", "StoreSpec", "StoreUnavailable", "connect", "store_from_flag"]
 

@@ -36,16 +36,16 @@ from typing import Any
 import orjson
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from ..background import cancel_and_wait
-from ..errors import ConfigError
-from ..scheduling.shared_view import (
+from inference_gateway.background import cancel_and_wait
+from inference_gateway.core.scheduling.shared_view import (
     PUBLISH_INTERVAL_S,
     DispatchCounts,
     apply_peer_dispatch,
     own_dispatch,
 )
-from ..scheduling.types import Endpoint
-from ..traffic.flow_control import BANDS, SHARED_WAITERS, FlowController
+from inference_gateway.core.scheduling.types import Endpoint
+from inference_gateway.core.traffic.flow_control import BANDS, SHARED_WAITERS, FlowController
+from inference_gateway.errors import ConfigError
 
 __all__ = [
     "DEFAULT_TTL_S",
@@ -145,7 +145,7 @@ class DispatchShare:
             raise ConfigError("store", ["interval: must be above 0 and below the entry TTL"])
         from redis.exceptions import RedisError  # here: `igw` commands without a store skip it
 
-        from .client import connect, store_from_flag
+        from inference_gateway.store.client import connect, store_from_flag
 
         self.failures = (RedisError, OSError, TimeoutError)
         # the same client as the rate limits (password from $IGW_STORE_PASSWORD, TLS), with

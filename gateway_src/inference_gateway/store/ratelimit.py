@@ -42,9 +42,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 from redis.asyncio import Redis
 
-from ..config import RateLimitSpec
-from ..traffic.ratelimit import RateLimiter
-from .client import StoreHealth, StoreUnavailable
+from inference_gateway.config.spec import RateLimitSpec
+from inference_gateway.core.traffic.ratelimit import RateLimiter
+from inference_gateway.store.client import StoreHealth, StoreUnavailable
 
 __all__ = [
     "Admission",

@@ -21,7 +21,7 @@ from aiohttp import web
 
 from inference_gateway.backend_bench.runner import Target, run_benchmark
 from inference_gateway.backend_bench.spec import BackendSpec, BenchSettings
-from inference_gateway.cli import main
+from inference_gateway.cli.main import main
 from inference_gateway.emulator.fleet import EmulatedFleet
 
 SETTINGS = BenchSettings.model_validate(

@@ -139,7 +139,7 @@ def test_fleet_rejects_unknown_behavior_keys() -> None:
 
 
 def test_emulate_cli_flags_reach_the_pod_behavior() -> None:
-    from inference_gateway.cli import build_parser
+    from inference_gateway.cli.main import build_parser
     from inference_gateway.emulator.cli import build_spec
 
     args = build_parser("emulate").parse_args(

@@ -16,13 +16,13 @@ import pytest
 import yaml
 from aiohttp import web
 
-from inference_gateway.config import GatewayConfigSpec, load_config
-from inference_gateway.config_watch import FileConfigSource
-from inference_gateway.dataplane.server import WATCHER, build_gateway
+from inference_gateway.assembly.serve import WATCHER, build_gateway
+from inference_gateway.config.spec import GatewayConfigSpec, load_config
+from inference_gateway.config.watch import FileConfigSource
+from inference_gateway.core.scheduling.types import Endpoint
+from inference_gateway.core.traffic.rewrites import RewriteSet
 from inference_gateway.errors import ConfigError
-from inference_gateway.scheduling.types import Endpoint
-from inference_gateway.telemetry import GatewayMetrics
-from inference_gateway.traffic.rewrites import RewriteSet
+from inference_gateway.telemetry.metrics import GatewayMetrics
 
 SPEC = {
     "pools": [{"name": "chat", "selector": {"app": "vllm"}}],

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from inference_gateway.config import LabelSelector, parse_config
+from inference_gateway.config.spec import LabelSelector, parse_config
 from inference_gateway.errors import ConfigError
 
 FULL = {

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import pytest
 
-from inference_gateway.config import SCORER_NAMES, default_scheduling, parse_config
+from inference_gateway.config.spec import SCORER_NAMES, default_scheduling, parse_config
+from inference_gateway.core.scheduling import Scheduler
+from inference_gateway.core.scheduling.types import Endpoint, LLMRequest, PodMetrics
 from inference_gateway.errors import ConfigError
-from inference_gateway.scheduling import Scheduler
-from inference_gateway.scheduling.types import Endpoint, LLMRequest, PodMetrics
 
 POOLS = {"pools": [{"name": "p", "selector": {"app": "vllm"}}]}
 

@@ -7,7 +7,7 @@ import argparse
 import random
 from pathlib import Path
 
-from inference_gateway.demo_report import LEGEND, render_report, ttft_cdf_svg, write_report
+from inference_gateway.demo.report import LEGEND, render_report, ttft_cdf_svg, write_report
 
 RESULTS = {
     name: {"ttft_p50_s": 0.1, "ttft_p95_s": 0.3, "ttft_p99_s": 0.4, "e2e_p99_s": 0.9,

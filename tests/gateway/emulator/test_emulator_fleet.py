@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 import yaml
 
-from inference_gateway.cli import main
+from inference_gateway.cli.main import main
 from inference_gateway.emulator.fleet import EmulatedFleet, load_fleet
 from inference_gateway.errors import ConfigError
 
@@ -167,7 +167,7 @@ async def test_igw_emulate_fleet_process(tmp_path: Path) -> None:
     fleet_path, endpoints_path = tmp_path / "fleet.yaml", tmp_path / "endpoints.yaml"
     fleet_path.write_text(yaml.safe_dump(FLEET))
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "inference_gateway.cli", "emulate",
+        sys.executable, "-m", "inference_gateway.cli.main", "emulate",
         "--fleet", str(fleet_path), "--write-endpoints", str(endpoints_path),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},

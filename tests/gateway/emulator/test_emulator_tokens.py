@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from inference_gateway.core.scheduling.plugins.prefix import prompt_block_hashes
 from inference_gateway.emulator import tokens
-from inference_gateway.scheduling.plugins.prefix import prompt_block_hashes
 
 
 @pytest.mark.parametrize(

@@ -12,11 +12,11 @@ import pytest
 # The tests import the fake API server beside them, and the fake Envoy of the picker
 # tests, as plain modules (no packages here).
 sys.path.insert(0, str(Path(__file__).parent))
-sys.path.insert(0, str(Path(__file__).parent.parent / "extproc"))
+sys.path.insert(0, str(Path(__file__).parent.parent / "frontends" / "extproc"))
 
 from fake_apiserver import FakeApiServer
 
-from inference_gateway.endpoints.kubernetes import api_client
+from inference_gateway.kubernetes.discovery import api_client
 
 
 @pytest.fixture

@@ -9,13 +9,9 @@ from typing import Any
 from fake_apiserver import FakeApiServer
 from test_config_watch import CONFIGS, SPEC, Applied, gateway_config, until
 
-from inference_gateway.config_watch import KubernetesConfigSource
-from inference_gateway.endpoints.config_status import (
-    ConfigStatusWriter,
-    build_status,
-    pool_counts,
-)
-from inference_gateway.scheduling.types import Endpoint
+from inference_gateway.config.watch import KubernetesConfigSource
+from inference_gateway.core.scheduling.types import Endpoint
+from inference_gateway.kubernetes.config_status import ConfigStatusWriter, build_status, pool_counts
 
 
 def pods(pool: str, fresh: int, stale: int) -> list[Endpoint]:
@@ -109,8 +105,8 @@ async def test_igw_picker_in_kubernetes_mode_reports_a_selector_that_matches_not
 ) -> None:
     """The wiring of `igw picker` itself: no pod carries the pool's labels, so the status
     it writes says so (the message an operator sees in `kubectl describe igwc`)."""
-    from inference_gateway.cli import build_parser
-    from inference_gateway.dataplane.extproc_cli import kubernetes_options, server_options
+    from inference_gateway.cli.main import build_parser
+    from inference_gateway.cli.picker import kubernetes_options, server_options
     from inference_gateway.kubernetes.picker import KubernetesMode
 
     apiserver.put(CONFIGS, gateway_config(SPEC))

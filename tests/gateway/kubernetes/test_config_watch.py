@@ -14,9 +14,9 @@ from typing import Any
 import yaml
 from fake_apiserver import FakeApiServer
 
-from inference_gateway.config import GatewayConfigSpec
-from inference_gateway.config_watch import FileConfigSource, KubernetesConfigSource
-from inference_gateway.traffic.rewrites import RewriteSet
+from inference_gateway.config.spec import GatewayConfigSpec
+from inference_gateway.config.watch import FileConfigSource, KubernetesConfigSource
+from inference_gateway.core.traffic.rewrites import RewriteSet
 
 CONFIGS = "/apis/inference.igw.dev/v1alpha1/namespaces/igw/inferencegatewayconfigs"
 OBJECTIVES = "/apis/inference.networking.x-k8s.io/v1alpha2/namespaces/igw/inferenceobjectives"

@@ -14,19 +14,19 @@ import orjson
 import pytest
 from fake_apiserver import FakeApiServer, pod
 
-from inference_gateway.config import GatewayConfigSpec
-from inference_gateway.dataplane.director import Director
-from inference_gateway.dataplane.proxy import RoutingState
-from inference_gateway.endpoints.kubernetes import (
+from inference_gateway.config.spec import GatewayConfigSpec
+from inference_gateway.core.endpoints.store import EndpointStore
+from inference_gateway.core.request.director import Director
+from inference_gateway.core.scheduling import Scheduler
+from inference_gateway.core.scheduling.types import Endpoint
+from inference_gateway.frontends.proxy import RoutingState
+from inference_gateway.kubernetes.discovery import (
     LeaderElector,
     PodDiscovery,
     PodSource,
     PoolTarget,
     pod_endpoints,
 )
-from inference_gateway.endpoints.store import EndpointStore
-from inference_gateway.scheduling import Scheduler
-from inference_gateway.scheduling.types import Endpoint
 
 PODS = "/api/v1/namespaces/igw/pods"
 LABELS = {"app": "vllm", "igw.dev/pool": "chat"}

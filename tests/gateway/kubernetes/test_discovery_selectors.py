@@ -19,15 +19,15 @@ import orjson
 import pytest
 from fake_apiserver import FakeApiServer, SelectorError, parse_selector, pod
 
-from inference_gateway.config import LabelSelector, parse_config
-from inference_gateway.endpoints.kubernetes import (
+from inference_gateway.config.spec import LabelSelector, parse_config
+from inference_gateway.core.endpoints.store import EndpointStore
+from inference_gateway.core.scheduling.types import Endpoint
+from inference_gateway.kubernetes.discovery import (
     PodDiscovery,
     PodSource,
     PoolTarget,
     selector_query,
 )
-from inference_gateway.endpoints.store import EndpointStore
-from inference_gateway.scheduling.types import Endpoint
 
 PODS = "/api/v1/namespaces/igw/pods"
 SELECTOR = {

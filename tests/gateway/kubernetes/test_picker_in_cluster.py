@@ -14,8 +14,8 @@ import yaml
 from fake_apiserver import FakeApiServer, pod
 from fake_envoy import FakeEnvoy
 
-from inference_gateway.cli import build_parser
-from inference_gateway.dataplane.extproc_cli import kubernetes_options, server_options
+from inference_gateway.cli.main import build_parser
+from inference_gateway.cli.picker import kubernetes_options, server_options
 from inference_gateway.emulator.fleet import EmulatedFleet
 from inference_gateway.kubernetes.picker import KubernetesMode
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from inference_gateway.cli import main
-from inference_gateway.global_router.clusters import ClusterRegistry
+from inference_gateway.cli.main import main
+from inference_gateway.frontends.global_router.clusters import ClusterRegistry
 from inference_gateway.sim.fleet_runner import simulate_fleet
 from inference_gateway.sim.fleet_tier import FleetTier
 from inference_gateway.sim.global_scenario import (

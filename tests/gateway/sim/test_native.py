@@ -43,7 +43,7 @@ compiled_only = pytest.mark.skipif(
 
 def _simulate(scenario: Path, **env: str) -> dict:
     out = subprocess.run(
-        [sys.executable, "-m", "inference_gateway.cli", "simulate", str(scenario), "--json"],
+        [sys.executable, "-m", "inference_gateway.cli.main", "simulate", str(scenario), "--json"],
         env={**os.environ, **env},
         capture_output=True,
         text=True,

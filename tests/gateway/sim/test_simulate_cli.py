@@ -34,7 +34,7 @@ policies: [gateway]
 
 def _igw(*argv: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "inference_gateway.cli", *argv],
+        [sys.executable, "-m", "inference_gateway.cli.main", *argv],
         env={**os.environ, "COLUMNS": "80"},
         capture_output=True,
         text=True,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from inference_gateway.cli import main
+from inference_gateway.cli.main import main
 from inference_gateway.sim.runner import simulate
 from inference_gateway.sim.scenario import load_scenario, shipped_scenarios
 

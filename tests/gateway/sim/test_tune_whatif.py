@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from inference_gateway.cli import main
-from inference_gateway.config import GatewayConfigSpec
+from inference_gateway.cli.main import main
+from inference_gateway.config.spec import GatewayConfigSpec
 
 TINY = """
 name: tiny

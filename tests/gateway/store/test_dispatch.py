@@ -22,14 +22,14 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 
-from inference_gateway.config import FlowControlSpec, GatewayConfigSpec
-from inference_gateway.dataplane.director import Director, RoutingState
-from inference_gateway.dataplane.lifecycle import RequestLifecycle
+from inference_gateway.config.spec import FlowControlSpec, GatewayConfigSpec
+from inference_gateway.core.request.director import Director, RoutingState
+from inference_gateway.core.request.lifecycle import RequestLifecycle
+from inference_gateway.core.scheduling import Endpoint, PodMetrics, Scheduler
+from inference_gateway.core.traffic.flow_control import FlowController
 from inference_gateway.errors import ConfigError
-from inference_gateway.scheduling import Endpoint, PodMetrics, Scheduler
 from inference_gateway.store.dispatch import DispatchShare, decode_entry
 from inference_gateway.store.local_server import LocalRedis, free_port
-from inference_gateway.traffic.flow_control import FlowController
 
 INTERVAL_S = 0.005
 WAIT_S = 5.0  # bound on every poll below
@@ -275,7 +275,7 @@ async def test_igw_serve_and_igw_picker_share_through_store(
     )
     serve_port, metrics_port = free_port(), free_port()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    cli = [sys.executable, "-m", "inference_gateway.cli"]
+    cli = [sys.executable, "-m", "inference_gateway.cli.main"]
     serve = await asyncio.create_subprocess_exec(
         *cli, "serve", "--endpoints", str(endpoints), "--port", str(serve_port),
         "--store", redis_server.url,

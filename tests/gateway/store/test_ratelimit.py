@@ -8,7 +8,7 @@ import asyncio
 
 from prometheus_client import CollectorRegistry
 
-from inference_gateway.config import RateLimitSpec
+from inference_gateway.config.spec import RateLimitSpec
 from inference_gateway.store.client import StoreHealth, StoreSpec, connect
 from inference_gateway.store.local_server import LocalRedis
 from inference_gateway.store.ratelimit import GlobalRateLimiter, GlobalRateLimitSpec

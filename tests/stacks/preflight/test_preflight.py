@@ -59,7 +59,7 @@ def _environment(tmp_path: Path, *, secondary: str, h100_max: int = 2) -> Path:
         (REPO / "gitops/environments/dev/environment.yaml").read_text()
     )
     data["aws"]["secondary_regions"] = [secondary]
-    # peered regions need their own VPC ranges (stacks/spec_network.py)
+    # peered regions need their own VPC ranges (envspec/network.py)
     data["cluster"]["vpc_cidrs"] = {secondary: "10.41.0.0/16"}
     data["node_groups"][0]["availability_zones"] = []
     data["node_groups"].append(

@@ -1,0 +1,112 @@
+"""One typed loader for `gitops/environments/<env>/environment.yaml`.
+
+Both the CDK app (`app.py`, `stacks/`) and the cdk8s synth (`cdk8s/main.py`) read an
+environment through `load_environment`, so the AWS side and the Kubernetes side can never
+disagree about node groups, GPU types or pools. A bad file fails with the field path.
+
+Sections and their owners:
+  aws, cluster, node_groups, ingress, alarms, gitops   → envspec/infra.py (CDK)
+  gateway                                             → inference_gateway.config (the CRD)
+  model_servers, canaries, kubernetes                 → envspec/workloads.py (cdk8s)
+  global_router                                       → envspec/global_router.py (both sides)
+This module stays free of aws_cdk and cdk8s imports.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from envspec.global_router import GlobalRouterSpec, global_problems
+from envspec.infra import AlarmSpec, AwsSpec, ClusterSpec, GitOpsSpec, IngressSpec, NodeGroupSpec
+from envspec.network import network_problems
+from envspec.workloads import CanarySpec, KubernetesSpec, ModelServerSpec, workload_problems
+from inference_gateway.config.spec import GatewayConfigSpec, format_validation_error
+from inference_gateway.errors import ConfigError
+
+__all__ = ["ENVIRONMENTS_DIR", "EnvironmentSpec", "load_environment"]
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+ENVIRONMENTS_DIR = REPO_ROOT / "gitops" / "environments"
+
+
+class EnvironmentSpec(BaseModel):
+    """Everything that describes one environment, AWS and Kubernetes sides together."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9-]{0,30}$")
+    aws: AwsSpec
+    cluster: ClusterSpec
+    node_groups: list[NodeGroupSpec] = Field(min_length=1)
+    ingress: IngressSpec = IngressSpec()
+    alarms: AlarmSpec = AlarmSpec()
+    gitops: GitOpsSpec
+    gateway: GatewayConfigSpec
+    model_servers: list[ModelServerSpec] = Field(default_factory=list)
+    canaries: list[CanarySpec] = Field(default_factory=list)
+    kubernetes: KubernetesSpec = KubernetesSpec()
+    global_router: GlobalRouterSpec = GlobalRouterSpec()
+
+    @model_validator(mode="after")
+    def _cross_references(self) -> EnvironmentSpec:
+        problems: list[str] = []
+        groups = {g.name: g for g in self.node_groups}
+        pools = {p.name: p for p in self.gateway.pools}
+        models = {m.name for m in self.gateway.models}
+        adapters = {a for m in self.gateway.models for a in m.adapters}
+        for i, server in enumerate(self.model_servers):
+            where = f"model_servers[{i}]"
+            if server.pool not in pools:
+                problems.append(f"{where}.pool: unknown pool {server.pool!r}")
+            if server.node_group not in groups:
+                problems.append(f"{where}.node_group: unknown node group {server.node_group!r}")
+            elif (
+                (gpu := pools.get(server.pool))
+                and gpu.gpu
+                and gpu.gpu != groups[server.node_group].gpu
+            ):
+                problems.append(
+                    f"{where}.node_group: pool {server.pool!r} expects GPU {gpu.gpu}, "
+                    f"node group {server.node_group!r} has {groups[server.node_group].gpu}"
+                )
+        for i, canary in enumerate(self.canaries):
+            for j, target in enumerate(canary.targets):
+                if target.model not in models | adapters:
+                    problems.append(
+                        f"canaries[{i}].targets[{j}].model: unknown model {target.model!r}"
+                    )
+        problems += workload_problems(
+            gateway=self.gateway,
+            model_servers=self.model_servers,
+            canaries=self.canaries,
+            gpu_of_node_group={g.name: g.gpu for g in self.node_groups},
+        )
+        problems += global_problems(self)
+        problems += network_problems(self)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+
+def load_environment(name_or_path: str | Path) -> EnvironmentSpec:
+    """Load an environment by name (`dev`) or by the path of its environment.yaml."""
+    path = Path(name_or_path)
+    if not path.suffix:
+        path = ENVIRONMENTS_DIR / str(name_or_path) / "environment.yaml"
+    try:
+        data: Any = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        known = (
+            sorted(p.name for p in ENVIRONMENTS_DIR.iterdir()) if ENVIRONMENTS_DIR.is_dir() else []
+        )
+        raise ConfigError(str(path), [f"<file>: no such environment (known: {known})"]) from None
+    except yaml.YAMLError as error:
+        raise ConfigError(str(path), [f"<yaml>: {error}"]) from None
+    try:
+        return EnvironmentSpec.model_validate(data)
+    except ValidationError as error:
+        raise ConfigError(str(path), format_validation_error(error)) from None

@@ -1,0 +1,376 @@
+"""Kubernetes-side sections of environment.yaml (owned by the cdk8s charts).
+
+`model_servers` says which vLLM Deployments run where, `canaries` which client-facing
+names are split onto other models (InferenceModelRewrite), `kubernetes` the few settings
+of the gateway's own workloads. `workload_problems` holds the cross checks that need the
+`gateway` section too (a pool whose selector matches no Deployment, a model served by a
+pool it is not routed to, a canary split across pools); `EnvironmentSpec` calls it, so a
+bad file fails at load time with the field path and nothing is synthesised.
+
+The pod labels of a model server are derived here (`model_server_pod_labels`), in one
+place, because both the validation and the charts must agree on them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+if TYPE_CHECKING:
+    from inference_gateway.config.spec import GatewayConfigSpec, LabelSelector
+
+__all__ = [
+    "CanarySpec",
+    "CanaryTargetSpec",
+    "KubernetesSpec",
+    "ModelServerSpec",
+    "canary_pool",
+    "model_server_name",
+    "model_server_pod_labels",
+    "workload_problems",
+]
+
+_DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class JwtSpec(_Section):
+    """One OIDC issuer whose tokens the gateway accepts (Envoy Gateway JWTProvider)."""
+
+    issuer: str = Field(pattern=r"^https://")
+    jwks_uri: str = Field(pattern=r"^https://")
+    audiences: list[str] = Field(default_factory=list)
+    client_id_claim: str = Field(
+        default="sub", description="Claim copied into x-igw-client-id (the fairness id)."
+    )
+
+
+class AuthSpec(_Section):
+    """Credentials live in AWS Secrets Manager; External Secrets copies them into a Secret
+    in the cluster (never into environment.yaml)."""
+
+    api_keys_secret_id: str = Field(
+        pattern=r"^[A-Za-z0-9/_+=.@-]{1,512}$",
+        description="Secrets Manager secret holding a JSON object client-id -> API key.",
+    )
+    jwt: JwtSpec | None = None
+
+
+class KubernetesSpec(_Section):
+    """Settings of the gateway's own workloads in the cluster."""
+
+    namespace: str = Field(default="igw", pattern=_DNS_LABEL, max_length=63)
+    image_repository: str | None = Field(
+        default=None,
+        description="ECR repository of the gateway image; default igw-<env>/gateway (CDK).",
+    )
+    image_tag: str = Field(default="0.1.0", pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+    image_digest: str | None = Field(
+        default=None,
+        pattern=r"^sha256:[0-9a-f]{64}$",
+        description="Digest of the released gateway image; when set, pods pull by digest.",
+    )
+    picker_replicas: int = Field(
+        default=2, ge=2, description="Active-active; two so a drained node never stops routing."
+    )
+    envoy_gateway_namespace: str = Field(default="envoy-gateway-system", pattern=_DNS_LABEL)
+    monitoring_namespace: str = Field(
+        default="monitoring", pattern=_DNS_LABEL, description="Where Prometheus runs."
+    )
+    max_parallel_requests: int = Field(
+        default=16384,
+        ge=1025,
+        le=1_000_000,
+        description="Circuit-breaker thresholds of the route and ext_proc clusters; above "
+        "Envoy's default of 1,024, since each streaming request holds an ext_proc stream.",
+    )
+    auth: AuthSpec | None = Field(
+        default=None, description="Who may call: API keys (and JWT) via a SecurityPolicy."
+    )
+
+
+class ModelServerSpec(_Section):
+    """One vLLM Deployment: a pool on one GPU generation."""
+
+    pool: str
+    node_group: str
+    image: str = "vllm/vllm-openai:v0.11.0"
+    image_digest: str | None = Field(
+        default=None,
+        pattern=r"^sha256:[0-9a-f]{64}$",
+        description="Digest of `image`; when set, pods pull by digest (the tag is kept "
+        "for the reader only).",
+    )
+    model: str = Field(description="Hugging Face id or path the server loads.")
+    served_model_name: str | None = None
+    replicas: int = Field(default=1, ge=0)
+    max_replicas: int | None = Field(
+        default=None,
+        ge=1,
+        description="Set to scale with KEDA on the gateway's saturation and queue between "
+        "replicas (or 0, see scale_to_zero) and this.",
+    )
+    scale_to_zero: bool = Field(
+        default=False,
+        description="Let KEDA remove every replica while nothing is queued (dev, batch).",
+    )
+    saturation_target: float = Field(
+        default=0.8, gt=0, le=1, description="inference_pool_saturation KEDA aims for."
+    )
+    queue_depth_target: float = Field(
+        default=4.0, gt=0, description="Requests queued at the gateway per replica."
+    )
+    gpus: int = Field(default=1, ge=1)
+    cpu: str = "4"
+    memory: str = "24Gi"
+    shm_size: str = Field(default="8Gi", description="/dev/shm, for NCCL and the tokenizer pool.")
+    max_model_len: int = Field(default=8192, ge=256)
+    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
+    enable_prefix_caching: bool = True
+    max_loras: int = Field(default=0, ge=0)
+    adapters: list[str] = Field(
+        default_factory=list,
+        description="LoRA adapters loaded at start, each from its adapter_sources entry.",
+    )
+    adapter_sources: dict[str, str] = Field(
+        default_factory=dict,
+        description="Adapter name -> Hugging Face id or path vLLM loads it from "
+        "(--lora-modules NAME=SOURCE).",
+    )
+    tool_call_parser: str | None = None
+    drain_seconds: int = Field(
+        default=60, ge=0, le=3600, description="preStop sleep so in-flight streams finish."
+    )
+    hf_token_secret: str | None = Field(
+        default=None, description="Secret with key HF_TOKEN, for gated models."
+    )
+    hf_token_secret_id: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9/_+=.@-]{1,512}$",
+        description="Secrets Manager secret with the Hugging Face token; External Secrets "
+        "copies it into the Secret the pods mount (hf_token_secret, default hf-token).",
+    )
+    pod_labels: dict[str, str] = Field(
+        default_factory=dict, description="Extra pod labels, e.g. for a pool selector."
+    )
+
+    @property
+    def served_name(self) -> str:
+        return self.served_model_name or self.model
+
+
+class CanaryTargetSpec(_Section):
+    model: str
+    weight: int = Field(ge=0, le=1_000_000)
+
+
+class CanarySpec(_Section):
+    """An InferenceModelRewrite: a client-facing name split onto target models.
+
+    A weight of 0 parks a target (it is left out of the rendered resource, whose weights
+    are at least 1 upstream); at least one weight must be above 0.
+    """
+
+    name: str = Field(pattern=_DNS_LABEL, max_length=63)
+    model: str
+    targets: list[CanaryTargetSpec] = Field(min_length=1)
+
+    @field_validator("targets")
+    @classmethod
+    def _some_weight(cls, targets: list[CanaryTargetSpec]) -> list[CanaryTargetSpec]:
+        if all(t.weight == 0 for t in targets):
+            raise ValueError("every weight is 0, so the rewrite would route nowhere")
+        return targets
+
+
+def model_server_name(server: ModelServerSpec) -> str:
+    """The Deployment name: stable when a second GPU generation joins the pool.
+
+    A pool already named after its node group (`llama-8b-a10g` on `a10g`) is not
+    suffixed twice.
+    """
+    if server.pool.endswith(f"-{server.node_group}"):
+        return f"vllm-{server.pool}"
+    return f"vllm-{server.pool}-{server.node_group}"
+
+
+def model_server_pod_labels(server: ModelServerSpec, *, gpu: str) -> dict[str, str]:
+    """The labels every pod of this model server carries; pools select on them."""
+    return {
+        "app.kubernetes.io/name": "vllm",
+        "app.kubernetes.io/instance": model_server_name(server),
+        "app.kubernetes.io/component": "model-server",
+        "app.kubernetes.io/part-of": "inference-gateway",
+        "igw.dev/pool": server.pool,
+        "igw.dev/gpu": gpu,
+        **server.pod_labels,
+    }
+
+
+def _selects(selector: LabelSelector, labels: Mapping[str, str]) -> bool:
+    return not selector.selects_everything and selector.matches(labels)
+
+
+def _shown(selector: LabelSelector) -> dict[str, Any]:
+    return selector.model_dump(by_alias=True)
+
+
+def workload_problems(
+    *,
+    gateway: GatewayConfigSpec,
+    model_servers: Sequence[ModelServerSpec],
+    canaries: Sequence[CanarySpec],
+    gpu_of_node_group: Mapping[str, str],
+) -> list[str]:
+    """Cross checks between `gateway`, `model_servers` and `canaries`, as field paths."""
+    problems: list[str] = []
+    pools = {p.name: p for p in gateway.pools}
+    model_pool = {m.name: m.pool for m in gateway.models}
+    adapter_model = {a: m.name for m in gateway.models for a in m.adapters}
+    labels = [
+        model_server_pod_labels(s, gpu=gpu_of_node_group.get(s.node_group, "unknown"))
+        for s in model_servers
+    ]
+
+    seen: dict[str, int] = {}
+    for i, server in enumerate(model_servers):
+        where = f"model_servers[{i}]"
+        name = model_server_name(server)
+        if name in seen:
+            problems.append(f"{where}: same pool and node_group as model_servers[{seen[name]}]")
+        seen[name] = i
+        pool = pools.get(server.pool)
+        if pool is not None and not _selects(pool.selector, labels[i]):
+            problems.append(
+                f"{where}.pod_labels: pods labelled {labels[i]} are not selected by "
+                f"pool {pool.name!r} (selector {_shown(pool.selector)})"
+            )
+        routed = model_pool.get(server.served_name)
+        if routed is None:
+            problems.append(
+                f"{where}.served_model_name: {server.served_name!r} is not in gateway.models"
+            )
+        elif routed != server.pool:
+            problems.append(
+                f"{where}.served_model_name: {server.served_name!r} is routed to pool "
+                f"{routed!r}, so pool {server.pool!r} cannot claim it too"
+            )
+        for j, adapter in enumerate(server.adapters):
+            if adapter_model.get(adapter) != server.served_name:
+                problems.append(
+                    f"{where}.adapters[{j}]: {adapter!r} is not an adapter of "
+                    f"gateway model {server.served_name!r}"
+                )
+        if server.max_loras == 0 and server.adapters:
+            problems.append(f"{where}.max_loras: adapters need max_loras of at least 1")
+        for adapter in server.adapters:
+            if adapter not in server.adapter_sources:
+                problems.append(
+                    f"{where}.adapter_sources: no source for adapter {adapter!r} (a Hugging "
+                    "Face id or a path in the image)"
+                )
+        if not server.model.startswith(("s3://", "/")) and not (
+            server.hf_token_secret or server.hf_token_secret_id
+        ):
+            problems.append(
+                f"{where}.hf_token_secret_id: {server.model!r} comes from Hugging Face, whose "
+                "gated models need a token; name its Secrets Manager secret (or load from s3://)"
+            )
+
+    problems += _picker_wiring_problems(gateway)
+    for i, pool in enumerate(gateway.pools):
+        where = f"gateway.pools[{i}].selector"
+        if pool.selector.selects_everything:
+            problems.append(f"{where}: empty, it would select every pod of the namespace")
+            continue
+        if pool.selector.match_expressions:
+            # upstream InferencePool v1 selects by matchLabels only, and the cluster
+            # routes through the InferencePool rendered from this pool
+            problems.append(
+                f"{where}.matchExpressions: an InferencePool (v1) selects by matchLabels "
+                "only; give this pool matchLabels (matchExpressions work where no "
+                "InferencePool is rendered: igw serve, igw picker --config)"
+            )
+        selected = [j for j in range(len(model_servers)) if _selects(pool.selector, labels[j])]
+        if not selected:
+            problems.append(f"{where}: {_shown(pool.selector)} matches no model-server Deployment")
+        for j in selected:
+            if model_servers[j].pool != pool.name:
+                problems.append(
+                    f"{where}: also selects model_servers[{j}] of pool {model_servers[j].pool!r}"
+                )
+
+    canary_models: dict[str, int] = {}
+    for i, canary in enumerate(canaries):
+        where = f"canaries[{i}]"
+        if canary.model in canary_models:
+            problems.append(
+                f"{where}.model: {canary.model!r} already split by "
+                f"canaries[{canary_models[canary.model]}]"
+            )
+        canary_models[canary.model] = i
+        target_pools = set()
+        for target in canary.targets:
+            model = adapter_model.get(target.model, target.model)
+            if model in model_pool:
+                target_pools.add(model_pool[model])
+        if len(target_pools) > 1:
+            problems.append(
+                f"{where}.targets: models of pools {sorted(target_pools)}; one rewrite "
+                "splits within one pool"
+            )
+        elif target_pools and canary.model in model_pool:
+            (target_pool,) = target_pools
+            if model_pool[canary.model] != target_pool:
+                problems.append(
+                    f"{where}.model: {canary.model!r} is routed to pool "
+                    f"{model_pool[canary.model]!r}, its targets to pool {target_pool!r}"
+                )
+    return problems
+
+
+#: What Envoy AI Gateway v0.4, the controller that turns an InferencePool backendRef into
+#: Envoy config, puts on the picker's ext_proc filter (`buildHTTPFilterForInferencePool`
+#: in its `internal/extensionserver/inferencepool.go`): fail closed, 300 s per message.
+PICKER_EXT_PROC_FAILS_OPEN = False
+PICKER_EXT_PROC_MESSAGE_TIMEOUT_S = 300
+
+
+def _picker_wiring_problems(gateway: GatewayConfigSpec) -> list[str]:
+    """What the in-cluster wiring of the picker cannot do, refused at load time.
+
+    A pool that asks to fail open would be rendered and silently fail closed; a queue
+    wait longer than the ext_proc message timeout would be cut by Envoy mid-queue.
+    """
+    problems = []
+    for i, pool in enumerate(gateway.pools):
+        if pool.failure_mode == "FailOpen" and not PICKER_EXT_PROC_FAILS_OPEN:
+            problems.append(
+                f"gateway.pools[{i}].failureMode: FailOpen is not honoured in the cluster "
+                "(the InferencePool's ext_proc filter fails closed; docs/infrastructure.md, "
+                "'When the picker is unreachable')"
+            )
+    limit = PICKER_EXT_PROC_MESSAGE_TIMEOUT_S - 5
+    for band, spec in gateway.flow_control.bands.items():
+        if spec.ttl_s > limit:
+            problems.append(
+                f"gateway.flowControl.bands.{band}.ttlS: {spec.ttl_s} s is longer than the "
+                f"picker's ext_proc message timeout allows ({limit} s)"
+            )
+    return problems
+
+
+def canary_pool(canary: CanarySpec, gateway: GatewayConfigSpec) -> str:
+    """The pool a (validated) canary splits in: the pool of its first known target."""
+    model_pool = {m.name: m.pool for m in gateway.models}
+    adapter_model = {a: m.name for m in gateway.models for a in m.adapters}
+    for target in canary.targets:
+        model = adapter_model.get(target.model, target.model)
+        if model in model_pool:
+            return model_pool[model]
+    raise KeyError(canary.name)

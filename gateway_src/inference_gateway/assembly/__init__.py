@@ -1,0 +1,1 @@
+"""Builds the core once for each driver: `igw serve` and `igw picker`."""

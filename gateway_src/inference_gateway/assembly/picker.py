@@ -1,0 +1,283 @@
+"""Assemble and run the picker: endpoint store, director, gRPC server, health, metrics.
+
+`PickerServer` owns the moving parts of `igw picker` and starts and stops them in
+order: scraping first, then gRPC (health says NOT_SERVING until a scrape has found a
+ready pod, so Kubernetes does not send traffic to a picker that would answer 503),
+then the metrics port. Discovery (a static list or a Kubernetes watch) and live config
+are optional collaborators with a `start()` / `stop()` pair.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+import grpc
+from aiohttp import web
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1._async import HealthServicer
+from prometheus_client import generate_latest
+
+from inference_gateway.assembly.core import Core, build_core
+from inference_gateway.background import cancel_and_wait
+from inference_gateway.config.spec import GatewayConfigSpec, load_config
+from inference_gateway.core.endpoints.discovery import load_endpoints_file
+from inference_gateway.core.endpoints.store import Fetch
+from inference_gateway.core.scheduling.types import Endpoint
+from inference_gateway.core.traffic.rewrites import RewriteSet
+from inference_gateway.frontends.extproc.picker import ExtProcServicer, PickerOptions
+from inference_gateway.frontends.status import add_status_route
+from inference_gateway.transport.http2_server import (
+    ConnectionPolicy,
+    HealthService,
+    Http2GrpcServer,
+    Method,
+)
+from inference_gateway.transport.http_settings import server_settings
+
+__all__ = [
+    "LIVENESS_SERVICE",
+    "PROCESS_PATH",
+    "READINESS_SERVICE",
+    "SERVICE_NAME",
+    "TRANSPORTS",
+    "Lifecycle",
+    "PickerServer",
+    "build_picker",
+]
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = "envoy.service.ext_proc.v3.ExternalProcessor"
+# The health service names of the endpoint-picker protocol: `liveness` answers SERVING for as
+# long as the process runs (a model outage, a scale-from-zero or a standby replica must never
+# restart the picker), `readiness` only while it can pick (a fresh pod, and the lease when
+# leader election is on). The empty name and the ext_proc service follow readiness, as before.
+LIVENESS_SERVICE = "liveness"
+READINESS_SERVICE = "readiness"
+READINESS_NAMES = ("", SERVICE_NAME, READINESS_SERVICE)
+PROCESS_PATH = f"/{SERVICE_NAME}/Process"
+# `http2`: our own HTTP/2 server (extproc_http2.py), the fast path; `grpcio`: grpc.aio.
+TRANSPORTS = ("http2", "grpcio")
+MESSAGE_OVERHEAD = 64 * 1024  # headers, metadata and framing around a body in one message
+
+
+class Lifecycle(Protocol):
+    async def start(self) -> None: ...
+    async def stop(self) -> None: ...
+
+
+class PickerServer:
+    """The running picker over a core (`assembly.core.build_core`); `await start()`,
+    then `port` is the bound gRPC port."""
+
+    def __init__(
+        self,
+        core: Core,
+        *,
+        options: PickerOptions | None = None,
+        host: str = "127.0.0.1",
+        grpc_port: int = 9002,
+        metrics_port: int | None = 9090,
+        credentials: grpc.ServerCredentials | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        transport: str = "http2",
+        collaborators: list[Lifecycle] | None = None,
+        is_leader: Callable[[], bool] = lambda: True,
+        health_interval_s: float = 0.2,
+        health_port: int | None = None,
+        policy: ConnectionPolicy | None = None,
+        status: dict[str, Any] | None = None,
+    ) -> None:
+        self.core = core
+        self.store = core.store
+        self.director = director = core.director
+        if transport not in TRANSPORTS:
+            raise ValueError(f"transport must be one of {TRANSPORTS}, not {transport!r}")
+        if transport == "http2" and credentials is not None:
+            raise ValueError("the http2 transport takes TLS as ssl_context, not gRPC credentials")
+        self.transport = transport
+        self.servicer = ExtProcServicer(director, options)
+        self.health: Any = HealthServicer() if transport == "grpcio" else HealthService()
+        self.host = host
+        self.grpc_port = grpc_port
+        self.metrics_port = metrics_port
+        self.credentials = credentials
+        self.ssl_context = ssl_context
+        self.collaborators = collaborators or []
+        self.is_leader = is_leader
+        self.health_interval_s = health_interval_s
+        self.health_port = health_port
+        self.health_bound = 0
+        self._health_server: grpc.aio.Server | Http2GrpcServer | None = None
+        self.policy = policy
+        self.status = status  # `cluster`, `hourly_cost_usd`: serve GET /status beside /metrics
+        self.port = 0
+        self.metrics_bound = 0
+        self.serving = False
+        self._server: grpc.aio.Server | Http2GrpcServer | None = None
+        self._runner: web.AppRunner | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def apply_config(self, config: GatewayConfigSpec | None, rewrites: RewriteSet) -> None:
+        """Swap in a validated config (`Core.apply_config`)."""
+        self.core.apply_config(config, rewrites)
+
+    async def start(self) -> None:
+        for part in self.collaborators:
+            await part.start()
+        await self.store.scrape_once()
+        self.store.start()
+        await self.update_health()
+        if self.transport == "http2":
+            await self._start_http2()
+        else:
+            await self._start_grpcio()
+        self._tasks.append(asyncio.get_running_loop().create_task(self._health_loop()))
+        if self.health_port is not None:
+            await self._start_health_port()
+        if self.metrics_port is not None:
+            await self._start_metrics()
+
+    async def _start_http2(self) -> None:
+        # An ext_proc message carries at most one body (or chunk) plus headers: the
+        # body limit and room for the rest; anything larger is RESOURCE_EXHAUSTED
+        # before it is buffered.
+        process = Method(self.servicer.serve_call, max_message=self._max_message())
+        handlers = {PROCESS_PATH: process, **self.health.handlers()}
+        server = Http2GrpcServer(handlers, ssl_context=self.ssl_context, policy=self.policy)
+        self.port = await server.start(self.host, self.grpc_port)
+        self._server = server
+
+    def _max_message(self) -> int:
+        return self.servicer.options.max_body_bytes + MESSAGE_OVERHEAD
+
+    async def _start_grpcio(self) -> None:
+        from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
+
+        # The same limits as the http2 transport, where grpc core has them.
+        policy = self.policy or ConnectionPolicy()
+        server = grpc.aio.server(
+            options=[
+                ("grpc.so_reuseport", 0),
+                ("grpc.max_receive_message_length", self._max_message()),
+                ("grpc.max_concurrent_streams", policy.max_concurrent_streams),
+                ("grpc.keepalive_time_ms", int(policy.keepalive_s * 1000)),
+                ("grpc.keepalive_timeout_ms", int(policy.keepalive_timeout_s * 1000)),
+                ("grpc.max_connection_idle_ms", int(policy.idle_timeout_s * 1000)),
+            ]
+        )
+        pb_grpc.add_ExternalProcessorServicer_to_server(self.servicer, server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        address = f"{self.host}:{self.grpc_port}"
+        if self.credentials is not None:
+            self.port = server.add_secure_port(address, self.credentials)
+        else:
+            self.port = server.add_insecure_port(address)
+        await server.start()
+        self._server = server
+
+    async def _start_health_port(self) -> None:
+        """gRPC health alone, in plain text, on its own port: the kubelet's gRPC probe
+        cannot speak TLS, while the ext_proc port may (upstream's picker splits its
+        `--grpc-port` and `--grpc-health-port` the same way)."""
+        assert self.health_port is not None
+        if self.transport == "grpcio":
+            server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+            health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+            self.health_bound = server.add_insecure_port(f"{self.host}:{self.health_port}")
+            await server.start()
+        else:
+            server = Http2GrpcServer(self.health.handlers(), policy=self.policy)
+            self.health_bound = await server.start(self.host, self.health_port)
+        self._health_server = server
+
+    async def update_health(self) -> None:
+        """Readiness: SERVING once a pod is ready (and, with leader election, while leading).
+        Liveness: SERVING from the first call on, whatever the pods or the lease."""
+        serving = bool(self.store.ready()) and self.is_leader()
+        if serving == self.serving and self._server is not None:
+            return
+        await self.health.set(LIVENESS_SERVICE, health_pb2.HealthCheckResponse.SERVING)
+        self.serving = serving
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if serving
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for service in READINESS_NAMES:
+            await self.health.set(service, status)
+
+    async def _health_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.health_interval_s)
+            self.director.refresh_gauges(self.store.pools())
+            await self.update_health()
+
+    async def _start_metrics(self) -> None:
+        async def metrics(request: web.Request) -> web.Response:
+            self.director.refresh_gauges(self.store.pools())
+            return web.Response(
+                body=generate_latest(self.director.metrics.registry),
+                content_type="text/plain",
+                charset="utf-8",
+            )
+
+        app = web.Application()
+        app.router.add_get("/metrics", metrics)
+        if self.status is not None:  # the global router's heartbeat (frontends/status.py)
+            add_status_route(app, self.director, self.store, **self.status)
+        self._runner = web.AppRunner(app, access_log=None, **server_settings())
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.metrics_port)
+        await site.start()
+        self.metrics_bound = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    async def stop(self, grace_s: float = 1.0) -> None:
+        for task in self._tasks:
+            await cancel_and_wait(task)
+        self._tasks.clear()
+        if self._server is not None:
+            await self.health.enter_graceful_shutdown()
+            await self._server.stop(grace_s)
+            self._server = None
+        if self._health_server is not None:
+            await self._health_server.stop(0)
+            self._health_server = None
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        await self.core.close()
+        for part in reversed(self.collaborators):
+            await part.stop()
+
+    async def wait(self) -> None:
+        if isinstance(self._server, grpc.aio.Server):
+            await self._server.wait_for_termination()
+        elif self._server is not None:
+            await self._server.wait_closed()
+
+
+def build_picker(
+    endpoints: list[Endpoint] | str | Path | None,
+    config: GatewayConfigSpec | str | Path | None = None,
+    *,
+    fetch: Fetch | None = None,
+    options: PickerOptions | None = None,
+    rewrites: RewriteSet | None = None,
+    **server_kwargs: Any,
+) -> PickerServer:
+    """A picker over a static endpoint list (or an empty store that discovery fills).
+
+    `fetch` is the store's scrape seam (default: HTTP to each pod).
+    """
+    if endpoints is not None and not isinstance(endpoints, list):
+        endpoints = load_endpoints_file(endpoints)
+    if config is not None and not isinstance(config, GatewayConfigSpec):
+        config = load_config(config)
+    core = build_core(list(endpoints or []), config, fetch=fetch, rewrites=rewrites)
+    return PickerServer(core, options=options, **server_kwargs)

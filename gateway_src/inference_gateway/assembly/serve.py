@@ -1,0 +1,147 @@
+"""`igw serve`'s app: the core (`assembly.core.build_core`) behind the proxy, with file
+reloads, authentication, the status heartbeat and EMF records around it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from aiohttp import web
+
+from inference_gateway.assembly.core import build_core
+from inference_gateway.config.reloader import FileWatcher
+from inference_gateway.config.spec import GatewayConfigSpec, load_config
+from inference_gateway.config.watch import guard_reload
+from inference_gateway.core.endpoints.discovery import load_endpoints_file
+from inference_gateway.core.scheduling.types import Endpoint
+from inference_gateway.core.traffic.rewrites import RewriteSet, load_rewrites
+from inference_gateway.core.traffic.routing import ModelRouter
+from inference_gateway.frontends.auth import Authenticator, auth_middleware
+from inference_gateway.frontends.proxy import Gateway
+from inference_gateway.frontends.status import add_status_route
+from inference_gateway.store.client import StoreHealth, StoreSpec, connect
+from inference_gateway.store.ratelimit import SharedLimits
+from inference_gateway.telemetry.emf import EmfEmitter
+from inference_gateway.telemetry.metrics import GatewayMetrics
+
+__all__ = ["RUN_OPTIONS", "WATCHER", "app_runner", "build_gateway"]
+
+WATCHER = web.AppKey("watcher", FileWatcher)  # the app's config/rewrite file watcher
+# How the gateway app must be served: a client that disconnects cancels its handler, so
+# its admission slot, queue place and pod request end at once (aiohttp's default lets
+# the handler run on); no access log (the request metrics count every request).
+RUN_OPTIONS = {"handler_cancellation": True, "access_log": None}
+
+
+def app_runner(app: web.Application) -> web.AppRunner:
+    """A runner for the gateway app with `RUN_OPTIONS` (tests and embedders use this)."""
+    return web.AppRunner(app, **RUN_OPTIONS)  # type: ignore[arg-type]
+
+
+def build_gateway(
+    endpoints: list[Endpoint] | str | Path,
+    config: GatewayConfigSpec | str | Path | None = None,
+    *,
+    policy: str = "gateway",
+    rewrites: str | Path | None = None,
+    seed: int | None = None,
+    emf_interval_s: float = 0.0,
+    emf_cluster: str = "igw",
+    expose_endpoints: bool = False,
+    auth: Authenticator | None = None,
+    hourly_cost_usd: float = 0.0,
+    store_spec: StoreSpec | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> tuple[web.Application, Gateway]:
+    """The gateway app; scraping (and file reloads) start with the app and stop with it.
+    Serve it with `RUN_OPTIONS` (`app_runner`), so a client that leaves ends its request;
+    `expose_endpoints` names the chosen pod to clients (debugging only).
+
+    `config` and `rewrites` given as paths are watched: a valid edit is swapped in
+    without a restart, an invalid one is logged and ignored. `emf_interval_s` > 0 writes
+    a CloudWatch EMF record to stdout every that many seconds (telemetry.emf). `auth`
+    checks every request's credential before any pod is touched (frontends/auth.py).
+    `GET /status` is the heartbeat the global router reads (status.py); `emf_cluster`
+    names the cluster there too, and `hourly_cost_usd` prices its tokens. `store_spec`
+    (`--store URL`) keeps the rate limits in the shared store, exact across replicas.
+    `seed` seeds the scheduler's tie-breaks and the rewrites' splits; `clock` is the
+    core's (tests that replay a trace on a clock they step).
+    """
+    if not isinstance(endpoints, list):
+        endpoints = load_endpoints_file(endpoints)
+    config_path = None if config is None or isinstance(config, GatewayConfigSpec) else Path(config)
+    if config_path is not None:
+        config = load_config(config_path)
+    assert config is None or isinstance(config, GatewayConfigSpec)
+    metrics = GatewayMetrics()
+    shared_limits = None
+    if store_spec is not None:  # rate limits in the store, exact across replicas
+        health = StoreHealth(
+            "gateway", retry_s=store_spec.retry_ms / 1000, registry=metrics.registry
+        )
+        shared_limits = SharedLimits(connect(store_spec), health)
+    core = build_core(
+        endpoints,
+        config,
+        policy=policy,
+        seed=seed,
+        metrics=metrics,
+        clock=clock,
+        shared_limits=shared_limits,
+    )
+    store = core.store
+
+    def known_models() -> set[str] | None:
+        if isinstance(config, GatewayConfigSpec) and config.models:
+            return set(ModelRouter(config).models([]))
+        return {m for e in endpoints for m in e.models} or None
+
+    def load_state() -> tuple[GatewayConfigSpec | None, RewriteSet]:
+        current = load_config(config_path) if config_path is not None else config
+        if rewrites is None:
+            return current, RewriteSet.empty()
+        return current, load_rewrites(rewrites, known_models=known_models(), seed=seed)
+
+    def reload() -> None:
+        core.apply_config(*load_state())
+
+    gateway = Gateway(store, core.director, expose_endpoints=expose_endpoints)
+    app = gateway.app()
+    app.middlewares.append(auth_middleware(auth))
+    add_status_route(
+        app, gateway.director, store, cluster=emf_cluster, hourly_cost_usd=hourly_cost_usd
+    )
+    watched = [p for p in (config_path, Path(rewrites) if rewrites else None) if p]
+    tasks: list[asyncio.Task[None]] = []
+    emitters: list[EmfEmitter] = []
+
+    async def start_scraping(app: web.Application) -> None:
+        await store.scrape_once()
+        store.start()
+        reload()  # rewrites need the pods' model names
+        if watched:
+            watcher = FileWatcher(watched, guard_reload(reload, metrics))
+            app[WATCHER] = watcher
+            tasks.append(asyncio.get_running_loop().create_task(watcher.run()))
+        if emf_interval_s > 0:
+            emitter = EmfEmitter(
+                metrics.registry,
+                cluster=emf_cluster,
+                interval_s=emf_interval_s,
+                refresh=lambda: gateway.director.refresh_gauges(store.pools()),
+            )
+            await emitter.start()
+            emitters.append(emitter)
+
+    async def stop_scraping(app: web.Application) -> None:
+        for task in tasks:
+            task.cancel()
+        for emitter in emitters:
+            await emitter.stop()
+        await core.close()
+
+    app.on_startup.append(start_scraping)
+    app.on_cleanup.append(stop_scraping)
+    return app, gateway

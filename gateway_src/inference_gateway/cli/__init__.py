@@ -1,0 +1,1 @@
+"""`igw`: the command-line entry point and the front ends' commands."""

@@ -1,0 +1,141 @@
+"""`igw global --config GLOBAL.yaml --port 8000`: the global router over cluster gateways.
+
+`igw global drain CLUSTER… | --region R  --config GLOBAL.yaml` (and `undrain`, `drained`)
+changes the planned drain set the running routers read every poll interval (drains.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+__all__ = ["register"]
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "global",
+        help="run the global router over several cluster gateways",
+        description="Serve an OpenAI-compatible endpoint that sends each request to the best "
+        "cluster gateway (igw serve) by KV headroom, queue, region, errors and cost, fails "
+        "over when a cluster's heartbeat goes stale and enforces global rate limits.",
+    )
+    parser.add_argument(
+        "action",
+        nargs="?",
+        default="serve",
+        choices=("serve", "drain", "undrain", "drained"),
+        help="serve (default); drain / undrain clusters in every running router (planned, "
+        "through the store or drainFile); drained: list the planned drain set",
+    )
+    parser.add_argument("clusters", nargs="*", help="cluster names (drain, undrain)")
+    parser.add_argument(
+        "--region", action="append", default=[], help="every cluster of this region (repeatable)"
+    )
+    parser.add_argument("--config", required=True, help="global router YAML (clusters, store)")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument(
+        "--emf-interval",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="write a CloudWatch EMF fleet record to stdout every SECONDS (0: off)",
+    )
+    parser.add_argument(
+        "--environment",
+        default=os.environ.get("IGW_ENVIRONMENT", "igw"),
+        help="the fleet records' Environment dimension (default $IGW_ENVIRONMENT, else igw)",
+    )
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import logging
+
+    from aiohttp import web
+
+    from inference_gateway.frontends.global_router.config import load_router_config
+    from inference_gateway.frontends.global_router.server import build_global_router
+
+    if not args.emf_interval >= 0:
+        print("igw global: --emf-interval must be 0 (off) or positive", file=sys.stderr)
+        return 2
+    spec = load_router_config(args.config)  # ConfigError → exit 2
+    if args.action != "serve":
+        return change_drains(spec, args)
+    if args.clusters or args.region:
+        print("igw global: cluster names and --region go with drain / undrain", file=sys.stderr)
+        return 2
+    # drains, returns and store fallbacks are one line each
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    app, _ = build_global_router(
+        spec, emf_interval_s=args.emf_interval, environment=args.environment
+    )
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:  # pragma: no cover - uvloop is a pinned dependency
+        pass
+    clusters = ", ".join(f"{c.name} ({c.region})" for c in spec.clusters)
+    print(f"igw global: listening on http://{args.host}:{args.port} over {clusters}", flush=True)
+    web.run_app(app, host=args.host, port=args.port, print=None, access_log=None)
+    return 0
+
+
+def change_drains(spec: Any, args: argparse.Namespace) -> int:
+    """drain / undrain / drained: one change to the planned drain set, then the set."""
+    import asyncio
+
+    from prometheus_client import CollectorRegistry
+
+    from inference_gateway.frontends.global_router.drains import PlannedDrains
+    from inference_gateway.store.client import StoreHealth, StoreUnavailable, connect
+
+    known = {c.name for c in spec.clusters}
+    names = set(args.clusters)
+    for region in args.region:
+        in_region = {c.name for c in spec.clusters if c.region == region}
+        if not in_region:
+            print(f"igw global: no cluster in region {region!r}", file=sys.stderr)
+            return 2
+        names |= in_region
+    unknown = sorted(names - known)
+    if unknown:
+        print(f"igw global: unknown cluster(s) {unknown}; known: {sorted(known)}", file=sys.stderr)
+        return 2
+    if args.action != "drained" and not names:
+        print(f"igw global {args.action}: name a cluster or --region", file=sys.stderr)
+        return 2
+    if spec.store is None and spec.drain_file is None:
+        print("igw global: planned drains need a `store` or a `drainFile`", file=sys.stderr)
+        return 2
+
+    async def apply() -> tuple[str, frozenset[str]]:
+        redis = connect(spec.store) if spec.store is not None else None
+        # its own metrics registry: the CLI exports nothing
+        health = StoreHealth("cli", registry=CollectorRegistry()) if redis is not None else None
+        drains = PlannedDrains(spec, redis, health)
+        try:
+            where = ""
+            if args.action != "drained":
+                where = await drains.change(frozenset(names), drain=args.action == "drain")
+            return where, await drains.current()
+        finally:
+            if redis is not None:
+                await redis.aclose()
+
+    try:
+        where, current = asyncio.run(apply())
+    except StoreUnavailable as error:
+        print(f"igw global: store unreachable, nothing changed ({error})", file=sys.stderr)
+        return 1
+    if where.startswith("file") and spec.store is not None:
+        print(f"igw global: store unreachable; written to the {where} instead", file=sys.stderr)
+    if where:
+        print(f"igw global: {args.action} {', '.join(sorted(names))} ({where})")
+    print(f"planned drain set: {', '.join(sorted(current)) or '(empty)'}")
+    return 0

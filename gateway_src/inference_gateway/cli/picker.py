@@ -1,0 +1,310 @@
+"""`igw picker`: the Envoy ext_proc endpoint picker.
+
+    igw picker --endpoints ENDPOINTS.yaml [--config CONFIG.yaml] [--rewrites PATH]
+               [--grpc-port 9002] [--metrics-port 9090] [--tls | --tls-cert F --tls-key F]
+
+Without `--endpoints` the pods come from Kubernetes: the pools of the config (label
+selector and target port) and/or the InferencePool named by `--pool`, in `--namespace`
+(default: $POD_NAMESPACE). In that mode InferenceGatewayConfig, InferenceObjective and
+InferenceModelRewrite resources are watched too (`--no-watch-api` turns that off); with
+a static endpoints file, the config and rewrites files are reloaded when they change.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "add_store_argument",
+    "kubernetes_options",
+    "observers",
+    "register",
+    "run",
+    "server_options",
+]
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "picker",
+        help="run the Envoy ext_proc endpoint picker (Gateway API Inference Extension)",
+        description="Serve envoy.service.ext_proc.v3.ExternalProcessor: pick a model-server "
+        "pod per request from live metrics and answer with x-gateway-destination-endpoint.",
+    )
+    parser.add_argument("--endpoints", help="endpoints YAML; default: Kubernetes discovery")
+    parser.add_argument("--config", help="InferenceGatewayConfig YAML (resource or bare spec)")
+    parser.add_argument("--rewrites", help="InferenceModelRewrite YAML file or folder")
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to bind (gRPC and metrics); default loopback only: pass 0.0.0.0 or :: "
+        "where Envoy reaches the picker over the network (the Kubernetes chart does)",
+    )
+    parser.add_argument("--grpc-port", type=int, default=9002)
+    parser.add_argument("--metrics-port", type=int, default=9090, help="0 disables")
+    parser.add_argument(
+        "--grpc-health-port",
+        type=int,
+        help="also serve gRPC health (liveness, readiness) in plain text on this port, for "
+        "the kubelet's probes when the ext_proc port serves TLS",
+    )
+    add_tls_arguments(parser)
+    parser.add_argument(
+        "--transport",
+        choices=["http2", "grpcio"],
+        default="http2",
+        help="gRPC server: our HTTP/2 one (default, ~4x less CPU per exchange) or grpc.aio",
+    )
+    parser.add_argument(
+        "--fallbacks",
+        type=int,
+        default=0,
+        help="ranked fallback pods appended to the destination (keep 0 for an "
+        "ORIGINAL_DST cluster, which takes exactly one address)",
+    )
+    parser.add_argument(
+        "--body-mode",
+        choices=["full-duplex", "buffered"],
+        default="full-duplex",
+        help="body mode assumed when Envoy sends no protocol_config",
+    )
+    add_cluster_arguments(parser)
+    add_store_argument(parser)
+    k8s = parser.add_argument_group("Kubernetes (when no --endpoints is given)")
+    k8s.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE", "default"))
+    k8s.add_argument("--pool", action="append", default=[], help="InferencePool name to serve")
+    k8s.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster credentials)")
+    k8s.add_argument("--api-server", help="API server URL without credentials (dev, tests)")
+    k8s.add_argument("--config-name", default="igw", help="InferenceGatewayConfig to watch")
+    k8s.add_argument("--no-watch-api", action="store_true", help="do not watch config resources")
+    k8s.add_argument("--leader-elect", action="store_true", help="active-passive via a Lease")
+    k8s.add_argument("--lease-name", default="igw-picker")
+    k8s.add_argument(
+        "--status-interval",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="how often the InferenceGatewayConfig's status is refreshed (written on change)",
+    )
+    parser.set_defaults(handler=run)
+
+
+def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags `igw serve` and `igw picker` share about the cluster they route for: its
+    name and price (GET /status, the global router's heartbeat) and the CloudWatch EMF
+    records. In the cluster the picker is what routes, so it is what writes the records
+    the alarms read and what answers the heartbeat."""
+    parser.add_argument(
+        "--emf-interval",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="write a CloudWatch embedded-metric-format record to stdout every SECONDS "
+        "(0, the default, is off)",
+    )
+    parser.add_argument(
+        "--hourly-cost",
+        type=float,
+        default=0.0,
+        metavar="USD",
+        help="the cluster's hourly price, for the cost per million tokens in GET /status",
+    )
+    parser.add_argument(
+        "--emf-cluster",
+        default=os.environ.get("IGW_CLUSTER_NAME", "igw"),
+        help="the records' Cluster dimension and GET /status's cluster: the EKS cluster name "
+        "(default $IGW_CLUSTER_NAME, else igw)",
+    )
+
+
+def emf_emitter(args: argparse.Namespace, registry: Any, refresh: Any) -> Any:
+    """The EmfEmitter the flags ask for, or None; ConfigError on a negative interval."""
+    if not args.hourly_cost >= 0:
+        from inference_gateway.errors import ConfigError
+
+        raise ConfigError("--hourly-cost", ["<value>: must be 0 or positive"])
+    if args.emf_interval < 0:
+        from inference_gateway.errors import ConfigError
+
+        raise ConfigError("--emf-interval", ["<value>: must be 0 (off) or positive"])
+    if args.emf_interval == 0:
+        return None
+    from inference_gateway.telemetry.emf import EmfEmitter
+
+    return EmfEmitter(
+        registry, cluster=args.emf_cluster, interval_s=args.emf_interval, refresh=refresh
+    )
+
+
+def add_store_argument(parser: argparse.ArgumentParser) -> None:
+    """`--store URL` of `igw serve` and `igw picker`: one shared store for the dispatch
+    view (store/dispatch.py) and, in `igw serve`, the rate limits (store/ratelimit.py);
+    `store.client.store_from_flag` parses it, the password comes from $IGW_STORE_PASSWORD."""
+    parser.add_argument(
+        "--store",
+        default=os.environ.get("IGW_STORE_URL") or None,
+        metavar="URL",
+        help="redis:// (rediss:// for TLS) store the replicas share: their dispatch view, so N "
+        "replicas pick like one, and (igw serve) rate limits exact across replicas; the local "
+        "view while it is unreachable (default $IGW_STORE_URL; none: this replica alone)",
+    )
+
+
+def add_tls_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tls", action="store_true", help="serve TLS (self-signed by default)")
+    parser.add_argument("--tls-cert", help="PEM certificate (with --tls-key)")
+    parser.add_argument("--tls-key", help="PEM private key (with --tls-cert)")
+
+
+def credentials(args: argparse.Namespace) -> Any:
+    if not (args.tls or args.tls_cert or args.tls_key):
+        return None
+    from inference_gateway.transport.tls import server_credentials
+
+    return server_credentials(args.tls_cert, args.tls_key)[0]
+
+
+def tls_options(args: argparse.Namespace) -> dict[str, Any]:
+    """TLS for the chosen transport: gRPC credentials (grpcio) or an SSL context (http2)."""
+    if not (args.tls or args.tls_cert or args.tls_key):
+        return {}
+    if transport(args.transport) == "grpcio":
+        return {"credentials": credentials(args)}
+    from inference_gateway.errors import ConfigError
+    from inference_gateway.transport.http2_server import ssl_context
+    from inference_gateway.transport.tls import self_signed
+
+    if (args.tls_cert is None) != (args.tls_key is None):
+        raise ConfigError("TLS", ["--tls-cert, --tls-key: give both or neither"])
+    if args.tls_cert is None:
+        return {"ssl_context": ssl_context(*self_signed())}
+    try:
+        cert, key = Path(args.tls_cert).read_bytes(), Path(args.tls_key).read_bytes()
+    except OSError as error:
+        raise ConfigError("TLS", [f"{error.filename}: {error.strerror}"]) from None
+    return {"ssl_context": ssl_context(cert, key)}
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:  # pragma: no cover - uvloop is a pinned dependency
+        pass
+    return asyncio.run(_serve(args))
+
+
+def transport(name: str) -> str:
+    """The gRPC server to run; `http2` needs `hpack` (an image built from an older
+    package manifest may lack it: then grpc.aio, said once in the log)."""
+    import importlib.util
+
+    if name == "http2" and importlib.util.find_spec("hpack") is None:
+        logging.getLogger(__name__).warning("hpack is not installed: serving with grpc.aio")
+        return "grpcio"
+    return name
+
+
+def server_options(args: argparse.Namespace) -> dict[str, Any]:
+    """`PickerServer` keyword arguments from the command line."""
+    from envoy.extensions.filters.http.ext_proc.v3.processing_mode_pb2 import ProcessingMode
+
+    from inference_gateway.frontends.extproc.picker import PickerOptions
+
+    mode = (
+        ProcessingMode.BUFFERED
+        if args.body_mode == "buffered"
+        else ProcessingMode.FULL_DUPLEX_STREAMED
+    )
+    options = PickerOptions(
+        fallbacks=args.fallbacks, request_body_mode=mode, response_body_mode=mode
+    )
+    return {
+        "options": options,
+        "host": args.host,
+        "grpc_port": args.grpc_port,
+        "metrics_port": args.metrics_port or None,
+        "health_port": args.grpc_health_port,
+        # the cluster's heartbeat for igw global, on the metrics port
+        "status": {"cluster": args.emf_cluster, "hourly_cost_usd": args.hourly_cost},
+        "transport": transport(args.transport),
+        **tls_options(args),
+    }
+
+
+def kubernetes_options(args: argparse.Namespace) -> Any:
+    """The Kubernetes mode's options from the command line."""
+    from inference_gateway.kubernetes.picker import KubernetesOptions
+
+    return KubernetesOptions(
+        namespace=args.namespace,
+        pools=tuple(args.pool),
+        kubeconfig=args.kubeconfig,
+        api_server=args.api_server,
+        config=args.config,
+        rewrites=args.rewrites,
+        config_name=args.config_name,
+        watch_api=not args.no_watch_api,
+        leader_elect=args.leader_elect,
+        lease_name=args.lease_name,
+        status_interval_s=args.status_interval,
+    )
+
+
+def observers(args: argparse.Namespace, core: Any) -> list[Any]:
+    """Collaborators that read the core: EMF records, the shared dispatch view."""
+    out = []
+    emitter = emf_emitter(
+        args, core.metrics.registry, lambda: core.director.refresh_gauges(core.store.pools())
+    )
+    if emitter is not None:
+        out.append(emitter)
+    if args.store:
+        from inference_gateway.store.dispatch import for_director
+
+        out.append(for_director(args.store, core.director))
+    return out
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    from inference_gateway.assembly.core import build_core
+    from inference_gateway.assembly.picker import PickerServer
+    from inference_gateway.config.watch import FileConfigSource
+    from inference_gateway.core.endpoints.discovery import load_endpoints_file
+    from inference_gateway.kubernetes.picker import KubernetesMode
+
+    server = server_options(args)
+    mode = None
+    if args.endpoints:
+        core = build_core(load_endpoints_file(args.endpoints))
+        source = FileConfigSource(
+            core.apply_config, args.config, args.rewrites, metrics=core.metrics
+        )
+        picker = PickerServer(core, collaborators=[source, *observers(args, core)], **server)
+    else:
+        mode = await KubernetesMode.connect(kubernetes_options(args))
+        picker = mode.server(observers(args, mode.core), **server)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await picker.start()
+    tls = " (TLS)" if server.get("credentials") or server.get("ssl_context") else ""
+    print(
+        f"igw picker: ext_proc on {args.host}:{picker.port}{tls}, "
+        f"metrics on :{picker.metrics_bound}",
+        flush=True,
+    )
+    await stop.wait()
+    await picker.stop(grace_s=5)
+    if mode is not None:
+        await mode.close()
+    return 0

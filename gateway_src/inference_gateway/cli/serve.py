@@ -1,0 +1,183 @@
+"""`igw serve --endpoints ENDPOINTS.yaml [--config CONFIG.yaml] --port 8080`."""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import sys
+from typing import Any
+
+from inference_gateway.cli.picker import add_cluster_arguments, add_store_argument
+
+__all__ = ["register"]
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "serve",
+        help="run the standalone OpenAI-compatible gateway",
+        description="Serve /v1/chat/completions, /v1/completions and /v1/models in front of "
+        "the pods of an endpoints file, picking a pod per request from live metrics.",
+    )
+    parser.add_argument("--endpoints", required=True, help="endpoints YAML (upstream shape)")
+    parser.add_argument(
+        "--config",
+        help="InferenceGatewayConfig YAML (default: latency profile, every model the pods list)",
+    )
+    parser.add_argument(
+        "--rewrites",
+        help="InferenceModelRewrite YAML file or folder (canary splits); reloaded on change",
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument(
+        "--header-timeout",
+        type=float,
+        default=15.0,
+        metavar="SECONDS",
+        help="close a connection whose request head is not complete this long after it "
+        "opened or its last response ended (slow clients; also the idle keep-alive limit; "
+        "default %(default)s)",
+    )
+    parser.add_argument(
+        "--debug-destination-headers",
+        action="store_true",
+        help="name the chosen pod to clients (x-gateway-destination-endpoint header, pod "
+        "names in 502 messages); off by default, as it exposes pod addresses",
+    )
+    parser.add_argument(
+        "--policy",
+        choices=["gateway", "round-robin"],
+        default="gateway",
+        help="round-robin runs the same proxy as a plain Service would route",
+    )
+    add_cluster_arguments(parser)
+    add_store_argument(parser)
+    auth = parser.add_argument_group(
+        "authentication", "checked before any pod is touched (docs/operations.md)"
+    )
+    auth.add_argument(
+        "--api-keys",
+        metavar="FILE",
+        help="API key file: keys: [{client, sha256, models?}] (a mounted Secret; digests only)",
+    )
+    auth.add_argument("--jwt-issuer", help="accept JWTs from this issuer (the iss claim)")
+    auth.add_argument(
+        "--jwt-audience", action="append", default=[], help="an accepted aud (repeatable)"
+    )
+    auth.add_argument("--jwt-jwks", metavar="FILE", help="the issuer's JWKS (JSON file)")
+    auth.add_argument(
+        "--jwt-claim",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a claim the token must carry (repeatable; list and space-separated claims match "
+        "any element)",
+    )
+    auth.add_argument(
+        "--jwt-client-claim", default="sub", help="the claim naming the client (default sub)"
+    )
+    parser.set_defaults(handler=run)
+
+
+def authenticator(args: argparse.Namespace) -> Any:
+    """The Authenticator the flags describe, or None; ConfigError on inconsistent flags."""
+    from pathlib import Path
+
+    from inference_gateway.errors import ConfigError
+    from inference_gateway.frontends.auth import Authenticator, JwtSettings, load_api_keys
+
+    jwt_flags = [args.jwt_issuer, args.jwt_jwks, args.jwt_audience]
+    if not args.api_keys and not any(jwt_flags):
+        return None
+    jwt = None
+    if any(jwt_flags):
+        missing = [
+            flag
+            for flag, value in zip(
+                ("--jwt-issuer", "--jwt-jwks", "--jwt-audience"), jwt_flags, strict=True
+            )
+            if not value
+        ]
+        if missing:
+            raise ConfigError(
+                "igw serve", [f"{m}: required with JWT authentication" for m in missing]
+            )
+        claims = {}
+        for i, pair in enumerate(args.jwt_claim):
+            name, sep, value = pair.partition("=")
+            if not sep or not name:
+                raise ConfigError("igw serve", [f"--jwt-claim[{i}]: expected NAME=VALUE"])
+            claims[name] = value
+        jwt = JwtSettings(
+            issuer=args.jwt_issuer,
+            audiences=tuple(args.jwt_audience),
+            jwks_path=Path(args.jwt_jwks),
+            required_claims=claims,
+            client_claim=args.jwt_client_claim,
+        )
+    keys = load_api_keys(args.api_keys) if args.api_keys else None
+    return Authenticator(keys, jwt)
+
+
+def run(args: argparse.Namespace) -> int:
+    from aiohttp import web
+
+    from inference_gateway.assembly.serve import RUN_OPTIONS, build_gateway
+    from inference_gateway.store.client import store_from_flag
+    from inference_gateway.transport.http_settings import server_settings
+
+    if args.header_timeout <= 0:
+        print("igw serve: --header-timeout must be positive", file=sys.stderr)
+        return 2
+    if args.emf_interval < 0:
+        print("igw serve: --emf-interval must be 0 (off) or positive", file=sys.stderr)
+        return 2
+    if not args.hourly_cost >= 0:
+        print("igw serve: --hourly-cost must be 0 or positive", file=sys.stderr)
+        return 2
+    app, gateway = build_gateway(
+        args.endpoints,
+        args.config,
+        policy=args.policy,
+        rewrites=args.rewrites,
+        emf_interval_s=args.emf_interval,
+        emf_cluster=args.emf_cluster,
+        expose_endpoints=args.debug_destination_headers,
+        auth=authenticator(args),
+        hourly_cost_usd=args.hourly_cost,
+        store_spec=store_from_flag(args.store),  # ConfigError → exit 2
+    )
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:  # pragma: no cover - uvloop is a pinned dependency
+        pass
+    if args.store:
+        from inference_gateway.store.dispatch import for_director
+
+        share = for_director(args.store, gateway.director)
+        app.on_startup.append(lambda _: share.start())
+        app.on_cleanup.append(lambda _: share.stop())
+    app.on_startup.append(_freeze_startup_objects)
+    print(
+        f"igw serve: listening on http://{args.host}:{args.port} (policy {args.policy}"
+        + (", authentication on)" if _authenticating(args) else ")"),
+        flush=True,
+    )
+    options = {**RUN_OPTIONS, **server_settings(args.header_timeout)}
+    web.run_app(app, host=args.host, port=args.port, print=None, **options)  # type: ignore[arg-type]
+    return 0
+
+
+def _authenticating(args: argparse.Namespace) -> bool:
+    return bool(args.api_keys or args.jwt_issuer)
+
+
+async def _freeze_startup_objects(app: object) -> None:
+    """Move everything built at startup (modules, config, the app) out of the cyclic
+    garbage collector's reach: its collections then scan only per-request objects,
+    instead of pausing requests for milliseconds to re-scan the whole heap."""
+    gc.collect()
+    gc.freeze()

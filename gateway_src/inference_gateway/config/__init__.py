@@ -1,0 +1,1 @@
+"""The typed configuration: the InferenceGatewayConfig spec, its reload and its watch."""

@@ -1,0 +1,173 @@
+"""Engine adapters: Prometheus text of vLLM, SGLang, TRT-LLM or TGI → `PodMetrics`.
+
+Metric names (DESIGN §3):
+
+  vLLM     queue vllm:num_requests_waiting, running vllm:num_requests_running,
+           KV vllm:kv_cache_usage_perc (older: vllm:gpu_cache_usage_perc)
+  SGLang   sglang:num_queue_reqs, sglang:num_running_reqs, sglang:token_usage
+  TRT-LLM  trtllm_num_requests_waiting, trtllm_num_requests_running,
+           trtllm_kv_cache_utilization
+  TGI      tgi_queue_size, tgi_batch_current_size (no KV gauge)
+
+vLLM also gives LoRA residency (`vllm:lora_requests_info` labels) and cache geometry
+(`vllm:cache_config_info`), SGLang its cache geometry (`sglang:cache_config_info`).
+
+Why not a general Prometheus parser: a real vLLM page is ~48 KB, mostly histograms
+(TTFT, latencies, token counts, HTTP timings) the picker never reads, and the general
+parser builds an object for each of its ~500 samples: ~8 ms of CPU per scrape, so one
+core watched four pods at 50 ms and no more (bench/scrape_cost.py). This module finds
+only the sample lines it needs with `str.find` (a C scan of the page) and parses those
+few lines, in microseconds. Lines it does not need are not validated; a needed line
+that does not parse is a `ValueError`, so the scrape fails and the pod goes stale
+rather than routing on a guess.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterator
+
+from inference_gateway.core.scheduling.types import PodMetrics
+
+__all__ = ["ENGINES", "parse_metrics"]
+
+ENGINES = {
+    "vllm": {
+        "waiting": ["vllm:num_requests_waiting"],
+        "running": ["vllm:num_requests_running"],
+        "kv": ["vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"],
+    },
+    "sglang": {
+        "waiting": ["sglang:num_queue_reqs"],
+        "running": ["sglang:num_running_reqs"],
+        "kv": ["sglang:token_usage"],
+    },
+    "trtllm": {
+        "waiting": ["trtllm_num_requests_waiting"],
+        "running": ["trtllm_num_requests_running"],
+        "kv": ["trtllm_kv_cache_utilization"],
+    },
+    "tgi": {
+        "waiting": ["tgi_queue_size"],
+        "running": ["tgi_batch_current_size"],
+        "kv": [],
+    },
+}
+LORA_INFO = "vllm:lora_requests_info"
+CACHE_INFO = {"vllm": "vllm:cache_config_info", "sglang": "sglang:cache_config_info"}
+
+# one `name="value"` pair of a label block; values may hold escaped quotes (text format 0.0.4)
+_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
+_UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
+
+
+def _lines(text: str, name: str) -> Iterator[str]:
+    """Every sample line of metric `name` (not of a longer name it is a prefix of, such
+    as vLLM's `…_waiting_by_reason`), in page order. Comment lines start with `#`, so a
+    line start followed by the name is always a sample."""
+    needle = "\n" + name
+    size = len(name)
+    pos = 0 if text.startswith(name) else text.find(needle) + 1
+    while pos > 0 or (pos == 0 and text.startswith(name)):
+        end = text.find("\n", pos)
+        line = text[pos:end] if end >= 0 else text[pos:]
+        if line[size : size + 1] in ("{", " ", "\t", ""):
+            yield line
+        if end < 0:
+            return
+        pos = text.find(needle, end) + 1
+        if pos == 0:
+            return
+
+
+def _value(line: str) -> float:
+    """The sample value: after the label block (its last `}`: values and timestamps hold
+    none) or after the name, before an optional timestamp."""
+    close = line.rfind("}")
+    fields = line[close + 1 :].split() if close >= 0 else line.split()[1:]
+    if not fields:
+        raise ValueError(f"no value in metric line {line[:120]!r}")
+    return float(fields[0])  # accepts NaN and +Inf, as the text format does
+
+
+_LABEL_CACHE: dict[str, dict[str, str]] = {}  # label blocks repeat verbatim scrape after scrape
+_LABEL_CACHE_SIZE = 4096
+
+
+def _labels(line: str) -> dict[str, str]:
+    """The label set of a sample line (a shared dict: read it, never change it)."""
+    start, close = line.find("{"), line.rfind("}")
+    if start < 0 or close < start:
+        return {}
+    block = line[start + 1 : close]
+    labels = _LABEL_CACHE.get(block)
+    if labels is None:
+        if len(_LABEL_CACHE) >= _LABEL_CACHE_SIZE:
+            _LABEL_CACHE.clear()
+        labels = _LABEL_CACHE[block] = _parse_labels(block, line)
+    return labels
+
+
+def _parse_labels(block: str, line: str) -> dict[str, str]:
+    labels: dict[str, str] = {}
+    pos = 0
+    while pos < len(block):
+        match = _LABEL.match(block, pos)
+        if match is None:
+            raise ValueError(f"bad label block in metric line {line[:120]!r}")
+        value = match.group(2)
+        if "\\" in value:
+            value = re.sub(r"\\[\\\"n]", lambda m: _UNESCAPE[m.group(0)], value)
+        labels[match.group(1)] = value
+        pos = match.end()
+    return labels
+
+
+def _first(text: str, names: list[str]) -> float:
+    """The first sample of the first name present; 0 when none is."""
+    for name in names:
+        for line in _lines(text, name):
+            value = _value(line)
+            if math.isnan(value):
+                raise ValueError(f"{name} is NaN")
+            return value
+    return 0.0
+
+
+def _split(value: str | None) -> frozenset[str]:
+    return frozenset(a for a in (value or "").split(",") if a)
+
+
+def parse_metrics(text: str, engine: str = "vllm") -> PodMetrics:
+    """Parse one scrape. Missing metrics read as 0; unknown engines are a ValueError.
+
+    For several samples of one gauge (several label sets) the first in the page counts;
+    of several `vllm:lora_requests_info` series the newest (its value is a timestamp),
+    as upstream; of several cache-config series (the engine's own name) the last."""
+    names = ENGINES.get(engine)
+    if names is None:
+        raise ValueError(f"unknown engine {engine!r} (known: {sorted(ENGINES)})")
+    lora: dict[str, str] = {}
+    if engine == "vllm":
+        stamp = float("-inf")
+        for line in _lines(text, LORA_INFO):
+            value = _value(line)
+            if value >= stamp:
+                stamp, lora = value, _labels(line)
+    cache: dict[str, str] = {}
+    if engine in CACHE_INFO:
+        for line in _lines(text, CACHE_INFO[engine]):
+            cache = _labels(line)
+    block_size = cache.get("block_size") or cache.get("page_size") or "16"
+    blocks = cache.get("num_gpu_blocks") or cache.get("num_pages") or "0"
+    return PodMetrics(
+        waiting=int(_first(text, names["waiting"])),
+        running=int(_first(text, names["running"])),
+        kv_usage=_first(text, names["kv"]),
+        running_adapters=_split(lora.get("running_lora_adapters")),
+        waiting_adapters=_split(lora.get("waiting_lora_adapters")),
+        max_loras=int(float(lora.get("max_lora") or 0)),
+        block_size=int(float(block_size)),
+        num_gpu_blocks=int(float(blocks)),
+    )

@@ -1,0 +1,196 @@
+"""The endpoint store: the pods of every pool, their last scrape, and their staleness.
+
+Scraping reaches pods through an injected `fetch(endpoint, path) -> str` coroutine, so
+tests and other drivers can feed the same store without HTTP. A pod whose last good
+scrape is older than `staleness_s` is marked stale (never routed to) and returns by
+itself on its next good scrape.
+
+Scraping has a CPU budget, `max_cpu_fraction` of a core (default a quarter): the loop
+measures what each scrape cycle costs and, when the configured interval would spend more
+than the budget (many pods, large pages, a slow machine), stretches the interval to fit
+and logs a warning; it returns to the configured interval by itself when the cost falls.
+`current_interval_s` is the interval in force. The cost is the scrape's own work, timed
+where it runs, when the fetch can say what its transport spent (a `cpu_seconds()`
+attribute on the fetch function, as the data planes' HTTP fetches have): the parse and
+bookkeeping here plus the client's writes and answer parsing (thread CPU time), times
+`LOOP_OVERHEAD` for the event loop's share they cannot see (socket reads, tasks, timers).
+Request traffic in the same process then never counts, however steady. Otherwise it is
+the process CPU of each cycle, the lowest of the recent ones. A page equal to the pod's
+previous one (an idle engine's) is not parsed again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+
+import orjson
+
+from inference_gateway.background import cancel_and_wait
+from inference_gateway.core.endpoints.adapters import parse_metrics
+from inference_gateway.core.scheduling.types import Endpoint, PodMetrics
+
+__all__ = ["EndpointStore", "Fetch"]
+
+log = logging.getLogger(__name__)
+
+Fetch = Callable[[Endpoint, str], Awaitable[str]]  # may carry `cpu_seconds() -> float`
+
+COST_WINDOW = 20  # cycles whose lowest cost is taken as the scrape cost
+# process CPU per scrape over the timed work, measured by bench/scrape_cost.py with an idle
+# picker on uvloop: 2.2-3.0 at 4-128 pods
+LOOP_OVERHEAD = 2.5
+HYSTERESIS = 0.2  # relative saving before a stretched interval shrinks (and is re-logged)
+
+
+class EndpointStore:
+    def __init__(
+        self,
+        endpoints: list[Endpoint],
+        fetch: Fetch | None,
+        *,
+        interval_s: float = 0.05,
+        timeout_s: float = 1.0,
+        staleness_s: float = 2.0,
+        engine: str = "vllm",
+        models_every: int = 20,
+        clock: Callable[[], float] = time.monotonic,
+        max_cpu_fraction: float | None = 0.25,
+        cpu_clock: Callable[[], float] = time.process_time,
+    ) -> None:
+        """`fetch` None: the driver records scrapes itself (the simulator, through
+        `Endpoint.record_scrape`) and never runs the loop. `max_cpu_fraction`: the share
+        of a core scraping may use before the interval stretches (None: never stretch)."""
+        self.endpoints = endpoints
+        self.fetch = fetch
+        self.interval_s = interval_s
+        self.timeout_s = timeout_s
+        self.staleness_s = staleness_s
+        self.engine = engine
+        self.models_every = models_every
+        self.clock = clock
+        self.max_cpu_fraction = max_cpu_fraction
+        self.cpu_clock = cpu_clock
+        self.current_interval_s = interval_s
+        self._said_interval_s = interval_s  # the interval the last log line announced
+        self.round_cpu_s = 0.0  # the CPU one scrape cycle costs (lowest of the recent ones)
+        self._round_costs: deque[float] = deque(maxlen=COST_WINDOW)
+        self._pages: dict[Endpoint, tuple[str, PodMetrics]] = {}  # last page, its parse
+        self._fetch_cpu: Callable[[], float] | None = getattr(fetch, "cpu_seconds", None)
+        self._own_s = 0.0  # thread CPU of the parsing, timed where it runs
+        self.scrapes = 0
+        self._task: asyncio.Task[None] | None = None
+
+    def ready(self) -> list[Endpoint]:
+        return [e for e in self.endpoints if not e.stale]
+
+    def pools(self) -> dict[str, list[Endpoint]]:
+        out: dict[str, list[Endpoint]] = {}
+        for e in self.endpoints:
+            out.setdefault(e.pool, []).append(e)
+        return out
+
+    async def scrape_once(self) -> None:
+        """Scrape every pod concurrently, then re-mark staleness."""
+        with_models = self.scrapes % self.models_every == 0
+        await asyncio.gather(*(self._scrape(e, with_models) for e in self.endpoints))
+        self.scrapes += 1
+        now = self.clock()
+        for e in self.endpoints:
+            e.stale = now - e.scraped_at > self.staleness_s
+
+    async def _scrape(self, endpoint: Endpoint, with_models: bool) -> None:
+        fetch = self.fetch
+        assert fetch is not None, "a store without a fetch is fed by its driver"
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                started = self.clock()
+                text = await fetch(endpoint, "/metrics")
+                parsing = time.thread_time()
+                metrics = self._parse(endpoint, text)
+                self._own_s += time.thread_time() - parsing
+                if with_models or not endpoint.models:
+                    text = await fetch(endpoint, "/v1/models")
+                    body = orjson.loads(text)
+                    endpoint.models = frozenset(m["id"] for m in body.get("data", []))
+        except Exception as error:  # a dead pod must not stop the loop
+            log.debug("scrape of %s failed: %r", endpoint.name, error)
+            return
+        endpoint.record_scrape(metrics, started)
+
+    def _parse(self, endpoint: Endpoint, text: str) -> PodMetrics:
+        """The page's metrics, parsed again only when it differs from the last one (a
+        length check first, then one memory compare)."""
+        last = self._pages.get(endpoint)
+        if last is not None and last[0] == text:
+            return last[1]
+        metrics = parse_metrics(text, self.engine)
+        if len(self._pages) > len(self.endpoints):  # pods were removed: forget theirs
+            current = set(self.endpoints)
+            self._pages = {e: page for e, page in self._pages.items() if e in current}
+        self._pages[endpoint] = (text, metrics)
+        return metrics
+
+    def spent_s(self) -> float:
+        """Cumulative scrape cost: the scrape's own timed work when the fetch reports its
+        transport's, else the process's CPU."""
+        if self._fetch_cpu is None:
+            return self.cpu_clock()
+        return (self._fetch_cpu() + self._own_s) * LOOP_OVERHEAD
+
+    async def run(self) -> None:
+        spent = self.spent_s()
+        while True:
+            started = self.clock()
+            await self.scrape_once()
+            await asyncio.sleep(max(0.0, self.current_interval_s - (self.clock() - started)))
+            now = self.spent_s()
+            self.adapt(now - spent)  # the whole cycle: the round and whatever it left to do
+            spent = now
+
+    def adapt(self, cycle_cpu_s: float) -> None:
+        """Fit the interval to the CPU budget after a scrape cycle that took `cycle_cpu_s`.
+
+        Over budget, the interval grows at once; under it, it shrinks only when the
+        saving is worth it (HYSTERESIS) or back to the configured interval, so it does
+        not flap. Logged when it leaves or regains the configured interval, and when a
+        stretched interval moves by more than HYSTERESIS since last said."""
+        if self.max_cpu_fraction is None:
+            self.current_interval_s = self.interval_s
+            return
+        self._round_costs.append(cycle_cpu_s)
+        self.round_cpu_s = cost = min(self._round_costs)
+        needed = max(self.interval_s, cost / self.max_cpu_fraction)
+        current = self.current_interval_s
+        if needed > current or needed == self.interval_s or needed < current * (1 - HYSTERESIS):
+            self.current_interval_s = needed
+        if self.current_interval_s != current:
+            self._say(current)
+
+    def _say(self, was: float) -> None:
+        now, said = self.current_interval_s, self._said_interval_s
+        if now == self.interval_s:
+            if was != self.interval_s:
+                log.info("scrape interval back to the configured %.0f ms", now * 1000)
+            self._said_interval_s = now
+        elif said == self.interval_s or abs(now - said) > HYSTERESIS * said:
+            self._said_interval_s = now
+            log.warning(
+                "scraping %d pods takes %.1f ms of CPU a cycle: interval %.0f ms instead of "
+                "the configured %.0f ms, to stay within %.0f%% of a core",
+                len(self.endpoints),
+                self.round_cpu_s * 1000,
+                now * 1000,
+                self.interval_s * 1000,
+                (self.max_cpu_fraction or 0) * 100,
+            )
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self.run())
+
+    async def stop(self) -> None:
+        await cancel_and_wait(self._task)
+        self._task = None

@@ -1,0 +1,609 @@
+"""The director: one request's way from raw body bytes to a ranked list of pods.
+
+Both data planes need the same steps before a byte goes to a model server — parse the
+body (→ 400), apply a canary rewrite, route the model to a pool (→ 404), pick the
+priority band, charge the rate limits (→ 429), pass admission (→ 429 / 503), rank the
+pool's ready pods (→ 503) — and only differ in how they answer. The ext_proc server
+(`extproc.py`) drives them through `Director.decide`; failures come back as one
+exception type, `Rejection`, that carries the HTTP status, the OpenAI error fields and
+the headers (`Retry-After`, rate-limit state), so each data plane renders it in its own
+wire format without a second copy of the rules.
+
+A request that passes gets a `RequestLifecycle` (lifecycle.py): from then on the data
+plane only reports what happens to it, and the lifecycle gives back everything the
+request holds. Bookkeeping is keyed by an id made here; the client's `x-request-id` is
+kept only for logs and the response header.
+
+The pieces themselves are the shared core: `RoutingState` (config, router, rewrites,
+limiter, swapped whole on reload), `PoolGate` admission, `band_for`, the `Scheduler`.
+
+`decide` is the asyncio driver of the pipeline. Its steps are also public, without any
+waiting in them, for the simulator, which drives the same director on its virtual clock
+(`clock`): `begin` (from an `Intake`: the parsed body, or the simulator's request),
+`offer` / `resume` (admission), `start` (rank and a lifecycle). So `igw serve`,
+`igw picker` and `igw simulate` run one request path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from inference_gateway.background import cancel_and_wait
+from inference_gateway.config.spec import GatewayConfigSpec
+from inference_gateway.core.request.admission import PoolGate, QueueTimeoutError
+from inference_gateway.core.request.contracts import RoutingState, SchedulerLike, openai_error
+from inference_gateway.core.request.lifecycle import Charge, RequestLifecycle, new_internal_id
+from inference_gateway.core.scheduling.plugins.prefix import prompt_block_hashes
+from inference_gateway.core.scheduling.types import Endpoint, LLMRequest
+from inference_gateway.core.traffic.flow_control import BANDS, FlowController, Waiter
+from inference_gateway.core.traffic.objectives import band_for
+from inference_gateway.core.traffic.routing import Route
+from inference_gateway.errors import (
+    InferenceGatewayError,
+    NoCapacityError,
+    NoEndpointError,
+    UnknownModelError,
+)
+from inference_gateway.store.ratelimit import SharedLimits, StoreSettle
+from inference_gateway.telemetry.metrics import GatewayMetrics
+
+__all__ = [
+    "CLIENT_ID_HEADER",
+    "Decision",
+    "Director",
+    "Intake",
+    "Pending",
+    "Rejection",
+    "RequestLifecycle",
+    "RoutingState",
+    "SchedulerLike",
+    "Series",
+    "api_key_of",
+    "prompt_text",
+    "subset_hostports",
+]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_TOKENS = 256  # charged to token buckets when a request sets none
+# Output bounds past this are refused (400): no model's context comes near it, and a
+# bound is what a token limit charges up front.
+MAX_OUTPUT_TOKENS = 2**21
+MAX_CHOICES = 128  # `n`: completions generated per request
+OUTPUT_BOUND_FIELDS = ("max_tokens", "max_completion_tokens")
+
+OBJECTIVE_HEADER = "x-gateway-inference-objective"
+FAIRNESS_HEADER = "x-gateway-inference-fairness-id"
+# The authenticated client: set by `igw serve`'s authentication (frontends/auth.py) or by
+# Envoy Gateway's SecurityPolicy (API key `forwardClientIDHeader`, JWT `claimToHeaders`);
+# the key of per-client rate limits.
+CLIENT_ID_HEADER = "x-igw-client-id"
+PROFILE_HEADER = "x-gateway-inference-profile"
+
+
+def prompt_text(body: dict[str, Any]) -> str:
+    """The text the prefix index and token estimate see: messages or prompt, in order."""
+    messages = body.get("messages")
+    if isinstance(messages, list):
+        parts = []
+        for m in messages:
+            if isinstance(m, dict):
+                content = m.get("content")
+                if isinstance(content, list):  # content parts
+                    content = "".join(
+                        str(p.get("text", "")) for p in content if isinstance(p, dict)
+                    )
+                parts.append(f"{m.get('role', '')}:{content or ''}\n")
+        return "".join(parts)
+    prompt = body.get("prompt")
+    if isinstance(prompt, list):
+        return "".join(str(p) for p in prompt)
+    return str(prompt or "")
+
+
+class Rejection(InferenceGatewayError):
+    """A request refused before any pod saw it: an HTTP status and an OpenAI error."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        kind: str,
+        code: str,
+        *,
+        retry_after_s: int | None = None,
+        headers: Mapping[str, str] | None = None,
+        param: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.kind = kind
+        self.code = code
+        self.param = param
+        self.retry_after_s = retry_after_s
+        self.headers = dict(headers or {})
+        if retry_after_s is not None:
+            self.headers["retry-after"] = str(retry_after_s)
+
+    def body(self) -> bytes:
+        """`{"error": {"message", "type", "param", "code"}}`, as the OpenAI API answers."""
+        return openai_error(self.message, self.kind, self.code, self.param)
+
+
+@dataclass(slots=True)
+class Decision:
+    """Where a request goes and what it carries there."""
+
+    llm: LLMRequest
+    ranked: list[Endpoint]
+    client_model: str  # what the client asked for; responses are written back to it
+    route: Route
+    body: bytes  # the body for the pod: the client's bytes, or rewritten for a canary
+    gate: PoolGate
+    headers: dict[str, str] = field(default_factory=dict)  # e.g. rate-limit state
+
+    @property
+    def target_model(self) -> str:
+        return self.llm.model
+
+    @property
+    def rewritten(self) -> bool:
+        return self.client_model != self.route.model
+
+
+@dataclass(frozen=True, slots=True)
+class Intake:
+    """What the pipeline needs of a request body: `decide` reads it from the client's
+    bytes (`Intake.parse`); the simulator, whose prompts are token counts and prefix
+    block ids rather than text, builds it from its workload."""
+
+    model: str  # what the client asked for
+    prompt_tokens: int  # estimated
+    output_bound: int  # the most output tokens it may cost (token limits charge it)
+    # the prompt's prefix-index hashes for the model the pod is sent (after rewrites)
+    prefix_hashes: Callable[[str], Sequence[int]]
+    body: dict[str, Any] | None = None  # the parsed body, re-encoded if a rewrite applies
+
+    @classmethod
+    def parse(cls, raw: bytes) -> Intake:
+        """The client's body (→ 400 `Rejection` when malformed)."""
+        body = _parse(raw)
+        output_bound = _output_bound(body)
+        text = prompt_text(body)
+        return cls(
+            body["model"],
+            len(text) // 4 + 1,
+            output_bound,
+            lambda model: prompt_block_hashes(model, text),
+            body,
+        )
+
+
+@dataclass(slots=True)
+class Pending:
+    """A request between `Director.begin` and `Director.start`: routed, limited,
+    waiting for (or past) admission."""
+
+    state: RoutingState
+    intake: Intake
+    model: str  # after rewrites
+    route: Route
+    llm: LLMRequest
+    endpoints: list[Endpoint]
+    gate: PoolGate
+    headers: dict[str, str]  # answered with (rate-limit state)
+    charge: Charge | None
+    waiter: Waiter | None = None
+
+    @property
+    def client_model(self) -> str:
+        return self.intake.model
+
+
+def api_key_of(headers: Mapping[str, str]) -> str:
+    """The authenticated client id, else the bearer token, else "anonymous" (limits
+    without a client or apiKey apply to each caller separately)."""
+    client = headers.get(CLIENT_ID_HEADER)
+    if client:
+        return client
+    auth = headers.get("authorization", "")
+    return auth[7:].strip() if auth.lower().startswith("bearer ") else "anonymous"
+
+
+def subset_hostports(hint: list[str] | None, endpoints: list[Endpoint]) -> frozenset[str] | None:
+    """Envoy's subset hint as `ip:port`s; an entry without a port allows every port of
+    that address (the protocol lets a data plane send bare IPs). None: no hint."""
+    if hint is None:
+        return None
+    out = {h for h in hint if ":" in h}
+    bare = {h for h in hint if ":" not in h}
+    if bare:
+        out.update(e.hostport for e in endpoints if e.address in bare)
+    return frozenset(out)
+
+
+class Series:
+    """Cached labelled series of the gateway metrics: prometheus_client's `labels()` takes
+    a lock and builds keys on every call, and one request touches half a dozen series."""
+
+    def __init__(self, metrics: GatewayMetrics) -> None:
+        self.metrics = metrics
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+
+    def child(self, metric: Any, *labels: str) -> Any:
+        key = (id(metric), labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
+    def time_plugin(self, kind: str, name: str, seconds: float) -> None:
+        """The scheduler's plugin timer (`Scheduler(timer=...)`)."""
+        self.child(self.metrics.plugin_duration, kind, name).observe(seconds)
+
+
+class Director:
+    """Runs the shared request pipeline over the live routing state.
+
+    `state` is read once per request, so a reload never changes a request half way.
+    """
+
+    def __init__(
+        self,
+        endpoints: Callable[[], list[Endpoint]],
+        scheduler: SchedulerLike,
+        state: RoutingState,
+        *,
+        metrics: GatewayMetrics | None = None,
+        series: Series | None = None,
+        max_lifetime_s: float | None = 3600.0,
+        clock: Callable[[], float] = time.monotonic,
+        soon: Callable[[Callable[[], Any]], Any] | None = None,
+        shared_limits: SharedLimits | None = None,
+    ) -> None:
+        """`max_lifetime_s` None: no watchdog (the simulator ends every request itself).
+        `clock` and `soon` are the admission gates' (see `PoolGate`); `clock` also times
+        lifecycles and rate limits. `shared_limits` (igw serve --store): the token
+        buckets live in the store."""
+        self.endpoints = endpoints
+        self.scheduler = scheduler
+        self.state = state
+        self.max_lifetime_s = max_lifetime_s  # the watchdog ends requests older than this
+        self.live: dict[str, RequestLifecycle] = {}  # admitted, not ended, by internal id
+        self._watchdog: asyncio.Task[None] | None = None
+        self.metrics = metrics or GatewayMetrics()
+        self.gates: dict[str, PoolGate] = {}
+        self.series = series or Series(self.metrics)
+        self.child = self.series.child
+        self.shared_limits = shared_limits
+        self.clock = clock
+        self.soon = soon
+
+    def reload(self, state: RoutingState) -> None:
+        """Swap config, rewrites and limits; requests in flight keep their old state."""
+        self.state = state
+        if state.config is not None:
+            for gate in self.gates.values():
+                gate.spec = gate.controller.spec = state.config.flow_control
+
+    @property
+    def active(self) -> int:
+        """Requests admitted and not ended yet."""
+        return len(self.live)
+
+    def track(self, life: RequestLifecycle) -> None:
+        """A new lifecycle: watched until it ends (it removes itself from `live`)."""
+        self.live[life.id] = life
+        if self.max_lifetime_s is None:
+            return
+        if self._watchdog is None or self._watchdog.done():
+            self._watchdog = asyncio.get_running_loop().create_task(self._watch())
+
+    async def _watch(self) -> None:
+        """End what outlived `max_lifetime_s`, checking a few times per lifetime (at most
+        once a second); the task ends when nothing is live."""
+        assert self.max_lifetime_s is not None
+        while self.live:
+            await asyncio.sleep(min(1.0, self.max_lifetime_s / 4))
+            oldest = self.clock() - self.max_lifetime_s
+            for life in [life for life in self.live.values() if life.started < oldest]:
+                life.expire()
+
+    async def close(self) -> None:
+        await cancel_and_wait(self._watchdog)
+        for gate in self.gates.values():
+            await gate.close()
+
+    def gate(self, route: Route) -> PoolGate:
+        key = route.pool or "*"
+        gate = self.gates.get(key)
+        if gate is None:
+            config = self.state.config or GatewayConfigSpec()
+            gate = self.gates[key] = PoolGate(
+                config.flow_control,
+                lambda: self.state.router.candidates(route, self.endpoints()),
+                clock=self.clock,
+                soon=self.soon,
+            )
+        return gate
+
+    def refresh_gauges(self, pools: Mapping[str, list[Endpoint]]) -> None:
+        """Pool gauges, computed when `/metrics` is read: ready pods, mean KV use and
+        queue, and the autoscaling signals, saturation (mean per-pod load at the critical
+        thresholds, 1 = full) and the admission queue per band."""
+        metrics = self.metrics
+        spec = (self.state.config or GatewayConfigSpec()).flow_control
+        for pool, endpoints in pools.items():
+            ready = [e.metrics for e in endpoints if not e.stale and e.metrics is not None]
+            metrics.pool_ready.labels(pool).set(len(ready))
+            if ready:
+                metrics.pool_kv.labels(pool).set(sum(m.kv_usage for m in ready) / len(ready))
+                metrics.pool_queue.labels(pool).set(sum(m.waiting for m in ready) / len(ready))
+            gate = self.gates.get(pool)
+            controller = gate.controller if gate is not None else FlowController(spec)
+            metrics.pool_saturation.labels(pool).set(controller.saturation(endpoints))
+        for pool, gate in self.gates.items():
+            for band in BANDS:
+                metrics.queue_size.labels(pool, band).set(gate.controller.queued(band))
+
+    async def decide(
+        self,
+        raw: bytes,
+        headers: Mapping[str, str],
+        *,
+        client_request_id: str = "",
+        subset: list[str] | None = None,
+    ) -> RequestLifecycle:
+        """Parse, rewrite, route, limit, admit and rank; `Rejection` on any refusal.
+
+        `headers` must have lower-case names. On success the caller reports the
+        request's course to the returned lifecycle, which releases what it holds.
+        `client_request_id` (the client's `x-request-id`) is only logged.
+        """
+        intake = Intake.parse(raw)
+        if self.shared_limits is None:  # local buckets: no await on the hot path
+            pending = self.begin(intake, headers, subset)
+        else:
+            pending = self._route(intake, headers, subset)
+            pending.headers, pending.charge = await self._charge_shared(pending, headers)
+        try:
+            await pending.gate.admit(pending.llm.band, pending.llm.fairness_id)
+        except (NoCapacityError, QueueTimeoutError) as error:
+            raise self._refused(pending, error) from None
+        return self.start(pending, raw, client_request_id)
+
+    def begin(
+        self, intake: Intake, headers: Mapping[str, str], subset: list[str] | None = None
+    ) -> Pending:
+        """Rewrite, route and charge the local token buckets (`Rejection` on a refusal):
+        the steps before admission."""
+        pending = self._route(intake, headers, subset)
+        pending.headers, pending.charge = self._charge(pending, headers)
+        return pending
+
+    def offer(self, pending: Pending) -> bool:
+        """Admission without waiting: True when admitted now; False when queued (the
+        caller sets `pending.waiter.handle`, which the gate's `pump` resolves, and then
+        calls `resume`); `Rejection` when refused."""
+        try:
+            pending.waiter = pending.gate.offer(pending.llm.band, pending.llm.fairness_id)
+        except NoCapacityError as error:
+            raise self._refused(pending, error) from None
+        return pending.waiter is None
+
+    def resume(self, pending: Pending, released: bool) -> None:
+        """A queued request's wait ended: released, or its band's TTL passed (→ 503)."""
+        waiter = pending.waiter
+        assert waiter is not None
+        pending.gate.resumed(waiter, released)
+        if not released:
+            raise self._refused(pending, pending.gate.timeout_error(waiter.band))
+
+    def start(
+        self, pending: Pending, raw: bytes = b"", client_request_id: str = ""
+    ) -> RequestLifecycle:
+        """Rank the pool's pods and open the request's lifecycle (503 when none is
+        ready). `raw` is the client's body, re-encoded when a rewrite changed the model."""
+        gate, llm, client_model = pending.gate, pending.llm, pending.client_model
+        try:
+            ranked = self._rank(pending.state, llm, pending.route, pending.endpoints)
+        except BaseException:
+            gate.on_completion()
+            raise
+        if not ranked:
+            gate.on_completion()
+            self.child(self.metrics.rejected, client_model, "no_ready_endpoint").inc()
+            raise Rejection(
+                503,
+                f"No ready model server for `{client_model}`: every pod of the pool is "
+                "stale, outside the subset hint, or none serves the model.",
+                "service_unavailable",
+                "no_ready_endpoint",
+                headers=pending.headers,
+            )
+        self.child(self.metrics.requests, client_model, pending.route.model).inc()
+        body = pending.intake.body
+        if pending.model != client_model and body is not None:
+            body["model"] = pending.model
+            raw = orjson.dumps(body)
+        decision = Decision(llm, ranked, client_model, pending.route, raw, gate, pending.headers)
+        return RequestLifecycle(self, decision, client_request_id, charge=pending.charge)
+
+    # ------------------------------------------------------------------ steps
+
+    def _route(
+        self, intake: Intake, headers: Mapping[str, str], subset: list[str] | None
+    ) -> Pending:
+        state = self.state
+        client_model = intake.model
+        model = state.rewrites.rewrite(client_model)
+        endpoints = self.endpoints()
+        try:
+            route = state.router.route(model, endpoints)
+        except UnknownModelError:
+            raise Rejection(
+                404,
+                f"The model `{client_model}` does not exist.",
+                "invalid_request_error",
+                "model_not_found",
+            ) from None
+        llm = LLMRequest(
+            request_id=new_internal_id(),
+            model=route.model,
+            prompt_tokens=intake.prompt_tokens,
+            prefix_hashes=intake.prefix_hashes(route.model),
+            adapter=route.adapter,
+            band=band_for(state.config, headers.get(OBJECTIVE_HEADER), route.model),
+            profile=headers.get(PROFILE_HEADER) or route.profile,
+            fairness_id=headers.get(FAIRNESS_HEADER, ""),
+            subset=subset_hostports(subset, endpoints),
+        )
+        return Pending(state, intake, model, route, llm, endpoints, self.gate(route), {}, None)
+
+    def _charge(
+        self, pending: Pending, headers: Mapping[str, str]
+    ) -> tuple[dict[str, str], Charge | None]:
+        """Charge the prompt estimate plus the output bound; the lifecycle settles it."""
+        state, client_model = pending.state, pending.client_model
+        if not state.limiter.rules:  # nothing to charge (the common case): no headers
+            return {}, None
+        tokens = pending.llm.prompt_tokens + pending.intake.output_bound
+        api_key = api_key_of(headers)
+        limit = state.limiter.check(api_key, client_model, tokens, self.clock())
+        if not limit.allowed:
+            self.child(self.metrics.rejected, client_model, "rate_limited").inc()
+            raise Rejection(
+                429,
+                f"Rate limit reached for `{client_model}`; retry after {limit.retry_after_s} s.",
+                "rate_limit_exceeded",
+                "rate_limited",
+                retry_after_s=limit.retry_after_s,
+                headers=limit.headers,
+            )
+        return dict(limit.headers), Charge(state.limiter, api_key, client_model, tokens)
+
+    async def _charge_shared(
+        self, pending: Pending, headers: Mapping[str, str]
+    ) -> tuple[dict[str, str], Charge | None]:
+        """`_charge` against the store, exact across replicas (one round trip); with the
+        store away, this replica's own buckets (`igw_store_up` says so, one log line)."""
+        assert self.shared_limits is not None
+        state, client_model = pending.state, pending.client_model
+        if not state.limiter.rules:
+            return {}, None
+        tokens = pending.llm.prompt_tokens + pending.intake.output_bound
+        api_key = api_key_of(headers)
+        limiter = self.shared_limits.limiter(state.limiter.rules)
+        admission = await limiter.check_shared(api_key, client_model, tokens)
+        if admission is None:
+            return self._charge(pending, headers)
+        if not admission.allowed:
+            self.child(self.metrics.rejected, client_model, "rate_limited").inc()
+            raise Rejection(
+                429,
+                f"Rate limit reached for `{client_model}`; "
+                f"retry after {admission.retry_after_s} s.",
+                "rate_limit_exceeded",
+                "rate_limited",
+                retry_after_s=admission.retry_after_s,
+                headers=admission.headers,
+            )
+        settle = StoreSettle(self.shared_limits, limiter, admission.ticket)
+        return dict(admission.headers), Charge(settle, api_key, client_model, tokens)
+
+    def _refused(self, pending: Pending, error: NoCapacityError | QueueTimeoutError) -> Rejection:
+        """Admission's refusal as the client's answer: 429 with Retry-After for a
+        saturated pool, 503 for a wait past the band's TTL."""
+        client_model, extra = pending.client_model, pending.headers
+        if isinstance(error, NoCapacityError):
+            self.child(self.metrics.rejected, client_model, "pool_saturated").inc()
+            return Rejection(
+                429,
+                str(error),
+                "rate_limit_exceeded",
+                "pool_saturated",
+                retry_after_s=error.retry_after_s,
+                headers=extra,
+            )
+        self.child(self.metrics.rejected, client_model, "queue_timeout").inc()
+        return Rejection(503, str(error), "service_unavailable", "queue_timeout", headers=extra)
+
+    def _rank(
+        self, state: RoutingState, llm: LLMRequest, route: Route, endpoints: list[Endpoint]
+    ) -> list[Endpoint]:
+        """Ranked pods; when all are stale, a `FailOpen` pool picks at random."""
+        candidates = state.router.candidates(route, endpoints)
+        started = time.perf_counter()
+        try:
+            ranked = self.scheduler.schedule(llm, candidates)
+        except NoEndpointError:
+            config = state.config
+            fail_open = bool(
+                config
+                and route.pool
+                and any(p.name == route.pool and p.failure_mode == "FailOpen" for p in config.pools)
+            )
+            serving = [
+                e
+                for e in candidates
+                if e.serves(llm.model) and (llm.subset is None or e.hostport in llm.subset)
+            ]
+            if not fail_open or not serving:
+                return []
+            log.warning("pool %s has no fresh pod; FailOpen picks at random", route.pool)
+            return random.sample(serving, len(serving))
+        self.metrics.scheduler_e2e.observe(time.perf_counter() - started)
+        return ranked
+
+
+def _parse(raw: bytes) -> dict[str, Any]:
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as error:
+        raise Rejection(
+            400, f"Malformed JSON body: {error}", "invalid_request_error", "invalid_json"
+        ) from None
+    if not isinstance(body, dict) or not isinstance(body.get("model"), str):
+        raise Rejection(
+            400,
+            "The request body must be a JSON object with a string `model` field.",
+            "invalid_request_error",
+            "missing_model",
+        )
+    return body
+
+
+def _output_bound(body: dict[str, Any]) -> int:
+    """The most output tokens the engine may generate for this body: the largest of
+    `max_tokens` and `max_completion_tokens` (engines honour one or the other, so a token
+    limit must charge the larger), times `n`. A negative, fractional or absurd value is a
+    400 naming the field, never a credit to a token bucket."""
+    bound = 0
+    for name in OUTPUT_BOUND_FIELDS:
+        value = body.get(name)
+        if value is not None:
+            bound = max(bound, _bounded_int(name, value, 1, MAX_OUTPUT_TOKENS))
+    n = body.get("n")
+    choices = 1 if n is None else _bounded_int("n", n, 1, MAX_CHOICES)
+    return (bound or DEFAULT_MAX_TOKENS) * choices
+
+
+def _bounded_int(name: str, value: object, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise Rejection(
+            400,
+            f"`{name}` must be an integer from {low} to {high}, got {repr(value)[:40]}.",
+            "invalid_request_error",
+            "invalid_value",
+            param=name,
+        )
+    return value

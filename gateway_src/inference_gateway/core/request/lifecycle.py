@@ -1,0 +1,237 @@
+"""One admitted request, from the director's decision to its last byte.
+
+The director hands a `RequestLifecycle` to the data plane that asked (the proxy or the
+ext_proc picker); the data plane only reports what happened:
+
+    picked(pod) ─┬─ attempt_failed() ─ picked(next pod) ...
+                 └─ answered(status) ─ first_byte() ─ chunk(bytes)* ─ finished()
+    at any point: cancelled(reason)     (client gone, upstream broke, lifetime over)
+
+and the lifecycle alone does the bookkeeping: the scheduler's per-pod state (`on_picked`,
+`on_first_token`, `on_finished`, so learning plugins see every outcome), the admission
+slot, the rate-limit charge (settled from the answer's `usage`), and the request
+metrics. It ends exactly once, whichever report comes first; later reports are no-ops.
+The director's watchdog ends it after its maximum lifetime whatever the data plane does
+(`expire`, which also calls `on_expire`: the proxy cancels its handler), so nothing a
+request holds can outlive it. One sweeping task per director rather than a timer per
+request: arming and cancelling an event-loop timer would cost every request ~3 µs.
+
+Every time comes from the director's clock (the event loop's monotonic clock, or the
+simulator's virtual one), so a simulated request's TTFT is what a served one's would be.
+
+Internal state is keyed by `id`, an id this process made; the client's `x-request-id`
+(`client_id`) is only logged and echoed, so two requests that send the same one cannot
+overwrite each other's bookkeeping.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from inference_gateway.core.request.usage import UsageScanner, output_tokens, total_tokens
+from inference_gateway.core.scheduling.types import Endpoint
+
+if TYPE_CHECKING:
+    from inference_gateway.core.request.director import Decision, Director
+
+__all__ = ["Charge", "RequestLifecycle", "new_internal_id"]
+
+log = logging.getLogger(__name__)
+
+# Unique per process, cheap (one uuid4 per process, a counter per request); never
+# derived from the client.
+_ID_PREFIX = f"igw-{uuid.uuid4().hex[:12]}-"
+_ID_COUNTER = itertools.count()
+
+CLIENT_CANCELLED = "client_cancelled"  # the client left before the answer ended
+EXPIRED = "lifetime_exceeded"  # the watchdog ended it
+STREAM_BROKEN = "stream_broken"  # the pod's answer broke after its first byte
+USAGE_SCAN_BYTES = 4 * 2**20
+
+
+def new_internal_id() -> str:
+    return f"{_ID_PREFIX}{next(_ID_COUNTER)}"
+
+
+class Settles(Protocol):
+    """What a charge is settled with: the local `RateLimiter`, or the store's `StoreSettle`."""
+
+    def settle(self, api_key: str, model: str, charged: int, used: int, now: float) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Charge:
+    """What the token buckets were charged up front, to settle from the real usage."""
+
+    limiter: Settles
+    api_key: str
+    model: str
+    tokens: int
+
+
+class RequestLifecycle:
+    __slots__ = (
+        "charge",
+        "client_id",
+        "decision",
+        "director",
+        "endpoint",
+        "first_byte_at",
+        "id",
+        "input_counted",
+        "on_expire",
+        "outcome",
+        "scheduler",
+        "started",
+        "status",
+        "usage",
+    )
+
+    def __init__(
+        self,
+        director: Director,
+        decision: Decision,
+        client_id: str,
+        *,
+        charge: Charge | None = None,
+    ) -> None:
+        self.id = decision.llm.request_id
+        self.client_id = client_id
+        self.director = director
+        self.decision = decision
+        self.scheduler = director.scheduler  # a reload must not split one request
+        self.charge = charge
+        self.endpoint: Endpoint | None = None
+        self.started = director.clock()
+        self.first_byte_at = 0.0
+        self.status = 0
+        self.usage: UsageScanner | None = None
+        self.input_counted = False
+        self.outcome: str | None = None  # set once: "ok" or why it ended early
+        self.on_expire: Callable[[], object] | None = None
+        director.track(self)
+
+    # ------------------------------------------------------------------ reports
+
+    def picked(self, endpoint: Endpoint) -> None:
+        """The request goes to `endpoint` (again after `attempt_failed`, to the next)."""
+        if self.outcome is not None:
+            return
+        if self.endpoint is not None:
+            self.attempt_failed()
+        decision = self.decision
+        if not self.input_counted:
+            self.input_counted = True
+            self.director.child(
+                self.director.metrics.input_tokens, decision.client_model, decision.target_model
+            ).observe(decision.llm.prompt_tokens)
+        self.endpoint = endpoint
+        self.scheduler.on_picked(decision.llm, endpoint, self.director.clock())
+
+    def attempt_failed(self) -> None:
+        """The picked pod never started the request; its bookkeeping ends here."""
+        endpoint, self.endpoint = self.endpoint, None
+        if endpoint is not None:
+            self.scheduler.on_finished(self.decision.llm, endpoint, self.director.clock())
+
+    def answered(
+        self, status: int, streaming: bool, usage_scan_bytes: int = USAGE_SCAN_BYTES
+    ) -> None:
+        """The pod's status line and headers are in. A JSON answer is kept up to
+        `usage_scan_bytes` to read its `usage` (SSE streams are never held)."""
+        self.status = status
+        self.usage = UsageScanner(streaming, usage_scan_bytes) if status == 200 else None
+        if status >= 400:
+            self._count_error(str(status))
+
+    def first_byte(self) -> float:
+        """The first byte of the answer reached the client: TTFT, reported once."""
+        if self.first_byte_at or self.outcome is not None:
+            return self.first_byte_at - self.started if self.first_byte_at else 0.0
+        self.first_byte_at = self.director.clock()
+        ttft = self.first_byte_at - self.started
+        decision = self.decision
+        if self.endpoint is not None:
+            self.scheduler.on_first_token(decision.llm, self.endpoint, ttft, self.director.clock())
+        self.director.child(
+            self.director.metrics.ttft, decision.client_model, decision.target_model
+        ).observe(ttft)
+        return ttft
+
+    def chunk(self, data: bytes) -> None:
+        """Bytes of the answer as the client gets them (read for `usage`)."""
+        if self.usage is not None:
+            self.usage.feed(data)
+
+    def finished(self) -> None:
+        """The answer ended normally (whatever its status)."""
+        self._end("ok")
+
+    def cancelled(self, reason: str) -> None:
+        """The request ended early: `CLIENT_CANCELLED` (counted apart, as the client's
+        choice, not a failure), or an error code counted in the errors metric:
+        `STREAM_BROKEN`, `EXPIRED`, `upstream_timeout`, ..."""
+        if self.outcome is None:
+            if reason == CLIENT_CANCELLED:
+                decision = self.decision
+                self.director.child(
+                    self.director.metrics.cancelled, decision.client_model, decision.target_model
+                ).inc()
+            else:
+                self._count_error(reason)
+        self._end(reason)
+
+    # ------------------------------------------------------------------ end
+
+    def _count_error(self, code: str) -> None:
+        decision = self.decision
+        self.director.child(
+            self.director.metrics.errors, decision.client_model, decision.target_model, code
+        ).inc()
+
+    def expire(self) -> None:
+        """The watchdog's call: the request outlived its maximum lifetime."""
+        if self.outcome is not None:
+            return
+        log.warning("request %s (%s) exceeded its maximum lifetime", self.id, self.client_id)
+        self.cancelled(EXPIRED)
+        if self.on_expire is not None:
+            self.on_expire()
+
+    def _end(self, outcome: str) -> None:
+        if self.outcome is not None:
+            return
+        self.outcome = outcome
+        director, decision = self.director, self.decision
+        director.live.pop(self.id, None)
+        endpoint, self.endpoint = self.endpoint, None
+        if endpoint is not None:
+            self.scheduler.on_finished(decision.llm, endpoint, self.director.clock())
+        decision.gate.on_completion()
+        labels = (decision.client_model, decision.target_model)
+        usage = self.usage.close() if self.usage is not None and outcome == "ok" else None
+        if usage is not None:
+            completion = output_tokens(usage)
+            if completion is not None:
+                director.child(director.metrics.output_tokens, *labels).observe(completion)
+            self._settle(usage)
+        if outcome == "ok" and 0 < self.status < 400 and self.first_byte_at:
+            director.child(director.metrics.duration, *labels).observe(
+                self.director.clock() - self.started
+            )
+
+    def _settle(self, usage: dict[str, Any]) -> None:
+        """Give back (or take more of) the up-front token charge: the answer says what
+        the request really cost."""
+        charge = self.charge
+        total = total_tokens(usage) if charge is not None else None
+        if charge is None or total is None:
+            return  # no charge, or a usage that does not say: the charge stands
+        charge.limiter.settle(
+            charge.api_key, charge.model, charge.tokens, total, self.director.clock()
+        )

@@ -1,0 +1,170 @@
+"""`predicted-ttft-scorer` (ours): prefer the pod that will produce the first token soonest.
+
+Per pod, predicted TTFT = `seconds_per_token × (backlog + own uncached tokens)`:
+
+* backlog: prompt tokens this picker sent to the pod that have not produced a first token
+  yet (known exactly), or, when the pod's scraped queue says more is waiting (traffic
+  from other replicas), `waiting × mean prompt tokens`; with a shared dispatch view the
+  other replicas' pending prefill tokens and sent requests are added to each
+  (`Endpoint.peer_prefill_tokens`, `Endpoint.peer_requests`);
+* own uncached tokens: the prompt minus the blocks the prefix index says the pod holds;
+* seconds_per_token: learned online per pod from observed TTFTs, as a decayed ratio of
+  sums Σ ttft / Σ tokens-ahead-at-dispatch. It starts from a prior: the seconds per token
+  of the pod's GPU class (label `igw.dev/gpu`) in `gpu_seconds_per_token` (default: the
+  table routing ships, `core/scheduling/gpu_priors.py`), else the fleet average.
+
+So a half-loaded A10G is never mistaken for a half-loaded H100: equal queues, different
+measured speeds. Score = best prediction / this pod's prediction, in (0, 1].
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pydantic import PositiveFloat
+
+from inference_gateway.core.scheduling.plugins.base import Params
+from inference_gateway.core.scheduling.plugins.prefix import PrefixIndex, request_matches
+from inference_gateway.core.scheduling.types import Endpoint, LLMRequest
+
+TYPE = "predicted-ttft-scorer"
+GPU_LABEL = "igw.dev/gpu"
+TOKENS_PER_BLOCK = 16
+
+
+class PredictedTTFTParams(Params):
+    decay: float = 0.98  # weight of history per observation
+    prior_weight: float = 4.0  # observations' worth of the prior
+    default_seconds_per_token: float = 1e-4
+    base_latency_s: float = 0.005
+    # GPU class → seconds per prefill token; None: the shipped table (or the scheduler's)
+    gpu_seconds_per_token: dict[str, PositiveFloat] | None = None
+
+
+@dataclass(slots=True)
+class _PodModel:
+    sum_ttft: float
+    sum_tokens: float
+    backlog: int = 0  # tokens sent, first token not yet seen
+
+    @property
+    def seconds_per_token(self) -> float:
+        return self.sum_ttft / self.sum_tokens
+
+
+class PredictedTTFTScorer:
+    def __init__(
+        self,
+        name: str,
+        params: PredictedTTFTParams,
+        index: PrefixIndex | None,
+        priors: dict[str, float] | None = None,
+    ) -> None:
+        self.name = name
+        self.params = params
+        self.index = index
+        self.priors = priors or {}  # GPU name → seconds per prefill token
+        self._pods: dict[str, _PodModel] = {}
+        self._pending: dict[str, tuple[str, float, int]] = {}  # request → pod, x, tokens
+        self._mean_prompt = 1000.0
+
+    def _model(self, endpoint: Endpoint) -> _PodModel:
+        model = self._pods.get(endpoint.name)
+        if model is None:
+            prior = self.priors.get(endpoint.labels.get(GPU_LABEL, ""))
+            if prior is None:
+                known = [m.seconds_per_token for m in self._pods.values()]
+                prior = (
+                    (sum(known) / len(known)) if known else (self.params.default_seconds_per_token)
+                )
+            weight = self.params.prior_weight * self._mean_prompt
+            model = self._pods[endpoint.name] = _PodModel(prior * weight, weight)
+        return model
+
+    def _tokens_ahead(self, endpoint: Endpoint, model: _PodModel) -> float:
+        waiting = endpoint.metrics.waiting if endpoint.metrics else 0
+        return max(
+            model.backlog + endpoint.peer_prefill_tokens,
+            (waiting + endpoint.sent_requests + endpoint.peer_requests) * self._mean_prompt,
+        )
+
+    def _uncached(self, request: LLMRequest, endpoint: Endpoint) -> int:
+        if self.index is None or not request.prefix_hashes:
+            return request.prompt_tokens
+        hit = request_matches(self.index, request).get(endpoint.name, 0) * TOKENS_PER_BLOCK
+        return max(1, request.prompt_tokens - hit)
+
+    def predict(self, request: LLMRequest, endpoint: Endpoint) -> float:
+        model = self._model(endpoint)
+        x = self._tokens_ahead(endpoint, model) + self._uncached(request, endpoint)
+        return self.params.base_latency_s + model.seconds_per_token * x
+
+    def score(self, request: LLMRequest, endpoints: list[Endpoint]) -> list[float]:
+        # `predict` inlined: this loop runs once per endpoint per request
+        get, mean = self._pods.get, self._mean_prompt
+        prompt, base = request.prompt_tokens, self.params.base_latency_s
+        matches = (
+            request_matches(self.index, request)
+            if self.index is not None and request.prefix_hashes
+            else None
+        )
+        predictions = []
+        for e in endpoints:
+            model = get(e.name) or self._model(e)
+            waiting = e.metrics.waiting if e.metrics else 0
+            ahead = (waiting + e.sent_requests + e.peer_requests) * mean
+            backlog = model.backlog + e.peer_prefill_tokens
+            if backlog > ahead:
+                ahead = backlog
+            own = prompt
+            if matches:
+                own = prompt - matches.get(e.name, 0) * TOKENS_PER_BLOCK
+                if own < 1:
+                    own = 1
+            predictions.append(base + model.sum_ttft / model.sum_tokens * (ahead + own))
+        if not predictions:
+            return []
+        best = min(predictions)
+        return [best / p for p in predictions]
+
+    def on_picked(self, request: LLMRequest, endpoint: Endpoint, now: float) -> None:
+        model = self._model(endpoint)
+        own = self._uncached(request, endpoint)
+        x = self._tokens_ahead(endpoint, model) + own
+        model.backlog += own
+        self._pending[request.request_id] = (endpoint.name, x, own)
+        self._mean_prompt += 0.01 * (request.prompt_tokens - self._mean_prompt)
+
+    def on_first_token(
+        self, request: LLMRequest, endpoint: Endpoint, ttft_s: float, now: float
+    ) -> None:
+        pending = self._pending.pop(request.request_id, None)
+        if pending is None:
+            return
+        _, x, own = pending
+        model = self._model(endpoint)
+        model.backlog = max(0, model.backlog - own)
+        decay = self.params.decay
+        observed = max(0.0, ttft_s - self.params.base_latency_s)
+        model.sum_ttft = model.sum_ttft * decay + observed
+        model.sum_tokens = model.sum_tokens * decay + x
+
+    def on_finished(self, request: LLMRequest, endpoint: Endpoint, now: float) -> None:
+        pending = self._pending.pop(request.request_id, None)
+        if pending is not None:
+            model = self._model(endpoint)
+            model.backlog = max(0, model.backlog - pending[2])
+
+
+def build(
+    name: str,
+    params: dict,
+    *,
+    index: PrefixIndex | None = None,
+    priors: dict[str, float] | None = None,
+    **_: object,
+) -> PredictedTTFTScorer:
+    config = PredictedTTFTParams.model_validate(params)
+    if config.gpu_seconds_per_token is not None:
+        priors = config.gpu_seconds_per_token
+    return PredictedTTFTScorer(name, config, index, priors)

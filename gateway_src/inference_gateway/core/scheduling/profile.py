@@ -1,0 +1,55 @@
+"""A scheduling profile: filters → weighted scorers → one picker.
+
+Scores are clamped to [0, 1] before weighting; every plugin call is timed through an
+optional callback (the telemetry module turns it into
+`inference_extension_plugin_duration_seconds`), so the core needs no metrics library.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from inference_gateway.core.scheduling.types import Endpoint, LLMRequest, Picker, Scorer
+
+__all__ = ["SchedulingProfile"]
+
+PluginTimer = Callable[[str, str, float], None]  # (plugin type, name, seconds)
+
+
+class SchedulingProfile:
+    def __init__(
+        self,
+        name: str,
+        scorers: list[tuple[Scorer, float]],
+        picker: Picker,
+        timer: PluginTimer | None = None,
+    ) -> None:
+        for scorer, weight in scorers:
+            if weight <= 0:
+                raise ValueError(f"profile {name}: scorer {scorer.name} needs a weight above 0")
+        self.name = name
+        self.scorers = scorers
+        self.picker = picker
+        self.timer = timer
+
+    def run(self, request: LLMRequest, candidates: list[Endpoint]) -> list[Endpoint]:
+        """Rank the candidates best first."""
+        if len(candidates) <= 1:
+            return list(candidates)
+        totals = [0.0] * len(candidates)
+        timer = self.timer
+        for scorer, weight in self.scorers:
+            start = time.perf_counter() if timer else 0.0
+            scores = scorer.score(request, candidates)
+            if timer:
+                timer("scorer", scorer.name, time.perf_counter() - start)
+            totals = [
+                t + weight * (0.0 if s < 0 else 1.0 if s > 1 else s)
+                for t, s in zip(totals, scores, strict=True)
+            ]
+        start = time.perf_counter() if timer else 0.0
+        ranked = self.picker.pick(request, candidates, totals)
+        if timer:
+            timer("picker", self.picker.name, time.perf_counter() - start)
+        return ranked

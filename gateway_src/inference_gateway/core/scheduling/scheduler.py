@@ -1,0 +1,171 @@
+"""The scheduler: builds the profiles of a `GatewayConfigSpec` and runs one per request.
+
+It owns what plugins share across requests: the approximate prefix index (updated after
+every pick) and the picker's own bookkeeping on each endpoint (sent since the last
+scrape, in flight). Data planes call `schedule`, then report outcomes through
+`on_picked`, `on_first_token` and `on_finished`, so learning plugins see every result.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from inference_gateway.config.spec import GatewayConfigSpec, PluginRef
+from inference_gateway.core.scheduling.filters import eligible
+from inference_gateway.core.scheduling.gpu_priors import gpu_priors
+from inference_gateway.core.scheduling.plugins.prefix import PrefixIndex
+from inference_gateway.core.scheduling.profile import PluginTimer, SchedulingProfile
+from inference_gateway.core.scheduling.registry import build_plugin
+from inference_gateway.core.scheduling.types import Endpoint, LLMRequest, SchedulingObserver
+from inference_gateway.errors import ConfigError, NoEndpointError
+
+__all__ = ["Scheduler"]
+
+PREFILL_SPEED_DECAY = 0.98  # weight of history per TTFT observed
+BLOCK_TOKENS = 16  # tokens per prefix-index block (64 characters)
+
+
+class Scheduler:
+    def __init__(
+        self,
+        config: GatewayConfigSpec,
+        *,
+        count_inflight: bool = True,
+        seed: int | None = None,
+        priors: dict[str, float] | None = None,
+        timer: PluginTimer | None = None,
+    ) -> None:
+        self.config = config
+        self.count_inflight = count_inflight
+        self.index = PrefixIndex()
+        # (request, pod) → (scrape_seq at pick, prefill tokens ahead of it and its own, its own)
+        self._sent: dict[tuple[str, str], tuple[int, int, int]] = {}
+        self._speed: dict[str, tuple[float, float]] = {}  # pod → decayed Σ ttft, Σ tokens
+        context: dict[str, Any] = {
+            "index": self.index,
+            "seed": seed,
+            "count_inflight": count_inflight,
+            "priors": gpu_priors() if priors is None else priors,
+        }
+        plugins = {
+            spec.instance_name: build_plugin(spec, f"plugins[{i}]", **context)
+            for i, spec in enumerate(config.plugins)
+        }
+        self.profiles = {
+            p.name: self._build_profile(i, p.name, p.plugins, plugins, timer)
+            for i, p in enumerate(config.scheduling_profiles)
+        }
+        used = {ref.plugin_ref for p in config.scheduling_profiles for ref in p.plugins}
+        self._observers = [
+            plugin
+            for name, plugin in plugins.items()
+            if name in used and isinstance(plugin, SchedulingObserver)
+        ]
+        self.uses_prefix = any(
+            plugins[r.plugin_ref].__class__.__name__ in ("PrefixCacheScorer", "PredictedTTFTScorer")
+            for p in config.scheduling_profiles
+            for r in p.plugins
+        )
+
+    @staticmethod
+    def _build_profile(
+        index: int,
+        name: str,
+        refs: list[PluginRef],
+        plugins: dict[str, Any],
+        timer: PluginTimer | None,
+    ) -> SchedulingProfile:
+        scorers, picker = [], None
+        for j, ref in enumerate(refs):
+            plugin = plugins[ref.plugin_ref]
+            if hasattr(plugin, "pick"):
+                picker = plugin
+            elif hasattr(plugin, "score"):
+                scorers.append((plugin, float(ref.weight or 0)))
+            else:
+                raise ConfigError(
+                    "config",
+                    [
+                        f"schedulingProfiles[{index}].plugins[{j}]: {ref.plugin_ref!r} is "
+                        "neither a scorer nor a picker"
+                    ],
+                )
+        if picker is None:
+            from inference_gateway.core.scheduling.plugins.max_score import MaxScorePicker
+
+            picker = MaxScorePicker()
+        return SchedulingProfile(name, scorers, picker, timer)
+
+    def profile_for(self, request: LLMRequest) -> SchedulingProfile:
+        name = request.profile or self.config.default_profile
+        profile = self.profiles.get(name)
+        if profile is None:
+            raise ConfigError("request", [f"profile: unknown scheduling profile {name!r}"])
+        return profile
+
+    def schedule(self, request: LLMRequest, endpoints: list[Endpoint]) -> list[Endpoint]:
+        """Ranked candidates, best first; `NoEndpointError` when none is eligible."""
+        candidates = eligible(request, endpoints)
+        if not candidates:
+            raise NoEndpointError(f"no ready endpoint serves model {request.model!r}")
+        return self.profile_for(request).run(request, candidates)
+
+    def on_picked(self, request: LLMRequest, endpoint: Endpoint, now: float) -> None:
+        endpoint.sent_requests += 1
+        endpoint.sent_tokens += request.prompt_tokens
+        endpoint.inflight += 1
+        own = request.prompt_tokens  # minus what the prefix index says the pod holds
+        if request.prefix_matches:
+            own = max(1, own - request.prefix_matches.get(endpoint.name, 0) * BLOCK_TOKENS)
+        endpoint.prefill_tokens += own
+        self._sent[(request.request_id, endpoint.name)] = (
+            endpoint.scrape_seq,
+            endpoint.prefill_tokens + endpoint.peer_prefill_tokens,  # other replicas' too
+            own,
+        )
+        for observer in self._observers:
+            observer.on_picked(request, endpoint, now)
+        if self.uses_prefix and request.prefix_hashes:
+            m = endpoint.metrics
+            if m is not None and m.num_gpu_blocks:
+                self.index.set_capacity(endpoint.name, m.num_gpu_blocks * m.block_size // 16)
+            self.index.add(endpoint.name, request.prefix_hashes)
+
+    def on_first_token(
+        self, request: LLMRequest, endpoint: Endpoint, ttft_s: float, now: float
+    ) -> None:
+        tokens = self._started(request, endpoint)
+        if tokens:
+            self._learn_prefill_speed(endpoint, ttft_s, tokens)
+        for observer in self._observers:
+            observer.on_first_token(request, endpoint, ttft_s, now)
+
+    def _started(self, request: LLMRequest, endpoint: Endpoint) -> int:
+        """A request that produced its first token (or ended) no longer waits at the pod:
+        stop counting its uncached prompt tokens as pending prefill, and as sent-but-unseen unless a
+        scrape already counted it. Returns the prefill tokens it was dispatched behind
+        (its own included), 0 when it was not pending."""
+        sent = self._sent.pop((request.request_id, endpoint.name), None)
+        if sent is None:
+            return 0
+        seq, tokens, own = sent
+        endpoint.prefill_tokens = max(0, endpoint.prefill_tokens - own)
+        if seq == endpoint.scrape_seq:
+            endpoint.sent_requests = max(0, endpoint.sent_requests - 1)
+            endpoint.sent_tokens = max(0, endpoint.sent_tokens - request.prompt_tokens)
+        return tokens
+
+    def _learn_prefill_speed(self, endpoint: Endpoint, ttft_s: float, tokens: int) -> None:
+        """Seconds per prefill token as a decayed ratio of sums, Σ ttft / Σ tokens ahead
+        at dispatch (the TTFT predictor's estimator), kept on the endpoint."""
+        ttft_sum, token_sum = self._speed.get(endpoint.name, (0.0, 0.0))
+        ttft_sum = ttft_sum * PREFILL_SPEED_DECAY + ttft_s
+        token_sum = token_sum * PREFILL_SPEED_DECAY + tokens
+        self._speed[endpoint.name] = (ttft_sum, token_sum)
+        endpoint.prefill_s_per_token = ttft_sum / token_sum
+
+    def on_finished(self, request: LLMRequest, endpoint: Endpoint, now: float) -> None:
+        endpoint.inflight = max(0, endpoint.inflight - 1)
+        self._started(request, endpoint)
+        for observer in self._observers:
+            observer.on_finished(request, endpoint, now)

@@ -1,0 +1,239 @@
+"""Who may call `igw serve`: API keys and JWT/OIDC bearer tokens, checked before any pod
+is touched, the same checks Envoy Gateway's `SecurityPolicy` makes in the cluster.
+
+* **API keys** come from a file (in the cluster, a Secret synced from AWS Secrets
+  Manager and mounted read-only), never from the gateway config or `environment.yaml`,
+  and are stored there as SHA-256 digests, so the file reveals no key:
+
+      keys:
+        - {client: team-a, sha256: 5e88…}                       # every model
+        - {client: batch, sha256: 9f86…, models: [llama-3.1-8b]}  # only these
+
+  `printf %s "$KEY" | sha256sum` gives the digest. A key is looked up by its digest
+  (a dictionary of SHA-256 values leaks nothing through timing about the key).
+* **JWT / OIDC**: a bearer token with three dot-separated parts is verified against a
+  JWKS (a file, as a mounted ConfigMap or the issuer's keys copied at deploy time):
+  signature (RS/ES/PS algorithms only: a shared-secret HS token could be forged by
+  anyone holding the public JWKS), `iss`, `aud` (one of the configured audiences),
+  `exp` / `nbf`, and any required claim values. The client id is the `sub` claim
+  (or another claim, configured), and a `models` claim, when present, restricts models.
+
+The authenticated client id replaces whatever the caller sent as its fairness id and
+becomes the key of per-client rate limits (`rateLimits[].client`), so one client cannot
+spend another's share; the caller's credential is not forwarded to the model servers.
+Unknown credentials get an OpenAI-shaped 401; a model the credential may not use gets
+404 `model_not_found`, as OpenAI answers for a model a key has no access to (a 403 would
+confirm that the model exists). No credential is ever logged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from inference_gateway.config.spec import read_yaml
+from inference_gateway.core.request.director import CLIENT_ID_HEADER, FAIRNESS_HEADER
+from inference_gateway.errors import ConfigError
+
+__all__ = ["Authenticator", "Identity", "JwtSettings", "auth_middleware", "load_api_keys"]
+
+log = logging.getLogger(__name__)
+
+# Paths a probe or a scraper reads without a credential (/status: the global router's
+# heartbeat, the same operational numbers /metrics shows).
+OPEN_PATHS = frozenset({"/health", "/healthz", "/ready", "/metrics", "/status"})
+ASYMMETRIC_ALGORITHMS = ["RS256", "RS384", "RS512", "ES256", "ES384", "ES512", "PS256", "PS384"]
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    client: str
+    models: frozenset[str] | None = None  # None: every model
+
+    def may_use(self, model: str) -> bool:
+        return self.models is None or model in self.models
+
+
+class _KeyEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    client: str = Field(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9._:@/-]+$")
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="hex SHA-256 of the key")
+    models: list[str] | None = None
+
+
+class _KeyFile(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    keys: list[_KeyEntry] = Field(min_length=1)
+
+
+def load_api_keys(path: str | Path) -> dict[bytes, Identity]:
+    """Digest → identity, from a key file; ConfigError (exit 2) names the bad field."""
+    source = f"API key file {path}"
+    try:
+        parsed = _KeyFile.model_validate(read_yaml(path))
+    except ValidationError as error:
+        raise ConfigError(
+            source, [f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors()]
+        ) from None
+    out: dict[bytes, Identity] = {}
+    for i, entry in enumerate(parsed.keys):
+        digest = bytes.fromhex(entry.sha256)
+        if digest in out:
+            raise ConfigError(source, [f"keys[{i}].sha256: the same key is listed twice"])
+        models = frozenset(entry.models) if entry.models is not None else None
+        out[digest] = Identity(entry.client, models)
+    return out
+
+
+@dataclass(frozen=True)
+class JwtSettings:
+    issuer: str
+    audiences: tuple[str, ...]
+    jwks_path: Path
+    required_claims: Mapping[str, str] = None  # type: ignore[assignment]
+    client_claim: str = "sub"
+    leeway_s: float = 30.0
+
+
+class Authenticator:
+    def __init__(
+        self, api_keys: Mapping[bytes, Identity] | None = None, jwt: JwtSettings | None = None
+    ) -> None:
+        if not api_keys and jwt is None:
+            raise ValueError("an Authenticator needs API keys, JWT settings or both")
+        self.api_keys = dict(api_keys or {})
+        self.jwt = jwt
+        self._jwks: Any = None
+        if jwt is not None:
+            import jwt as pyjwt
+
+            try:
+                self._jwks = pyjwt.PyJWKSet.from_json(jwt.jwks_path.read_text())
+            except (OSError, pyjwt.PyJWKSetError, ValueError) as error:
+                raise ConfigError(f"JWKS {jwt.jwks_path}", [f"<file>: {error}"]) from None
+
+    def identify(self, authorization: str | None) -> Identity | None:
+        """The caller's identity, or None for a missing or unknown credential."""
+        if not authorization or authorization[:7].lower() != "bearer ":
+            return None
+        token = authorization[7:].strip()
+        if not token or len(token) > 16_384:
+            return None
+        if self.jwt is not None and token.count(".") == 2:
+            return self._verify_jwt(token)
+        return self.api_keys.get(hashlib.sha256(token.encode("utf-8", "replace")).digest())
+
+    def _verify_jwt(self, token: str) -> Identity | None:
+        import jwt as pyjwt
+
+        settings = self.jwt
+        assert settings is not None
+        try:
+            header = pyjwt.get_unverified_header(token)
+            key = self._jwks[header["kid"]] if "kid" in header else self._only_key()
+            claims = pyjwt.decode(
+                token,
+                key=key,
+                algorithms=ASYMMETRIC_ALGORITHMS,
+                audience=list(settings.audiences),
+                issuer=settings.issuer,
+                leeway=settings.leeway_s,
+                options={"require": ["exp", "iss", "aud", settings.client_claim]},
+            )
+        except (pyjwt.PyJWTError, KeyError, TypeError, ValueError) as error:
+            log.info("rejected a bearer token: %s", type(error).__name__)
+            return None
+        for name, wanted in (settings.required_claims or {}).items():
+            value = claims.get(name)
+            values = value if isinstance(value, list) else str(value or "").split()
+            if wanted not in values:
+                log.info("rejected a bearer token: claim %r lacks the required value", name)
+                return None
+        client = claims.get(settings.client_claim)
+        if not isinstance(client, str) or not client:
+            return None
+        models = claims.get("models")
+        allowed = frozenset(m for m in models if isinstance(m, str)) if models else None
+        return Identity(client, allowed)
+
+    def _only_key(self) -> Any:
+        keys = self._jwks.keys
+        if len(keys) != 1:
+            raise KeyError("a token without kid needs a JWKS of exactly one key")
+        return keys[0]
+
+
+def _error(status: int, message: str, code: str, headers: dict[str, str] | None = None) -> Any:
+    body = {"error": {"message": message, "type": "invalid_request_error", "param": None}}
+    body["error"]["code"] = code
+    return web.Response(
+        status=status, body=orjson.dumps(body), content_type="application/json", headers=headers
+    )
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def auth_middleware(auth: Authenticator | None) -> Any:
+    """The aiohttp middleware: authenticate, then hand the handler a request whose headers
+    carry the client id (as the client-id and fairness headers) and no credential. Without
+    an Authenticator it still strips a client id a caller sent, so nobody can claim one."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if auth is None:
+            if CLIENT_ID_HEADER not in request.headers:
+                return await handler(request)
+            headers = request.headers.copy()
+            del headers[CLIENT_ID_HEADER]
+            return await handler(request.clone(headers=headers))
+        if request.path in OPEN_PATHS:
+            return await handler(request)
+        identity = auth.identify(request.headers.get("authorization"))
+        if identity is None:
+            return _error(
+                401,
+                "Incorrect API key provided, or no valid bearer token.",
+                "invalid_api_key",
+                {"WWW-Authenticate": 'Bearer realm="igw"'},
+            )
+        headers = request.headers.copy()
+        headers.popall("authorization", None)
+        headers[CLIENT_ID_HEADER] = identity.client
+        headers[FAIRNESS_HEADER] = identity.client
+        authed = request.clone(headers=headers)
+        if identity.models is not None and request.method == "POST":
+            try:
+                model = _model_of(await authed.read())
+            except web.HTTPRequestEntityTooLarge:
+                return _error(413, "The request body is too large.", "request_too_large")
+            if model is not None and not identity.may_use(model):
+                return _error(
+                    404,
+                    f"The model `{model[:200]}` does not exist or you do not have access to it.",
+                    "model_not_found",
+                )
+        return await handler(authed)
+
+    return middleware
+
+
+def _model_of(raw: bytes) -> str | None:
+    """The body's `model`, or None when the body cannot say (the handler then answers the
+    malformed body itself: the body read is cached on the request it is handed)."""
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    model = body.get("model") if isinstance(body, dict) else None
+    return model if isinstance(model, str) else None

@@ -1,0 +1,409 @@
+"""The Envoy ext_proc endpoint picker: the in-cluster data plane over the shared core.
+
+Envoy opens one bidirectional gRPC stream per HTTP request and sends the request's
+headers, body and trailers, then the response's. An `Exchange` holds that stream's
+state and has one small handler per message kind; the servicer only feeds it messages
+and guarantees `finish()` runs exactly once, however the stream ends (response done,
+client hang-up, Envoy gone).
+
+Request side (`FULL_DUPLEX_STREAMED`, the protocol's mode): the body is collected until
+`end_of_stream`, then the shared `Director` decides and the picker answers with the
+headers response (`clear_route_cache`, `x-gateway-destination-endpoint`, `envoy.lb`
+metadata, the new `content-length`) followed by the body — rewritten when a canary rule
+applied — in chunks of at most 62,000 bytes. `BUFFERED` mode gets the same answer in one
+body response. A refusal is an `ImmediateResponse` with the OpenAI-shaped error.
+
+Response side: SSE streams flow through chunk by chunk (the `model` of each event
+written back to the client's name when it was rewritten); a JSON body is held only when
+it must be rewritten. The request's `RequestLifecycle` (lifecycle.py) does the
+bookkeeping: the first response byte reports the TTFT to the scheduler, `usage` is
+counted into the gateway metrics, and a stream that ends before the response did (Envoy
+or its client gone) counts as a client cancel and frees what the request held.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from envoy.extensions.filters.http.ext_proc.v3.processing_mode_pb2 import ProcessingMode
+from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
+from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
+
+from inference_gateway.config.spec import GatewayConfigSpec
+from inference_gateway.core.request.director import Decision, Director, Rejection
+from inference_gateway.core.request.lifecycle import CLIENT_CANCELLED, RequestLifecycle
+from inference_gateway.core.request.sse import ModelNameRewriter
+from inference_gateway.core.request.usage import UsageScanner
+from inference_gateway.core.scheduling.types import Endpoint
+from inference_gateway.frontends.extproc.wire import (
+    body_chunks,
+    body_replacement,
+    endpoint_address,
+    headers_response,
+    hinted_hostports,
+    immediate_response,
+    read_headers,
+    read_subset,
+    timeout_override,
+    trailers_response,
+)
+from inference_gateway.transport.http2_server import Call
+
+__all__ = ["Exchange", "ExtProcServicer", "PickerOptions", "UsageScanner"]
+
+log = logging.getLogger(__name__)
+
+FULL_DUPLEX = ProcessingMode.FULL_DUPLEX_STREAMED
+BUFFERED = ProcessingMode.BUFFERED
+STREAMED = ProcessingMode.STREAMED
+Responses = list[pb.ProcessingResponse]
+MESSAGE_KINDS = frozenset(
+    f"{side}_{part}" for side in ("request", "response") for part in ("headers", "body", "trailers")
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PickerOptions:
+    """Per-server settings; body modes apply when Envoy sends no `protocol_config`."""
+
+    fallbacks: int = 0  # extra ranked pods after the primary in the destination value
+    max_body_bytes: int = 4 * 2**20
+    request_body_mode: int = FULL_DUPLEX
+    response_body_mode: int = FULL_DUPLEX
+    max_usage_scan_bytes: int = 4 * 2**20  # JSON kept to read `usage` from
+
+
+def admission_wait_s(director: Director) -> float:
+    """The longest a request can wait for admission: the largest TTL of a band that
+    queues (0 when none does)."""
+    config = director.state.config or GatewayConfigSpec()  # the director's own default
+    bands = config.flow_control.bands.values()
+    return max((band.ttl_s for band in bands if band.max_queue), default=0.0)
+
+
+class Exchange:
+    """One HTTP request's ext_proc stream: state plus one handler per message kind."""
+
+    def __init__(
+        self, director: Director, options: PickerOptions, clock: Callable[[], float]
+    ) -> None:
+        self.director = director
+        self.options = options
+        self.clock = clock
+        self.started = clock()
+        self.request_mode = options.request_body_mode
+        self.response_mode = options.response_body_mode
+        self.headers: dict[str, str] = {}
+        self.subset: list[str] | None = None
+        self.body: bytes | bytearray = b""  # the request body collected so far
+        self.decision: Decision | None = None
+        self.life: RequestLifecycle | None = None  # everything the request holds
+        self.closed = False  # an immediate response ended the exchange
+        self.finished = False
+        self.first_byte = False
+        self.status = 0
+        self.streaming = False
+        self.rewriter: ModelNameRewriter | None = None
+        self.held = bytearray()  # a JSON response held for the model rewrite
+
+    async def handle(self, request: pb.ProcessingRequest) -> Responses:
+        if request.HasField("protocol_config"):
+            config = request.protocol_config
+            self.request_mode = config.request_body_mode or self.request_mode
+            self.response_mode = config.response_body_mode or self.response_mode
+        if request.HasField("metadata_context") and self.subset is None:
+            self.subset = read_subset(request)
+        kind = request.WhichOneof("request")
+        # By name, not a dict of bound methods: that dict would make every Exchange a
+        # reference cycle, left for the cyclic GC instead of freed when the stream ends.
+        handler = getattr(self, f"on_{kind}", None) if kind in MESSAGE_KINDS else None
+        if handler is None:
+            return []
+        return await handler(request)
+
+    # ------------------------------------------------------------------ request
+
+    async def on_request_headers(self, request: pb.ProcessingRequest) -> Responses:
+        self.headers = read_headers(request.request_headers)
+        if request.request_headers.end_of_stream:
+            return self._bodiless()
+        if self.request_mode == FULL_DUPLEX:
+            return []  # the answer waits for the whole body
+        return [headers_response()]  # BUFFERED / STREAMED: Envoy waits for this first
+
+    async def on_request_body(self, request: pb.ProcessingRequest) -> Responses:
+        part = request.request_body
+        if not self.body and part.end_of_stream:
+            self.body = part.body  # the usual case, the whole body at once: no copies
+        else:
+            if not isinstance(self.body, bytearray):
+                self.body = bytearray(self.body)
+            self.body += part.body
+        if len(self.body) > self.options.max_body_bytes:
+            return self._reject(
+                Rejection(
+                    413,
+                    f"Request body exceeds {self.options.max_body_bytes} bytes.",
+                    "invalid_request_error",
+                    "request_too_large",
+                )
+            )
+        if not part.end_of_stream:
+            if self.request_mode == STREAMED:
+                # One answer per chunk: hold it (clear it from the stream) and send the
+                # whole body with the last one. Envoy has routed by then, so STREAMED
+                # cannot steer; BUFFERED and FULL_DUPLEX_STREAMED are the picking modes.
+                return [body_replacement(b"", clear=True)]
+            return []
+        return await self._decide()
+
+    async def on_request_trailers(self, request: pb.ProcessingRequest) -> Responses:
+        # The body ended without end_of_stream (trailers follow): say none either.
+        out = [] if self.decision is not None else await self._decide(end_of_stream=False)
+        if self.closed:
+            return out
+        return [*out, trailers_response()]
+
+    def _bodiless(self) -> Responses:
+        """No body (e.g. GET /v1/models): any ready pod of the subset, as upstream."""
+        ready = [e for e in self.director.endpoints() if not e.stale]
+        if self.subset is not None:
+            allowed = set(hinted_hostports(self.subset, ready) or ())
+            ready = [e for e in ready if e.hostport in allowed]
+        if not ready:
+            return self._reject(
+                Rejection(503, "No ready model server.", "service_unavailable", "no_ready_endpoint")
+            )
+        chosen = random.choice(ready)
+        destination = endpoint_address(chosen.address, chosen.port)
+        return [headers_response(clear_route_cache=True, destination=destination)]
+
+    def timeout_override(self, request: pb.ProcessingRequest) -> pb.ProcessingResponse | None:
+        """Before a BUFFERED body is decided: extend Envoy's message timer (200 ms by
+        default) to the longest admission wait, or a queued request ends in 504."""
+        if (
+            self.request_mode != BUFFERED
+            or request.WhichOneof("request") != "request_body"
+            or not request.request_body.end_of_stream
+        ):
+            return None
+        wait = admission_wait_s(self.director)
+        return timeout_override(wait + 1.0) if wait else None
+
+    async def _decide(self, end_of_stream: bool = True) -> Responses:
+        try:
+            life = await self.director.decide(
+                self.body if isinstance(self.body, bytes) else bytes(self.body),
+                self.headers,
+                client_request_id=self.headers.get("x-request-id", ""),
+                subset=hinted_hostports(self.subset, self.director.endpoints()),
+            )
+        except Rejection as rejection:
+            return self._reject(rejection)
+        self.life = life
+        self.decision = decision = life.decision
+        self.body = b""
+        life.picked(decision.ranked[0])
+        destination = ",".join(
+            endpoint_address(e.address, e.port)
+            for e in decision.ranked[: 1 + max(0, self.options.fallbacks)]
+        )
+        route_headers = {"content-length": str(len(decision.body))}
+        if decision.rewritten:
+            self.rewriter = ModelNameRewriter(decision.client_model)
+        if self.request_mode == FULL_DUPLEX:
+            return [
+                headers_response(
+                    set_headers=route_headers, clear_route_cache=True, destination=destination
+                ),
+                *body_chunks(decision.body, end_of_stream=end_of_stream),
+            ]
+        return [
+            body_replacement(
+                decision.body if decision.rewritten or self.request_mode == STREAMED else None,
+                set_headers=route_headers,
+                clear_route_cache=True,
+                destination=destination,
+            )
+        ]
+
+    def _reject(self, rejection: Rejection) -> Responses:
+        self.closed = True
+        model = self.decision.client_model if self.decision else ""
+        self.director.child(self.director.metrics.errors, model, "", str(rejection.status)).inc()
+        log.info("rejected %s: %s", rejection.status, rejection.message)
+        return [
+            immediate_response(
+                rejection.status, rejection.body(), rejection.headers, details=rejection.code
+            )
+        ]
+
+    # ------------------------------------------------------------------ response
+
+    async def on_response_headers(self, request: pb.ProcessingRequest) -> Responses:
+        headers = read_headers(request.response_headers)
+        self.status = int(headers.get(":status", "200") or 200)
+        self.streaming = headers.get("content-type", "").startswith("text/event-stream")
+        if self.life is not None:
+            self.life.answered(self.status, self.streaming, self.options.max_usage_scan_bytes)
+        if request.response_headers.end_of_stream:
+            self._first_byte()
+            self.finish()
+        # A rewritten body changes length: drop content-length, Envoy re-frames it.
+        remove = ["content-length"] if self.rewriter is not None else None
+        return [headers_response(request=False, remove=remove)]
+
+    async def on_response_body(self, request: pb.ProcessingRequest) -> Responses:
+        part = request.response_body
+        chunk, eos = part.body, part.end_of_stream
+        if chunk:
+            self._first_byte()
+        out = self._rewrite(chunk, eos)
+        if self.life is not None and out:
+            self.life.chunk(out)
+        if eos:
+            self.finish()
+        if self.response_mode == FULL_DUPLEX:
+            if out is None or (not out and not eos):
+                return []
+            return list(body_chunks(out, request=False, end_of_stream=eos))
+        # BUFFERED / STREAMED: exactly one answer per message.
+        changed = out is not None and out != chunk
+        return [body_replacement(out if changed else None, request=False)]
+
+    async def on_response_trailers(self, request: pb.ProcessingRequest) -> Responses:
+        out = self._flush_held()
+        self.finish()
+        return [*out, trailers_response(request=False)]
+
+    def _flush_held(self) -> Responses:
+        """Trailers end the body: what the rewriter still holds (a JSON body, a partial
+        SSE line) goes out before them, without end_of_stream (Envoy sent none)."""
+        if self.rewriter is None or self.response_mode != FULL_DUPLEX:
+            return []
+        if self.streaming:
+            tail = self.rewriter.flush()
+        else:
+            whole, self.held = bytes(self.held), bytearray()
+            tail = self.rewriter.json_body(whole) if whole else b""
+        if not tail:
+            return []
+        if self.life is not None:
+            self.life.chunk(tail)
+        return list(body_chunks(tail, request=False, end_of_stream=False))
+
+    def _rewrite(self, chunk: bytes, eos: bool) -> bytes | None:
+        """The bytes to pass on now; None while a JSON body is held for its rewrite."""
+        if self.rewriter is None:
+            return chunk
+        if self.streaming:
+            out = self.rewriter.stream_chunk(chunk)
+            return out + self.rewriter.flush() if eos else out
+        if self.response_mode == STREAMED:
+            return chunk  # one answer per chunk: a JSON body cannot be held
+        self.held += chunk
+        if not eos and self.response_mode != BUFFERED:  # BUFFERED: one message, whole
+            return None
+        whole, self.held = bytes(self.held), bytearray()
+        return self.rewriter.json_body(whole)
+
+    def _first_byte(self) -> None:
+        if self.first_byte or self.life is None:
+            return
+        self.first_byte = True
+        self.life.first_byte()
+
+    # ------------------------------------------------------------------ end
+
+    def finish(self) -> None:
+        """The response ended (or Envoy closed the stream cleanly): report it once."""
+        if self.finished:
+            return
+        self.finished = True
+        if self.life is not None:
+            self.life.finished()
+
+    def cancel(self) -> None:
+        """The stream broke before the response ended: Envoy or its client went away."""
+        if self.life is not None and not self.finished:
+            self.life.cancelled(CLIENT_CANCELLED)
+        self.finished = True
+
+
+class ExtProcServicer(pb_grpc.ExternalProcessorServicer):
+    """`envoy.service.ext_proc.v3.ExternalProcessor` over a `Director`."""
+
+    def __init__(
+        self,
+        director: Director,
+        options: PickerOptions | None = None,
+        *,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.director = director
+        self.options = options or PickerOptions()
+        self.clock = clock
+        self.active = 0
+
+    def exchange(self) -> Exchange:
+        return Exchange(self.director, self.options, self.clock)
+
+    async def Process(  # gRPC's method name
+        self,
+        request_iterator: AsyncIterator[pb.ProcessingRequest],
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> None:
+        """Read, handle, write until Envoy half-closes (or an immediate response ends
+        it); `context.read`/`write` cost less per message than an async generator."""
+        exchange = self.exchange()
+        self.active += 1
+        try:
+            while not exchange.closed:
+                request = await context.read()
+                if request is grpc.aio.EOF:
+                    return
+                early = exchange.timeout_override(request)
+                if early is not None:
+                    await context.write(early)
+                for response in await exchange.handle(request):
+                    await context.write(response)
+        except BaseException:
+            exchange.cancel()
+            raise
+        finally:
+            self.active -= 1
+            exchange.finish()
+
+    async def serve_call(self, call: Call) -> None:
+        """The same loop on `Http2GrpcServer`: raw bytes in and out, one socket write
+        per answer (`Process` is the grpc.aio one)."""
+        exchange = self.exchange()
+        self.active += 1
+        parse = pb.ProcessingRequest.FromString
+        try:
+            while not exchange.closed:
+                raw = await call.read()
+                if raw is None:
+                    return
+                request = parse(raw)
+                early = exchange.timeout_override(request)
+                if early is not None:
+                    call.send([early.SerializeToString()])
+                responses = await exchange.handle(request)
+                if responses:
+                    call.send([r.SerializeToString() for r in responses])
+        except BaseException:
+            exchange.cancel()
+            raise
+        finally:
+            self.active -= 1
+            exchange.finish()
+
+    def endpoints_ready(self) -> list[Endpoint]:
+        return [e for e in self.director.endpoints() if not e.stale]

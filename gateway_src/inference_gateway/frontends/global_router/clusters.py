@@ -1,0 +1,273 @@
+"""The cluster registry: each cluster's last heartbeat, its health, and its ramp-back.
+
+A cluster is routable from its first good `GET /status`. It is drained AT ONCE when
+(a) a status poll fails (`connect_failed`), times out (`status_timeout`) or answers
+something that is not a valid status (`status_invalid`), (b) no good status arrived
+for `staleAfterMs` (`status_stale`), or (c) a request could not connect to it
+(`connect_failed`, learnt passively). Each drain is one failover event. The next good
+status brings it back ramping: its share cap grows linearly from 0 to 1 over `rampS`
+seconds, so it is not flooded on return. A router that starts up ramps every cluster in
+the same way from its first status (a restarted replica must not hand one cluster its
+full share while the others are still ramping it back).
+
+Ordering: every drain bumps the cluster's `epoch`; a poll carries the epoch it was sent
+under, and an answer sent before a drain is dropped (it cannot undo the drain it did not
+see). Requests waiting for a cluster's first byte register a callback with `hold`; a
+drain calls them at once, so the server retries them elsewhere instead of waiting for
+a timeout (nothing has reached their clients, so nothing is lost).
+
+A planned drain (`set_planned`: the operator's drain set, read from the store or a file)
+drains at once and keeps the cluster out whatever its status says; lifting it ramps the
+cluster back from zero over `rampS`, like a return. Planned drains are not failover
+events (they must not page anyone); `igw_global_cluster_planned_drain` shows them.
+
+A status is hostile input like any other: it is validated (`ClusterStatus`: types,
+ranges, finite numbers, at most 256 KiB), and a garbage answer drains the cluster
+instead of crashing the router.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+
+import aiohttp
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from inference_gateway.background import cancel_and_wait
+from inference_gateway.frontends.global_router.config import ClusterSpec, GlobalRouterSpec
+from inference_gateway.frontends.global_router.metrics import GlobalMetrics
+
+__all__ = ["ClusterRegistry", "ClusterState", "ClusterStatus"]
+
+log = logging.getLogger(__name__)
+MAX_STATUS_BYTES = 256 * 1024
+
+
+class ClusterStatus(BaseModel):
+    """The fields of a cluster gateway's `/status` the router uses (others ignored)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    readyPods: int = Field(ge=0)
+    stalePods: int = Field(default=0, ge=0)
+    saturation: float = Field(ge=0, allow_inf_nan=False)
+    kvUsage: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    queue: dict[str, float] = Field(default_factory=dict)
+    tokensPerSecond: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    errorRate: float = Field(default=0.0, ge=0, le=1, allow_inf_nan=False)
+    costPerMillionTokens: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+
+    @property
+    def queued(self) -> float:
+        return sum(v for v in self.queue.values() if math.isfinite(v) and v > 0)
+
+
+@dataclass
+class ClusterState:
+    spec: ClusterSpec
+    status: ClusterStatus | None = None
+    last_ok: float = -math.inf
+    routable: bool = False
+    ramp_started: float = -math.inf  # when it last came back
+    epoch: int = 0  # bumped by every drain: a status sent under an older epoch is stale
+    planned: bool = False  # in the operator's drain set: out whatever its status says
+    held: dict[int, Callable[[], None]] = field(default_factory=dict)  # waiting for byte 1
+    ttft_ewma_s: float | None = None  # passive: first-byte latency seen by this router
+    error_ewma: float = 0.0  # passive: share of this router's attempts that failed
+
+    @property
+    def error_rate(self) -> float:
+        """The worse of the reported and the passively seen error rate."""
+        reported = self.status.errorRate if self.status is not None else 0.0
+        return max(reported, self.error_ewma)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def ramp_fraction(self, now: float, ramp_s: float) -> float:
+        if not self.routable:
+            return 0.0
+        if ramp_s <= 0:
+            return 1.0
+        return max(0.0, min(1.0, (now - self.ramp_started) / ramp_s))
+
+    def cost_per_million(self) -> float | None:
+        if self.status is None or self.status.tokensPerSecond <= 0:
+            return None
+        return self.spec.hourly_cost_usd / (self.status.tokensPerSecond * 3600) * 1e6
+
+
+@dataclass
+class ClusterRegistry:
+    spec: GlobalRouterSpec
+    metrics: GlobalMetrics
+    clock: Callable[[], float] = time.monotonic
+    planned: Callable[[], Awaitable[frozenset[str]]] | None = None  # the drain set (drains.py)
+    states: dict[str, ClusterState] = field(init=False)
+    _session: aiohttp.ClientSession | None = field(default=None, init=False)
+    _task: asyncio.Task[None] | None = field(default=None, init=False)
+    _held_keys: Iterator[int] = field(default_factory=itertools.count, init=False)
+
+    def __post_init__(self) -> None:
+        self.states = {c.name: ClusterState(c) for c in self.spec.clusters}
+        for c in self.spec.clusters:
+            self.metrics.healthy.labels(c.name, c.region).set(0)
+            self.metrics.ramp.labels(c.name).set(0)
+            self.metrics.planned.labels(c.name).set(0)
+
+    # ------------------------------------------------------------------ transitions
+
+    def drain(self, name: str, reason: str) -> None:
+        state = self.states[name]
+        state.epoch += 1  # even when already out: a status sent before this is stale
+        if state.routable:
+            state.routable = False
+            if reason != "planned":
+                self.metrics.failovers.labels(name, reason).inc()
+            self.metrics.healthy.labels(name, state.spec.region).set(0)
+            self.metrics.ramp.labels(name).set(0)
+            log.warning("cluster %s drained (%s)", name, reason)
+        self._release_held(state)
+
+    def _release_held(self, state: ClusterState) -> None:
+        held, state.held = state.held, {}
+        for retry in held.values():
+            retry()
+
+    def hold(self, name: str, on_drain: Callable[[], None]) -> int:
+        """Register a request waiting for `name`'s first byte; `on_drain` runs (once) if
+        the cluster is drained meanwhile. Returns the key for `release`."""
+        key = next(self._held_keys)
+        self.states[name].held[key] = on_drain
+        return key
+
+    def release(self, name: str, key: int) -> None:
+        self.states[name].held.pop(key, None)
+
+    def heartbeat(self, name: str, status: ClusterStatus, epoch: int | None = None) -> None:
+        """A good status. `epoch`: the cluster's epoch when the poll was sent; an answer
+        that crossed a drain is dropped."""
+        state = self.states[name]
+        if epoch is not None and epoch != state.epoch:
+            log.debug("status of %s sent before its drain: ignored", name)
+            return
+        now = self.clock()
+        state.status, state.last_ok = status, now
+        if not state.routable and not state.planned:
+            self._admit(state, now)
+        self.metrics.saturation.labels(name).set(status.saturation)
+        cost = state.cost_per_million()
+        if cost is not None:
+            self.metrics.cost.labels(name).set(cost)
+
+    def _admit(self, state: ClusterState, now: float) -> None:
+        """Routable again, its share ramping from zero (at start-up too)."""
+        returned = state.ramp_started != -math.inf
+        state.routable = True
+        state.ramp_started = now
+        self.metrics.healthy.labels(state.name, state.spec.region).set(1)
+        log.info("cluster %s routable, ramping %s", state.name, "back" if returned else "in")
+
+    def set_planned(self, names: Iterable[str]) -> None:
+        """The operator's drain set (unknown names are ignored: another fleet's, or a typo
+        the CLI already refused). Newly listed clusters drain at once; a lifted one is
+        admitted, ramping, if its last status is fresh (else at its next status)."""
+        wanted = frozenset(names)
+        now = self.clock()
+        fresh = self.spec.stale_after_ms / 1000
+        for state in self.states.values():
+            planned = state.name in wanted
+            if planned == state.planned:
+                continue
+            state.planned = planned
+            self.metrics.planned.labels(state.name).set(1 if planned else 0)
+            if planned:
+                self.drain(state.name, "planned")
+            else:
+                log.info("cluster %s: planned drain lifted", state.name)
+                if state.status is not None and now - state.last_ok <= fresh:
+                    self._admit(state, now)
+
+    def observe_ttft(self, name: str, seconds: float) -> None:
+        state = self.states[name]
+        prev = state.ttft_ewma_s
+        state.ttft_ewma_s = seconds if prev is None else 0.8 * prev + 0.2 * seconds
+
+    def observe_outcome(self, name: str, failed: bool) -> None:
+        """Passive learning: every attempt moves the error EWMA (weight 0.1)."""
+        state = self.states[name]
+        state.error_ewma = 0.9 * state.error_ewma + (0.1 if failed else 0.0)
+
+    def check_staleness(self) -> None:
+        now = self.clock()
+        limit = self.spec.stale_after_ms / 1000
+        for state in self.states.values():
+            if state.routable and now - state.last_ok > limit:
+                self.drain(state.name, "status_stale")
+            self.metrics.ramp.labels(state.name).set(state.ramp_fraction(now, self.spec.ramp_s))
+
+    def routable(self) -> list[ClusterState]:
+        self.check_staleness()
+        return [s for s in self.states.values() if s.routable]
+
+    # ------------------------------------------------------------------ polling
+
+    async def poll_once(self) -> None:
+        if self.planned is not None:  # first, so a planned cluster is never admitted
+            self.set_planned(await self.planned())
+        await asyncio.gather(*(self._poll(s) for s in self.states.values()))
+        self.check_staleness()
+
+    async def _poll(self, state: ClusterState) -> None:
+        assert self._session is not None
+        timeout = aiohttp.ClientTimeout(total=self.spec.status_timeout_ms / 1000)
+        epoch = state.epoch
+        try:
+            async with self._session.get(
+                state.spec.base_url + "/status", timeout=timeout
+            ) as response:
+                if response.status != 200:
+                    raise ValueError(f"HTTP {response.status}")
+                raw = await response.content.read(MAX_STATUS_BYTES + 1)
+                if len(raw) > MAX_STATUS_BYTES:
+                    raise ValueError("status larger than 256 KiB")
+            status = ClusterStatus.model_validate_json(raw)
+        except TimeoutError as error:  # accepted, but no heartbeat in time (a hung gateway)
+            self.drain(state.name, "status_timeout")
+            log.debug("status of %s: %s", state.name, error)
+            return
+        except (aiohttp.ClientError, OSError) as error:
+            self.drain(state.name, "connect_failed")
+            log.debug("status of %s: %s", state.name, error)
+            return
+        except (ValueError, ValidationError) as error:
+            self.drain(state.name, "status_invalid")
+            log.debug("status of %s: %s", state.name, error)
+            return
+        self.heartbeat(state.name, status, epoch)
+
+    async def _run(self) -> None:
+        interval = self.spec.poll_interval_ms / 1000
+        while True:
+            started = self.clock()
+            await self.poll_once()
+            await asyncio.sleep(max(0.0, interval - (self.clock() - started)))
+
+    async def start(self) -> None:
+        self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+        await self.poll_once()
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        await cancel_and_wait(self._task)
+        self._task = None
+        if self._session is not None:
+            await self._session.close()
+            self._session = None

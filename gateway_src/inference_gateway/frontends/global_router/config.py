@@ -1,0 +1,181 @@
+"""The global router's YAML file: the clusters it fronts, how it scores them, the store.
+
+    homeRegion: us-east-1            # clients' region unless x-igw-client-region names one
+    profile: latency                 # default profile: latency | cost
+    pollIntervalMs: 1000             # GET /status of every cluster this often
+    staleAfterMs: 3000               # no good status for this long → drained
+    rampS: 30                        # a returning cluster's share grows over this window
+    firstByteTimeoutMs: 60000        # a stream silent this long moves to the next cluster
+    drainFile: /var/run/igw/drained  # planned drains without a store (igw global drain)
+    latencyBudgetMs: 2000            # cost profile: clusters slower than this are skipped
+    sheddableObjectives: [batch]     # x-gateway-inference-objective values routed by cost
+    clusters:
+      - {name: use1-a, region: us-east-1, endpoint: "http://10.0.0.1:8080",
+         priority: 0, hourlyCostUsd: 98.3}
+    profiles:                        # weights per signal; missing profiles keep defaults
+      cost: {kvHeadroom: 1, queue: 1, proximity: 0.5, errors: 1, cost: 4}
+    store: {url: "rediss://…", passwordEnv: IGW_STORE_PASSWORD}
+    rateLimitStore: {url: "rediss://…", passwordEnv: IGW_RATELIMIT_STORE_PASSWORD}  # optional
+    auth: {apiKeysFile: /etc/igw/keys.yaml}   # optional; as igw serve --api-keys / --jwt-*
+    rateLimits: {rules: [{requestsPerMinute: 600}], windowS: 60}
+
+Unknown keys are errors; every problem is reported with its field path (`ConfigError`,
+exit 2 from the CLI).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.alias_generators import to_camel
+
+from inference_gateway.config.spec import format_validation_error, read_yaml
+from inference_gateway.errors import ConfigError
+from inference_gateway.store.client import StoreSpec
+from inference_gateway.store.ratelimit import GlobalRateLimitSpec
+
+__all__ = [
+    "AuthSpec",
+    "ClusterSpec",
+    "GlobalRouterSpec",
+    "JwtSpec",
+    "ProfileName",
+    "WeightsSpec",
+    "load_router_config",
+    "parse_router_config",
+]
+
+ProfileName = Literal["latency", "cost"]
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True
+    )
+
+
+class ClusterSpec(_Spec):
+    name: str = Field(pattern=r"^[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?$")
+    region: str = Field(min_length=1, max_length=64)
+    endpoint: str = Field(pattern=r"^https?://[^/\s]+/?$", description="Cluster gateway root URL.")
+    priority: int = Field(default=0, ge=0, description="Lower wins a tie.")
+    hourly_cost_usd: float = Field(default=0.0, ge=0)
+
+    @property
+    def base_url(self) -> str:
+        return self.endpoint.rstrip("/")
+
+
+class WeightsSpec(_Spec):
+    """Weight of each signal in a cluster's score (each signal is in [0, 1])."""
+
+    kv_headroom: float = Field(default=1.0, ge=0)
+    queue: float = Field(default=1.0, ge=0)
+    proximity: float = Field(default=1.0, ge=0)
+    errors: float = Field(default=1.0, ge=0)
+    cost: float = Field(default=0.0, ge=0)
+
+
+DEFAULT_PROFILES: dict[ProfileName, WeightsSpec] = {
+    "latency": WeightsSpec(kv_headroom=2, queue=2, proximity=3, errors=2, cost=0.25),
+    "cost": WeightsSpec(kv_headroom=0.5, queue=0.5, proximity=0.5, errors=1, cost=6),
+}
+
+
+class JwtSpec(_Spec):
+    issuer: str = Field(min_length=1)
+    audiences: list[str] = Field(min_length=1)
+    jwks_file: str
+    claims: dict[str, str] = Field(default_factory=dict, description="Required claim values.")
+    client_claim: str = "sub"
+
+
+class AuthSpec(_Spec):
+    """Who may call the router: the same API key file and JWT checks as `igw serve`
+    (frontends/auth.py); the client id keys the global rate limits."""
+
+    api_keys_file: str | None = None
+    jwt: JwtSpec | None = None
+
+    @model_validator(mode="after")
+    def _something(self) -> AuthSpec:
+        if self.api_keys_file is None and self.jwt is None:
+            raise ValueError("set apiKeysFile, jwt or both (or leave auth out)")
+        return self
+
+
+class GlobalRouterSpec(_Spec):
+    clusters: list[ClusterSpec] = Field(min_length=1)
+    home_region: str | None = None
+    profile: ProfileName = "latency"
+    profiles: dict[ProfileName, WeightsSpec] = Field(default_factory=dict)
+    poll_interval_ms: int = Field(default=1000, ge=10, le=60_000)
+    status_timeout_ms: int = Field(default=500, ge=10, le=60_000)
+    stale_after_ms: int = Field(default=3000, ge=10, le=600_000)
+    ramp_s: float = Field(default=30.0, ge=0, le=3600)
+    latency_budget_ms: float = Field(default=2000.0, gt=0)
+    saturation_max: float = Field(default=0.9, gt=0, le=1, description="Headroom line.")
+    sheddable_objectives: list[str] = Field(default_factory=list)
+    max_attempts: int = Field(default=3, ge=1, le=10)
+    connect_timeout_ms: int = Field(default=1000, ge=10, le=60_000)
+    read_timeout_ms: int = Field(
+        default=300_000, ge=100, le=3_600_000, description="Longest silence from a cluster."
+    )
+    first_byte_timeout_ms: int = Field(
+        default=60_000,
+        ge=100,
+        le=3_600_000,
+        description="Longest wait for a stream's first chunk before trying the next cluster.",
+    )
+    drain_file: str | None = Field(
+        default=None, description="Planned drain set when no store is configured (a file)."
+    )
+    max_body_bytes: int = Field(default=4 * 2**20, ge=1024)
+    store: StoreSpec | None = None
+    rate_limit_store: StoreSpec | None = Field(
+        default=None,
+        description="Where the global rate limits are counted when not in `store`: one store "
+        "shared by the routers of every region makes the limits exact fleet-wide.",
+    )
+    auth: AuthSpec | None = None
+    rate_limits: GlobalRateLimitSpec = Field(default_factory=GlobalRateLimitSpec)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> GlobalRouterSpec:
+        names = [c.name for c in self.clusters]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"duplicate cluster names: {duplicates}")
+        if self.rate_limits.rules and self.limits_store is None:
+            raise ValueError(
+                "rateLimits need a rateLimitStore or a store (a global limit is shared through it)"
+            )
+        return self
+
+    @property
+    def limits_store(self) -> StoreSpec | None:
+        """The store the rate limits are counted in: `rateLimitStore`, else `store`."""
+        return self.rate_limit_store if self.rate_limit_store is not None else self.store
+
+    def weights(self, profile: ProfileName) -> WeightsSpec:
+        return self.profiles.get(profile) or DEFAULT_PROFILES[profile]
+
+    @property
+    def regions(self) -> frozenset[str]:
+        return frozenset(c.region for c in self.clusters)
+
+
+def parse_router_config(data: Any, source: str = "<global router config>") -> GlobalRouterSpec:
+    if not isinstance(data, Mapping):
+        raise ConfigError(source, ["<root>: expected a mapping with a `clusters` list"])
+    try:
+        return GlobalRouterSpec.model_validate(data)
+    except ValidationError as error:
+        raise ConfigError(source, format_validation_error(error)) from None
+
+
+def load_router_config(path: str | Path) -> GlobalRouterSpec:
+    return parse_router_config(read_yaml(path), str(path))

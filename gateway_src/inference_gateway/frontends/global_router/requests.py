@@ -1,0 +1,110 @@
+"""What a request to `igw global` carries, checked: its credential and client id, its
+latency budget, its token estimate (charged up front) and its answer's `usage` (which
+settles the charge), and the OpenAI-shaped error the router answers with.
+
+Every value here comes from a client or a cluster and is hostile until checked: a
+malformed number, a wrong type or a boolean where a count belongs reads as absent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from inference_gateway.frontends.auth import Authenticator, JwtSettings, load_api_keys
+from inference_gateway.frontends.global_router.config import AuthSpec
+from inference_gateway.store.ratelimit import DEFAULT_MAX_TOKENS
+
+__all__ = [
+    "api_key_of",
+    "budget_s",
+    "build_authenticator",
+    "error_response",
+    "sse_usage",
+    "token_estimate",
+    "usage_of",
+]
+
+
+def error_response(
+    status: int, message: str, kind: str, code: str, headers: Mapping[str, str] | None = None
+) -> web.Response:
+    body = {"error": {"message": message, "type": kind, "code": code}}
+    return web.Response(
+        status=status,
+        body=orjson.dumps(body),
+        content_type="application/json",
+        headers=dict(headers or {}),
+    )
+
+
+def api_key_of(headers: Mapping[str, str]) -> str:
+    """The bearer key: the client's id for rate limits where nothing authenticates."""
+    auth = headers.get("authorization", "")
+    return auth[7:].strip() if auth[:7].lower() == "bearer " else ""
+
+
+def build_authenticator(spec: AuthSpec | None) -> Authenticator | None:
+    """The `auth` section as the cluster gateways' own Authenticator (ConfigError on a bad
+    key file or JWKS, before the router listens)."""
+    if spec is None:
+        return None
+    keys = load_api_keys(spec.api_keys_file) if spec.api_keys_file else None
+    jwt = None
+    if spec.jwt is not None:
+        jwt = JwtSettings(
+            issuer=spec.jwt.issuer,
+            audiences=tuple(spec.jwt.audiences),
+            jwks_path=Path(spec.jwt.jwks_file),
+            required_claims=dict(spec.jwt.claims),
+            client_claim=spec.jwt.client_claim,
+        )
+    return Authenticator(keys, jwt)
+
+
+def budget_s(value: str | None) -> float | None:
+    """A client's latency budget: whole milliseconds, 1 to 600,000; anything else is ignored."""
+    if value is None or not (value.isascii() and value.isdigit()) or len(value) > 6:
+        return None
+    ms = int(value)
+    return ms / 1000 if 0 < ms <= 600_000 else None
+
+
+def token_estimate(body: dict[str, Any]) -> int:
+    """Prompt estimate (4 characters a token) plus `max_tokens`: charged up front."""
+    prompt = body.get("prompt")
+    messages = body.get("messages")
+    size = len(prompt) if isinstance(prompt, str) else 0
+    if isinstance(messages, list):
+        for m in messages:
+            content = m.get("content") if isinstance(m, dict) else None
+            size += len(content) if isinstance(content, str) else 0
+    max_tokens = body.get("max_tokens") or body.get("max_completion_tokens")
+    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 0:
+        max_tokens = DEFAULT_MAX_TOKENS
+    return size // 4 + 1 + max_tokens
+
+
+def _usage_total(document: Any) -> int | None:
+    usage = document.get("usage") if isinstance(document, dict) else None
+    total = usage.get("total_tokens") if isinstance(usage, dict) else None
+    return total if isinstance(total, int) and not isinstance(total, bool) and total >= 0 else None
+
+
+def usage_of(body: bytes) -> int | None:
+    try:
+        return _usage_total(orjson.loads(body))
+    except orjson.JSONDecodeError:
+        return None
+
+
+def sse_usage(chunk: bytes) -> int | None:
+    """`usage` from the last SSE event that carried one (stream_options.include_usage)."""
+    for line in reversed(chunk.split(b"\n")):
+        if line.startswith(b"data: ") and b'"usage"' in line:
+            return usage_of(line[6:])
+    return None

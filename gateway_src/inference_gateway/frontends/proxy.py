@@ -1,0 +1,427 @@
+"""The standalone gateway: an OpenAI-compatible HTTP proxy over the scheduling core.
+
+Per request: read the body (limit → 413), parse it (→ 400), route `model` to a pool
+(→ 404), rank that pool's ready pods (→ 503 when none), and forward to the best pod.
+What may go to the next-ranked pod is the `RetryPolicy`'s call (retry.py): only a
+request the engine never started (connection refused, closed before any answer byte, an
+answer of 429/503); a timeout is a 504, never a second generation. Once a byte has
+reached the client nothing is retried, and a stream that breaks ends with an SSE error
+event rather than a silent truncation. Responses stream through chunk by chunk.
+
+A client that leaves (the handler is cancelled: run the app with
+`handler_cancellation=True`, as `server.app_runner` and `igw serve` do, or a write to
+it fails) ends the request at once: its admission slot is freed, the pod connection is
+closed (the engine aborts the generation) and it counts as `client_cancelled`, not as
+an upstream failure. Everything a request holds is released by its `RequestLifecycle`.
+
+Pod names and addresses stay inside: 502 messages name no pod and the
+`x-gateway-destination-endpoint` header is sent only with `expose_endpoints` (a
+debugging switch, `igw serve --debug-destination-headers`).
+
+Outbound requests go through `Upstream` (upstream.py), a lean keep-alive HTTP/1.1 client:
+the gateway's own cost per request is what the overhead benchmark
+(bench/gateway_overhead.py) holds to <= 1 ms at p50. For the same reason a response is
+written to the client before the bookkeeping that follows it (TTFT and duration
+histograms, usage counting, the scheduler's feedback), which the client does not wait for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+
+from aiohttp import web
+from prometheus_client import generate_latest
+
+from inference_gateway.core.endpoints.store import EndpointStore
+from inference_gateway.core.request.admission import PoolGate
+from inference_gateway.core.request.contracts import RoutingState, SchedulerLike, openai_error
+from inference_gateway.core.request.director import Director, Rejection
+from inference_gateway.core.request.lifecycle import (
+    CLIENT_CANCELLED,
+    STREAM_BROKEN,
+    RequestLifecycle,
+)
+from inference_gateway.core.request.retry import RetryPolicy
+from inference_gateway.core.request.sse import ModelNameRewriter
+from inference_gateway.core.scheduling.types import Endpoint
+from inference_gateway.core.traffic.routing import ModelRouter, Route
+from inference_gateway.transport.http1_client import (
+    Upstream,
+    UpstreamError,
+    UpstreamResponse,
+    UpstreamTimeout,
+)
+
+# RoutingState and SchedulerLike live in `contracts` (shared with the ext_proc picker)
+# and are re-exported here for existing callers.
+__all__ = ["DESTINATION_HEADER", "Gateway", "RoutingState", "SchedulerLike", "error_response"]
+
+log = logging.getLogger(__name__)
+
+DESTINATION_HEADER = "x-gateway-destination-endpoint"
+_request_ids = random.Random()  # ids need to be unique, not secret: no syscall per request
+
+
+def new_request_id() -> str:
+    """32 hex digits, like `uuid4().hex`."""
+    return f"{_request_ids.getrandbits(128):032x}"
+
+
+def error_response(
+    status: int,
+    message: str,
+    kind: str,
+    code: str | None = None,
+    headers: dict[str, str] | None = None,
+    param: str | None = None,
+) -> web.Response:
+    """An OpenAI-shaped error (`contracts.openai_error`)."""
+    return web.Response(
+        status=status,
+        body=openai_error(message, kind, code, param),
+        content_type="application/json",
+        headers=headers,
+    )
+
+
+class Gateway:
+    """The proxy over a core's store and director (`assembly.core.build_core`)."""
+
+    def __init__(
+        self,
+        store: EndpointStore,
+        director: Director,
+        *,
+        max_body_bytes: int = 4 * 2**20,
+        retry: RetryPolicy | None = None,
+        connect_timeout_s: float = 5.0,
+        first_byte_timeout_s: float = 300.0,
+        expose_endpoints: bool = False,
+    ) -> None:
+        self.store = store
+        # parse → rewrite → route → band → limits → admission → rank: shared with the picker
+        self.director = director
+        self.metrics = director.metrics
+        self._series = self.director.child  # cached labelled series
+        self.max_body_bytes = max_body_bytes
+        self.retry = retry or RetryPolicy()
+        self.connect_timeout_s = connect_timeout_s
+        self.first_byte_timeout_s = first_byte_timeout_s
+        self.expose_endpoints = expose_endpoints
+        self.upstream: Upstream | None = None
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=self.max_body_bytes)
+        app.router.add_post("/v1/chat/completions", self.completions)
+        app.router.add_post("/v1/completions", self.completions)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/health", self.health)
+        app.router.add_get("/metrics", self.prometheus)
+        app.on_startup.append(self._startup)
+        app.on_cleanup.append(self._cleanup)
+        return app
+
+    async def _startup(self, app: web.Application) -> None:
+        self.upstream = Upstream(
+            connect_timeout_s=self.connect_timeout_s, read_timeout_s=self.first_byte_timeout_s
+        )
+
+    async def _cleanup(self, app: web.Application) -> None:
+        await self.director.close()
+        if self.upstream is not None:
+            await self.upstream.close()
+
+    @property
+    def scheduler(self) -> SchedulerLike:
+        return self.director.scheduler
+
+    @property
+    def state(self) -> RoutingState:
+        return self.director.state
+
+    @property
+    def gates(self) -> dict[str, PoolGate]:
+        return self.director.gates
+
+    @property
+    def router(self) -> ModelRouter:
+        return self.director.state.router
+
+    def reload(self, state: RoutingState) -> None:
+        """Swap config, rewrites and limits; requests in flight keep their old state."""
+        self.director.reload(state)
+
+    def gate(self, route: Route) -> PoolGate:
+        return self.director.gate(route)
+
+    # ------------------------------------------------------------------ small handlers
+
+    async def health(self, request: web.Request) -> web.Response:
+        ready = len(self.store.ready())
+        status = 200 if ready else 503
+        return web.json_response(
+            {"status": "ok" if ready else "no ready pods", "ready_pods": ready}, status=status
+        )
+
+    async def models(self, request: web.Request) -> web.Response:
+        names = self.router.models(self.store.endpoints)
+        data = [{"id": n, "object": "model", "owned_by": "inference-gateway"} for n in names]
+        return web.json_response({"object": "list", "data": data})
+
+    async def prometheus(self, request: web.Request) -> web.Response:
+        self.director.refresh_gauges(self.store.pools())
+        return web.Response(
+            body=generate_latest(self.metrics.registry), content_type="text/plain", charset="utf-8"
+        )
+
+    # ------------------------------------------------------------------ completions
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        client_id = request.headers.get("x-request-id") or new_request_id()
+        headers = {"x-request-id": client_id}
+        try:
+            raw = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return error_response(
+                413,
+                f"Request body exceeds {self.max_body_bytes} bytes.",
+                "invalid_request_error",
+                "request_too_large",
+                headers,
+            )
+        try:
+            life = await self.director.decide(raw, request.headers, client_request_id=client_id)
+        except Rejection as rejection:
+            return error_response(
+                rejection.status,
+                rejection.message,
+                rejection.kind,
+                rejection.code,
+                {**headers, **rejection.headers},
+                rejection.param,
+            )
+        headers.update(life.decision.headers)
+        task = asyncio.current_task()
+        if task is not None:
+            life.on_expire = task.cancel
+        try:
+            return await self._forward(request, life, headers)
+        except asyncio.CancelledError:
+            life.cancelled(CLIENT_CANCELLED)  # a no-op when the watchdog ended it
+            raise
+        except BaseException:
+            life.cancelled("internal_error")
+            raise
+        finally:
+            life.finished()  # every path reports its outcome; this only backs them up
+
+    async def _forward(
+        self, request: web.Request, life: RequestLifecycle, headers: dict[str, str]
+    ) -> web.StreamResponse:
+        assert self.upstream is not None
+        decision = life.decision
+        rewriter = ModelNameRewriter(decision.client_model) if decision.rewritten else None
+        forward_headers = {"content-type": "application/json", **headers}
+        auth = request.headers.get("authorization")
+        if auth:
+            forward_headers["authorization"] = auth
+        path = request.path
+        attempts = self.retry.attempts(decision.ranked)
+        last = attempts[-1]
+        failures: list[str] = []
+        for endpoint in attempts:
+            # sent at once on a warm connection; the bookkeeping below overlaps the pod
+            pending = self.upstream.post(
+                endpoint.address, endpoint.port, path, decision.body, forward_headers
+            )
+            try:
+                life.picked(endpoint)
+                upstream = await pending.response()
+            except UpstreamError as error:
+                life.attempt_failed()
+                failures.append(f"{endpoint.name}: {error}")
+                if isinstance(error, UpstreamTimeout):
+                    return self._timeout(life, headers, error)
+                if endpoint is not last and self.retry.retry_error(error):
+                    continue
+                break
+            except BaseException:
+                pending.abandon()
+                raise
+            if endpoint is not last and self.retry.retry_status(upstream.status):
+                upstream.release()
+                life.attempt_failed()
+                failures.append(f"{endpoint.name}: HTTP {upstream.status}")
+                continue
+            try:
+                return await self._relay(request, upstream, life, endpoint, headers, rewriter)
+            finally:
+                upstream.release()
+        log.warning(
+            "request %s (x-request-id %s): every model server attempt failed: %s",
+            life.id,
+            life.client_id,
+            failures,
+        )
+        life.cancelled("upstream_unavailable")
+        detail = f" ({'; '.join(failures)})" if self.expose_endpoints else ""
+        return error_response(
+            502,
+            f"No model server could take the request after {len(failures)} attempt(s){detail}.",
+            "upstream_error",
+            "upstream_unavailable",
+            headers,
+        )
+
+    def _timeout(
+        self, life: RequestLifecycle, headers: dict[str, str], error: Exception
+    ) -> web.Response:
+        """The pod went quiet: 504, and the request is not run anywhere else."""
+        log.warning("request %s (x-request-id %s): %s", life.id, life.client_id, error)
+        life.cancelled("upstream_timeout")
+        return error_response(
+            504,
+            f"The model server sent nothing for {self.first_byte_timeout_s:g} s.",
+            "upstream_error",
+            "upstream_timeout",
+            headers,
+        )
+
+    def _answer_headers(
+        self, headers: dict[str, str], content_type: str, endpoint: Endpoint
+    ) -> dict[str, str]:
+        out = {**headers, "content-type": content_type}
+        if self.expose_endpoints:
+            out[DESTINATION_HEADER] = endpoint.hostport
+        return out
+
+    async def _relay(
+        self,
+        request: web.Request,
+        upstream: UpstreamResponse,
+        life: RequestLifecycle,
+        endpoint: Endpoint,
+        headers: dict[str, str],
+        rewriter: ModelNameRewriter | None,
+    ) -> web.StreamResponse:
+        """Stream the pod's answer through; a break after the first byte ends the stream
+        with an SSE error event, never a silent truncation."""
+        content_type = upstream.headers.get("content-type", "application/json")
+        if not content_type.startswith("text/event-stream"):
+            return await self._relay_whole(
+                request, upstream, life, endpoint, headers, rewriter, content_type
+            )
+        life.answered(upstream.status, streaming=True)
+        response = web.StreamResponse(
+            status=upstream.status, headers=self._answer_headers(headers, content_type, endpoint)
+        )
+        first = True
+        try:
+            async for chunk in upstream.chunks():
+                if rewriter is not None:
+                    chunk = rewriter.stream_chunk(chunk)
+                if first:
+                    first = False
+                    await response.prepare(request)
+                    await response.write(chunk)
+                    life.first_byte()
+                else:
+                    await response.write(chunk)
+                life.chunk(chunk)
+            if rewriter is not None:
+                tail = rewriter.flush()
+                if tail:
+                    await response.write(tail)
+                    life.chunk(tail)
+            if first:
+                await response.prepare(request)
+            await response.write_eof()
+        except ConnectionResetError:  # a write to the client failed: it left
+            life.cancelled(CLIENT_CANCELLED)
+            return response
+        except (TimeoutError, UpstreamError) as error:
+            return await self._broken(request, response, life, headers, error, started=not first)
+        life.finished()
+        return response
+
+    async def _broken(
+        self,
+        request: web.Request,
+        response: web.StreamResponse,
+        life: RequestLifecycle,
+        headers: dict[str, str],
+        error: Exception,
+        *,
+        started: bool,
+    ) -> web.StreamResponse:
+        """The pod's stream broke. Before any byte reached the client: a plain 504 / 502;
+        after: the SSE error event, then the end of the stream."""
+        log.warning(
+            "request %s (x-request-id %s): the model server stream broke: %s",
+            life.id,
+            life.client_id,
+            error,
+        )
+        if not started:
+            if isinstance(error, (TimeoutError, UpstreamTimeout)):
+                return self._timeout(life, headers, error)
+            life.cancelled(STREAM_BROKEN)
+            return error_response(
+                502, "The model server's answer broke.", "upstream_error", STREAM_BROKEN, headers
+            )
+        life.cancelled(STREAM_BROKEN)
+        event = openai_error("The model server stream broke.", "upstream_error", STREAM_BROKEN)
+        try:
+            await response.write(b"data: " + event + b"\n\n")
+            await response.write_eof()
+        except ConnectionResetError:
+            pass  # the client left as well: nothing more to tell it
+        return response
+
+    async def _relay_whole(
+        self,
+        request: web.Request,
+        upstream: UpstreamResponse,
+        life: RequestLifecycle,
+        endpoint: Endpoint,
+        headers: dict[str, str],
+        rewriter: ModelNameRewriter | None,
+        content_type: str,
+    ) -> web.StreamResponse:
+        """A non-streamed answer is one JSON document: read it, rewrite it, send it, and
+        only then count its usage and time it."""
+        life.answered(upstream.status, streaming=False)
+        try:
+            body = await upstream.read()
+        except (TimeoutError, UpstreamError) as error:
+            if isinstance(error, (TimeoutError, UpstreamTimeout)):
+                return self._timeout(life, headers, error)
+            log.warning(
+                "request %s (x-request-id %s): the model server's answer broke: %s",
+                life.id,
+                life.client_id,
+                error,
+            )
+            life.cancelled("upstream_failed")
+            message = "The model server's answer broke."
+            return error_response(502, message, "upstream_error", "upstream_failed", headers)
+        if rewriter is not None:
+            body = rewriter.json_body(body)
+        response = web.Response(
+            status=upstream.status,
+            body=body,
+            headers=self._answer_headers(headers, content_type, endpoint),
+        )
+        try:
+            await response.prepare(request)
+            await response.write_eof()
+        except ConnectionResetError:
+            life.cancelled(CLIENT_CANCELLED)
+            return response
+        # the client has its answer: the rest is bookkeeping
+        life.first_byte()
+        life.chunk(body)
+        life.finished()
+        return response

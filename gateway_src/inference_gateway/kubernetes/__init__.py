@@ -1,0 +1,1 @@
+"""Kubernetes: pod discovery by label selector and the InferenceGatewayConfig status."""

@@ -1,0 +1,1 @@
+"""Exported metrics: Prometheus series and CloudWatch embedded-metric-format records."""

@@ -1,0 +1,128 @@
+"""The scrape loop keeps to its CPU budget: when scraping every pod at the configured
+interval would take more than `max_cpu_fraction` of a core, the interval stretches to fit,
+says so in a warning and in `igw_scrape_interval_seconds`, and returns by itself when the
+cost falls. CPU is charged by a scripted clock, so the figures are exact."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+
+from inference_gateway.core.endpoints.store import COST_WINDOW, EndpointStore
+from inference_gateway.core.scheduling.types import Endpoint
+from inference_gateway.telemetry.metrics import GatewayMetrics
+
+PAGE = "vllm:num_requests_waiting 0\nvllm:num_requests_running 1\n"
+
+
+class Cpu:
+    """A process-CPU clock that the fetch function charges."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def pods(count: int) -> list[Endpoint]:
+    return [Endpoint(f"pod-{i}", "127.0.0.1", 8000 + i, pool="p") for i in range(count)]
+
+
+def store_with(cpu: Cpu, cost_s: float, count: int = 4, **kwargs: object) -> EndpointStore:
+    async def fetch(endpoint: Endpoint, path: str) -> str:
+        cpu.now += cost_s if path == "/metrics" else 0.0
+        return PAGE if path == "/metrics" else '{"data": [{"id": "m"}]}'
+
+    return EndpointStore(pods(count), fetch, interval_s=0.05, cpu_clock=cpu, **kwargs)  # type: ignore[arg-type]
+
+
+def interval_metric(metrics: GatewayMetrics) -> float | None:
+    return metrics.registry.get_sample_value("igw_scrape_interval_seconds")
+
+
+async def test_an_expensive_round_stretches_the_interval_and_says_so(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    cpu = Cpu()
+    store = store_with(cpu, cost_s=0.02)  # 4 pods x 20 ms = 80 ms a round
+    metrics = GatewayMetrics()
+    metrics.watch_scrapes(store)
+    with caplog.at_level(logging.WARNING):
+        store.start()
+        try:
+            async with asyncio.timeout(5):
+                while store.scrapes < 2:
+                    await asyncio.sleep(0.01)
+        finally:
+            await store.stop()
+    # 80 ms of CPU a round within a quarter of a core: one round every 320 ms
+    assert store.current_interval_s == pytest.approx(0.32)
+    assert interval_metric(metrics) == pytest.approx(0.32)
+    assert metrics.registry.get_sample_value("igw_scrape_round_cpu_seconds") == pytest.approx(0.08)
+    assert any(
+        "interval 320 ms instead of the configured 50 ms" in r.getMessage() for r in caplog.records
+    )
+    assert all(not e.stale for e in store.endpoints)
+
+
+def test_the_interval_comes_back_when_rounds_get_cheap(caplog: pytest.LogCaptureFixture) -> None:
+    store = store_with(Cpu(), cost_s=0.0)
+    store.adapt(0.1)
+    assert store.current_interval_s == pytest.approx(0.4)
+    for _ in range(COST_WINDOW - 1):
+        store.adapt(0.1)  # request traffic in the same process makes single rounds dear…
+    store.adapt(0.03)  # …the cheapest recent round is the scrape's own cost
+    assert store.current_interval_s == pytest.approx(0.12)
+    with caplog.at_level(logging.INFO):
+        for _ in range(COST_WINDOW):
+            store.adapt(0.001)
+    assert store.current_interval_s == pytest.approx(0.05)
+    assert any("back to the configured 50 ms" in r.getMessage() for r in caplog.records)
+
+
+def test_small_changes_do_not_flap() -> None:
+    store = store_with(Cpu(), cost_s=0.0)
+    store.adapt(0.02)  # needs 80 ms
+    assert store.current_interval_s == pytest.approx(0.08)
+    store.adapt(0.019)  # 76 ms: within the hysteresis, kept
+    assert store.current_interval_s == pytest.approx(0.08)
+    for _ in range(COST_WINDOW):
+        store.adapt(0.021)  # every recent cycle dearer: over budget grows at once
+    assert store.current_interval_s == pytest.approx(0.084)
+
+
+def test_a_cheap_fleet_keeps_the_configured_interval() -> None:
+    store = store_with(Cpu(), cost_s=0.0)
+    store.adapt(0.01)  # 10 ms a round at 50 ms: a fifth of a core
+    assert store.current_interval_s == 0.05
+
+
+def test_no_budget_means_a_fixed_interval() -> None:
+    store = store_with(Cpu(), cost_s=0.0, max_cpu_fraction=None)
+    store.adapt(1.0)
+    assert store.current_interval_s == 0.05
+
+
+async def test_an_unchanged_page_is_not_parsed_again() -> None:
+    pages = {"/metrics": PAGE, "/v1/models": '{"data": [{"id": "m"}]}'}
+
+    async def fetch(endpoint: Endpoint, path: str) -> str:
+        return pages[path]
+
+    store = EndpointStore(pods(2), fetch)
+    await store.scrape_once()
+    first = store.endpoints[0].metrics
+    await store.scrape_once()
+    assert store.endpoints[0].metrics is first  # the same parse, reused
+    assert store.endpoints[0].scrape_seq == 2  # still a fresh scrape
+    pages["/metrics"] = PAGE.replace("running 1", "running 7")
+    await store.scrape_once()
+    assert store.endpoints[0].metrics is not first
+    assert store.endpoints[0].metrics.running == 7  # type: ignore[union-attr]
+    store.endpoints.pop()  # discovery removed a pod: its last page is dropped
+    pages["/metrics"] = PAGE
+    await store.scrape_once()
+    assert list(store._pages) == store.endpoints

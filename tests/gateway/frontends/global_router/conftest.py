@@ -1,0 +1,129 @@
+"""Fake cluster gateways on loopback (aiohttp apps serving /status and completions), a
+real `redis-server`, and a global router in the same event loop."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from inference_gateway.frontends.global_router import (
+    GlobalRouter,
+    build_global_router,
+    parse_router_config,
+)
+from inference_gateway.store.local_server import LocalRedis
+
+HEALTHY = {
+    "readyPods": 2,
+    "stalePods": 0,
+    "saturation": 0.1,
+    "kvUsage": 0.1,
+    "queue": {"critical": 0, "standard": 0, "sheddable": 0},
+    "tokensPerSecond": 0.0,
+    "errorRate": 0.0,
+}
+
+
+@dataclass
+class FakeCluster:
+    """A cluster gateway double: its status and its answers are set by the test."""
+
+    name: str
+    status: dict[str, Any] = field(default_factory=lambda: dict(HEALTHY))
+    status_body: bytes | None = None  # raw bytes instead of `status` (garbage tests)
+    answer_status: int = 200
+    hang_s: float = 2.0  # how long answer_status -1 stays silent
+    status_delay_s: float = 0.0  # a slow status answer (ordering tests)
+    hits: Counter[str] = field(default_factory=Counter)
+    runner: web.AppRunner | None = None
+    port: int = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def _status(self, request: web.Request) -> web.Response:
+        if self.status_delay_s:
+            await asyncio.sleep(self.status_delay_s)
+        if self.status_body is not None:
+            return web.Response(body=self.status_body, content_type="application/json")
+        return web.json_response(self.status)
+
+    async def _complete(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.hits[request.headers.get("x-gateway-inference-objective", "")] += 1
+        if self.answer_status == -1:  # a cluster that accepted and went silent
+            await asyncio.sleep(self.hang_s)
+        if self.answer_status != 200:
+            return web.json_response(
+                {"error": {"message": "busy"}},
+                status=self.answer_status,
+                headers={"retry-after": "7"},
+            )
+        usage = {"prompt_tokens": 5, "completion_tokens": 5, "total_tokens": 10}
+        if body.get("stream"):
+            response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+            await response.prepare(request)
+            await response.write(b'data: {"choices":[{"text":"hi"}]}\n\n')
+            await response.write(
+                b'data: {"choices":[],"usage":' + str(usage).replace("'", '"').encode() + b"}\n\n"
+            )
+            await response.write(b"data: [DONE]\n\n")
+            await response.write_eof()
+            return response
+        return web.json_response({"choices": [{"text": self.name}], "usage": usage})
+
+    async def _models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "m", "object": "model"}]})
+
+    async def start(self) -> FakeCluster:
+        app = web.Application()
+        app.router.add_get("/status", self._status)
+        app.router.add_post("/v1/completions", self._complete)
+        app.router.add_post("/v1/chat/completions", self._complete)
+        app.router.add_get("/v1/models", self._models)
+        self.runner = web.AppRunner(app)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", self.port)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        return self
+
+    async def stop(self) -> None:
+        if self.runner is not None:
+            await self.runner.cleanup()
+            self.runner = None
+
+
+@asynccontextmanager
+async def running_router(config: dict[str, Any]) -> AsyncIterator[tuple[str, GlobalRouter]]:
+    app, router = build_global_router(parse_router_config(config), seed=1)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port}", router
+    finally:
+        await runner.cleanup()
+
+
+@pytest.fixture
+async def fake_clusters() -> AsyncIterator[list[FakeCluster]]:
+    clusters = [await FakeCluster(name).start() for name in ("a", "b", "c")]
+    yield clusters
+    await asyncio.gather(*(c.stop() for c in clusters))
+
+
+@pytest.fixture
+def redis_server() -> Iterator[LocalRedis]:
+    with LocalRedis() as server:
+        yield server
