@@ -8,8 +8,8 @@ on, so that scheduling answers 503 (or a FailOpen pool picks at random) at once.
 resolving each handle with `set_result(True | False)`; a released waiter is *in
 transit* and holds a slot until its driver resumes it and it picks a pod (the picker's
 bookkeeping then counts it), so two rounds never hand out the same slot; `resumed`
-ends the transit and, since a round that ran meanwhile saw the slots it freed as taken,
-asks for another round soon (`soon`).
+ends the transit and, when a round that ran meanwhile left waiters queued (it saw the
+slots in transit as taken), asks for another round soon (`soon`).
 
 Two drivers, one rule: `admit` is the asyncio one (`igw serve`, `igw picker`): the
 handle is a future, a ticker pumps while anyone waits, a cancelled handler (the client
@@ -58,6 +58,7 @@ class PoolGate:
         self.soon = soon or (lambda f: asyncio.get_running_loop().call_soon(f))
         self._ticker: asyncio.Task[None] | None = None
         self._in_transit = 0  # released, handler not resumed yet (no pod picked)
+        self._held_back = False  # a round left waiters queued while others were in transit
 
     def slots(self) -> SlotCounter:
         return self.controller.slots(self.endpoints(), self.clock(), self._in_transit)
@@ -95,9 +96,11 @@ class PoolGate:
         runs) or gave up on it (expired, cancelled): it leaves the queue and transit."""
         if released:
             self._in_transit -= 1
-            # a round that found this waiter in transit handed out nothing for the slots
-            # it saw free: look again once the pick is counted, not at the tick
-            self.soon(self.pump)
+            if self._held_back:
+                # a round that found this waiter in transit handed out nothing for the
+                # slots it saw free: look again once the pick is counted, not at the tick
+                self._held_back = False
+                self.soon(self.pump)
         self.controller.cancel(waiter)
 
     def timeout_error(self, band: str) -> QueueTimeoutError:
@@ -133,10 +136,13 @@ class PoolGate:
             if not waiter.handle.done():
                 waiter.handle.set_result(False)
         slots = self.slots()
+        in_transit = self._in_transit
         for waiter in self.controller.release(now, slots.take):
             if not waiter.handle.done():
                 waiter.handle.set_result(True)
                 self._in_transit += 1
+        if in_transit and self.controller.queued():
+            self._held_back = True  # the slots held in transit may have kept these waiting
 
     def _ensure_ticker(self) -> None:
         if self._ticker is None or self._ticker.done():
