@@ -136,7 +136,6 @@ class GatewayPolicy:
 
     def route(self, request: SimRequest, now: float) -> Any:
         """A pod, `DEFERRED` (queued by admission) or None (refused)."""
-        self.clock.now = now
         hashes: tuple[int, ...] = ()
         if request.prefix_group is not None:
             hashes = prefix_block_ids(request.prefix_group, request.prefix_tokens)
@@ -146,6 +145,12 @@ class GatewayPolicy:
             request.output_tokens,
             lambda _model: hashes,
         )
+        return self.submit(request, intake, now)
+
+    def submit(self, request: SimRequest, intake: Intake, now: float) -> Any:
+        """`route` for a request already read (`Intake`): a body's, in the test that
+        replays one trace through this policy and through `igw serve`."""
+        self.clock.now = now
         headers = self._headers.get(request.priority) or self._headers["standard"]
         director = self.director
         try:
