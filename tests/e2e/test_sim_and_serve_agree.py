@@ -347,11 +347,11 @@ async def serve_replay(
             elif event.kind == "first":
                 pods.first[event.request].set()
                 firsts += 1
-                await until(lambda: ttft_count(gateway) == firsts, "a first token counted")
+                await until(lambda n=firsts: ttft_count(gateway) == n, "a first token counted")
             else:
                 live = len(gateway.director.live) - 1
                 pods.finish[event.request].set()
-                await until(lambda: len(gateway.director.live) == live, "a request ended")
+                await until(lambda n=live: len(gateway.director.live) == n, "a request ended")
             states.append(state(store.endpoints))
             if states[-1] != expected[len(states) - 1]:
                 break  # diverged: what follows would only wait for what never comes
