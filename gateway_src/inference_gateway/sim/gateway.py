@@ -77,14 +77,17 @@ class VirtualClock:
 
 
 class _Wait:
-    """A queued request's handle: the gate resolves it as it would a future."""
+    """A queued request's handle: the gate resolves it as it would a future, and the
+    request resumes at once (its pick is counted before anything else happens, as a
+    resumed handler picks before it next yields); the driver sends it to its pod at
+    its next `drain`, at the same virtual time."""
 
-    __slots__ = ("pending", "released", "request", "result")
+    __slots__ = ("pending", "policy", "request", "result")
 
-    def __init__(self, request: SimRequest, pending: Pending, released: list[_Wait]) -> None:
+    def __init__(self, policy: GatewayPolicy, request: SimRequest, pending: Pending) -> None:
+        self.policy = policy
         self.request = request
         self.pending = pending
-        self.released = released
         self.result: bool | None = None
 
     def done(self) -> bool:
@@ -92,7 +95,7 @@ class _Wait:
 
     def set_result(self, admitted: bool) -> None:
         self.result = admitted
-        self.released.append(self)  # resumed by the next `drain`, at this virtual time
+        self.policy._resume(self)
 
 
 class GatewayPolicy:
@@ -112,7 +115,7 @@ class GatewayPolicy:
         self.name = name
         self.pods = pods
         self.clock = VirtualClock()
-        self._released: list[_Wait] = []
+        self._resumed: list[tuple[SimRequest, SimPod | None]] = []
         self._soon: list[Any] = []
         self.core = build_core(
             [p.endpoint for p in pods],
@@ -157,7 +160,7 @@ class GatewayPolicy:
             pending = director.begin(intake, headers)
             if not director.offer(pending):
                 assert pending.waiter is not None
-                pending.waiter.handle = _Wait(request, pending, self._released)
+                pending.waiter.handle = _Wait(self, request, pending)
                 return DEFERRED
             return self._start(request, pending)
         except Rejection:
@@ -174,29 +177,28 @@ class GatewayPolicy:
         return self.pods[endpoint.index]
 
     def drain(self, now: float) -> list[tuple[SimRequest, SimPod | None]]:
-        """The gate's round (its ticker), then every request whose wait ended: with a
-        pod, or None when its band's TTL passed; and the rounds their picks ask for."""
+        """The gate's round (its ticker) and the rounds resumed picks ask for, then every
+        request whose wait ended since the last drain: with a pod, or None when its
+        band's TTL passed."""
         self.clock.now = now
         for gate in self.director.gates.values():
             gate.pump()
-        out: list[tuple[SimRequest, SimPod | None]] = []
-        while self._released or self._soon:
-            released = self._released[:]
-            self._released.clear()
-            for wait in released:
-                out.append((wait.request, self._resume(wait)))
+        while self._soon:
             soon = self._soon[:]
             self._soon.clear()
             for call in soon:
                 call()
+        out = self._resumed[:]
+        self._resumed.clear()
         return out
 
-    def _resume(self, wait: _Wait) -> SimPod | None:
+    def _resume(self, wait: _Wait) -> None:
         try:
             self.director.resume(wait.pending, bool(wait.result))
+            pod = self._start(wait.request, wait.pending)
         except Rejection:
-            return None
-        return self._start(wait.request, wait.pending)
+            pod = None
+        self._resumed.append((wait.request, pod))
 
     def on_first_token(self, request: SimRequest, pod: SimPod, ttft: float, now: float) -> None:
         life = self._lives.get(request.request_id)
