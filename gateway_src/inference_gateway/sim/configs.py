@@ -21,7 +21,6 @@ from inference_gateway.errors import ConfigError
 from inference_gateway.sim.capacity import fleet_capacity
 from inference_gateway.sim.driver import run_policy
 from inference_gateway.sim.fleet import SimPod
-from inference_gateway.sim.gateway import GatewayPolicy
 from inference_gateway.sim.policies import POLICIES
 from inference_gateway.sim.scenario import Scenario
 
@@ -66,6 +65,8 @@ def run_config(
     if capacity_rps is None:
         capacity_rps = fleet_capacity(scenario.fleet, scenario.workload, scenario.seed)
     name = f"config-{next(_names)}"
+
+    from inference_gateway.sim.gateway import GatewayPolicy
 
     def factory(policy_name: str, pods: list[SimPod], seed: int) -> GatewayPolicy:
         return GatewayPolicy(policy_name, pods, seed, config, profile=profile)

@@ -54,14 +54,13 @@ from inference_gateway.frontends.global_router.config import GlobalRouterSpec
 from inference_gateway.frontends.global_router.metrics import GlobalMetrics
 from inference_gateway.sim.fleet import SimPod, build_fleet, scrape
 from inference_gateway.sim.fleet_report import FleetRecorder
-from inference_gateway.sim.gateway import DEFERRED
 from inference_gateway.sim.global_scenario import (
     SHEDDABLE_OBJECTIVE,
     ClusterSimSpec,
     FleetScenario,
     router_spec,
 )
-from inference_gateway.sim.policies import make_policy
+from inference_gateway.sim.policies import DEFERRED, make_policy
 from inference_gateway.sim.workload import SimRequest, generate, prefix_block_ids
 
 __all__ = ["FleetTier"]

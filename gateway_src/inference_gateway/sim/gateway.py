@@ -37,11 +37,10 @@ from inference_gateway.core.traffic.flow_control import BANDS, FlowController
 from inference_gateway.core.traffic.objectives import band_of_priority
 from inference_gateway.core.traffic.routing import Route
 from inference_gateway.sim.fleet import SimPod
+from inference_gateway.sim.policies import DEFERRED
 from inference_gateway.sim.workload import SimRequest, prefix_block_ids
 
-__all__ = ["DEFERRED", "GatewayPolicy", "simulated_config"]
-
-DEFERRED: Any = object()  # route() result: queued in the gateway, dispatched later
+__all__ = ["GatewayPolicy", "simulated_config"]
 
 # the workload's bands as InferenceObjectives (priority → band, see traffic.objectives)
 BAND_OBJECTIVES = [

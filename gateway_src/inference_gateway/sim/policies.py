@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from inference_gateway.config.spec import (
     GatewayConfigSpec,
@@ -25,10 +25,11 @@ from inference_gateway.config.spec import (
 from inference_gateway.core.scheduling import LLMRequest, Scheduler
 from inference_gateway.errors import ConfigError, NoEndpointError
 from inference_gateway.sim.fleet import SimPod
-from inference_gateway.sim.gateway import GatewayPolicy
 from inference_gateway.sim.workload import SimRequest, prefix_block_ids
 
-__all__ = ["POLICIES", "Policy", "make_policy"]
+__all__ = ["DEFERRED", "POLICIES", "Policy", "make_policy"]
+
+DEFERRED: Any = object()  # route() result: queued in the gateway, dispatched later
 
 
 class Policy(Protocol):
@@ -218,6 +219,21 @@ class SchedulerPolicy:
 
 PolicyFactory = Callable[[str, list[SimPod], int], Policy]
 
+
+def _gateway(
+    name: str,
+    pods: list[SimPod],
+    seed: int,
+    config: GatewayConfigSpec,
+    profile: str | None = None,
+) -> Policy:
+    """The gateway's request path (imported when used: a baseline-only run, such as the
+    64-pod speed scenario, does not load the director, the metrics or the transports)."""
+    from inference_gateway.sim.gateway import GatewayPolicy
+
+    return GatewayPolicy(name, pods, seed, config, profile=profile)
+
+
 POLICIES: dict[str, PolicyFactory] = {
     "round-robin": RoundRobin,
     "random": RandomPolicy,
@@ -226,7 +242,7 @@ POLICIES: dict[str, PolicyFactory] = {
     "upstream-default": lambda name, pods, seed: SchedulerPolicy(
         name, pods, seed, upstream_default_config(), count_inflight=False
     ),
-    "gateway": lambda name, pods, seed: GatewayPolicy(name, pods, seed, GatewayConfigSpec()),
+    "gateway": lambda name, pods, seed: _gateway(name, pods, seed, GatewayConfigSpec()),
 }
 
 
@@ -261,7 +277,7 @@ def make_policy(name: str, pods: list[SimPod], seed: int) -> Policy:
         config = GatewayConfigSpec()
         if profile not in {p.name for p in config.scheduling_profiles}:
             raise ConfigError("policies", [f"policies: unknown gateway profile {profile!r}"])
-        return GatewayPolicy(name, pods, seed, config, profile=profile)
+        return _gateway(name, pods, seed, config, profile=profile)
     factory = POLICIES.get(base)
     if factory is None:
         raise ConfigError(
