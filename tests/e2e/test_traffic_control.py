@@ -266,10 +266,17 @@ async def test_pending_prefill_saturates_the_pool_for_noncritical_requests(
         await asyncio.gather(*held, return_exceptions=True)
 
 
-async def test_every_pod_stale_answers_503(
+async def test_every_pod_stale_holds_then_answers_503_with_retry_after(
     fleet: EmulatedFleet, gateway_on: Callable[..., Any]
 ) -> None:
-    spec = parse_config(config(scrape={"intervalMs": 20, "stalenessMs": 100, "timeoutMs": 50}))
+    """A pool with no ready pod holds the request in its band's queue (scale from zero)
+    and, past the band's TTL, answers 503 `no_ready_endpoint` with Retry-After."""
+    spec = parse_config(
+        config(
+            scrape={"intervalMs": 20, "stalenessMs": 100, "timeoutMs": 50},
+            flowControl={"bands": {"standard": {"maxQueue": 8, "ttlS": 0.5}}},
+        )
+    )
     async with gateway_on(fleet, config=spec) as (url, gateway, _app):
         for name in ("v1-0", "v1-1"):
             await fleet.stop_pod(name)
@@ -279,4 +286,7 @@ async def test_every_pod_stale_answers_503(
             body = {"model": "chat-v1", "prompt": "x", "max_tokens": 1}
             async with session.post(url + "/v1/completions", json=body) as r:
                 assert r.status == 503
-                assert "stale" in (await r.json())["error"]["message"]
+                error = (await r.json())["error"]
+                assert error["code"] == "no_ready_endpoint", error
+                assert "ready model server" in error["message"]
+                assert int(r.headers["retry-after"]) >= 1

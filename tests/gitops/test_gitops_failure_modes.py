@@ -292,9 +292,9 @@ def test_model_servers_can_start(gitops_dir):
 
 
 def test_the_gateway_authenticates_before_any_pod(gitops_dir):
-    """Envoy Gateway `SecurityPolicy` (v1.5 APIKeyAuth / JWT) on every inference route,
-    keys from a Secret External Secrets syncs from Secrets Manager, never from
-    environment.yaml. Only the heartbeat route (`GET /status` to the picker's metrics
+    """Envoy Gateway `SecurityPolicy` (v1.5 extAuth to `igw auth`) on every inference
+    route, the key file from a Secret External Secrets syncs from Secrets Manager, never
+    from environment.yaml, mounted into `igw auth`, whose Service the policy names. Only the heartbeat route (`GET /status` to the picker's metrics
     port, read by `igw global` without a credential) is left out: a SecurityPolicy whose
     targetRef is the Gateway applies to every route attached to it (Envoy Gateway docs,
     "Policy Attachment" / SecurityPolicy `targetRefs`: Gateway, HTTPRoute, GRPCRoute)."""
@@ -318,7 +318,53 @@ def test_the_gateway_authenticates_before_any_pod(gitops_dir):
             "igw-picker",
             9090,
         )
-        (ref,) = policy["spec"]["apiKeyAuth"]["credentialRefs"]
+        (backend,) = policy["spec"]["extAuth"]["http"]["backendRefs"]
+        (service,) = [
+            d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == backend["name"]
+        ]
+        assert backend["port"] in {p["port"] for p in service["spec"]["ports"]}
+        (auth,) = [
+            d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == backend["name"]
+        ]
+        pod = auth["spec"]["template"]["spec"]
+        (volume,) = [v for v in pod["volumes"] if "secret" in v]
         synced = {d["spec"]["target"]["name"] for d in docs if d["kind"] == "ExternalSecret"}
-        assert ref["name"] in synced
+        assert volume["secret"]["secretName"] in synced
         assert not [d for d in docs if d["kind"] == "Secret"]
+
+
+def test_igw_auth_runs_with_the_rendered_arguments(gitops_dir, tmp_path):
+    """The rendered `igw auth` arguments parse with the real `igw` parser and build an
+    Authenticator that knows the environment's issuer; Envoy reaches it through its
+    NetworkPolicy on the port the Service names."""
+    import hashlib
+
+    from inference_gateway.cli.auth import authenticator
+    from inference_gateway.cli.main import build_parser
+
+    for name in environment_names():
+        env = load_environment(name)
+        if env.kubernetes.auth is None:
+            continue
+        docs = _env_docs(gitops_dir, name)
+        (auth,) = [
+            d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "igw-auth"
+        ]
+        (container,) = auth["spec"]["template"]["spec"]["containers"]
+        args = list(container["args"])
+        keys = tmp_path / "keys.yaml"
+        keys.write_text(f"keys: [{{client: a, sha256: {hashlib.sha256(b'k').hexdigest()}}}]\n")
+        args[args.index("--api-keys") + 1] = str(keys)
+        parsed = build_parser(only="auth").parse_args(args)
+        built = authenticator(parsed, "igw auth", jwks_url_allowed=True)
+        assert built is not None and built.identify("Bearer k") is not None
+        if env.kubernetes.auth.jwt is not None:
+            assert built.jwt is not None and built.jwt.issuer == env.kubernetes.auth.jwt.issuer
+        (port,) = container["ports"]
+        (policy,) = [
+            d
+            for d in docs
+            if d["kind"] == "NetworkPolicy" and d["metadata"]["name"] == "igw-auth"
+        ]
+        (rule,) = policy["spec"]["ingress"]
+        assert rule["ports"] == [{"protocol": "TCP", "port": port["containerPort"]}]

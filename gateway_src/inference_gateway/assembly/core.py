@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from inference_gateway.config.spec import GatewayConfigSpec
+from inference_gateway.core.endpoints.discovery import assign_pools, label_pools
 from inference_gateway.core.endpoints.store import EndpointStore, Fetch
 from inference_gateway.core.request.contracts import RoutingState, SchedulerLike
 from inference_gateway.core.request.director import Director, Series
@@ -90,11 +91,14 @@ class Core:
     policy: str = "gateway"
     seed: int | None = None
     timed: bool = True
+    # a static list's pools before any config (`label_pools`); None: discovery assigns
+    static_pools: dict[Endpoint, str] | None = None
 
     def apply_config(self, config: GatewayConfigSpec | None, rewrites: RewriteSet) -> None:
         """Swap in a validated config: routing state always, the scheduler only when its
         plugins or profiles changed (so the prefix index survives other edits), the
-        scrape settings of the store."""
+        scrape settings of the store, and a static list's pools (a reload may move pods
+        between pools by the config's selectors)."""
         spec = config or GatewayConfigSpec()
         self.director.reload(RoutingState.build(config, rewrites))
         current = getattr(self.director.scheduler, "config", None)
@@ -104,6 +108,8 @@ class Core:
             self.director.scheduler = self._scheduler(spec)
         self.config = spec
         _scrape_settings(self.store, spec)
+        if self.static_pools is not None:
+            assign_pools(self.store.endpoints, spec.pools, self.static_pools)
         log.info(
             "config applied: %d models, %d pools, rewrites %s",
             len(spec.models),
@@ -149,16 +155,17 @@ def build_core(
     """The core over `endpoints` (kept as given: discovery may fill an empty list).
 
     `fetch`: the store's scrape seam (default: HTTP, `ScrapeClient`); `scrape` False: the
-    driver records scrapes itself (the simulator). An endpoint without a pool takes its
-    `igw.dev/pool` label, else `default`. `timed`: the scheduler reports each plugin's
+    driver records scrapes itself (the simulator). A static list's pods take the first
+    pool of the config whose selector matches them, else the pool they were given, else
+    `default`. `timed`: the scheduler reports each plugin's
     time to the metrics (a real server; the simulator's would time nothing real).
     """
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {POLICIES}, not {policy!r}")
     spec = config or GatewayConfigSpec()
-    for e in endpoints:
-        if not e.pool:
-            e.pool = e.labels.get("igw.dev/pool", "default")
+    static_pools = label_pools(endpoints) if endpoints else None
+    if static_pools is not None:
+        assign_pools(endpoints, spec.pools, static_pools)  # the config's selectors first
     metrics = metrics or GatewayMetrics()
     client = ScrapeClient(spec.scrape.timeout_ms / 1000) if scrape and fetch is None else None
     store = EndpointStore(
@@ -182,5 +189,8 @@ def build_core(
         clock=clock,
         soon=soon,
         shared_limits=shared_limits,
+        # a refused connection (the proxy's, or Envoy's UF / UH / UC reported to the
+        # picker): not picked again until a fresh scrape says the pod is back
+        connection_failed=store.connection_failed,
     )
-    return Core(spec, metrics, series, store, director, client, policy, seed, timed)
+    return Core(spec, metrics, series, store, director, client, policy, seed, timed, static_pools)

@@ -1,10 +1,22 @@
 """Assemble and run the picker: endpoint store, director, gRPC server, health, metrics.
 
 `PickerServer` owns the moving parts of `igw picker` and starts and stops them in
-order: scraping first, then gRPC (health says NOT_SERVING until a scrape has found a
-ready pod, so Kubernetes does not send traffic to a picker that would answer 503),
-then the metrics port. Discovery (a static list or a Kubernetes watch) and live config
-are optional collaborators with a `start()` / `stop()` pair.
+order: collaborators (config, discovery) and scraping first, then gRPC, then the
+metrics port. Discovery (a static list or a Kubernetes watch) and live config are
+optional collaborators with a `start()` / `stop()` pair.
+
+Readiness means "I can serve the protocol": SERVING once the config and the pools are
+synced (`synced()`, and the lease when leader election is on), whatever the pod count.
+With no ready pod the picker still answers by its flow-control rules (a request is held
+in its band's queue until a pod is ready or the band's TTL passes: scale from zero), so
+an Argo CD sync wave or a KEDA scale-up never waits on the picker waiting on the pods
+(upstream's EPP is SERVING once its datastore has synced the pool, pods or not).
+
+Stopping drains: readiness goes NOT_SERVING at once (the Service drops the replica, so
+Envoy opens new streams on the others), the listener stays open for what still
+arrives, and `stop(grace_s)` waits until the last ext_proc stream ends, up to the
+grace; a stream is a request's whole life, response included, so the grace is the
+route's timeout (the chart sets both). The log says how many streams it waited for.
 """
 
 from __future__ import annotations
@@ -55,8 +67,9 @@ log = logging.getLogger(__name__)
 SERVICE_NAME = "envoy.service.ext_proc.v3.ExternalProcessor"
 # The health service names of the endpoint-picker protocol: `liveness` answers SERVING for as
 # long as the process runs (a model outage, a scale-from-zero or a standby replica must never
-# restart the picker), `readiness` only while it can pick (a fresh pod, and the lease when
-# leader election is on). The empty name and the ext_proc service follow readiness, as before.
+# restart the picker), `readiness` once config and pools are synced (and while it holds the
+# lease when leader election is on), never by pod count. The empty name and the ext_proc
+# service follow readiness.
 LIVENESS_SERVICE = "liveness"
 READINESS_SERVICE = "readiness"
 READINESS_NAMES = ("", SERVICE_NAME, READINESS_SERVICE)
@@ -88,6 +101,7 @@ class PickerServer:
         transport: str = "http2",
         collaborators: list[Lifecycle] | None = None,
         is_leader: Callable[[], bool] = lambda: True,
+        synced: Callable[[], bool] = lambda: True,
         health_interval_s: float = 0.2,
         health_port: int | None = None,
         policy: ConnectionPolicy | None = None,
@@ -110,6 +124,9 @@ class PickerServer:
         self.ssl_context = ssl_context
         self.collaborators = collaborators or []
         self.is_leader = is_leader
+        self.synced = synced  # config and pool discovery have synced (Kubernetes: listed)
+        self.started = False  # collaborators started and the first scrape done
+        self.draining = False
         self.health_interval_s = health_interval_s
         self.health_port = health_port
         self.health_bound = 0
@@ -132,6 +149,7 @@ class PickerServer:
             await part.start()
         await self.store.scrape_once()
         self.store.start()
+        self.started = True
         await self.update_health()
         if self.transport == "http2":
             await self._start_http2()
@@ -197,9 +215,10 @@ class PickerServer:
         self._health_server = server
 
     async def update_health(self) -> None:
-        """Readiness: SERVING once a pod is ready (and, with leader election, while leading).
+        """Readiness: SERVING once started and synced (and, with leader election, while
+        leading), never NOT_SERVING for want of pods; NOT_SERVING for good once draining.
         Liveness: SERVING from the first call on, whatever the pods or the lease."""
-        serving = bool(self.store.ready()) and self.is_leader()
+        serving = self.ready()
         if serving == self.serving and self._server is not None:
             return
         await self.health.set(LIVENESS_SERVICE, health_pb2.HealthCheckResponse.SERVING)
@@ -211,6 +230,10 @@ class PickerServer:
         )
         for service in READINESS_NAMES:
             await self.health.set(service, status)
+
+    def ready(self) -> bool:
+        """Whether the picker can serve the protocol now (what `readiness` says)."""
+        return self.started and not self.draining and self.synced() and self.is_leader()
 
     async def _health_loop(self) -> None:
         while True:
@@ -237,7 +260,36 @@ class PickerServer:
         await site.start()
         self.metrics_bound = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
 
+    async def drain(self, grace_s: float) -> int:
+        """Readiness NOT_SERVING at once, then wait (serving whatever still arrives) until
+        no ext_proc stream is open, up to `grace_s`. Logs how many streams it waited for,
+        how many arrived meanwhile and how many the grace cut; returns the first count."""
+        self.draining = True
+        await self.update_health()
+        loop = asyncio.get_running_loop()
+        servicer = self.servicer
+        waited, opened = servicer.active, servicer.opened
+        log.info(
+            "draining: readiness NOT_SERVING, waiting for %d open streams (up to %g s)",
+            waited,
+            grace_s,
+        )
+        deadline = loop.time() + grace_s
+        while servicer.active and loop.time() < deadline:
+            await asyncio.sleep(0.05)
+        log.info(
+            "drained: waited for %d streams (%d more arrived while draining), %d cut by "
+            "the %g s grace",
+            waited,
+            servicer.opened - opened,
+            servicer.active,
+            grace_s,
+        )
+        return waited
+
     async def stop(self, grace_s: float = 1.0) -> None:
+        """Stop everything; `grace_s` is how long open ext_proc streams may still run
+        (see `drain`, which `igw picker` calls first on SIGTERM)."""
         for task in self._tasks:
             await cancel_and_wait(task)
         self._tasks.clear()

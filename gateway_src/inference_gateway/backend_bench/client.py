@@ -19,10 +19,12 @@ from typing import Any
 import aiohttp
 import orjson
 
+from inference_gateway.errors import InferenceGatewayError
+
 __all__ = ["BackendError", "ChatClient", "StreamResult"]
 
 
-class BackendError(Exception):
+class BackendError(InferenceGatewayError):
     """One backend failed; `reason` is the sentence shown in the report."""
 
     def __init__(self, reason: str) -> None:

@@ -7,7 +7,7 @@ import asyncio
 import signal
 from typing import Any
 
-from inference_gateway.cli.picker import add_tls_arguments, credentials
+from inference_gateway.cli.picker import add_tls_arguments, server_ssl_context
 
 __all__ = ["register", "run"]
 
@@ -21,7 +21,12 @@ def register(subparsers: Any) -> None:
         "base model, else the model itself) so HTTPRoutes can match the pool that serves it.",
     )
     parser.add_argument("--config", help="InferenceGatewayConfig YAML (adapter → base model)")
-    parser.add_argument("--host", default="0.0.0.0")
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to bind; default loopback only, as `igw picker`: pass 0.0.0.0 or :: "
+        "where Envoy reaches the router over the network (the Kubernetes chart does)",
+    )
     parser.add_argument("--grpc-port", type=int, default=9004)
     add_tls_arguments(parser)
     parser.set_defaults(handler=run)
@@ -43,7 +48,7 @@ async def _serve(args: argparse.Namespace) -> int:
 
     config = load_config(args.config) if args.config else None
     server, port = await start_bbr(
-        config, host=args.host, port=args.grpc_port, credentials=credentials(args)
+        config, host=args.host, port=args.grpc_port, ssl_context=server_ssl_context(args)
     )
     print(f"igw bbr: ext_proc on {args.host}:{port}", flush=True)
     stop = asyncio.Event()

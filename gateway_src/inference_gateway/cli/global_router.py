@@ -13,6 +13,8 @@ from typing import Any
 
 __all__ = ["register"]
 
+HEADER_TIMEOUT_S = 15.0  # transport/http_settings.py's default, without importing aiohttp
+
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
@@ -38,6 +40,14 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument(
+        "--header-timeout",
+        type=float,
+        default=HEADER_TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"close a connection whose request head is not complete after SECONDS, and an "
+        f"idle keep-alive one (default {HEADER_TIMEOUT_S:g}; as igw serve)",
+    )
+    parser.add_argument(
         "--emf-interval",
         type=float,
         default=0.0,
@@ -58,10 +68,16 @@ def run(args: argparse.Namespace) -> int:
     from aiohttp import web
 
     from inference_gateway.frontends.global_router.config import load_router_config
-    from inference_gateway.frontends.global_router.server import build_global_router
+    from inference_gateway.frontends.global_router.server import (
+        build_global_router,
+        runner_settings,
+    )
 
     if not args.emf_interval >= 0:
         print("igw global: --emf-interval must be 0 (off) or positive", file=sys.stderr)
+        return 2
+    if not args.header_timeout > 0:
+        print("igw global: --header-timeout must be positive", file=sys.stderr)
         return 2
     spec = load_router_config(args.config)  # ConfigError → exit 2
     if args.action != "serve":
@@ -82,7 +98,8 @@ def run(args: argparse.Namespace) -> int:
         pass
     clusters = ", ".join(f"{c.name} ({c.region})" for c in spec.clusters)
     print(f"igw global: listening on http://{args.host}:{args.port} over {clusters}", flush=True)
-    web.run_app(app, host=args.host, port=args.port, print=None, access_log=None)
+    settings = runner_settings(args.header_timeout)
+    web.run_app(app, host=args.host, port=args.port, print=None, access_log=None, **settings)
     return 0
 
 
@@ -123,7 +140,7 @@ def change_drains(spec: Any, args: argparse.Namespace) -> int:
             where = ""
             if args.action != "drained":
                 where = await drains.change(frozenset(names), drain=args.action == "drain")
-            return where, await drains.current()
+            return where, await drains.current(strict=args.action == "drained")
         finally:
             if redis is not None:
                 await redis.aclose()
@@ -131,7 +148,13 @@ def change_drains(spec: Any, args: argparse.Namespace) -> int:
     try:
         where, current = asyncio.run(apply())
     except StoreUnavailable as error:
-        print(f"igw global: store unreachable, nothing changed ({error})", file=sys.stderr)
+        if args.action == "drained":
+            print(
+                f"igw global: store unreachable, the drain set is unknown ({error})",
+                file=sys.stderr,
+            )
+        else:
+            print(f"igw global: store unreachable, nothing changed ({error})", file=sys.stderr)
         return 1
     if where.startswith("file") and spec.store is not None:
         print(f"igw global: store unreachable; written to the {where} instead", file=sys.stderr)

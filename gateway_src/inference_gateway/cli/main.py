@@ -26,6 +26,7 @@ SUBCOMMANDS = {
     "global": "inference_gateway.cli.global_router",
     "picker": "inference_gateway.cli.picker",
     "bbr": "inference_gateway.cli.bbr",
+    "auth": "inference_gateway.cli.auth",
     "demo": "inference_gateway.demo.run",
     "bench": "inference_gateway.backend_bench.cli",
 }

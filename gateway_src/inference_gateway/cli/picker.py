@@ -65,8 +65,26 @@ def register(subparsers: Any) -> None:
         "--fallbacks",
         type=int,
         default=0,
-        help="ranked fallback pods appended to the destination (keep 0 for an "
-        "ORIGINAL_DST cluster, which takes exactly one address)",
+        help="ranked fallback pods appended to the destination, for a data plane that "
+        "retries along the list; refused with --original-dst (the default), whose cluster "
+        "takes exactly one address",
+    )
+    parser.add_argument(
+        "--original-dst",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="Envoy routes to the picked pod with an ORIGINAL_DST cluster on "
+        "x-gateway-destination-endpoint (Envoy AI Gateway, GIE's own Envoy config): one "
+        "address per request, so --fallbacks must be 0 (default: on)",
+    )
+    parser.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="on SIGTERM, readiness NOT_SERVING at once, then serve until the last ext_proc "
+        "stream ends, up to S seconds: a stream lasts its request's whole response, so "
+        "set the route's timeout (the chart does); default 30",
     )
     parser.add_argument(
         "--body-mode",
@@ -176,6 +194,14 @@ def tls_options(args: argparse.Namespace) -> dict[str, Any]:
         return {}
     if transport(args.transport) == "grpcio":
         return {"credentials": credentials(args)}
+    return {"ssl_context": server_ssl_context(args)}
+
+
+def server_ssl_context(args: argparse.Namespace) -> Any:
+    """The `--tls` / `--tls-cert` / `--tls-key` flags as an SSL context for our HTTP/2
+    server (the picker's and the body-based router's), or None without them."""
+    if not (args.tls or args.tls_cert or args.tls_key):
+        return None
     from inference_gateway.errors import ConfigError
     from inference_gateway.transport.http2_server import ssl_context
     from inference_gateway.transport.tls import self_signed
@@ -183,12 +209,12 @@ def tls_options(args: argparse.Namespace) -> dict[str, Any]:
     if (args.tls_cert is None) != (args.tls_key is None):
         raise ConfigError("TLS", ["--tls-cert, --tls-key: give both or neither"])
     if args.tls_cert is None:
-        return {"ssl_context": ssl_context(*self_signed())}
+        return ssl_context(*self_signed())
     try:
         cert, key = Path(args.tls_cert).read_bytes(), Path(args.tls_key).read_bytes()
     except OSError as error:
         raise ConfigError("TLS", [f"{error.filename}: {error.strerror}"]) from None
-    return {"ssl_context": ssl_context(cert, key)}
+    return ssl_context(cert, key)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -213,9 +239,32 @@ def transport(name: str) -> str:
     return name
 
 
+def check_fallbacks(args: argparse.Namespace) -> None:
+    """`--fallbacks N` puts N+1 addresses in x-gateway-destination-endpoint; Envoy's
+    ORIGINAL_DST cluster reads the header as one `ip:port` (envoy
+    source/common/upstream/original_dst_cluster.cc: an unparsable address is no host),
+    so every request would end `503 no_healthy_upstream`: refused at startup instead."""
+    from inference_gateway.errors import ConfigError
+
+    if args.fallbacks < 0:
+        raise ConfigError("--fallbacks", ["<value>: must be 0 or positive"])
+    if args.fallbacks and args.original_dst:
+        raise ConfigError(
+            "--fallbacks",
+            [
+                f"<value>: {args.fallbacks} fallbacks make the destination a list, which an "
+                "ORIGINAL_DST cluster (Envoy AI Gateway's, GIE's) cannot route: every request "
+                "would fail 503 no_healthy_upstream. Keep --fallbacks 0, or pass "
+                "--no-original-dst for a data plane that retries along the list"
+            ],
+        )
+
+
 def server_options(args: argparse.Namespace) -> dict[str, Any]:
     """`PickerServer` keyword arguments from the command line."""
     from envoy.extensions.filters.http.ext_proc.v3.processing_mode_pb2 import ProcessingMode
+
+    check_fallbacks(args)
 
     from inference_gateway.frontends.extproc.picker import PickerOptions
 
@@ -304,7 +353,8 @@ async def _serve(args: argparse.Namespace) -> int:
         flush=True,
     )
     await stop.wait()
-    await picker.stop(grace_s=5)
+    await picker.drain(args.drain_timeout)
+    await picker.stop(grace_s=1)
     if mode is not None:
         await mode.close()
     return 0

@@ -7,6 +7,7 @@ import gc
 import sys
 from typing import Any
 
+from inference_gateway.cli.auth import add_auth_arguments, authenticator
 from inference_gateway.cli.picker import add_cluster_arguments, add_store_argument
 
 __all__ = ["register"]
@@ -53,71 +54,8 @@ def register(subparsers: Any) -> None:
     )
     add_cluster_arguments(parser)
     add_store_argument(parser)
-    auth = parser.add_argument_group(
-        "authentication", "checked before any pod is touched (docs/operations.md)"
-    )
-    auth.add_argument(
-        "--api-keys",
-        metavar="FILE",
-        help="API key file: keys: [{client, sha256, models?}] (a mounted Secret; digests only)",
-    )
-    auth.add_argument("--jwt-issuer", help="accept JWTs from this issuer (the iss claim)")
-    auth.add_argument(
-        "--jwt-audience", action="append", default=[], help="an accepted aud (repeatable)"
-    )
-    auth.add_argument("--jwt-jwks", metavar="FILE", help="the issuer's JWKS (JSON file)")
-    auth.add_argument(
-        "--jwt-claim",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="a claim the token must carry (repeatable; list and space-separated claims match "
-        "any element)",
-    )
-    auth.add_argument(
-        "--jwt-client-claim", default="sub", help="the claim naming the client (default sub)"
-    )
+    add_auth_arguments(parser, jwks_help="the issuer's JWKS (JSON file)")
     parser.set_defaults(handler=run)
-
-
-def authenticator(args: argparse.Namespace) -> Any:
-    """The Authenticator the flags describe, or None; ConfigError on inconsistent flags."""
-    from pathlib import Path
-
-    from inference_gateway.errors import ConfigError
-    from inference_gateway.frontends.auth import Authenticator, JwtSettings, load_api_keys
-
-    jwt_flags = [args.jwt_issuer, args.jwt_jwks, args.jwt_audience]
-    if not args.api_keys and not any(jwt_flags):
-        return None
-    jwt = None
-    if any(jwt_flags):
-        missing = [
-            flag
-            for flag, value in zip(
-                ("--jwt-issuer", "--jwt-jwks", "--jwt-audience"), jwt_flags, strict=True
-            )
-            if not value
-        ]
-        if missing:
-            raise ConfigError(
-                "igw serve", [f"{m}: required with JWT authentication" for m in missing]
-            )
-        claims = {}
-        for i, pair in enumerate(args.jwt_claim):
-            name, sep, value = pair.partition("=")
-            if not sep or not name:
-                raise ConfigError("igw serve", [f"--jwt-claim[{i}]: expected NAME=VALUE"])
-            claims[name] = value
-        jwt = JwtSettings(
-            issuer=args.jwt_issuer,
-            audiences=tuple(args.jwt_audience),
-            jwks_path=Path(args.jwt_jwks),
-            required_claims=claims,
-            client_claim=args.jwt_client_claim,
-        )
-    keys = load_api_keys(args.api_keys) if args.api_keys else None
-    return Authenticator(keys, jwt)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -144,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
         emf_interval_s=args.emf_interval,
         emf_cluster=args.emf_cluster,
         expose_endpoints=args.debug_destination_headers,
-        auth=authenticator(args),
+        auth=authenticator(args, "igw serve"),
         hourly_cost_usd=args.hourly_cost,
         store_spec=store_from_flag(args.store),  # ConfigError → exit 2
     )
@@ -163,16 +101,12 @@ def run(args: argparse.Namespace) -> int:
     app.on_startup.append(_freeze_startup_objects)
     print(
         f"igw serve: listening on http://{args.host}:{args.port} (policy {args.policy}"
-        + (", authentication on)" if _authenticating(args) else ")"),
+        + (", authentication on)" if args.api_keys or args.jwt_issuer else ")"),
         flush=True,
     )
     options = {**RUN_OPTIONS, **server_settings(args.header_timeout)}
     web.run_app(app, host=args.host, port=args.port, print=None, **options)  # type: ignore[arg-type]
     return 0
-
-
-def _authenticating(args: argparse.Namespace) -> bool:
-    return bool(args.api_keys or args.jwt_issuer)
 
 
 async def _freeze_startup_objects(app: object) -> None:

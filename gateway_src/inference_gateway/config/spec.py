@@ -4,8 +4,11 @@ One schema serves three readers: the gateway at run time (`igw serve --config`),
 cdk8s charts that render the `InferenceGatewayConfig` custom resource, and the CRD's
 `openAPIV3Schema`, which is generated from these models by `openapi_v3_schema()`. A
 config that would route nowhere (a model on an unknown pool, a profile that names an
-unknown plugin, a scorer without a weight) is rejected here with its field path, so it
-never reaches a cluster.
+unknown plugin, a scorer without a weight, two pickers in a profile) is rejected here with
+its field path, so it never reaches a cluster. Every plugin is built once here, through
+the scheduling registry, so an unknown type or a bad parameter fails at validation
+(`plugins[2].parameters.blockSize: ...`), not when a scheduler starts; what a plugin is
+(filter, scorer or picker) is the registry's record of its type, never its name.
 
 Field names are camelCase on the wire, as Kubernetes resources are; Python code uses the
 snake_case attribute names. The picker part keeps the upstream endpoint-picker names
@@ -39,6 +42,12 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from inference_gateway.core.scheduling.registry import (
+    PLUGIN_TYPES,
+    build_plugin,
+    kind_of,
+    validation_context,
+)
 from inference_gateway.errors import ConfigError
 
 __all__ = [
@@ -341,15 +350,17 @@ class SaturationSpec(Spec):
         return self
 
 
+def _default_bands() -> dict[BandName, BandSpec]:
+    return {
+        "critical": BandSpec(max_queue=4096, ttl_s=60),
+        "standard": BandSpec(max_queue=4096),
+        "sheddable": BandSpec(max_queue=0, ttl_s=5),
+    }
+
+
 class FlowControlSpec(Spec):
     saturation: SaturationSpec = SaturationSpec()
-    bands: dict[BandName, BandSpec] = Field(
-        default_factory=lambda: {
-            "critical": BandSpec(max_queue=4096, ttl_s=60),
-            "standard": BandSpec(max_queue=4096),
-            "sheddable": BandSpec(max_queue=0, ttl_s=5),
-        }
-    )
+    bands: dict[BandName, BandSpec] = Field(default_factory=_default_bands)
     retry_after_min_s: int = Field(default=1, ge=1)
     retry_after_max_s: int = Field(default=60, ge=1)
 
@@ -457,7 +468,8 @@ def _weigh(profile: SchedulingProfileSpec, weights: Mapping[str, float]) -> Sche
         weight = wanted.pop(ref.plugin_ref, ref.weight)
         if weight != 0:
             refs.append(PluginRef(plugin_ref=ref.plugin_ref, weight=weight))
-    at = len(refs) - 1 if refs and refs[-1].plugin_ref.endswith("-picker") else len(refs)
+    # built-in profiles name plugins by their type: a ref's kind is its type's
+    at = len(refs) - 1 if refs and kind_of(refs[-1].plugin_ref) == "picker" else len(refs)
     refs[at:at] = [PluginRef(plugin_ref=t, weight=w) for t, w in wanted.items() if w]
     return SchedulingProfileSpec(name=profile.name, plugins=refs)
 
@@ -519,7 +531,7 @@ class GatewayConfigSpec(Spec):
         default = info.data.get("default_profile", "")
         builtin = {p.name: p for p in _default_profiles()}.get(default)
         if builtin is not None and not any(
-            r.plugin_ref.endswith("-scorer") for r in _weigh(builtin, weights).plugins
+            kind_of(r.plugin_ref) == "scorer" for r in _weigh(builtin, weights).plugins
         ):
             raise ValueError(f"every scorer of profile {builtin.name!r} is weighted 0")
         return weights
@@ -575,20 +587,8 @@ class GatewayConfigSpec(Spec):
                 served[adapter] = model.name
         if self.default_profile not in profiles:
             problems.append(f"defaultProfile: unknown profile {self.default_profile!r}")
-        for i, profile in enumerate(self.scheduling_profiles):
-            pickers = 0
-            for j, ref in enumerate(profile.plugins):
-                where = f"schedulingProfiles[{i}].plugins[{j}]"
-                plugin = plugins.get(ref.plugin_ref)
-                if plugin is None:
-                    problems.append(f"{where}.pluginRef: unknown plugin {ref.plugin_ref!r}")
-                    continue
-                if plugin.type.endswith("-picker"):
-                    pickers += 1
-                elif plugin.type.endswith("-scorer") and not ref.weight:
-                    problems.append(f"{where}.weight: a scorer needs a weight above 0")
-            if pickers > 1:
-                problems.append(f"schedulingProfiles[{i}].plugins: more than one picker")
+        problems += _check_plugins(self.plugins)
+        problems += _check_profiles(self.scheduling_profiles, plugins)
         for i, objective in enumerate(self.objectives):
             if objective.pool is not None and objective.pool not in pools:
                 problems.append(f"objectives[{i}].pool: unknown pool {objective.pool!r}")
@@ -609,6 +609,53 @@ class GatewayConfigSpec(Spec):
             if profile.name == name:
                 return profile
         raise KeyError(name)
+
+
+def _check_plugins(specs: list[PluginSpec]) -> list[str]:
+    """Build every plugin once, so an unknown type or a bad parameter fails here."""
+    problems: list[str] = []
+    context = validation_context()
+    for i, spec in enumerate(specs):
+        if spec.type not in PLUGIN_TYPES:
+            problems.append(
+                f"plugins[{i}].type: unknown plugin type {spec.type!r} "
+                f"(known: {', '.join(sorted(PLUGIN_TYPES))})"
+            )
+            continue
+        try:
+            build_plugin(spec.type, spec.instance_name, spec.parameters, context)
+        except ValidationError as error:
+            problems += format_validation_error(error, f"plugins[{i}].parameters")
+        except ValueError as error:
+            problems.append(f"plugins[{i}].parameters: {error}")
+    return problems
+
+
+def _check_profiles(
+    profiles: list[SchedulingProfileSpec], plugins: Mapping[str, PluginSpec]
+) -> list[str]:
+    """Each ref resolves; by kind, a scorer carries a weight and a profile has at most
+    one picker (upstream `SchedulerProfile.AddPlugins`)."""
+    problems: list[str] = []
+    for i, profile in enumerate(profiles):
+        picker: str | None = None
+        for j, ref in enumerate(profile.plugins):
+            where = f"schedulingProfiles[{i}].plugins[{j}]"
+            plugin = plugins.get(ref.plugin_ref)
+            if plugin is None:
+                problems.append(f"{where}.pluginRef: unknown plugin {ref.plugin_ref!r}")
+                continue
+            kind = kind_of(plugin.type)
+            if kind == "picker":
+                if picker is not None:
+                    problems.append(
+                        f"{where}.pluginRef: {ref.plugin_ref!r} is a second picker "
+                        f"(the profile already has {picker!r})"
+                    )
+                picker = picker or ref.plugin_ref
+            elif kind == "scorer" and not ref.weight:
+                problems.append(f"{where}.weight: a scorer needs a weight above 0")
+    return problems
 
 
 def _duplicates(field: str, names: list[str]) -> list[str]:

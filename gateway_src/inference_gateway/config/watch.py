@@ -207,6 +207,10 @@ class KubernetesConfigSource:
             for reflector in self._reflectors:
                 await reflector.synced.wait()
 
+    def is_synced(self) -> bool:
+        """Every watched kind has been listed once (the config applied from it)."""
+        return all(r.synced.is_set() for r in self._reflectors)
+
     async def stop(self) -> None:
         for reflector in self._reflectors:
             await reflector.stop()

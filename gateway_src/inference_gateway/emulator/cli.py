@@ -18,6 +18,8 @@ import sys
 from collections.abc import Coroutine
 from typing import Any
 
+import orjson
+
 from inference_gateway.emulator.fleet import EmulatedFleet, FleetSpec, load_fleet, parse_fleet
 from inference_gateway.errors import ConfigError
 
@@ -54,6 +56,12 @@ def register(subparsers: Any) -> None:
     ):
         parser.add_argument(flag, type=float, default=None, help=text + " (default 0)")
     parser.add_argument(
+        "--kv-transfer-config",
+        metavar="JSON",
+        help="vLLM's flag for disaggregated prefill/decode, e.g. "
+        '\'{"kv_connector": "NixlConnector", "kv_role": "kv_both"}\' (emulator/kvtransfer.py)',
+    )
+    parser.add_argument(
         "--write-endpoints",
         metavar="PATH",
         help="write an endpoints file (upstream file-discovery shape) for `igw serve`",
@@ -75,6 +83,7 @@ def build_spec(args: argparse.Namespace) -> tuple[FleetSpec, str]:
         "--tool-call-miss-rate": args.tool_call_miss_rate,
         "--tool-call-error-rate": args.tool_call_error_rate,
         "--temperature0-jitter": args.temperature0_jitter,
+        "--kv-transfer-config": args.kv_transfer_config,
     }
     if args.fleet:
         given = [flag for flag, value in single.items() if value is not None]
@@ -108,6 +117,13 @@ def build_spec(args: argparse.Namespace) -> tuple[FleetSpec, str]:
             if value is not None
         },
     }
+    if args.kv_transfer_config is not None:
+        try:
+            pod["kv_transfer_config"] = orjson.loads(args.kv_transfer_config)
+        except orjson.JSONDecodeError as error:
+            raise ConfigError(
+                "arguments", [f"--kv-transfer-config: invalid JSON ({error})"]
+            ) from None
     data = {"base_port": args.port, "host": args.host or "127.0.0.1", "pods": [pod]}
     spec = parse_fleet(data, "arguments")
     return spec, "arguments"

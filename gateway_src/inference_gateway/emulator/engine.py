@@ -192,6 +192,37 @@ class Engine:
                 step.steps = done
                 self.busy_until = step.start + done * step.dt
 
+    def abort(self, request: EngineRequest, now: float) -> bool:
+        """The client left: drop the request wherever it is (queue, prefill, decode), hand
+        back its KV blocks and batch slot, and finish it with the tokens generated so far,
+        as vLLM aborts a request whose client disconnected. False when it had finished.
+
+        Call after `advance(now)`. A prefill chunk of the step in progress is dropped from
+        it; a decode segment in progress keeps its length (the others' next finish is no
+        earlier), and its booked blocks are trimmed when the next segment books."""
+        if request.finish_time is not None:
+            return False
+        generated = request.generated(self.clock)
+        adapter = request.adapter
+        if request in self.waiting:
+            self.waiting.remove(request)
+            if adapter:
+                self._adapters_waiting[adapter] -= 1
+                self._adapters_running[adapter] += 1  # `_finish` takes it off running
+        elif request in self.prefilling:
+            self.prefilling.remove(request)
+            self._release_prompt(request)
+            step = self._step
+            if step is not None and step.chunks:
+                step.chunks = [(r, n) for r, n in step.chunks if r is not request]
+        elif self._decoding.get(request._seq) is request:
+            self._leave_decode(request)
+            request._finish_clock = 0
+        request._epoch += 1  # its finish-heap entry is stale now
+        request.output_tokens = generated
+        self._finish(request, now)
+        return True
+
     def advance(self, now: float) -> None:
         """Finish every step that ends at or before `now`, starting the next ones."""
         while self.busy_until is not None and self.busy_until <= now:

@@ -37,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from inference_gateway.config.spec import format_validation_error, read_yaml
 from inference_gateway.emulator.behaviors import PodBehavior
+from inference_gateway.emulator.kvtransfer import KVTransferConfig
 from inference_gateway.emulator.profiles import PodProfile, pod_profile
 from inference_gateway.emulator.server import EmulatedPod
 from inference_gateway.errors import ConfigError
@@ -74,6 +75,11 @@ class PodGroupSpec(BaseModel):
     served_model_name: str | None = None
     hourly_usd: float | None = Field(default=None, ge=0)
     labels: dict[str, str] = Field(default_factory=dict)
+    kv_transfer_config: KVTransferConfig | None = Field(
+        default=None,
+        description="vLLM's --kv-transfer-config (disaggregated prefill/decode); each "
+        "replica gets an engine id of its own.",
+    )
     behavior: PodBehavior = Field(
         default_factory=PodBehavior,
         description="Deliberate imperfections (tool-call errors, temperature-0 jitter); "
@@ -149,6 +155,15 @@ def _group_profile(group: PodGroupSpec, index: int, source: str) -> PodProfile:
         raise ConfigError(source, problems) from None
 
 
+def _replica_kv_transfer(group: PodGroupSpec, replica: int) -> KVTransferConfig | None:
+    """The group's KV connector settings, with an engine id per replica (vLLM pods of one
+    Deployment each draw their own)."""
+    config = group.kv_transfer_config
+    if config is None or group.replicas == 1:
+        return config
+    return config.model_copy(update={"engine_id": f"{config.engine_id}-{replica}"})
+
+
 class EmulatedFleet:
     """The pods of a fleet spec; profiles are built (and validated) at construction."""
 
@@ -176,6 +191,7 @@ class EmulatedFleet:
                     port=port,
                     labels=labels,
                     behavior=group.behavior,
+                    kv_transfer=_replica_kv_transfer(group, replica),
                 )
                 if port:
                     port += 1

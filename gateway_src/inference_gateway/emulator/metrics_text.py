@@ -68,10 +68,11 @@ class _Histogram:
         self.sum += value
 
     def buckets(self) -> list[tuple[str, float]]:
-        out, total = [], 0
+        out: list[tuple[str, float]] = []
+        total = 0
         for bound, count in zip((*self.bounds, float("inf")), self.counts, strict=True):
             total += count
-            out.append((floatToGoString(bound), total))
+            out.append((floatToGoString(bound), total))  # type: ignore[no-untyped-call]
         return out
 
 
@@ -204,7 +205,7 @@ class _PodCollector(Collector):
             "Count of successfully processed requests.",
             labels=["finished_reason", "model_name"],
         )
-        for reason in ("length", "stop"):
+        for reason in ("length", "stop", "abort"):  # vLLM v1 FinishReason
             success.add_metric([reason, m.model_name], m.finished[reason])
         yield success
         for name, doc, hist in (

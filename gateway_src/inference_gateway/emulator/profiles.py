@@ -70,6 +70,9 @@ class InstanceProfile(BaseModel):
     allreduce_busbw_gbs: float = Field(gt=0)
     allreduce_latency_us: float = Field(ge=0)
     hourly_usd: float = Field(ge=0)
+    #: the instance's network bandwidth, Gbit/s (EFA where it has it): what a KV transfer
+    #: between two nodes gets (emulator/kvtransfer.py)
+    network_gbps: float = Field(default=10, gt=0)
 
 
 class ModelProfile(BaseModel):

@@ -24,13 +24,14 @@ from dataclasses import dataclass
 
 from inference_gateway.emulator.engine import Engine, EngineListener, EngineRequest
 from inference_gateway.emulator.profiles import PodProfile
+from inference_gateway.errors import InferenceGatewayError
 
 __all__ = ["PodStoppedError", "RealtimeDriver", "Ticket"]
 
 DEFAULT_SEGMENT_S = 0.02  # streamed tokens arrive in groups of at most ~20 ms
 
 
-class PodStoppedError(RuntimeError):
+class PodStoppedError(InferenceGatewayError):
     """The pod was stopped while a request was in flight (an emulated pod death)."""
 
 
@@ -98,6 +99,19 @@ class RealtimeDriver:
         if future is None:
             future = self._step_future = self._loop.create_future()
         await asyncio.shield(future)
+
+    def abort(self, request: EngineRequest) -> None:
+        """The client disconnected: the engine drops the request now (vLLM's abort), so
+        its blocks and batch slot free at once and the pod's metrics say so; it is
+        counted as finished with reason `abort`."""
+        if self._stopped or request.request_id not in self._inflight:
+            return
+        ticket: Ticket = request.tag
+        ticket.finish_reason = "abort"
+        now = time.monotonic()
+        self.engine.advance(now)
+        self.engine.abort(request, now)
+        self._arm()
 
     def sync(self) -> None:
         """Bring the engine up to now (before a metrics scrape)."""

@@ -11,10 +11,16 @@ Shapes follow vLLM's OpenAI server where a client or router can see them:
   a request without `model` uses the base model, as vLLM does;
 * `GET /v1/models` lists the base model and each adapter with `parent` set to the base.
 
-Token counts, prefix hashes and output text come from `tokens.py`. Two deliberate
-simplifications: `n` must be 1, and a client that disconnects mid-stream does not abort
-its request (vLLM would); the engine runs it to completion, so its KV blocks and batch
-slot stay busy until then, as a slow abort would.
+Token counts, prefix hashes and output text come from `tokens.py`. One deliberate
+simplification: `n` must be 1. A client that disconnects aborts its request, as vLLM
+does (its OpenAI server aborts the engine request when the connection closes, streaming
+or not): the engine drops it at once, so its KV blocks and batch slot free, the running
+count falls, and it is counted with `finished_reason="abort"`. A stream notices at its
+next write, within one engine step; a plain request through aiohttp's handler
+cancellation.
+
+With vLLM's `--kv-transfer-config` (NixlConnector) a request's `kv_transfer_params` make
+it the prefill or the decode leg of disaggregated serving (`kvtransfer.py`, `disagg.py`).
 
 A stopped pod (`EmulatedPod.stop`) aborts its open connections, so clients see what a
 crashed pod gives them: a stream cut without `[DONE]`, or a reset connection.
@@ -22,18 +28,27 @@ crashed pod gives them: a stream cut without `[DONE]`, or a reset connection.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 import orjson
 from aiohttp import web
 
 from inference_gateway.emulator.behaviors import Jitter, PodBehavior, ToolCall, decide_tool_call
+from inference_gateway.emulator.disagg import Disaggregation
 from inference_gateway.emulator.engine import EngineRequest
+from inference_gateway.emulator.kvtransfer import (
+    READ_PATH,
+    KVTransferConfig,
+    RemotePrefill,
+    remote_prefill_of,
+    wants_remote_decode,
+)
 from inference_gateway.emulator.metrics_text import PodMetrics
 from inference_gateway.emulator.profiles import BLOCK_SIZE, PodProfile
 from inference_gateway.emulator.realtime import PodStoppedError, RealtimeDriver
@@ -89,6 +104,7 @@ class PodApp:
         served_model_name: str,
         adapters: Sequence[str],
         behavior: PodBehavior | None = None,
+        kv_transfer: KVTransferConfig | None = None,
     ) -> None:
         if adapters and not profile.max_loras:
             raise ValueError("adapters need LoRA slots: build the profile with max_loras >= 1")
@@ -119,6 +135,8 @@ class PodApp:
         )
         self.driver = RealtimeDriver(profile, observer=self.metrics)
         self._ids = itertools.count(1)
+        # vLLM's --kv-transfer-config: prefill and decode legs of disaggregated serving
+        self.disagg = Disaggregation(kv_transfer, profile, self.driver) if kv_transfer else None
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY_BYTES)
@@ -127,6 +145,8 @@ class PodApp:
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/health", self.health)
         app.router.add_get("/metrics", self.metrics_handler)
+        if self.disagg is not None:
+            app.router.add_post(READ_PATH, self.disagg.read)
         return app
 
     # ------------------------------------------------------------------ small endpoints
@@ -169,6 +189,7 @@ class PodApp:
             model, adapter = self._resolve_model(body.get("model"))
             text = self._prompt_text(body, chat=chat)
             stream, include_usage, max_tokens = self._options(body, chat=chat)
+            remote, keep_for_decode = self._disagg_leg(body)
         except _BadRequest as error:
             return _error(error.status, str(error), error.kind)
         prompt_tokens = count_tokens(text)
@@ -188,11 +209,16 @@ class PodApp:
             output_tokens = min(count_tokens(tool_call.arguments), max_tokens or limit)
         else:
             output_tokens = max_tokens or min(default_output_tokens(seed), limit - prompt_tokens)
+        hashes = block_hashes(model, text)
+        pinned: Sequence[Hashable] = ()
+        if remote is not None and self.disagg is not None:  # a decode leg: read the KV first
+            async with self.disagg.session() as session:
+                pinned = await self.disagg.pull(remote, hashes, session)
         engine_request = EngineRequest(
             request_id=next(self._ids),
             prompt_tokens=prompt_tokens,
             output_tokens=output_tokens,
-            block_hashes=block_hashes(model, text),
+            block_hashes=hashes,
             adapter=adapter,
         )
         reply = _Reply(
@@ -206,15 +232,27 @@ class PodApp:
         try:
             ticket = self.driver.submit(engine_request, finish_reason=reply.finish_reason)
         except PodStoppedError:
+            if self.disagg is not None:
+                self.disagg.unpin(pinned)
             return _error(503, "The server is shutting down.", "ServiceUnavailableError")
-        if stream:
-            return await self._stream(request, reply, include_usage)
         try:
-            await ticket.done
-        except PodStoppedError:
-            _abort(request)
-            return web.Response(status=503)
-        return _json(reply.full_response())
+            if stream:
+                return await self._stream(request, reply, include_usage)
+            try:
+                await ticket.done
+            except PodStoppedError:
+                _abort(request)
+                return web.Response(status=503)
+            except asyncio.CancelledError:  # the client left (aiohttp cancels the handler)
+                self.driver.abort(engine_request)
+                raise
+            answer = reply.full_response()
+            if keep_for_decode and self.disagg is not None and reply.finish_reason == "length":
+                answer["kv_transfer_params"] = self.disagg.keep(reply.id, hashes)
+            return _json(answer)
+        finally:
+            if self.disagg is not None:
+                self.disagg.unpin(pinned)
 
     async def _stream(
         self, request: web.Request, reply: _Reply, include_usage: bool
@@ -241,11 +279,32 @@ class PodApp:
         except PodStoppedError:
             _abort(request)
         except ConnectionError:
-            # The client left; the engine keeps the request until it completes (see top).
-            log.debug("client disconnected from stream %s", reply.id)
+            log.debug("client disconnected from stream %s: aborted", reply.id)
+            driver.abort(engine_request)
+        except asyncio.CancelledError:
+            driver.abort(engine_request)
+            raise
         return response
 
     # ------------------------------------------------------------------ parsing
+
+    def _disagg_leg(self, body: dict[str, Any]) -> tuple[RemotePrefill | None, bool]:
+        """(the decode leg's remote prefill, whether this is a prefill leg) from the body's
+        `kv_transfer_params`; ignored, as by vLLM, on a pod without a KV connector."""
+        params = body.get("kv_transfer_params")
+        if self.disagg is None or params is None:
+            return None, False
+        try:
+            remote = remote_prefill_of(params)
+        except ValueError as error:
+            raise _BadRequest(400, str(error)) from None
+        config = self.disagg.config
+        if remote is not None and not config.consumes:
+            raise _BadRequest(400, f"a {config.kv_role} pod cannot take a remote prefill")
+        keep = remote is None and wants_remote_decode(params)
+        if keep and not config.produces:
+            raise _BadRequest(400, f"a {config.kv_role} pod cannot prefill for a remote decode")
+        return remote, keep
 
     async def _read_body(self, request: web.Request) -> dict[str, Any]:
         try:
@@ -421,8 +480,10 @@ class EmulatedPod:
         port: int = 0,
         labels: dict[str, str] | None = None,
         behavior: PodBehavior | None = None,
+        kv_transfer: KVTransferConfig | None = None,
     ) -> None:
         self.name = name
+        self.kv_transfer = kv_transfer
         self.profile = profile
         self.behavior = behavior
         self.served_model_name = served_model_name or profile.model.name
@@ -449,9 +510,14 @@ class EmulatedPod:
             served_model_name=self.served_model_name,
             adapters=self.adapters,
             behavior=self.behavior,
+            kv_transfer=self.kv_transfer,
         )
         runner = web.AppRunner(
-            pod_app.app(), access_log=None, handle_signals=False, shutdown_timeout=0.1
+            pod_app.app(),
+            access_log=None,
+            handle_signals=False,
+            shutdown_timeout=0.1,
+            handler_cancellation=True,  # a client that leaves aborts its request (vLLM)
         )
         await runner.setup()
         site = web.TCPSite(runner, self.host, self.port, reuse_address=True)
@@ -463,6 +529,8 @@ class EmulatedPod:
             raise
         if self.port == 0:
             self.port = int(runner.addresses[0][1])
+        if pod_app.disagg is not None:
+            pod_app.disagg.address = (self.host, self.port)
         self.pod_app, self._runner = pod_app, runner
 
     async def stop(self) -> None:

@@ -43,7 +43,14 @@ from inference_gateway.config.spec import read_yaml
 from inference_gateway.core.request.director import CLIENT_ID_HEADER, FAIRNESS_HEADER
 from inference_gateway.errors import ConfigError
 
-__all__ = ["Authenticator", "Identity", "JwtSettings", "auth_middleware", "load_api_keys"]
+__all__ = [
+    "Authenticator",
+    "Identity",
+    "JwtSettings",
+    "admit",
+    "auth_middleware",
+    "load_api_keys",
+]
 
 log = logging.getLogger(__name__)
 
@@ -97,9 +104,12 @@ def load_api_keys(path: str | Path) -> dict[bytes, Identity]:
 
 @dataclass(frozen=True)
 class JwtSettings:
+    """The accepted issuer's tokens. Its keys come from `jwks_path` (a file, read once)
+    or, in `igw auth`, from `jwks_url` (fetched and kept fresh by `frontends.authz`)."""
+
     issuer: str
     audiences: tuple[str, ...]
-    jwks_path: Path
+    jwks_path: Path | None
     required_claims: Mapping[str, str] = None  # type: ignore[assignment]
     client_claim: str = "sub"
     leeway_s: float = 30.0
@@ -113,14 +123,22 @@ class Authenticator:
             raise ValueError("an Authenticator needs API keys, JWT settings or both")
         self.api_keys = dict(api_keys or {})
         self.jwt = jwt
-        self._jwks: Any = None
-        if jwt is not None:
-            import jwt as pyjwt
-
+        self._jwks: Any = None  # no keys yet: every JWT is refused
+        if jwt is not None and jwt.jwks_path is not None:
             try:
-                self._jwks = pyjwt.PyJWKSet.from_json(jwt.jwks_path.read_text())
-            except (OSError, pyjwt.PyJWKSetError, ValueError) as error:
+                self.load_jwks(jwt.jwks_path.read_text())
+            except (OSError, ValueError) as error:
                 raise ConfigError(f"JWKS {jwt.jwks_path}", [f"<file>: {error}"]) from None
+
+    def load_jwks(self, text: str) -> None:
+        """Take the issuer's keys from a JWKS document; ValueError when it holds none
+        usable (the keys in use stay as they were)."""
+        import jwt as pyjwt
+
+        try:
+            self._jwks = pyjwt.PyJWKSet.from_json(text)
+        except pyjwt.PyJWKSetError as error:
+            raise ValueError(str(error)) from None
 
     def identify(self, authorization: str | None) -> Identity | None:
         """The caller's identity, or None for a missing or unknown credential."""
@@ -138,6 +156,9 @@ class Authenticator:
 
         settings = self.jwt
         assert settings is not None
+        if self._jwks is None:
+            log.info("rejected a bearer token: the issuer's keys are not loaded yet")
+            return None
         try:
             header = pyjwt.get_unverified_header(token)
             key = self._jwks[header["kid"]] if "kid" in header else self._only_key()
@@ -173,7 +194,9 @@ class Authenticator:
         return keys[0]
 
 
-def _error(status: int, message: str, code: str, headers: dict[str, str] | None = None) -> Any:
+def _error(
+    status: int, message: str, code: str, headers: dict[str, str] | None = None
+) -> web.Response:
     body = {"error": {"message": message, "type": "invalid_request_error", "param": None}}
     body["error"]["code"] = code
     return web.Response(
@@ -182,6 +205,51 @@ def _error(status: int, message: str, code: str, headers: dict[str, str] | None 
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+BodyReader = Callable[[], Awaitable[bytes]]
+
+
+def unknown_credential() -> web.Response:
+    """401 for a missing or unknown credential, as OpenAI answers a bad API key."""
+    return _error(
+        401,
+        "Incorrect API key provided, or no valid bearer token.",
+        "invalid_api_key",
+        {"WWW-Authenticate": 'Bearer realm="igw"'},
+    )
+
+
+async def refuse_model(
+    identity: Identity, method: str, read_body: BodyReader
+) -> web.Response | None:
+    """404 `model_not_found` for a model the credential may not use (a 403 would confirm
+    that the model exists), 413 for a body too large to read; None when it may go on.
+    The body is read only when the credential is restricted to some models."""
+    if identity.models is None or method != "POST":
+        return None
+    try:
+        model = _model_of(await read_body())
+    except web.HTTPRequestEntityTooLarge:
+        return _error(413, "The request body is too large.", "request_too_large")
+    if model is not None and not identity.may_use(model):
+        return _error(
+            404,
+            f"The model `{model[:200]}` does not exist or you do not have access to it.",
+            "model_not_found",
+        )
+    return None
+
+
+async def admit(
+    auth: Authenticator, authorization: str | None, method: str, read_body: BodyReader
+) -> Identity | web.Response:
+    """The one rule `igw serve` and `igw auth` both apply: the caller's identity, or the
+    OpenAI-shaped answer that refuses it."""
+    identity = auth.identify(authorization)
+    if identity is None:
+        return unknown_credential()
+    return await refuse_model(identity, method, read_body) or identity
 
 
 def auth_middleware(auth: Authenticator | None) -> Any:
@@ -201,29 +269,15 @@ def auth_middleware(auth: Authenticator | None) -> Any:
             return await handler(request)
         identity = auth.identify(request.headers.get("authorization"))
         if identity is None:
-            return _error(
-                401,
-                "Incorrect API key provided, or no valid bearer token.",
-                "invalid_api_key",
-                {"WWW-Authenticate": 'Bearer realm="igw"'},
-            )
+            return unknown_credential()
         headers = request.headers.copy()
         headers.popall("authorization", None)
         headers[CLIENT_ID_HEADER] = identity.client
         headers[FAIRNESS_HEADER] = identity.client
+        # the handler gets this request: its body, once read for the model check, is cached
         authed = request.clone(headers=headers)
-        if identity.models is not None and request.method == "POST":
-            try:
-                model = _model_of(await authed.read())
-            except web.HTTPRequestEntityTooLarge:
-                return _error(413, "The request body is too large.", "request_too_large")
-            if model is not None and not identity.may_use(model):
-                return _error(
-                    404,
-                    f"The model `{model[:200]}` does not exist or you do not have access to it.",
-                    "model_not_found",
-                )
-        return await handler(authed)
+        refusal = await refuse_model(identity, request.method, authed.read)
+        return refusal if refusal is not None else await handler(authed)
 
     return middleware
 

@@ -12,16 +12,12 @@ place that words errors.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Any
+import ssl
 
-import grpc
 import orjson
 from envoy.extensions.filters.http.ext_proc.v3.processing_mode_pb2 import ProcessingMode
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
-from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_health.v1._async import HealthServicer
+from grpc_health.v1 import health_pb2
 
 from inference_gateway.config.spec import GatewayConfigSpec
 from inference_gateway.frontends.extproc.wire import (
@@ -30,19 +26,31 @@ from inference_gateway.frontends.extproc.wire import (
     headers_response,
     trailers_response,
 )
+from inference_gateway.transport.http2_server import (
+    Call,
+    ConnectionPolicy,
+    HealthService,
+    Http2GrpcServer,
+    Method,
+)
 
 __all__ = [
     "BASE_MODEL_HEADER",
     "MODEL_HEADER",
     "BodyRouter",
-    "BodyRouterServicer",
     "model_headers",
+    "serve_call",
     "start_bbr",
 ]
 
 MODEL_HEADER = "X-Gateway-Model-Name"
 BASE_MODEL_HEADER = "X-Gateway-Base-Model-Name"
 FULL_DUPLEX = ProcessingMode.FULL_DUPLEX_STREAMED
+SERVICE_NAME = "envoy.service.ext_proc.v3.ExternalProcessor"
+PROCESS_PATH = f"/{SERVICE_NAME}/Process"
+#: Envoy sends a body in chunks (FULL_DUPLEX_STREAMED) of at most its buffer size; a
+#: message is one chunk plus headers. A larger one is refused before it is buffered.
+MAX_MESSAGE = 4 * 2**20 + 64 * 1024
 
 
 class BodyRouter:
@@ -119,46 +127,39 @@ class _Stream:
         return [body_replacement(None, request=False)]
 
 
-class BodyRouterServicer(pb_grpc.ExternalProcessorServicer):
-    """`envoy.service.ext_proc.v3.ExternalProcessor` for the body-based router."""
-
-    def __init__(self, router: BodyRouter, default_mode: int = FULL_DUPLEX) -> None:
-        self.router = router
-        self.default_mode = default_mode
-
-    async def Process(  # gRPC's method name
-        self,
-        request_iterator: AsyncIterator[pb.ProcessingRequest],
-        context: grpc.aio.ServicerContext[Any, Any],
-    ) -> None:
-        stream = _Stream(self.router, self.default_mode)
-        while True:
-            request = await context.read()
-            if request is grpc.aio.EOF:
-                return
-            for response in stream.handle(request):
-                await context.write(response)
+async def serve_call(router: BodyRouter, call: Call, default_mode: int = FULL_DUPLEX) -> None:
+    """One `Process` stream on `Http2GrpcServer`: raw messages in, raw answers out, one
+    socket write per batch of answers (the picker's loop, `ExtProcServicer.serve_call`)."""
+    stream = _Stream(router, default_mode)
+    parse = pb.ProcessingRequest.FromString
+    while True:
+        raw = await call.read()
+        if raw is None:
+            return
+        responses = stream.handle(parse(raw))
+        if responses:
+            call.send([r.SerializeToString() for r in responses])
 
 
 async def start_bbr(
     config: GatewayConfigSpec | None = None,
     *,
-    host: str = "0.0.0.0",
+    host: str = "127.0.0.1",
     port: int = 9004,
-    credentials: grpc.ServerCredentials | None = None,
-) -> tuple[grpc.aio.Server, int]:
-    """A started gRPC server with the body router and a SERVING health service."""
-    server = grpc.aio.server()
-    pb_grpc.add_ExternalProcessorServicer_to_server(BodyRouterServicer(BodyRouter(config)), server)
-    health = HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health, server)
-    address = f"{host}:{port}"
-    bound = (
-        server.add_secure_port(address, credentials)
-        if credentials is not None
-        else server.add_insecure_port(address)
-    )
-    for service in ("", "envoy.service.ext_proc.v3.ExternalProcessor"):
+    ssl_context: ssl.SSLContext | None = None,
+    policy: ConnectionPolicy | None = None,
+) -> tuple[Http2GrpcServer, int]:
+    """A started server with the body router and a SERVING health service, on the
+    picker's own HTTP/2 server (grpc.aio cost about 0.8 ms of CPU per request)."""
+    router = BodyRouter(config)
+    health = HealthService()
+    for service in ("", SERVICE_NAME):
         await health.set(service, health_pb2.HealthCheckResponse.SERVING)
-    await server.start()
+
+    async def process(call: Call) -> None:
+        await serve_call(router, call)
+
+    handlers = {PROCESS_PATH: Method(process, max_message=MAX_MESSAGE), **health.handlers()}
+    server = Http2GrpcServer(handlers, ssl_context=ssl_context, policy=policy)
+    bound = await server.start(host, port)
     return server, bound

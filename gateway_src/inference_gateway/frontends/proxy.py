@@ -6,7 +6,9 @@ What may go to the next-ranked pod is the `RetryPolicy`'s call (retry.py): only 
 request the engine never started (connection refused, closed before any answer byte, an
 answer of 429/503); a timeout is a 504, never a second generation. Once a byte has
 reached the client nothing is retried, and a stream that breaks ends with an SSE error
-event rather than a silent truncation. Responses stream through chunk by chunk.
+event rather than a silent truncation: streams go through the gateway's one answer relay
+(`StreamRelay`, core/request/relay.py), which `igw global` uses too. Responses stream
+through chunk by chunk.
 
 A client that leaves (the handler is cancelled: run the app with
 `handler_cancellation=True`, as `server.app_runner` and `igw serve` do, or a write to
@@ -43,12 +45,14 @@ from inference_gateway.core.request.lifecycle import (
     STREAM_BROKEN,
     RequestLifecycle,
 )
+from inference_gateway.core.request.relay import StreamEnd, StreamRelay, is_event_stream
 from inference_gateway.core.request.retry import RetryPolicy
 from inference_gateway.core.request.sse import ModelNameRewriter
 from inference_gateway.core.scheduling.types import Endpoint
 from inference_gateway.core.traffic.routing import ModelRouter, Route
 from inference_gateway.transport.http1_client import (
     Upstream,
+    UpstreamConnectError,
     UpstreamError,
     UpstreamResponse,
     UpstreamTimeout,
@@ -86,6 +90,32 @@ def error_response(
     )
 
 
+class _ClientStream:
+    """The client side of a relayed stream: prepared with its first byte, which is the
+    request's first byte (so a break before it can still be a plain error status)."""
+
+    def __init__(
+        self, request: web.Request, response: web.StreamResponse, life: RequestLifecycle
+    ) -> None:
+        self.request, self.response, self.life = request, response, life
+        self.prepared = False
+
+    async def write(self, data: bytes) -> None:
+        if self.prepared:
+            await self.response.write(data)
+            return
+        self.prepared = True
+        await self.response.prepare(self.request)
+        await self.response.write(data)
+        self.life.first_byte()
+
+    async def write_eof(self) -> None:
+        if not self.prepared:  # an empty stream
+            self.prepared = True
+            await self.response.prepare(self.request)
+        await self.response.write_eof()
+
+
 class Gateway:
     """The proxy over a core's store and director (`assembly.core.build_core`)."""
 
@@ -107,6 +137,7 @@ class Gateway:
         self._series = self.director.child  # cached labelled series
         self.max_body_bytes = max_body_bytes
         self.retry = retry or RetryPolicy()
+        self.relay = StreamRelay()  # the pod's read timeout bounds its silences
         self.connect_timeout_s = connect_timeout_s
         self.first_byte_timeout_s = first_byte_timeout_s
         self.expose_endpoints = expose_endpoints
@@ -240,7 +271,10 @@ class Gateway:
                 life.picked(endpoint)
                 upstream = await pending.response()
             except UpstreamError as error:
-                life.attempt_failed()
+                if isinstance(error, UpstreamConnectError):
+                    life.unreachable()  # not picked again until a fresh scrape
+                else:
+                    life.attempt_failed()
                 failures.append(f"{endpoint.name}: {error}")
                 if isinstance(error, UpstreamTimeout):
                     return self._timeout(life, headers, error)
@@ -309,7 +343,7 @@ class Gateway:
         """Stream the pod's answer through; a break after the first byte ends the stream
         with an SSE error event, never a silent truncation."""
         content_type = upstream.headers.get("content-type", "application/json")
-        if not content_type.startswith("text/event-stream"):
+        if not is_event_stream(content_type):
             return await self._relay_whole(
                 request, upstream, life, endpoint, headers, rewriter, content_type
             )
@@ -317,33 +351,21 @@ class Gateway:
         response = web.StreamResponse(
             status=upstream.status, headers=self._answer_headers(headers, content_type, endpoint)
         )
-        first = True
-        try:
-            async for chunk in upstream.chunks():
-                if rewriter is not None:
-                    chunk = rewriter.stream_chunk(chunk)
-                if first:
-                    first = False
-                    await response.prepare(request)
-                    await response.write(chunk)
-                    life.first_byte()
-                else:
-                    await response.write(chunk)
-                life.chunk(chunk)
-            if rewriter is not None:
-                tail = rewriter.flush()
-                if tail:
-                    await response.write(tail)
-                    life.chunk(tail)
-            if first:
-                await response.prepare(request)
-            await response.write_eof()
-        except ConnectionResetError:  # a write to the client failed: it left
+        relayed = await self.relay.pump(
+            upstream.chunks(),
+            _ClientStream(request, response, life),
+            transform=None if rewriter is None else rewriter.stream_chunk,
+            flush=None if rewriter is None else rewriter.flush,
+            sent=life.chunk,
+        )
+        if relayed.end is StreamEnd.CLIENT_LEFT:
             life.cancelled(CLIENT_CANCELLED)
-            return response
-        except (TimeoutError, UpstreamError) as error:
-            return await self._broken(request, response, life, headers, error, started=not first)
-        life.finished()
+        elif relayed.end is StreamEnd.COMPLETE:
+            life.finished()
+        else:
+            return await self._broken(
+                request, response, life, headers, relayed.error, started=relayed.started
+            )
         return response
 
     async def _broken(
@@ -352,12 +374,12 @@ class Gateway:
         response: web.StreamResponse,
         life: RequestLifecycle,
         headers: dict[str, str],
-        error: Exception,
+        error: BaseException | None,
         *,
         started: bool,
     ) -> web.StreamResponse:
         """The pod's stream broke. Before any byte reached the client: a plain 504 / 502;
-        after: the SSE error event, then the end of the stream."""
+        after: the relay has ended it with the SSE error event."""
         log.warning(
             "request %s (x-request-id %s): the model server stream broke: %s",
             life.id,
@@ -372,12 +394,6 @@ class Gateway:
                 502, "The model server's answer broke.", "upstream_error", STREAM_BROKEN, headers
             )
         life.cancelled(STREAM_BROKEN)
-        event = openai_error("The model server stream broke.", "upstream_error", STREAM_BROKEN)
-        try:
-            await response.write(b"data: " + event + b"\n\n")
-            await response.write_eof()
-        except ConnectionResetError:
-            pass  # the client left as well: nothing more to tell it
         return response
 
     async def _relay_whole(

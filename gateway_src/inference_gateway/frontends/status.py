@@ -5,7 +5,7 @@ Prometheus registry), so the status cannot disagree with `/metrics`:
 
     {"cluster": "eks-a", "time": <unix s>, "readyPods": 3, "stalePods": 1,
      "saturation": 0.4,                 # max over pools of inference_pool_saturation
-     "kvUsage": 0.3,                    # mean KV-cache use of ready pods
+     "kvUsage": 0.3,                    # mean KV-cache use of ready pods (0 with none)
      "queue": {"critical": 0, "standard": 2, "sheddable": 5},
      "tokensPerSecond": 812.5,          # prompt + completion tokens through this gateway
      "errorRate": 0.01,                 # (5xx + refused 5xx) / requests, same window
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from aiohttp import web
@@ -29,11 +29,12 @@ from aiohttp import web
 from inference_gateway.backend_bench.cost import cost_per_million_tokens
 from inference_gateway.core.endpoints.store import EndpointStore
 from inference_gateway.core.request.director import Director
+from inference_gateway.core.scheduling.types import PodMetrics
 from inference_gateway.core.traffic.flow_control import BANDS
 from inference_gateway.telemetry.emf import Snapshot, snapshot
 from inference_gateway.telemetry.metrics import GatewayMetrics
 
-__all__ = ["STATUS_PATH", "StatusTracker", "add_status_route"]
+__all__ = ["STATUS_PATH", "StatusTracker", "add_status_route", "mean_kv_usage"]
 
 STATUS_PATH = "/status"
 _TOKEN_SUMS = ("inference_objective_input_tokens_sum", "inference_objective_output_tokens_sum")
@@ -42,6 +43,14 @@ _POOL_GAUGES = (
     "inference_pool_average_kv_cache_utilization",
     "inference_extension_flow_control_queue_size",
 )
+
+
+def mean_kv_usage(ready: Sequence[PodMetrics]) -> float:
+    """The mean KV-cache use of the ready pods; 0.0 with none, as the pool's own gauge
+    (`inference_pool_average_kv_cache_utilization`) says, so the cluster-wide figure and
+    the per-pool ones never disagree (`readyPods` 0 already says nothing can be served).
+    The fleet simulator's status uses it too."""
+    return sum(m.kv_usage for m in ready) / len(ready) if ready else 0.0
 
 
 class StatusTracker:
@@ -87,7 +96,7 @@ class StatusTracker:
             "readyPods": len(ready),
             "stalePods": len(self.store.endpoints) - len(ready),
             "saturation": max((p["saturation"] for p in per_pool.values()), default=1.0),
-            "kvUsage": sum(m.kv_usage for m in ready) / len(ready) if ready else 1.0,
+            "kvUsage": mean_kv_usage(ready),
             "queue": queue,
             "tokensPerSecond": max(0.0, tokens_per_s),
             "errorRate": failed / requests if requests > 0 else 0.0,

@@ -23,12 +23,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import functools
 import logging
 import os
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import orjson
 
@@ -36,6 +37,7 @@ from inference_gateway.background import cancel_and_wait
 from inference_gateway.config.spec import LabelSelector
 from inference_gateway.core.endpoints.store import EndpointStore
 from inference_gateway.core.scheduling.types import Endpoint
+from inference_gateway.errors import InferenceGatewayError
 
 __all__ = [
     "CustomObjectSource",
@@ -58,7 +60,7 @@ log = logging.getLogger(__name__)
 POOL_LABEL = "igw.dev/pool"
 
 
-class WatchExpired(Exception):
+class WatchExpired(InferenceGatewayError):
     """The API server no longer has the history a watch asked for (HTTP 410 Gone)."""
 
 
@@ -77,7 +79,7 @@ async def api_client(host: str | None = None, kubeconfig: str | None = None) -> 
     if host is not None:
         return client.ApiClient(client.Configuration(host=host))
     if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-        config.load_incluster_config()
+        config.load_incluster_config()  # type: ignore[no-untyped-call]  # untyped upstream
     else:
         await config.load_kube_config(config_file=kubeconfig)
     return client.ApiClient()
@@ -403,7 +405,7 @@ class PodDiscovery:
             self.pools[name] = pool
             reflector = Reflector(
                 self.source(pool),
-                lambda pods, pool=pool: self._changed(pool, pods),
+                functools.partial(self._changed, pool),
                 watch_timeout_s=self.watch_timeout_s,
                 backoff_s=self.backoff_s,
                 name=f"pods of pool {name}",
@@ -416,6 +418,10 @@ class PodDiscovery:
         async with asyncio.timeout(timeout_s):
             for reflector in self.reflectors.values():
                 await reflector.synced.wait()
+
+    def is_synced(self) -> bool:
+        """Every pool's pods have been listed once (zero pods is a synced pool)."""
+        return all(r.synced.is_set() for r in self.reflectors.values())
 
     def _changed(self, pool: PoolTarget, pods: dict[str, dict[str, Any]]) -> None:
         self.events += 1
@@ -534,7 +540,8 @@ class LeaderElector:
             self.api.read_namespaced_lease(self.name, self.namespace, _preload_content=False)
         )
         if status == 404:
-            body = {
+            # the client serializes a plain mapping as it would a V1Lease
+            body: Any = {
                 "apiVersion": "coordination.k8s.io/v1",
                 "kind": "Lease",
                 "metadata": {"name": self.name, "namespace": self.namespace},
@@ -555,7 +562,7 @@ class LeaderElector:
         current["spec"] = self._spec(acquired, transitions)
         status, _ = await _call(
             self.api.replace_namespaced_lease(
-                self.name, self.namespace, current, _preload_content=False
+                self.name, self.namespace, cast(Any, current), _preload_content=False
             )
         )
         return _written(status)

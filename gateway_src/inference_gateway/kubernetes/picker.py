@@ -159,11 +159,17 @@ class KubernetesMode:
             self.core,
             collaborators=[*self.parts, *extra],
             is_leader=self.is_leader,
+            synced=self.synced,
             **server_kwargs,
         )
 
     def is_leader(self) -> bool:
         return self.elector is None or self.elector.is_leader()
+
+    def synced(self) -> bool:
+        """Ready once the config and every pool's pods are listed (zero pods included)."""
+        config_synced = getattr(self.config_source, "is_synced", lambda: True)
+        return bool(config_synced()) and self.discovery.is_synced()
 
     def targets(self, spec: GatewayConfigSpec) -> list[PoolTarget]:
         """The named InferencePools, then the config's pools not named so."""

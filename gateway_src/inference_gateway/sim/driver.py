@@ -21,10 +21,31 @@ from inference_gateway.sim.policies import DEFERRED, Policy, make_policy
 from inference_gateway.sim.scenario import Scenario
 from inference_gateway.sim.workload import SimRequest, generate, prefix_block_ids
 
-__all__ = ["run_policy"]
+__all__ = ["EventHeap", "run_policy"]
 
 ENGINE, SCRAPE, ARRIVAL = 0, 1, 2
 DRAIN_FACTOR = 4.0  # stop waiting for stragglers after this many scenario durations
+
+
+class EventHeap:
+    """The simulator's one event queue, for a single cluster (`run_policy`) and the fleet
+    tier (`fleet_tier.FleetTier`) alike: `(time, kind, sequence, payload)`, popped in
+    time order, then by kind (the caller's order at equal times), then in insertion
+    order (`itertools.count`), so a run replays identically."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, int, Any]] = []
+        self._seq = itertools.count()
+
+    def push(self, t: float, kind: int, payload: Any) -> None:
+        heapq.heappush(self._heap, (t, kind, next(self._seq), payload))
+
+    def pop(self) -> tuple[float, int, Any]:
+        t, kind, _, payload = heapq.heappop(self._heap)
+        return t, kind, payload
+
+    def __len__(self) -> int:
+        return len(self._heap)
 
 
 class _Listener:
@@ -65,18 +86,17 @@ def run_policy(
     pods = build_fleet(scenario.fleet, listener)
     policy = make_policy(policy_name, pods, scenario.seed)
     listener.policy = policy
-    heap: list[tuple[float, int, int, Any]] = []
-    seq = itertools.count()
-    push, pop = heapq.heappush, heapq.heappop
+    events = EventHeap()
+    push = events.push
     arrivals = generate(scenario.workload, scenario.duration_s, scenario.seed, capacity_rps)
     first = next(arrivals, None)
     if first is not None:
-        push(heap, (first.t, ARRIVAL, next(seq), first))
+        push(first.t, ARRIVAL, first)
     interval = scenario.scrape_interval_ms / 1000
     if policy.needs_scrapes:
         for pod in pods:
             scrape(pod, 0.0)
-        push(heap, (interval, SCRAPE, next(seq), None))
+        push(interval, SCRAPE, None)
     deadline = scenario.duration_s * DRAIN_FACTOR
     next_progress = 0.0
 
@@ -116,10 +136,10 @@ def run_policy(
     def wake(pod: SimPod, before: float | None) -> None:
         busy = pod.engine.busy_until
         if busy is not None and busy != before:
-            push(heap, (busy, ENGINE, next(seq), pod))
+            push(busy, ENGINE, pod)
 
-    while heap:
-        t, kind, _, payload = pop(heap)
+    while events:
+        t, kind, payload = events.pop()
         if t > deadline:
             break
         if kind == ENGINE:
@@ -129,7 +149,7 @@ def run_policy(
             engine.advance(t)
             busy = engine.busy_until
             if busy is not None:  # a step always ends after `t`
-                push(heap, (busy, ENGINE, next(seq), payload))
+                push(busy, ENGINE, payload)
             if drain is not None:
                 dispatch_all(drain(t), t)
         elif kind == SCRAPE:
@@ -138,12 +158,12 @@ def run_policy(
             if drain is not None:
                 dispatch_all(drain(t), t)
             if t < scenario.duration_s or any(not p.engine.idle for p in pods):
-                push(heap, (t + interval, SCRAPE, next(seq), None))
+                push(t + interval, SCRAPE, None)
         else:
             request: SimRequest = payload
             nxt = next(arrivals, None)
             if nxt is not None:
-                push(heap, (nxt.t, ARRIVAL, next(seq), nxt))
+                push(nxt.t, ARRIVAL, nxt)
             if progress is not None and t >= next_progress:
                 progress(t / scenario.duration_s)
                 next_progress = t + scenario.duration_s / 50

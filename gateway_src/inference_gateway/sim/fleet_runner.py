@@ -40,6 +40,8 @@ def simulate_fleet(
             ),
         }
     total = sum(c["capacity_rps"] for c in clusters.values())
+    # what an operator writes as capacityTokensPerSecond: generated tokens/s at capacity
+    capacity_tokens = {n: c["capacity_rps"] * mean_output for n, c in clusters.items()}
     results: dict[str, Any] = {}
     # the registry logs every drain and return, as it should in a router; in a
     # simulation those are the report's events, so its log stays quiet for the run
@@ -47,7 +49,7 @@ def simulate_fleet(
     was_disabled, registry_log.disabled = registry_log.disabled, True
     try:
         for name in names:
-            tier = FleetTier(scenario, name, total)
+            tier = FleetTier(scenario, name, total, capacity_tokens_per_s=capacity_tokens)
             tier.recorder.unit_cost = {
                 n: c["unit_cost_per_million_tokens"] for n, c in clusters.items()
             }

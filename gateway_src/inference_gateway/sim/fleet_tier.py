@@ -11,11 +11,13 @@ The router sees a cluster only the way `igw global` does:
 * its status, polled every `pollIntervalMs` (the same fields and window rules as
   `frontends/status.py`, validated by `ClusterStatus`), arriving one round trip later;
   a poll of a dead cluster fails one round trip later and drains it (`connect_failed`);
-* its answers: a refused or dropped connection drains the cluster and moves the request
-  to the next cluster of its ranking that is still routable; a 429 or 503 from the
-  cluster's admission, or `firstByteTimeoutMs` without a first token, moves it without
-  draining (`server._forward`'s rules); the first token updates the router's first-byte
-  EWMA and error EWMA (passive learning);
+* its answers, judged by `igw global`'s own attempt plan (`core/request/attempts.py`,
+  learnt through `ClusterRegistry.learn`): a refused or dropped connection drains the
+  cluster and moves the request to the next cluster of its ranking that is still
+  routable; a 429 or 503 from the cluster's admission moves it without draining;
+  `firstByteTimeoutMs` without a first token ends it with 504 (the cluster may be
+  generating it: never a second generation); the first token updates the router's
+  first-byte EWMA, an answer's end (or a lost stream) its error EWMA;
 * a drain (however the router learnt it) retries at once the requests that router still
   waits on there without a first token (`ClusterRegistry.hold`, as `server._open`); the
   cluster's work on an abandoned attempt goes on, but its answer is dropped.
@@ -32,11 +34,11 @@ admits the cluster again, ramping over `rampS`. Every message between a router a
 cluster takes half the region
 pair's round trip (`network`), so cross-region traffic pays it in TTFT. The global
 routers themselves stay up (a region's clients are assumed to keep reaching theirs).
+Events run on the single-cluster simulator's one event heap (`driver.EventHeap`).
 """
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import random
 from collections import deque
@@ -46,12 +48,15 @@ from functools import partial
 from typing import Any
 
 from inference_gateway.config.spec import GatewayConfigSpec
+from inference_gateway.core.request.attempts import AttemptPlan, Failure
 from inference_gateway.core.traffic.flow_control import BANDS, FlowController
 from inference_gateway.emulator.engine import EngineRequest
 from inference_gateway.frontends.global_router.choice import RequestTraits, rank_clusters
 from inference_gateway.frontends.global_router.clusters import ClusterRegistry, ClusterStatus
 from inference_gateway.frontends.global_router.config import GlobalRouterSpec
 from inference_gateway.frontends.global_router.metrics import GlobalMetrics
+from inference_gateway.frontends.status import mean_kv_usage
+from inference_gateway.sim.driver import EventHeap
 from inference_gateway.sim.fleet import SimPod, build_fleet, scrape
 from inference_gateway.sim.fleet_report import FleetRecorder
 from inference_gateway.sim.global_scenario import (
@@ -162,7 +167,7 @@ class Incarnation:
                 "readyPods": len(ready),
                 "stalePods": len(self.pods) - len(ready),
                 "saturation": max(self.flow.saturation(e) for e in self.pools.values()),
-                "kvUsage": sum(m.kv_usage for m in ready) / len(ready) if ready else 1.0,
+                "kvUsage": mean_kv_usage(ready),
                 "queue": {b: self.flow.queued(b) for b in BANDS},
                 "tokensPerSecond": tokens_per_s,
                 "errorRate": error_rate,
@@ -221,12 +226,14 @@ class FleetTier:
     profile: str
     capacity_rps: float
     now: float = 0.0
-    heap: list[tuple[float, int, int, Any]] = field(default_factory=list)
+    # generated tokens per second each cluster sustains (the config's capacity: cost)
+    capacity_tokens_per_s: dict[str, float] | None = None
+    events: EventHeap = field(default_factory=EventHeap)
 
     def __post_init__(self) -> None:
         scenario = self.scenario
-        self.spec = router_spec(scenario, self.profile)
-        self._seq = itertools.count()
+        self.spec = router_spec(scenario, self.profile, self.capacity_tokens_per_s)
+        self.plan = AttemptPlan(self.spec.max_attempts)  # `igw global`'s own
         self.clusters = {
             c.name: SimCluster(c, self.spec.clusters[i].hourly_cost_usd)
             for i, c in enumerate(scenario.clusters)
@@ -250,7 +257,7 @@ class FleetTier:
         return self.scenario.seed + 7919 * list(self.clusters).index(cluster.name)
 
     def later(self, t: float, kind: int, payload: Any) -> None:
-        heapq.heappush(self.heap, (t, kind, next(self._seq), payload))
+        self.events.push(t, kind, payload)
 
     def one_way(self, router: SimRouter, cluster: SimCluster) -> float:
         return self.scenario.network.rtt_s(router.region, cluster.region) / 2
@@ -278,8 +285,8 @@ class FleetTier:
         for event in scenario.events:
             self.later(event.at_s, EVENT, event)
         deadline = scenario.duration_s * DRAIN_FACTOR
-        while self.heap:
-            t, kind, _, payload = heapq.heappop(self.heap)
+        while self.events:
+            t, kind, payload = self.events.pop()
             if t > deadline:
                 break
             self.now = t
@@ -325,7 +332,7 @@ class FleetTier:
         self.open += 1
         self.recorder.on_arrival(req)
         if not attempts:
-            self._fail(req, "unanswered")
+            self._fail(req, "unanswered", self.plan.nothing_routable().status)
             return
         self._send(req)
 
@@ -374,21 +381,6 @@ class FleetTier:
             cluster.live.requests.pop(req.sim.request_id, None)
         req.at = None
         return cluster
-
-    def _drained(self, req: FleetRequest) -> None:
-        """`server._open` when the registry drains the cluster it waits on: retry now."""
-        cluster = self._give_up(req)
-        req.router.metrics.retries.labels(cluster.name, "cluster_drained").inc()
-        req.refused_at = self.now
-        self._next_attempt(req, "unanswered")
-
-    def _first_byte_timeout(self, req: FleetRequest) -> None:
-        """`server._open` on `firstByteTimeoutMs` of silence: skip (not drained), next."""
-        cluster = self._give_up(req)
-        req.router.registry.observe_outcome(cluster.name, failed=True)
-        req.router.metrics.retries.labels(cluster.name, "first_byte_timeout").inc()
-        req.refused_at = self.now
-        self._next_attempt(req, "unanswered")
 
     def _deliver(self, req: FleetRequest, cluster: SimCluster) -> None:
         live = cluster.live
@@ -473,58 +465,80 @@ class FleetTier:
         if req.hold_key is not None:
             registry.release(cluster.name, req.hold_key)
             req.hold_key = None
-        registry.observe_outcome(cluster.name, failed=False)
         registry.observe_ttft(cluster.name, seen - req.sent_at)
 
     def finished(self, req: FleetRequest, cluster: SimCluster, time: float) -> None:
         if req.at != cluster.name:
             return  # an attempt the router gave up
         self.open -= 1
+        self._answered(req, cluster, "200", failed=False)
         self.recorder.on_served(req, cluster, time + self.one_way(req.router, cluster))
 
-    def _refused(self, req: FleetRequest) -> None:
-        """`server._forward` on a refused or dropped connection: drain, try the next."""
+    def _answered(self, req: FleetRequest, cluster: SimCluster, code: str, *, failed: bool) -> None:
+        """`server._ended`: an answer relayed to its end, counted and learnt once."""
+        router = req.router
+        cross = "true" if cluster.region != router.region else "false"
+        router.metrics.requests.labels(cluster.name, cluster.region, cross, code).inc()
+        router.registry.observe_outcome(cluster.name, failed=failed)
+
+    def _ended(self, req: FleetRequest, failure: Failure) -> None:
+        """An attempt ended before its first token: the attempt plan's verdict, exactly as
+        `server._forward` applies it (drain, error score, the next cluster or the end)."""
         cluster = self._give_up(req)
-        req.router.registry.drain(cluster.name, "connect_failed")
-        req.router.metrics.retries.labels(cluster.name, "connect_failed").inc()
+        verdict = self.plan.after_failure(failure)
+        req.router.registry.learn(cluster.name, verdict, failure.value)
         req.refused_at = self.now
-        self._next_attempt(req, "unanswered")
+        index = self._next_index(req) if verdict.retry else None
+        if index is None:
+            self._fail(req, "unanswered", verdict.status)
+            return
+        req.router.metrics.retries.labels(cluster.name, failure.value).inc()
+        self._retry(req, index)
+
+    def _refused(self, req: FleetRequest) -> None:
+        """A refused or dropped connection."""
+        self._ended(req, Failure.REFUSED)
+
+    def _drained(self, req: FleetRequest) -> None:
+        """The registry drained the cluster this attempt waits on (`server._open`)."""
+        self._ended(req, Failure.DRAINED)
+
+    def _first_byte_timeout(self, req: FleetRequest) -> None:
+        """`firstByteTimeoutMs` (or `readTimeoutMs`) of silence: the cluster may be
+        generating it, so the request ends with 504 (no second generation elsewhere)."""
+        self._ended(req, Failure.TIMEOUT)
 
     def _rejected(self, req: FleetRequest, status: int) -> None:
-        """`server._forward` on a 429/503 answer: skip the cluster (not drained); the last
-        attempt's answer goes back to the client."""
+        """A 429/503 answer from the cluster's admission: the next cluster while one is
+        left (not drained), else the answer goes back to the client as it came."""
         cluster = self._give_up(req)
-        req.router.registry.observe_outcome(cluster.name, failed=status >= 500)
-        if self._next_index(req) is not None:
-            req.router.metrics.retries.labels(cluster.name, str(status)).inc()
-        self._next_attempt(req, "rejected")
+        verdict = self.plan.after_status(status)
+        index = self._next_index(req) if verdict.retry else None
+        if index is None:
+            self.open -= 1
+            self._answered(req, cluster, str(status), failed=verdict.failed)
+            self.recorder.on_failed(req, "rejected", self.now)
+            return
+        req.router.registry.learn(cluster.name, verdict, str(status))
+        req.router.metrics.retries.labels(cluster.name, str(status)).inc()
+        self._retry(req, index)
 
     def _next_index(self, req: FleetRequest) -> int | None:
-        """The next cluster of the ranking still routable, within `maxAttempts`."""
-        if req.attempt + 1 >= self.spec.max_attempts:
-            return None
+        """The plan's next cluster of the arrival ranking (still routable, within
+        `maxAttempts`)."""
         states = req.router.registry.states
-        return next(
-            (
-                i
-                for i in range(req.index + 1, len(req.attempts))
-                if states[req.attempts[i]].routable
-            ),
-            None,
+        return self.plan.next_index(
+            req.attempts, req.index, req.attempt + 1, lambda name: states[name].routable
         )
 
-    def _next_attempt(self, req: FleetRequest, outcome: str) -> None:
-        index = self._next_index(req)
-        if index is None:
-            self._fail(req, outcome)
-            return
+    def _retry(self, req: FleetRequest, index: int) -> None:
         req.attempt += 1
         req.index = index
         self._send(req)
 
-    def _fail(self, req: FleetRequest, outcome: str) -> None:
+    def _fail(self, req: FleetRequest, outcome: str, status: int) -> None:
         self.open -= 1
-        req.router.metrics.failed.labels("503" if outcome == "unanswered" else "429").inc()
+        req.router.metrics.failed.labels(str(status)).inc()
         self.recorder.on_failed(req, outcome, self.now)
 
     # ------------------------------------------------------------------ heartbeats
@@ -587,6 +601,22 @@ class FleetTier:
                 router.registry.set_planned(self.planned)
         self.recorder.on_event(event, changed, self.now)
 
+    def _stream_lost(self, req: FleetRequest, cluster: SimCluster, silent: bool) -> None:
+        """What the router learns from a started stream the cluster lost (`server._relay`
+        with the shared relay): a cut one breaks one way later (`stream_broken`); in a
+        black hole it goes silent and ends at `streamIdleTimeoutMs` (`stream_stalled`,
+        which drains the cluster). Either is a failure in the cluster's error score."""
+        if not silent:
+            learn = partial(self._answered, req, cluster, "stream_broken", failed=True)
+            self._reply(req, cluster, learn)
+            return
+
+        def stalled() -> None:
+            req.router.registry.drain(cluster.name, "stream_stalled")
+            self._answered(req, cluster, "stream_stalled", failed=True)
+
+        self.later(self.now + self.spec.stream_idle_timeout_ms / 1000, MESSAGE, stalled)
+
     def _kill(self, cluster: SimCluster, *, silent: bool) -> None:
         """The cluster's gateway and pods stop. `silent` (a black hole): nothing answers
         any more, so held requests wait for the router's read timeout; otherwise their
@@ -599,6 +629,7 @@ class FleetTier:
             if req.first_token is not None:  # streaming: the stream breaks
                 self.open -= 1
                 self.recorder.on_failed(req, "lost_started", self.now)
+                self._stream_lost(req, cluster, silent)
             elif not silent:  # the connection drops before an answer: the router retries
                 self._reply(req, cluster, self._current(req, req.seq, self._refused))
             # silent: the request waits for the drain or its first-byte timeout (_send)

@@ -221,11 +221,15 @@ def _check(scenario: FleetScenario) -> list[str]:
     return problems
 
 
-def router_spec(scenario: FleetScenario, profile: str) -> GlobalRouterSpec:
+def router_spec(
+    scenario: FleetScenario, profile: str, capacity: dict[str, float] | None = None
+) -> GlobalRouterSpec:
     """The `igw global` configuration the simulated routers run with, for one profile.
 
     `latency`: no cost-aware shaping (no sheddable objective). `cost`: every request by
-    the cost profile, and sheddable requests flagged as such."""
+    the cost profile, and sheddable requests flagged as such. `capacity`: each cluster's
+    generated tokens per second at capacity (`capacityTokensPerSecond`, what an operator
+    writes from a benchmark), so cost-aware routing compares cost at capacity."""
     data = {
         **scenario.router,
         "clusters": [
@@ -235,6 +239,11 @@ def router_spec(scenario: FleetScenario, profile: str) -> GlobalRouterSpec:
                 "endpoint": f"http://{c.name}.sim:8080",
                 "priority": c.priority,
                 "hourlyCostUsd": cluster_hourly_usd(c),
+                **(
+                    {"capacityTokensPerSecond": capacity[c.name]}
+                    if capacity and c.name in capacity
+                    else {}
+                ),
             }
             for c in scenario.clusters
         ],

@@ -15,6 +15,9 @@ class Observer:
     arrivals: list[float] = field(default_factory=list)
     ttft: list[float] = field(default_factory=list)
     e2e: list[float] = field(default_factory=list)
+    # time per output token after the first: what a prefill stalling the batch costs
+    # every running decode (requests of one output token have none)
+    tpot: list[float] = field(default_factory=list)
     bands: list[str] = field(default_factory=list)
     output_tokens: int = 0
     completed: int = 0
@@ -31,6 +34,8 @@ class Observer:
     ) -> None:
         self.ttft.append(first_token - arrival)
         self.e2e.append(finish - arrival)
+        if tokens > 1:
+            self.tpot.append((finish - first_token) / (tokens - 1))
         self.bands.append(band)
         self.output_tokens += tokens
         self.completed += 1
@@ -39,6 +44,7 @@ class Observer:
     def report(self, *, duration_s: float, fleet_usd_per_hour: float) -> dict[str, Any]:
         ttft = np.asarray(self.ttft) if self.ttft else np.asarray([np.nan])
         e2e = np.asarray(self.e2e) if self.e2e else np.asarray([np.nan])
+        tpot = np.asarray(self.tpot) if self.tpot else np.asarray([np.nan])
         span = max(duration_s, self.last_finish)
         tokens = max(self.output_tokens, 1)
         out: dict[str, Any] = {
@@ -47,6 +53,8 @@ class Observer:
             "ttft_p99_s": _round(np.percentile(ttft, 99)),
             "e2e_p50_s": _round(np.percentile(e2e, 50)),
             "e2e_p99_s": _round(np.percentile(e2e, 99)),
+            "tpot_p50_s": _round(np.percentile(tpot, 50)),
+            "tpot_p99_s": _round(np.percentile(tpot, 99)),
             "output_tokens_per_s": _round(self.output_tokens / span),
             "completed": self.completed,
             "rejected": self.rejected,

@@ -282,9 +282,8 @@ class DynamoKV(_Peer):
         i = pod.index
         self.prefill_tokens[i] += new_tokens
         self.unique_blocks[i] += unique
-        group = request.prefix_group if shared_ids else -1
+        group = request.prefix_group if shared_ids and request.prefix_group is not None else -1
         if group >= 0:
-            assert request.prefix_group is not None
             self.group_blocks[group] = len(shared_ids)
             self.shared[i][group] = self.shared[i].get(group, 0) + 1
         self._active[request.request_id] = (new_tokens, unique, group)

@@ -23,6 +23,7 @@ from typing import Any
 import orjson
 
 from inference_gateway.config.spec import GatewayConfigSpec, PluginRef, SchedulingProfileSpec
+from inference_gateway.core.scheduling.registry import kind_of
 from inference_gateway.errors import ConfigError
 from inference_gateway.sim.capacity import fleet_capacity
 from inference_gateway.sim.configs import load_gateway_config, run_config, shorten
@@ -47,13 +48,9 @@ class Trial:
 def _scorers(config: GatewayConfigSpec, profile: str) -> tuple[dict[str, float], list[str]]:
     """Current weights of the profile's scorers, and every scorer instance searchable."""
     spec = config.profile(profile)
-    types = {p.instance_name: p.type for p in config.plugins}
-    current = {
-        r.plugin_ref: float(r.weight or 0)
-        for r in spec.plugins
-        if types.get(r.plugin_ref, "").endswith("-scorer")
-    }
-    searchable = [name for name, kind in types.items() if kind.endswith("-scorer")]
+    scorers = {p.instance_name for p in config.plugins if kind_of(p.type) == "scorer"}
+    current = {r.plugin_ref: float(r.weight or 0) for r in spec.plugins if r.plugin_ref in scorers}
+    searchable = [p.instance_name for p in config.plugins if p.instance_name in scorers]
     return current, searchable
 
 
@@ -62,8 +59,8 @@ def with_weights(
 ) -> GatewayConfigSpec:
     """`config` with `profile`'s scorers replaced by `weights` (zero weights dropped)."""
     spec = config.profile(profile)
-    types = {p.instance_name: p.type for p in config.plugins}
-    others = [r for r in spec.plugins if not types.get(r.plugin_ref, "").endswith("-scorer")]
+    named = {p.instance_name for p in config.plugins if kind_of(p.type) == "scorer"}
+    others = [r for r in spec.plugins if r.plugin_ref not in named]
     scorers = [PluginRef(plugin_ref=n, weight=w) for n, w in weights.items() if w > 0]
     new = SchedulingProfileSpec(name=profile, plugins=scorers + others)
     profiles = [new if p.name == profile else p for p in config.scheduling_profiles]

@@ -3,9 +3,12 @@
 `StoreSpec` says where the store is (`redis://` or `rediss://` for TLS, as ElastiCache
 Valkey with in-transit encryption wants), who we are (`username`, a password read from an
 environment variable so no secret sits in a config file) and how long one round trip may
-take. `connect` builds the client with no retries of its own and a bounded pool (a burst
-of requests shares `maxConnections` sockets instead of opening one each): a request on
-the hot path waits for at most one round trip, then the caller uses its local view.
+take. `connect` builds the client with a bounded pool (a burst of requests shares
+`maxConnections` sockets instead of opening one each) and one retry, only for a socket
+the server had closed (`ConnectionError`: a store that restarted leaves every pooled
+connection dead, and the first burst after it would otherwise fall back to local counting
+once per stale socket); never after a timeout, so a request on the hot path waits for at
+most one round trip, then the caller uses its local view.
 
 `StoreHealth` is that decision in one place. Every store call is wrapped in `call`: a
 failure flips the state to "local fallback" (gauge `igw_store_up` 0, one warning line),
@@ -29,9 +32,10 @@ from pydantic.alias_generators import to_camel
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
-from inference_gateway.errors import ConfigError
+from inference_gateway.errors import ConfigError, InferenceGatewayError
 
 __all__ = ["StoreHealth", "StoreSpec", "StoreUnavailable", "connect", "store_from_flag"]
 
@@ -79,7 +83,7 @@ def store_from_flag(url: str | None, source: str = "--store") -> StoreSpec | Non
         raise ConfigError(source, [f"--store: {e['msg']}" for e in error.errors()]) from None
 
 
-class StoreUnavailable(Exception):
+class StoreUnavailable(InferenceGatewayError):
     """The store is down (or was just found down): use the local view."""
 
 
@@ -93,7 +97,9 @@ def connect(spec: StoreSpec) -> Redis:
         "timeout": timeout,  # wait for a free connection at most this long
         "socket_timeout": timeout,
         "socket_connect_timeout": timeout,
-        "retry": Retry(NoBackoff(), 0),  # one round trip, never a hidden second one
+        # a dead pooled socket (the store restarted) costs no round trip: reconnect once;
+        # a timeout is never retried (that would double the wait on the hot path)
+        "retry": Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
         "username": spec.username,
         "password": password,
     }

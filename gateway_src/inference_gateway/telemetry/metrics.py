@@ -27,6 +27,14 @@ class GatewayMetrics:
             [*labels, "error_code"],
             registry=r,
         )
+        # upstream's in-flight gauge, same name and label (GIE pkg/epp/metrics/metrics.go
+        # `runningRequests`): admitted requests whose answer has not ended, by client model
+        self.running = Gauge(
+            "inference_objective_running_requests",
+            "Requests admitted and not ended yet, by model.",
+            ["model_name"],
+            registry=r,
+        )
         self.cancelled = Counter(  # not errors: the error-rate alarm must not fire on them
             "inference_objective_request_cancelled_total",
             "Requests whose client left before the answer ended.",

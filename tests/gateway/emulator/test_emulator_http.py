@@ -159,18 +159,43 @@ async def test_metrics_pass_promtool(pod: EmulatedPod) -> None:
     assert unexpected == []
 
 
-async def test_client_disconnect_mid_stream_leaves_the_engine_healthy(pod: EmulatedPod) -> None:
+async def test_client_disconnect_mid_stream_aborts_the_request_within_a_second(
+    pod: EmulatedPod,
+) -> None:
+    """vLLM aborts a request whose client disconnected (its OpenAI server watches the
+    connection): the pod's running count falls within 1 s, the request counts as
+    `finished_reason="abort"` with the tokens it produced, and the engine serves on."""
     url = f"{pod.url}/v1/chat/completions"
     async with aiohttp.ClientSession() as session:
-        response = await session.post(url, json=chat("go on", 200, stream=True))
+        response = await session.post(url, json=chat("go on", 20_000, stream=True))
         assert (await response.content.readline()).startswith(b"data: ")
+        await wait_for(session, pod, running=1)
+        loop = asyncio.get_running_loop()
+        left = loop.time()
         response.close()  # drop the connection mid-stream
+        families = await wait_for(session, pod, timeout=1.0, running=0, waiting=0)
+        assert loop.time() - left < 1.0
+        assert value(families, "vllm:request_success_total", finished_reason="abort") == 1
+        assert value(families, "vllm:generation_tokens_total") < 20_000
         async with session.post(url, json=chat("again", 5)) as again:
             assert again.status == 200
             assert (await again.json())["usage"]["completion_tokens"] == 5
         families = await wait_for(session, pod, running=0, waiting=0)
-    # the abandoned request ran to completion in the engine
-    assert value(families, "vllm:request_success_total", finished_reason="length") == 2
+    assert value(families, "vllm:request_success_total", finished_reason="length") == 1
+    assert value(families, "vllm:kv_cache_usage_perc") == 0.0
+
+
+async def test_client_that_leaves_a_plain_request_aborts_it(pod: EmulatedPod) -> None:
+    """Not streaming: the handler is cancelled when the connection closes (aiohttp's
+    handler cancellation), and the engine drops the request too."""
+    url = f"{pod.url}/v1/chat/completions"
+    async with aiohttp.ClientSession() as session:
+        task = asyncio.create_task(session.post(url, json=chat("long", 20_000)))
+        await wait_for(session, pod, running=1)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        families = await wait_for(session, pod, timeout=1.0, running=0, waiting=0)
+    assert value(families, "vllm:request_success_total", finished_reason="abort") == 1
 
 
 async def test_stopped_pod_cuts_streams_and_restarts_on_its_port(pod: EmulatedPod) -> None:

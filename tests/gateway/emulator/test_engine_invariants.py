@@ -294,3 +294,40 @@ def test_random_configurations_keep_every_invariant(seed: int) -> None:
     for _, r in arrivals:
         assert r.first_token_time is not None and r.finish_time is not None
         assert r.arrival <= r.first_token_time <= r.finish_time
+
+
+@pytest.mark.parametrize("seed", [4, 5])
+def test_aborts_anywhere_free_everything_and_end_each_request_once(seed: int) -> None:
+    """Aborting requests while they wait, prefill or decode (vLLM's abort on a client
+    disconnect) leaves the pool consistent: blocks never over- or under-counted, every
+    request ends exactly once, and an idle engine holds no block."""
+    rng = random.Random(seed)
+    profile = pod_profile("H100", "llama-3.1-8b", gpu_memory_utilization=0.26, max_loras=2)
+    recorder = Recorder()
+    engine = Engine(profile, listener=recorder, report_progress=True)
+    requests = [
+        request(
+            i,
+            rng.randint(20, 1500),
+            rng.randint(1, 300),
+            block_hashes=[("u", i, b) for b in range(3)],
+            adapter=rng.choice([None, "a", "b"]),
+        )
+        for i in range(200)
+    ]
+    now, aborted = 0.0, 0
+    for r in requests:
+        now += rng.uniform(0, 0.01)
+        engine.advance(now)
+        engine.submit(r, now)
+        for victim in rng.choices(requests[: r.request_id + 1], k=2):
+            if rng.random() < 0.15 and engine.abort(victim, now):
+                aborted += 1
+        assert 0 <= engine.pool.used <= engine.pool.num_blocks
+    while engine.busy_until is not None:
+        engine.advance(engine.busy_until)
+    assert aborted > 10
+    assert set(recorder.finished.values()) == {1} and len(recorder.finished) == len(requests)
+    assert engine.idle and engine.num_running == 0 and not engine.waiting
+    assert engine.pool.used == 0
+    assert not engine.abort(requests[0], now)  # an ended request cannot end again

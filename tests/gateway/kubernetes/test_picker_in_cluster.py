@@ -48,6 +48,8 @@ async def test_discovers_pods_applies_api_rewrites_and_drops_unready_pods(
                 {
                     "pools": [{"name": "chat", "selector": {"app": "vllm"}, "targetPort": port}],
                     "models": [{"name": "llama-3.1-8b", "pool": "chat", "adapters": ["sql"]}],
+                    # a pool without pods holds a request this long (scale from zero)
+                    "flowControl": {"bands": {"standard": {"maxQueue": 4, "ttlS": 0.3}}},
                 }
             )
         )
@@ -92,3 +94,42 @@ async def test_discovers_pods_applies_api_rewrites_and_drops_unready_pods(
         finally:
             await picker.stop(grace_s=0)
             await mode.close()
+
+
+async def test_readiness_is_serving_with_zero_pods_once_the_pools_are_listed(
+    apiserver: FakeApiServer, tmp_path: Path
+) -> None:
+    """Issue 22's deadlock: the picker (sync wave 0) must be Ready before any vLLM pod
+    (wave 2) exists. With the pool listed and empty, `readiness` is SERVING on the plain
+    health port the kubelet probes (upstream's EPP: SERVING once its datastore has synced
+    the pool, pods or not); the API server is the fake of fake_apiserver.py."""
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "pools": [{"name": "chat", "selector": {"app": "vllm"}, "targetPort": 8000}],
+                "models": [{"name": "llama-3.1-8b", "pool": "chat"}],
+            }
+        )
+    )
+    argv = ["picker", "--config", str(config), "--api-server", apiserver.url]
+    argv += ["--namespace", "igw", "--host", "127.0.0.1", "--grpc-port", "0"]
+    argv += ["--grpc-health-port", "0", "--metrics-port", "0"]
+    args = build_parser("picker").parse_args(argv)
+    mode = await KubernetesMode.connect(kubernetes_options(args))
+    picker = mode.server(**server_options(args))
+    await picker.start()
+    try:
+        await until(lambda: picker.serving)
+        assert picker.store.endpoints == [] and picker.synced()
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{picker.health_bound}") as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            for service in ("readiness", "liveness"):
+                reply = await stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
+                assert reply.status == health_pb2.HealthCheckResponse.SERVING, service
+    finally:
+        await picker.stop(grace_s=0)
+        await mode.close()

@@ -47,11 +47,23 @@ def test_same_seed_same_output(small: Path, capsys: pytest.CaptureFixture[str]) 
         "ttft_p99_s",
         "e2e_p50_s",
         "e2e_p99_s",
+        "tpot_p50_s",
+        "tpot_p99_s",
         "output_tokens_per_s",
         "completed",
         "rejected",
         "cost_per_million_tokens",
     }
+
+
+def test_tpot_is_time_per_output_token_after_the_first() -> None:
+    from inference_gateway.sim.metrics import Observer
+
+    observer = Observer()
+    observer.on_finish(0.0, 0.5, 2.5, 5, "standard")  # 4 tokens after the first in 2 s
+    observer.on_finish(0.0, 0.2, 0.2, 1, "standard")  # one token: no TPOT
+    report = observer.report(duration_s=3.0, fleet_usd_per_hour=1.0)
+    assert report["tpot_p50_s"] == report["tpot_p99_s"] == 0.5
 
 
 def test_gateway_beats_round_robin_and_tracks_oracle(small: Path) -> None:

@@ -82,10 +82,26 @@ class EndpointStore:
         self._fetch_cpu: Callable[[], float] | None = getattr(fetch, "cpu_seconds", None)
         self._own_s = 0.0  # thread CPU of the parsing, timed where it runs
         self.scrapes = 0
+        self.connection_failures = 0  # reports that marked a pod down
+        self._failed: dict[Endpoint, float] = {}  # pod -> when a data plane saw it fail
         self._task: asyncio.Task[None] | None = None
 
     def ready(self) -> list[Endpoint]:
         return [e for e in self.endpoints if not e.stale]
+
+    def connection_failed(self, endpoint: Endpoint) -> None:
+        """A data plane could not reach `endpoint`: not picked again until a scrape that
+        starts from now on succeeds."""
+        if endpoint not in self._failed:
+            log.warning(
+                "pod %s (%s) refused or dropped a connection: not picked until a fresh "
+                "scrape says it is back",
+                endpoint.name,
+                endpoint.hostport,
+            )
+        self._failed[endpoint] = self.clock()
+        endpoint.stale = True
+        self.connection_failures += 1
 
     def pools(self) -> dict[str, list[Endpoint]]:
         out: dict[str, list[Endpoint]] = {}
@@ -99,8 +115,12 @@ class EndpointStore:
         await asyncio.gather(*(self._scrape(e, with_models) for e in self.endpoints))
         self.scrapes += 1
         now = self.clock()
+        failed = self._failed
+        if failed and len(failed) > len(self.endpoints):  # pods were removed: forget theirs
+            current = set(self.endpoints)
+            self._failed = failed = {e: t for e, t in failed.items() if e in current}
         for e in self.endpoints:
-            e.stale = now - e.scraped_at > self.staleness_s
+            e.stale = now - e.scraped_at > self.staleness_s or e in failed
 
     async def _scrape(self, endpoint: Endpoint, with_models: bool) -> None:
         fetch = self.fetch
@@ -119,6 +139,12 @@ class EndpointStore:
         except Exception as error:  # a dead pod must not stop the loop
             log.debug("scrape of %s failed: %r", endpoint.name, error)
             return
+        failed_at = self._failed.get(endpoint)
+        if failed_at is not None:
+            if started <= failed_at:  # began before the failure: says nothing about now
+                return
+            del self._failed[endpoint]
+            log.info("pod %s answers scrapes again: back in rotation", endpoint.name)
         endpoint.record_scrape(metrics, started)
 
     def _parse(self, endpoint: Endpoint, text: str) -> PodMetrics:

@@ -2,8 +2,8 @@
 
 `PoolGate.offer` is the rule, with no waiting in it: admit now (`None`), queue (a
 `Waiter` whose `handle` the driver sets), or raise `NoCapacityError` (429, with a
-computed Retry-After). A pool with no ready pod is not "saturated": the request goes
-on, so that scheduling answers 503 (or a FailOpen pool picks at random) at once.
+computed Retry-After); a wait past the band's TTL is `QueueTimeoutError` (503, with
+Retry-After).
 `pump` releases waiters as capacity frees and expires those past their band's TTL,
 resolving each handle with `set_result(True | False)`; a released waiter is *in
 transit* and holds a slot until its driver resumes it and it picks a pod (the picker's
@@ -16,6 +16,16 @@ handle is a future, a ticker pumps while anyone waits, a cancelled handler (the 
 went away) leaves the queue at once, `soon` is the loop's `call_soon`. The simulator
 passes its virtual clock and its own `soon`, resumes waiters itself and pumps after
 every engine step and scrape (its ticker).
+
+Scale from zero: a pool with no ready pod counts as saturated, so a request of a band
+that queues is held in that queue (where `inference_extension_flow_control_queue_size`,
+the metric KEDA scales the pool on, counts it) and released, by the same ticker, to the
+first pod that becomes ready; past the band's TTL it ends `QueueTimeoutError` (503 with
+`Retry-After`). A band that does not queue (sheddable by default) and a `FailOpen` pool
+(`hold_empty=False`) go on at once, so scheduling answers 503 or picks at random. This is
+upstream's rule: GIE's saturation detector reports a pool without pods as saturated and
+its flow controller holds requests up to their TTL (llm-d's scale-from-zero buffering
+rests on it, kubernetes-sigs/gateway-api-inference-extension `pkg/epp/flowcontrol`).
 """
 
 from __future__ import annotations
@@ -35,7 +45,13 @@ __all__ = ["PoolGate", "QueueTimeoutError"]
 
 
 class QueueTimeoutError(InferenceGatewayError):
-    """The request waited its band's whole TTL without capacity (→ 503)."""
+    """The request waited its band's whole TTL without capacity (→ 503 with Retry-After);
+    `empty`: the pool still had no ready pod (a scale from zero that took too long)."""
+
+    def __init__(self, message: str, retry_after_s: int, *, empty: bool = False) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+        self.empty = empty
 
 
 class PoolGate:
@@ -70,19 +86,30 @@ class PoolGate:
     def pool_waiting(self) -> int:
         return sum(e.metrics.waiting for e in self.endpoints() if e.metrics and not e.stale)
 
-    def offer(self, band: str, fairness_id: str) -> Waiter | None:
+    def has_ready(self) -> bool:
+        return any(not e.stale for e in self.endpoints())
+
+    def offer(self, band: str, fairness_id: str, *, hold_empty: bool = True) -> Waiter | None:
         """Admit now (None), or queue: the returned waiter's `handle` (set by the
         caller) gets `set_result(True)` when released, `set_result(False)` when its
-        band's TTL passes; raises `NoCapacityError` when refused."""
+        band's TTL passes; raises `NoCapacityError` when refused.
+
+        A pool with no ready pod holds the request in its band's queue until one is
+        ready (scale from zero); with `hold_empty` False (a FailOpen pool), or for a band
+        that does not queue, the request goes on at once and scheduling answers.
+        """
         now = self.clock()
         endpoints = self.endpoints()
-        if not any(not e.stale for e in endpoints):
+        empty = not any(not e.stale for e in endpoints)
+        if empty and not hold_empty:
             return None
-        saturated = self.controller.full(band, endpoints, now, self._in_transit)
+        saturated = empty or self.controller.full(band, endpoints, now, self._in_transit)
         decision = self.controller.offer(band, fairness_id, now, saturated)
         if decision.admitted:
             return None
         if decision.waiter is None:
+            if empty:
+                return None  # nothing to hold it in: scheduling answers 503 at once
             retry = self.controller.retry_after(now, self.pool_waiting())
             raise NoCapacityError(
                 f"The pool is saturated ({decision.reason.replace('_', ' ')}); "
@@ -104,13 +131,19 @@ class PoolGate:
         self.controller.cancel(waiter)
 
     def timeout_error(self, band: str) -> QueueTimeoutError:
+        """What a waiter whose band's TTL passed answers."""
+        ttl = self.controller.bands[band].ttl_s
+        empty = not self.has_ready()
+        reason = "for a ready model server" if empty else "without capacity"
         return QueueTimeoutError(
-            f"Waited {self.controller.bands[band].ttl_s:g} s in the {band} queue without capacity."
+            f"Waited {ttl:g} s in the {band} queue {reason}.",
+            self.controller.retry_after(self.clock(), self.pool_waiting()),
+            empty=empty,
         )
 
-    async def admit(self, band: str, fairness_id: str) -> None:
+    async def admit(self, band: str, fairness_id: str, *, hold_empty: bool = True) -> None:
         """Return when the request may go on to scheduling (raises 429 / 503 errors)."""
-        waiter = self.offer(band, fairness_id)
+        waiter = self.offer(band, fairness_id, hold_empty=hold_empty)
         if waiter is None:
             return
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()

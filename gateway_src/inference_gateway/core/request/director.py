@@ -269,12 +269,16 @@ class Director:
         clock: Callable[[], float] = time.monotonic,
         soon: Callable[[Callable[[], Any]], Any] | None = None,
         shared_limits: SharedLimits | None = None,
+        connection_failed: Callable[[Endpoint], None] | None = None,
     ) -> None:
         """`max_lifetime_s` None: no watchdog (the simulator ends every request itself).
         `clock` and `soon` are the admission gates' (see `PoolGate`); `clock` also times
         lifecycles and rate limits. `shared_limits` (igw serve --store): the token
-        buckets live in the store."""
+        buckets live in the store. `connection_failed`: where a data plane's report that
+        a pod could not be reached goes (the endpoint store's `connection_failed`, one
+        rule for both)."""
         self.endpoints = endpoints
+        self.connection_failed = connection_failed or (lambda endpoint: None)
         self.scheduler = scheduler
         self.state = state
         self.max_lifetime_s = max_lifetime_s  # the watchdog ends requests older than this
@@ -345,9 +349,10 @@ class Director:
         for pool, endpoints in pools.items():
             ready = [e.metrics for e in endpoints if not e.stale and e.metrics is not None]
             metrics.pool_ready.labels(pool).set(len(ready))
-            if ready:
-                metrics.pool_kv.labels(pool).set(sum(m.kv_usage for m in ready) / len(ready))
-                metrics.pool_queue.labels(pool).set(sum(m.waiting for m in ready) / len(ready))
+            # no ready pod: 0, not the value of the last pod that was (a stale gauge)
+            n = len(ready) or 1
+            metrics.pool_kv.labels(pool).set(sum(m.kv_usage for m in ready) / n)
+            metrics.pool_queue.labels(pool).set(sum(m.waiting for m in ready) / n)
             gate = self.gates.get(pool)
             controller = gate.controller if gate is not None else FlowController(spec)
             metrics.pool_saturation.labels(pool).set(controller.saturation(endpoints))
@@ -376,7 +381,11 @@ class Director:
             pending = self._route(intake, headers, subset)
             pending.headers, pending.charge = await self._charge_shared(pending, headers)
         try:
-            await pending.gate.admit(pending.llm.band, pending.llm.fairness_id)
+            await pending.gate.admit(
+                pending.llm.band,
+                pending.llm.fairness_id,
+                hold_empty=not _fail_open(pending.state, pending.route),
+            )
         except (NoCapacityError, QueueTimeoutError) as error:
             raise self._refused(pending, error) from None
         return self.start(pending, raw, client_request_id)
@@ -395,7 +404,11 @@ class Director:
         caller sets `pending.waiter.handle`, which the gate's `pump` resolves, and then
         calls `resume`); `Rejection` when refused."""
         try:
-            pending.waiter = pending.gate.offer(pending.llm.band, pending.llm.fairness_id)
+            pending.waiter = pending.gate.offer(
+                pending.llm.band,
+                pending.llm.fairness_id,
+                hold_empty=not _fail_open(pending.state, pending.route),
+            )
         except NoCapacityError as error:
             raise self._refused(pending, error) from None
         return pending.waiter is None
@@ -534,8 +547,16 @@ class Director:
                 retry_after_s=error.retry_after_s,
                 headers=extra,
             )
-        self.child(self.metrics.rejected, client_model, "queue_timeout").inc()
-        return Rejection(503, str(error), "service_unavailable", "queue_timeout", headers=extra)
+        code = "no_ready_endpoint" if error.empty else "queue_timeout"
+        self.child(self.metrics.rejected, client_model, code).inc()
+        return Rejection(
+            503,
+            str(error),
+            "service_unavailable",
+            code,
+            retry_after_s=error.retry_after_s,
+            headers=extra,
+        )
 
     def _rank(
         self, state: RoutingState, llm: LLMRequest, route: Route, endpoints: list[Endpoint]
@@ -546,12 +567,7 @@ class Director:
         try:
             ranked = self.scheduler.schedule(llm, candidates)
         except NoEndpointError:
-            config = state.config
-            fail_open = bool(
-                config
-                and route.pool
-                and any(p.name == route.pool and p.failure_mode == "FailOpen" for p in config.pools)
-            )
+            fail_open = _fail_open(state, route)
             serving = [
                 e
                 for e in candidates
@@ -563,6 +579,17 @@ class Director:
             return random.sample(serving, len(serving))
         self.metrics.scheduler_e2e.observe(time.perf_counter() - started)
         return ranked
+
+
+def _fail_open(state: RoutingState, route: Route) -> bool:
+    """Whether the route's pool is `FailOpen`: with no fresh pod it picks at random
+    rather than holding or refusing the request."""
+    config = state.config
+    return bool(
+        config
+        and route.pool
+        and any(p.name == route.pool and p.failure_mode == "FailOpen" for p in config.pools)
+    )
 
 
 def _parse(raw: bytes) -> dict[str, Any]:

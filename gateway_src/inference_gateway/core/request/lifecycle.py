@@ -3,7 +3,7 @@
 The director hands a `RequestLifecycle` to the data plane that asked (the proxy or the
 ext_proc picker); the data plane only reports what happened:
 
-    picked(pod) ─┬─ attempt_failed() ─ picked(next pod) ...
+    picked(pod) ─┬─ attempt_failed() / unreachable() ─ picked(next pod) ...
                  └─ answered(status) ─ first_byte() ─ chunk(bytes)* ─ finished()
     at any point: cancelled(reason)     (client gone, upstream broke, lifetime over)
 
@@ -86,6 +86,7 @@ class RequestLifecycle:
         "input_counted",
         "on_expire",
         "outcome",
+        "running",
         "scheduler",
         "started",
         "status",
@@ -114,6 +115,9 @@ class RequestLifecycle:
         self.input_counted = False
         self.outcome: str | None = None  # set once: "ok" or why it ended early
         self.on_expire: Callable[[], object] | None = None
+        # inference_objective_running_requests: up now, down exactly once in `_end`
+        self.running = director.child(director.metrics.running, decision.client_model)
+        self.running.inc()
         director.track(self)
 
     # ------------------------------------------------------------------ reports
@@ -138,6 +142,14 @@ class RequestLifecycle:
         endpoint, self.endpoint = self.endpoint, None
         if endpoint is not None:
             self.scheduler.on_finished(self.decision.llm, endpoint, self.director.clock())
+
+    def unreachable(self) -> None:
+        """The picked pod refused or dropped the connection before answering (a connect
+        error, Envoy's UF / UH / UC): the store stops picking it until a fresh scrape, and
+        this attempt's bookkeeping ends."""
+        if self.endpoint is not None:
+            self.director.connection_failed(self.endpoint)
+        self.attempt_failed()
 
     def answered(
         self, status: int, streaming: bool, usage_scan_bytes: int = USAGE_SCAN_BYTES
@@ -207,6 +219,7 @@ class RequestLifecycle:
         if self.outcome is not None:
             return
         self.outcome = outcome
+        self.running.dec()
         director, decision = self.director, self.decision
         director.live.pop(self.id, None)
         endpoint, self.endpoint = self.endpoint, None

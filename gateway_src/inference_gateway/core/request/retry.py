@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from inference_gateway.core.request.attempts import REFUSAL_STATUSES
 from inference_gateway.core.scheduling.types import Endpoint
 from inference_gateway.errors import UpstreamConnectError, UpstreamError, UpstreamTimeout
 
@@ -34,7 +35,7 @@ class RetryPolicy:
     mean "not started here, try elsewhere"."""
 
     max_attempts: int = 3
-    refusal_statuses: frozenset[int] = frozenset({429, 503})
+    refusal_statuses: frozenset[int] = REFUSAL_STATUSES  # the global router's too
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:

@@ -1,5 +1,7 @@
 """A scheduling profile: filters → weighted scorers → one picker.
 
+Filters run in order, each on what the previous one left; none left means no endpoint.
+
 Scores are clamped to [0, 1] before weighting; every plugin call is timed through an
 optional callback (the telemetry module turns it into
 `inference_extension_plugin_duration_seconds`), so the core needs no metrics library.
@@ -8,9 +10,9 @@ optional callback (the telemetry module turns it into
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-from inference_gateway.core.scheduling.types import Endpoint, LLMRequest, Picker, Scorer
+from inference_gateway.core.scheduling.types import Endpoint, Filter, LLMRequest, Picker, Scorer
 
 __all__ = ["SchedulingProfile"]
 
@@ -24,21 +26,30 @@ class SchedulingProfile:
         scorers: list[tuple[Scorer, float]],
         picker: Picker,
         timer: PluginTimer | None = None,
+        filters: Sequence[Filter] = (),
     ) -> None:
         for scorer, weight in scorers:
             if weight <= 0:
                 raise ValueError(f"profile {name}: scorer {scorer.name} needs a weight above 0")
         self.name = name
+        self.filters = list(filters)
         self.scorers = scorers
         self.picker = picker
         self.timer = timer
 
     def run(self, request: LLMRequest, candidates: list[Endpoint]) -> list[Endpoint]:
-        """Rank the candidates best first."""
+        """Rank the candidates best first (empty when the filters leave none)."""
+        timer = self.timer
+        for plugin in self.filters:
+            start = time.perf_counter() if timer else 0.0
+            candidates = plugin.filter(request, candidates)
+            if timer:
+                timer("filter", plugin.name, time.perf_counter() - start)
+            if not candidates:
+                return []
         if len(candidates) <= 1:
             return list(candidates)
         totals = [0.0] * len(candidates)
-        timer = self.timer
         for scorer, weight in self.scorers:
             start = time.perf_counter() if timer else 0.0
             scores = scorer.score(request, candidates)

@@ -1,14 +1,24 @@
-"""The one list of plugin types. Registering a name twice is an error (upstream silently
-overwrites; a typo'd duplicate should fail loudly instead)."""
+"""The one list of plugin types, each with its kind (filter, scorer or picker).
+
+A type is registered with a typed factory, `(instance name, validated parameters,
+PluginContext) -> plugin`, through the function of its kind, so a type checker holds
+a scorer's factory to `Scorer` (and so on), and every reader asks the registry what a
+plugin is instead of guessing from its name or its methods: config validation counts
+pickers and demands scorer weights by kind (`config._check_profiles`), the scheduler
+sorts a profile's plugins by kind, and a type that needs the shared prefix index says
+so here. That is the upstream endpoint picker's model (GIE v1.x,
+`pkg/epp/scheduling/framework/scheduler_profile.go`, `AddPlugins`: a plugin is added by
+the interfaces it implements; a scorer without a weight is an error; a second picker
+is an error). Registering a name twice is an error (upstream's `plugins.Register`
+silently overwrites; a typo'd duplicate should fail loudly instead).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
 
-from pydantic import ValidationError
-
-from inference_gateway.config.spec import PluginSpec, format_validation_error
 from inference_gateway.core.scheduling.plugins import (
     kv_cache,
     lora,
@@ -18,33 +28,111 @@ from inference_gateway.core.scheduling.plugins import (
     queue,
     running,
 )
-from inference_gateway.errors import ConfigError
+from inference_gateway.core.scheduling.plugins.base import Params
+from inference_gateway.core.scheduling.plugins.prefix import PrefixIndex
+from inference_gateway.core.scheduling.types import Filter, Picker, PluginContext, Scorer
 
-__all__ = ["PLUGIN_TYPES", "build_plugin", "register"]
+__all__ = [
+    "PLUGIN_TYPES",
+    "Kind",
+    "Plugin",
+    "PluginType",
+    "build_plugin",
+    "kind_of",
+    "register_filter",
+    "register_picker",
+    "register_scorer",
+    "validation_context",
+]
 
-Factory = Callable[..., Any]
-PLUGIN_TYPES: dict[str, Factory] = {}
+Kind = Literal["filter", "scorer", "picker"]
+Plugin = Filter | Scorer | Picker
+P = TypeVar("P", bound=Params)
+
+_METHOD: dict[Kind, str] = {"filter": "filter", "scorer": "score", "picker": "pick"}
 
 
-def register(type_name: str, factory: Factory) -> None:
-    if type_name in PLUGIN_TYPES:
-        raise ValueError(f"plugin type {type_name!r} registered twice")
-    PLUGIN_TYPES[type_name] = factory
+@dataclass(frozen=True, slots=True)
+class PluginType:
+    """A registered type: its kind, its parameter model and its factory."""
+
+    name: str
+    kind: Kind
+    params: type[Params]
+    factory: Callable[[str, Any, PluginContext], Plugin]
+    uses_prefix_index: bool = False  # the scheduler keeps its index up to date for it
 
 
-for _module in (queue, kv_cache, running, lora, prefix, predicted_ttft, max_score):
-    register(_module.TYPE, _module.build)
+PLUGIN_TYPES: dict[str, PluginType] = {}
 
 
-def build_plugin(spec: PluginSpec, where: str = "plugins", **context: Any) -> Any:
-    """Instantiate a plugin from its spec; unknown types and bad parameters → ConfigError."""
-    factory = PLUGIN_TYPES.get(spec.type)
-    if factory is None:
-        raise ConfigError(
-            "config",
-            [f"{where}.type: unknown plugin type {spec.type!r} (known: {sorted(PLUGIN_TYPES)})"],
+def _register(plugin_type: PluginType) -> None:
+    if plugin_type.name in PLUGIN_TYPES:
+        raise ValueError(f"plugin type {plugin_type.name!r} registered twice")
+    PLUGIN_TYPES[plugin_type.name] = plugin_type
+
+
+def register_scorer(
+    name: str,
+    params: type[P],
+    factory: Callable[[str, P, PluginContext], Scorer],
+    *,
+    uses_prefix_index: bool = False,
+) -> None:
+    _register(PluginType(name, "scorer", params, factory, uses_prefix_index))
+
+
+def register_picker(
+    name: str, params: type[P], factory: Callable[[str, P, PluginContext], Picker]
+) -> None:
+    _register(PluginType(name, "picker", params, factory))
+
+
+def register_filter(
+    name: str, params: type[P], factory: Callable[[str, P, PluginContext], Filter]
+) -> None:
+    _register(PluginType(name, "filter", params, factory))
+
+
+def kind_of(type_name: str) -> Kind | None:
+    """The kind of a registered type; None for a type nobody registered."""
+    plugin_type = PLUGIN_TYPES.get(type_name)
+    return None if plugin_type is None else plugin_type.kind
+
+
+def validation_context() -> PluginContext:
+    """A context for building plugins only to check them (a fresh, empty prefix index)."""
+    return PluginContext(index=PrefixIndex())
+
+
+def build_plugin(
+    type_name: str, instance_name: str, parameters: Mapping[str, Any], context: PluginContext
+) -> Plugin:
+    """A plugin instance. Raises KeyError for an unregistered type, pydantic's
+    ValidationError (or a factory's ValueError) for bad parameters, and TypeError when
+    a factory built something that is not of its registered kind."""
+    plugin_type = PLUGIN_TYPES[type_name]
+    plugin = plugin_type.factory(
+        instance_name, plugin_type.params.model_validate(parameters), context
+    )
+    method = _METHOD[plugin_type.kind]
+    if not callable(getattr(plugin, method, None)):
+        raise TypeError(
+            f"plugin type {type_name!r} is registered as a {plugin_type.kind}, but its "
+            f"factory built a {type(plugin).__name__} without `{method}`"
         )
-    try:
-        return factory(spec.instance_name, spec.parameters, **context)
-    except ValidationError as error:
-        raise ConfigError("config", format_validation_error(error, f"{where}.parameters")) from None
+    return plugin
+
+
+register_scorer(queue.TYPE, queue.QueueScorerParams, queue.build)
+register_scorer(kv_cache.TYPE, kv_cache.KVParams, kv_cache.build)
+register_scorer(running.TYPE, running.RunningParams, running.build)
+register_scorer(lora.TYPE, lora.LoraParams, lora.build)
+register_scorer(prefix.TYPE, prefix.PrefixParams, prefix.build, uses_prefix_index=True)
+register_scorer(
+    predicted_ttft.TYPE,
+    predicted_ttft.PredictedTTFTParams,
+    predicted_ttft.build,
+    uses_prefix_index=True,
+)
+register_picker(max_score.TYPE, max_score.MaxScoreParams, max_score.build)

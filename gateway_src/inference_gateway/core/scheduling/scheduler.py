@@ -8,16 +8,27 @@ scrape, in flight). Data planes call `schedule`, then report outcomes through
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
-from inference_gateway.config.spec import GatewayConfigSpec, PluginRef
 from inference_gateway.core.scheduling.filters import eligible
 from inference_gateway.core.scheduling.gpu_priors import gpu_priors
+from inference_gateway.core.scheduling.plugins.max_score import MaxScorePicker
 from inference_gateway.core.scheduling.plugins.prefix import PrefixIndex
 from inference_gateway.core.scheduling.profile import PluginTimer, SchedulingProfile
-from inference_gateway.core.scheduling.registry import build_plugin
-from inference_gateway.core.scheduling.types import Endpoint, LLMRequest, SchedulingObserver
+from inference_gateway.core.scheduling.registry import PLUGIN_TYPES, Plugin, build_plugin
+from inference_gateway.core.scheduling.types import (
+    Endpoint,
+    Filter,
+    LLMRequest,
+    Picker,
+    PluginContext,
+    SchedulingObserver,
+    Scorer,
+)
 from inference_gateway.errors import ConfigError, NoEndpointError
+
+if TYPE_CHECKING:  # the config imports the registry: no import cycle at run time
+    from inference_gateway.config.spec import GatewayConfigSpec, PluginRef
 
 __all__ = ["Scheduler"]
 
@@ -41,19 +52,24 @@ class Scheduler:
         # (request, pod) → (scrape_seq at pick, prefill tokens ahead of it and its own, its own)
         self._sent: dict[tuple[str, str], tuple[int, int, int]] = {}
         self._speed: dict[str, tuple[float, float]] = {}  # pod → decayed Σ ttft, Σ tokens
-        context: dict[str, Any] = {
-            "index": self.index,
-            "seed": seed,
-            "count_inflight": count_inflight,
-            "priors": gpu_priors() if priors is None else priors,
-        }
+        # the config was validated (`parse_config` built every plugin once), so
+        # building them again cannot fail on their parameters
+        context = PluginContext(
+            index=self.index,
+            seed=seed,
+            count_inflight=count_inflight,
+            priors=gpu_priors() if priors is None else priors,
+        )
+        self._types = {spec.instance_name: PLUGIN_TYPES[spec.type] for spec in config.plugins}
         plugins = {
-            spec.instance_name: build_plugin(spec, f"plugins[{i}]", **context)
-            for i, spec in enumerate(config.plugins)
+            spec.instance_name: build_plugin(
+                spec.type, spec.instance_name, spec.parameters, context
+            )
+            for spec in config.plugins
         }
         self.profiles = {
-            p.name: self._build_profile(i, p.name, p.plugins, plugins, timer)
-            for i, p in enumerate(config.scheduling_profiles)
+            p.name: self._build_profile(p.name, p.plugins, plugins, timer)
+            for p in config.scheduling_profiles
         }
         used = {ref.plugin_ref for p in config.scheduling_profiles for ref in p.plugins}
         self._observers = [
@@ -61,40 +77,29 @@ class Scheduler:
             for name, plugin in plugins.items()
             if name in used and isinstance(plugin, SchedulingObserver)
         ]
-        self.uses_prefix = any(
-            plugins[r.plugin_ref].__class__.__name__ in ("PrefixCacheScorer", "PredictedTTFTScorer")
-            for p in config.scheduling_profiles
-            for r in p.plugins
-        )
+        self.uses_prefix = any(self._types[name].uses_prefix_index for name in used)
 
-    @staticmethod
     def _build_profile(
-        index: int,
+        self,
         name: str,
         refs: list[PluginRef],
-        plugins: dict[str, Any],
+        plugins: dict[str, Plugin],
         timer: PluginTimer | None,
     ) -> SchedulingProfile:
-        scorers, picker = [], None
-        for j, ref in enumerate(refs):
+        """A profile from its refs, each plugin placed by its registered kind."""
+        filters: list[Filter] = []
+        scorers: list[tuple[Scorer, float]] = []
+        picker: Picker | None = None
+        for ref in refs:
             plugin = plugins[ref.plugin_ref]
-            if hasattr(plugin, "pick"):
-                picker = plugin
-            elif hasattr(plugin, "score"):
-                scorers.append((plugin, float(ref.weight or 0)))
+            kind = self._types[ref.plugin_ref].kind
+            if kind == "picker":
+                picker = cast(Picker, plugin)
+            elif kind == "scorer":
+                scorers.append((cast(Scorer, plugin), float(ref.weight or 0)))
             else:
-                raise ConfigError(
-                    "config",
-                    [
-                        f"schedulingProfiles[{index}].plugins[{j}]: {ref.plugin_ref!r} is "
-                        "neither a scorer nor a picker"
-                    ],
-                )
-        if picker is None:
-            from inference_gateway.core.scheduling.plugins.max_score import MaxScorePicker
-
-            picker = MaxScorePicker()
-        return SchedulingProfile(name, scorers, picker, timer)
+                filters.append(cast(Filter, plugin))
+        return SchedulingProfile(name, scorers, picker or MaxScorePicker(), timer, filters)
 
     def profile_for(self, request: LLMRequest) -> SchedulingProfile:
         name = request.profile or self.config.default_profile
@@ -108,7 +113,11 @@ class Scheduler:
         candidates = eligible(request, endpoints)
         if not candidates:
             raise NoEndpointError(f"no ready endpoint serves model {request.model!r}")
-        return self.profile_for(request).run(request, candidates)
+        profile = self.profile_for(request)
+        ranked = profile.run(request, candidates)
+        if not ranked:
+            raise NoEndpointError(f"no endpoint passed the filters of profile {profile.name!r}")
+        return ranked
 
     def on_picked(self, request: LLMRequest, endpoint: Endpoint, now: float) -> None:
         endpoint.sent_requests += 1

@@ -7,15 +7,19 @@ by the HTTP proxy, the ext_proc server and the simulator.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from inference_gateway.core.scheduling.plugins.prefix import PrefixIndex
 
 __all__ = [
     "Endpoint",
     "Filter",
     "LLMRequest",
     "Picker",
+    "PluginContext",
     "PodMetrics",
     "SchedulingObserver",
     "Scorer",
@@ -149,3 +153,16 @@ class SchedulingObserver(Protocol):
     def on_finished(self, request: LLMRequest, endpoint: Endpoint, now: float) -> None:
         """The request ended (done, failed or cancelled); always called once after a pick."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class PluginContext:
+    """What the scheduler shares with every plugin it builds: its prefix index (updated
+    after each pick), the seed of random tie-breaks, whether in-flight requests count as
+    queued, and the GPU priors of the TTFT predictor. Config validation builds plugins
+    with a context of its own (`registry.validation_context`) and throws them away."""
+
+    index: PrefixIndex
+    seed: int | None = None
+    count_inflight: bool = True
+    priors: Mapping[str, float] = field(default_factory=dict)

@@ -41,6 +41,11 @@ from inference_gateway.core.request.lifecycle import CLIENT_CANCELLED, RequestLi
 from inference_gateway.core.request.sse import ModelNameRewriter
 from inference_gateway.core.request.usage import UsageScanner
 from inference_gateway.core.scheduling.types import Endpoint
+from inference_gateway.frontends.extproc.envoy_failure import (
+    SNIFF_BYTES,
+    body_says_unreachable,
+    flags_say_unreachable,
+)
 from inference_gateway.frontends.extproc.wire import (
     body_chunks,
     body_replacement,
@@ -111,6 +116,7 @@ class Exchange:
         self.streaming = False
         self.rewriter: ModelNameRewriter | None = None
         self.held = bytearray()  # a JSON response held for the model rewrite
+        self.sniff: bytearray | None = None  # a 503's first bytes: Envoy's own reply?
 
     async def handle(self, request: pb.ProcessingRequest) -> Responses:
         if request.HasField("protocol_config"):
@@ -252,6 +258,8 @@ class Exchange:
         self.streaming = headers.get("content-type", "").startswith("text/event-stream")
         if self.life is not None:
             self.life.answered(self.status, self.streaming, self.options.max_usage_scan_bytes)
+            if self.status == 503:
+                self._check_unreachable(request)
         if request.response_headers.end_of_stream:
             self._first_byte()
             self.finish()
@@ -259,9 +267,29 @@ class Exchange:
         remove = ["content-length"] if self.rewriter is not None else None
         return [headers_response(request=False, remove=remove)]
 
+    def _check_unreachable(self, request: pb.ProcessingRequest) -> None:
+        """A 503: if Envoy could not reach the pod (UF / UC / UH), the store stops picking
+        it until a fresh scrape (envoy_failure.py); without the flags, the body says."""
+        verdict = flags_say_unreachable(request)
+        if verdict is None:
+            self.sniff = bytearray()
+        elif verdict and self.life is not None:
+            self.life.unreachable()
+
+    def _sniff(self, chunk: bytes, eos: bool) -> None:
+        assert self.sniff is not None
+        self.sniff += chunk[: SNIFF_BYTES - len(self.sniff)]
+        if len(self.sniff) < SNIFF_BYTES and not eos:
+            return
+        if body_says_unreachable(bytes(self.sniff)) and self.life is not None:
+            self.life.unreachable()
+        self.sniff = None
+
     async def on_response_body(self, request: pb.ProcessingRequest) -> Responses:
         part = request.response_body
         chunk, eos = part.body, part.end_of_stream
+        if self.sniff is not None:
+            self._sniff(chunk, eos)
         if chunk:
             self._first_byte()
         out = self._rewrite(chunk, eos)
@@ -349,7 +377,8 @@ class ExtProcServicer(pb_grpc.ExternalProcessorServicer):
         self.director = director
         self.options = options or PickerOptions()
         self.clock = clock
-        self.active = 0
+        self.active = 0  # ext_proc streams open now (a drain waits for 0)
+        self.opened = 0  # streams ever opened
 
     def exchange(self) -> Exchange:
         return Exchange(self.director, self.options, self.clock)
@@ -363,6 +392,7 @@ class ExtProcServicer(pb_grpc.ExternalProcessorServicer):
         it); `context.read`/`write` cost less per message than an async generator."""
         exchange = self.exchange()
         self.active += 1
+        self.opened += 1
         try:
             while not exchange.closed:
                 request = await context.read()
@@ -385,6 +415,7 @@ class ExtProcServicer(pb_grpc.ExternalProcessorServicer):
         per answer (`Process` is the grpc.aio one)."""
         exchange = self.exchange()
         self.active += 1
+        self.opened += 1
         parse = pb.ProcessingRequest.FromString
         try:
             while not exchange.closed:

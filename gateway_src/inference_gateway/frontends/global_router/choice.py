@@ -6,13 +6,18 @@ Signals, each in [0, 1] (1 = best), weighted by the profile (`WeightsSpec`):
     queue       1 / (1 + queued requests per ready pod)
     proximity   1 in the client's home region, 0 elsewhere
     errors      1 - error rate (the worse of the reported one and this router's own
-                EWMA of failed attempts)
-    cost        cheapest / this, on cost per million tokens
-                (hourly / (tokens/s × 3600) × 1e6, from the status' measured tokens/s);
-                on hourly cost while any candidate has no measured rate yet
+                EWMA of failed attempts, broken and stalled streams included)
+    cost        cheapest / this, on USD per million generated tokens at capacity
+                (hourlyCostUsd / (capacityTokensPerSecond × 3600) × 1e6: what the
+                cluster costs per token when it serves what it can, never its current
+                throughput, which makes a busy expensive cluster look cheap); on the
+                hourly cost of the whole cluster while any candidate has no capacity set
 
 Order of choice:
-1. Routable clusters only (registry); clusters without a ready pod go last.
+1. Routable clusters only (registry); clusters without a ready pod go last, and before
+   them clusters whose error rate is `ERROR_RATE_BEHIND` or more (a cluster that fails
+   most of what it takes, e.g. one that breaks every stream while reporting no load,
+   must not win on its empty queue).
 2. `cost` profile (asked for, or sheddable traffic): clusters that meet the latency budget
    (the request's `x-igw-latency-budget-ms`, else the config's; against the first-byte
    EWMA this router measured, unknown counts as meeting it) AND have
@@ -40,7 +45,9 @@ from inference_gateway.frontends.global_router.config import (
     WeightsSpec,
 )
 
-__all__ = ["Choice", "RequestTraits", "rank_clusters", "score"]
+__all__ = ["ERROR_RATE_BEHIND", "Choice", "RequestTraits", "rank_clusters", "score"]
+
+ERROR_RATE_BEHIND = 0.5  # a cluster failing this share of attempts goes behind the rest
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,8 +64,8 @@ class Choice:
     profile: ProfileName
 
 
-def _cost_key(state: ClusterState, measured: bool) -> float:
-    if measured:
+def _cost_key(state: ClusterState, at_capacity: bool) -> float:
+    if at_capacity:
         cost = state.cost_per_million()
         return cost if cost is not None else float("inf")
     return state.spec.hourly_cost_usd
@@ -69,7 +76,7 @@ def score(
     traits: RequestTraits,
     weights: WeightsSpec,
     cheapest: float,
-    measured: bool,
+    at_capacity: bool,
 ) -> float:
     status = state.status
     if status is None:
@@ -83,7 +90,7 @@ def score(
     )
     total = sum(w * s for w, s in signals)
     if weights.cost > 0:
-        cost = _cost_key(state, measured)
+        cost = _cost_key(state, at_capacity)
         total += weights.cost * (1.0 if cost <= 0 else min(1.0, cheapest / cost))
     return total
 
@@ -97,13 +104,15 @@ def rank_clusters(
 ) -> Choice:
     profile: ProfileName = "cost" if traits.sheddable else traits.profile
     weights = spec.weights(profile)
-    measured = all(s.cost_per_million() is not None for s in routable)
-    cheapest = min((_cost_key(s, measured) for s in routable), default=0.0)
+    at_capacity = all(s.cost_per_million() is not None for s in routable)
+    cheapest = min((_cost_key(s, at_capacity) for s in routable), default=0.0)
     budget_s = traits.latency_budget_s or spec.latency_budget_ms / 1000
 
     def tier(state: ClusterState) -> int:
         status = state.status
         if status is None or status.readyPods == 0:
+            return 3
+        if state.error_rate >= ERROR_RATE_BEHIND:
             return 2
         if profile != "cost":
             return 0
@@ -114,7 +123,7 @@ def rank_clusters(
         routable,
         key=lambda s: (
             tier(s),
-            -score(s, traits, weights, cheapest, measured),
+            -score(s, traits, weights, cheapest, at_capacity),
             s.spec.priority,
             s.name,
         ),

@@ -4,7 +4,9 @@ A cluster is routable from its first good `GET /status`. It is drained AT ONCE w
 (a) a status poll fails (`connect_failed`), times out (`status_timeout`) or answers
 something that is not a valid status (`status_invalid`), (b) no good status arrived
 for `staleAfterMs` (`status_stale`), or (c) a request could not connect to it
-(`connect_failed`, learnt passively). Each drain is one failover event. The next good
+(`connect_failed`, learnt passively), or (d) a stream it had started went silent for
+`streamIdleTimeoutMs` (`stream_stalled`: a black hole mid-stream). Each drain is one
+failover event. The next good
 status brings it back ramping: its share cap grows linearly from 0 to 1 over `rampS`
 seconds, so it is not flooded on return. A router that starts up ramps every cluster in
 the same way from its first status (a restarted replica must not hand one cluster its
@@ -20,6 +22,11 @@ A planned drain (`set_planned`: the operator's drain set, read from the store or
 drains at once and keeps the cluster out whatever its status says; lifting it ramps the
 cluster back from zero over `rampS`, like a return. Planned drains are not failover
 events (they must not page anyone); `igw_global_cluster_planned_drain` shows them.
+
+Passive errors: every attempt's outcome moves the cluster's error EWMA (weight 0.1; a
+broken or stalled stream is a failure, however its status line began). The EWMA decays
+towards 0 with a half-life of `ERROR_HALF_LIFE_S` while nothing new is seen, so a
+cluster that is ranked behind for its errors (choice.py) is tried again in time.
 
 A status is hostile input like any other: it is validated (`ClusterStatus`: types,
 ranges, finite numbers, at most 256 KiB), and a garbage answer drains the cluster
@@ -40,6 +47,7 @@ import aiohttp
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from inference_gateway.background import cancel_and_wait
+from inference_gateway.core.request.attempts import Verdict
 from inference_gateway.frontends.global_router.config import ClusterSpec, GlobalRouterSpec
 from inference_gateway.frontends.global_router.metrics import GlobalMetrics
 
@@ -47,6 +55,7 @@ __all__ = ["ClusterRegistry", "ClusterState", "ClusterStatus"]
 
 log = logging.getLogger(__name__)
 MAX_STATUS_BYTES = 256 * 1024
+ERROR_HALF_LIFE_S = 30.0  # the passive error EWMA halves in this long without news
 
 
 class ClusterStatus(BaseModel):
@@ -80,6 +89,7 @@ class ClusterState:
     held: dict[int, Callable[[], None]] = field(default_factory=dict)  # waiting for byte 1
     ttft_ewma_s: float | None = None  # passive: first-byte latency seen by this router
     error_ewma: float = 0.0  # passive: share of this router's attempts that failed
+    error_seen_at: float = 0.0  # when error_ewma was last brought up to date (decay)
 
     @property
     def error_rate(self) -> float:
@@ -99,9 +109,8 @@ class ClusterState:
         return max(0.0, min(1.0, (now - self.ramp_started) / ramp_s))
 
     def cost_per_million(self) -> float | None:
-        if self.status is None or self.status.tokensPerSecond <= 0:
-            return None
-        return self.spec.hourly_cost_usd / (self.status.tokensPerSecond * 3600) * 1e6
+        """USD per million generated tokens at capacity (the config's), or None."""
+        return self.spec.cost_per_million_at_capacity()
 
 
 @dataclass
@@ -121,6 +130,9 @@ class ClusterRegistry:
             self.metrics.healthy.labels(c.name, c.region).set(0)
             self.metrics.ramp.labels(c.name).set(0)
             self.metrics.planned.labels(c.name).set(0)
+            cost = c.cost_per_million_at_capacity()
+            if cost is not None:
+                self.metrics.cost.labels(c.name).set(cost)
 
     # ------------------------------------------------------------------ transitions
 
@@ -163,9 +175,6 @@ class ClusterRegistry:
         if not state.routable and not state.planned:
             self._admit(state, now)
         self.metrics.saturation.labels(name).set(status.saturation)
-        cost = state.cost_per_million()
-        if cost is not None:
-            self.metrics.cost.labels(name).set(cost)
 
     def _admit(self, state: ClusterState, now: float) -> None:
         """Routable again, its share ramping from zero (at start-up too)."""
@@ -203,12 +212,29 @@ class ClusterRegistry:
     def observe_outcome(self, name: str, failed: bool) -> None:
         """Passive learning: every attempt moves the error EWMA (weight 0.1)."""
         state = self.states[name]
+        self._decay(state, self.clock())
         state.error_ewma = 0.9 * state.error_ewma + (0.1 if failed else 0.0)
+
+    def learn(self, name: str, verdict: Verdict, reason: str) -> None:
+        """What an attempt that ended before its first byte teaches (the attempt plan's
+        verdict): a cluster that is gone is drained (`reason`), a failure moves the error
+        EWMA. `igw global` and the fleet simulator both call this."""
+        if verdict.drain:
+            self.drain(name, reason)
+        if verdict.failed:
+            self.observe_outcome(name, failed=True)
+
+    @staticmethod
+    def _decay(state: ClusterState, now: float) -> None:
+        if now > state.error_seen_at:
+            state.error_ewma *= 0.5 ** ((now - state.error_seen_at) / ERROR_HALF_LIFE_S)
+        state.error_seen_at = now
 
     def check_staleness(self) -> None:
         now = self.clock()
         limit = self.spec.stale_after_ms / 1000
         for state in self.states.values():
+            self._decay(state, now)
             if state.routable and now - state.last_ok > limit:
                 self.drain(state.name, "status_stale")
             self.metrics.ramp.labels(state.name).set(state.ramp_fraction(now, self.spec.ramp_s))

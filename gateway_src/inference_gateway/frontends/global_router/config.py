@@ -5,13 +5,14 @@
     pollIntervalMs: 1000             # GET /status of every cluster this often
     staleAfterMs: 3000               # no good status for this long → drained
     rampS: 30                        # a returning cluster's share grows over this window
-    firstByteTimeoutMs: 60000        # a stream silent this long moves to the next cluster
+    firstByteTimeoutMs: 60000        # a stream without its first chunk this long: 504
+    streamIdleTimeoutMs: 30000       # a started stream silent this long: SSE error, drained
     drainFile: /var/run/igw/drained  # planned drains without a store (igw global drain)
     latencyBudgetMs: 2000            # cost profile: clusters slower than this are skipped
     sheddableObjectives: [batch]     # x-gateway-inference-objective values routed by cost
     clusters:
       - {name: use1-a, region: us-east-1, endpoint: "http://10.0.0.1:8080",
-         priority: 0, hourlyCostUsd: 98.3}
+         priority: 0, hourlyCostUsd: 98.3, capacityTokensPerSecond: 40000}
     profiles:                        # weights per signal; missing profiles keep defaults
       cost: {kvHeadroom: 1, queue: 1, proximity: 0.5, errors: 1, cost: 4}
     store: {url: "rediss://…", passwordEnv: IGW_STORE_PASSWORD}
@@ -20,7 +21,10 @@
     rateLimits: {rules: [{requestsPerMinute: 600}], windowS: 60}
 
 Unknown keys are errors; every problem is reported with its field path (`ConfigError`,
-exit 2 from the CLI).
+exit 2 from the CLI), the rules between fields (`cross_field_problems`: unique cluster
+names, `homeRegion` one of the clusters' regions, `staleAfterMs` at least twice
+`pollIntervalMs`, rate limits with a store)
+in the same report as the field errors, not after they are fixed.
 """
 
 from __future__ import annotations
@@ -29,7 +33,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from inference_gateway.config.spec import format_validation_error, read_yaml
@@ -44,6 +55,7 @@ __all__ = [
     "JwtSpec",
     "ProfileName",
     "WeightsSpec",
+    "cross_field_problems",
     "load_router_config",
     "parse_router_config",
 ]
@@ -63,10 +75,26 @@ class ClusterSpec(_Spec):
     endpoint: str = Field(pattern=r"^https?://[^/\s]+/?$", description="Cluster gateway root URL.")
     priority: int = Field(default=0, ge=0, description="Lower wins a tie.")
     hourly_cost_usd: float = Field(default=0.0, ge=0)
+    capacity_tokens_per_second: float | None = Field(
+        default=None,
+        gt=0,
+        allow_inf_nan=False,
+        description="Generated tokens per second the cluster sustains at capacity (a "
+        "benchmark's or `igw simulate`'s figure): with hourlyCostUsd, its cost per million "
+        "generated tokens at capacity, what cost-aware routing compares.",
+    )
 
     @property
     def base_url(self) -> str:
         return self.endpoint.rstrip("/")
+
+    def cost_per_million_at_capacity(self) -> float | None:
+        """USD per million generated tokens when the cluster runs at capacity; None
+        without a capacity. From what the cluster *can* serve, never from what it happens
+        to serve now: a busy expensive cluster is not cheaper per token than an idle one."""
+        if self.capacity_tokens_per_second is None:
+            return None
+        return self.hourly_cost_usd / (self.capacity_tokens_per_second * 3600) * 1e6
 
 
 class WeightsSpec(_Spec):
@@ -128,7 +156,14 @@ class GlobalRouterSpec(_Spec):
         default=60_000,
         ge=100,
         le=3_600_000,
-        description="Longest wait for a stream's first chunk before trying the next cluster.",
+        description="Longest wait for a stream's first chunk (then 504, never a retry).",
+    )
+    stream_idle_timeout_ms: int = Field(
+        default=30_000,
+        ge=100,
+        le=600_000,
+        description="Longest silence between two chunks of a started stream: it ends with "
+        "an SSE error event and the cluster is drained.",
     )
     drain_file: str | None = Field(
         default=None, description="Planned drain set when no store is configured (a file)."
@@ -144,15 +179,13 @@ class GlobalRouterSpec(_Spec):
     rate_limits: GlobalRateLimitSpec = Field(default_factory=GlobalRateLimitSpec)
 
     @model_validator(mode="after")
-    def _unique_names(self) -> GlobalRouterSpec:
-        names = [c.name for c in self.clusters]
-        duplicates = sorted({n for n in names if names.count(n) > 1})
-        if duplicates:
-            raise ValueError(f"duplicate cluster names: {duplicates}")
-        if self.rate_limits.rules and self.limits_store is None:
-            raise ValueError(
-                "rateLimits need a rateLimitStore or a store (a global limit is shared through it)"
-            )
+    def _cross_checks(self, info: ValidationInfo) -> GlobalRouterSpec:
+        """The rules between fields, for a spec built in code; `parse_router_config` has
+        already checked them on the raw file (with the field errors) and says so."""
+        if not (info.context or {}).get(_CHECKED):
+            problems = cross_field_problems(self.model_dump(by_alias=True))
+            if problems:
+                raise ValueError("; ".join(problems))
         return self
 
     @property
@@ -168,13 +201,76 @@ class GlobalRouterSpec(_Spec):
         return frozenset(c.region for c in self.clusters)
 
 
+_CHECKED = "cross_checked"
+_DEFAULTS = {
+    name: GlobalRouterSpec.model_fields[field].default
+    for name, field in (
+        ("pollIntervalMs", "poll_interval_ms"),
+        ("staleAfterMs", "stale_after_ms"),
+    )
+}
+
+
+def _get(data: Mapping[str, Any], camel: str) -> Any:
+    """A key as the file spells it (camelCase) or by its Python name."""
+    snake = "".join(f"_{ch.lower()}" if ch.isupper() else ch for ch in camel)
+    return data.get(camel, data.get(snake))
+
+
+def _number(data: Mapping[str, Any], key: str) -> float | None:
+    value = _get(data, key)
+    value = _DEFAULTS[key] if value is None else value
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return float(value) if ok else None
+
+
+def cross_field_problems(data: Mapping[str, Any]) -> list[str]:
+    """Every rule between fields that `data` (the raw mapping, or a spec dumped by alias)
+    breaks, as `field: message` lines. Read from the raw values so the report comes with
+    the field errors at once; a value that is itself invalid is skipped here (its own
+    error says why)."""
+    problems: list[str] = []
+    raw_clusters = _get(data, "clusters")
+    clusters = [c for c in raw_clusters if isinstance(c, Mapping)] if isinstance(
+        raw_clusters, list
+    ) else []  # fmt: skip
+    names = [c["name"] for c in clusters if isinstance(c.get("name"), str)]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        problems.append(f"clusters: duplicate cluster names: {duplicates}")
+    regions = sorted({c["region"] for c in clusters if isinstance(c.get("region"), str)})
+    home = _get(data, "homeRegion")
+    if isinstance(home, str) and regions and home not in regions:
+        problems.append(f"homeRegion: {home!r} is no cluster's region (regions: {regions})")
+    poll, stale = _number(data, "pollIntervalMs"), _number(data, "staleAfterMs")
+    if poll is not None and stale is not None and stale < 2 * poll:
+        problems.append(
+            f"staleAfterMs: {stale:g} is less than twice pollIntervalMs ({poll:g}): one late "
+            "poll would drain a healthy cluster"
+        )
+    limits = _get(data, "rateLimits")
+    rules = _get(limits, "rules") if isinstance(limits, Mapping) else None
+    if rules and _get(data, "store") is None and _get(data, "rateLimitStore") is None:
+        problems.append(
+            "rateLimits: rateLimits need a rateLimitStore or a store (a global limit is "
+            "shared through it)"
+        )
+    return problems
+
+
 def parse_router_config(data: Any, source: str = "<global router config>") -> GlobalRouterSpec:
+    """The spec, or one `ConfigError` with every field error and every cross-field
+    problem (`cross_field_problems`) at once."""
     if not isinstance(data, Mapping):
         raise ConfigError(source, ["<root>: expected a mapping with a `clusters` list"])
+    problems = cross_field_problems(data)
     try:
-        return GlobalRouterSpec.model_validate(data)
+        spec = GlobalRouterSpec.model_validate(data, context={_CHECKED: True})
     except ValidationError as error:
-        raise ConfigError(source, format_validation_error(error)) from None
+        raise ConfigError(source, [*format_validation_error(error), *problems]) from None
+    if problems:
+        raise ConfigError(source, problems)
+    return spec
 
 
 def load_router_config(path: str | Path) -> GlobalRouterSpec:

@@ -82,8 +82,10 @@ class PlannedDrains:
         self.key = drain_key(spec)
         self._last_store: frozenset[str] = frozenset()
 
-    async def current(self) -> frozenset[str]:
-        """The union of the store's set (the last one read while it is away) and the file."""
+    async def current(self, *, strict: bool = False) -> frozenset[str]:
+        """The union of the store's set (the last one read while it is away) and the file.
+        `strict` (the CLI's `drained`): raise `StoreUnavailable` instead, since a set
+        nobody could read is not an empty one."""
         if self.redis is not None and self.health is not None:
             redis = self.redis
             try:
@@ -92,7 +94,8 @@ class PlannedDrains:
                     m.decode() if isinstance(m, bytes) else str(m) for m in members
                 )
             except StoreUnavailable:
-                pass
+                if strict:
+                    raise
         from_file = read_drain_file(self.spec.drain_file) if self.spec.drain_file else frozenset()
         return self._last_store | from_file
 

@@ -4,9 +4,11 @@ Prometheus names (stable; dashboards and alarms read them):
 
     igw_global_routing_decisions_total{cluster,profile,attempt}   first | retry
     igw_global_failover_events_total{cluster,reason}   status_stale | status_timeout |
-                                                        status_invalid | connect_failed
+                                                        status_invalid | connect_failed |
+                                                        stream_stalled
     igw_global_rate_limit_hits_total{scope}             global | local
-    igw_global_requests_total{cluster,region,cross_region,code}
+    igw_global_requests_total{cluster,region,cross_region,code}   status | stream_broken |
+                                                        stream_stalled (at the answer's end)
     igw_global_request_ttft_seconds{cluster,cross_region}         histogram
     igw_global_retries_total{cluster,reason}            a request moved off this cluster
     igw_global_requests_failed_total{code}              no cluster could answer

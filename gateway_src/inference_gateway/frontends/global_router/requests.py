@@ -1,6 +1,7 @@
 """What a request to `igw global` carries, checked: its credential and client id, its
-latency budget, its token estimate (charged up front) and its answer's `usage` (which
-settles the charge), and the OpenAI-shaped error the router answers with.
+latency budget, its token estimate (charged up front), and the OpenAI-shaped error the
+router answers with. The answer's `usage`, which settles the charge, is read by the
+gateway's one usage parser (core/request/usage.py), as at tier 1.
 
 Every value here comes from a client or a cluster and is hostile until checked: a
 malformed number, a wrong type or a boolean where a count belongs reads as absent.
@@ -24,9 +25,7 @@ __all__ = [
     "budget_s",
     "build_authenticator",
     "error_response",
-    "sse_usage",
     "token_estimate",
-    "usage_of",
 ]
 
 
@@ -87,24 +86,3 @@ def token_estimate(body: dict[str, Any]) -> int:
     if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 0:
         max_tokens = DEFAULT_MAX_TOKENS
     return size // 4 + 1 + max_tokens
-
-
-def _usage_total(document: Any) -> int | None:
-    usage = document.get("usage") if isinstance(document, dict) else None
-    total = usage.get("total_tokens") if isinstance(usage, dict) else None
-    return total if isinstance(total, int) and not isinstance(total, bool) and total >= 0 else None
-
-
-def usage_of(body: bytes) -> int | None:
-    try:
-        return _usage_total(orjson.loads(body))
-    except orjson.JSONDecodeError:
-        return None
-
-
-def sse_usage(chunk: bytes) -> int | None:
-    """`usage` from the last SSE event that carried one (stream_options.include_usage)."""
-    for line in reversed(chunk.split(b"\n")):
-        if line.startswith(b"data: ") and b'"usage"' in line:
-            return usage_of(line[6:])
-    return None

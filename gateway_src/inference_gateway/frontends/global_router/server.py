@@ -2,12 +2,23 @@
 
 Per request: read the body (limit → 413), parse it (→ 400), charge the global rate limit
 (→ 429 with `Retry-After` and `x-ratelimit-*`), rank the clusters (choice.py) and send
-it to the first. A cluster that refuses the connection (or drops it before answering) is
-drained at once (failover) and the request goes to the next; one that answers 429/5xx,
-stays silent past `readTimeoutMs` or breaks before the first byte is skipped the same
-way without being drained. Once a byte has reached the client nothing
-is retried; a stream that breaks later ends with an SSE error event. Token buckets are
-settled from the answer's `usage` (the JSON body, or the last SSE chunk that has one).
+it to the first. Which cluster comes next after an attempt that ends before a byte
+reached the client is the `AttemptPlan`'s call (core/request/attempts.py, shared with
+the fleet simulator): a refused connection drains the cluster and moves on, a drain
+while waiting moves on, a 429/503 refusal moves on; a timeout or a broken answer is
+never retried (the cluster may be generating it: 504 / 502). Once a byte has reached
+the client nothing is retried. A streamed answer is relayed by the shared `StreamRelay`
+(core/request/relay.py, as `igw serve` does): a stream that breaks ends with the SSE
+error event, one silent for `streamIdleTimeoutMs` between chunks ends the same way and
+drains the cluster. Either counts as a failed attempt in the cluster's error score.
+Token buckets are settled from the answer's `usage`, read by the gateway's one usage
+parser (`UsageScanner`: chat/completions and Responses API shapes, SSE lines split
+across chunks).
+
+A client that leaves ends its request at once: the router runs with handler
+cancellation (`server_settings`), so the handler is cancelled and the cluster's
+connection closed, which the cluster gateway sees as a cancel (`igw serve` aborts the
+generation).
 
 With an `auth` section the router checks the credential first (401 / 404 as `igw serve`
 does, with the same code) and keys the rate limits by the authenticated client id; the
@@ -20,9 +31,11 @@ only as whole milliseconds up to 600,000.
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import time
 from collections.abc import Mapping
+from typing import Any
 
 import aiohttp
 import orjson
@@ -30,6 +43,9 @@ from aiohttp import web
 from prometheus_client import generate_latest
 from redis.asyncio import Redis
 
+from inference_gateway.core.request.attempts import AttemptPlan, Failure
+from inference_gateway.core.request.relay import StreamEnd, StreamRelay, is_event_stream
+from inference_gateway.core.request.usage import UsageScanner, total_tokens
 from inference_gateway.frontends.global_router.choice import Choice, RequestTraits, rank_clusters
 from inference_gateway.frontends.global_router.clusters import ClusterRegistry, ClusterState
 from inference_gateway.frontends.global_router.config import GlobalRouterSpec, ProfileName
@@ -40,21 +56,22 @@ from inference_gateway.frontends.global_router.requests import (
     budget_s,
     build_authenticator,
     error_response,
-    sse_usage,
     token_estimate,
-    usage_of,
 )
 from inference_gateway.store.client import StoreHealth, StoreSpec, connect
 from inference_gateway.store.ratelimit import GlobalRateLimiter, Ticket
+from inference_gateway.transport.http_settings import HEADER_TIMEOUT_S, server_settings
 
-__all__ = ["GlobalRouter", "build_global_router"]
+__all__ = ["GlobalRouter", "build_global_router", "runner_settings"]
+
+log = logging.getLogger(__name__)
 
 REGION_HEADER = "x-igw-client-region"
 PROFILE_HEADER = "x-igw-routing-profile"
 OBJECTIVE_HEADER = "x-gateway-inference-objective"
 CLUSTER_HEADER = "x-igw-cluster"
 BUDGET_HEADER = "x-igw-latency-budget-ms"
-RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
+USAGE_SCAN_BYTES = 4 * 2**20  # a JSON answer larger than this settles at its estimate
 _FORWARDED = ("authorization", OBJECTIVE_HEADER, "x-gateway-inference-fairness-id", "x-request-id")
 _PROFILES: dict[str, ProfileName] = {"latency": "latency", "cost": "cost"}
 _PASSED_BACK = ("x-request-id", "retry-after")  # a cluster's 429 keeps its Retry-After
@@ -68,11 +85,11 @@ def _end_now(waiting: asyncio.Timeout, loop: asyncio.AbstractEventLoop) -> None:
 
 
 class _Skip(Exception):
-    """An attempt given up before any byte reached the client: safe to retry elsewhere."""
+    """An attempt that ended before any byte reached the client, and why."""
 
-    def __init__(self, reason: str, status: int, detail: str) -> None:
+    def __init__(self, failure: Failure, detail: str) -> None:
         super().__init__(detail)
-        self.reason, self.status, self.detail = reason, status, detail
+        self.failure, self.detail = failure, detail
 
 
 class GlobalRouter:
@@ -86,6 +103,8 @@ class GlobalRouter:
         self.spec = spec
         self.metrics = metrics or GlobalMetrics()
         self.registry = ClusterRegistry(spec, self.metrics)
+        self.plan = AttemptPlan(spec.max_attempts)
+        self.relay = StreamRelay(spec.stream_idle_timeout_ms / 1000)
         self.limiter: GlobalRateLimiter | None = None
         self._stores: list[Redis] = []  # every client this router opened, closed at cleanup
         redis, health = None, None
@@ -260,47 +279,58 @@ class GlobalRouter:
             value = request.headers.get(name)
             if value is not None:
                 headers[name] = value
-        last_error = "no routable cluster"
-        last_status = 503
         ranked = choice.ranked
-        tried = 0
-        for index, state in enumerate(ranked):
-            if tried >= self.spec.max_attempts:
-                break
-            if not state.routable:  # drained since the ranking was made: skip, no timeout
-                continue
+        plan = self.plan
+        verdict = plan.nothing_routable()
+        tried: list[str] = []
+        made = 0
+        index = plan.next_index(ranked, -1, made, _routable)
+        while index is not None:
+            state = ranked[index]
             name = state.name
-            last = tried + 1 >= self.spec.max_attempts or not any(
-                s.routable for s in ranked[index + 1 :]
-            )
             self.metrics.decisions.labels(
-                name, choice.profile, "first" if tried == 0 else "retry"
+                name, choice.profile, "first" if made == 0 else "retry"
             ).inc()
-            tried += 1
+            made += 1
             started = time.perf_counter()
             try:
                 upstream, first = await self._open(state, request.path, raw, headers, stream)
             except _Skip as skip:
-                self.metrics.retries.labels(name, skip.reason).inc()
-                last_error, last_status = f"{name}: {skip.detail}", skip.status
+                verdict = plan.after_failure(skip.failure)
+                self.registry.learn(name, verdict, skip.failure.value)
+                tried.append(f"{name}: {skip.failure.value}")
+                log.info("cluster %s: %s (%s)", name, skip.failure.value, skip.detail)
+                index = plan.next_index(ranked, index, made, _routable) if verdict.retry else None
+                if index is not None:
+                    self.metrics.retries.labels(name, skip.failure.value).inc()
                 continue
+            complete = False
             try:
-                self.registry.observe_outcome(name, failed=upstream.status >= 500)
-                if upstream.status in RETRYABLE_STATUS and not last:
+                answer = plan.after_status(upstream.status)
+                after = plan.next_index(ranked, index, made, _routable) if answer.retry else None
+                if after is not None:
+                    self.registry.learn(name, answer, str(upstream.status))
                     self.metrics.retries.labels(name, str(upstream.status)).inc()
-                    last_error, last_status = f"{name}: HTTP {upstream.status}", upstream.status
+                    tried.append(f"{name}: HTTP {upstream.status}")
+                    index = after
                     continue
                 cross = "true" if state.spec.region != traits.home_region else "false"
-                return await self._relay(request, upstream, first, state, cross, started, extra)
+                result = await self._relay(request, upstream, first, state, cross, started, extra)
+                complete = True
+                return result
             finally:
-                upstream.release()
-        self.metrics.failed.labels(str(last_status)).inc()
+                if complete:
+                    upstream.release()
+                else:  # cancelled, or moved on: the cluster sees the connection close
+                    upstream.close()
+        self.metrics.failed.labels(str(verdict.status)).inc()
+        detail = "; ".join(tried) or "no routable cluster"
         return (
             error_response(
-                502 if last_status < 500 and last_status != 429 else last_status,
-                f"Every cluster attempt failed ({last_error}).",
-                "upstream_error" if last_status != 429 else "rate_limit_exceeded",
-                "no_cluster_answered",
+                verdict.status,
+                f"No cluster could answer the request ({detail}).",
+                "upstream_error",
+                verdict.code,
                 extra,
             ),
             None,
@@ -310,10 +340,11 @@ class GlobalRouter:
         self, state: ClusterState, path: str, raw: bytes, headers: dict[str, str], stream: bool
     ) -> tuple[aiohttp.ClientResponse, bytes]:
         """Send the request to one cluster and wait for its first byte (a stream's first
-        chunk; a JSON answer whole, as it arrives whole). Until then the attempt is
-        retryable: `_Skip` says why it was given up. A drain of the cluster meanwhile
-        ends the wait at once (the registry calls back); a stream silent for
-        `firstByteTimeoutMs` is skipped without draining (slow is not gone)."""
+        chunk; a JSON answer whole, as it arrives whole). `_Skip` says why an attempt
+        ended before: refused (nothing listens, or the connection dropped before an
+        answer), drained (the registry drained the cluster meanwhile: it calls back and
+        the wait ends at once), timeout (`firstByteTimeoutMs` for a stream, else
+        `readTimeoutMs` of silence) or broken (the answer began and failed)."""
         assert self._session is not None
         name = state.name
         loop = asyncio.get_running_loop()
@@ -328,27 +359,29 @@ class GlobalRouter:
                     )
                     try:
                         first = await (upstream.content.readany() if stream else upstream.read())
-                    except (aiohttp.ClientError, TimeoutError) as error:
-                        self.registry.observe_outcome(name, failed=True)
-                        raise _Skip("broke_before_first_byte", 502, str(error)) from error
-                except aiohttp.SocketTimeoutError as error:  # slow, not gone: skip, keep it
-                    self.registry.observe_outcome(name, failed=True)
-                    raise _Skip("read_timeout", 504, str(error)) from error
-                except (aiohttp.ClientConnectionError, TimeoutError, OSError) as error:
-                    self.registry.release(name, key)
-                    self.registry.drain(name, "connect_failed")
-                    raise _Skip("connect_failed", 502, str(error)) from error
+                    except TimeoutError as error:  # aiohttp's read timeout is one
+                        raise _Skip(Failure.TIMEOUT, str(error)) from error
+                    except aiohttp.ClientError as error:
+                        raise _Skip(Failure.BROKEN, str(error)) from error
+                except aiohttp.SocketTimeoutError as error:  # silent: it may be generating
+                    raise _Skip(Failure.TIMEOUT, str(error)) from error
+                except (aiohttp.ClientConnectionError, OSError) as error:
+                    raise _Skip(Failure.REFUSED, str(error)) from error
                 except BaseException:
                     if upstream is not None:
-                        upstream.release()
+                        upstream.close()
                     raise
                 finally:
                     self.registry.release(name, key)
         except TimeoutError as error:  # only the wait above ends this way (the rest is _Skip)
-            if not state.routable:  # the drain called us back: retry now, loses nothing
-                raise _Skip("cluster_drained", 502, "drained while waiting") from error
-            self.registry.observe_outcome(name, failed=True)
-            raise _Skip("first_byte_timeout", 504, "no first byte in time") from error
+            if not state.routable:  # the drain called us back: the connection is closed
+                raise _Skip(Failure.DRAINED, "drained while waiting") from error
+            raise _Skip(Failure.TIMEOUT, "no first byte in time") from error
+        except _Skip:
+            if upstream is not None:
+                upstream.close()
+            raise
+        assert upstream is not None
         return upstream, first
 
     async def _relay(
@@ -363,52 +396,84 @@ class GlobalRouter:
     ) -> tuple[web.StreamResponse, int | None]:
         """Relay an answer whose first byte is in (`first`): nothing is retried from here."""
         name = state.name
+        status = upstream.status
         content_type = upstream.headers.get("content-type", "application/json")
         headers = {**extra, CLUSTER_HEADER: name, "content-type": content_type}
         for passed in _PASSED_BACK:
             value = upstream.headers.get(passed)
             if value is not None:
                 headers[passed] = value
-        self._answered(state, cross, upstream.status, time.perf_counter() - started)
-        if not content_type.startswith("text/event-stream"):
+        self._first_byte(state, cross, time.perf_counter() - started)
+        streaming = is_event_stream(content_type)
+        usage = UsageScanner(streaming, USAGE_SCAN_BYTES) if status == 200 else None
+        if not streaming:
             try:  # the rest, when a stream was asked for and JSON came (empty otherwise)
                 body = first + await upstream.content.read()
             except (aiohttp.ClientError, TimeoutError) as error:
+                log.info("cluster %s: the answer broke (%s)", name, error)
+                self._ended(state, cross, StreamEnd.BROKEN.value, failed=True)
                 return error_response(
-                    502, f"The cluster's answer broke: {error}", "upstream_error", "broken"
+                    502, "The cluster's answer broke.", "upstream_error", "cluster_answer_broken"
                 ), None
-            whole = web.Response(status=upstream.status, body=body, headers=headers)
-            await whole.prepare(request)  # sent before the bookkeeping (settling usage)
-            await whole.write_eof()
-            return whole, usage_of(body) if upstream.status == 200 else None
-        response = web.StreamResponse(status=upstream.status, headers=headers)
-        await response.prepare(request)
-        last_data = first if b'"usage"' in first else b""
+            whole = web.Response(status=status, body=body, headers=headers)
+            self._ended(state, cross, str(status), failed=status >= 500)
+            try:
+                await whole.prepare(request)  # sent before the bookkeeping (settling usage)
+                await whole.write_eof()
+            except ConnectionError:
+                return whole, None  # the client left: the answer's charge stays as estimated
+            if usage is None:
+                return whole, None
+            usage.feed(body)
+            return whole, _tokens(usage)
+        response = web.StreamResponse(status=status, headers=headers)
         try:
-            if first:
-                await response.write(first)
-                async for chunk in upstream.content.iter_any():
-                    await response.write(chunk)
-                    if b'"usage"' in chunk:
-                        last_data = chunk
-        except (aiohttp.ClientError, TimeoutError) as error:
-            event = {
-                "error": {
-                    "message": f"The cluster's stream broke: {error}",
-                    "type": "upstream_error",
-                    "code": "stream_broken",
-                }
-            }
-            await response.write(b"data: " + orjson.dumps(event) + b"\n\n")
-            await response.write_eof()
+            await response.prepare(request)
+        except ConnectionError:
             return response, None
-        await response.write_eof()
-        return response, sse_usage(last_data)
+        relayed = await self.relay.pump(
+            upstream.content.iter_any(),
+            response,
+            first=first,
+            sent=None if usage is None else usage.feed,
+        )
+        end = relayed.end
+        if end is StreamEnd.STALLED:
+            self.registry.drain(name, "stream_stalled")
+        if end is not StreamEnd.CLIENT_LEFT:
+            failed = end is not StreamEnd.COMPLETE or status >= 500
+            code = str(status) if end is StreamEnd.COMPLETE else end.value
+            self._ended(state, cross, code, failed=failed)
+        if end is not StreamEnd.COMPLETE or usage is None:
+            return response, None
+        return response, _tokens(usage)
 
-    def _answered(self, state: ClusterState, cross: str, status: int, ttft: float) -> None:
-        self.metrics.requests.labels(state.name, state.spec.region, cross, str(status)).inc()
+    def _first_byte(self, state: ClusterState, cross: str, ttft: float) -> None:
         self.metrics.ttft.labels(state.name, cross).observe(ttft)
         self.registry.observe_ttft(state.name, ttft)
+
+    def _ended(self, state: ClusterState, cross: str, code: str, *, failed: bool) -> None:
+        """An answer relayed to its end: counted once, with how it ended (`code`: the
+        status, or `stream_broken` / `stream_stalled`), and learnt by the error score."""
+        self.metrics.requests.labels(state.name, state.spec.region, cross, code).inc()
+        self.registry.observe_outcome(state.name, failed=failed)
+
+
+def _routable(state: ClusterState) -> bool:
+    return state.routable
+
+
+def _tokens(usage: UsageScanner) -> int | None:
+    found = usage.close()
+    return None if found is None else total_tokens(found)
+
+
+def runner_settings(header_timeout_s: float = HEADER_TIMEOUT_S) -> dict[str, Any]:
+    """The aiohttp server settings `igw global` runs with (`web.run_app` / `AppRunner`):
+    handler cancellation, so a client that leaves cancels its request and the cluster sees
+    its connection close, and the gateway's one set of slow-client deadlines and quiet
+    client-error logs (transport/http_settings.py, as `igw serve`)."""
+    return {"handler_cancellation": True, **server_settings(header_timeout_s)}
 
 
 def build_global_router(

@@ -11,7 +11,17 @@ import pytest
 from inference_gateway.config.spec import GatewayConfigSpec
 from inference_gateway.core.scheduling import Endpoint, LLMRequest, PodMetrics, Scheduler
 from inference_gateway.core.scheduling.gpu_priors import GPU_SECONDS_PER_PREFILL_TOKEN, gpu_priors
-from inference_gateway.core.scheduling.plugins.predicted_ttft import build
+from inference_gateway.core.scheduling.plugins.predicted_ttft import PredictedTTFTScorer
+from inference_gateway.core.scheduling.plugins.prefix import PrefixIndex
+from inference_gateway.core.scheduling.registry import build_plugin
+from inference_gateway.core.scheduling.types import PluginContext
+
+
+def build(parameters: dict[str, object]) -> PredictedTTFTScorer:
+    context = PluginContext(index=PrefixIndex(), priors=gpu_priors())
+    scorer = build_plugin("predicted-ttft-scorer", "ttft", parameters, context)
+    assert isinstance(scorer, PredictedTTFTScorer)
+    return scorer
 
 
 def test_the_core_imports_no_emulator_data_plane_or_web_framework() -> None:
@@ -57,20 +67,18 @@ def _a10g_and_h100() -> list[Endpoint]:
 
 def test_the_scorer_starts_from_the_shipped_priors() -> None:
     """Before any TTFT is measured, an idle H100 beats an idle A10G."""
-    scorer = build("ttft", {}, priors=gpu_priors())
+    scorer = build({})
     a10g, h100 = scorer.score(LLMRequest("r", "m", prompt_tokens=2000), _a10g_and_h100())
     assert h100 == 1.0 and a10g < 0.2
 
 
 def test_priors_are_a_scorer_parameter() -> None:
     """`gpu_seconds_per_token` overrides the shipped table (here: the A10G made faster)."""
-    scorer = build(
-        "ttft", {"gpu_seconds_per_token": {"A10G": 1e-6, "H100": 1e-4}}, priors=gpu_priors()
-    )
+    scorer = build({"gpu_seconds_per_token": {"A10G": 1e-6, "H100": 1e-4}})
     a10g, h100 = scorer.score(LLMRequest("r", "m", prompt_tokens=2000), _a10g_and_h100())
     assert a10g == 1.0 and h100 < a10g
     with pytest.raises(ValueError):
-        build("ttft", {"gpu_seconds_per_token": {"A10G": -1.0}})
+        build({"gpu_seconds_per_token": {"A10G": -1.0}})
 
 
 def test_the_scheduler_defaults_to_the_shipped_table() -> None:

@@ -12,7 +12,7 @@ from inference_gateway.config.spec import (
     SchedulingProfileSpec,
 )
 from inference_gateway.core.scheduling import Endpoint, LLMRequest, PodMetrics, Scheduler
-from inference_gateway.core.scheduling.plugins.max_score import build
+from inference_gateway.core.scheduling.registry import build_plugin, validation_context
 from inference_gateway.errors import ConfigError
 
 
@@ -51,4 +51,6 @@ def test_unset_returns_every_candidate_ranked() -> None:
 
 def test_a_cap_below_one_is_refused() -> None:
     with pytest.raises((ValueError, ConfigError)):
-        build("picker", {"max_num_of_endpoints": 0})
+        build_plugin(
+            "max-score-picker", "picker", {"max_num_of_endpoints": 0}, validation_context()
+        )

@@ -8,13 +8,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from inference_gateway.config.spec import GatewayConfigSpec, PluginSpec
+from inference_gateway.config.spec import GatewayConfigSpec, parse_config
 from inference_gateway.core.scheduling import Endpoint, LLMRequest, PodMetrics, Scheduler
 from inference_gateway.core.scheduling.plugins.kv_cache import KVCacheScorer
 from inference_gateway.core.scheduling.plugins.lora import LoraAffinityScorer
 from inference_gateway.core.scheduling.plugins.prefix import PrefixCacheScorer, PrefixIndex
 from inference_gateway.core.scheduling.plugins.queue import QueueScorer
-from inference_gateway.core.scheduling.registry import PLUGIN_TYPES, build_plugin, register
+from inference_gateway.core.scheduling.registry import (
+    PLUGIN_TYPES,
+    build_plugin,
+    register_scorer,
+    validation_context,
+)
 from inference_gateway.errors import ConfigError, NoEndpointError
 
 
@@ -107,16 +112,22 @@ def test_prefix_index_matches_equal_a_linear_scan() -> None:
 
 
 def test_every_registered_type_builds_from_empty_parameters() -> None:
-    for type_name in PLUGIN_TYPES:
-        plugin = build_plugin(PluginSpec(type=type_name), index=PrefixIndex())
+    """Each type's defaults are a working plugin of its registered kind."""
+    method = {"filter": "filter", "scorer": "score", "picker": "pick"}
+    assert len(PLUGIN_TYPES) >= 7
+    for type_name, plugin_type in PLUGIN_TYPES.items():
+        plugin = build_plugin(type_name, type_name, {}, validation_context())
         assert plugin.name == type_name
+        assert callable(getattr(plugin, method[plugin_type.kind]))
 
 
 def test_registering_twice_fails_and_bad_parameters_name_the_field() -> None:
     with pytest.raises(ValueError, match="registered twice"):
-        register("queue-scorer", lambda *a, **k: None)
-    with pytest.raises(ConfigError, match=r"plugins\.parameters\.bogus"):
-        build_plugin(PluginSpec(type="queue-scorer", parameters={"bogus": 1}))
+        register_scorer(
+            "queue-scorer", PLUGIN_TYPES["queue-scorer"].params, lambda *a: QueueScorer()
+        )
+    with pytest.raises(ConfigError, match=r"plugins\[0\]\.parameters\.bogus"):
+        parse_config({"plugins": [{"type": "queue-scorer", "parameters": {"bogus": 1}}]})
 
 
 def test_no_eligible_endpoint_raises() -> None:

@@ -100,22 +100,50 @@ async def test_bbr_without_a_model_passes_through_untouched() -> None:
     assert out.upstream_body == b"{not json"
 
 
-async def test_health_follows_ready_pods(make_picker: PickerFactory) -> None:
-    dead = [Endpoint("dead", "127.0.0.1", 9, pool="p")]
-    picker = await make_picker(endpoints=dead)
+@pytest.mark.parametrize("transport", ["http2", "grpcio"])
+async def test_readiness_is_serving_with_zero_ready_pods(
+    make_picker: PickerFactory, transport: str
+) -> None:
+    """Readiness means "can serve the protocol": SERVING once config and pools are synced,
+    whatever the pod count, on the ext_proc port and the plain `--grpc-health-port`
+    (upstream's EPP is SERVING once its datastore has synced the pool; a picker that
+    waited for pods would deadlock an Argo CD sync wave and a scale from zero)."""
+    nothing = await make_picker(endpoints=[], transport=transport, health_port=0)
+    dead = await make_picker(
+        endpoints=[Endpoint("dead", "127.0.0.1", 9, pool="p")], transport=transport
+    )
+    serving = health_pb2.HealthCheckResponse.SERVING
+    for target in (
+        f"127.0.0.1:{nothing.port}",
+        f"127.0.0.1:{nothing.health_bound}",
+        f"127.0.0.1:{dead.port}",
+    ):
+        for service in ("", "readiness", "liveness"):
+            assert await health(target, service=service) == serving, (target, service)
+    assert not nothing.store.ready() and not dead.store.ready()
+
+
+async def test_readiness_waits_for_the_pools_to_sync(make_picker: PickerFactory) -> None:
+    """Not synced yet (Kubernetes: the pods not listed once): NOT_SERVING; synced with
+    zero pods: SERVING."""
+    synced = [False]
+    picker = await make_picker(endpoints=[], synced=lambda: synced[0], health_interval_s=0.01)
     target = f"127.0.0.1:{picker.port}"
-    assert await health(target) == health_pb2.HealthCheckResponse.NOT_SERVING
-    live = await make_picker()
-    assert await health(f"127.0.0.1:{live.port}") == health_pb2.HealthCheckResponse.SERVING
+    assert await health(target, service="readiness") == health_pb2.HealthCheckResponse.NOT_SERVING
+    synced[0] = True
+    async with asyncio.timeout(5):
+        while await health(target, service="readiness") != health_pb2.HealthCheckResponse.SERVING:
+            await asyncio.sleep(0.02)
 
 
 @pytest.mark.parametrize("transport", ["http2", "grpcio"])
-async def test_liveness_ignores_pods_and_lease_readiness_follows_them(
+async def test_liveness_ignores_pods_and_lease_readiness_follows_the_lease(
     make_picker: PickerFactory, transport: str
 ) -> None:
     """A picker with no ready pod and no lease stays live, so its liveness probe never
     restarts it during a model outage, a scale-from-zero or on a standby replica; readiness
-    says it cannot pick. Upstream: the endpoint picker's gRPC health server answers the
+    says a standby replica cannot pick. Upstream: the endpoint picker's gRPC health server
+    answers the
     `liveness` service SERVING regardless of datastore and leader state, and `readiness`
     only when the pool is synced and (with leader election) it leads
     (kubernetes-sigs/gateway-api-inference-extension, pkg/epp/server health service names

@@ -232,15 +232,24 @@ async def test_rate_limit_answers_429_with_retry_after(make_picker: PickerFactor
     assert orjson.loads(second.immediate.body)["error"]["code"] == "rate_limited"
 
 
-async def test_no_ready_pod_answers_503(make_picker: PickerFactory) -> None:
+async def test_no_ready_pod_holds_then_answers_503_with_retry_after(
+    make_picker: PickerFactory,
+) -> None:
+    """Held for the band's TTL (scale from zero), then 503 `no_ready_endpoint` with
+    Retry-After; readiness stays SERVING (it never depends on the pod count)."""
     from inference_gateway.core.scheduling.types import Endpoint
 
     dead = [Endpoint("dead", "127.0.0.1", 9, pool="p", models=frozenset({"llama-3.1-8b"}))]
-    picker = await make_picker(endpoints=dead)
+    short = {"flowControl": {"bands": {"standard": {"maxQueue": 4, "ttlS": 0.3}}}}
+    picker = await make_picker(short, endpoints=dead)
     async with FakeEnvoy(f"127.0.0.1:{picker.port}") as envoy:
         out = await envoy.exchange(CHAT, chat())
     assert out.immediate is not None and out.immediate.status.code == 503
-    assert not picker.serving  # health: NOT_SERVING while no pod is ready
+    assert orjson.loads(out.immediate.body)["error"]["code"] == "no_ready_endpoint"
+    mutation = out.immediate.headers.set_headers
+    headers = {h.header.key: h.header.raw_value.decode() for h in mutation}
+    assert int(headers["retry-after"]) >= 1
+    assert picker.serving
 
 
 async def test_buffered_mode_answers_in_the_body_response(make_picker: PickerFactory) -> None:

@@ -19,13 +19,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hpack import Decoder, Encoder
 
 from inference_gateway.frontends.extproc.wire import BODY_CHUNK_BYTES
+from inference_gateway.transport.h2_frames import HeaderDecoder, only_indexed
 from inference_gateway.transport.http2_server import (
     Call,
     GrpcCode,
     HealthService,
     Http2GrpcServer,
-    _Connection,
-    _only_indexed,
 )
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -282,18 +281,18 @@ async def test_megabyte_bodies_flow_through_the_windows(make_picker: PickerFacto
 async def test_header_cache_follows_the_dynamic_table() -> None:
     """Equal indexed-only blocks share one decode; a block that can change the HPACK
     table clears the cache, so a later equal byte string is decoded afresh."""
-    conn = _Connection(Http2GrpcServer({}))
+    decoder = HeaderDecoder(65_536)
     encoder = Encoder()
     first = encoder.encode([(":path", "/a"), ("x-id", "1")])
-    assert not _only_indexed(first)
-    assert conn._decode(first) == {":path": "/a", "x-id": "1"}
+    assert not only_indexed(first)
+    assert decoder.decode(first) == {":path": "/a", "x-id": "1"}
     again = encoder.encode([(":path", "/a"), ("x-id", "1")])
-    assert _only_indexed(again)
-    assert conn._decode(again) is conn._decode(again)  # cached
-    assert conn._decode(encoder.encode([("x-id", "2")])) == {"x-id": "2"}  # table grows
-    assert conn.header_cache == {}
+    assert only_indexed(again)
+    assert decoder.decode(again) is decoder.decode(again)  # cached
+    assert decoder.decode(encoder.encode([("x-id", "2")])) == {"x-id": "2"}  # table grows
+    assert decoder.cache == {}
     shifted = encoder.encode([(":path", "/a"), ("x-id", "1")])
-    assert conn._decode(shifted) == {":path": "/a", "x-id": "1"}
+    assert decoder.decode(shifted) == {":path": "/a", "x-id": "1"}
 
 
 @pytest.mark.parametrize(
@@ -306,4 +305,4 @@ async def test_header_cache_follows_the_dynamic_table() -> None:
     ],
 )
 def test_only_indexed(block: bytes, indexed: bool) -> None:
-    assert _only_indexed(block) is indexed
+    assert only_indexed(block) is indexed

@@ -347,7 +347,7 @@ async def _windows_follow_reads(server: Http2GrpcServer, handlers: Handlers, por
         sent += 1
     await peer.pump(0.3)  # any WINDOW_UPDATE the server sends arrives here
     assert peer.h2.local_flow_control_window(stream) < 4_096 + 5  # still closed
-    held = sum(c.held for conn in server.connections for c in conn.streams.values())
+    held = sum(s.held for conn in server.connections for s in conn.h2.streams.values())
     assert held == sent * (4_096 + 5) <= server.stream_window
     handlers.release.set()
     async with asyncio.timeout(5):

@@ -99,13 +99,14 @@ class Bookkeeping:
 
 def check_bounds(server: Http2GrpcServer) -> None:
     for conn in server.connections:
-        assert len(conn.buffer) <= POLICY.max_frame_size + 9
-        assert len(conn.header_block) <= POLICY.max_header_block
-        assert len(conn.streams) <= POLICY.max_concurrent_streams
-        held = sum(call.held for call in conn.streams.values())
+        h2 = conn.h2
+        assert h2.buffered <= POLICY.max_frame_size + 9
+        assert len(h2.header_block) <= POLICY.max_header_block
+        assert len(h2.streams) <= POLICY.max_concurrent_streams
+        held = sum(stream.held for stream in h2.streams.values())
         assert held <= POLICY.connection_window
-        for call in conn.streams.values():
-            assert len(call._partial) <= call.max_message + 5
+        for stream in h2.streams.values():
+            assert len(stream.partial) <= stream.max_message + 5
         if conn.transport is not None:
             assert conn.transport.get_write_buffer_size() <= POLICY.write_high_water + 2**20
 

@@ -54,9 +54,9 @@ EXPORTS = {
     "inference_gateway.frontends.bbr": [
         "BASE_MODEL_HEADER",
         "BodyRouter",
-        "BodyRouterServicer",
         "MODEL_HEADER",
         "model_headers",
+        "serve_call",
         "start_bbr",
     ],
     "inference_gateway.kubernetes.discovery": [

@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 import pytest
 from aiohttp import web
 
@@ -18,6 +19,7 @@ from inference_gateway.frontends.global_router import (
     build_global_router,
     parse_router_config,
 )
+from inference_gateway.frontends.global_router.server import runner_settings
 from inference_gateway.store.local_server import LocalRedis
 
 HEALTHY = {
@@ -40,8 +42,15 @@ class FakeCluster:
     status_body: bytes | None = None  # raw bytes instead of `status` (garbage tests)
     answer_status: int = 200
     hang_s: float = 2.0  # how long answer_status -1 stays silent
+    answer_delay_s: float = 0.0  # a pause before any answer
     status_delay_s: float = 0.0  # a slow status answer (ordering tests)
+    # how a stream goes: ok | stall (first chunk, then hang_s of silence) | break (first
+    # chunk, then the connection is cut) | slow (a chunk every 0.2 s, 30 of them) |
+    # split_usage (the usage event split across two writes) | responses (the Responses
+    # API's `response.completed` event carries the usage)
+    stream_mode: str = "ok"
     hits: Counter[str] = field(default_factory=Counter)
+    cancelled_at: list[float] = field(default_factory=list)  # loop times of seen cancels
     runner: web.AppRunner | None = None
     port: int = 0
 
@@ -57,8 +66,51 @@ class FakeCluster:
         return web.json_response(self.status)
 
     async def _complete(self, request: web.Request) -> web.StreamResponse:
+        try:
+            return await self._answer(request)
+        except asyncio.CancelledError:  # the caller closed the connection (cancellation on)
+            self.cancelled_at.append(asyncio.get_running_loop().time())
+            raise
+
+    async def _stream(self, request: web.Request, usage: dict[str, int]) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(b'data: {"choices":[{"text":"hi"}]}\n\n')
+        mode = self.stream_mode
+        if mode == "stall":
+            await asyncio.sleep(self.hang_s)
+        elif mode == "break":
+            assert request.transport is not None
+            request.transport.abort()  # a chunked body cut short: the client sees it broken
+            return response
+        elif mode == "slow":
+            for _ in range(30):
+                await asyncio.sleep(0.2)
+                await response.write(b'data: {"choices":[{"text":"."}]}\n\n')
+        usage_json = orjson.dumps(usage)
+        if mode == "split_usage":
+            line = b'data: {"choices":[],"usage":' + usage_json + b"}\n\n"
+            await response.write(line[:20])
+            await asyncio.sleep(0.05)  # two chunks on the wire
+            await response.write(line[20:])
+        elif mode == "responses":
+            event = {"type": "response.completed", "response": {"id": "r", "usage": {
+                "input_tokens": usage["prompt_tokens"],
+                "output_tokens": usage["completion_tokens"],
+                "total_tokens": usage["total_tokens"]}}}  # fmt: skip
+            await response.write(b"event: response.completed\ndata: " + orjson.dumps(event))
+            await response.write(b"\n\n")
+        else:
+            await response.write(b'data: {"choices":[],"usage":' + usage_json + b"}\n\n")
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+    async def _answer(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.hits[request.headers.get("x-gateway-inference-objective", "")] += 1
+        if self.answer_delay_s:
+            await asyncio.sleep(self.answer_delay_s)
         if self.answer_status == -1:  # a cluster that accepted and went silent
             await asyncio.sleep(self.hang_s)
         if self.answer_status != 200:
@@ -69,27 +121,21 @@ class FakeCluster:
             )
         usage = {"prompt_tokens": 5, "completion_tokens": 5, "total_tokens": 10}
         if body.get("stream"):
-            response = web.StreamResponse(headers={"content-type": "text/event-stream"})
-            await response.prepare(request)
-            await response.write(b'data: {"choices":[{"text":"hi"}]}\n\n')
-            await response.write(
-                b'data: {"choices":[],"usage":' + str(usage).replace("'", '"').encode() + b"}\n\n"
-            )
-            await response.write(b"data: [DONE]\n\n")
-            await response.write_eof()
-            return response
+            return await self._stream(request, usage)
         return web.json_response({"choices": [{"text": self.name}], "usage": usage})
 
     async def _models(self, request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": "m", "object": "model"}]})
 
-    async def start(self) -> FakeCluster:
+    async def start(self, *, cancellation: bool = False) -> FakeCluster:
+        """`cancellation`: the handler is cancelled when its caller hangs up, as in
+        `igw serve` (so `cancelled_at` records it)."""
         app = web.Application()
         app.router.add_get("/status", self._status)
         app.router.add_post("/v1/completions", self._complete)
         app.router.add_post("/v1/chat/completions", self._complete)
         app.router.add_get("/v1/models", self._models)
-        self.runner = web.AppRunner(app)
+        self.runner = web.AppRunner(app, handler_cancellation=cancellation)
         await self.runner.setup()
         site = web.TCPSite(self.runner, "127.0.0.1", self.port)
         await site.start()
@@ -105,7 +151,7 @@ class FakeCluster:
 @asynccontextmanager
 async def running_router(config: dict[str, Any]) -> AsyncIterator[tuple[str, GlobalRouter]]:
     app, router = build_global_router(parse_router_config(config), seed=1)
-    runner = web.AppRunner(app)
+    runner = web.AppRunner(app, **runner_settings())  # as `igw global` runs it
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()

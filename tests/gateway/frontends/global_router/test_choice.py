@@ -63,12 +63,42 @@ def test_cost_prefers_the_cheaper_cluster() -> None:
     assert names("latency", state("near"), state("far"), shed=True) == ["far", "near"]
 
 
-def test_cost_uses_measured_cost_per_token_when_every_cluster_has_one() -> None:
-    # far is cheaper per hour but so slow that its tokens cost more
-    near = state("near", tokensPerSecond=10_000)  # 100/(10000*3600)*1e6 = 2.78 $/M
-    far = state("far", tokensPerSecond=1_000)  # 40/(1000*3600)*1e6 = 11.1 $/M
-    assert near.cost_per_million() == pytest.approx(2.7778, rel=1e-3)
-    assert names("cost", near, far) == ["near", "far"]
+def test_cost_is_per_generated_token_at_capacity() -> None:
+    """far is cheaper per hour but serves so little at capacity that its tokens cost more;
+    what the clusters serve right now (tokensPerSecond) does not enter (issue 23, item 6)."""
+    spec = parse_router_config(
+        {
+            "clusters": [
+                {"name": "near", "region": "r1", "endpoint": "http://127.0.0.1:1",
+                 "hourlyCostUsd": 100, "capacityTokensPerSecond": 10_000},
+                {"name": "far", "region": "r2", "endpoint": "http://127.0.0.1:2",
+                 "hourlyCostUsd": 40, "capacityTokensPerSecond": 1_000},
+            ]
+        }
+    )  # fmt: skip
+    near, far = (ClusterState(c, ClusterStatus(readyPods=4, saturation=0.2)) for c in spec.clusters)
+    for s in (near, far):
+        s.routable = True
+    assert near.cost_per_million() == pytest.approx(100 / (10_000 * 3600) * 1e6)  # $2.78/M
+    assert far.cost_per_million() == pytest.approx(40 / (1_000 * 3600) * 1e6)  # $11.1/M
+
+    def ranked() -> list[str]:
+        traits = RequestTraits("r2", "cost", True)
+        return [x.name for x in rank_clusters(spec, [far, near], traits, 0.0).ranked]
+
+    assert ranked() == ["near", "far"]
+    # near busy, far idle: their cost at capacity is unchanged, and so is the ranking
+    near.status = ClusterStatus(readyPods=4, saturation=0.2, tokensPerSecond=9_000)
+    far.status = ClusterStatus(readyPods=4, saturation=0.2, tokensPerSecond=1)
+    assert ranked() == ["near", "far"]
+
+
+def test_a_cluster_that_fails_most_attempts_goes_behind_whatever_its_load() -> None:
+    """An empty queue must not win for a cluster that breaks what it takes."""
+    idle, busy = state("near", saturation=0.0), state("far", saturation=0.8)
+    assert names("latency", idle, busy) == ["near", "far"]
+    idle.error_ewma = 0.5
+    assert names("latency", idle, busy) == ["far", "near"]
 
 
 def test_cost_skips_a_saturated_cheap_cluster_and_one_over_the_latency_budget() -> None:

@@ -1,16 +1,12 @@
-"""What a request and its answer carry, parsed defensively: hostile or odd values read as
-absent, never as a crash or a negative charge."""
+"""What a request carries, parsed defensively: hostile or odd values read as absent, never
+as a crash or a negative charge. (The answer's `usage` is the gateway's one usage parser,
+tests/gateway/core/request/test_usage.py.)"""
 
 from __future__ import annotations
 
 import pytest
 
-from inference_gateway.frontends.global_router.requests import (
-    api_key_of,
-    sse_usage,
-    token_estimate,
-    usage_of,
-)
+from inference_gateway.frontends.global_router.requests import api_key_of, token_estimate
 
 
 @pytest.mark.parametrize(
@@ -26,28 +22,6 @@ from inference_gateway.frontends.global_router.requests import (
 )
 def test_token_estimate(body: dict[str, object], tokens: int) -> None:
     assert token_estimate(body) == tokens
-
-
-@pytest.mark.parametrize(
-    ("raw", "total"),
-    [
-        (b'{"usage": {"total_tokens": 12}}', 12),
-        (b'{"usage": {"total_tokens": -1}}', None),
-        (b'{"usage": {"total_tokens": "12"}}', None),
-        (b'{"usage": {"total_tokens": true}}', None),
-        (b'{"usage": null}', None),
-        (b"[1]", None),
-        (b"not json", None),
-    ],
-)
-def test_usage_of(raw: bytes, total: int | None) -> None:
-    assert usage_of(raw) == total
-
-
-def test_sse_usage_takes_the_last_event_with_usage() -> None:
-    chunk = b'data: {"choices":[]}\n\ndata: {"usage":{"total_tokens":9}}\n\ndata: [DONE]\n\n'
-    assert sse_usage(chunk) == 9
-    assert sse_usage(b"data: [DONE]\n\n") is None
 
 
 @pytest.mark.parametrize(

@@ -131,13 +131,11 @@ async def stream_post(
 async def test_a_retry_skips_a_cluster_drained_since_the_ranking(
     fake_clusters: list[FakeCluster],
 ) -> None:
-    """Ranking on arrival: b (home, cheapest), a (home), c. b holds the stream past the
-    first-byte timeout; a is drained meanwhile, so the retry goes to c, not to a."""
+    """Ranking on arrival: b (home, cheapest), a (home), c. b refuses (503) after a
+    while; a is drained meanwhile, so the retry goes to c, not to a."""
     a, b, _ = fake_clusters
-    b.answer_status, b.hang_s = -1, 3.0
-    slow_polls = config(
-        fake_clusters, pollIntervalMs=30_000, staleAfterMs=60_000, firstByteTimeoutMs=600
-    )
+    b.answer_status, b.answer_delay_s = 503, 0.6
+    slow_polls = config(fake_clusters, pollIntervalMs=30_000, staleAfterMs=60_000)
     async with running_router(slow_polls) as (url, router), aiohttp.ClientSession() as s:
         sent = asyncio.ensure_future(stream_post(s, url))
         await asyncio.sleep(0.2)
@@ -145,22 +143,7 @@ async def test_a_retry_skips_a_cluster_drained_since_the_ranking(
         status, headers, _ = await sent
         assert status == 200 and headers["x-igw-cluster"] == "c"
         assert sum(a.hits.values()) == 0
-        assert router.metrics.retries.labels("b", "first_byte_timeout")._value.get() == 1
-
-
-async def test_a_silent_stream_moves_on_after_the_first_byte_timeout(
-    fake_clusters: list[FakeCluster],
-) -> None:
-    b = fake_clusters[1]
-    b.answer_status, b.hang_s = -1, 5.0
-    cfg = config(fake_clusters, firstByteTimeoutMs=300, pollIntervalMs=30_000, staleAfterMs=60_000)
-    async with running_router(cfg) as (url, router), aiohttp.ClientSession() as s:
-        started = asyncio.get_running_loop().time()
-        status, headers, body = await stream_post(s, url)
-        took = asyncio.get_running_loop().time() - started
-        assert status == 200 and headers["x-igw-cluster"] == "a" and b"[DONE]" in body
-        assert took < 2.5  # not b's 5 s of silence (nor the 300 s read timeout)
-        assert router.registry.states["b"].routable  # slow is not gone: no drain
+        assert router.metrics.retries.labels("b", "503")._value.get() == 1
 
 
 async def test_a_drain_retries_the_requests_held_there_at_once(
@@ -306,7 +289,7 @@ async def test_no_routable_cluster_answers_503(fake_clusters: list[FakeCluster])
         c.status_body = b"garbage"
     async with running_router(config(fake_clusters)) as (url, _), aiohttp.ClientSession() as s:
         status, _, body = await post(s, url)
-        assert status == 503 and body["error"]["code"] == "no_cluster_answered"
+        assert status == 503 and body["error"]["code"] == "no_routable_cluster"
         async with s.get(url + "/health") as r:
             assert r.status == 503
 
@@ -324,22 +307,6 @@ async def test_unreachable_store_at_start_serves_on_the_local_view(
         assert [status for status, _, _ in answers] == [200, 200, 200, 429]
         assert {h["x-ratelimit-scope"] for _, h, _ in answers} == {"local"}
         assert router.metrics.rate_limit_hits.labels("local")._value.get() == 1
-
-
-async def test_a_silent_cluster_is_left_after_the_read_timeout(
-    fake_clusters: list[FakeCluster],
-) -> None:
-    b = fake_clusters[1]  # the first choice
-    b.answer_status = -1  # accepts, then says nothing
-    async with (
-        running_router(config(fake_clusters, readTimeoutMs=300)) as (url, router),
-        aiohttp.ClientSession() as s,
-    ):
-        status, headers, _ = await post(s, url)
-        assert status == 200 and headers["x-igw-cluster"] == "a"
-        assert router.registry.states["b"].routable  # slow is not dead: not drained
-        assert router.metrics.failovers.labels("b", "connect_failed")._value.get() == 0
-        assert router.metrics.retries.labels("b", "read_timeout")._value.get() == 1
 
 
 async def test_every_cluster_full_passes_the_last_429_through(

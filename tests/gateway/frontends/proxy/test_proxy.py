@@ -243,3 +243,81 @@ async def test_scrape_fetch_decodes_text_and_refuses_errors() -> None:
             await fetch(endpoint, "/nowhere")
         assert fetch.cpu_seconds() > 0  # what the store's CPU budget reads
         await fetch.close()
+
+
+async def test_a_refused_pod_is_not_picked_again_until_a_fresh_scrape() -> None:
+    """Passive failure detection (the endpoint store's one rule, shared with the picker):
+    the first refused connection takes the pod out of rotation at once, not when its
+    scrape goes stale (60 s here), so only one request pays a retry."""
+    from inference_gateway.config.spec import parse_config
+
+    spec = parse_config({"scrape": {"intervalMs": 50, "stalenessMs": 60_000, "timeoutMs": 100}})
+    async with pod(ok, waiting=3) as (good, _), aiohttp.ClientSession() as client:
+        async with pod(ok) as (gone, _):
+            endpoints = [
+                Endpoint("gone", "127.0.0.1", gone, pool="p", index=0),
+                Endpoint("good", "127.0.0.1", good, pool="p", index=1),
+            ]
+            app, gateway = build_gateway(endpoints, spec, expose_endpoints=True)
+            runner = app_runner(app)
+            await runner.setup()
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            await site.start()
+        url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+        try:
+            for _ in range(8):
+                async with client.post(url + "/v1/completions", data=body()) as r:
+                    assert r.status == 200
+                    assert r.headers["x-gateway-destination-endpoint"] == f"127.0.0.1:{good}"
+            assert gateway.store.connection_failures == 1  # tried once, never again
+            assert endpoints[0].stale and not endpoints[1].stale
+        finally:
+            await runner.cleanup()
+
+
+async def test_serve_holds_a_request_for_an_empty_pool_until_a_pod_is_ready() -> None:
+    """Scale from zero in `igw serve` too (the director's one admission rule): the pool's
+    only pod is not up, the request waits in the standard queue (the KEDA metric counts
+    it), and the pod that starts a second later answers it."""
+    import socket
+
+    from inference_gateway.config.spec import parse_config
+    from inference_gateway.emulator.profiles import pod_profile
+    from inference_gateway.emulator.server import EmulatedPod
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    spec = parse_config(
+        {
+            "pools": [{"name": "p"}],
+            "models": [{"name": MODEL, "pool": "p"}],
+            "scrape": {"intervalMs": 50, "stalenessMs": 500, "timeoutMs": 200},
+        }
+    )
+    app, _ = build_gateway([Endpoint("later", "127.0.0.1", port, pool="p")], spec)
+    runner = app_runner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+    queue = 'inference_extension_flow_control_queue_size{band="standard",name="p"} 1.0'
+    pod_ = EmulatedPod("later", pod_profile("H100", MODEL), port=port)
+    try:
+        async with aiohttp.ClientSession() as client:
+            held = asyncio.create_task(client.post(url + "/v1/completions", data=body()))
+            async with asyncio.timeout(10):
+                while True:
+                    async with client.get(url + "/metrics") as r:
+                        if queue in await r.text():
+                            break
+                    await asyncio.sleep(0.05)
+            assert not held.done()
+            await pod_.start()
+            async with asyncio.timeout(10):
+                response = await held
+            assert response.status == 200
+            response.release()
+    finally:
+        await pod_.stop()
+        await runner.cleanup()

@@ -6,7 +6,7 @@ Formula (upstream GIE): `1 - kv_usage`.
 from __future__ import annotations
 
 from inference_gateway.core.scheduling.plugins.base import Params
-from inference_gateway.core.scheduling.types import Endpoint, LLMRequest
+from inference_gateway.core.scheduling.types import Endpoint, LLMRequest, PluginContext
 
 TYPE = "kv-cache-utilization-scorer"
 
@@ -23,6 +23,5 @@ class KVCacheScorer:
         return [1.0 - (e.metrics.kv_usage if e.metrics else 0.0) for e in endpoints]
 
 
-def build(name: str, params: dict, **_: object) -> KVCacheScorer:
-    KVParams.model_validate(params)
+def build(name: str, params: KVParams, context: PluginContext) -> KVCacheScorer:
     return KVCacheScorer(name)

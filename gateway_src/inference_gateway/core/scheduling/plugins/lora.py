@@ -8,7 +8,7 @@ everywhere, so the scorer is neutral for them.
 from __future__ import annotations
 
 from inference_gateway.core.scheduling.plugins.base import Params
-from inference_gateway.core.scheduling.types import Endpoint, LLMRequest
+from inference_gateway.core.scheduling.types import Endpoint, LLMRequest, PluginContext
 
 TYPE = "lora-affinity-scorer"
 
@@ -29,7 +29,7 @@ class LoraAffinityScorer:
         if adapter is None:
             return [1.0] * len(endpoints)
         p = self.params
-        out = []
+        out: list[float] = []
         for e in endpoints:
             m = e.metrics
             if m is None:
@@ -45,5 +45,5 @@ class LoraAffinityScorer:
         return out
 
 
-def build(name: str, params: dict, **_: object) -> LoraAffinityScorer:
-    return LoraAffinityScorer(name, LoraParams.model_validate(params))
+def build(name: str, params: LoraParams, context: PluginContext) -> LoraAffinityScorer:
+    return LoraAffinityScorer(name, params)

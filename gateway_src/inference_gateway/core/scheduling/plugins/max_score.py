@@ -12,7 +12,7 @@ import random
 from pydantic import PositiveInt
 
 from inference_gateway.core.scheduling.plugins.base import Params
-from inference_gateway.core.scheduling.types import Endpoint, LLMRequest
+from inference_gateway.core.scheduling.types import Endpoint, LLMRequest, PluginContext
 
 TYPE = "max-score-picker"
 
@@ -45,6 +45,5 @@ class MaxScorePicker:
         return [endpoints[i] for i in order]
 
 
-def build(name: str, params: dict, *, seed: int | None = None, **_: object) -> MaxScorePicker:
-    config = MaxScoreParams.model_validate(params)
-    return MaxScorePicker(name, seed=seed, max_endpoints=config.max_num_of_endpoints)
+def build(name: str, params: MaxScoreParams, context: PluginContext) -> MaxScorePicker:
+    return MaxScorePicker(name, seed=context.seed, max_endpoints=params.max_num_of_endpoints)

@@ -19,13 +19,14 @@ measured speeds. Score = best prediction / this pod's prediction, in (0, 1].
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pydantic import PositiveFloat
 
 from inference_gateway.core.scheduling.plugins.base import Params
 from inference_gateway.core.scheduling.plugins.prefix import PrefixIndex, request_matches
-from inference_gateway.core.scheduling.types import Endpoint, LLMRequest
+from inference_gateway.core.scheduling.types import Endpoint, LLMRequest, PluginContext
 
 TYPE = "predicted-ttft-scorer"
 GPU_LABEL = "igw.dev/gpu"
@@ -58,7 +59,7 @@ class PredictedTTFTScorer:
         name: str,
         params: PredictedTTFTParams,
         index: PrefixIndex | None,
-        priors: dict[str, float] | None = None,
+        priors: Mapping[str, float] | None = None,
     ) -> None:
         self.name = name
         self.params = params
@@ -108,7 +109,7 @@ class PredictedTTFTScorer:
             if self.index is not None and request.prefix_hashes
             else None
         )
-        predictions = []
+        predictions: list[float] = []
         for e in endpoints:
             model = get(e.name) or self._model(e)
             waiting = e.metrics.waiting if e.metrics else 0
@@ -156,15 +157,8 @@ class PredictedTTFTScorer:
             model.backlog = max(0, model.backlog - pending[2])
 
 
-def build(
-    name: str,
-    params: dict,
-    *,
-    index: PrefixIndex | None = None,
-    priors: dict[str, float] | None = None,
-    **_: object,
-) -> PredictedTTFTScorer:
-    config = PredictedTTFTParams.model_validate(params)
-    if config.gpu_seconds_per_token is not None:
-        priors = config.gpu_seconds_per_token
-    return PredictedTTFTScorer(name, config, index, priors)
+def build(name: str, params: PredictedTTFTParams, context: PluginContext) -> PredictedTTFTScorer:
+    priors = context.priors
+    if params.gpu_seconds_per_token is not None:
+        priors = params.gpu_seconds_per_token
+    return PredictedTTFTScorer(name, params, context.index, priors)

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import xxhash
 
 from inference_gateway.core.scheduling.plugins.base import Params
-from inference_gateway.core.scheduling.types import Endpoint, LLMRequest
+from inference_gateway.core.scheduling.types import Endpoint, LLMRequest, PluginContext
 
 TYPE = "prefix-cache-scorer"
 
@@ -29,7 +29,7 @@ def prompt_block_hashes(model: str, text: str, block_chars: int = 64) -> list[in
     """Chained xxhash64 of each full `block_chars` block of `text`."""
     data = text.encode()
     previous = xxhash.xxh64_intdigest(model.encode())
-    out = []
+    out: list[int] = []
     for start in range(0, len(data) - block_chars + 1, block_chars):
         previous = xxhash.xxh64_intdigest(data[start : start + block_chars], seed=previous)
         out.append(previous)
@@ -122,6 +122,5 @@ def request_matches(index: PrefixIndex, request: LLMRequest) -> dict[str, int]:
     return request.prefix_matches
 
 
-def build(name: str, params: dict, *, index: PrefixIndex, **_: object) -> PrefixCacheScorer:
-    PrefixParams.model_validate(params)
-    return PrefixCacheScorer(name, index)
+def build(name: str, params: PrefixParams, context: PluginContext) -> PrefixCacheScorer:
+    return PrefixCacheScorer(name, context.index)

@@ -8,7 +8,7 @@ and what the other replicas sent (`Endpoint.peer_requests`).
 from __future__ import annotations
 
 from inference_gateway.core.scheduling.plugins.base import Params, inverse_minmax
-from inference_gateway.core.scheduling.types import Endpoint, LLMRequest
+from inference_gateway.core.scheduling.types import Endpoint, LLMRequest, PluginContext
 
 TYPE = "queue-scorer"
 
@@ -33,6 +33,5 @@ class QueueScorer:
         )
 
 
-def build(name: str, params: dict, *, count_inflight: bool = False, **_: object) -> QueueScorer:
-    QueueScorerParams.model_validate(params)
-    return QueueScorer(name, count_inflight=count_inflight)
+def build(name: str, params: QueueScorerParams, context: PluginContext) -> QueueScorer:
+    return QueueScorer(name, count_inflight=context.count_inflight)

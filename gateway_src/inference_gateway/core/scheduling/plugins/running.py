@@ -6,7 +6,7 @@ Same min-max formula as the queue scorer, over `vllm:num_requests_running`.
 from __future__ import annotations
 
 from inference_gateway.core.scheduling.plugins.base import Params, inverse_minmax
-from inference_gateway.core.scheduling.types import Endpoint, LLMRequest
+from inference_gateway.core.scheduling.types import Endpoint, LLMRequest, PluginContext
 
 TYPE = "running-requests-size-scorer"
 
@@ -23,6 +23,5 @@ class RunningRequestsScorer:
         return inverse_minmax([e.metrics.running if e.metrics else 0 for e in endpoints])
 
 
-def build(name: str, params: dict, **_: object) -> RunningRequestsScorer:
-    RunningParams.model_validate(params)
+def build(name: str, params: RunningParams, context: PluginContext) -> RunningRequestsScorer:
     return RunningRequestsScorer(name)

@@ -1,0 +1,54 @@
+"""The store client across a real `redis-server` restart (store/client.py `connect`).
+
+Issue 23, item 8: after a store restart every pooled socket is dead; the first
+concurrent burst of store calls used to fail on them ("Connection closed by server")
+and fall back to local counting although the store was back. A store that is really
+down must still fall back at once, and a timeout must not be retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from prometheus_client import CollectorRegistry
+from redis.asyncio import Redis
+
+from inference_gateway.store.client import StoreHealth, StoreSpec, StoreUnavailable, connect
+from inference_gateway.store.local_server import LocalRedis
+
+
+async def _burst(health: StoreHealth, redis: Redis, n: int = 20) -> list[BaseException]:
+    results = await asyncio.gather(
+        *(health.call(lambda: redis.incr("hits")) for _ in range(n)), return_exceptions=True
+    )
+    return [r for r in results if isinstance(r, BaseException)]
+
+
+async def test_first_burst_after_a_restart_uses_the_store(redis_server: LocalRedis) -> None:
+    spec = StoreSpec(url=redis_server.url, retry_ms=100)
+    redis = connect(spec)
+    health = StoreHealth("restart", retry_s=0.1, registry=CollectorRegistry())
+    try:
+        assert await _burst(health, redis) == []  # 20 pooled connections, all open
+        redis_server.restart()  # same port, every pooled socket now dead
+        assert await _burst(health, redis) == []
+        assert health.up
+        assert health.fallbacks._value.get() == 0  # type: ignore[attr-defined]
+        assert int(await redis.get("hits")) == 20  # counted once each: no double count
+    finally:
+        await redis.aclose()
+
+
+async def test_a_store_that_is_down_still_falls_back_once(redis_server: LocalRedis) -> None:
+    spec = StoreSpec(url=redis_server.url, retry_ms=60_000)
+    redis = connect(spec)
+    health = StoreHealth("down", retry_s=60.0, registry=CollectorRegistry())
+    try:
+        assert await _burst(health, redis, 4) == []
+        redis_server.stop()
+        errors = await _burst(health, redis, 4)
+        assert len(errors) == 4 and all(isinstance(e, StoreUnavailable) for e in errors)
+        assert not health.up
+        assert health.fallbacks._value.get() == 1  # type: ignore[attr-defined]
+    finally:
+        await redis.aclose()
