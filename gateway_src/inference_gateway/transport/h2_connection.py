@@ -476,11 +476,16 @@ class H2Connection:
             self._abort(FRAME_SIZE_ERROR, "RST_STREAM is not 4 bytes")
         elif not stream or stream > self.last_stream:
             self._abort(PROTOCOL_ERROR, "RST_STREAM on an idle stream")
-        elif not self.resets.take(self.last_read):
-            self._calm("too many stream resets")
         else:
+            # Rapid reset (CVE-2023-44487) is a call reset before the server answered it:
+            # work started and never shown. A reset after the answer began, or of a call
+            # already over, is how a client ends a call it is done with: Envoy's ext_proc
+            # resets each stream when its HTTP request ends, hundreds a second under load.
             call = self.streams.get(stream)
-            if call is not None:
+            unanswered = call is not None and not call.headers_sent
+            if unanswered and not self.resets.take(self.last_read):
+                self._calm("too many stream resets")
+            elif call is not None:
                 self._forget(call)
                 self._cancel(call)
 

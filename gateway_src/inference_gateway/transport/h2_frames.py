@@ -66,10 +66,12 @@ class ConnectionPolicy:
     """What one client connection may make the server hold or do.
 
     A ration is `(burst, per_second)`: a token bucket; a frame past it ends the
-    connection with GOAWAY ENHANCE_YOUR_CALM. Resets follow nghttp2's defaults (1,000,
-    then 33/s: CVE-2023-44487). A PING costs a token only when the server has sent no
-    HEADERS or DATA since the previous one (grpc-go's "ping strikes"): gRPC clients
-    probe bandwidth with a PING per burst of data they receive, and those are free.
+    connection with GOAWAY ENHANCE_YOUR_CALM. Resets of calls not answered yet follow
+    nghttp2's defaults (1,000, then 33/s: CVE-2023-44487); a reset after the answer began
+    is free (Envoy's ext_proc ends every stream that way). A PING costs a token only when
+    the server has sent no HEADERS or DATA since the previous one (grpc-go's "ping
+    strikes"): gRPC clients probe bandwidth with a PING per burst of data they receive,
+    and those are free.
     """
 
     max_frame_size: int = 65_536  # advertised SETTINGS_MAX_FRAME_SIZE, 16–64 KiB

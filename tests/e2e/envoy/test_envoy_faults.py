@@ -80,10 +80,11 @@ async def test_a_killed_pod_stops_being_picked(envoy_stack: Callable[..., EnvoyS
         client = stack.client()
         await stack.fleet.stop_pod("plain-0")
         dead = stack.pod_address("plain-0")
-        served_after = 0
+        served_after = sent = 0
         deadline = time.monotonic() + 20
         while served_after < 20:
             assert time.monotonic() < deadline, "requests kept failing after the pod died"
+            sent += 1
             try:
                 await client.chat.completions.create(**chat())  # type: ignore[call-overload]
                 served_after += 1
@@ -92,7 +93,8 @@ async def test_a_killed_pod_stops_being_picked(envoy_stack: Callable[..., EnvoyS
                 served_after = 0
             await asyncio.sleep(0.02)
         await client.close()
-        lines = stack.access_log()
+        lines = await stack.wait_access_log(sent)  # Envoy flushes its log about every second
+        assert len(lines) == sent
         failed = [line for line in lines if line["code"] != 200]
         assert all(line["upstream"] == dead and "UF" in line["flags"] for line in failed)
         assert all(line["upstream"] != dead for line in lines[-20:])
@@ -123,3 +125,28 @@ async def test_a_client_that_disconnects_mid_stream_frees_the_path(
         reply = await client.chat.completions.create(**chat())  # type: ignore[call-overload]
         assert reply.choices[0].message.content
         await client.close()
+
+
+async def test_sustained_traffic_keeps_envoys_picker_connection(
+    envoy_stack: Callable[..., EnvoyStack],
+) -> None:
+    """Envoy's ext_proc client resets each stream when its request ends; past 1,000 of
+    them at more than 33/s the picker's HTTP/2 server used to take that for a rapid-reset
+    attack and cut the connection (every request on it a 500). 1,200 requests, 24 at a
+    time, all answered; the picker and the body-based router never said ENHANCE_YOUR_CALM."""
+    async with envoy_stack() as stack, aiohttp.ClientSession() as session:
+        assert stack.picker is not None and stack.bbr is not None
+        body = chat(max_tokens=1)
+        codes: list[int] = []
+
+        async def client(n: int) -> None:
+            for _ in range(n):
+                async with session.post(stack.url + CHAT, json=body) as r:
+                    await r.read()
+                    codes.append(r.status)
+
+        async with asyncio.timeout(120):
+            await asyncio.gather(*(client(50) for _ in range(24)))
+        assert codes.count(200) == 1_200
+        said = stack.picker.log + stack.bbr.log
+        assert not [line for line in said if "too many stream resets" in line]
