@@ -24,34 +24,25 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-import aiohttp
 import grpc
 from aiohttp import web
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from prometheus_client import generate_latest
 
-from inference_gateway.assembly.serve import http_fetch
+from inference_gateway.assembly.core import Core, build_core
 from inference_gateway.background import cancel_and_wait
 from inference_gateway.config.spec import GatewayConfigSpec, load_config
-from inference_gateway.core.endpoints.discovery import (
-    assign_pools,
-    label_pools,
-    load_endpoints_file,
-)
-from inference_gateway.core.endpoints.store import EndpointStore
-from inference_gateway.core.request.contracts import RoutingState
-from inference_gateway.core.request.director import Director, Series
-from inference_gateway.core.scheduling import Scheduler
+from inference_gateway.core.endpoints.discovery import load_endpoints_file
+from inference_gateway.core.endpoints.store import Fetch
 from inference_gateway.core.scheduling.types import Endpoint
 from inference_gateway.core.traffic.rewrites import RewriteSet
 from inference_gateway.frontends.extproc.picker import ExtProcServicer, PickerOptions
 from inference_gateway.frontends.status import add_status_route
-from inference_gateway.telemetry.metrics import GatewayMetrics
 from inference_gateway.transport.http2_server import (
     ConnectionPolicy,
     HealthService,
@@ -95,12 +86,12 @@ class Lifecycle(Protocol):
 
 
 class PickerServer:
-    """The running picker; `await start()`, then `port` is the bound gRPC port."""
+    """The running picker over a core (`assembly.core.build_core`); `await start()`,
+    then `port` is the bound gRPC port."""
 
     def __init__(
         self,
-        store: EndpointStore,
-        director: Director,
+        core: Core,
         *,
         options: PickerOptions | None = None,
         host: str = "127.0.0.1",
@@ -117,8 +108,9 @@ class PickerServer:
         policy: ConnectionPolicy | None = None,
         status: dict[str, Any] | None = None,
     ) -> None:
-        self.store = store
-        self.director = director
+        self.core = core
+        self.store = core.store
+        self.director = director = core.director
         if transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {TRANSPORTS}, not {transport!r}")
         if transport == "http2" and credentials is not None:
@@ -131,7 +123,11 @@ class PickerServer:
         self.metrics_port = metrics_port
         self.credentials = credentials
         self.ssl_context = ssl_context
-        self.collaborators = collaborators or []
+        # and the pods' KV events, for a precise prefix scorer (transport/kv_events_zmq.py)
+        kv_events = subscribe_pods(
+            core.metrics.registry, lambda: core.store.endpoints, lambda: core.director.scheduler
+        )
+        self.collaborators = [*(collaborators or []), kv_events]
         self.is_leader = is_leader
         self.synced = synced  # config and pool discovery have synced (Kubernetes: listed)
         self.started = False  # collaborators started and the first scrape done
@@ -142,7 +138,6 @@ class PickerServer:
         self._health_server: grpc.aio.Server | Http2GrpcServer | None = None
         self.policy = policy
         self.status = status  # `cluster`, `hourly_cost_usd`: serve GET /status beside /metrics
-        self.on_pools: Callable[[GatewayConfigSpec], None] | None = None
         self.port = 0
         self.metrics_bound = 0
         self.serving = False
@@ -151,30 +146,8 @@ class PickerServer:
         self._tasks: list[asyncio.Task[None]] = []
 
     def apply_config(self, config: GatewayConfigSpec | None, rewrites: RewriteSet) -> None:
-        """Swap in a validated config: routing state always, the scheduler only when its
-        plugins or profiles changed (so the prefix index survives other edits), and the
-        discovered pools when they changed."""
-        spec = config or GatewayConfigSpec()
-        self.director.reload(RoutingState.build(config, rewrites))
-        current = getattr(self.director.scheduler, "config", None)
-        if current is None or _scheduling(current) != _scheduling(spec):
-            self.director.scheduler = Scheduler(
-                spec,
-                count_inflight=True,
-                timer=self.director.series.time_plugin,
-                kv_index=getattr(self.director.scheduler, "kv_index", None),  # pods' events
-            )
-        self.store.interval_s = spec.scrape.interval_ms / 1000
-        self.store.timeout_s = spec.scrape.timeout_ms / 1000
-        self.store.staleness_s = spec.scrape.staleness_ms / 1000
-        if self.on_pools is not None:
-            self.on_pools(spec)
-        log.info(
-            "config applied: %d models, %d pools, rewrites %s",
-            len(spec.models),
-            len(spec.pools),
-            "on" if rewrites else "off",
-        )
+        """Swap in a validated config (`Core.apply_config`)."""
+        self.core.apply_config(config, rewrites)
 
     async def start(self) -> None:
         for part in self.collaborators:
@@ -335,8 +308,7 @@ class PickerServer:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
-        await self.store.stop()
-        await self.director.close()
+        await self.core.close()
         for part in reversed(self.collaborators):
             await part.stop()
 
@@ -351,7 +323,7 @@ def build_picker(
     endpoints: list[Endpoint] | str | Path | None,
     config: GatewayConfigSpec | str | Path | None = None,
     *,
-    fetch: Callable[[Endpoint, str], Awaitable[str]] | None = None,
+    fetch: Fetch | None = None,
     options: PickerOptions | None = None,
     rewrites: RewriteSet | None = None,
     **server_kwargs: Any,
@@ -364,55 +336,5 @@ def build_picker(
         endpoints = load_endpoints_file(endpoints)
     if config is not None and not isinstance(config, GatewayConfigSpec):
         config = load_config(config)
-    spec = config or GatewayConfigSpec()
-    endpoint_list = list(endpoints or [])
-    by_label = label_pools(endpoint_list)
-    assign_pools(endpoint_list, spec.pools, by_label)  # the config's selectors first
-    metrics = GatewayMetrics()
-    sessions: dict[str, aiohttp.ClientSession] = {}
-    store = EndpointStore(
-        endpoint_list,
-        fetch or http_fetch(sessions),
-        interval_s=spec.scrape.interval_ms / 1000,
-        timeout_s=spec.scrape.timeout_ms / 1000,
-        staleness_s=spec.scrape.staleness_ms / 1000,
-    )
-    metrics.watch_scrapes(store)  # the adaptive scrape interval, exported
-    series = Series(metrics)
-    scheduler = Scheduler(spec, count_inflight=True, timer=series.time_plugin)
-    state = RoutingState.build(config, rewrites)
-    director = Director(
-        lambda: store.endpoints,
-        scheduler,
-        state,
-        metrics=metrics,
-        series=series,
-        connection_failed=store.connection_failed,  # Envoy's UF / UH / UC, passively
-    )
-    picker = PickerServer(store, director, options=options, **server_kwargs)
-    if endpoint_list:  # a static list: every config reload re-reads its pool selectors
-        picker.on_pools = lambda spec: assign_pools(store.endpoints, spec.pools, by_label)
-    picker.collaborators.append(_SessionCloser(sessions))
-    picker.collaborators.append(
-        subscribe_pods(metrics.registry, lambda: store.endpoints, lambda: director.scheduler)
-    )
-    return picker
-
-
-def _scheduling(spec: GatewayConfigSpec) -> tuple[Any, ...]:
-    return (spec.plugins, spec.scheduling_profiles, spec.default_profile)
-
-
-class _SessionCloser:
-    """Closes the scrape session after the store stops (last collaborator to stop)."""
-
-    def __init__(self, sessions: dict[str, aiohttp.ClientSession]) -> None:
-        self.sessions = sessions
-
-    async def start(self) -> None:
-        return None
-
-    async def stop(self) -> None:
-        session = self.sessions.pop("session", None)
-        if session is not None:
-            await session.close()
+    core = build_core(list(endpoints or []), config, fetch=fetch, rewrites=rewrites)
+    return PickerServer(core, options=options, **server_kwargs)

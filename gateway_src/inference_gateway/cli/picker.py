@@ -16,11 +16,17 @@ import argparse
 import asyncio
 import logging
 import os
-import socket
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_store_argument", "kubernetes_picker", "register", "run", "server_options"]
+__all__ = [
+    "add_store_argument",
+    "kubernetes_options",
+    "observers",
+    "register",
+    "run",
+    "server_options",
+]
 
 
 def register(subparsers: Any) -> None:
@@ -282,32 +288,58 @@ def server_options(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-async def _serve(args: argparse.Namespace) -> int:
-    from inference_gateway.assembly.picker import build_picker
+def kubernetes_options(args: argparse.Namespace) -> Any:
+    """The Kubernetes mode's options from the command line."""
+    from inference_gateway.kubernetes.picker import KubernetesOptions
 
-    server = server_options(args)
-    client = None
-    if args.endpoints:
-        from inference_gateway.config.watch import FileConfigSource
+    return KubernetesOptions(
+        namespace=args.namespace,
+        pools=tuple(args.pool),
+        kubeconfig=args.kubeconfig,
+        api_server=args.api_server,
+        config=args.config,
+        rewrites=args.rewrites,
+        config_name=args.config_name,
+        watch_api=not args.no_watch_api,
+        leader_elect=args.leader_elect,
+        lease_name=args.lease_name,
+        status_interval_s=args.status_interval,
+    )
 
-        picker = build_picker(args.endpoints, None, **server)
-        source = FileConfigSource(
-            picker.apply_config, args.config, args.rewrites, metrics=picker.director.metrics
-        )
-        picker.collaborators.insert(0, source)
-    else:
-        picker, client = await kubernetes_picker(args, server)
+
+def observers(args: argparse.Namespace, core: Any) -> list[Any]:
+    """Collaborators that read the core: EMF records, the shared dispatch view."""
+    out = []
     emitter = emf_emitter(
-        args,
-        picker.director.metrics.registry,
-        lambda: picker.director.refresh_gauges(picker.store.pools()),
+        args, core.metrics.registry, lambda: core.director.refresh_gauges(core.store.pools())
     )
     if emitter is not None:
-        picker.collaborators.append(emitter)
+        out.append(emitter)
     if args.store:
         from inference_gateway.store.dispatch import for_director
 
-        picker.collaborators.append(for_director(args.store, picker.director))
+        out.append(for_director(args.store, core.director))
+    return out
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    from inference_gateway.assembly.core import build_core
+    from inference_gateway.assembly.picker import PickerServer
+    from inference_gateway.config.watch import FileConfigSource
+    from inference_gateway.core.endpoints.discovery import load_endpoints_file
+    from inference_gateway.kubernetes.picker import KubernetesMode
+
+    server = server_options(args)
+    mode = None
+    if args.endpoints:
+        core = build_core(load_endpoints_file(args.endpoints))
+        source = FileConfigSource(
+            core.apply_config, args.config, args.rewrites, metrics=core.metrics
+        )
+        picker = PickerServer(core, collaborators=[source, *observers(args, core)], **server)
+    else:
+        mode = await KubernetesMode.connect(kubernetes_options(args))
+        picker = mode.server(observers(args, mode.core), **server)
     from inference_gateway.transport.signals import stop_signals
 
     stopped = stop_signals("igw picker")  # SIGTERM, SIGINT and SIGHUP alike (transport/signals.py)
@@ -321,106 +353,6 @@ async def _serve(args: argparse.Namespace) -> int:
     await stopped
     await picker.drain(args.drain_timeout)
     await picker.stop(grace_s=1)
-    if client is not None:
-        await client.close()
+    if mode is not None:
+        await mode.close()
     return 0
-
-
-async def kubernetes_picker(args: argparse.Namespace, server: dict[str, Any]) -> tuple[Any, Any]:
-    """The picker of Kubernetes mode, wired but not started: (PickerServer, ApiClient)."""
-    from inference_gateway.assembly.picker import build_picker
-    from inference_gateway.config.spec import GatewayConfigSpec, load_config
-    from inference_gateway.config.watch import FileConfigSource, KubernetesConfigSource
-    from inference_gateway.errors import ConfigError
-    from inference_gateway.kubernetes.config_status import ConfigStatusWriter
-    from inference_gateway.kubernetes.discovery import (
-        LeaderElector,
-        PodDiscovery,
-        PodSource,
-        PoolTarget,
-        api_client,
-        read_inference_pool,
-    )
-
-    try:
-        client = await api_client(host=args.api_server, kubeconfig=args.kubeconfig)
-    except ModuleNotFoundError:  # a missing package is not bad input: the CLI says what to install
-        raise
-    except Exception as error:  # the client's config errors, translated at the boundary
-        raise ConfigError(
-            "Kubernetes discovery",
-            [
-                f"<credentials>: no in-cluster service account or usable kubeconfig ({error}); "
-                "pass --endpoints FILE to run without Kubernetes"
-            ],
-        ) from None
-    base = load_config(args.config) if args.config else None
-    named = [await read_inference_pool(client, args.namespace, name) for name in args.pool]
-    picker = build_picker([], base, **server)
-
-    def targets(spec: GatewayConfigSpec) -> list[PoolTarget]:
-        from_config = [
-            PoolTarget(p.name, p.selector, (p.target_port,), args.namespace)
-            for p in spec.pools
-            if p.name not in {n.name for n in named}
-        ]
-        return [*named, *from_config]
-
-    discovery = PodDiscovery(
-        picker.store,
-        targets(base or GatewayConfigSpec()),
-        lambda p: PodSource(client, p.namespace, p.selector),
-    )
-    declared = [p.name for p in (base or GatewayConfigSpec()).pools] + [n.name for n in named]
-
-    def pools_changed(spec: GatewayConfigSpec) -> None:
-        declared[:] = [p.name for p in spec.pools] + [n.name for n in named]
-        _spawn(discovery.set_pools(targets(spec)))
-
-    picker.on_pools = pools_changed
-    config_source: Any = (
-        FileConfigSource(
-            picker.apply_config, args.config, args.rewrites, metrics=picker.director.metrics
-        )
-        if args.no_watch_api
-        else KubernetesConfigSource(
-            picker.apply_config,
-            client,
-            args.namespace,
-            config_name=args.config_name,
-            base=base,
-            metrics=picker.director.metrics,
-        )
-    )
-    picker.collaborators[:0] = [config_source, discovery]
-    # Ready once the config and every pool's pods are listed (zero pods included).
-    config_synced = getattr(config_source, "is_synced", lambda: True)
-    picker.synced = lambda: config_synced() and discovery.is_synced()
-    if args.leader_elect:
-        identity = os.environ.get("POD_NAME") or socket.gethostname()
-        elector = LeaderElector(client, args.namespace, args.lease_name, identity)
-        picker.is_leader = elector.is_leader
-        picker.collaborators.append(elector)
-    if isinstance(config_source, KubernetesConfigSource):
-        picker.collaborators.append(
-            ConfigStatusWriter(
-                client,
-                args.namespace,
-                resource=config_source.served_resource,
-                config_error=lambda: config_source.last_error,
-                pools=picker.store.pools,
-                declared=lambda: list(declared),
-                is_leader=lambda: picker.is_leader(),
-                interval_s=args.status_interval,
-            )
-        )
-    return picker, client
-
-
-_background: set[asyncio.Task[Any]] = set()
-
-
-def _spawn(coro: Any) -> None:
-    task = asyncio.get_running_loop().create_task(coro)
-    _background.add(task)
-    task.add_done_callback(_background.discard)

@@ -57,7 +57,6 @@ from inference_gateway.core.request.sse import ModelNameRewriter
 from inference_gateway.core.request.usage import output_tokens, usage_of
 from inference_gateway.core.scheduling.types import Endpoint
 from inference_gateway.core.traffic.routing import ModelRouter, Route
-from inference_gateway.telemetry.metrics import GatewayMetrics
 from inference_gateway.transport.http1_client import (
     Upstream,
     UpstreamConnectError,
@@ -138,35 +137,25 @@ class _ClientStream:
 
 
 class Gateway:
+    """The proxy over a core's store and director (`assembly.core.build_core`)."""
+
     def __init__(
         self,
         store: EndpointStore,
-        scheduler: SchedulerLike,
-        router: ModelRouter | RoutingState,
+        director: Director,
         *,
-        metrics: GatewayMetrics | None = None,
         max_body_bytes: int = 4 * 2**20,
         retry: RetryPolicy | None = None,
         connect_timeout_s: float = 5.0,
         first_byte_timeout_s: float = 300.0,
-        max_request_lifetime_s: float = 3600.0,
         expose_endpoints: bool = False,
         body_timeout_s: float = BODY_TIMEOUT_S,
     ) -> None:
         self.store = store
         self.body_timeout_s = body_timeout_s
-        self.metrics = metrics or GatewayMetrics()
-        state = router if isinstance(router, RoutingState) else RoutingState(router.config, router)
         # parse → rewrite → route → band → limits → admission → rank: shared with the picker
-        self.director = Director(
-            lambda: self.store.endpoints,
-            scheduler,
-            state,
-            metrics=self.metrics,
-            max_lifetime_s=max_request_lifetime_s,
-            # a refused connection: not picked again until a fresh scrape says it is back
-            connection_failed=store.connection_failed,
-        )
+        self.director = director
+        self.metrics = director.metrics
         self._series = self.director.child  # cached labelled series
         self.max_body_bytes = max_body_bytes
         self.retry = retry or RetryPolicy()

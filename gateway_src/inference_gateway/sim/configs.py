@@ -1,9 +1,9 @@
 """Run the simulator with an arbitrary gateway config: the shared core of `igw tune` and
 `igw what-if`.
 
-A config is simulated as the `gateway` policy is (the real `Scheduler`, counting its own
-in-flight requests, behind the config's own admission control), but with the caller's
-plugins, weights, profiles and flow-control settings. The driver
+A config is simulated as the `gateway` policy is (the gateway's own request path, see
+`gateway.GatewayPolicy`), but with the caller's plugins, weights, profiles,
+flow-control settings and objectives. The driver
 builds policies by name, so a config is registered under a private name for the length
 of one run and removed afterwards.
 """
@@ -18,11 +18,10 @@ import yaml
 
 from inference_gateway.config.spec import GatewayConfigSpec, parse_config
 from inference_gateway.errors import ConfigError
-from inference_gateway.sim.admission import AdmissionPolicy
 from inference_gateway.sim.capacity import fleet_capacity
 from inference_gateway.sim.driver import run_policy
 from inference_gateway.sim.fleet import SimPod
-from inference_gateway.sim.policies import POLICIES, SchedulerPolicy
+from inference_gateway.sim.policies import POLICIES
 from inference_gateway.sim.scenario import Scenario
 
 __all__ = ["load_gateway_config", "run_config", "shorten"]
@@ -67,11 +66,10 @@ def run_config(
         capacity_rps = fleet_capacity(scenario.fleet, scenario.workload, scenario.seed)
     name = f"config-{next(_names)}"
 
-    def factory(policy_name: str, pods: list[SimPod], seed: int) -> AdmissionPolicy:
-        inner = SchedulerPolicy(
-            policy_name, pods, seed, config, count_inflight=True, profile=profile
-        )
-        return AdmissionPolicy(inner, config.flow_control)
+    from inference_gateway.sim.gateway import GatewayPolicy
+
+    def factory(policy_name: str, pods: list[SimPod], seed: int) -> GatewayPolicy:
+        return GatewayPolicy(policy_name, pods, seed, config, profile=profile)
 
     POLICIES[name] = factory
     try:

@@ -15,11 +15,10 @@ from collections.abc import Callable
 from typing import Any
 
 from inference_gateway.emulator.engine import EngineRequest
-from inference_gateway.sim.admission import DEFERRED
 from inference_gateway.sim.fleet import SimPod, build_fleet, scrape
 from inference_gateway.sim.kv_feed import FleetKVFeed, SimClock
 from inference_gateway.sim.metrics import Observer
-from inference_gateway.sim.policies import Policy, make_policy
+from inference_gateway.sim.policies import DEFERRED, Policy, make_policy
 from inference_gateway.sim.scenario import Scenario
 from inference_gateway.sim.workload import Sessions, SimRequest, generate, shared_blocks
 

@@ -43,7 +43,11 @@ def build_fleet(
                 address=f"sim-{i}",
                 port=8000,
                 pool=pool.name,
-                labels={"igw.dev/gpu": pool.gpu, "igw.dev/pool": pool.name},
+                labels={
+                    "igw.dev/gpu": pool.gpu,
+                    "igw.dev/pool": pool.name,
+                    "igw.dev/model": pool.model,  # so a request for an adapter routes as one
+                },
                 models=models,
                 index=i,
             )
@@ -62,7 +66,7 @@ def scrape(pod: SimPod, now: float) -> None:
     engine = pod.engine
     adapters_running = engine._adapters_running
     adapters_waiting = engine._adapters_waiting
-    pod.endpoint.metrics = PodMetrics(
+    metrics = PodMetrics(
         waiting=len(engine.waiting),
         running=engine.num_running,
         kv_usage=engine.kv_usage,
@@ -76,8 +80,4 @@ def scrape(pod: SimPod, now: float) -> None:
         block_size=16,
         num_gpu_blocks=pod.profile.num_gpu_blocks,
     )
-    pod.endpoint.scraped_at = now
-    pod.endpoint.stale = False
-    pod.endpoint.sent_requests = 0
-    pod.endpoint.sent_tokens = 0
-    pod.endpoint.scrape_seq += 1
+    pod.endpoint.record_scrape(metrics, now)

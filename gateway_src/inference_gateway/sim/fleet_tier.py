@@ -56,7 +56,6 @@ from inference_gateway.frontends.global_router.clusters import ClusterRegistry, 
 from inference_gateway.frontends.global_router.config import GlobalRouterSpec
 from inference_gateway.frontends.global_router.metrics import GlobalMetrics
 from inference_gateway.frontends.status import mean_kv_usage
-from inference_gateway.sim.admission import DEFERRED
 from inference_gateway.sim.driver import EventHeap
 from inference_gateway.sim.fleet import SimPod, build_fleet, scrape
 from inference_gateway.sim.fleet_report import FleetRecorder
@@ -66,7 +65,7 @@ from inference_gateway.sim.global_scenario import (
     FleetScenario,
     router_spec,
 )
-from inference_gateway.sim.policies import make_policy
+from inference_gateway.sim.policies import DEFERRED, make_policy
 from inference_gateway.sim.workload import SimRequest, generate, prefix_block_ids
 
 __all__ = ["FleetTier"]

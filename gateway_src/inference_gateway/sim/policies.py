@@ -1,6 +1,9 @@
-"""Routing policies the simulator compares. `gateway` and `upstream-default` run the
-real scheduling code; the baselines are a few lines each; `oracle` reads engine state
-that no real router can see and is the limit to compare against.
+"""Routing policies the simulator compares. `gateway` runs the gateway's whole request
+path (`gateway.GatewayPolicy`: the director, admission and the scheduler, as `igw
+serve` runs them); `upstream-default` runs the real scheduler with the upstream
+picker's default profile and nothing else (no admission, no in-flight counts), as a
+comparison point; the baselines are a few lines each; `oracle` reads engine state that
+no real router can see and is the limit to compare against.
 
 Every policy sees the fleet through `SimPod.endpoint` (scraped metrics) except the
 oracle, which reads `SimPod.engine` directly.
@@ -11,7 +14,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from inference_gateway.config.spec import (
     GatewayConfigSpec,
@@ -22,11 +25,12 @@ from inference_gateway.config.spec import (
 from inference_gateway.core.scheduling import LLMRequest, Scheduler
 from inference_gateway.core.scheduling.kv_index import KVBlockIndex
 from inference_gateway.errors import ConfigError, NoEndpointError
-from inference_gateway.sim.admission import AdmissionPolicy
 from inference_gateway.sim.fleet import SimPod
 from inference_gateway.sim.workload import SimRequest, shared_blocks
 
-__all__ = ["POLICIES", "Policy", "make_policy"]
+__all__ = ["DEFERRED", "POLICIES", "Policy", "make_policy"]
+
+DEFERRED: Any = object()  # route() result: queued in the gateway, dispatched later
 
 
 class Policy(Protocol):
@@ -176,7 +180,8 @@ def approximate_gateway_config() -> GatewayConfigSpec:
 
 
 class SchedulerPolicy:
-    """Runs the gateway's own scheduling code on scraped metrics."""
+    """The scheduler alone on scraped metrics: `upstream-default`'s scoring without the
+    gateway's request path around it."""
 
     needs_scrapes = True
 
@@ -238,6 +243,21 @@ class SchedulerPolicy:
 
 PolicyFactory = Callable[[str, list[SimPod], int], Policy]
 
+
+def _gateway(
+    name: str,
+    pods: list[SimPod],
+    seed: int,
+    config: GatewayConfigSpec,
+    profile: str | None = None,
+) -> Policy:
+    """The gateway's request path (imported when used: a baseline-only run, such as the
+    64-pod speed scenario, does not load the director, the metrics or the transports)."""
+    from inference_gateway.sim.gateway import GatewayPolicy
+
+    return GatewayPolicy(name, pods, seed, config, profile=profile)
+
+
 POLICIES: dict[str, PolicyFactory] = {
     "round-robin": RoundRobin,
     "random": RandomPolicy,
@@ -246,13 +266,9 @@ POLICIES: dict[str, PolicyFactory] = {
     "upstream-default": lambda name, pods, seed: SchedulerPolicy(
         name, pods, seed, upstream_default_config(), count_inflight=False
     ),
-    "gateway": lambda name, pods, seed: AdmissionPolicy(
-        SchedulerPolicy(name, pods, seed, GatewayConfigSpec(), count_inflight=True),
-        GatewayConfigSpec().flow_control,
-    ),
-    "gateway-approximate": lambda name, pods, seed: AdmissionPolicy(
-        SchedulerPolicy(name, pods, seed, approximate_gateway_config(), count_inflight=True),
-        GatewayConfigSpec().flow_control,
+    "gateway": lambda name, pods, seed: _gateway(name, pods, seed, GatewayConfigSpec()),
+    "gateway-approximate": lambda name, pods, seed: _gateway(
+        name, pods, seed, approximate_gateway_config()
     ),
 }
 
@@ -288,10 +304,7 @@ def make_policy(name: str, pods: list[SimPod], seed: int) -> Policy:
         config = GatewayConfigSpec()
         if profile not in {p.name for p in config.scheduling_profiles}:
             raise ConfigError("policies", [f"policies: unknown gateway profile {profile!r}"])
-        return AdmissionPolicy(
-            SchedulerPolicy(name, pods, seed, config, count_inflight=True, profile=profile),
-            config.flow_control,
-        )
+        return _gateway(name, pods, seed, config, profile=profile)
     factory = POLICIES.get(base)
     if factory is None:
         raise ConfigError(

@@ -45,8 +45,8 @@ from inference_gateway.core.scheduling.shared_view import (
 )
 from inference_gateway.core.traffic.flow_control import BANDS, FlowController
 from inference_gateway.errors import ConfigError
-from inference_gateway.sim.admission import DEFERRED
 from inference_gateway.sim.fleet import SimPod
+from inference_gateway.sim.policies import DEFERRED
 from inference_gateway.sim.workload import SimRequest
 
 __all__ = ["Replicated", "Sharing", "parse_replicas"]
@@ -189,12 +189,8 @@ class Replicated:
     def _sync(self, view: list[SimPod]) -> None:
         for mine, shared in zip(view, self.pods, strict=True):
             ep, src = mine.endpoint, shared.endpoint
-            if ep.scraped_at != src.scraped_at:
-                ep.metrics = src.metrics
-                ep.scraped_at = src.scraped_at
-                ep.stale = src.stale
-                ep.sent_requests = 0
-                ep.sent_tokens = 0
+            if ep.scraped_at != src.scraped_at and src.metrics is not None:
+                ep.record_scrape(src.metrics, src.scraped_at)
 
     def _prepare(self, i: int, now: float) -> None:
         """Replica i's view as of `now`: the latest scrape, and the others' counts."""

@@ -106,14 +106,16 @@ async def test_igw_picker_in_kubernetes_mode_reports_a_selector_that_matches_not
     """The wiring of `igw picker` itself: no pod carries the pool's labels, so the status
     it writes says so (the message an operator sees in `kubectl describe igwc`)."""
     from inference_gateway.cli.main import build_parser
-    from inference_gateway.cli.picker import kubernetes_picker, server_options
+    from inference_gateway.cli.picker import kubernetes_options, server_options
+    from inference_gateway.kubernetes.picker import KubernetesMode
 
     apiserver.put(CONFIGS, gateway_config(SPEC))
     argv = ["picker", "--api-server", apiserver.url, "--namespace", "igw"]
     argv += ["--host", "127.0.0.1", "--grpc-port", "0", "--metrics-port", "0"]
     argv += ["--status-interval", "0.05"]
     args = build_parser("picker").parse_args(argv)
-    picker, client = await kubernetes_picker(args, server_options(args))
+    mode = await KubernetesMode.connect(kubernetes_options(args))
+    picker = mode.server(**server_options(args))
     await picker.start()
     try:
         await until(lambda: "status" in apiserver.collections[CONFIGS]["igw"])
@@ -123,4 +125,4 @@ async def test_igw_picker_in_kubernetes_mode_reports_a_selector_that_matches_not
         assert status["pools"] == [{"name": "chat", "ready": 0, "stale": 0, "total": 0}]
     finally:
         await picker.stop(grace_s=0)
-        await client.close()
+        await mode.close()

@@ -15,8 +15,9 @@ from fake_apiserver import FakeApiServer, pod
 from fake_envoy import FakeEnvoy
 
 from inference_gateway.cli.main import build_parser
-from inference_gateway.cli.picker import kubernetes_picker, server_options
+from inference_gateway.cli.picker import kubernetes_options, server_options
 from inference_gateway.emulator.fleet import EmulatedFleet
+from inference_gateway.kubernetes.picker import KubernetesMode
 
 PODS = "/api/v1/namespaces/igw/pods"
 REWRITES = "/apis/inference.networking.x-k8s.io/v1alpha2/namespaces/igw/inferencemodelrewrites"
@@ -56,7 +57,8 @@ async def test_discovers_pods_applies_api_rewrites_and_drops_unready_pods(
         argv = ["picker", "--config", str(config), "--api-server", apiserver.url]
         argv += ["--namespace", "igw", "--host", "127.0.0.1", "--grpc-port", "0"]
         args = build_parser("picker").parse_args([*argv, "--metrics-port", "0"])
-        picker, client = await kubernetes_picker(args, server_options(args))
+        mode = await KubernetesMode.connect(kubernetes_options(args))
+        picker = mode.server(**server_options(args))
         await picker.start()
         try:
             await until(lambda: picker.serving)
@@ -91,7 +93,7 @@ async def test_discovers_pods_applies_api_rewrites_and_drops_unready_pods(
                 assert gone.immediate is not None and gone.immediate.status.code == 503
         finally:
             await picker.stop(grace_s=0)
-            await client.close()
+            await mode.close()
 
 
 async def test_readiness_is_serving_with_zero_pods_once_the_pools_are_listed(
@@ -117,7 +119,8 @@ async def test_readiness_is_serving_with_zero_pods_once_the_pools_are_listed(
     argv += ["--namespace", "igw", "--host", "127.0.0.1", "--grpc-port", "0"]
     argv += ["--grpc-health-port", "0", "--metrics-port", "0"]
     args = build_parser("picker").parse_args(argv)
-    picker, client = await kubernetes_picker(args, server_options(args))
+    mode = await KubernetesMode.connect(kubernetes_options(args))
+    picker = mode.server(**server_options(args))
     await picker.start()
     try:
         await until(lambda: picker.serving)
@@ -129,4 +132,4 @@ async def test_readiness_is_serving_with_zero_pods_once_the_pools_are_listed(
                 assert reply.status == health_pb2.HealthCheckResponse.SERVING, service
     finally:
         await picker.stop(grace_s=0)
-        await client.close()
+        await mode.close()

@@ -50,7 +50,7 @@ class EndpointStore:
     def __init__(
         self,
         endpoints: list[Endpoint],
-        fetch: Fetch,
+        fetch: Fetch | None,
         *,
         interval_s: float = 0.05,
         timeout_s: float = 1.0,
@@ -61,8 +61,9 @@ class EndpointStore:
         max_cpu_fraction: float | None = 0.25,
         cpu_clock: Callable[[], float] = time.process_time,
     ) -> None:
-        """`max_cpu_fraction`: the share of a core scraping may use before the interval
-        stretches (None: never stretch)."""
+        """`fetch` None: the driver records scrapes itself (the simulator, through
+        `Endpoint.record_scrape`) and never runs the loop. `max_cpu_fraction`: the share
+        of a core scraping may use before the interval stretches (None: never stretch)."""
         self.endpoints = endpoints
         self.fetch = fetch
         self.interval_s = interval_s
@@ -122,15 +123,17 @@ class EndpointStore:
             e.stale = now - e.scraped_at > self.staleness_s or e in failed
 
     async def _scrape(self, endpoint: Endpoint, with_models: bool) -> None:
+        fetch = self.fetch
+        assert fetch is not None, "a store without a fetch is fed by its driver"
         try:
             async with asyncio.timeout(self.timeout_s):
                 started = self.clock()
-                text = await self.fetch(endpoint, "/metrics")
+                text = await fetch(endpoint, "/metrics")
                 parsing = time.thread_time()
                 metrics = self._parse(endpoint, text)
                 self._own_s += time.thread_time() - parsing
                 if with_models or not endpoint.models:
-                    text = await self.fetch(endpoint, "/v1/models")
+                    text = await fetch(endpoint, "/v1/models")
                     body = orjson.loads(text)
                     endpoint.models = frozenset(m["id"] for m in body.get("data", []))
         except Exception as error:  # a dead pod must not stop the loop
@@ -142,11 +145,7 @@ class EndpointStore:
                 return
             del self._failed[endpoint]
             log.info("pod %s answers scrapes again: back in rotation", endpoint.name)
-        endpoint.metrics = metrics
-        endpoint.scraped_at = started
-        endpoint.sent_requests = 0
-        endpoint.sent_tokens = 0
-        endpoint.scrape_seq += 1
+        endpoint.record_scrape(metrics, started)
 
     def _parse(self, endpoint: Endpoint, text: str) -> PodMetrics:
         """The page's metrics, parsed again only when it differs from the last one (a

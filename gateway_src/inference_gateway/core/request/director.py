@@ -16,6 +16,12 @@ kept only for logs and the response header.
 
 The pieces themselves are the shared core: `RoutingState` (config, router, rewrites,
 limiter, swapped whole on reload), `PoolGate` admission, `band_for`, the `Scheduler`.
+
+`decide` is the asyncio driver of the pipeline. Its steps are also public, without any
+waiting in them, for the simulator, which drives the same director on its virtual clock
+(`clock`): `begin` (from an `Intake`: the parsed body, or the simulator's request),
+`offer` / `resume` (admission), `start` (rank and a lifecycle). So `igw serve`,
+`igw picker` and `igw simulate` run one request path.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import dataclasses
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -44,7 +50,7 @@ from inference_gateway.core.request.contracts import RoutingState, SchedulerLike
 from inference_gateway.core.request.lifecycle import RequestLifecycle, new_internal_id
 from inference_gateway.core.scheduling.plugins.prefix import prompt_block_hashes
 from inference_gateway.core.scheduling.types import Endpoint, LLMRequest
-from inference_gateway.core.traffic.flow_control import BANDS, FlowController
+from inference_gateway.core.traffic.flow_control import BANDS, FlowController, Waiter
 from inference_gateway.core.traffic.objectives import band_for
 from inference_gateway.core.traffic.ratelimit import DEFAULT_MAX_TOKENS, TooLarge
 from inference_gateway.core.traffic.routing import Route
@@ -61,6 +67,9 @@ __all__ = [
     "CLIENT_ID_HEADER",
     "Decision",
     "Director",
+    "Intake",
+    "OutputBound",
+    "Pending",
     "Rejection",
     "RequestLifecycle",
     "RoutingState",
@@ -159,6 +168,58 @@ class Decision:
         return self.client_model != self.route.model
 
 
+@dataclass(frozen=True, slots=True)
+class Intake:
+    """What the pipeline needs of a request body: `decide` reads it from the client's
+    bytes (`Intake.parse`); the simulator, whose prompts are token counts and prefix
+    block ids rather than text, builds it from its workload."""
+
+    model: str  # what the client asked for
+    prompt_tokens: int  # estimated
+    output_bound: OutputBound  # the most output tokens it may cost (token limits charge it)
+    # the prompt's prefix-index hashes for the model the pod is sent (after rewrites)
+    prefix_hashes: Callable[[str], Sequence[int]]
+    body: dict[str, Any] | None = None  # the parsed body, re-encoded if a rewrite applies
+    # the engine's own block hashes, where the driver knows them (the simulator's blocks);
+    # a live request's come from a precise prefix scorer tokenizing `body`
+    kv_hashes: Sequence[int] | None = None
+
+    @classmethod
+    def parse(cls, raw: bytes) -> Intake:
+        """The client's body (→ 400 `Rejection` when malformed)."""
+        body = _parse(raw)
+        output_bound = _output_bound(body)
+        text = prompt_text(body)
+        return cls(
+            body["model"],
+            len(text) // 4 + 1,
+            output_bound,
+            lambda model: prompt_block_hashes(model, text),
+            body,
+        )
+
+
+@dataclass(slots=True)
+class Pending:
+    """A request between `Director.begin` and `Director.start`: routed, limited,
+    waiting for (or past) admission."""
+
+    state: RoutingState
+    intake: Intake
+    model: str  # after rewrites
+    route: Route
+    llm: LLMRequest
+    endpoints: list[Endpoint]
+    gate: PoolGate
+    headers: dict[str, str]  # answered with (rate-limit state)
+    budget: TokenBudget | None  # follows the answer and settles the token charge
+    waiter: Waiter | None = None
+
+    @property
+    def client_model(self) -> str:
+        return self.intake.model
+
+
 def api_key_of(headers: Mapping[str, str]) -> str:
     """The authenticated client id, else the bearer token, else "anonymous" (limits
     without a client or apiKey apply to each caller separately)."""
@@ -215,11 +276,18 @@ class Director:
         *,
         metrics: GatewayMetrics | None = None,
         series: Series | None = None,
-        max_lifetime_s: float = 3600.0,
+        max_lifetime_s: float | None = 3600.0,
+        clock: Callable[[], float] = time.monotonic,
+        soon: Callable[[Callable[[], Any]], Any] | None = None,
+        shared_limits: SharedLimits | None = None,
         connection_failed: Callable[[Endpoint], None] | None = None,
     ) -> None:
-        """`connection_failed`: where a data plane's report that a pod could not be
-        reached goes (the endpoint store's `connection_failed`, one rule for both)."""
+        """`max_lifetime_s` None: no watchdog (the simulator ends every request itself).
+        `clock` and `soon` are the admission gates' (see `PoolGate`); `clock` also times
+        lifecycles and rate limits. `shared_limits` (igw serve --store): the token
+        buckets live in the store. `connection_failed`: where a data plane's report that
+        a pod could not be reached goes (the endpoint store's `connection_failed`, one
+        rule for both)."""
         self.endpoints = endpoints
         self.connection_failed = connection_failed or (lambda endpoint: None)
         self.scheduler = scheduler
@@ -231,7 +299,9 @@ class Director:
         self.gates: dict[str, PoolGate] = {}
         self.series = series or Series(self.metrics)
         self.child = self.series.child
-        self.shared_limits: SharedLimits | None = None  # igw serve --store: limits in the store
+        self.shared_limits = shared_limits
+        self.clock = clock
+        self.soon = soon
         self._watch_limiter(state)
 
     def _watch_limiter(self, state: RoutingState) -> None:
@@ -259,15 +329,18 @@ class Director:
     def track(self, life: RequestLifecycle) -> None:
         """A new lifecycle: watched until it ends (it removes itself from `live`)."""
         self.live[life.id] = life
+        if self.max_lifetime_s is None:
+            return
         if self._watchdog is None or self._watchdog.done():
             self._watchdog = asyncio.get_running_loop().create_task(self._watch())
 
     async def _watch(self) -> None:
         """End what outlived `max_lifetime_s`, checking a few times per lifetime (at most
         once a second); the task ends when nothing is live."""
+        assert self.max_lifetime_s is not None
         while self.live:
             await asyncio.sleep(min(1.0, self.max_lifetime_s / 4))
-            oldest = time.perf_counter() - self.max_lifetime_s
+            oldest = self.clock() - self.max_lifetime_s
             for life in [life for life in self.live.values() if life.started < oldest]:
                 life.expire()
 
@@ -284,6 +357,8 @@ class Director:
             gate = self.gates[key] = PoolGate(
                 config.flow_control,
                 lambda: self.state.router.candidates(route, self.endpoints()),
+                clock=self.clock,
+                soon=self.soon,
             )
         return gate
 
@@ -323,51 +398,66 @@ class Director:
         request's course to the returned lifecycle, which releases what it holds.
         `client_request_id` (the client's `x-request-id`) is only logged.
         """
-        body = self._parse(raw)
-        output_bound = _output_bound(body)
-        state = self.state
-        client_model: str = body["model"]
-        model = state.rewrites.rewrite(client_model)
-        endpoints = self.endpoints()
-        try:
-            route = state.router.route(model, endpoints)
-        except UnknownModelError:
-            raise Rejection(
-                404,
-                f"The model `{client_model}` does not exist.",
-                "invalid_request_error",
-                "model_not_found",
-            ) from None
-        text = prompt_text(body)
-        llm = LLMRequest(
-            request_id=new_internal_id(),
-            model=route.model,
-            prompt_tokens=len(text) // 4 + 1,
-            prefix_hashes=prompt_block_hashes(route.model, text),
-            prompt_body=body,  # tokenized by a precise prefix scorer, only if it needs it
-            adapter=route.adapter,
-            band=band_for(state.config, headers.get(OBJECTIVE_HEADER), route.model),
-            profile=headers.get(PROFILE_HEADER) or route.profile,
-            fairness_id=headers.get(FAIRNESS_HEADER, ""),
-            subset=subset_hostports(subset, endpoints),
-        )
+        intake = Intake.parse(raw)
         if self.shared_limits is None:  # local buckets: no await on the hot path
-            extra, budget = self._charge(state, headers, client_model, llm, output_bound)
+            pending = self.begin(intake, headers, subset)
         else:
-            extra, budget = await self._charge_shared(
-                state, headers, client_model, llm, output_bound
-            )
-        gate = self.gate(route)
+            pending = self._route(intake, headers, subset)
+            pending.headers, pending.budget = await self._charge_shared(pending, headers)
         try:
-            await self._admit(
-                gate, llm, client_model, extra, hold_empty=not _fail_open(state, route)
+            await pending.gate.admit(
+                pending.llm.band,
+                pending.llm.fairness_id,
+                hold_empty=not _fail_open(pending.state, pending.route),
             )
-        except BaseException:
-            if budget is not None:  # refused after the charge: nothing was delivered
-                budget.close(0)
+        except (NoCapacityError, QueueTimeoutError) as error:
+            raise self._refused(pending, error) from None
+        except BaseException:  # the client left while queued: nothing was delivered
+            if pending.budget is not None:
+                pending.budget.close(0)
             raise
+        return self.start(pending, raw, client_request_id)
+
+    def begin(
+        self, intake: Intake, headers: Mapping[str, str], subset: list[str] | None = None
+    ) -> Pending:
+        """Rewrite, route and charge the local token buckets (`Rejection` on a refusal):
+        the steps before admission."""
+        pending = self._route(intake, headers, subset)
+        pending.headers, pending.budget = self._charge(pending, headers)
+        return pending
+
+    def offer(self, pending: Pending) -> bool:
+        """Admission without waiting: True when admitted now; False when queued (the
+        caller sets `pending.waiter.handle`, which the gate's `pump` resolves, and then
+        calls `resume`); `Rejection` when refused."""
         try:
-            ranked = self._rank(state, llm, route, endpoints)
+            pending.waiter = pending.gate.offer(
+                pending.llm.band,
+                pending.llm.fairness_id,
+                hold_empty=not _fail_open(pending.state, pending.route),
+            )
+        except NoCapacityError as error:
+            raise self._refused(pending, error) from None
+        return pending.waiter is None
+
+    def resume(self, pending: Pending, released: bool) -> None:
+        """A queued request's wait ended: released, or its band's TTL passed (→ 503)."""
+        waiter = pending.waiter
+        assert waiter is not None
+        pending.gate.resumed(waiter, released)
+        if not released:
+            raise self._refused(pending, pending.gate.timeout_error(waiter.band))
+
+    def start(
+        self, pending: Pending, raw: bytes = b"", client_request_id: str = ""
+    ) -> RequestLifecycle:
+        """Rank the pool's pods and open the request's lifecycle (503 when none is
+        ready). `raw` is the client's body, re-encoded when a rewrite changed the model."""
+        gate, llm, client_model = pending.gate, pending.llm, pending.client_model
+        budget = pending.budget
+        try:
+            ranked = self._rank(pending.state, llm, pending.route, pending.endpoints)
         except BaseException:
             gate.on_completion()
             if budget is not None:
@@ -384,44 +474,56 @@ class Director:
                 "stale, outside the subset hint, or none serves the model.",
                 "service_unavailable",
                 "no_ready_endpoint",
-                headers=extra,
+                headers=pending.headers,
             )
-        self.child(self.metrics.requests, client_model, route.model).inc()
-        if model != client_model:
-            body["model"] = model
+        self.child(self.metrics.requests, client_model, pending.route.model).inc()
+        body = pending.intake.body
+        if pending.model != client_model and body is not None:
+            body["model"] = pending.model
             raw = orjson.dumps(body)
-        decision = Decision(llm, ranked, client_model, route, raw, gate, extra)
-        return RequestLifecycle(self, decision, client_request_id, budget=budget)
+        decision = Decision(llm, ranked, client_model, pending.route, raw, gate, pending.headers)
+        return RequestLifecycle(self, decision, client_request_id, budget=pending.budget)
 
     # ------------------------------------------------------------------ steps
 
-    @staticmethod
-    def _parse(raw: bytes) -> dict[str, Any]:
+    def _route(
+        self, intake: Intake, headers: Mapping[str, str], subset: list[str] | None
+    ) -> Pending:
+        state = self.state
+        client_model = intake.model
+        model = state.rewrites.rewrite(client_model)
+        endpoints = self.endpoints()
         try:
-            body = orjson.loads(raw)
-        except orjson.JSONDecodeError as error:
+            route = state.router.route(model, endpoints)
+        except UnknownModelError:
             raise Rejection(
-                400, f"Malformed JSON body: {error}", "invalid_request_error", "invalid_json"
-            ) from None
-        if not isinstance(body, dict) or not isinstance(body.get("model"), str):
-            raise Rejection(
-                400,
-                "The request body must be a JSON object with a string `model` field.",
+                404,
+                f"The model `{client_model}` does not exist.",
                 "invalid_request_error",
-                "missing_model",
-            )
-        return body
+                "model_not_found",
+            ) from None
+        llm = LLMRequest(
+            request_id=new_internal_id(),
+            model=route.model,
+            prompt_tokens=intake.prompt_tokens,
+            prefix_hashes=intake.prefix_hashes(route.model),
+            prompt_body=intake.body,  # tokenized by a precise prefix scorer, only if it needs it
+            kv_hashes=intake.kv_hashes,
+            adapter=route.adapter,
+            band=band_for(state.config, headers.get(OBJECTIVE_HEADER), route.model),
+            profile=headers.get(PROFILE_HEADER) or route.profile,
+            fairness_id=headers.get(FAIRNESS_HEADER, ""),
+            subset=subset_hostports(subset, endpoints),
+        )
+        return Pending(state, intake, model, route, llm, endpoints, self.gate(route), {}, None)
 
     def _charge(
-        self,
-        state: RoutingState,
-        headers: Mapping[str, str],
-        client_model: str,
-        llm: LLMRequest,
-        output_bound: OutputBound,
+        self, pending: Pending, headers: Mapping[str, str]
     ) -> tuple[dict[str, str], TokenBudget | None]:
         """Charge the prompt estimate and reserve the output bound; the lifecycle's
         budget follows the answer and settles it."""
+        state, client_model, llm = pending.state, pending.client_model, pending.llm
+        output_bound = pending.intake.output_bound
         if not state.limiter.rules:  # nothing to charge (the common case): no headers
             return {}, None
         api_key = api_key_of(headers)
@@ -430,7 +532,7 @@ class Director:
             client_model,
             llm.prompt_tokens,
             output_bound.tokens,
-            time.monotonic(),
+            self.clock(),
             request_id=llm.request_id,
             bounded=output_bound.explicit,
         )
@@ -444,16 +546,13 @@ class Director:
         return dict(limit.headers), self._budget(backend, llm, limit.reserved, limit.headers)
 
     async def _charge_shared(
-        self,
-        state: RoutingState,
-        headers: Mapping[str, str],
-        client_model: str,
-        llm: LLMRequest,
-        output_bound: OutputBound,
+        self, pending: Pending, headers: Mapping[str, str]
     ) -> tuple[dict[str, str], TokenBudget | None]:
         """`_charge` against the store, exact across replicas (one round trip); with the
         store away, this replica's own buckets (`igw_store_up` says so, one log line)."""
         assert self.shared_limits is not None
+        state, client_model, llm = pending.state, pending.client_model, pending.llm
+        output_bound = pending.intake.output_bound
         if not state.limiter.rules:
             return {}, None
         api_key = api_key_of(headers)
@@ -467,7 +566,7 @@ class Director:
             bounded=output_bound.explicit,
         )
         if admission is None:
-            return self._charge(state, headers, client_model, llm, output_bound)
+            return self._charge(pending, headers)
         if admission.too_large is not None:
             raise self._too_large(client_model, admission.too_large)
         if not admission.allowed:
@@ -522,38 +621,32 @@ class Director:
             headers={"x-should-retry": "false"},
         )
 
-    async def _admit(
-        self,
-        gate: PoolGate,
-        llm: LLMRequest,
-        client_model: str,
-        extra: dict[str, str],
-        *,
-        hold_empty: bool,
-    ) -> None:
-        try:
-            await gate.admit(llm.band, llm.fairness_id, hold_empty=hold_empty)
-        except NoCapacityError as error:
+    def _refused(self, pending: Pending, error: NoCapacityError | QueueTimeoutError) -> Rejection:
+        """Admission's refusal as the client's answer: 429 with Retry-After for a
+        saturated pool, 503 for a wait past the band's TTL."""
+        client_model, extra = pending.client_model, pending.headers
+        if pending.budget is not None:  # refused after the charge: nothing was delivered
+            pending.budget.close(0)
+        if isinstance(error, NoCapacityError):
             self.child(self.metrics.rejected, client_model, "pool_saturated").inc()
-            raise Rejection(
+            return Rejection(
                 429,
                 str(error),
                 "rate_limit_exceeded",
                 "pool_saturated",
                 retry_after_s=error.retry_after_s,
                 headers=extra,
-            ) from None
-        except QueueTimeoutError as error:
-            code = "no_ready_endpoint" if error.empty else "queue_timeout"
-            self.child(self.metrics.rejected, client_model, code).inc()
-            raise Rejection(
-                503,
-                str(error),
-                "service_unavailable",
-                code,
-                retry_after_s=error.retry_after_s,
-                headers=extra,
-            ) from None
+            )
+        code = "no_ready_endpoint" if error.empty else "queue_timeout"
+        self.child(self.metrics.rejected, client_model, code).inc()
+        return Rejection(
+            503,
+            str(error),
+            "service_unavailable",
+            code,
+            retry_after_s=error.retry_after_s,
+            headers=extra,
+        )
 
     def _rank(
         self, state: RoutingState, llm: LLMRequest, route: Route, endpoints: list[Endpoint]
@@ -587,6 +680,23 @@ def _fail_open(state: RoutingState, route: Route) -> bool:
         and route.pool
         and any(p.name == route.pool and p.failure_mode == "FailOpen" for p in config.pools)
     )
+
+
+def _parse(raw: bytes) -> dict[str, Any]:
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as error:
+        raise Rejection(
+            400, f"Malformed JSON body: {error}", "invalid_request_error", "invalid_json"
+        ) from None
+    if not isinstance(body, dict) or not isinstance(body.get("model"), str):
+        raise Rejection(
+            400,
+            "The request body must be a JSON object with a string `model` field.",
+            "invalid_request_error",
+            "missing_model",
+        )
+    return body
 
 
 class OutputBound(NamedTuple):

@@ -17,6 +17,9 @@ The director's watchdog ends it after its maximum lifetime whatever the data pla
 request holds can outlive it. One sweeping task per director rather than a timer per
 request: arming and cancelling an event-loop timer would cost every request ~3 µs.
 
+Every time comes from the director's clock (the event loop's monotonic clock, or the
+simulator's virtual one), so a simulated request's TTFT is what a served one's would be.
+
 Internal state is keyed by `id`, an id this process made; the client's `x-request-id`
 (`client_id`) is only logged and echoed, so two requests that send the same one cannot
 overwrite each other's bookkeeping.
@@ -26,7 +29,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import time
 import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -92,7 +94,7 @@ class RequestLifecycle:
         self.scheduler = director.scheduler  # a reload must not split one request
         self.budget = budget
         self.endpoint: Endpoint | None = None
-        self.started = time.perf_counter()
+        self.started = director.clock()
         self.first_byte_at = 0.0
         self.status = 0
         self.usage: UsageScanner | None = None
@@ -119,13 +121,13 @@ class RequestLifecycle:
                 self.director.metrics.input_tokens, decision.client_model, decision.target_model
             ).observe(decision.llm.prompt_tokens)
         self.endpoint = endpoint
-        self.scheduler.on_picked(decision.llm, endpoint, time.monotonic())
+        self.scheduler.on_picked(decision.llm, endpoint, self.director.clock())
 
     def attempt_failed(self) -> None:
         """The picked pod never started the request; its bookkeeping ends here."""
         endpoint, self.endpoint = self.endpoint, None
         if endpoint is not None:
-            self.scheduler.on_finished(self.decision.llm, endpoint, time.monotonic())
+            self.scheduler.on_finished(self.decision.llm, endpoint, self.director.clock())
 
     def unreachable(self) -> None:
         """The picked pod refused or dropped the connection before answering (a connect
@@ -149,11 +151,11 @@ class RequestLifecycle:
         """The first byte of the answer reached the client: TTFT, reported once."""
         if self.first_byte_at or self.outcome is not None:
             return self.first_byte_at - self.started if self.first_byte_at else 0.0
-        self.first_byte_at = time.perf_counter()
+        self.first_byte_at = self.director.clock()
         ttft = self.first_byte_at - self.started
         decision = self.decision
         if self.endpoint is not None:
-            self.scheduler.on_first_token(decision.llm, self.endpoint, ttft, time.monotonic())
+            self.scheduler.on_first_token(decision.llm, self.endpoint, ttft, self.director.clock())
         self.director.child(
             self.director.metrics.ttft, decision.client_model, decision.target_model
         ).observe(ttft)
@@ -213,7 +215,7 @@ class RequestLifecycle:
         director.live.pop(self.id, None)
         endpoint, self.endpoint = self.endpoint, None
         if endpoint is not None:
-            self.scheduler.on_finished(decision.llm, endpoint, time.monotonic())
+            self.scheduler.on_finished(decision.llm, endpoint, self.director.clock())
         decision.gate.on_completion()
         labels = (decision.client_model, decision.target_model)
         usage = self.usage.close() if self.usage is not None and outcome == "ok" else None
@@ -225,5 +227,5 @@ class RequestLifecycle:
             self.budget.close(total_tokens(usage) if usage is not None else None)
         if outcome == "ok" and 0 < self.status < 400 and self.first_byte_at:
             director.child(director.metrics.duration, *labels).observe(
-                time.perf_counter() - self.started
+                self.director.clock() - self.started
             )

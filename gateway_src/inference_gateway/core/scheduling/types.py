@@ -86,6 +86,20 @@ class Endpoint:
     def serves(self, model: str) -> bool:
         return not self.models or model in self.models
 
+    def record_scrape(self, metrics: PodMetrics, at: float) -> None:
+        """A good scrape taken at `at`: the pod is fresh, and what this picker sent before
+        it is in the scraped queue now, so the sent-since-scrape counts start again.
+
+        The one place a scrape lands: the endpoint store's scraper, the simulator's
+        scrape and a simulated replica's copy of it all call this, so the bookkeeping
+        the scheduler relies on (`scrape_seq`, see `Scheduler._started`) is the same."""
+        self.metrics = metrics
+        self.scraped_at = at
+        self.stale = False
+        self.sent_requests = 0
+        self.sent_tokens = 0
+        self.scrape_seq += 1
+
 
 @dataclass(slots=True)
 class LLMRequest:

@@ -40,6 +40,8 @@ EXPORTS = {
         "CLIENT_ID_HEADER",
         "Decision",
         "Director",
+        "Intake",
+        "Pending",
         "Rejection",
         "RequestLifecycle",
         "RoutingState",

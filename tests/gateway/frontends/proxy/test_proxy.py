@@ -15,9 +15,10 @@ import orjson
 import pytest
 from aiohttp import web
 
-from inference_gateway.assembly.serve import app_runner, build_gateway, upstream_fetch
+from inference_gateway.assembly.core import ScrapeClient
+from inference_gateway.assembly.serve import app_runner, build_gateway
 from inference_gateway.core.scheduling.types import Endpoint
-from inference_gateway.transport.http1_client import Upstream, UpstreamError
+from inference_gateway.transport.http1_client import UpstreamError
 
 MODEL = "llama-3.1-8b"
 METRICS = (
@@ -235,13 +236,13 @@ async def test_scrape_fetch_decodes_text_and_refuses_errors() -> None:
         return web.Response(status=500)
 
     async with pod(handler, waiting=2) as (port, _):
-        client = Upstream()
-        fetch = upstream_fetch(client)
+        fetch = ScrapeClient(timeout_s=1.0)
         endpoint = Endpoint("pod", "127.0.0.1", port)
         assert "vllm:num_requests_waiting 2\n" in await fetch(endpoint, "/metrics")
         with pytest.raises(UpstreamError, match="HTTP 404"):
             await fetch(endpoint, "/nowhere")
-        await client.close()
+        assert fetch.cpu_seconds() > 0  # what the store's CPU budget reads
+        await fetch.close()
 
 
 async def test_a_refused_pod_is_not_picked_again_until_a_fresh_scrape() -> None:
