@@ -210,14 +210,15 @@ class PickerServer:
         `--grpc-port` and `--grpc-health-port` the same way)."""
         assert self.health_port is not None
         if self.transport == "grpcio":
-            server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
-            health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
-            self.health_bound = server.add_insecure_port(f"{self.host}:{self.health_port}")
-            await server.start()
+            aio = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+            health_pb2_grpc.add_HealthServicer_to_server(self.health, aio)
+            self.health_bound = aio.add_insecure_port(f"{self.host}:{self.health_port}")
+            await aio.start()
+            self._health_server = aio
         else:
-            server = Http2GrpcServer(self.health.handlers(), policy=self.policy)
-            self.health_bound = await server.start(self.host, self.health_port)
-        self._health_server = server
+            http2 = Http2GrpcServer(self.health.handlers(), policy=self.policy)
+            self.health_bound = await http2.start(self.host, self.health_port)
+            self._health_server = http2
 
     async def update_health(self) -> None:
         """Readiness: SERVING once started and synced (and, with leader election, while

@@ -46,7 +46,7 @@ from inference_gateway.core.scheduling.shared_view import (
 from inference_gateway.core.traffic.flow_control import BANDS, FlowController
 from inference_gateway.errors import ConfigError
 from inference_gateway.sim.fleet import SimPod
-from inference_gateway.sim.policies import DEFERRED
+from inference_gateway.sim.policies import DEFERRED, Policy
 from inference_gateway.sim.workload import SimRequest
 
 __all__ = ["Replicated", "Sharing", "parse_replicas"]
@@ -88,7 +88,7 @@ class _Exchange:
     Each replica's own counts and queue heads are logged when they change; a replica's
     view of the others is rebuilt only when its next exchange completes."""
 
-    def __init__(self, views: list[list[SimPod]], replicas: list, sharing: Sharing) -> None:
+    def __init__(self, views: list[list[SimPod]], replicas: list[Policy], sharing: Sharing) -> None:
         self.sharing = sharing
         self.endpoints = [[p.endpoint for p in view] for view in views]
         # admission queues, where the base policy has them (`gateway`)
@@ -167,14 +167,14 @@ class Replicated:
         *,
         base: str,
         count: int,
-        make: Callable[[str, list[SimPod], int], object],
+        make: Callable[[str, list[SimPod], int], Policy],
         sharing: Sharing | None = None,
     ) -> None:
         self.name = name
         self.pods = pods
         self.random = random.Random(seed ^ 0x5EED)
         self.views: list[list[SimPod]] = []
-        self.replicas: list = []
+        self.replicas: list[Policy] = []
         for i in range(count):
             view = [dataclasses.replace(p, endpoint=dataclasses.replace(p.endpoint)) for p in pods]
             self.views.append(view)

@@ -116,7 +116,7 @@ def test_a_simulated_pickers_index_is_exactly_what_each_pod_caches(
     sc = scenario(shared_prefixes={"share": 1.0, "groups": 40, "tokens": 4000})
     driver.run_policy(sc, "gateway", fleet_capacity(sc.fleet, sc.workload, sc.seed))
     pods, policy = built[0], policies[0]
-    index = policy.inner.scheduler.kv_index
+    index = policy.director.scheduler.kv_index  # the gateway's director, as `igw serve`'s
     pods[0].kv_feed.pump(float("inf"))
     assert index.events > 0
     for pod in pods:

@@ -41,6 +41,7 @@ EXPORTS = {
         "Decision",
         "Director",
         "Intake",
+        "OutputBound",
         "Pending",
         "Rejection",
         "RequestLifecycle",
