@@ -27,7 +27,7 @@ import openai
 import pytest
 import yaml
 
-from inference_gateway.store.local_server import LocalRedis, free_port
+from inference_gateway.shared_store.local_server import LocalRedis, free_port
 
 pytestmark = pytest.mark.slow
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "fleet"

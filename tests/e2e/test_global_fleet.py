@@ -47,7 +47,7 @@ from inference_gateway.emulator.fleet import EmulatedFleet
 from inference_gateway.frontends.auth import Authenticator, Identity
 from inference_gateway.frontends.global_router import build_global_router, parse_router_config
 from inference_gateway.frontends.global_router.clusters import ClusterStatus
-from inference_gateway.store.local_server import LocalRedis, free_port
+from inference_gateway.shared_store.local_server import LocalRedis, free_port
 
 pytestmark = pytest.mark.slow
 MODEL = "llama-3.1-8b"

@@ -30,7 +30,7 @@ import pytest
 
 from inference_gateway.emulator.fleet import EmulatedFleet
 from inference_gateway.emulator.tokens import default_output_tokens, prompt_seed
-from inference_gateway.store.local_server import LocalRedis
+from inference_gateway.shared_store.local_server import LocalRedis
 
 from .serve_process import igw_serve
 

@@ -30,7 +30,7 @@ from inference_gateway.core.scheduling.baseline import RoundRobinScheduler
 from inference_gateway.core.scheduling.kv_index import KVBlockIndex
 from inference_gateway.core.scheduling.types import Endpoint
 from inference_gateway.core.traffic.rewrites import RewriteSet
-from inference_gateway.store.ratelimit import SharedLimits
+from inference_gateway.shared_store.ratelimit import SharedLimits
 from inference_gateway.telemetry.metrics import GatewayMetrics
 from inference_gateway.transport.http1_client import Upstream
 

@@ -21,8 +21,8 @@ from inference_gateway.core.traffic.routing import ModelRouter
 from inference_gateway.frontends.auth import Authenticator, auth_middleware
 from inference_gateway.frontends.proxy import Gateway
 from inference_gateway.frontends.status import add_status_route
-from inference_gateway.store.client import StoreHealth, StoreSpec, connect
-from inference_gateway.store.ratelimit import SharedLimits
+from inference_gateway.shared_store.client import StoreHealth, StoreSpec, connect
+from inference_gateway.shared_store.ratelimit import SharedLimits
 from inference_gateway.telemetry.emf import EmfEmitter
 from inference_gateway.telemetry.metrics import GatewayMetrics
 from inference_gateway.transport.http_settings import BODY_TIMEOUT_S

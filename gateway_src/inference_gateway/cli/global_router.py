@@ -148,7 +148,7 @@ def change_drains(spec: Any, args: argparse.Namespace) -> int:
     from prometheus_client import CollectorRegistry
 
     from inference_gateway.frontends.global_router.drains import PlannedDrains
-    from inference_gateway.store.client import StoreHealth, StoreUnavailable, connect
+    from inference_gateway.shared_store.client import StoreHealth, StoreUnavailable, connect
 
     known = {c.name for c in spec.clusters}
     names = set(args.clusters)

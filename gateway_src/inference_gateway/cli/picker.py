@@ -316,7 +316,7 @@ def observers(args: argparse.Namespace, core: Any) -> list[Any]:
     if emitter is not None:
         out.append(emitter)
     if args.store:
-        from inference_gateway.store.dispatch import for_director
+        from inference_gateway.shared_store.dispatch import for_director
 
         out.append(for_director(args.store, core.director))
     return out

@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     import logging
 
     from inference_gateway.assembly.serve import RUN_OPTIONS, build_gateway
-    from inference_gateway.store.client import store_from_flag
+    from inference_gateway.shared_store.client import store_from_flag
     from inference_gateway.transport.http_settings import server_settings
     from inference_gateway.transport.signals import serve_http
 
@@ -119,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
     except ImportError:  # pragma: no cover - uvloop is a pinned dependency
         pass
     if args.store:
-        from inference_gateway.store.dispatch import for_director
+        from inference_gateway.shared_store.dispatch import for_director
 
         share = for_director(args.store, gateway.director)
         app.on_startup.append(lambda _: share.start())

@@ -13,7 +13,7 @@ from typing import Any
 import aiohttp
 import yaml
 
-from inference_gateway.store.local_server import free_port
+from inference_gateway.shared_store.local_server import free_port
 
 
 async def _status(url: str, log: Path, process: subprocess.Popen[bytes]) -> dict[str, Any]:

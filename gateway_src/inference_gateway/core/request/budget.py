@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Protocol
 from inference_gateway.core.traffic.ratelimit import RateLimiter
 
 if TYPE_CHECKING:
-    from inference_gateway.store.ratelimit import Admission, GlobalRateLimiter, Ticket
+    from inference_gateway.shared_store.ratelimit import Admission, GlobalRateLimiter, Ticket
 
 __all__ = ["LocalBackend", "StoreBackend", "TokenBudget", "grow_step", "store_budget"]
 

@@ -60,7 +60,7 @@ from inference_gateway.errors import (
     NoEndpointError,
     UnknownModelError,
 )
-from inference_gateway.store.ratelimit import SharedLimits
+from inference_gateway.shared_store.ratelimit import SharedLimits
 from inference_gateway.telemetry.metrics import GatewayMetrics
 
 __all__ = [

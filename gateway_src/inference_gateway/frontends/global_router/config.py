@@ -45,8 +45,8 @@ from pydantic.alias_generators import to_camel
 
 from inference_gateway.config.spec import format_validation_error, read_yaml
 from inference_gateway.errors import ConfigError
-from inference_gateway.store.client import StoreSpec
-from inference_gateway.store.ratelimit import GlobalRateLimitSpec
+from inference_gateway.shared_store.client import StoreSpec
+from inference_gateway.shared_store.ratelimit import GlobalRateLimitSpec
 
 __all__ = [
     "AuthSpec",

@@ -30,7 +30,7 @@ from pathlib import Path
 from redis.asyncio import Redis
 
 from inference_gateway.frontends.global_router.config import GlobalRouterSpec
-from inference_gateway.store.client import StoreHealth, StoreUnavailable
+from inference_gateway.shared_store.client import StoreHealth, StoreUnavailable
 
 __all__ = ["PlannedDrains", "drain_key", "read_drain_file", "write_drain_file"]
 

@@ -18,7 +18,7 @@ from aiohttp import web
 
 from inference_gateway.frontends.auth import Authenticator, JwtSettings, load_api_keys
 from inference_gateway.frontends.global_router.config import AuthSpec
-from inference_gateway.store.ratelimit import DEFAULT_MAX_TOKENS
+from inference_gateway.shared_store.ratelimit import DEFAULT_MAX_TOKENS
 
 __all__ = [
     "api_key_of",

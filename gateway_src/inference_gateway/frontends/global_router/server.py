@@ -58,8 +58,8 @@ from inference_gateway.frontends.global_router.requests import (
     error_response,
     token_estimate,
 )
-from inference_gateway.store.client import StoreHealth, StoreSpec, connect
-from inference_gateway.store.ratelimit import GlobalRateLimiter, Ticket
+from inference_gateway.shared_store.client import StoreHealth, StoreSpec, connect
+from inference_gateway.shared_store.ratelimit import GlobalRateLimiter, Ticket
 from inference_gateway.transport.http_settings import (
     BODY_TIMEOUT_S,
     HEADER_TIMEOUT_S,

@@ -20,7 +20,7 @@ from inference_gateway.frontends.global_router import (
     parse_router_config,
 )
 from inference_gateway.frontends.global_router.server import runner_settings
-from inference_gateway.store.local_server import LocalRedis
+from inference_gateway.shared_store.local_server import LocalRedis
 
 HEALTHY = {
     "readyPods": 2,

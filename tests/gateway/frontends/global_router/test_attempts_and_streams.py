@@ -16,7 +16,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from inference_gateway.store.local_server import LocalRedis
+from inference_gateway.shared_store.local_server import LocalRedis
 
 from .conftest import FakeCluster, running_router
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inference_gateway.frontends.global_router as global_router
 from inference_gateway.frontends.global_router import drains
-from inference_gateway.store import client, local_server, ratelimit
+from inference_gateway.shared_store import client, local_server, ratelimit
 
 
 def test_public_names() -> None:

@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 import yaml
 
-from inference_gateway.store.local_server import free_port
+from inference_gateway.shared_store.local_server import free_port
 
 from .conftest import FakeCluster
 

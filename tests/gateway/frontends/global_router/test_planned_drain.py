@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from inference_gateway.cli.main import main
-from inference_gateway.store.local_server import LocalRedis
+from inference_gateway.shared_store.local_server import LocalRedis
 
 from .conftest import FakeCluster, running_router
 from .test_router import config, post

@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 from redis.asyncio import Redis
 
-from inference_gateway.store.local_server import LocalRedis
+from inference_gateway.shared_store.local_server import LocalRedis
 
 from .conftest import FakeCluster, running_router
 from .test_router import config, post

@@ -18,7 +18,7 @@ import yaml
 
 from inference_gateway.errors import ConfigError
 from inference_gateway.frontends.global_router import build_global_router, parse_router_config
-from inference_gateway.store.local_server import LocalRedis
+from inference_gateway.shared_store.local_server import LocalRedis
 
 from .conftest import FakeCluster, running_router
 

@@ -14,8 +14,8 @@ import pytest
 
 from inference_gateway.config.spec import GatewayConfigSpec, RateLimitSpec
 from inference_gateway.errors import ConfigError
-from inference_gateway.store.client import StoreSpec, store_from_flag
-from inference_gateway.store.local_server import LocalRedis
+from inference_gateway.shared_store.client import StoreSpec, store_from_flag
+from inference_gateway.shared_store.local_server import LocalRedis
 
 from .test_serve_adversarial import OPEN, ScriptedPod, body, pods, serve
 

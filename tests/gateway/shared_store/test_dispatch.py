@@ -28,8 +28,8 @@ from inference_gateway.core.request.lifecycle import RequestLifecycle
 from inference_gateway.core.scheduling import Endpoint, PodMetrics, Scheduler
 from inference_gateway.core.traffic.flow_control import FlowController
 from inference_gateway.errors import ConfigError
-from inference_gateway.store.dispatch import DispatchShare, decode_entry
-from inference_gateway.store.local_server import LocalRedis, free_port
+from inference_gateway.shared_store.dispatch import DispatchShare, decode_entry
+from inference_gateway.shared_store.local_server import LocalRedis, free_port
 
 INTERVAL_S = 0.005
 WAIT_S = 5.0  # bound on every poll below
@@ -152,7 +152,7 @@ async def test_store_outage_falls_back_to_the_local_view_and_recovers(
     await a.dispatch(2)
     await _until(lambda: sum(e.peer_requests for e in b.endpoints) == 2)
     assert b.metric("igw_dispatch_store_up") == 1
-    with caplog.at_level(logging.INFO, logger="inference_gateway.store.dispatch"):
+    with caplog.at_level(logging.INFO, logger="inference_gateway.shared_store.dispatch"):
         redis_server.stop()
         await _until(lambda: b.share.up is False)
         assert b.metric("igw_dispatch_store_up") == 0

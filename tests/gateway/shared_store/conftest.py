@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from inference_gateway.store.local_server import LocalRedis
+from inference_gateway.shared_store.local_server import LocalRedis
 
 
 @pytest.fixture

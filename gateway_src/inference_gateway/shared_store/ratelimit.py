@@ -52,7 +52,7 @@ from inference_gateway.core.traffic.ratelimit import (
     TooLarge,
     bucket_digest,
 )
-from inference_gateway.store.client import StoreHealth, StoreUnavailable
+from inference_gateway.shared_store.client import StoreHealth, StoreUnavailable
 
 __all__ = [
     "DEFAULT_MAX_TOKENS",

@@ -9,9 +9,9 @@ import asyncio
 from prometheus_client import CollectorRegistry
 
 from inference_gateway.config.spec import RateLimitSpec
-from inference_gateway.store.client import StoreHealth, StoreSpec, connect
-from inference_gateway.store.local_server import LocalRedis
-from inference_gateway.store.ratelimit import GlobalRateLimiter, GlobalRateLimitSpec
+from inference_gateway.shared_store.client import StoreHealth, StoreSpec, connect
+from inference_gateway.shared_store.local_server import LocalRedis
+from inference_gateway.shared_store.ratelimit import GlobalRateLimiter, GlobalRateLimitSpec
 
 
 def limiter(url: str, name: str, **spec: object) -> GlobalRateLimiter:

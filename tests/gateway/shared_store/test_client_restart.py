@@ -13,8 +13,8 @@ import asyncio
 from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
-from inference_gateway.store.client import StoreHealth, StoreSpec, StoreUnavailable, connect
-from inference_gateway.store.local_server import LocalRedis
+from inference_gateway.shared_store.client import StoreHealth, StoreSpec, StoreUnavailable, connect
+from inference_gateway.shared_store.local_server import LocalRedis
 
 
 async def _burst(health: StoreHealth, redis: Redis, n: int = 20) -> list[BaseException]:

@@ -145,7 +145,7 @@ class DispatchShare:
             raise ConfigError("store", ["interval: must be above 0 and below the entry TTL"])
         from redis.exceptions import RedisError  # here: `igw` commands without a store skip it
 
-        from inference_gateway.store.client import connect, store_from_flag
+        from inference_gateway.shared_store.client import connect, store_from_flag
 
         self.failures = (RedisError, OSError, TimeoutError)
         # the same client as the rate limits (password from $IGW_STORE_PASSWORD, TLS), with
