@@ -37,7 +37,6 @@ import asyncio
 import logging
 import random
 
-import orjson
 from aiohttp import web
 from prometheus_client import generate_latest
 
@@ -54,7 +53,7 @@ from inference_gateway.core.request.lifecycle import (
 from inference_gateway.core.request.relay import StreamEnd, StreamRelay, is_event_stream
 from inference_gateway.core.request.retry import RetryPolicy
 from inference_gateway.core.request.sse import ModelNameRewriter
-from inference_gateway.core.request.usage import output_tokens, usage_of
+from inference_gateway.core.request.usage import body_output_tokens
 from inference_gateway.core.scheduling.types import Endpoint
 from inference_gateway.core.traffic.routing import ModelRouter, Route
 from inference_gateway.transport.http1_client import (
@@ -82,15 +81,6 @@ _request_ids = random.Random()  # ids need to be unique, not secret: no syscall 
 def new_request_id() -> str:
     """32 hex digits, like `uuid4().hex`."""
     return f"{_request_ids.getrandbits(128):032x}"
-
-
-def usage_of_body(body: bytes) -> int | None:
-    """The output tokens a whole JSON answer reports, or None."""
-    try:
-        usage = usage_of(orjson.loads(body))
-    except orjson.JSONDecodeError:
-        return None
-    return output_tokens(usage) if usage is not None else None
 
 
 def error_response(
@@ -461,7 +451,7 @@ class Gateway:
             return error_response(502, message, "upstream_error", "upstream_failed", headers)
         budget = life.budget
         if budget is not None and upstream.status == 200:
-            used = usage_of_body(body)
+            used = body_output_tokens(body)
             if used is not None and budget.count_whole(used) and not await budget.grow():
                 life.cancelled(RATE_LIMITED)  # generated, but not delivered past the limit
                 return error_response(

@@ -76,6 +76,8 @@ __all__ = [
     "SchedulerLike",
     "Series",
     "api_key_of",
+    "output_bound",
+    "prompt_estimate",
     "prompt_text",
     "subset_hostports",
 ]
@@ -188,12 +190,12 @@ class Intake:
     def parse(cls, raw: bytes) -> Intake:
         """The client's body (→ 400 `Rejection` when malformed)."""
         body = _parse(raw)
-        output_bound = _output_bound(body)
+        bound = output_bound(body)
         text = prompt_text(body)
         return cls(
             body["model"],
-            len(text) // 4 + 1,
-            output_bound,
+            prompt_estimate(text),
+            bound,
             lambda model: prompt_block_hashes(model, text),
             body,
         )
@@ -699,12 +701,18 @@ def _parse(raw: bytes) -> dict[str, Any]:
     return body
 
 
+def prompt_estimate(text: str) -> int:
+    """A prompt's tokens, estimated (4 characters a token): what a token limit charges up
+    front, the same at tier 1 and tier 2."""
+    return len(text) // 4 + 1
+
+
 class OutputBound(NamedTuple):
     tokens: int
     explicit: bool  # the request set it (else the default, which a small limit may cut)
 
 
-def _output_bound(body: dict[str, Any]) -> OutputBound:
+def output_bound(body: dict[str, Any]) -> OutputBound:
     """The most output tokens the engine may generate for this body: the largest of
     `max_tokens` and `max_completion_tokens` (engines honour one or the other, so a token
     limit must charge the larger), times `n`. A negative, fractional or absurd value is a

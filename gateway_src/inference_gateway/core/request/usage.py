@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["UsageScanner", "output_tokens", "total_tokens", "usage_of"]
+__all__ = ["UsageScanner", "body_output_tokens", "output_tokens", "total_tokens", "usage_of"]
 
 
 class UsageScanner:
@@ -95,3 +95,13 @@ def total_tokens(usage: dict[str, Any]) -> int | None:
     prompt = _count(usage, "prompt_tokens", "input_tokens")
     output = output_tokens(usage)
     return None if prompt is None or output is None else prompt + output
+
+
+def body_output_tokens(body: bytes) -> int | None:
+    """The output tokens a whole JSON answer reports, or None (what a token budget counts
+    of an answer that did not stream, at tier 1 and tier 2)."""
+    try:
+        usage = usage_of(orjson.loads(body))
+    except orjson.JSONDecodeError:
+        return None
+    return output_tokens(usage) if usage is not None else None

@@ -11,21 +11,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import orjson
 from aiohttp import web
 
 from inference_gateway.frontends.auth import Authenticator, JwtSettings, load_api_keys
 from inference_gateway.frontends.global_router.config import AuthSpec
-from inference_gateway.shared_store.ratelimit import DEFAULT_MAX_TOKENS
 
 __all__ = [
     "api_key_of",
     "budget_s",
     "build_authenticator",
     "error_response",
-    "token_estimate",
 ]
 
 
@@ -71,18 +68,3 @@ def budget_s(value: str | None) -> float | None:
         return None
     ms = int(value)
     return ms / 1000 if 0 < ms <= 600_000 else None
-
-
-def token_estimate(body: dict[str, Any]) -> int:
-    """Prompt estimate (4 characters a token) plus `max_tokens`: charged up front."""
-    prompt = body.get("prompt")
-    messages = body.get("messages")
-    size = len(prompt) if isinstance(prompt, str) else 0
-    if isinstance(messages, list):
-        for m in messages:
-            content = m.get("content") if isinstance(m, dict) else None
-            size += len(content) if isinstance(content, str) else 0
-    max_tokens = body.get("max_tokens") or body.get("max_completion_tokens")
-    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 0:
-        max_tokens = DEFAULT_MAX_TOKENS
-    return size // 4 + 1 + max_tokens

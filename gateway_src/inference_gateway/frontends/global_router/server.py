@@ -11,8 +11,10 @@ the client nothing is retried. A streamed answer is relayed by the shared `Strea
 (core/request/relay.py, as `igw serve` does): a stream that breaks ends with the SSE
 error event, one silent for `streamIdleTimeoutMs` between chunks ends the same way and
 drains the cluster. Either counts as a failed attempt in the cluster's error score.
-Token buckets are settled from the answer's `usage`, read by the gateway's one usage
-parser (`UsageScanner`: chat/completions and Responses API shapes, SSE lines split
+Token limits follow each answer with the gateway's one token budget (core/request/
+budget.py, as `igw serve`): counted as it streams, ended with the rate-limit SSE error
+event when the window is full, and settled once from the answer's `usage` (the one usage
+parser, `UsageScanner`: chat/completions and Responses API shapes, SSE lines split
 across chunks).
 
 A client that leaves ends its request at once: the router runs with handler
@@ -31,6 +33,7 @@ only as whole milliseconds up to 600,000.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
@@ -44,8 +47,21 @@ from prometheus_client import generate_latest
 from redis.asyncio import Redis
 
 from inference_gateway.core.request.attempts import AttemptPlan, Failure
-from inference_gateway.core.request.relay import StreamEnd, StreamRelay, is_event_stream
-from inference_gateway.core.request.usage import UsageScanner, total_tokens
+from inference_gateway.core.request.budget import TokenBudget, store_budget
+from inference_gateway.core.request.director import (
+    Rejection,
+    output_bound,
+    prompt_estimate,
+    prompt_text,
+)
+from inference_gateway.core.request.lifecycle import new_internal_id
+from inference_gateway.core.request.relay import (
+    StreamEnd,
+    StreamRelay,
+    is_event_stream,
+    stream_error_event,
+)
+from inference_gateway.core.request.usage import UsageScanner, body_output_tokens, total_tokens
 from inference_gateway.frontends.global_router.choice import Choice, RequestTraits, rank_clusters
 from inference_gateway.frontends.global_router.clusters import ClusterRegistry, ClusterState
 from inference_gateway.frontends.global_router.config import GlobalRouterSpec, ProfileName
@@ -56,10 +72,9 @@ from inference_gateway.frontends.global_router.requests import (
     budget_s,
     build_authenticator,
     error_response,
-    token_estimate,
 )
 from inference_gateway.shared_store.client import StoreHealth, StoreSpec, connect
-from inference_gateway.shared_store.ratelimit import GlobalRateLimiter, Ticket
+from inference_gateway.shared_store.ratelimit import GlobalRateLimiter
 from inference_gateway.transport.http_settings import (
     BODY_TIMEOUT_S,
     HEADER_TIMEOUT_S,
@@ -111,6 +126,7 @@ class GlobalRouter:
         self.plan = AttemptPlan(spec.max_attempts)
         self.relay = StreamRelay(spec.stream_idle_timeout_ms / 1000)
         self.limiter: GlobalRateLimiter | None = None
+        self._settling: set[asyncio.Task[None]] = set()  # token settlements being written
         self._stores: list[Redis] = []  # every client this router opened, closed at cleanup
         redis, health = None, None
         if spec.store is not None:
@@ -170,6 +186,8 @@ class GlobalRouter:
         await self.registry.stop()
         if self._session is not None:
             await self._session.close()
+        if self._settling:  # the last answers' settlements, written in the background
+            await asyncio.gather(*self._settling, return_exceptions=True)
         for redis in self._stores:
             await redis.aclose()
 
@@ -258,9 +276,21 @@ class GlobalRouter:
                 )
             client = identity.client
         extra: dict[str, str] = {}
-        ticket = Ticket()
+        budget: TokenBudget | None = None
         if self.limiter is not None:
-            admission = await self.limiter.check(client, body["model"], token_estimate(body))
+            try:  # the same estimate and output bound as tier 1 (core/request/director.py)
+                bound = output_bound(body)
+            except Rejection as error:
+                return error_response(error.status, error.message, error.kind, error.code)
+            request_id = new_internal_id()
+            admission = await self.limiter.check(
+                client,
+                body["model"],
+                prompt_estimate(prompt_text(body)),
+                bound.tokens,
+                request_id=request_id,
+                bounded=bound.explicit,
+            )
             extra = admission.headers
             if admission.too_large is not None:  # can never fit: OpenAI's answer, no retry
                 self.metrics.rate_limit_hits.labels(admission.scope).inc()
@@ -281,14 +311,27 @@ class GlobalRouter:
                     "rate_limited",
                     {**extra, "retry-after": str(admission.retry_after_s)},
                 )
-            ticket = admission.ticket
-        response, used = await self._forward(request, raw, extra, body.get("stream") is True)
-        if self.limiter is not None and used is not None:
-            await self.limiter.settle(ticket, used)
+            # follows the answer: counted as it streams, settled once whatever the outcome
+            budget = store_budget(
+                self.limiter, admission, request_id, client, body["model"], self._settling
+            )
+        used: int | None = None
+        try:
+            response, used = await self._forward(
+                request, raw, extra, body.get("stream") is True, budget
+            )
+        finally:
+            if budget is not None:
+                budget.close(used)
         return response
 
     async def _forward(
-        self, request: web.Request, raw: bytes, extra: dict[str, str], stream: bool = False
+        self,
+        request: web.Request,
+        raw: bytes,
+        extra: dict[str, str],
+        stream: bool = False,
+        budget: TokenBudget | None = None,
     ) -> tuple[web.StreamResponse, int | None]:
         assert self._session is not None
         traits = self._traits(request.headers)
@@ -334,7 +377,9 @@ class GlobalRouter:
                     index = after
                     continue
                 cross = "true" if state.spec.region != traits.home_region else "false"
-                result = await self._relay(request, upstream, first, state, cross, started, extra)
+                result = await self._relay(
+                    request, upstream, first, state, cross, started, extra, budget
+                )
                 complete = True
                 return result
             finally:
@@ -412,8 +457,11 @@ class GlobalRouter:
         cross: str,
         started: float,
         extra: dict[str, str],
+        budget: TokenBudget | None = None,
     ) -> tuple[web.StreamResponse, int | None]:
-        """Relay an answer whose first byte is in (`first`): nothing is retried from here."""
+        """Relay an answer whose first byte is in (`first`): nothing is retried from here.
+        `budget` follows its tokens: a stream that outgrows the client's window ends with
+        the rate-limit SSE error event, a whole answer larger than what is left is a 429."""
         name = state.name
         status = upstream.status
         content_type = upstream.headers.get("content-type", "application/json")
@@ -434,6 +482,19 @@ class GlobalRouter:
                 return error_response(
                     502, "The cluster's answer broke.", "upstream_error", "cluster_answer_broken"
                 ), None
+            if budget is not None and status == 200:
+                generated = body_output_tokens(body)
+                over = generated is not None and budget.count_whole(generated)
+                if over and not await budget.grow():  # generated, not delivered past the limit
+                    self._ended(state, cross, str(status), failed=False)
+                    return error_response(
+                        429,
+                        "Rate limit reached: the answer is larger than what the token limit "
+                        "allows now.",
+                        "tokens",
+                        "rate_limit_exceeded",
+                        extra,
+                    ), None
             whole = web.Response(status=status, body=body, headers=headers)
             self._ended(state, cross, str(status), failed=status >= 500)
             try:
@@ -455,8 +516,16 @@ class GlobalRouter:
             response,
             first=first,
             sent=None if usage is None else usage.feed,
+            admit=None if budget is None or status != 200 else budget.admit,
         )
         end = relayed.end
+        if end is StreamEnd.OVER_LIMIT:  # the window is full: no byte past the limit
+            if not relayed.started:  # the headers went out with `prepare`: end it as an event
+                with contextlib.suppress(ConnectionError):
+                    await response.write(stream_error_event(end))
+                    await response.write_eof()
+            self._ended(state, cross, str(status), failed=False)
+            return response, None
         if end is StreamEnd.STALLED:
             self.registry.drain(name, "stream_stalled")
         if end is not StreamEnd.CLIENT_LEFT:

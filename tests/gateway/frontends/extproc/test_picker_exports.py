@@ -49,6 +49,8 @@ EXPORTS = {
         "SchedulerLike",
         "Series",
         "api_key_of",
+        "output_bound",
+        "prompt_estimate",
         "prompt_text",
         "subset_hostports",
     ],

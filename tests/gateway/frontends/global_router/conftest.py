@@ -47,7 +47,8 @@ class FakeCluster:
     # how a stream goes: ok | stall (first chunk, then hang_s of silence) | break (first
     # chunk, then the connection is cut) | slow (a chunk every 0.2 s, 30 of them) |
     # split_usage (the usage event split across two writes) | responses (the Responses
-    # API's `response.completed` event carries the usage)
+    # API's `response.completed` event carries the usage) | long (200 one-token chunks,
+    # each with its `finish_reason` key, as vLLM streams them)
     stream_mode: str = "ok"
     hits: Counter[str] = field(default_factory=Counter)
     cancelled_at: list[float] = field(default_factory=list)  # loop times of seen cancels
@@ -87,6 +88,11 @@ class FakeCluster:
             for _ in range(30):
                 await asyncio.sleep(0.2)
                 await response.write(b'data: {"choices":[{"text":"."}]}\n\n')
+        elif mode == "long":
+            for _ in range(200):
+                await response.write(
+                    b'data: {"choices":[{"index":0,"text":"t","finish_reason":null}]}\n\n'
+                )
         usage_json = orjson.dumps(usage)
         if mode == "split_usage":
             line = b'data: {"choices":[],"usage":' + usage_json + b"}\n\n"

@@ -6,22 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from inference_gateway.frontends.global_router.requests import api_key_of, token_estimate
-
-
-@pytest.mark.parametrize(
-    ("body", "tokens"),
-    [
-        ({"prompt": "x" * 40, "max_tokens": 10}, 10 + 1 + 10),
-        ({"messages": [{"role": "user", "content": "x" * 8}], "max_tokens": 5}, 2 + 1 + 5),
-        ({"prompt": "x", "max_tokens": -5}, 0 + 1 + 256),  # negative: the default
-        ({"prompt": "x", "max_tokens": True}, 0 + 1 + 256),  # a bool is not a count
-        ({"prompt": ["a", "b"], "max_completion_tokens": 7}, 0 + 1 + 7),
-        ({"messages": [1, {"content": None}, "x"]}, 0 + 1 + 256),
-    ],
-)
-def test_token_estimate(body: dict[str, object], tokens: int) -> None:
-    assert token_estimate(body) == tokens
+from inference_gateway.frontends.global_router.requests import api_key_of
 
 
 @pytest.mark.parametrize(
