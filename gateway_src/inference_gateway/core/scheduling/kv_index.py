@@ -61,6 +61,7 @@ class KVBlockIndex:
         self._pods: dict[str, _Pod] = {}
         self._holders: dict[int, set[str]] = {}
         self.events = 0  # events ingested, for the benchmark and /metrics
+        self.heard_any = False  # no pod's events ever arrived: every pod scores as sent
         self.fallbacks = 0  # scoring decisions that used the approximate index for a pod
 
     # ------------------------------------------------------------------ feeding
@@ -95,6 +96,7 @@ class KVBlockIndex:
         """The pod's stream is alive now (a batch, or a replay that answered)."""
         state = state or self._pod(pod)
         state.last_event = self.clock()
+        self.heard_any = True
         state.expected_at = None
 
     def stored(self, pod: str, hashes: Iterable[int], state: _Pod | None = None) -> None:

@@ -84,6 +84,8 @@ class PrecisePrefixScorer:
         kv_index.stale_after_s = params.stale_after_s
         self._pending: dict[str, tuple[str, Sequence[int]]] = {}  # request → pod, hashes
         self._pending_at: dict[str, dict[str, Sequence[int]]] = {}  # pod → request → hashes
+        # the last request's approximate matches: valid until the index next changes
+        self._sent_cache: tuple[LLMRequest, dict[str, int]] | None = None
 
     def request_hashes(self, request: LLMRequest) -> list[int]:
         """The engine's block hashes of the prompt (cached on the request)."""
@@ -102,6 +104,9 @@ class PrecisePrefixScorer:
     def prepare(self, request: LLMRequest, endpoints: list[Endpoint]) -> None:
         """Set `request.prefix_matches` from the events (approximate for stale pods)."""
         kv, fresh = self.kv_index, self.kv_index.fresh
+        if not kv.heard_any:  # no pod publishes events (yet): the approximate index alone
+            request.prefix_matches = self._sent_matches(request)
+            return
         live = [fresh(e.name) for e in endpoints]
         hashes = self.request_hashes(request) if any(live) else []
         precise = kv.matches(hashes) if hashes else {}
@@ -115,11 +120,7 @@ class PrecisePrefixScorer:
                     found = max(found, _longest_common(hashes, pending.values()))
             else:
                 if approx is None:
-                    approx = (
-                        self.approximate.matches(request.prefix_hashes)
-                        if self.approximate is not None and request.prefix_hashes
-                        else {}
-                    )
+                    approx = self._sent_matches(request)
                 found = approx.get(e.name, 0)
                 if kv.heard_from(e.name):
                     kv.fallbacks += 1
@@ -135,14 +136,31 @@ class PrecisePrefixScorer:
         matches = request.prefix_matches or {}
         blocks = request.prompt_tokens // self.params.block_size
         total = max(len(request.kv_hashes or ()), blocks, 1)
-        sent: dict[str, int] = {}
-        if self.approximate is not None and request.prefix_hashes:
-            sent = self.approximate.matches(request.prefix_hashes)
-        return [
-            min(1.0, max(matches.get(e.name, 0), sent.get(e.name, 0)) / total) for e in endpoints
-        ]
+        best = dict(self._sent_matches(request))  # the longer of held and sent, per pod
+        for pod, held in matches.items():
+            if held > best.get(pod, 0):
+                best[pod] = held
+        if not best:
+            return [0.0] * len(endpoints)
+        get, inverse = best.get, 1.0 / total
+        return [min(1.0, get(e.name, 0) * inverse) for e in endpoints]
+
+    def _sent_matches(self, request: LLMRequest) -> dict[str, int]:
+        """What the approximate index says was sent to each pod: computed once per
+        request (`prepare` and `score` both read it)."""
+        cached = self._sent_cache
+        if cached is not None and cached[0] is request:
+            return cached[1]
+        sent = (
+            self.approximate.matches(request.prefix_hashes)
+            if self.approximate is not None and request.prefix_hashes
+            else {}
+        )
+        self._sent_cache = (request, sent)
+        return sent
 
     def on_picked(self, request: LLMRequest, endpoint: Endpoint, now: float) -> None:
+        self._sent_cache = None  # the approximate index records this pick
         m = endpoint.metrics
         if m is not None and m.num_gpu_blocks:
             self.kv_index.set_capacity(endpoint.name, m.num_gpu_blocks)
