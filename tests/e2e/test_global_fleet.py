@@ -42,6 +42,7 @@ import yaml
 from aiohttp import web
 
 from inference_gateway.assembly.serve import build_gateway
+from inference_gateway.core.request.director import prompt_estimate, prompt_text
 from inference_gateway.core.scheduling.types import Endpoint
 from inference_gateway.emulator.fleet import EmulatedFleet
 from inference_gateway.frontends.auth import Authenticator, Identity
@@ -646,7 +647,11 @@ async def test_openai_sdk_through_the_global_router() -> None:
                     # both earlier answers were settled to their `usage`, not the estimates
                     used = reply.usage.total_tokens + chunks[-1].usage.total_tokens
                     remaining = int(raw.headers["x-ratelimit-remaining-tokens"])
-                    assert remaining == 5000 - used - (len("x") // 4 + 1 + 600)
+                    # this one charged as tier 1 charges: prompt estimate + output bound
+                    prompt = prompt_estimate(
+                        prompt_text({"messages": [{"role": "user", "content": "x"}]})
+                    )
+                    assert remaining == 5000 - used - (prompt + 600)
                     with pytest.raises(openai.RateLimitError) as refused:
                         await client.chat.completions.create(
                             model=MODEL, messages=[{"role": "user", "content": "y"}], max_tokens=2
