@@ -592,40 +592,19 @@ class GatewayChart(Chart):
 
 
 def _bbr_pod_spec(*, env: EnvironmentSpec, selector: dict[str, str]) -> dict[str, Any]:
-    grpc_probe = {"grpc": {"port": BBR_PORT}}
-    container = {
-        "name": "bbr",
-        "image": gateway_image(env),
-        "imagePullPolicy": "IfNotPresent",
+    return _gateway_service_pod_spec(
+        env=env,
+        selector=selector,
+        name=BBR,
+        container="bbr",
         # igw bbr binds loopback unless told, as the picker does: Envoy and the kubelet's
         # probes reach it on the pod IP (NetworkPolicy limits who).
-        "args": ["bbr", "--host", "0.0.0.0", "--grpc-port", str(BBR_PORT), "--config", CONFIG_PATH],
-        "ports": [{"name": "grpc", "containerPort": BBR_PORT}],
-        "startupProbe": {**grpc_probe, "periodSeconds": 2, "failureThreshold": 30},
-        "readinessProbe": {**grpc_probe, "periodSeconds": 5},
-        "livenessProbe": {**grpc_probe, "periodSeconds": 10},
-        "resources": {
-            "requests": {"cpu": "250m", "memory": "256Mi"},
-            "limits": {"memory": "512Mi"},
-        },
-        "securityContext": container_security_context(),
-        "volumeMounts": [
-            {"name": "config", "mountPath": "/etc/igw", "readOnly": True},
-            {"name": "tmp", "mountPath": "/tmp"},
-        ],
-    }
-    return {
-        "serviceAccountName": BBR,
-        "automountServiceAccountToken": False,
-        "enableServiceLinks": False,
-        "securityContext": pod_security_context(),
-        "topologySpreadConstraints": spread(selector),
-        "containers": [container],
-        "volumes": [
-            {"name": "config", "configMap": {"name": CONFIG_MAP}},
-            empty_dir("tmp", size="64Mi"),
-        ],
-    }
+        args=["bbr", "--host", "0.0.0.0", "--grpc-port", str(BBR_PORT), "--config", CONFIG_PATH],
+        port=("grpc", BBR_PORT),
+        probe={"grpc": {"port": BBR_PORT}},
+        mount=("config", "/etc/igw"),
+        volume={"name": "config", "configMap": {"name": CONFIG_MAP}},
+    )
 
 
 def _auth_pod_spec(*, env: EnvironmentSpec, selector: dict[str, str]) -> dict[str, Any]:
@@ -639,13 +618,39 @@ def _auth_pod_spec(*, env: EnvironmentSpec, selector: dict[str, str]) -> dict[st
         args += ["--jwt-client-claim", auth.jwt.client_id_claim]
         for audience in auth.jwt.audiences:
             args += ["--jwt-audience", audience]
-    probe = {"httpGet": {"path": "/healthz", "port": "http"}}
-    container = {
-        "name": "auth",
+    return _gateway_service_pod_spec(
+        env=env,
+        selector=selector,
+        name=AUTH,
+        container="auth",
+        args=args,
+        port=("http", AUTH_PORT),
+        probe={"httpGet": {"path": "/healthz", "port": "http"}},
+        mount=("keys", "/etc/igw-auth"),
+        volume={"name": "keys", "secret": {"secretName": API_KEYS_SECRET}},
+    )
+
+
+def _gateway_service_pod_spec(
+    *,
+    env: EnvironmentSpec,
+    selector: dict[str, str],
+    name: str,
+    container: str,
+    args: list[str],
+    port: tuple[str, int],
+    probe: dict[str, Any],
+    mount: tuple[str, str],
+    volume: dict[str, Any],
+) -> dict[str, Any]:
+    """The pod of a small gateway service (`igw bbr`, `igw auth`): the gateway image, one
+    port with its probes, one read-only volume, restricted security, spread over zones."""
+    spec = {
+        "name": container,
         "image": gateway_image(env),
         "imagePullPolicy": "IfNotPresent",
         "args": args,
-        "ports": [{"name": "http", "containerPort": AUTH_PORT}],
+        "ports": [{"name": port[0], "containerPort": port[1]}],
         "startupProbe": {**probe, "periodSeconds": 2, "failureThreshold": 30},
         "readinessProbe": {**probe, "periodSeconds": 5},
         "livenessProbe": {**probe, "periodSeconds": 10},
@@ -655,21 +660,18 @@ def _auth_pod_spec(*, env: EnvironmentSpec, selector: dict[str, str]) -> dict[st
         },
         "securityContext": container_security_context(),
         "volumeMounts": [
-            {"name": "keys", "mountPath": "/etc/igw-auth", "readOnly": True},
+            {"name": mount[0], "mountPath": mount[1], "readOnly": True},
             {"name": "tmp", "mountPath": "/tmp"},
         ],
     }
     return {
-        "serviceAccountName": AUTH,
+        "serviceAccountName": name,
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "securityContext": pod_security_context(),
         "topologySpreadConstraints": spread(selector),
-        "containers": [container],
-        "volumes": [
-            {"name": "keys", "secret": {"secretName": API_KEYS_SECRET}},
-            empty_dir("tmp", size="64Mi"),
-        ],
+        "containers": [spec],
+        "volumes": [volume, empty_dir("tmp", size="64Mi")],
     }
 
 
