@@ -120,7 +120,10 @@ async def until_refused(port: int, within_s: float = 2.0) -> None:
     while True:
         try:
             _, writer = await asyncio.open_connection("127.0.0.1", port)
-        except ConnectionRefusedError:
+        except (
+            ConnectionRefusedError,
+            ConnectionResetError,
+        ):  # a listener closing mid-connect resets
             return
         writer.close()
         assert time.monotonic() < deadline, "still accepting connections"
