@@ -20,11 +20,12 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from envspec.disaggregation import PD_ROLES, pd_gateway_config
 from envspec.global_router import GlobalRouterSpec, global_problems
 from envspec.infra import AlarmSpec, AwsSpec, ClusterSpec, GitOpsSpec, IngressSpec, NodeGroupSpec
 from envspec.network import network_problems
 from envspec.workloads import CanarySpec, KubernetesSpec, ModelServerSpec, workload_problems
-from inference_gateway.config.spec import GatewayConfigSpec, format_validation_error
+from inference_gateway.config.spec import GatewayConfigSpec, format_validation_error, parse_config
 from inference_gateway.errors import ConfigError
 
 __all__ = ["ENVIRONMENTS_DIR", "EnvironmentSpec", "load_environment"]
@@ -62,17 +63,21 @@ class EnvironmentSpec(BaseModel):
             where = f"model_servers[{i}]"
             if server.pool not in pools:
                 problems.append(f"{where}.pool: unknown pool {server.pool!r}")
-            if server.node_group not in groups:
-                problems.append(f"{where}.node_group: unknown node group {server.node_group!r}")
-            elif (
-                (gpu := pools.get(server.pool))
-                and gpu.gpu
-                and gpu.gpu != groups[server.node_group].gpu
-            ):
-                problems.append(
-                    f"{where}.node_group: pool {server.pool!r} expects GPU {gpu.gpu}, "
-                    f"node group {server.node_group!r} has {groups[server.node_group].gpu}"
-                )
+            placements = [(f"{where}.node_group", server.node_group)]
+            if server.disaggregation is not None:
+                placements += [
+                    (f"{where}.disaggregation.{role}.node_group", group)
+                    for role in PD_ROLES
+                    if (group := server.disaggregation.role(role).node_group) is not None
+                ]
+            for path, group in placements:
+                if group not in groups:
+                    problems.append(f"{path}: unknown node group {group!r}")
+                elif (gpu := pools.get(server.pool)) and gpu.gpu and gpu.gpu != groups[group].gpu:
+                    problems.append(
+                        f"{path}: pool {server.pool!r} expects GPU {gpu.gpu}, "
+                        f"node group {group!r} has {groups[group].gpu}"
+                    )
         for i, canary in enumerate(self.canaries):
             for j, target in enumerate(canary.targets):
                 if target.model not in models | adapters:
@@ -85,11 +90,25 @@ class EnvironmentSpec(BaseModel):
             canaries=self.canaries,
             gpu_of_node_group={g.name: g.gpu for g in self.node_groups},
         )
+        problems += _picker_config_problems(self)
         problems += global_problems(self)
         problems += network_problems(self)
         if problems:
             raise ValueError("; ".join(problems))
         return self
+
+
+def _picker_config_problems(env: EnvironmentSpec) -> list[str]:
+    """The picker config the charts render (with the P/D pools' plugins and profiles)
+    must parse with the gateway's own parser, or the picker would refuse it in the
+    cluster; checked only where it differs from `gateway`, which parsed already."""
+    if all(s.disaggregation is None for s in env.model_servers):
+        return []
+    try:
+        parse_config(pd_gateway_config(env.gateway, env.model_servers), "picker config")
+    except ConfigError as error:
+        return [f"model_servers.disaggregation: the picker config: {p}" for p in error.problems]
+    return []
 
 
 def load_environment(name_or_path: str | Path) -> EnvironmentSpec:

@@ -18,6 +18,16 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from envspec.disaggregation import (
+    DECODER_PORT,
+    PD_ROLES,
+    ROLE_LABEL,
+    SIDECAR_PORT,
+    DisaggregationSpec,
+    PdRole,
+    pd_names,
+)
+
 if TYPE_CHECKING:
     from inference_gateway.config.spec import GatewayConfigSpec, LabelSelector
 
@@ -27,8 +37,11 @@ __all__ = [
     "KubernetesSpec",
     "ModelServerSpec",
     "canary_pool",
+    "model_server_deployment",
     "model_server_name",
+    "model_server_node_group",
     "model_server_pod_labels",
+    "model_server_roles",
     "workload_problems",
 ]
 
@@ -158,6 +171,10 @@ class ModelServerSpec(_Section):
     pod_labels: dict[str, str] = Field(
         default_factory=dict, description="Extra pod labels, e.g. for a pool selector."
     )
+    disaggregation: DisaggregationSpec | None = Field(
+        default=None,
+        description="Run the pool as prefill and decode Deployments (envspec/disaggregation.py).",
+    )
 
     @property
     def served_name(self) -> str:
@@ -199,17 +216,41 @@ def model_server_name(server: ModelServerSpec) -> str:
     return f"vllm-{server.pool}-{server.node_group}"
 
 
-def model_server_pod_labels(server: ModelServerSpec, *, gpu: str) -> dict[str, str]:
-    """The labels every pod of this model server carries; pools select on them."""
-    return {
+def model_server_deployment(server: ModelServerSpec, role: PdRole | None) -> str:
+    """The Deployment of a model server, or of one role of a P/D one (`<pool>-<role>`)."""
+    return model_server_name(server) if role is None else pd_names(server.pool).deployments[role]
+
+
+def model_server_roles(server: ModelServerSpec) -> tuple[PdRole | None, ...]:
+    """The Deployments of a model server, by role: (None,) for an aggregated one."""
+    return PD_ROLES if server.disaggregation is not None else (None,)
+
+
+def model_server_node_group(server: ModelServerSpec, role: PdRole | None) -> str:
+    """Where a role runs: its own node group if it names one, else the server's."""
+    if role is None or server.disaggregation is None:
+        return server.node_group
+    return server.disaggregation.role(role).node_group or server.node_group
+
+
+def model_server_pod_labels(
+    server: ModelServerSpec, *, gpu: str, role: PdRole | None = None
+) -> dict[str, str]:
+    """The labels every pod of this model server (of `role`, for a P/D one) carries;
+    pools select on them. A role's pods are their own instance (its Deployment) and
+    carry llm-d's role label, which the picker's prefill and decode filters read."""
+    labels = {
         "app.kubernetes.io/name": "vllm",
-        "app.kubernetes.io/instance": model_server_name(server),
+        "app.kubernetes.io/instance": model_server_deployment(server, role),
         "app.kubernetes.io/component": "model-server",
         "app.kubernetes.io/part-of": "inference-gateway",
         "igw.dev/pool": server.pool,
         "igw.dev/gpu": gpu,
         **server.pod_labels,
     }
+    if role is not None:
+        labels[ROLE_LABEL] = role
+    return labels
 
 
 def _selects(selector: LabelSelector, labels: Mapping[str, str]) -> bool:
@@ -233,7 +274,12 @@ def workload_problems(
     model_pool = {m.name: m.pool for m in gateway.models}
     adapter_model = {a: m.name for m in gateway.models for a in m.adapters}
     labels = [
-        model_server_pod_labels(s, gpu=gpu_of_node_group.get(s.node_group, "unknown"))
+        [
+            model_server_pod_labels(
+                s, gpu=gpu_of_node_group.get(model_server_node_group(s, r), "unknown"), role=r
+            )
+            for r in model_server_roles(s)
+        ]
         for s in model_servers
     ]
 
@@ -245,9 +291,10 @@ def workload_problems(
             problems.append(f"{where}: same pool and node_group as model_servers[{seen[name]}]")
         seen[name] = i
         pool = pools.get(server.pool)
-        if pool is not None and not _selects(pool.selector, labels[i]):
+        unselected = [x for x in labels[i] if pool and not _selects(pool.selector, x)]
+        if pool is not None and unselected:
             problems.append(
-                f"{where}.pod_labels: pods labelled {labels[i]} are not selected by "
+                f"{where}.pod_labels: pods labelled {unselected[0]} are not selected by "
                 f"pool {pool.name!r} (selector {_shown(pool.selector)})"
             )
         routed = model_pool.get(server.served_name)
@@ -283,6 +330,7 @@ def workload_problems(
             )
 
     problems += _picker_wiring_problems(gateway)
+    problems += _disaggregation_problems(gateway, model_servers)
     for i, pool in enumerate(gateway.pools):
         where = f"gateway.pools[{i}].selector"
         if pool.selector.selects_everything:
@@ -296,7 +344,11 @@ def workload_problems(
                 "only; give this pool matchLabels (matchExpressions work where no "
                 "InferencePool is rendered: igw serve, igw picker --config)"
             )
-        selected = [j for j in range(len(model_servers)) if _selects(pool.selector, labels[j])]
+        selected = [
+            j
+            for j in range(len(model_servers))
+            if any(_selects(pool.selector, x) for x in labels[j])
+        ]
         if not selected:
             problems.append(f"{where}: {_shown(pool.selector)} matches no model-server Deployment")
         for j in selected:
@@ -362,6 +414,47 @@ def _picker_wiring_problems(gateway: GatewayConfigSpec) -> list[str]:
                 f"gateway.flowControl.bands.{band}.ttlS: {spec.ttl_s} s is longer than the "
                 f"picker's ext_proc message timeout allows ({limit} s)"
             )
+    return problems
+
+
+def _disaggregation_problems(
+    gateway: GatewayConfigSpec, model_servers: Sequence[ModelServerSpec]
+) -> list[str]:
+    """What a P/D model server needs around it: a pool of its own (its two Deployments
+    are named after the pool), no server-wide autoscaling (each role scales itself),
+    the pool's target port on the decode pods' sidecar, and models that take the pool's
+    decode profile (that is what makes their requests P/D-capable)."""
+    problems: list[str] = []
+    pools = {p.name: p for p in gateway.pools}
+    for i, server in enumerate(model_servers):
+        if server.disaggregation is None:
+            continue
+        where = f"model_servers[{i}]"
+        others = [j for j, s in enumerate(model_servers) if s.pool == server.pool and j != i]
+        if others:
+            problems.append(
+                f"{where}.disaggregation: pool {server.pool!r} also has model_servers"
+                f"{others}; a P/D pool is served by one model server (its prefill and "
+                "decode Deployments)"
+            )
+        if server.max_replicas is not None or server.scale_to_zero:
+            problems.append(
+                f"{where}.max_replicas: a P/D server scales per role; set "
+                "disaggregation.prefill/decode.max_replicas instead (and no scale_to_zero)"
+            )
+        pool = pools.get(server.pool)
+        if pool is not None and pool.target_port != SIDECAR_PORT:
+            problems.append(
+                f"gateway.pools: pool {pool.name!r} is P/D, so its targetPort is the decode "
+                f"pods' sidecar on {SIDECAR_PORT} (vLLM listens on {DECODER_PORT} behind "
+                f"it), not {pool.target_port}"
+            )
+        for j, model in enumerate(gateway.models):
+            if model.pool == server.pool and model.profile is not None:
+                problems.append(
+                    f"gateway.models[{j}].profile: {model.name!r} is served by P/D pool "
+                    f"{server.pool!r}, whose decode profile is its profile; leave it unset"
+                )
     return problems
 
 

@@ -65,8 +65,8 @@ from .picker import CONFIG_MAP, CONFIG_PATH, GRPC_PORT, METRICS_PORT, config_has
 from .workloads import (
     CPU_LIMIT_SKIP,
     DIGEST_SKIP,
-    container_security_context,
     empty_dir,
+    gateway_service_container,
     pod_security_context,
     spread,
     surge_deployment_spec,
@@ -645,25 +645,17 @@ def _gateway_service_pod_spec(
 ) -> dict[str, Any]:
     """The pod of a small gateway service (`igw bbr`, `igw auth`): the gateway image, one
     port with its probes, one read-only volume, restricted security, spread over zones."""
-    spec = {
-        "name": container,
-        "image": gateway_image(env),
-        "imagePullPolicy": "IfNotPresent",
-        "args": args,
-        "ports": [{"name": port[0], "containerPort": port[1]}],
-        "startupProbe": {**probe, "periodSeconds": 2, "failureThreshold": 30},
-        "readinessProbe": {**probe, "periodSeconds": 5},
-        "livenessProbe": {**probe, "periodSeconds": 10},
-        "resources": {
-            "requests": {"cpu": "250m", "memory": "256Mi"},
-            "limits": {"memory": "512Mi"},
-        },
-        "securityContext": container_security_context(),
-        "volumeMounts": [
+    spec = gateway_service_container(
+        image=gateway_image(env),
+        name=container,
+        args=args,
+        port=port,
+        probe=probe,
+        mounts=[
             {"name": mount[0], "mountPath": mount[1], "readOnly": True},
             {"name": "tmp", "mountPath": "/tmp"},
         ],
-    }
+    )
     return {
         "serviceAccountName": name,
         "automountServiceAccountToken": False,

@@ -1,11 +1,12 @@
-"""vLLM model servers: one Deployment per pool and GPU generation, scaled by KEDA on the
-gateway's own signals.
+"""vLLM model servers: one Deployment per pool and GPU generation (a P/D server: one per
+role, prefill and decode, charts/pd.py), scaled by KEDA (charts/autoscaling.py).
 
 Scaling reads what the picker exports (scraped by kube-prometheus-stack):
 `inference_pool_saturation` of the pool, and the requests queued at the gateway for it
 (`inference_extension_flow_control_queue_size`, summed over bands). vLLM's own queue is not
 a signal: admission keeps it short on purpose. With `scale_to_zero` the pool may go to no
-pod at all; a request then waits in the gateway's queue, which activates KEDA.
+pod at all; a request then waits in the gateway's queue, which activates KEDA. A P/D
+server's roles scale on their own pods' vLLM series instead.
 
 The pod labels come from `envspec.workloads.model_server_pod_labels`, the same
 function the environment validation uses to prove that each pool's selector selects
@@ -27,11 +28,21 @@ from typing import Any
 from constructs import Construct
 
 from cdk8s import Chart
+from envspec.disaggregation import DECODER_PORT, PdRole
 from envspec.environment import EnvironmentSpec
 from envspec.infra import HyperPodInstanceGroupSpec, NodeGroupSpec
-from envspec.workloads import ModelServerSpec, model_server_name, model_server_pod_labels
+from envspec.workloads import (
+    ModelServerSpec,
+    model_server_deployment,
+    model_server_name,
+    model_server_node_group,
+    model_server_pod_labels,
+    model_server_roles,
+)
 
+from .autoscaling import PROMETHEUS_URL, role_scaled_object_spec, scaled_object_spec
 from .base import Wave, manifest, model_server_image, selector_labels
+from .pd import kv_transfer_args, nixl_env, sidecar_container, sidecar_volumes
 from .workloads import (
     CPU_LIMIT_SKIP,
     DIGEST_SKIP,
@@ -48,6 +59,7 @@ __all__ = [
     "hf_token_secret",
     "scaled_object_spec",
     "vllm_args",
+    "vllm_port",
 ]
 
 HTTP_PORT = 8000
@@ -68,9 +80,6 @@ KV_EVENTS_CONFIG = json.dumps(
 )
 SERVICE_ACCOUNT = "vllm"
 HF_TOKEN_DIR = "/var/run/secrets/huggingface"
-#: kube-prometheus-stack's Prometheus, installed by gitops/bootstrap with release name
-#: `kube-prometheus-stack` in the monitoring namespace (Service `<release>-prometheus`).
-PROMETHEUS_URL = "http://kube-prometheus-stack-prometheus.{namespace}.svc:9090"
 #: The ClusterSecretStore gitops/bootstrap declares for AWS Secrets Manager.
 SECRET_STORE = "aws-secrets-manager"
 #: Startup probe budget: 180 × 10 s, weights download and load.
@@ -86,14 +95,19 @@ def hf_token_secret(server: ModelServerSpec) -> str | None:
     return None
 
 
-def vllm_args(server: ModelServerSpec) -> list[str]:
-    """The vLLM command line, flag by flag from the environment."""
+def vllm_port(role: PdRole | None) -> int:
+    """vLLM's port: the pool's target port, except behind a decode pod's sidecar."""
+    return DECODER_PORT if role == "decode" else HTTP_PORT
+
+
+def vllm_args(server: ModelServerSpec, role: PdRole | None = None) -> list[str]:
+    """The vLLM command line, flag by flag from the environment (and the P/D role)."""
     args = [
         server.model,
         "--served-model-name",
         server.served_name,
         "--port",
-        str(HTTP_PORT),
+        str(vllm_port(role)),
         "--tensor-parallel-size",
         str(server.gpus),
         "--max-model-len",
@@ -115,6 +129,8 @@ def vllm_args(server: ModelServerSpec) -> list[str]:
             args += ["--lora-modules", *(f"{a}={sources[a]}" for a in server.adapters)]
     if server.tool_call_parser:
         args += ["--enable-auto-tool-choice", "--tool-call-parser", server.tool_call_parser]
+    if role is not None:
+        args += kv_transfer_args()
     return args
 
 
@@ -138,21 +154,34 @@ class ModelServersChart(Chart):
             body={"automountServiceAccountToken": False},
         )
         for server in env.model_servers:
-            self._server(server=server, group=groups[server.node_group], env=env)
+            # one Deployment, or a P/D server's prefill and decode Deployments
+            for role in model_server_roles(server):
+                group = groups[model_server_node_group(server, role)]
+                self._server(server=server, group=group, env=env, role=role)
 
     def _server(
-        self, *, server: ModelServerSpec, group: NodeGroupSpec, env: EnvironmentSpec
+        self,
+        *,
+        server: ModelServerSpec,
+        group: NodeGroupSpec,
+        env: EnvironmentSpec,
+        role: PdRole | None,
     ) -> None:
         namespace = env.kubernetes.namespace
-        name = model_server_name(server)
-        pod_labels = model_server_pod_labels(server, gpu=group.gpu)
+        name = model_server_deployment(server, role)
+        pod_labels = model_server_pod_labels(server, gpu=group.gpu, role=role)
         meta = {**pod_labels, "app.kubernetes.io/managed-by": "cdk8s"}
         selector = selector_labels(pod_labels)
         common = {"namespace": namespace, "labels": meta, "wave": Wave.WORKLOADS}
-        scaled = server.max_replicas is not None
+        if role is None:
+            replicas, scaled = server.replicas, server.max_replicas is not None
+        else:
+            assert server.disaggregation is not None
+            bounds = server.disaggregation.role(role)
+            replicas, scaled = bounds.min_replicas, bounds.max_replicas is not None
         spec: dict[str, Any] = {}
         if not scaled:
-            spec["replicas"] = server.replicas
+            spec["replicas"] = replicas
         spec |= {
             # Past the startup probe's budget, or a slow first load reads as a failed rollout.
             "progressDeadlineSeconds": STARTUP_PROBE_S + 600,
@@ -164,7 +193,7 @@ class ModelServersChart(Chart):
                 "type": "RollingUpdate",
                 "rollingUpdate": (
                     {"maxSurge": 0, "maxUnavailable": 1}
-                    if server.replicas > 1
+                    if replicas > 1
                     else {"maxSurge": 1, "maxUnavailable": 0}
                 ),
             },
@@ -178,6 +207,8 @@ class ModelServersChart(Chart):
                     hyperpod_groups=(
                         env.cluster.hyperpod.instance_groups if env.cluster.hyperpod.enabled else ()
                     ),
+                    role=role,
+                    environment=env,
                 ),
             },
         }
@@ -199,10 +230,17 @@ class ModelServersChart(Chart):
                 kind="ScaledObject",
                 name=name,
                 **common,
-                body={"spec": scaled_object_spec(server=server, name=name, env=env)},
+                body={
+                    "spec": (
+                        scaled_object_spec(server=server, name=name, env=env)
+                        if role is None
+                        else role_scaled_object_spec(server=server, role=role, name=name, env=env)
+                    )
+                },
             )
         secret = hf_token_secret(server)
-        if server.hf_token_secret_id and secret:
+        # one Secret per server: a P/D server's decode Deployment syncs it
+        if server.hf_token_secret_id and secret and role in (None, "decode"):
             manifest(
                 self,
                 f"{name}-hf-token",
@@ -221,64 +259,6 @@ class ModelServersChart(Chart):
             **common,
             body={"spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector}}},
         )
-
-
-def scaled_object_spec(
-    *, server: ModelServerSpec, name: str, env: EnvironmentSpec
-) -> dict[str, Any]:
-    """KEDA on the gateway's saturation (per pod, so `Value` against the current
-    replicas) and on its queue for the pool (per replica, `AverageValue`)."""
-    url = PROMETHEUS_URL.format(namespace=env.kubernetes.monitoring_namespace)
-    pool = server.pool
-    minimum = 0 if server.scale_to_zero else max(server.replicas, 1)
-    return {
-        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
-        "minReplicaCount": minimum,
-        "maxReplicaCount": max(server.max_replicas or 1, minimum, 1),
-        # A GPU pod takes minutes to load a model: come back slowly to zero.
-        "cooldownPeriod": 1800,
-        "triggers": [
-            {
-                "type": "prometheus",
-                "name": "saturation",
-                "metricType": "Value",
-                "metadata": {
-                    "serverAddress": url,
-                    "query": f'max(inference_pool_saturation{{name="{pool}"}})',
-                    "threshold": str(server.saturation_target),
-                },
-            },
-            {
-                "type": "prometheus",
-                "name": "queue",
-                "metricType": "AverageValue",
-                "metadata": {
-                    "serverAddress": url,
-                    "query": (
-                        "sum(max by (band) "
-                        f'(inference_extension_flow_control_queue_size{{name="{pool}"}}))'
-                    ),
-                    "threshold": str(server.queue_depth_target),
-                    # One queued request wakes a pool scaled to zero.
-                    "activationThreshold": "0",
-                },
-            },
-        ],
-        "advanced": {
-            "horizontalPodAutoscalerConfig": {
-                "behavior": {
-                    "scaleUp": {
-                        "stabilizationWindowSeconds": 0,
-                        "policies": [{"type": "Pods", "value": 2, "periodSeconds": 60}],
-                    },
-                    "scaleDown": {
-                        "stabilizationWindowSeconds": 600,
-                        "policies": [{"type": "Pods", "value": 1, "periodSeconds": 300}],
-                    },
-                }
-            }
-        },
-    }
 
 
 def _hf_token_external_secret(secret_id: str, secret: str) -> dict[str, Any]:
@@ -333,6 +313,8 @@ def _pod_spec(
     selector: dict[str, str],
     image: str,
     hyperpod_groups: Sequence[HyperPodInstanceGroupSpec] = (),
+    role: PdRole | None = None,
+    environment: EnvironmentSpec,
 ) -> dict[str, Any]:
     gpus = str(server.gpus)
     health = {"httpGet": {"path": "/health", "port": "http"}}
@@ -344,6 +326,8 @@ def _pod_spec(
     ]
     if server.enable_prefix_caching:  # block hashes the picker can reproduce
         env.append({"name": "PYTHONHASHSEED", "value": KV_HASH_SEED})
+    if role is not None:
+        env += nixl_env()
     mounts = [
         {"name": "shm", "mountPath": "/dev/shm"},
         {"name": "models", "mountPath": "/models"},
@@ -362,6 +346,10 @@ def _pod_spec(
         env.append({"name": "HF_TOKEN_PATH", "value": f"{HF_TOKEN_DIR}/HF_TOKEN"})
         mounts.append({"name": "hf-token", "mountPath": HF_TOKEN_DIR, "readOnly": True})
         volumes.append({"name": "hf-token", "secret": {"secretName": secret}})
+    sidecars = []
+    if role == "decode":
+        sidecars.append(sidecar_container(environment, drain_seconds=server.drain_seconds))
+        volumes += sidecar_volumes()
     return {
         "serviceAccountName": SERVICE_ACCOUNT,
         "automountServiceAccountToken": False,
@@ -383,10 +371,10 @@ def _pod_spec(
                 "image": image,
                 "imagePullPolicy": "IfNotPresent",
                 "command": ["vllm", "serve"],
-                "args": vllm_args(server),
+                "args": vllm_args(server, role),
                 "env": env,
                 "ports": [
-                    {"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"},
+                    {"name": "http", "containerPort": vllm_port(role), "protocol": "TCP"},
                     *(
                         [{"name": "kv-events", "containerPort": KV_EVENTS_PORT, "protocol": "TCP"}]
                         if server.enable_prefix_caching
@@ -417,7 +405,8 @@ def _pod_spec(
                 },
                 "securityContext": container_security_context(),
                 "volumeMounts": mounts,
-            }
+            },
+            *sidecars,
         ],
         "volumes": volumes,
     }

@@ -1,4 +1,5 @@
-"""NetworkPolicies: deny by default; only the gateway reaches the picker and the models.
+"""NetworkPolicies: deny by default; only the gateway reaches the picker and the models
+(and, in a P/D pool, its pods reach each other for the KV transfers).
 
 "The gateway" is Envoy's pods (in Envoy Gateway's namespace, labelled with the owning
 Gateway) plus, for the model servers, the picker, which scrapes their `/metrics`.
@@ -12,6 +13,7 @@ from typing import Any
 from constructs import Construct
 
 from cdk8s import Chart
+from envspec.disaggregation import DECODER_PORT
 from envspec.environment import EnvironmentSpec
 
 from .base import BBR, GATEWAY, PICKER, Wave, labels, manifest
@@ -74,6 +76,15 @@ class NetworkPoliciesChart(Chart):
                 [{"from": [envoy], "ports": tcp(AUTH_PORT)}],
             ),
         }
+        pd_pools = [s.pool for s in env.model_servers if s.disaggregation is not None]
+        if pd_pools:
+            # Prometheus scrapes a decode pod's vLLM behind the sidecar, on its own port
+            policies["model-servers"][1].append({"from": [prometheus], "ports": tcp(DECODER_PORT)})
+        for pool_name in pd_pools:
+            # Within a P/D pool, every port: NIXL's side channel and UCX transfers (whose
+            # ports are chosen at run time), and the decode sidecars' prefill legs.
+            pool = {"matchLabels": {"app.kubernetes.io/name": "vllm", "igw.dev/pool": pool_name}}
+            policies[f"{pool_name}-kv-transfer"] = (pool, [{"from": [{"podSelector": pool}]}])
         for name, (pods, ingress) in policies.items():
             manifest(
                 self,

@@ -132,6 +132,16 @@ def dashboard(*, level: str) -> dict[str, Any]:
     }
 
 
+def _pod_label_copies(env: EnvironmentSpec) -> list[tuple[str, str]]:
+    """Pod labels (as Prometheus names them: `.`, `/`, `-` become `_`) copied onto every
+    vLLM series: the pool and GPU, and llm-d's role where a pool is P/D (its roles scale
+    on their own pods' series, charts/autoscaling.py)."""
+    copies = [("igw_dev_pool", "pool"), ("igw_dev_gpu", "gpu")]
+    if any(s.disaggregation is not None for s in env.model_servers):
+        copies.append(("llm_d_ai_role", "role"))
+    return copies
+
+
 class ObservabilityChart(Chart):
     def __init__(self, scope: Construct, construct_id: str, *, env: EnvironmentSpec) -> None:
         super().__init__(scope, construct_id, disable_resource_name_hashes=True)
@@ -165,10 +175,7 @@ class ObservabilityChart(Chart):
                                     "sourceLabels": [f"__meta_kubernetes_pod_label_{key}"],
                                     "targetLabel": target,
                                 }
-                                for key, target in (
-                                    ("igw_dev_pool", "pool"),
-                                    ("igw_dev_gpu", "gpu"),
-                                )
+                                for key, target in _pod_label_copies(env)
                             ],
                         }
                     ],

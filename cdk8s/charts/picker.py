@@ -24,9 +24,10 @@ import yaml
 from constructs import Construct
 
 from cdk8s import Chart
+from envspec.disaggregation import pd_gateway_config
 from envspec.environment import EnvironmentSpec
 from envspec.global_router import STORE_AUTH_KEY, STORE_URL_KEY
-from inference_gateway.config.spec import API_GROUP, API_VERSION
+from inference_gateway.config.spec import API_GROUP, API_VERSION, parse_config
 
 from .base import (
     PICKER,
@@ -102,8 +103,17 @@ def gateway_config_resource(env: EnvironmentSpec) -> dict[str, Any]:
         "apiVersion": f"{API_GROUP}/{API_VERSION}",
         "kind": "InferenceGatewayConfig",
         "metadata": {"name": CONFIG_NAME, "namespace": env.kubernetes.namespace},
-        "spec": env.gateway.model_dump(mode="json", by_alias=True, exclude_none=True),
+        "spec": picker_spec(env),
     }
+
+
+def picker_spec(env: EnvironmentSpec) -> dict[str, Any]:
+    """`gateway` with the P/D pools' filters, decider, handler and profiles, as the
+    gateway's parser writes it back (every default spelled out, as for `gateway`)."""
+    spec = pd_gateway_config(env.gateway, env.model_servers)
+    return parse_config(spec, "picker config").model_dump(
+        mode="json", by_alias=True, exclude_none=True
+    )
 
 
 def config_file(env: EnvironmentSpec) -> str:

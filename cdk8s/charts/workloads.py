@@ -15,6 +15,7 @@ __all__ = [
     "DIGEST_SKIP",
     "container_security_context",
     "empty_dir",
+    "gateway_service_container",
     "pod_security_context",
     "spread",
     "surge_deployment_spec",
@@ -98,4 +99,33 @@ def surge_deployment_spec(
             "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
         },
         "template": {"metadata": metadata, "spec": pod_spec},
+    }
+
+
+def gateway_service_container(
+    *,
+    image: str,
+    name: str,
+    args: list[str],
+    port: tuple[str, int],
+    probe: dict[str, Any],
+    mounts: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """A small gateway service's container (`igw bbr`, `igw auth`, `igw pd-sidecar`): the
+    gateway image, one port with its probes, a small bounded footprint, hardened."""
+    return {
+        "name": name,
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "args": args,
+        "ports": [{"name": port[0], "containerPort": port[1]}],
+        "startupProbe": {**probe, "periodSeconds": 2, "failureThreshold": 30},
+        "readinessProbe": {**probe, "periodSeconds": 5},
+        "livenessProbe": {**probe, "periodSeconds": 10},
+        "resources": {
+            "requests": {"cpu": "250m", "memory": "256Mi"},
+            "limits": {"memory": "512Mi"},
+        },
+        "securityContext": container_security_context(),
+        "volumeMounts": mounts,
     }

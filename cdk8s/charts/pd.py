@@ -1,0 +1,88 @@
+"""The pieces a P/D pool's pods add to a vLLM pod (envspec/disaggregation.py).
+
+Both roles run vLLM with NIXL transfers both ways (`--kv-transfer-config`, kv_both) and
+advertise their pod IP as NIXL's side-channel host (`VLLM_NIXL_SIDE_CHANNEL_HOST`, as
+llm-d guides/pd-disaggregation modelserver/gpu/vllm/base/patch-decode.yaml does), so a
+decode pod can pull a prefill pod's blocks. A prefill pod serves the pool's target port
+itself; a decode pod runs vLLM on `DECODER_PORT` and, on the target port, the routing
+sidecar (`igw pd-sidecar`, the gateway image), which reads the prefill pod the picker
+chose from `x-prefiller-host-port`, runs the prefill leg there, then the decode leg on
+its own vLLM (llm-d-routing-sidecar's role; llm-d-inference-scheduler docs/disagg_pd.md:
+"Decode Worker ... contains the sidecar for coordination", no sidecar on prefill pods).
+
+The sidecar dials only addresses inside `--allow-prefill`: the cluster's pod network. On
+EKS the VPC CNI gives pods addresses of the VPC, so that is the VPC's CIDR; the rendered
+manifests are the same in every region (the region overlays swap images only), so the
+list holds every region's VPC CIDR, each a network of this environment's own (they are
+disjoint, envspec/network.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from envspec.disaggregation import DECODER_PORT, KV_TRANSFER_CONFIG, SIDECAR_PORT
+from envspec.environment import EnvironmentSpec
+
+from .base import gateway_image
+from .workloads import empty_dir, gateway_service_container
+
+__all__ = [
+    "SIDECAR",
+    "SIDECAR_PORT_NAME",
+    "kv_transfer_args",
+    "nixl_env",
+    "pod_cidrs",
+    "sidecar_container",
+    "sidecar_volumes",
+]
+
+SIDECAR = "pd-sidecar"
+SIDECAR_PORT_NAME = "sidecar"
+SIDECAR_TMP = "sidecar-tmp"
+#: The sidecar's probes: a TCP connect to its port (it is up once it listens; whether
+#: vLLM behind it can serve is vLLM's own readiness probe, on the same pod).
+SIDECAR_PROBE = {"tcpSocket": {"port": SIDECAR_PORT_NAME}}
+
+
+def pod_cidrs(env: EnvironmentSpec) -> list[str]:
+    """Every region's VPC CIDR: where the environment's pods have their addresses."""
+    return sorted({env.cluster.vpc_cidr_of(region) for region in env.aws.regions})
+
+
+def kv_transfer_args() -> list[str]:
+    return ["--kv-transfer-config", KV_TRANSFER_CONFIG]
+
+
+def nixl_env() -> list[dict[str, Any]]:
+    return [
+        {
+            "name": "VLLM_NIXL_SIDE_CHANNEL_HOST",
+            "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
+        }
+    ]
+
+
+def sidecar_container(env: EnvironmentSpec, *, drain_seconds: int) -> dict[str, Any]:
+    """`igw pd-sidecar` on the pool's target port, in front of the pod's own vLLM.
+
+    It drains as vLLM does (the same preStop sleep), or a rollout would cut the streams
+    it is proxying while vLLM still serves them."""
+    args = ["pd-sidecar", "--listen", f"0.0.0.0:{SIDECAR_PORT}"]
+    args += ["--decoder", f"http://127.0.0.1:{DECODER_PORT}"]
+    for cidr in pod_cidrs(env):
+        args += ["--allow-prefill", cidr]
+    container = gateway_service_container(
+        image=gateway_image(env),
+        name=SIDECAR,
+        args=args,
+        port=(SIDECAR_PORT_NAME, SIDECAR_PORT),
+        probe=SIDECAR_PROBE,
+        mounts=[{"name": SIDECAR_TMP, "mountPath": "/tmp"}],
+    )
+    container["lifecycle"] = {"preStop": {"sleep": {"seconds": drain_seconds}}}
+    return container
+
+
+def sidecar_volumes() -> list[dict[str, Any]]:
+    return [empty_dir(SIDECAR_TMP, size="64Mi")]

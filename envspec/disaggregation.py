@@ -1,0 +1,220 @@
+"""Prefill/decode disaggregation of a model server (`model_servers[].disaggregation`).
+
+A P/D model server runs as two vLLM Deployments of one pool, told apart by the role
+label llm-d uses (`llm-d.ai/role: prefill | decode`; llm-d-inference-scheduler
+`pkg/plugins/filter/pd_role.go`): prefill pods compute the prompt's KV cache, decode
+pods pull it over NIXL and stream the answer. One InferencePool selects both; the
+picker's decode profile ranks decode pods, and its decider sends a request's prefill to
+a prefill pod when the best decode pod lacks at least `nonCachedTokens` of its prompt
+(llm-d-inference-scheduler `pkg/plugins/profile/prefix_based_pd_decider.go`).
+
+Each role scales on its own (llm-d guides/pd-disaggregation: "tuning the ratio of P
+workers to D workers", "P workers with less parallelism and more replicas"), so each
+carries its own bounds and, optionally, its own node group. This module owns the names
+both sides derive from a P/D pool (Deployments, profiles, plugin instances) and the
+picker config those profiles make (`pd_gateway_config`), so the charts and the
+validation can never disagree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+if TYPE_CHECKING:
+    from envspec.workloads import ModelServerSpec
+    from inference_gateway.config.spec import GatewayConfigSpec
+
+__all__ = [
+    "DECODER_PORT",
+    "KV_TRANSFER_CONFIG",
+    "PD_ROLES",
+    "ROLE_LABEL",
+    "SIDECAR_PORT",
+    "DisaggregationSpec",
+    "PdNames",
+    "PdRole",
+    "RoleSpec",
+    "pd_gateway_config",
+    "pd_names",
+]
+
+PdRole = Literal["prefill", "decode"]
+PD_ROLES: tuple[PdRole, PdRole] = ("prefill", "decode")
+#: llm-d's role label (llm-d-inference-scheduler `pkg/plugins/filter/pd_role.go`).
+ROLE_LABEL = "llm-d.ai/role"
+#: vLLM's flag value for NIXL transfers both ways (llm-d guides/pd-disaggregation
+#: modelserver patch-decode.yaml / patch-prefill.yaml: `--kv-transfer-config`).
+KV_TRANSFER_CONFIG = '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'
+#: vLLM's port on a decode pod: the routing sidecar takes the pool's target port and
+#: reaches vLLM here (llm-d patch-decode.yaml: `--port=8200`).
+DECODER_PORT = 8200
+#: The pool's target port: the sidecar on decode pods, vLLM itself on prefill pods.
+SIDECAR_PORT = 8000
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RoleSpec(_Section):
+    """One role's Deployment: its bounds and, optionally, other nodes than the server's."""
+
+    min_replicas: int = Field(
+        default=1,
+        ge=1,
+        description="Replicas the role keeps; at least 1: a prefill role at zero has no "
+        "pod whose queue could wake it, and a decode role at zero serves nothing.",
+    )
+    max_replicas: int | None = Field(
+        default=None,
+        ge=1,
+        description="Set to let KEDA scale the role between min_replicas and this.",
+    )
+    node_group: str | None = Field(
+        default=None, description="Node group of this role; default: the server's."
+    )
+
+    @model_validator(mode="after")
+    def _bounds(self) -> RoleSpec:
+        if self.max_replicas is not None and self.max_replicas < self.min_replicas:
+            raise ValueError(
+                f"max_replicas ({self.max_replicas}) is below min_replicas ({self.min_replicas})"
+            )
+        return self
+
+
+class DisaggregationSpec(_Section):
+    """Both roles (required: a P/D pool without one of them cannot serve) and the
+    decider's threshold."""
+
+    prefill: RoleSpec
+    decode: RoleSpec
+    non_cached_tokens: int = Field(
+        default=512,
+        ge=0,
+        description="Prompt tokens the best decode pod lacks from which the prefill runs "
+        "on a prefill pod (the prefix-based-pd-decider's nonCachedTokens); 0: always.",
+    )
+    prefill_waiting_target: float = Field(
+        default=2.0, gt=0, description="Requests waiting in vLLM per prefill pod (KEDA)."
+    )
+    decode_kv_cache_target: float = Field(
+        default=0.8, gt=0, le=1, description="Mean KV-cache use of the decode pods (KEDA)."
+    )
+
+    def role(self, role: PdRole) -> RoleSpec:
+        return self.prefill if role == "prefill" else self.decode
+
+
+class PdNames(BaseModel):
+    """The names a P/D pool's resources and picker config entries take."""
+
+    model_config = ConfigDict(frozen=True)
+
+    deployments: dict[str, str]
+    decode_profile: str
+    prefill_profile: str
+    decider: str
+    handler: str
+
+
+#: Plugin types of the P/D picker config (llm-d-inference-scheduler pkg/plugins/filter/
+#: pd_role.go, pkg/plugins/profile/pd_profile_handler.go, prefix_based_pd_decider.go).
+PREFILL_FILTER = "prefill-filter"
+DECODE_FILTER = "decode-filter"
+DECIDER_TYPE = "prefix-based-pd-decider"
+HANDLER_TYPE = "pd-profile-handler"
+
+
+def pd_names(pool: str) -> PdNames:
+    """Per pool, so two P/D pools with their own thresholds never share a decider."""
+    return PdNames(
+        deployments={role: f"{pool}-{role}" for role in PD_ROLES},
+        decode_profile=f"{pool}-decode",
+        prefill_profile=f"{pool}-prefill",
+        decider=f"{pool}-pd-decider",
+        handler=f"{pool}-pd-profile-handler",
+    )
+
+
+def _ref(plugin: str, weight: float | None = None) -> dict[str, Any]:
+    return {"pluginRef": plugin} if weight is None else {"pluginRef": plugin, "weight": weight}
+
+
+def _pd_profiles(names: PdNames) -> list[dict[str, Any]]:
+    """The two profiles of a P/D pool.
+
+    Decode pods hold every running stream's KV cache for the whole answer, so decode
+    ranks by KV-cache headroom and running requests, and by prefix affinity (a decode
+    pod that already holds the prompt's prefix needs no prefill leg at all). Prefill pods
+    hold a request for its prompt only and are compute-bound, so prefill ranks by
+    predicted TTFT and queue, with prefix affinity for the compute it saves. (llm-d
+    guides/pd-disaggregation gaie-pd/values.yaml ranks both by queue-scorer alone.)
+    """
+    return [
+        {
+            "name": names.decode_profile,
+            "plugins": [
+                _ref(DECODE_FILTER),
+                _ref("kv-cache-utilization-scorer", 2),
+                _ref("running-requests-size-scorer", 1),
+                _ref("precise-prefix-cache-scorer", 1),
+                _ref("max-score-picker"),
+            ],
+        },
+        {
+            "name": names.prefill_profile,
+            "plugins": [
+                _ref(PREFILL_FILTER),
+                _ref("predicted-ttft-scorer", 2),
+                _ref("queue-scorer", 1),
+                _ref("precise-prefix-cache-scorer", 1),
+                _ref("max-score-picker"),
+            ],
+        },
+    ]
+
+
+def pd_gateway_config(
+    gateway: GatewayConfigSpec, model_servers: Sequence[ModelServerSpec]
+) -> dict[str, Any]:
+    """`gateway` as the picker reads it (camelCase, built-ins included), with, for every
+    P/D pool, the role filters, its decider and profile handler, its two profiles, and
+    its models' profile set to the decode profile (what makes a request P/D-capable).
+    Unchanged when no server is disaggregated."""
+    spec: dict[str, Any] = gateway.model_dump(mode="json", by_alias=True, exclude_none=True)
+    pd = [s for s in model_servers if s.disaggregation is not None]
+    if not pd:
+        return spec
+    plugins: list[dict[str, Any]] = spec["plugins"]
+    for filter_type in (PREFILL_FILTER, DECODE_FILTER):
+        plugins.append({"type": filter_type})
+    for server in pd:
+        assert server.disaggregation is not None
+        names = pd_names(server.pool)
+        plugins.append(
+            {
+                "type": DECIDER_TYPE,
+                "name": names.decider,
+                "parameters": {"nonCachedTokens": server.disaggregation.non_cached_tokens},
+            }
+        )
+        plugins.append(
+            {
+                "type": HANDLER_TYPE,
+                "name": names.handler,
+                "parameters": {
+                    "decodeProfile": names.decode_profile,
+                    "prefillProfile": names.prefill_profile,
+                    "deciderPluginName": names.decider,
+                },
+            }
+        )
+        spec["schedulingProfiles"] += _pd_profiles(names)
+        for model in spec["models"]:
+            if model["pool"] == server.pool:
+                model["profile"] = names.decode_profile
+    return spec
