@@ -7,10 +7,13 @@ decode pod can pull a prefill pod's blocks. A prefill pod serves the pool's targ
 itself; a decode pod runs vLLM on `DECODER_PORT` and, on the target port, the routing
 sidecar (`igw pd-sidecar`, the gateway image), which reads the prefill pod the picker
 chose from `x-prefiller-host-port`, runs the prefill leg there, then the decode leg on
-its own vLLM (llm-d-routing-sidecar's role; llm-d-inference-scheduler docs/disagg_pd.md:
-"Decode Worker ... contains the sidecar for coordination", no sidecar on prefill pods).
+its own vLLM (llm-d-routing-sidecar README: `-port=8000 -vllm-port=...`, the prefill pod
+from `x-prefiller-host-port`; llm-d-inference-scheduler docs/disagg_pd.md: "Decode Worker
+... contains the sidecar for coordination", no sidecar on prefill pods).
 
-The sidecar dials only addresses inside `--allow-prefill`: the cluster's pod network. On
+The sidecar dials only addresses inside `--allow-prefill` (llm-d's sidecar, with its SSRF
+protection on, admits the hosts of its InferencePool's pods, which needs API access; a
+CIDR allowlist needs none): the cluster's pod network. On
 EKS the VPC CNI gives pods addresses of the VPC, so that is the VPC's CIDR; the rendered
 manifests are the same in every region (the region overlays swap images only), so the
 list holds every region's VPC CIDR, each a network of this environment's own (they are

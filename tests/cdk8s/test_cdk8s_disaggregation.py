@@ -16,6 +16,8 @@ emulator's own reader of vLLM's KVTransferConfig, so a typo in it fails here.
 from __future__ import annotations
 
 import copy
+import json
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -74,15 +76,21 @@ def _write(root: Path, env: dict[str, Any]) -> Path:
 
 
 @pytest.fixture(scope="module")
-def pd_tree(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Doc]]:
-    """Relative path -> objects, of the tree rendered from the P/D environment."""
+def pd_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The gitops tree rendered from the P/D environment."""
     sources = tmp_path_factory.mktemp("pd-sources")
     _write(sources, _pd_environment())
     out = tmp_path_factory.mktemp("pd-rendered")
     synth_tree(out, environments_dir=sources / "environments")
+    return out
+
+
+@pytest.fixture(scope="module")
+def pd_tree(pd_root: Path) -> dict[str, list[Doc]]:
+    """Relative path -> objects, of the P/D tree."""
     return {
-        str(p.relative_to(out)): [d for d in yaml.safe_load_all(p.read_text()) if d]
-        for p in sorted(out.rglob("*.yaml"))
+        str(p.relative_to(pd_root)): [d for d in yaml.safe_load_all(p.read_text()) if d]
+        for p in sorted(pd_root.rglob("*.yaml"))
     }
 
 
@@ -164,6 +172,17 @@ def test_decode_pods_run_vllm_on_8200_behind_the_sidecar_on_8000(pd_tree, dev_en
     assert sidecar["lifecycle"] == vllm["lifecycle"]
     mounted = {m["name"] for c in pod["spec"]["containers"] for m in c["volumeMounts"]}
     assert mounted <= {v["name"] for v in pod["spec"]["volumes"]}
+
+
+def test_both_roles_mount_the_one_token_secret_of_the_server(pd_tree):
+    (secret,) = [
+        d["spec"]["target"]["name"]
+        for _, d in _docs(pd_tree)
+        if d["kind"] == "ExternalSecret" and d["metadata"]["name"].endswith(f"{POOL}-a10g")
+    ]
+    for role in ("prefill", "decode"):
+        pod = _one(pd_tree, "Deployment", f"{POOL}-{role}")["spec"]["template"]["spec"]
+        assert {"name": "hf-token", "secret": {"secretName": secret}} in pod["volumes"], role
 
 
 def test_prefill_pods_run_vllm_alone_on_the_target_port(pd_tree):
@@ -379,3 +398,26 @@ def test_the_committed_environments_have_no_pd_pool():
     """dev and prod keep their behaviour: the P/D pool lives in this test's tree only."""
     for name in ("dev", "prod"):
         assert all(s.disaggregation is None for s in load_environment(name).model_servers)
+
+
+@pytest.mark.slow
+def test_checkov_passes_on_the_pd_tree_with_reasoned_skips(pd_root):
+    """As tests/gitops/test_gitops_checkov.py runs it on the committed tree: no failed
+    check, and every skip (CPU limits, image digests) carries its reason."""
+    script = Path(__file__).resolve().parents[2] / "cdk8s" / "checkov.sh"
+    run = subprocess.run(
+        [str(script), "-d", str(pd_root), "--framework", "kubernetes", "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert run.stdout.strip(), run.stderr[-3000:]
+    report = json.loads(run.stdout)
+    results = [r["results"] for r in (report if isinstance(report, list) else [report])]
+    failed = [c for r in results for c in r.get("failed_checks", [])]
+    assert not failed, "\n".join(f"{c['check_id']} {c['resource']}" for c in failed)
+    skipped = [c for r in results for c in r.get("skipped_checks", [])]
+    assert any(f"{POOL}-decode" in c["resource"] for c in skipped), "the Deployments' skips"
+    for check in skipped:
+        assert check["check_result"].get("suppress_comment", "").strip(), check["check_id"]
