@@ -676,6 +676,10 @@ class Director:
             return random.sample(serving, len(serving)), []
         prefill = self.scheduler.schedule_prefill(llm, candidates, ranked[0])
         self.metrics.scheduler_e2e.observe(time.perf_counter() - started)
+        if prefill is None:
+            return ranked, []
+        decision = "prefill-decode" if prefill else "decode-only"
+        self.child(self.metrics.pd_decisions, llm.model, decision).inc()
         return ranked, prefill
 
 

@@ -25,8 +25,8 @@ class RoundRobinScheduler:
 
     def schedule_prefill(
         self, request: LLMRequest, endpoints: list[Endpoint], decode: Endpoint
-    ) -> list[Endpoint]:
-        return []  # a Service knows no roles: every pod serves the whole request
+    ) -> list[Endpoint] | None:
+        return None  # a Service knows no roles: every pod serves the whole request
 
     def on_picked(self, request: LLMRequest, endpoint: Endpoint, now: float) -> None:
         return None

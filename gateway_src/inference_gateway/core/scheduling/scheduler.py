@@ -158,14 +158,15 @@ class Scheduler:
 
     def schedule_prefill(
         self, request: LLMRequest, endpoints: list[Endpoint], decode: Endpoint
-    ) -> list[Endpoint]:
-        """Ranked prefill pods for a request `schedule` sent to `decode`; [] serves it
-        aggregated there: its profile has no `pd-profile-handler`, the decider finds too
+    ) -> list[Endpoint] | None:
+        """Ranked prefill pods for a request `schedule` sent to `decode`. None: its
+        profile has no `pd-profile-handler`; [] (decode-only): the decider finds too
         little of the prompt uncached on `decode`, or no other pod passes the prefill
-        profile. Sets `request.prefill_pod` to the best one."""
+        profile. Either way it is served aggregated on `decode`. Sets
+        `request.prefill_pod` to the best prefill pod."""
         handler = self._handlers.get(request.profile or self.config.default_profile)
         if handler is None:
-            return []
+            return None
         name = handler.prefill_profile_for(request, decode)
         if name is None:
             return []

@@ -151,7 +151,7 @@ def test_a_profile_without_a_handler_never_splits() -> None:
     req = request(5000)
     req.profile = "latency"
     decode = scheduler.schedule(req, FLEET)[0]
-    assert scheduler.schedule_prefill(req, FLEET, decode) == []
+    assert scheduler.schedule_prefill(req, FLEET, decode) is None  # not even decode-only
 
 
 @pytest.mark.parametrize(
@@ -233,6 +233,13 @@ async def test_both_legs_are_held_and_released_exactly_once() -> None:
     assert decode_pod.prefill_s_per_token == 0  # waited on another pod: not learned
     life.finished()
     assert (decode_pod.inflight, decode_pod.prefill_tokens, d.active) == (0, 0, 0)
+    short = d.begin(intake(100), {})
+    assert d.offer(short)
+    assert d.start(short).decision.prefill == []
+    registry = d.metrics.registry
+    for decision, count in (("prefill-decode", 1), ("decode-only", 1)):
+        labels = {"model_name": MODEL, "decision_type": decision}
+        assert registry.get_sample_value("llm_d_epp_disagg_decision_total", labels) == count
 
 
 async def test_a_failed_prefill_leg_makes_the_decode_pod_prefill_and_an_open_leg_ends_with_it() -> (
