@@ -23,6 +23,16 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+# The role label and the plugin types, as the picker's scheduler registers them
+# (llm-d-inference-scheduler pkg/plugins/filter/pd_role.go, pkg/plugins/profile/).
+from inference_gateway.core.scheduling.pd import (
+    DECIDER_TYPE,
+    DECODE_FILTER_TYPE,
+    HANDLER_TYPE,
+    PREFILL_FILTER_TYPE,
+    ROLE_LABEL,
+)
+
 if TYPE_CHECKING:
     from envspec.workloads import ModelServerSpec
     from inference_gateway.config.spec import GatewayConfigSpec
@@ -43,8 +53,6 @@ __all__ = [
 
 PdRole = Literal["prefill", "decode"]
 PD_ROLES: tuple[PdRole, PdRole] = ("prefill", "decode")
-#: llm-d's role label (llm-d-inference-scheduler `pkg/plugins/filter/pd_role.go`).
-ROLE_LABEL = "llm-d.ai/role"
 #: vLLM's flag value for NIXL transfers both ways (llm-d guides/pd-disaggregation
 #: modelserver patch-decode.yaml / patch-prefill.yaml: `--kv-transfer-config`).
 KV_TRANSFER_CONFIG = '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'
@@ -121,14 +129,6 @@ class PdNames(BaseModel):
     handler: str
 
 
-#: Plugin types of the P/D picker config (llm-d-inference-scheduler pkg/plugins/filter/
-#: pd_role.go, pkg/plugins/profile/pd_profile_handler.go, prefix_based_pd_decider.go).
-PREFILL_FILTER = "prefill-filter"
-DECODE_FILTER = "decode-filter"
-DECIDER_TYPE = "prefix-based-pd-decider"
-HANDLER_TYPE = "pd-profile-handler"
-
-
 def pd_names(pool: str) -> PdNames:
     """Per pool, so two P/D pools with their own thresholds never share a decider."""
     return PdNames(
@@ -158,7 +158,7 @@ def _pd_profiles(names: PdNames) -> list[dict[str, Any]]:
         {
             "name": names.decode_profile,
             "plugins": [
-                _ref(DECODE_FILTER),
+                _ref(DECODE_FILTER_TYPE),
                 _ref("kv-cache-utilization-scorer", 2),
                 _ref("running-requests-size-scorer", 1),
                 _ref("precise-prefix-cache-scorer", 1),
@@ -168,7 +168,7 @@ def _pd_profiles(names: PdNames) -> list[dict[str, Any]]:
         {
             "name": names.prefill_profile,
             "plugins": [
-                _ref(PREFILL_FILTER),
+                _ref(PREFILL_FILTER_TYPE),
                 _ref("predicted-ttft-scorer", 2),
                 _ref("queue-scorer", 1),
                 _ref("precise-prefix-cache-scorer", 1),
@@ -190,7 +190,7 @@ def pd_gateway_config(
     if not pd:
         return spec
     plugins: list[dict[str, Any]] = spec["plugins"]
-    for filter_type in (PREFILL_FILTER, DECODE_FILTER):
+    for filter_type in (PREFILL_FILTER_TYPE, DECODE_FILTER_TYPE):
         plugins.append({"type": filter_type})
     for server in pd:
         assert server.disaggregation is not None

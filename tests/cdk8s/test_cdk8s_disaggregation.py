@@ -32,6 +32,7 @@ from charts.crds import CRD_DIR
 from charts.workloads import container_security_context
 from envspec.environment import load_environment
 from inference_gateway.config.spec import parse_config
+from inference_gateway.core.scheduling import Endpoint, LLMRequest, PodMetrics, Scheduler
 from inference_gateway.emulator.kvtransfer import parse_kv_transfer_config
 from inference_gateway.errors import ConfigError
 
@@ -421,3 +422,39 @@ def test_checkov_passes_on_the_pd_tree_with_reasoned_skips(pd_root):
     assert any(f"{POOL}-decode" in c["resource"] for c in skipped), "the Deployments' skips"
     for check in skipped:
         assert check["check_result"].get("suppress_comment", "").strip(), check["check_id"]
+
+
+def test_the_rendered_config_splits_long_prompts_in_the_real_scheduler(pd_tree):
+    """The picker's own Scheduler, built from the rendered ConfigMap, over pods labelled
+    as the two rendered Deployments label theirs: a prompt of 4000 tokens (above the
+    pool's nonCachedTokens of 256) decodes on a decode pod after a prefill pod; one of
+    100 stays aggregated on the decode pod."""
+    resource = yaml.safe_load(
+        _one(pd_tree, "ConfigMap", "igw-picker-config")["data"]["config.yaml"]
+    )
+    spec = parse_config(resource, "rendered picker config")
+    scheduler = Scheduler(spec)
+    profile = {m.name: m.profile for m in spec.models}[MODEL]
+    pods = [
+        Endpoint(
+            f"{role}-{i}",
+            f"10.40.0.{10 + i}",
+            8000,
+            pool=POOL,
+            labels=_one(pd_tree, "Deployment", f"{POOL}-{role}")["spec"]["template"]["metadata"][
+                "labels"
+            ],
+            metrics=PodMetrics(),
+            stale=False,
+            models=frozenset({MODEL}),
+        )
+        for i, role in enumerate(("prefill", "decode", "prefill", "decode"))
+    ]
+    long = LLMRequest("long", MODEL, prompt_tokens=4000, profile=profile)
+    (decode, *_) = scheduler.schedule(long, pods)
+    assert decode.labels[ROLE] == "decode"
+    prefill = scheduler.schedule_prefill(long, pods, decode)
+    assert prefill and {p.labels[ROLE] for p in prefill} == {"prefill"}
+    short = LLMRequest("short", MODEL, prompt_tokens=100, profile=profile)
+    (decode, *_) = scheduler.schedule(short, pods)
+    assert scheduler.schedule_prefill(short, pods, decode) == []
