@@ -32,8 +32,11 @@ terminating chunk, HTTP/2 END_STREAM), and the finished downstream stream resets
 upstream one (the engine stops generating). An `ImmediateResponse` cannot do this once
 response headers went out: Envoy then resets the client's stream
 (`source/common/http/filter_manager.cc` sendLocalReply, "Prior headers have already been
-sent"). In STREAMED mode (one answer per chunk, no early end) the cut chunk becomes the
-event and every later chunk is cleared until the upstream ends.
+sent"). In BUFFERED mode Envoy still holds the response headers while the body is
+processed (processor_state.cc handleHeadersResponse), so a whole stream over the window
+is answered as `igw serve` answers one refused before its first byte: a 429
+`ImmediateResponse`. In STREAMED mode (one answer per chunk, no early end) the cut chunk
+becomes the event and every later chunk is cleared until the upstream ends.
 """
 
 from __future__ import annotations
@@ -57,7 +60,7 @@ from inference_gateway.core.request.lifecycle import (
     RATE_LIMITED,
     RequestLifecycle,
 )
-from inference_gateway.core.request.relay import StreamEnd, stream_error_event
+from inference_gateway.core.request.relay import StreamEnd, end_error, stream_error_event
 from inference_gateway.core.request.sse import ModelNameRewriter
 from inference_gateway.core.request.usage import UsageScanner
 from inference_gateway.core.scheduling.types import Endpoint
@@ -345,12 +348,18 @@ class Exchange:
         assert self.life is not None
         self.life.cancelled(RATE_LIMITED)  # settles prompt + what was delivered
         self.finished = True
-        event = stream_error_event(StreamEnd.OVER_LIMIT)
+        end = StreamEnd.OVER_LIMIT
         if self.response_mode == FULL_DUPLEX:
             self.closed = True  # whatever Envoy still sends is not read
+            event = stream_error_event(end)
             return list(body_chunks(event, request=False, end_of_stream=True))
+        if self.response_mode == BUFFERED:  # the headers still wait on this answer
+            self.closed = True
+            message, kind = end_error(end)
+            refusal = Rejection(429, message, kind, end.value, headers=self.life.decision.headers)
+            return [immediate_response(429, refusal.body(), refusal.headers, details=end.value)]
         self.cut = True
-        return [body_replacement(event, request=False)]
+        return [body_replacement(stream_error_event(end), request=False)]
 
     async def on_response_trailers(self, request: pb.ProcessingRequest) -> Responses:
         out = [] if self.cut else self._flush_held()

@@ -9,6 +9,10 @@ must look like comes from Envoy's own source (envoyproxy/envoy v1.40):
   chain with its `end_of_stream`: true ends the client's response cleanly. `ext_proc.cc`
   isLastBodyResponse / closeGrpcStreamIfLastRespReceived then close the gRPC stream, so
   the picker ends its side too and reads nothing more.
+* BUFFERED: the response headers wait for the body's answer (processor_state.cc
+  handleHeadersResponse), so an `ImmediateResponse` is still a clean 429
+  (`source/common/http/filter_manager.cc` sendLocalReply, sendDirectLocalReply branch):
+  what `igw serve` answers for a stream refused before its first byte.
 * STREAMED: one `BodyResponse` per chunk with a plain `BodyMutation` (a
   `streamed_response` there is a spurious message, processor_state.cc
   handleBodyInStreamedState), so the cut chunk becomes the event and later ones are
@@ -21,7 +25,7 @@ import orjson
 import pytest
 from envoy.extensions.filters.http.ext_proc.v3.processing_mode_pb2 import ProcessingMode
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
-from fake_envoy import FULL_DUPLEX, ExchangeStream, FakeEnvoy, PickerFactory
+from fake_envoy import BUFFERED, FULL_DUPLEX, ExchangeStream, FakeEnvoy, PickerFactory
 
 from inference_gateway.core.request.relay import StreamEnd, stream_error_event
 from inference_gateway.frontends.extproc.wire import header_map
@@ -57,10 +61,15 @@ async def start_stream(envoy: FakeEnvoy, mode: int) -> ExchangeStream:
     return stream
 
 
-async def feed(stream: ExchangeStream, chunk: bytes) -> pb.ProcessingResponse:
+async def feed(stream: ExchangeStream, chunk: bytes, eos: bool = False) -> pb.ProcessingResponse:
     start = len(stream.received)
-    await stream.send(pb.ProcessingRequest(response_body=pb.HttpBody(body=chunk)))
-    return stream.received[await stream.wait_for(lambda m: m.HasField("response_body"), start)]
+    await stream.send(
+        pb.ProcessingRequest(response_body=pb.HttpBody(body=chunk, end_of_stream=eos))
+    )
+    answered = await stream.wait_for(
+        lambda m: m.HasField("response_body") or m.HasField("immediate_response"), start
+    )
+    return stream.received[answered]
 
 
 async def test_full_duplex_cut_is_the_event_with_end_of_stream(
@@ -129,3 +138,20 @@ async def test_stream_within_its_window_is_untouched(make_picker: PickerFactory,
             passed = mutation.streamed_response.body if mode == FULL_DUPLEX else token_chunk(i)
             assert passed == token_chunk(i) and not mutation.body and not mutation.clear_body
         await stream.close()
+
+
+async def test_buffered_stream_over_the_window_is_a_429(make_picker: PickerFactory) -> None:
+    picker = await make_picker(CONFIG)
+    async with FakeEnvoy(f"127.0.0.1:{picker.port}") as envoy:
+        stream = await start_stream(envoy, BUFFERED)
+        whole = b"".join(token_chunk(i) for i in range(3 * LIMIT)) + b"data: [DONE]\n\n"
+        answer = await feed(stream, whole, eos=True)
+        assert answer.HasField("immediate_response")
+        refusal = answer.immediate_response
+        assert refusal.status.code == 429 and refusal.details == "rate_limit_exceeded"
+        error = orjson.loads(refusal.body)["error"]
+        assert (error["type"], error["code"]) == ("tokens", "rate_limit_exceeded")
+        assert error["message"] == orjson.loads(EVENT[len(b"data: ") :])["error"]["message"]
+        headers = {h.header.key: h.header.raw_value for h in refusal.headers.set_headers}
+        assert headers["x-ratelimit-limit-tokens"] == str(LIMIT).encode()
+        assert await stream.ended()
