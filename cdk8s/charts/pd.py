@@ -43,9 +43,10 @@ __all__ = [
 SIDECAR = "pd-sidecar"
 SIDECAR_PORT_NAME = "sidecar"
 SIDECAR_TMP = "sidecar-tmp"
-#: The sidecar's probes: a TCP connect to its port (it is up once it listens; whether
-#: vLLM behind it can serve is vLLM's own readiness probe, on the same pod).
-SIDECAR_PROBE = {"tcpSocket": {"port": SIDECAR_PORT_NAME}}
+#: The sidecar's own probe path (`igw pd-sidecar` answers it once it listens, and passes
+#: every other path, `/health` and `/metrics` too, to vLLM; whether vLLM can serve is
+#: vLLM's own readiness probe, on the same pod), as `igw auth`'s probes are.
+SIDECAR_PROBE = {"httpGet": {"path": "/healthz", "port": SIDECAR_PORT_NAME}}
 
 
 def pod_cidrs(env: EnvironmentSpec) -> list[str]:

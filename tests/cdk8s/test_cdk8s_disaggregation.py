@@ -167,7 +167,7 @@ def test_decode_pods_run_vllm_on_8200_behind_the_sidecar_on_8000(pd_tree, dev_en
     assert _flag(args, "--allow-prefill") == [dev_env.cluster.vpc_cidr]
     assert sidecar["ports"] == [{"name": "sidecar", "containerPort": 8000}]
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-        assert sidecar[probe]["tcpSocket"] == {"port": "sidecar"}, probe
+        assert sidecar[probe]["httpGet"] == {"path": "/healthz", "port": "sidecar"}, probe
     assert sidecar["securityContext"] == container_security_context()
     # it drains with vLLM, or a rollout cuts the streams it proxies
     assert sidecar["lifecycle"] == vllm["lifecycle"]
