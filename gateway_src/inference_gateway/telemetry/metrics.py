@@ -35,6 +35,15 @@ class GatewayMetrics:
             ["model_name"],
             registry=r,
         )
+        # llm-d's P/D decision counter, same name and labels (llm-d-router
+        # pkg/epp/.../disagg metrics: `llm_d_epp_disagg_decision_total`), so its
+        # dashboards read ours: one per request of a profile with a pd-profile-handler
+        self.pd_decisions = Counter(
+            "llm_d_epp_disagg_decision_total",
+            "P/D decisions: prefill-decode (a prefill leg first) or decode-only.",
+            ["model_name", "decision_type"],
+            registry=r,
+        )
         self.cancelled = Counter(  # not errors: the error-rate alarm must not fire on them
             "inference_objective_request_cancelled_total",
             "Requests whose client left before the answer ended.",
