@@ -50,7 +50,12 @@ from inference_gateway.core.request.lifecycle import (
     STREAM_BROKEN,
     RequestLifecycle,
 )
-from inference_gateway.core.request.relay import StreamEnd, StreamRelay, is_event_stream
+from inference_gateway.core.request.relay import (
+    StreamEnd,
+    StreamRelay,
+    end_error,
+    is_event_stream,
+)
 from inference_gateway.core.request.retry import RetryPolicy
 from inference_gateway.core.request.sse import ModelNameRewriter
 from inference_gateway.core.request.usage import body_output_tokens
@@ -386,13 +391,8 @@ class Gateway:
         life.cancelled(RATE_LIMITED)
         if started:
             return None
-        return error_response(
-            429,
-            "Rate limit reached: the answer outgrew what the token limit allows now.",
-            "tokens",
-            "rate_limit_exceeded",
-            headers,
-        )
+        message, kind = end_error(StreamEnd.OVER_LIMIT)
+        return error_response(429, message, kind, StreamEnd.OVER_LIMIT.value, headers)
 
     async def _broken(
         self,

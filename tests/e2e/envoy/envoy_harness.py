@@ -273,7 +273,8 @@ class EnvoyStack:
     def client(self, **options: Any) -> openai.AsyncOpenAI:
         options.setdefault("max_retries", 0)
         options.setdefault("timeout", 30.0)
-        return openai.AsyncOpenAI(base_url=self.url + "/v1", api_key="unused", **options)
+        options.setdefault("api_key", "unused")  # the key is the rate limits' client
+        return openai.AsyncOpenAI(base_url=self.url + "/v1", **options)
 
     def access_log(self) -> list[dict[str, Any]]:
         """Envoy's lines so far (Envoy flushes its access log about every second)."""

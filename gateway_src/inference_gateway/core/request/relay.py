@@ -35,7 +35,15 @@ from typing import NamedTuple, Protocol
 
 import orjson
 
-__all__ = ["Relayed", "Sink", "StreamEnd", "StreamRelay", "is_event_stream", "stream_error_event"]
+__all__ = [
+    "Relayed",
+    "Sink",
+    "StreamEnd",
+    "StreamRelay",
+    "end_error",
+    "is_event_stream",
+    "stream_error_event",
+]
 
 
 class Sink(Protocol):
@@ -76,9 +84,15 @@ def is_event_stream(content_type: str) -> bool:
     return content_type.startswith("text/event-stream")
 
 
+def end_error(end: StreamEnd) -> tuple[str, str]:
+    """The fixed `(message, type)` of an early end: the SSE event's, and the plain
+    error's where nothing was sent yet (`igw serve`'s 429, `igw picker`'s)."""
+    return _EVENTS[end]
+
+
 def stream_error_event(end: StreamEnd) -> bytes:
     """The SSE event that ends a broken or stalled stream: OpenAI's error shape."""
-    message, kind = _EVENTS[end]
+    message, kind = end_error(end)
     error = {"message": message, "type": kind, "param": None, "code": end.value}
     return b"data: " + orjson.dumps({"error": error}) + b"\n\n"
 

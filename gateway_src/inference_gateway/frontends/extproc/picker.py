@@ -19,6 +19,24 @@ it must be rewritten. The request's `RequestLifecycle` (lifecycle.py) does the
 bookkeeping: the first response byte reports the TTFT to the scheduler, `usage` is
 counted into the gateway metrics, and a stream that ends before the response did (Envoy
 or its client gone) counts as a client cancel and frees what the request held.
+
+Token limits: each chunk of a 200 SSE stream is offered to the request's `TokenBudget`
+(core/request/budget.py) before it is answered, as `igw serve` relays it. A chunk the
+window has no room for is not passed on: in FULL_DUPLEX_STREAMED the answer is the
+rate-limit SSE error event `igw serve` ends such a stream with (relay.py
+`stream_error_event`) as a `StreamedBodyResponse` with `end_of_stream: true`, and the
+exchange closes. Envoy injects that body with end of stream into the filter chain
+(envoyproxy/envoy `source/extensions/filters/http/ext_proc/processor_state.cc`
+handleDuplexStreamedBodyResponse), so the client gets a clean end (the HTTP/1.1
+terminating chunk, HTTP/2 END_STREAM), and the finished downstream stream resets the
+upstream one (the engine stops generating). An `ImmediateResponse` cannot do this once
+response headers went out: Envoy then resets the client's stream
+(`source/common/http/filter_manager.cc` sendLocalReply, "Prior headers have already been
+sent"). In BUFFERED mode Envoy still holds the response headers while the body is
+processed (processor_state.cc handleHeadersResponse), so a whole stream over the window
+is answered as `igw serve` answers one refused before its first byte: a 429
+`ImmediateResponse`. In STREAMED mode (one answer per chunk, no early end) the cut chunk
+becomes the event and every later chunk is cleared until the upstream ends.
 """
 
 from __future__ import annotations
@@ -37,7 +55,12 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
 from inference_gateway.config.spec import GatewayConfigSpec
 from inference_gateway.core.request.director import Decision, Director, Rejection
-from inference_gateway.core.request.lifecycle import CLIENT_CANCELLED, RequestLifecycle
+from inference_gateway.core.request.lifecycle import (
+    CLIENT_CANCELLED,
+    RATE_LIMITED,
+    RequestLifecycle,
+)
+from inference_gateway.core.request.relay import StreamEnd, end_error, stream_error_event
 from inference_gateway.core.request.sse import ModelNameRewriter
 from inference_gateway.core.request.usage import UsageScanner
 from inference_gateway.core.scheduling.types import Endpoint
@@ -117,6 +140,7 @@ class Exchange:
         self.rewriter: ModelNameRewriter | None = None
         self.held = bytearray()  # a JSON response held for the model rewrite
         self.sniff: bytearray | None = None  # a 503's first bytes: Envoy's own reply?
+        self.cut = False  # the token budget ended the response (STREAMED: drop the rest)
 
     async def handle(self, request: pb.ProcessingRequest) -> Responses:
         if request.HasField("protocol_config"):
@@ -289,11 +313,15 @@ class Exchange:
     async def on_response_body(self, request: pb.ProcessingRequest) -> Responses:
         part = request.response_body
         chunk, eos = part.body, part.end_of_stream
+        if self.cut:  # STREAMED after a cut: nothing more reaches the client
+            return [body_replacement(b"", request=False, clear=True)]
         if self.sniff is not None:
             self._sniff(chunk, eos)
         if chunk:
             self._first_byte()
         out = self._rewrite(chunk, eos)
+        if out and not await self._admit(out):
+            return self._cut()
         if self.life is not None and out:
             self.life.chunk(out)
         if eos:
@@ -306,8 +334,35 @@ class Exchange:
         changed = out is not None and out != chunk
         return [body_replacement(out if changed else None, request=False)]
 
+    async def _admit(self, out: bytes) -> bool:
+        """The token budget's word on a 200 SSE chunk (True when no budget applies)."""
+        budget = self.life.budget if self.life is not None else None
+        if budget is None or not self.streaming or self.status != 200:
+            return True
+        return await budget.admit(out)
+
+    def _cut(self) -> Responses:
+        """The stream outgrew the client's token window: answer the refused chunk with
+        the rate-limit event instead, and end the response there (see the module
+        docstring for how each body mode ends it)."""
+        assert self.life is not None
+        self.life.cancelled(RATE_LIMITED)  # settles prompt + what was delivered
+        self.finished = True
+        end = StreamEnd.OVER_LIMIT
+        if self.response_mode == FULL_DUPLEX:
+            self.closed = True  # whatever Envoy still sends is not read
+            event = stream_error_event(end)
+            return list(body_chunks(event, request=False, end_of_stream=True))
+        if self.response_mode == BUFFERED:  # the headers still wait on this answer
+            self.closed = True
+            message, kind = end_error(end)
+            refusal = Rejection(429, message, kind, end.value, headers=self.life.decision.headers)
+            return [immediate_response(429, refusal.body(), refusal.headers, details=end.value)]
+        self.cut = True
+        return [body_replacement(stream_error_event(end), request=False)]
+
     async def on_response_trailers(self, request: pb.ProcessingRequest) -> Responses:
-        out = self._flush_held()
+        out = [] if self.cut else self._flush_held()
         self.finish()
         return [*out, trailers_response(request=False)]
 

@@ -127,6 +127,15 @@ class ExchangeStream:
                 self._new.clear()
                 await self._new.wait()
 
+    async def ended(self) -> bool:
+        """True once the picker has ended the stream by itself (within the timeout)."""
+        try:
+            async with asyncio.timeout(TIMEOUT_S):
+                await asyncio.shield(self._reader)
+        except TimeoutError:
+            return False
+        return self.error is None
+
     async def close(self) -> None:
         await self.call.done_writing()
         async with asyncio.timeout(TIMEOUT_S):
