@@ -21,6 +21,8 @@ COLUMNS = [
     ("ttft_p50_s", "TTFT p50 s"),
     ("ttft_p95_s", "TTFT p95 s"),
     ("ttft_p99_s", "TTFT p99 s"),
+    ("tpot_p50_s", "TPOT p50 s"),
+    ("tpot_p99_s", "TPOT p99 s"),
     ("e2e_p99_s", "E2E p99 s"),
     ("output_tokens_per_s", "out tok/s"),
     ("completed", "done"),

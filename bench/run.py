@@ -142,6 +142,9 @@ def evaluate_checks(cases: dict[str, Any]) -> list[dict[str, Any]]:
             continue
         gateway = entry["policies"]["gateway"]["ttft_p99_s"]
         rejected = entry["policies"]["gateway"]["rejected"]
+        if rule == "pd":
+            results.append(_pd_check(check, scenario, entry["policies"]))
+            continue
         if rule.startswith("replicas"):
             _, n, limit = rule.split(":")
             other = cases.get(f"replicas/{scenario}", {}).get("policies", {}).get(f"gateway@{n}")
@@ -186,6 +189,26 @@ def evaluate_checks(cases: dict[str, Any]) -> list[dict[str, Any]]:
             }
         )
     return results
+
+
+def _pd_check(check: str, scenario: str, policies: dict[str, Any]) -> dict[str, Any]:
+    """Issue 25: gateway-pd against gateway on the same GPUs (`sim.disagg.pd_claim`)."""
+    from inference_gateway.sim.disagg import pd_claim
+
+    gateway, split = policies["gateway"], policies["gateway-pd"]
+    claim = pd_claim(gateway, split)
+    return {
+        "check": check,
+        "scenario": scenario,
+        "rule": "gateway-pd P99 TPOT <= 0.5 x gateway's, P99 TTFT <= 1.2 x, tok/s >=",
+        "gateway_p99_s": gateway["ttft_p99_s"],
+        "gateway_rejected": gateway["rejected"],
+        "reference": "gateway-pd",
+        "reference_p99_s": split["ttft_p99_s"],
+        "reference_rejected": split["rejected"],
+        "ratio": claim["tpot_p99_ratio"],
+        "pass": claim["pass"],
+    }
 
 
 HOMOGENEOUS_WITHIN = 1.05  # "about the same as round-robin": within 5 % (issue 17)

@@ -20,6 +20,8 @@ COLUMNS = [
     ("ttft_p50_s", "TTFT\np50"),
     ("ttft_p95_s", "TTFT\np95"),
     ("ttft_p99_s", "TTFT\np99"),
+    ("tpot_p50_s", "TPOT\np50"),
+    ("tpot_p99_s", "TPOT\np99"),
     ("e2e_p99_s", "E2E\np99"),
     ("output_tokens_per_s", "tok/s"),
     ("completed", "done"),
@@ -27,7 +29,8 @@ COLUMNS = [
     ("cost_per_million_tokens", "$/Mtok"),
 ]
 LEGEND = (
-    "TTFT: time to first token; E2E: arrival to last token; both in seconds. tok/s: "
+    "TTFT: time to first token; TPOT: time per output token after the first; E2E: "
+    "arrival to last token; all in seconds. tok/s: "
     "output tokens per second; done: completed; rej: rejected (429); $/Mtok: fleet cost "
     "per million output tokens."
 )

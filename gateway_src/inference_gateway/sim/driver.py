@@ -1,7 +1,7 @@
 """The discrete-event driver: a heap of `(time, kind, sequence, payload)`.
 
 At equal times engine step ends run first (the kinds are ordered), then metric scrapes,
-then arrivals, and the
+then arrivals, then KV reads of disaggregated requests (`disagg`), and the
 sequence number (itertools.count) keeps everything else in insertion order, so a
 scenario and seed always replay identically. Routers see pods only through scrapes at
 `scrape_interval_ms`, exactly as a production picker would.
@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from inference_gateway.emulator.engine import EngineRequest
+from inference_gateway.sim.disagg import PrefillLeg, Split, Transfers
 from inference_gateway.sim.fleet import SimPod, build_fleet, scrape
 from inference_gateway.sim.kv_feed import FleetKVFeed, SimClock
 from inference_gateway.sim.metrics import Observer
@@ -24,7 +25,7 @@ from inference_gateway.sim.workload import Sessions, SimRequest, generate, share
 
 __all__ = ["EventHeap", "run_policy"]
 
-ENGINE, SCRAPE, ARRIVAL, FOLLOW_UP = 0, 1, 2, 3
+ENGINE, SCRAPE, ARRIVAL, FOLLOW_UP, KV_READ = 0, 1, 2, 3, 4
 DRAIN_FACTOR = 4.0  # stop waiting for stragglers after this many scenario durations
 
 
@@ -50,21 +51,36 @@ class EventHeap:
 
 
 class _Listener:
-    """Routes engine callbacks to the observer and the policy."""
+    """Routes engine callbacks to the observer and the policy; a prefill leg's (tagged
+    with its `PrefillLeg`) to the transfers, its one token never reaching the client."""
 
     def __init__(self, observer: Observer) -> None:
         self.observer = observer
         self.policy: Policy | None = None
         self.follow_up: Callable[[SimRequest, float], None] | None = None
+        self.transfers: Transfers | None = None
 
     def on_first_token(self, request: EngineRequest, time: float) -> None:
-        sim, pod = request.tag
+        tag = request.tag
+        if type(tag) is PrefillLeg:
+            return
+        sim, pod = tag
         assert self.policy is not None
         self.policy.on_first_token(sim, pod, time - request.arrival, time)
 
     def on_finish(self, request: EngineRequest, time: float) -> None:
-        sim, pod = request.tag
+        tag = request.tag
+        if type(tag) is PrefillLeg:
+            assert self.transfers is not None
+            ended = getattr(self.policy, "on_prefill_finished", None)
+            if ended is not None:
+                ended(tag.request, tag.split.prefill, time - tag.sent, time)
+            self.transfers.prefilled(tag, time)
+            return
+        sim, pod = tag
         assert self.policy is not None and request.first_token_time is not None
+        if self.transfers is not None:
+            self.transfers.finished(sim.request_id)
         # TTFT counts from the client's arrival, so time queued in the gateway counts too
         self.observer.on_finish(
             sim.t, request.first_token_time, time, request.output_tokens, sim.priority
@@ -89,11 +105,14 @@ def run_policy(
     listener = _Listener(observer)
     clock = SimClock()
     kv_feed = FleetKVFeed(clock)
-    pods = build_fleet(scenario.fleet, listener, kv_feed)
+    pods = build_fleet(scenario.fleet, listener, kv_feed, scenario.disaggregation)
     policy = make_policy(policy_name, pods, scenario.seed)
     listener.policy = policy
     events = EventHeap()
     push = events.push
+    transfers = None
+    if scenario.disaggregation is not None:
+        transfers = listener.transfers = Transfers(lambda t, leg: push(t, KV_READ, leg))
     sessions: list[Sessions] = []
     arrivals = generate(
         scenario.workload, scenario.duration_s, scenario.seed, capacity_rps, sessions
@@ -119,7 +138,7 @@ def run_policy(
 
     listener.follow_up = follow_up if sessions else None
 
-    def dispatch(request: SimRequest, pod: SimPod | None, t: float) -> None:
+    def dispatch(request: SimRequest, pod: SimPod | Split | None, t: float) -> None:
         if pod is DEFERRED:
             return
         if pod is None:
@@ -127,6 +146,11 @@ def run_policy(
             if request.session >= 0 and sessions:
                 sessions[0].end(request)
             return
+        if type(pod) is Split:  # its prefill leg first (`disagg`)
+            assert transfers is not None, "a P/D pick on a fleet without a split"
+            submit(pod.prefill, transfers.start(request, pod, t), t)
+            return
+        assert isinstance(pod, SimPod)
         hashes = shared_blocks(request)
         engine_request = EngineRequest(
             request.request_id,
@@ -136,6 +160,9 @@ def run_policy(
             request.adapter,
             tag=(request, pod),
         )
+        submit(pod, engine_request, t)
+
+    def submit(pod: SimPod, engine_request: EngineRequest, t: float) -> None:
         engine = pod.engine
         before = engine.busy_until
         if before is not None and before <= t:
@@ -143,7 +170,7 @@ def run_policy(
         engine.submit(engine_request, t)
         wake(pod, before)
 
-    def dispatch_all(items: list[tuple[SimRequest, SimPod | None]], t: float) -> None:
+    def dispatch_all(items: list[tuple[SimRequest, SimPod | Split | None]], t: float) -> None:
         for request, pod in items:
             # the request's own arrival time stays its arrival: queueing counts in TTFT
             dispatch(request, pod, t)
@@ -162,6 +189,10 @@ def run_policy(
         pump(t)
         if kind == FOLLOW_UP:
             dispatch(payload, policy.route(payload, t), t)
+        elif kind == KV_READ:
+            assert transfers is not None
+            decode_request, decode = transfers.arrived(payload)
+            submit(decode, decode_request, t)
         elif kind == ENGINE:
             engine = payload.engine
             if engine.busy_until != t:
@@ -189,4 +220,7 @@ def run_policy(
                 next_progress = t + scenario.duration_s / 50
             dispatch(request, policy.route(request, t), t)
     fleet_usd = sum(p.profile.hourly_usd for p in pods)
-    return observer.report(duration_s=scenario.duration_s, fleet_usd_per_hour=fleet_usd)
+    report = observer.report(duration_s=scenario.duration_s, fleet_usd_per_hour=fleet_usd)
+    if transfers is not None:
+        report.update(transfers.report())
+    return report

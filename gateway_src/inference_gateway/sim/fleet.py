@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from inference_gateway.core.scheduling.pd import ROLE_LABEL
 from inference_gateway.core.scheduling.types import Endpoint, PodMetrics
 from inference_gateway.emulator.engine import Engine, EngineListener
 from inference_gateway.emulator.profiles import PodProfile, pod_profile
 from inference_gateway.sim.kv_feed import FleetKVFeed
-from inference_gateway.sim.scenario import PoolSpec
+from inference_gateway.sim.scenario import Disaggregation, PoolSpec
 
 __all__ = ["SimPod", "build_fleet", "pool_profile", "scrape"]
 
@@ -21,6 +22,8 @@ class SimPod:
     engine: Engine
     endpoint: Endpoint
     kv_feed: FleetKVFeed | None = None  # the pods' KV events, for subscribing pickers
+    # the scenario's P/D split (the same object on every pod; None: no split)
+    split: Disaggregation | None = None
 
 
 def pool_profile(pool: PoolSpec) -> PodProfile:
@@ -30,14 +33,26 @@ def pool_profile(pool: PoolSpec) -> PodProfile:
 
 
 def build_fleet(
-    pools: list[PoolSpec], listener: EngineListener, kv_feed: FleetKVFeed | None = None
+    pools: list[PoolSpec],
+    listener: EngineListener,
+    kv_feed: FleetKVFeed | None = None,
+    split: Disaggregation | None = None,
 ) -> list[SimPod]:
+    """One pod per replica; under a P/D `split` the first `split.prefill[pool]` pods of a
+    named pool are labelled prefill and its others decode (`ROLE_LABEL`), whatever the
+    policy: a config without the role filters serves every pod whole."""
     pods: list[SimPod] = []
     for pool in pools:
         profile = pool_profile(pool)
         models = frozenset([pool.model, *pool.adapters])
+        prefillers = split.prefill.get(pool.name) if split is not None else None
         for replica in range(pool.replicas):
             i = len(pods)
+            roles = (
+                {ROLE_LABEL: "prefill" if replica < prefillers else "decode"}
+                if prefillers is not None
+                else {}
+            )
             endpoint = Endpoint(
                 name=f"{pool.name}-{replica}",
                 address=f"sim-{i}",
@@ -47,13 +62,14 @@ def build_fleet(
                     "igw.dev/gpu": pool.gpu,
                     "igw.dev/pool": pool.name,
                     "igw.dev/model": pool.model,  # so a request for an adapter routes as one
+                    **roles,
                 },
                 models=models,
                 index=i,
             )
             sink = kv_feed.sink(endpoint.name) if kv_feed is not None else None
             engine = Engine(profile, listener=listener, kv_sink=sink)
-            pods.append(SimPod(i, pool, profile, engine, endpoint, kv_feed))
+            pods.append(SimPod(i, pool, profile, engine, endpoint, kv_feed, split))
     return pods
 
 

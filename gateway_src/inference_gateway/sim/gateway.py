@@ -38,6 +38,7 @@ from inference_gateway.core.scheduling.kv_index import KVBlockIndex
 from inference_gateway.core.traffic.flow_control import BANDS, FlowController
 from inference_gateway.core.traffic.objectives import band_of_priority
 from inference_gateway.core.traffic.routing import Route
+from inference_gateway.sim.disagg import Split
 from inference_gateway.sim.fleet import SimPod
 from inference_gateway.sim.policies import DEFERRED
 from inference_gateway.sim.workload import SimRequest, shared_blocks
@@ -116,7 +117,7 @@ class GatewayPolicy:
         self.name = name
         self.pods = pods
         self.clock = VirtualClock()
-        self._resumed: list[tuple[SimRequest, SimPod | None]] = []
+        self._resumed: list[tuple[SimRequest, SimPod | Split | None]] = []
         self._soon: list[Any] = []
         # the pods' KV events on the virtual clock, as the live picker subscribes to them
         feed = pods[0].kv_feed if pods else None
@@ -177,17 +178,24 @@ class GatewayPolicy:
         except Rejection:
             return None
 
-    def _start(self, request: SimRequest, pending: Pending) -> SimPod | None:
+    def _start(self, request: SimRequest, pending: Pending) -> SimPod | Split | None:
+        """The director's decision, reported picked; with a prefill pod in it (a P/D
+        config, `Decision.prefill`) a `Split` the driver runs as two legs."""
         try:
             life = self.director.start(pending)
         except Rejection:
             return None
-        endpoint = life.decision.ranked[0]
+        decision = life.decision
+        endpoint = decision.ranked[0]
         life.picked(endpoint)
         self._lives[request.request_id] = life
+        if decision.prefill:
+            prefill = decision.prefill[0]
+            life.prefill_picked(prefill)
+            return Split(self.pods[endpoint.index], self.pods[prefill.index])
         return self.pods[endpoint.index]
 
-    def drain(self, now: float) -> list[tuple[SimRequest, SimPod | None]]:
+    def drain(self, now: float) -> list[tuple[SimRequest, SimPod | Split | None]]:
         """The gate's round (its ticker) and the rounds resumed picks ask for, then every
         request whose wait ended since the last drain: with a pod, or None when its
         band's TTL passed."""
@@ -216,6 +224,15 @@ class GatewayPolicy:
         if life is not None:
             self.clock.now = now
             life.first_byte()
+
+    def on_prefill_finished(
+        self, request: SimRequest, pod: SimPod, ttft: float, now: float
+    ) -> None:
+        """A `Split`'s prefill leg answered (its one token: its TTFT on the prefill pod)."""
+        life = self._lives.get(request.request_id)
+        if life is not None:
+            self.clock.now = now
+            life.prefill_ended(ttft)
 
     def on_finished(self, request: SimRequest, pod: SimPod, now: float) -> None:
         life = self._lives.pop(request.request_id, None)

@@ -25,6 +25,7 @@ from inference_gateway.config.spec import (
 from inference_gateway.core.scheduling import LLMRequest, Scheduler
 from inference_gateway.core.scheduling.kv_index import KVBlockIndex
 from inference_gateway.errors import ConfigError, NoEndpointError
+from inference_gateway.sim.disagg import Split
 from inference_gateway.sim.fleet import SimPod
 from inference_gateway.sim.workload import SimRequest, shared_blocks
 
@@ -37,7 +38,7 @@ class Policy(Protocol):
     name: str
     needs_scrapes: bool
 
-    def route(self, request: SimRequest, now: float) -> SimPod | None: ...
+    def route(self, request: SimRequest, now: float) -> SimPod | Split | None: ...
     def on_first_token(self, request: SimRequest, pod: SimPod, ttft: float, now: float) -> None: ...
     def on_finished(self, request: SimRequest, pod: SimPod, now: float) -> None: ...
 
@@ -179,6 +180,53 @@ def approximate_gateway_config() -> GatewayConfigSpec:
     return config.model_copy(update={"scheduling_profiles": profiles})
 
 
+def pd_gateway_config(non_cached_tokens: int) -> GatewayConfigSpec:
+    """The shipped config with llm-d's P/D profiles (the shared P/D contract; upstream
+    `pkg/plugins/profile/pd_profile_handler.go`, `prefix_based_pd_decider.go`): the
+    default profile's scorers behind `decode-filter` (profile `decode`, the default) and
+    behind `prefill-filter` (profile `prefill`), the decider's `nonCachedTokens` the
+    scenario's."""
+    base = GatewayConfigSpec()
+    scorers = base.profile(base.default_profile).plugins
+    return GatewayConfigSpec(
+        plugins=[
+            PluginSpec(type="prefill-filter"),
+            PluginSpec(type="decode-filter"),
+            PluginSpec(
+                type="prefix-based-pd-decider",
+                parameters={"nonCachedTokens": non_cached_tokens},
+            ),
+            PluginSpec(
+                type="pd-profile-handler",
+                parameters={
+                    "decodeProfile": "decode",
+                    "prefillProfile": "prefill",
+                    "deciderPluginName": "prefix-based-pd-decider",
+                },
+            ),
+        ],
+        scheduling_profiles=[
+            SchedulingProfileSpec(
+                name=role, plugins=[PluginRef(plugin_ref=f"{role}-filter"), *scorers]
+            )
+            for role in ("decode", "prefill")
+        ],
+        default_profile="decode",
+    )
+
+
+def _gateway_pd(name: str, pods: list[SimPod], seed: int, *, always: bool = False) -> Policy:
+    """`gateway-pd`: the gateway with the P/D profiles over the scenario's split, at its
+    `non_cached_tokens` (`gateway-pd-always`: 0, every request split)."""
+    split = pods[0].split if pods else None
+    if pods and split is None:
+        raise ConfigError(
+            "policies", [f"policies: {name!r} needs the scenario's disaggregation split"]
+        )
+    threshold = 0 if always or split is None else split.non_cached_tokens
+    return _gateway(name, pods, seed, pd_gateway_config(threshold))
+
+
 class SchedulerPolicy:
     """The scheduler alone on scraped metrics: `upstream-default`'s scoring without the
     gateway's request path around it."""
@@ -270,6 +318,8 @@ POLICIES: dict[str, PolicyFactory] = {
     "gateway-approximate": lambda name, pods, seed: _gateway(
         name, pods, seed, approximate_gateway_config()
     ),
+    "gateway-pd": _gateway_pd,
+    "gateway-pd-always": lambda name, pods, seed: _gateway_pd(name, pods, seed, always=True),
 }
 
 

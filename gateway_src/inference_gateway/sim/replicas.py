@@ -45,6 +45,7 @@ from inference_gateway.core.scheduling.shared_view import (
 )
 from inference_gateway.core.traffic.flow_control import BANDS, FlowController
 from inference_gateway.errors import ConfigError
+from inference_gateway.sim.disagg import Split
 from inference_gateway.sim.fleet import SimPod
 from inference_gateway.sim.policies import DEFERRED, Policy
 from inference_gateway.sim.workload import SimRequest
@@ -208,7 +209,7 @@ class Replicated:
         if self.exchange is not None:
             self.exchange.record(i, now)
 
-    def route(self, request: SimRequest, now: float) -> SimPod | None:
+    def route(self, request: SimRequest, now: float) -> SimPod | Split | None:
         i = self.random.randrange(len(self.replicas))
         self._prepare(i, now)
         pod = self.replicas[i].route(request, now)
@@ -216,19 +217,34 @@ class Replicated:
             return None
         self._owner[request.request_id] = i
         self._changed(i, now)
-        return pod if pod is DEFERRED else self.pods[pod.index]
+        return pod if pod is DEFERRED else self._shared(pod)
 
-    def drain(self, now: float) -> list[tuple[SimRequest, SimPod | None]]:
+    def _shared(self, pod: SimPod | Split) -> SimPod | Split:
+        """A replica's pick on the shared pods (a P/D pick's two)."""
+        if isinstance(pod, Split):
+            return Split(self.pods[pod.decode.index], self.pods[pod.prefill.index])
+        return self.pods[pod.index]
+
+    def drain(self, now: float) -> list[tuple[SimRequest, SimPod | Split | None]]:
         """Requests leaving any replica's admission queue now (see `admission`)."""
-        out: list[tuple[SimRequest, SimPod | None]] = []
+        out: list[tuple[SimRequest, SimPod | Split | None]] = []
         for i, drain in self._drains:
             self._prepare(i, now)
             for request, pod in drain(now):
                 if pod is None:
                     self._owner.pop(request.request_id, None)
-                out.append((request, None if pod is None else self.pods[pod.index]))
+                out.append((request, None if pod is None else self._shared(pod)))
             self._changed(i, now)
         return out
+
+    def on_prefill_finished(
+        self, request: SimRequest, pod: SimPod, ttft: float, now: float
+    ) -> None:
+        i = self._owner.get(request.request_id)
+        ended = getattr(self.replicas[i], "on_prefill_finished", None) if i is not None else None
+        if i is not None and ended is not None:
+            ended(request, self.views[i][pod.index], ttft, now)
+            self._changed(i, now)
 
     def on_first_token(self, request: SimRequest, pod: SimPod, ttft: float, now: float) -> None:
         i = self._owner.get(request.request_id)

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from inference_gateway.config.spec import format_validation_error
 from inference_gateway.errors import ConfigError
 
-__all__ = ["Scenario", "load_scenario", "shipped_scenarios"]
+__all__ = ["Disaggregation", "Scenario", "load_scenario", "shipped_scenarios"]
 
 
 class _Spec(BaseModel):
@@ -141,6 +141,20 @@ class Workload(_Spec):
         return self
 
 
+class Disaggregation(_Spec):
+    """The scenario's P/D split (llm-d's convention, `core.scheduling.pd`): in every pool
+    named in `prefill`, that many pods carry `llm-d.ai/role: prefill` and the rest
+    `llm-d.ai/role: decode` (other pools stay unlabelled, decode-capable). A policy with
+    the P/D profiles (`gateway-pd`) then prefills a request on a prefill pod and decodes it
+    on a decode pod when its non-cached prompt tokens on the chosen decode pod reach
+    `non_cached_tokens` (the `prefix-based-pd-decider`'s `nonCachedTokens`; 0 = always);
+    a policy without them (`gateway`) serves every request whole on whichever pod, so the
+    same GPUs compare aggregated and split."""
+
+    prefill: dict[str, int] = Field(min_length=1)
+    non_cached_tokens: int = Field(default=512, ge=0)
+
+
 class Scenario(_Spec):
     name: str
     description: str = ""
@@ -149,6 +163,7 @@ class Scenario(_Spec):
     scrape_interval_ms: float = Field(default=50, gt=0)
     fleet: list[PoolSpec] = Field(min_length=1)
     workload: Workload
+    disaggregation: Disaggregation | None = None
     policies: list[str] = Field(
         default_factory=lambda: ["gateway", "round-robin", "upstream-default", "oracle"]
     )
@@ -162,6 +177,21 @@ class Scenario(_Spec):
             if missing:
                 raise ValueError(
                     f"workload.adapters.names: {missing} not served by any pool with max_loras"
+                )
+        return self
+
+    @model_validator(mode="after")
+    def _split_fits(self) -> Scenario:
+        if self.disaggregation is None:
+            return self
+        pools = {pool.name: pool.replicas for pool in self.fleet}
+        for name, count in self.disaggregation.prefill.items():
+            if name not in pools:
+                raise ValueError(f"disaggregation.prefill.{name}: no such pool in fleet")
+            if not 1 <= count < pools[name]:
+                raise ValueError(
+                    f"disaggregation.prefill.{name}: {count} prefill pods of {pools[name]}: "
+                    "keep at least one of each role"
                 )
         return self
 

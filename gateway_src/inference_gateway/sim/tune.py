@@ -32,7 +32,15 @@ from inference_gateway.sim.scenario import Scenario, load_scenario
 __all__ = ["Trial", "register", "tune"]
 
 GRID = (0.0, 0.5, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0)
-FIGURES = ("ttft_p50_s", "ttft_p95_s", "ttft_p99_s", "output_tokens_per_s", "rejected")
+FIGURES = (
+    "ttft_p50_s",
+    "ttft_p95_s",
+    "ttft_p99_s",
+    "tpot_p50_s",
+    "tpot_p99_s",
+    "output_tokens_per_s",
+    "rejected",
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,8 @@ ROWS = [
     ("ttft_p50_s", "TTFT p50 s", "lower"),
     ("ttft_p95_s", "TTFT p95 s", "lower"),
     ("ttft_p99_s", "TTFT p99 s", "lower"),
+    ("tpot_p50_s", "TPOT p50 s", "lower"),
+    ("tpot_p99_s", "TPOT p99 s", "lower"),
     ("e2e_p99_s", "E2E p99 s", "lower"),
     ("output_tokens_per_s", "output tok/s", "higher"),
     ("completed", "completed", "higher"),

@@ -32,6 +32,8 @@ def figures(p99: float, rejected: int = 0) -> dict[str, Any]:
         "ttft_p99_s": p99,
         "e2e_p50_s": 1.0,
         "e2e_p99_s": 5.0,
+        "tpot_p50_s": 0.02,
+        "tpot_p99_s": 0.05,
         "output_tokens_per_s": 1000.0,
         "completed": 100,
         "rejected": rejected,
