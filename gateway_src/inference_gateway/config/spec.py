@@ -42,7 +42,9 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from inference_gateway.core.scheduling.pd import DECIDER_TYPE, HandlerParams
 from inference_gateway.core.scheduling.registry import (
+    OUTSIDE_PROFILES,
     PLUGIN_TYPES,
     build_plugin,
     kind_of,
@@ -601,6 +603,7 @@ class GatewayConfigSpec(Spec):
             problems.append(f"defaultProfile: unknown profile {self.default_profile!r}")
         problems += _check_plugins(self.plugins)
         problems += _check_profiles(self.scheduling_profiles, plugins)
+        problems += _check_pd_handlers(self.plugins, profiles)
         for i, objective in enumerate(self.objectives):
             if objective.pool is not None and objective.pool not in pools:
                 problems.append(f"objectives[{i}].pool: unknown pool {objective.pool!r}")
@@ -658,7 +661,12 @@ def _check_profiles(
                 problems.append(f"{where}.pluginRef: unknown plugin {ref.plugin_ref!r}")
                 continue
             kind = kind_of(plugin.type)
-            if kind == "picker":
+            if kind in OUTSIDE_PROFILES:
+                problems.append(
+                    f"{where}.pluginRef: {ref.plugin_ref!r} is a {kind}, which the scheduler "
+                    "runs between profiles, not inside one"
+                )
+            elif kind == "picker":
                 if picker is not None:
                     problems.append(
                         f"{where}.pluginRef: {ref.plugin_ref!r} is a second picker "
@@ -667,6 +675,41 @@ def _check_profiles(
                 picker = picker or ref.plugin_ref
             elif kind == "scorer" and not ref.weight:
                 problems.append(f"{where}.weight: a scorer needs a weight above 0")
+    return problems
+
+
+def _check_pd_handlers(specs: list[PluginSpec], profiles: set[str]) -> list[str]:
+    """Each `pd-profile-handler` names two distinct existing profiles and a decider
+    plugin, and no two handlers claim one decode profile (a request would have two
+    answers to "is a prefill leg worth it")."""
+    problems: list[str] = []
+    kinds = {spec.instance_name: kind_of(spec.type) for spec in specs}
+    claimed: dict[str, str] = {}
+    for i, spec in enumerate(specs):
+        if kinds[spec.instance_name] != "profile-handler":
+            continue
+        where = f"plugins[{i}].parameters"
+        try:
+            params = HandlerParams.model_validate(spec.parameters)
+        except ValidationError:
+            continue  # `_check_plugins` reported it
+        decode, prefill = params.decode_profile, params.prefill_profile
+        decider = params.decider_plugin_name
+        for key, name in (("decodeProfile", decode), ("prefillProfile", prefill)):
+            if name not in profiles:
+                problems.append(f"{where}.{key}: unknown profile {name!r}")
+        if decode == prefill:
+            problems.append(f"{where}.prefillProfile: the same profile as decodeProfile")
+        if kinds.get(decider) != "decider":
+            problems.append(
+                f"{where}.deciderPluginName: {decider!r} is not a declared decider plugin "
+                f"(declare one, e.g. {{type: {DECIDER_TYPE}}})"
+            )
+        if decode in claimed:
+            problems.append(
+                f"{where}.decodeProfile: {decode!r} already has the handler {claimed[decode]!r}"
+            )
+        claimed.setdefault(decode, spec.instance_name)
     return problems
 
 

@@ -26,6 +26,9 @@ class SchedulerLike(Protocol):
     """What a data plane needs of a scheduler (the real one, or a baseline for comparison)."""
 
     def schedule(self, request: LLMRequest, endpoints: list[Endpoint]) -> list[Endpoint]: ...
+    def schedule_prefill(
+        self, request: LLMRequest, endpoints: list[Endpoint], decode: Endpoint
+    ) -> list[Endpoint]: ...
     def on_picked(self, request: LLMRequest, endpoint: Endpoint, now: float) -> None: ...
     def on_first_token(
         self, request: LLMRequest, endpoint: Endpoint, ttft_s: float, now: float

@@ -160,6 +160,8 @@ class Decision:
     body: bytes  # the body for the pod: the client's bytes, or rewritten for a canary
     gate: PoolGate
     headers: dict[str, str] = field(default_factory=dict)  # e.g. rate-limit state
+    # P/D: ranked prefill pods for a prefill leg before `ranked[0]` decodes; [] = aggregated
+    prefill: list[Endpoint] = field(default_factory=list)
 
     @property
     def target_model(self) -> str:
@@ -459,7 +461,7 @@ class Director:
         gate, llm, client_model = pending.gate, pending.llm, pending.client_model
         budget = pending.budget
         try:
-            ranked = self._rank(pending.state, llm, pending.route, pending.endpoints)
+            ranked, prefill = self._rank(pending.state, llm, pending.route, pending.endpoints)
         except BaseException:
             gate.on_completion()
             if budget is not None:
@@ -483,7 +485,9 @@ class Director:
         if pending.model != client_model and body is not None:
             body["model"] = pending.model
             raw = orjson.dumps(body)
-        decision = Decision(llm, ranked, client_model, pending.route, raw, gate, pending.headers)
+        decision = Decision(
+            llm, ranked, client_model, pending.route, raw, gate, pending.headers, prefill
+        )
         return RequestLifecycle(self, decision, client_request_id, budget=pending.budget)
 
     # ------------------------------------------------------------------ steps
@@ -652,8 +656,9 @@ class Director:
 
     def _rank(
         self, state: RoutingState, llm: LLMRequest, route: Route, endpoints: list[Endpoint]
-    ) -> list[Endpoint]:
-        """Ranked pods; when all are stale, a `FailOpen` pool picks at random."""
+    ) -> tuple[list[Endpoint], list[Endpoint]]:
+        """Ranked pods and, for a P/D request, ranked prefill pods ([] = aggregated);
+        when all are stale, a `FailOpen` pool picks at random, aggregated."""
         candidates = state.router.candidates(route, endpoints)
         started = time.perf_counter()
         try:
@@ -666,11 +671,12 @@ class Director:
                 if e.serves(llm.model) and (llm.subset is None or e.hostport in llm.subset)
             ]
             if not fail_open or not serving:
-                return []
+                return [], []
             log.warning("pool %s has no fresh pod; FailOpen picks at random", route.pool)
-            return random.sample(serving, len(serving))
+            return random.sample(serving, len(serving)), []
+        prefill = self.scheduler.schedule_prefill(llm, candidates, ranked[0])
         self.metrics.scheduler_e2e.observe(time.perf_counter() - started)
-        return ranked
+        return ranked, prefill
 
 
 def _fail_open(state: RoutingState, route: Route) -> bool:

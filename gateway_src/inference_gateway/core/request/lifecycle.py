@@ -72,6 +72,7 @@ class RequestLifecycle:
         "input_counted",
         "on_expire",
         "outcome",
+        "prefill_endpoint",
         "running",
         "scheduler",
         "started",
@@ -94,6 +95,7 @@ class RequestLifecycle:
         self.scheduler = director.scheduler  # a reload must not split one request
         self.budget = budget
         self.endpoint: Endpoint | None = None
+        self.prefill_endpoint: Endpoint | None = None  # a P/D prefill leg under way
         self.started = director.clock()
         self.first_byte_at = 0.0
         self.status = 0
@@ -122,6 +124,26 @@ class RequestLifecycle:
             ).observe(decision.llm.prompt_tokens)
         self.endpoint = endpoint
         self.scheduler.on_picked(decision.llm, endpoint, self.director.clock())
+
+    def prefill_picked(self, endpoint: Endpoint) -> None:
+        """A P/D prefill leg goes to `endpoint` (one of `decision.prefill`)."""
+        if self.outcome is not None or self.prefill_endpoint is not None:
+            return
+        self.prefill_endpoint = endpoint
+        self.scheduler.on_picked(self.decision.llm, endpoint, self.director.clock())
+
+    def prefill_ended(self, ttft_s: float | None) -> None:
+        """The prefill leg answered after `ttft_s` (its one token), or failed (None): then
+        the decode pod prefills the prompt itself, and its bookkeeping says so."""
+        endpoint, self.prefill_endpoint = self.prefill_endpoint, None
+        if endpoint is None:
+            return
+        llm, now = self.decision.llm, self.director.clock()
+        if ttft_s is not None:
+            self.scheduler.on_first_token(llm, endpoint, ttft_s, now)
+        else:
+            llm.prefill_pod = None
+        self.scheduler.on_finished(llm, endpoint, now)
 
     def attempt_failed(self) -> None:
         """The picked pod never started the request; its bookkeeping ends here."""
@@ -216,6 +238,9 @@ class RequestLifecycle:
         endpoint, self.endpoint = self.endpoint, None
         if endpoint is not None:
             self.scheduler.on_finished(decision.llm, endpoint, self.director.clock())
+        prefill, self.prefill_endpoint = self.prefill_endpoint, None
+        if prefill is not None:  # a leg nobody reported the end of (the Envoy path's sidecar)
+            self.scheduler.on_finished(decision.llm, prefill, self.director.clock())
         decision.gate.on_completion()
         labels = (decision.client_model, decision.target_model)
         usage = self.usage.close() if self.usage is not None and outcome == "ok" else None

@@ -23,6 +23,11 @@ class RoundRobinScheduler:
         start = next(self._counter) % len(candidates)
         return candidates[start:] + candidates[:start]
 
+    def schedule_prefill(
+        self, request: LLMRequest, endpoints: list[Endpoint], decode: Endpoint
+    ) -> list[Endpoint]:
+        return []  # a Service knows no roles: every pod serves the whole request
+
     def on_picked(self, request: LLMRequest, endpoint: Endpoint, now: float) -> None:
         return None
 

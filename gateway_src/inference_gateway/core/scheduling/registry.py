@@ -1,4 +1,5 @@
-"""The one list of plugin types, each with its kind (filter, scorer or picker).
+"""The one list of plugin types, each with its kind (filter, scorer, picker, and the
+P/D decider and profile handler).
 
 A type is registered with a typed factory, `(instance name, validated parameters,
 PluginContext) -> plugin`, through the function of its kind, so a type checker holds
@@ -19,6 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
+from inference_gateway.core.scheduling import pd
 from inference_gateway.core.scheduling.plugins import (
     kv_cache,
     lora,
@@ -34,23 +36,34 @@ from inference_gateway.core.scheduling.plugins.prefix import PrefixIndex
 from inference_gateway.core.scheduling.types import Filter, Picker, PluginContext, Scorer
 
 __all__ = [
+    "OUTSIDE_PROFILES",
     "PLUGIN_TYPES",
     "Kind",
     "Plugin",
     "PluginType",
     "build_plugin",
     "kind_of",
+    "register_decider",
     "register_filter",
+    "register_handler",
     "register_picker",
     "register_scorer",
     "validation_context",
 ]
 
-Kind = Literal["filter", "scorer", "picker"]
-Plugin = Filter | Scorer | Picker
+Kind = Literal["filter", "scorer", "picker", "decider", "profile-handler"]
+Plugin = Filter | Scorer | Picker | pd.PrefixBasedPDDecider | pd.PDProfileHandler
 P = TypeVar("P", bound=Params)
 
-_METHOD: dict[Kind, str] = {"filter": "filter", "scorer": "score", "picker": "pick"}
+_METHOD: dict[Kind, str] = {
+    "filter": "filter",
+    "scorer": "score",
+    "picker": "pick",
+    "decider": "decide",
+    "profile-handler": "prefill_profile_for",
+}
+#: kinds that stand outside any profile: the scheduler calls them between profile runs
+OUTSIDE_PROFILES: frozenset[Kind] = frozenset({"decider", "profile-handler"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +106,20 @@ def register_filter(
     name: str, params: type[P], factory: Callable[[str, P, PluginContext], Filter]
 ) -> None:
     _register(PluginType(name, "filter", params, factory))
+
+
+def register_decider(
+    name: str,
+    params: type[P],
+    factory: Callable[[str, P, PluginContext], pd.PrefixBasedPDDecider],
+) -> None:
+    _register(PluginType(name, "decider", params, factory))
+
+
+def register_handler(
+    name: str, params: type[P], factory: Callable[[str, P, PluginContext], pd.PDProfileHandler]
+) -> None:
+    _register(PluginType(name, "profile-handler", params, factory))
 
 
 def kind_of(type_name: str) -> Kind | None:
@@ -143,3 +170,7 @@ register_scorer(
     uses_prefix_index=True,
 )
 register_picker(max_score.TYPE, max_score.MaxScoreParams, max_score.build)
+register_filter(pd.PREFILL_FILTER_TYPE, pd.RoleParams, pd.build_prefill_filter)
+register_filter(pd.DECODE_FILTER_TYPE, pd.RoleParams, pd.build_decode_filter)
+register_decider(pd.DECIDER_TYPE, pd.DeciderParams, pd.build_decider)
+register_handler(pd.HANDLER_TYPE, pd.HandlerParams, pd.build_handler)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, cast
 from inference_gateway.core.scheduling.filters import eligible
 from inference_gateway.core.scheduling.gpu_priors import gpu_priors
 from inference_gateway.core.scheduling.kv_index import KVBlockIndex
+from inference_gateway.core.scheduling.pd import PDProfileHandler, PrefixBasedPDDecider
 from inference_gateway.core.scheduling.plugins.max_score import MaxScorePicker
 from inference_gateway.core.scheduling.plugins.precise_prefix import PrecisePrefixScorer
 from inference_gateway.core.scheduling.plugins.prefix import PrefixIndex
@@ -84,7 +85,18 @@ class Scheduler:
             for name, plugin in plugins.items()
             if name in used and isinstance(plugin, SchedulingObserver)
         ]
-        self.uses_prefix = any(self._types[name].uses_prefix_index for name in used)
+        # P/D: the handler of each decode profile, its decider bound (validated: it exists)
+        self._handlers: dict[str, PDProfileHandler] = {}
+        for plugin in plugins.values():
+            if isinstance(plugin, PDProfileHandler):
+                decider = plugins[plugin.decider_plugin_name]
+                assert isinstance(decider, PrefixBasedPDDecider)
+                plugin.decider = decider
+                self._handlers[plugin.decode_profile] = plugin
+        # a decider reads the prefix index, so P/D keeps it up to date too
+        self.uses_prefix = bool(self._handlers) or any(
+            self._types[name].uses_prefix_index for name in used
+        )
         # per profile: the precise scorer that sets the cycle's prefix matches first
         self._precise = {
             p.name: next(
@@ -119,7 +131,7 @@ class Scheduler:
                 picker = cast(Picker, plugin)
             elif kind == "scorer":
                 scorers.append((cast(Scorer, plugin), float(ref.weight or 0)))
-            else:
+            elif kind == "filter":
                 filters.append(cast(Filter, plugin))
         return SchedulingProfile(name, scorers, picker or MaxScorePicker(), timer, filters)
 
@@ -144,12 +156,37 @@ class Scheduler:
             raise NoEndpointError(f"no endpoint passed the filters of profile {profile.name!r}")
         return ranked
 
+    def schedule_prefill(
+        self, request: LLMRequest, endpoints: list[Endpoint], decode: Endpoint
+    ) -> list[Endpoint]:
+        """Ranked prefill pods for a request `schedule` sent to `decode`; [] serves it
+        aggregated there: its profile has no `pd-profile-handler`, the decider finds too
+        little of the prompt uncached on `decode`, or no other pod passes the prefill
+        profile. Sets `request.prefill_pod` to the best one."""
+        handler = self._handlers.get(request.profile or self.config.default_profile)
+        if handler is None:
+            return []
+        name = handler.prefill_profile_for(request, decode)
+        if name is None:
+            return []
+        candidates = [e for e in eligible(request, endpoints) if e is not decode]
+        if not candidates:
+            return []
+        precise = self._precise.get(name)
+        if precise is not None:
+            precise.prepare(request, candidates)
+        ranked = self.profiles[name].run(request, candidates)
+        request.prefill_pod = ranked[0].name if ranked else None
+        return ranked
+
     def on_picked(self, request: LLMRequest, endpoint: Endpoint, now: float) -> None:
         endpoint.sent_requests += 1
         endpoint.sent_tokens += request.prompt_tokens
         endpoint.inflight += 1
         own = request.prompt_tokens  # minus what the prefix index says the pod holds
-        if request.prefix_matches:
+        if request.prefill_pod is not None and endpoint.name != request.prefill_pod:
+            own = 1  # a decode leg: its prompt's KV arrives from the prefill pod
+        elif request.prefix_matches:
             own = max(1, own - request.prefix_matches.get(endpoint.name, 0) * BLOCK_TOKENS)
         endpoint.prefill_tokens += own
         self._sent[(request.request_id, endpoint.name)] = (
@@ -169,7 +206,9 @@ class Scheduler:
         self, request: LLMRequest, endpoint: Endpoint, ttft_s: float, now: float
     ) -> None:
         tokens = self._started(request, endpoint)
-        if tokens:
+        # a decode leg's first token waited for another pod's prefill: not this pod's speed
+        decode_leg = request.prefill_pod is not None and endpoint.name != request.prefill_pod
+        if tokens and not decode_leg:
             self._learn_prefill_speed(endpoint, ttft_s, tokens)
         for observer in self._observers:
             observer.on_first_token(request, endpoint, ttft_s, now)

@@ -118,6 +118,14 @@ class LLMRequest:
     # the parsed body's prompt (messages or prompt), for scorers that tokenize it
     prompt_body: Mapping[str, Any] | None = None
     kv_hashes: Sequence[int] | None = None  # engine block hashes (None: not computed yet)
+    # the pod a P/D request's prefill leg runs on (`Scheduler.schedule_prefill`); None:
+    # aggregated, or the prefill leg failed and the decode pod prefills after all
+    prefill_pod: str | None = None
+
+    @property
+    def remote_prefill(self) -> bool:
+        """Whether the prompt is prefilled on another pod than the one that decodes."""
+        return self.prefill_pod is not None
 
 
 class Filter(Protocol):

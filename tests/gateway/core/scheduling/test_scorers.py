@@ -113,7 +113,13 @@ def test_prefix_index_matches_equal_a_linear_scan() -> None:
 
 def test_every_registered_type_builds_from_empty_parameters() -> None:
     """Each type's defaults are a working plugin of its registered kind."""
-    method = {"filter": "filter", "scorer": "score", "picker": "pick"}
+    method = {
+        "filter": "filter",
+        "scorer": "score",
+        "picker": "pick",
+        "decider": "decide",
+        "profile-handler": "prefill_profile_for",
+    }
     assert len(PLUGIN_TYPES) >= 7
     for type_name, plugin_type in PLUGIN_TYPES.items():
         plugin = build_plugin(type_name, type_name, {}, validation_context())
