@@ -36,7 +36,11 @@ from urllib.parse import urlsplit
 from aiohttp import web
 
 from inference_gateway.core.request.contracts import openai_error
-from inference_gateway.core.request.pd_body import without_client_params
+from inference_gateway.core.request.pd_body import (
+    LEGACY_PREFILL_HEADER,
+    PREFILL_HEADER,
+    without_client_params,
+)
 from inference_gateway.core.request.relay import StreamEnd, StreamRelay, is_event_stream
 from inference_gateway.frontends.pd_exchange import PREFILL_TIMEOUT_S, PrefillExchange
 from inference_gateway.transport.http1_client import (
@@ -57,8 +61,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-PREFILL_HEADER = "x-prefiller-host-port"
-LEGACY_PREFILL_HEADER = "x-prefiller-url"  # llm-d's older name: removed, never read
 COMPLETION_PATHS = ("/v1/chat/completions", "/v1/completions")
 MAX_BODY_BYTES = 4 * 2**20  # the picker's own request limit
 #: Never forwarded: hop-by-hop (RFC 9110 §7.6.1), framing the client re-sets, and the

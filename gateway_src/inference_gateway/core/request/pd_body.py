@@ -17,6 +17,11 @@ drops them from the prefill leg, which cannot honour them, and keeps them for th
 decode leg). llm-d's routing sidecar builds the same legs (llm-d/llm-d-routing-sidecar
 `internal/proxy/connector_nixlv2.go`).
 
+On the Envoy path the picker names the prefill pod to the decode pod's sidecar in the
+request header `PREFILL_HEADER` (llm-d's `x-prefiller-host-port`, llm-d/
+llm-d-routing-sidecar `internal/proxy/proxy.go`; `x-prefiller-url` is its older name):
+the picker removes both from every client request and sets the first itself.
+
 A client's own `kv_transfer_params` are hostile: they could name another client's
 blocks (`remote_block_ids`, `remote_request_id`) or make the decode pod dial any host
 (`remote_host`, `remote_port`). They are dropped from every body before a leg is built
@@ -31,6 +36,8 @@ import orjson
 
 __all__ = [
     "KV_TRANSFER_PARAMS",
+    "LEGACY_PREFILL_HEADER",
+    "PREFILL_HEADER",
     "PREFILL_PARAMS",
     "decode_body",
     "prefill_body",
@@ -40,6 +47,8 @@ __all__ = [
 ]
 
 KV_TRANSFER_PARAMS = "kv_transfer_params"
+PREFILL_HEADER = "x-prefiller-host-port"
+LEGACY_PREFILL_HEADER = "x-prefiller-url"  # llm-d's older name: removed, never read
 #: What a prefill leg asks of the engine (the toy proxy's and llm-d's literal shape).
 PREFILL_PARAMS: dict[str, Any] = {
     "do_remote_decode": True,
