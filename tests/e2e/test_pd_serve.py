@@ -27,40 +27,7 @@ from inference_gateway.emulator.fleet import EmulatedFleet
 from inference_gateway.emulator.server import PodApp
 from inference_gateway.frontends.proxy import Gateway
 
-MODEL = "llama-3.1-8b"
-NIXL = {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
-ROLE = "llm-d.ai/role"
-
-
-def pd_fleet(prefill_gpu: str = "H100") -> dict[str, Any]:
-    def group(name: str, gpu: str) -> dict[str, Any]:
-        return {
-            "name": name,
-            "gpu": gpu,
-            "model": MODEL,
-            "replicas": 1,
-            "labels": {"igw.dev/pool": "pd", ROLE: name},
-            "kv_transfer_config": NIXL,
-        }
-
-    return {"base_port": 0, "pods": [group("prefill", prefill_gpu), group("decode", "H100")]}
-
-
-def pd_config(non_cached_tokens: int = 512) -> dict[str, Any]:
-    return {
-        "pools": [{"name": "pd", "selector": {"igw.dev/pool": "pd"}}],
-        "models": [{"name": MODEL, "pool": "pd", "profile": "decode"}],
-        "plugins": [
-            {"type": "prefill-filter"},
-            {"type": "decode-filter"},
-            {"type": "prefix-based-pd-decider", "parameters": {"nonCachedTokens": non_cached_tokens}},
-            {"type": "pd-profile-handler"},
-        ],
-        "schedulingProfiles": [
-            {"name": "decode", "plugins": [{"pluginRef": "decode-filter"}, {"pluginRef": "queue-scorer", "weight": 1}]},
-            {"name": "prefill", "plugins": [{"pluginRef": "prefill-filter"}, {"pluginRef": "queue-scorer", "weight": 1}]},
-        ],
-    }  # fmt: skip
+from .pd_shapes import MODEL, pd_config, pd_fleet
 
 
 def pod_app(fleet: EmulatedFleet, name: str) -> PodApp:
@@ -99,20 +66,21 @@ async def stream_text(client: openai.AsyncOpenAI, prompt: str, max_tokens: int =
 async def test_a_long_prompt_is_prefilled_on_the_prefill_pod_then_decoded(
     gateway_on: Callable[..., Any],
 ) -> None:
-    async with EmulatedFleet(pd_fleet()) as fleet:
-        async with gateway_on(fleet, config=parse_config(pd_config())) as (url, gateway, _):
-            client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
-            assert await stream_text(client, "tok " * 3000) == 8  # ~3,000 tokens: P/D
-            prefill, decode = pod_app(fleet, "prefill"), pod_app(fleet, "decode")
-            assert prefill.disagg is not None and decode.disagg is not None
-            assert prefill.disagg.reads_served == 1
-            assert decode.disagg.pulls == 1 and decode.disagg.pull_failures == 0
-            assert legs(gateway) == {"ok": 1.0}
-            # a short prompt is under nonCachedTokens: aggregated on the decode pod
-            assert await stream_text(client, "hello there") == 8
-            assert prefill.disagg.reads_served == 1 and decode.disagg.pulls == 1
-            assert legs(gateway) == {"ok": 1.0}
-            await client.close()
+    config = parse_config(pd_config())
+    async with EmulatedFleet(pd_fleet()) as fleet, gateway_on(fleet, config=config) as served:
+        url, gateway, _ = served
+        client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+        assert await stream_text(client, "tok " * 3000) == 8  # ~3,000 tokens: P/D
+        prefill, decode = pod_app(fleet, "prefill"), pod_app(fleet, "decode")
+        assert prefill.disagg is not None and decode.disagg is not None
+        assert prefill.disagg.reads_served == 1
+        assert decode.disagg.pulls == 1 and decode.disagg.pull_failures == 0
+        assert legs(gateway) == {"ok": 1.0}
+        # a short prompt is under nonCachedTokens: aggregated on the decode pod
+        assert await stream_text(client, "hello there") == 8
+        assert prefill.disagg.reads_served == 1 and decode.disagg.pulls == 1
+        assert legs(gateway) == {"ok": 1.0}
+        await client.close()
 
 
 async def test_a_prefill_pod_killed_mid_leg_ends_in_an_aggregated_answer(
@@ -120,22 +88,23 @@ async def test_a_prefill_pod_killed_mid_leg_ends_in_an_aggregated_answer(
 ) -> None:
     """The prefill pod (an L4: ~3.8 s for this prompt) stops as a crash would while it
     holds the leg; the request is served aggregated by the decode pod, within bounds."""
-    async with EmulatedFleet(pd_fleet(prefill_gpu="L4")) as fleet:
-        async with gateway_on(fleet, config=parse_config(pd_config())) as (url, gateway, _):
-            client = openai.AsyncOpenAI(
-                base_url=url + "/v1", api_key="unused", max_retries=0, timeout=30
-            )
-            task = asyncio.create_task(stream_text(client, "tok " * 8000))
-            engine = pod_app(fleet, "prefill").driver.engine
-            deadline = time.monotonic() + 10
-            while engine.snapshot().num_running + engine.snapshot().num_waiting == 0:
-                assert time.monotonic() < deadline, "the prefill leg never reached its pod"
-                await asyncio.sleep(0.02)
-            await fleet.stop_pod("prefill")
-            async with asyncio.timeout(30):  # never a hang
-                assert await task == 8
-            failed = legs(gateway)
-            assert set(failed) <= {"connect_error", "broken"} and sum(failed.values()) == 1
-            decode = pod_app(fleet, "decode").disagg
-            assert decode is not None and decode.pulls == 0  # it prefilled the prompt itself
-            await client.close()
+    config = parse_config(pd_config())
+    async with EmulatedFleet(pd_fleet("L4")) as fleet, gateway_on(fleet, config=config) as served:
+        url, gateway, _ = served
+        client = openai.AsyncOpenAI(
+            base_url=url + "/v1", api_key="unused", max_retries=0, timeout=30
+        )
+        task = asyncio.create_task(stream_text(client, "tok " * 8000))
+        engine = pod_app(fleet, "prefill").driver.engine
+        deadline = time.monotonic() + 10
+        while engine.snapshot().num_running + engine.snapshot().num_waiting == 0:
+            assert time.monotonic() < deadline, "the prefill leg never reached its pod"
+            await asyncio.sleep(0.02)
+        await fleet.stop_pod("prefill")
+        async with asyncio.timeout(30):  # never a hang
+            assert await task == 8
+        failed = legs(gateway)
+        assert set(failed) <= {"connect_error", "broken"} and sum(failed.values()) == 1
+        decode = pod_app(fleet, "decode").disagg
+        assert decode is not None and decode.pulls == 0  # it prefilled the prompt itself
+        await client.close()
