@@ -108,3 +108,48 @@ async def test_a_prefill_pod_killed_mid_leg_ends_in_an_aggregated_answer(
         decode = pod_app(fleet, "decode").disagg
         assert decode is not None and decode.pulls == 0  # it prefilled the prompt itself
         await client.close()
+
+
+async def test_a_clients_kv_transfer_params_never_reach_a_pod(
+    gateway_on: Callable[..., Any],
+) -> None:
+    """A client's own params (a decode leg naming 127.0.0.2, where a listener counts its
+    connections) would make the decode pod read KV from there; igw serve strips them, on
+    an aggregated request and on a P/D one alike."""
+    dialled = 0
+
+    def connected(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal dialled
+        dialled += 1
+        writer.close()
+
+    witness = await asyncio.start_server(connected, "127.0.0.2", 0)
+    hostile = {
+        "do_remote_prefill": True,
+        "do_remote_decode": False,
+        "remote_engine_id": "someone-else",
+        "remote_request_id": "their-request",
+        "remote_block_ids": [0, 1, 2],
+        "remote_host": "127.0.0.2",
+        "remote_port": witness.sockets[0].getsockname()[1],
+    }
+    config = parse_config(pd_config())
+    try:
+        async with EmulatedFleet(pd_fleet()) as fleet, gateway_on(fleet, config=config) as served:
+            url, gateway, _ = served
+            client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+            for prompt in ("hello there", "tok " * 3000):  # aggregated, then P/D
+                reply = await client.chat.completions.create(
+                    model=MODEL,
+                    messages=[{"role": "user", "content": prompt}],
+                    max_tokens=4,
+                    extra_body={"kv_transfer_params": hostile},
+                )
+                assert reply.choices[0].message.content
+            decode = pod_app(fleet, "decode").disagg
+            assert decode is not None and decode.pulls == 1 and decode.pull_failures == 0
+            assert legs(gateway) == {"ok": 1.0}
+            await client.close()
+    finally:
+        witness.close()
+    assert dialled == 0
