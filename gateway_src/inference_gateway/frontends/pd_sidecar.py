@@ -42,6 +42,7 @@ from inference_gateway.core.request.pd_body import (
     without_client_params,
 )
 from inference_gateway.core.request.relay import StreamEnd, StreamRelay, is_event_stream
+from inference_gateway.errors import InferenceGatewayError
 from inference_gateway.frontends.pd_exchange import PREFILL_TIMEOUT_S, PrefillExchange
 from inference_gateway.transport.http1_client import (
     Upstream,
@@ -87,7 +88,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _PORT = re.compile(r"[0-9]{1,5}")
 
 
-class PrefillRefused(ValueError):
+class PrefillRefused(InferenceGatewayError):
     """The header names nothing the sidecar may dial (the reason is logged, not sent)."""
 
 
