@@ -19,6 +19,8 @@
     │                        (kubernetes.discovery)
     ├── PodStoppedError      an emulated pod was stopped under a request
     │                        (emulator.realtime)
+    ├── PrefillRefused       a P/D prefill target the sidecar may not dial (SSRF
+    │                        allowlist; frontends.pd_sidecar)
     └── BackendError         one backend of `igw backend-bench` failed
                              (backend_bench.client)
 

@@ -19,6 +19,7 @@ from inference_gateway.core.scheduling.types import Endpoint
 from inference_gateway.core.traffic.rewrites import RewriteSet, load_rewrites
 from inference_gateway.core.traffic.routing import ModelRouter
 from inference_gateway.frontends.auth import Authenticator, auth_middleware
+from inference_gateway.frontends.pd_exchange import PREFILL_TIMEOUT_S
 from inference_gateway.frontends.proxy import Gateway
 from inference_gateway.frontends.status import add_status_route
 from inference_gateway.shared_store.client import StoreHealth, StoreSpec, connect
@@ -57,6 +58,7 @@ def build_gateway(
     hourly_cost_usd: float = 0.0,
     store_spec: StoreSpec | None = None,
     clock: Callable[[], float] = time.monotonic,
+    prefill_timeout_s: float = PREFILL_TIMEOUT_S,
 ) -> tuple[web.Application, Gateway]:
     """The gateway app; scraping (and file reloads) start with the app and stop with it.
     Serve it with `RUN_OPTIONS` (`app_runner`), so a client that leaves ends its request;
@@ -71,7 +73,8 @@ def build_gateway(
     names the cluster there too, and `hourly_cost_usd` prices its tokens. `store_spec`
     (`--store URL`) keeps the rate limits in the shared store, exact across replicas.
     `seed` seeds the scheduler's tie-breaks and the rewrites' splits; `clock` is the
-    core's (tests that replay a trace on a clock they step).
+    core's (tests that replay a trace on a clock they step). `prefill_timeout_s` bounds a
+    P/D prefill leg (frontends/pd_exchange.py); past it the request is served aggregated.
     """
     if not isinstance(endpoints, list):
         endpoints = load_endpoints_file(endpoints)
@@ -112,7 +115,11 @@ def build_gateway(
         core.apply_config(*load_state())
 
     gateway = Gateway(
-        store, core.director, expose_endpoints=expose_endpoints, body_timeout_s=body_timeout_s
+        store,
+        core.director,
+        expose_endpoints=expose_endpoints,
+        body_timeout_s=body_timeout_s,
+        prefill_timeout_s=prefill_timeout_s,
     )
     app = gateway.app()
     # credentials first: an unauthenticated client never makes the gateway read its body

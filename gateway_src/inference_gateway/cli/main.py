@@ -27,6 +27,7 @@ SUBCOMMANDS = {
     "picker": "inference_gateway.cli.picker",
     "bbr": "inference_gateway.cli.bbr",
     "auth": "inference_gateway.cli.auth",
+    "pd-sidecar": "inference_gateway.cli.pd_sidecar",
     "demo": "inference_gateway.demo.run",
     "bench": "inference_gateway.backend_bench.cli",
 }

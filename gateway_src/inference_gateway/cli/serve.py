@@ -9,6 +9,7 @@ from typing import Any
 
 from inference_gateway.cli.auth import add_auth_arguments, authenticator
 from inference_gateway.cli.picker import add_cluster_arguments, add_store_argument
+from inference_gateway.frontends.pd_exchange import PREFILL_TIMEOUT_S
 
 __all__ = ["register"]
 
@@ -57,6 +58,14 @@ def register(subparsers: Any) -> None:
         "for at most this long, then exit (default %(default)s)",
     )
     parser.add_argument(
+        "--prefill-timeout",
+        type=float,
+        default=PREFILL_TIMEOUT_S,
+        metavar="SECONDS",
+        help="P/D: a prefill leg slower than this is given up and the request served "
+        "aggregated on its decode pod (default %(default)s)",
+    )
+    parser.add_argument(
         "--debug-destination-headers",
         action="store_true",
         help="name the chosen pod to clients (x-gateway-destination-endpoint header, pod "
@@ -87,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
         ("--header-timeout", args.header_timeout),
         ("--body-timeout", args.body_timeout),
         ("--drain-grace", args.drain_grace),
+        ("--prefill-timeout", args.prefill_timeout),
     ):
         if not value > 0:
             print(f"igw serve: {flag} must be positive", file=sys.stderr)
@@ -109,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
         hourly_cost_usd=args.hourly_cost,
         store_spec=store_from_flag(args.store),  # ConfigError → exit 2
         body_timeout_s=args.body_timeout,
+        prefill_timeout_s=args.prefill_timeout,
     )
     # one line per drain, store fallback, reload; never a traceback per client
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")

@@ -24,6 +24,12 @@ Pod names and addresses stay inside: 502 messages name no pod and the
 `x-gateway-destination-endpoint` header is sent only with `expose_endpoints` (a
 debugging switch, `igw serve --debug-destination-headers`).
 
+P/D (a decision with `prefill` pods): the prefill leg runs first on the best prefill
+pod (frontends/pd_exchange.py, shared with `igw pd-sidecar`), and the decode leg is the
+request above, its body carrying the prefill pod's `kv_transfer_params`; a failed
+prefill leg leaves the body as the client sent it, served aggregated. A client's own
+`kv_transfer_params` never reach a pod (core/request/pd_body.py).
+
 Outbound requests go through `Upstream` (upstream.py), a lean keep-alive HTTP/1.1 client:
 the gateway's own cost per request is what the overhead benchmark
 (bench/gateway_overhead.py) holds to <= 1 ms at p50. For the same reason a response is
@@ -50,6 +56,7 @@ from inference_gateway.core.request.lifecycle import (
     STREAM_BROKEN,
     RequestLifecycle,
 )
+from inference_gateway.core.request.pd_body import without_client_params
 from inference_gateway.core.request.relay import (
     StreamEnd,
     StreamRelay,
@@ -61,6 +68,7 @@ from inference_gateway.core.request.sse import ModelNameRewriter
 from inference_gateway.core.request.usage import body_output_tokens
 from inference_gateway.core.scheduling.types import Endpoint
 from inference_gateway.core.traffic.routing import ModelRouter, Route
+from inference_gateway.frontends.pd_exchange import PREFILL_TIMEOUT_S, PrefillExchange
 from inference_gateway.transport.http1_client import (
     Upstream,
     UpstreamConnectError,
@@ -145,6 +153,7 @@ class Gateway:
         first_byte_timeout_s: float = 300.0,
         expose_endpoints: bool = False,
         body_timeout_s: float = BODY_TIMEOUT_S,
+        prefill_timeout_s: float = PREFILL_TIMEOUT_S,
     ) -> None:
         self.store = store
         self.body_timeout_s = body_timeout_s
@@ -159,6 +168,8 @@ class Gateway:
         self.first_byte_timeout_s = first_byte_timeout_s
         self.expose_endpoints = expose_endpoints
         self.upstream: Upstream | None = None
+        self.prefill_timeout_s = prefill_timeout_s
+        self.prefill: PrefillExchange | None = None  # P/D prefill legs (pd_exchange.py)
 
     def app(self) -> web.Application:
         app = web.Application(
@@ -177,11 +188,17 @@ class Gateway:
         self.upstream = Upstream(
             connect_timeout_s=self.connect_timeout_s, read_timeout_s=self.first_byte_timeout_s
         )
+        self.prefill = PrefillExchange(
+            timeout_s=self.prefill_timeout_s,
+            connect_timeout_s=self.connect_timeout_s,
+            on_outcome=lambda outcome: self._series(self.metrics.pd_prefill_legs, outcome).inc(),
+        )
 
     async def _cleanup(self, app: web.Application) -> None:
         await self.director.close()
-        if self.upstream is not None:
-            await self.upstream.close()
+        for client in (self.upstream, self.prefill):
+            if client is not None:
+                await client.close()
 
     @property
     def scheduler(self) -> SchedulerLike:
@@ -269,13 +286,16 @@ class Gateway:
         if auth:
             forward_headers["authorization"] = auth
         path = request.path
+        body = without_client_params(decision.body)  # a client's are hostile (pd_body.py)
+        if decision.prefill:
+            body = await self._prefill_leg(life, path, body, forward_headers)
         attempts = self.retry.attempts(decision.ranked)
         last = attempts[-1]
         failures: list[str] = []
         for endpoint in attempts:
             # sent at once on a warm connection; the bookkeeping below overlaps the pod
             pending = self.upstream.post(
-                endpoint.address, endpoint.port, path, decision.body, forward_headers
+                endpoint.address, endpoint.port, path, body, forward_headers
             )
             try:
                 life.picked(endpoint)
@@ -318,6 +338,26 @@ class Gateway:
             "upstream_unavailable",
             headers,
         )
+
+    async def _prefill_leg(
+        self, life: RequestLifecycle, path: str, body: bytes, headers: dict[str, str]
+    ) -> bytes:
+        """P/D: the prefill leg on the best prefill pod (the one exchange `igw pd-sidecar`
+        runs too, pd_exchange.py); the decode leg's body, aggregated when the leg failed.
+        A prefill pod that refused the connection is not picked again until a fresh
+        scrape, as a decode pod would not be."""
+        assert self.prefill is not None
+        target = life.decision.prefill[0]
+        life.prefill_picked(target)
+        try:
+            leg = await self.prefill.run(target.address, target.port, path, body, headers)
+        except BaseException:  # the client left during the leg
+            life.prefill_ended(None)
+            raise
+        life.prefill_ended(leg.seconds if leg.ok else None)
+        if leg.outcome == "connect_error":
+            self.director.connection_failed(target)
+        return leg.body
 
     def _timeout(
         self, life: RequestLifecycle, headers: dict[str, str], error: Exception

@@ -154,6 +154,13 @@ class GatewayMetrics:
             "start from an empty bucket).",
             registry=r,
         )
+        self.pd_prefill_legs = Counter(
+            "igw_pd_prefill_legs_total",
+            "P/D prefill legs igw serve ran, by outcome (ok, or why the request was served "
+            "aggregated: connect_error, timeout, no_params, http_<status>, broken).",
+            ["outcome"],
+            registry=r,
+        )
         self._plugin_series: dict[tuple[str, str], Any] = {}
 
     def watch_scrapes(self, store: Any) -> None:

@@ -81,13 +81,24 @@ def free_port() -> int:
 
 
 class IgwProcess:
-    """One `igw <command>` subprocess; `port` is the ext_proc port it printed."""
+    """One `igw <command>` subprocess; `port` is the port its `ready` line printed (the
+    ext_proc port by default), or the one it was given when that line names none.
+    `port_flag` None: the port is in `args` already."""
 
-    def __init__(self, command: str, args: list[str], *, port_flag: str = "--grpc-port") -> None:
+    def __init__(
+        self,
+        command: str,
+        args: list[str],
+        *,
+        port_flag: str | None = "--grpc-port",
+        ready: re.Pattern[bytes] = _BOUND,
+        port: int = 0,
+    ) -> None:
         self.command = command
         self.args = args
         self.port_flag = port_flag
-        self.port = 0
+        self.ready = ready
+        self.port = port
         self.log: list[str] = []
         self.process: asyncio.subprocess.Process | None = None
         self._reader: asyncio.Task[None] | None = None
@@ -100,8 +111,7 @@ class IgwProcess:
             "inference_gateway.cli",
             self.command,
             *self.args,
-            self.port_flag,
-            str(self.port),
+            *([self.port_flag, str(self.port)] if self.port_flag else []),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
@@ -121,9 +131,9 @@ class IgwProcess:
         async for line in process.stdout:
             self.log.append(line.decode(errors="replace").rstrip())
             del self.log[:-300]
-            match = _BOUND.search(line)
+            match = self.ready.search(line)
             if match and not bound.done():
-                bound.set_result(int(match.group(1)))
+                bound.set_result(int(match.group(1)) if match.groups() else self.port)
         if not bound.done():
             tail = "\n".join(self.log[-30:])
             bound.set_exception(RuntimeError(f"igw {self.command} exited:\n{tail}"))
@@ -228,10 +238,8 @@ class EnvoyStack:
             raise
 
     async def _start(self) -> None:
-        self.fleet = EmulatedFleet(self.fleet_spec)
-        await self.fleet.start()
         endpoints = self.folder / "endpoints.yaml"
-        self.fleet.write_endpoints(endpoints)
+        await self.start_pods(endpoints)
         config = self.folder / "config.yaml"
         config.write_text(yaml.safe_dump(self.config, sort_keys=False))
         self.metrics_port = free_port()
@@ -255,6 +263,13 @@ class EnvoyStack:
             await self.bbr.start()
         self.envoy = EnvoyProcess(self.settings(), concurrency=self.envoy_concurrency)
         await self.envoy.start()
+
+    async def start_pods(self, endpoints: Path) -> None:
+        """Start the pods and write the endpoints file the picker reads (a subclass may
+        put other processes in front of them, as a P/D sidecar)."""
+        self.fleet = EmulatedFleet(self.fleet_spec)
+        await self.fleet.start()
+        self.fleet.write_endpoints(endpoints)
 
     def settings(self) -> GatewaySettings:
         assert self.picker is not None

@@ -60,6 +60,11 @@ from inference_gateway.core.request.lifecycle import (
     RATE_LIMITED,
     RequestLifecycle,
 )
+from inference_gateway.core.request.pd_body import (
+    LEGACY_PREFILL_HEADER,
+    PREFILL_HEADER,
+    without_client_params,
+)
 from inference_gateway.core.request.relay import StreamEnd, end_error, stream_error_event
 from inference_gateway.core.request.sse import ModelNameRewriter
 from inference_gateway.core.request.usage import UsageScanner
@@ -245,23 +250,46 @@ class Exchange:
             endpoint_address(e.address, e.port)
             for e in decision.ranked[: 1 + max(0, self.options.fallbacks)]
         )
-        route_headers = {"content-length": str(len(decision.body))}
+        body = without_client_params(decision.body)  # a client's are hostile (pd_body.py)
+        route_headers, remove = self._prefill_headers(life, decision)
+        route_headers["content-length"] = str(len(body))
         if decision.rewritten:
             self.rewriter = ModelNameRewriter(decision.client_model)
         if self.request_mode == FULL_DUPLEX:
             return [
                 headers_response(
-                    set_headers=route_headers, clear_route_cache=True, destination=destination
+                    set_headers=route_headers,
+                    remove=remove,
+                    clear_route_cache=True,
+                    destination=destination,
                 ),
-                *body_chunks(decision.body, end_of_stream=end_of_stream),
+                *body_chunks(body, end_of_stream=end_of_stream),
             ]
+        changed = decision.rewritten or body is not decision.body
         return [
             body_replacement(
-                decision.body if decision.rewritten or self.request_mode == STREAMED else None,
+                body if changed or self.request_mode == STREAMED else None,
                 set_headers=route_headers,
+                remove=remove,
                 clear_route_cache=True,
                 destination=destination,
             )
+        ]
+
+    @staticmethod
+    def _prefill_headers(
+        life: RequestLifecycle, decision: Decision
+    ) -> tuple[dict[str, str], list[str]]:
+        """P/D on the Envoy path (llm-d's convention): the destination is the decode pod
+        and the best prefill pod travels in `PREFILL_HEADER` to the sidecar there, which
+        runs the prefill leg (frontends/pd_sidecar.py); its end is reported when the
+        request ends. Whatever a client sent under these names is replaced or removed."""
+        if not decision.prefill:
+            return {}, [PREFILL_HEADER, LEGACY_PREFILL_HEADER]
+        target = decision.prefill[0]
+        life.prefill_picked(target)
+        return {PREFILL_HEADER: endpoint_address(target.address, target.port)}, [
+            LEGACY_PREFILL_HEADER
         ]
 
     def _reject(self, rejection: Rejection) -> Responses:

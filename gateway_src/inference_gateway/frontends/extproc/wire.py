@@ -217,6 +217,7 @@ def body_replacement(
     *,
     request: bool = True,
     set_headers: Mapping[str, str] | None = None,
+    remove: list[str] | None = None,
     clear_route_cache: bool = False,
     destination: str | None = None,
     clear: bool = False,
@@ -232,8 +233,8 @@ def body_replacement(
     if destination is not None:
         set_headers = {**(set_headers or {}), DESTINATION_HEADER: destination}
         _set_destination(response, destination)
-    if set_headers:
-        _fill_mutation(common.header_mutation, set_headers)
+    if set_headers or remove:
+        _fill_mutation(common.header_mutation, set_headers, remove)
     if clear:
         common.body_mutation.clear_body = True
     elif body is not None:

@@ -41,6 +41,8 @@ def expected_headers_response(destination: str, length: int) -> pb.ProcessingRes
         option = common.header_mutation.set_headers.add()
         option.header.key = key
         option.header.raw_value = value.encode()
+    # llm-d's P/D headers (frontends/pd_sidecar.py): a client's never reach a pod
+    common.header_mutation.remove_headers.extend(["x-prefiller-host-port", "x-prefiller-url"])
     lb = expected.dynamic_metadata.fields["envoy.lb"].struct_value
     lb.fields["x-gateway-destination-endpoint"].string_value = destination
     return expected

@@ -1,0 +1,110 @@
+"""`igw pd-sidecar --listen 0.0.0.0:8000 --decoder http://127.0.0.1:8200
+--allow-prefill CIDR [--allow-prefill CIDR ...]`: the decode pod's P/D routing sidecar
+(frontends/pd_sidecar.py; llm-d's routing-sidecar convention)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from typing import Any
+
+from inference_gateway.frontends.pd_exchange import PREFILL_TIMEOUT_S
+from inference_gateway.transport.signals import DRAIN_GRACE_S
+
+__all__ = ["parse_listen", "register", "run"]
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """HOST:PORT (`[::]:8000` for IPv6); ValueError otherwise."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isascii() or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ValueError(f"--listen must be HOST:PORT, got {value!r}")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "pd-sidecar",
+        help="run the decode pod's P/D sidecar (prefill leg on x-prefiller-host-port)",
+        description="In front of a decode pod's vLLM: a request whose header "
+        "x-prefiller-host-port names a prefill pod inside --allow-prefill is prefilled "
+        "there, then decoded by the local decoder; everything else goes straight to it.",
+    )
+    parser.add_argument(
+        "--listen",
+        default="127.0.0.1:8000",
+        help="HOST:PORT to serve on (default %(default)s; the charts pass 0.0.0.0:8000, "
+        "the InferencePool's target port)",
+    )
+    parser.add_argument(
+        "--decoder", default="http://127.0.0.1:8200", help="the local vLLM (default %(default)s)"
+    )
+    parser.add_argument(
+        "--allow-prefill",
+        action="append",
+        required=True,
+        metavar="CIDR",
+        help="a network prefill pods may be in (repeatable): a header naming an address "
+        "outside every one is refused 403 and never dialled (SSRF)",
+    )
+    parser.add_argument(
+        "--prefill-timeout",
+        type=float,
+        default=PREFILL_TIMEOUT_S,
+        metavar="SECONDS",
+        help="a prefill leg slower than this is given up and served aggregated "
+        "(default %(default)s)",
+    )
+    parser.add_argument(
+        "--drain-grace",
+        type=float,
+        default=DRAIN_GRACE_S,
+        metavar="SECONDS",
+        help="on SIGTERM: let requests in flight finish this long (default %(default)s)",
+    )
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import logging
+
+    from inference_gateway.frontends.pd_sidecar import PrefillAllowlist, Sidecar
+    from inference_gateway.transport.http_settings import server_settings
+    from inference_gateway.transport.signals import serve_http
+
+    try:
+        host, port = parse_listen(args.listen)
+        allowlist = PrefillAllowlist.parse(args.allow_prefill)
+        if not args.prefill_timeout > 0 or not args.drain_grace > 0:
+            raise ValueError("--prefill-timeout and --drain-grace must be positive")
+        sidecar = Sidecar(args.decoder, allowlist, prefill_timeout_s=args.prefill_timeout)
+    except ValueError as error:
+        print(f"igw pd-sidecar: {error}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:  # pragma: no cover - uvloop is a pinned dependency
+        pass
+
+    def listening(bound: int) -> None:
+        print(f"igw pd-sidecar: listening on http://{host}:{bound}", flush=True)
+
+    asyncio.run(
+        serve_http(
+            sidecar.app(),
+            name="igw pd-sidecar",
+            host=host,
+            port=port,
+            in_flight=lambda: sidecar.active,
+            grace_s=args.drain_grace,
+            on_listening=listening,
+            handler_cancellation=True,  # a client that leaves ends both legs
+            access_log=None,
+            **server_settings(),
+        )
+    )
+    return 0
