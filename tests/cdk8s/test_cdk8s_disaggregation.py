@@ -16,6 +16,7 @@ emulator's own reader of vLLM's KVTransferConfig, so a typo in it fails here.
 from __future__ import annotations
 
 import copy
+import ipaddress
 import json
 import subprocess
 from collections.abc import Callable, Iterator
@@ -31,10 +32,13 @@ from charts.app import ENVIRONMENTS_DIR, synth_tree
 from charts.crds import CRD_DIR
 from charts.workloads import container_security_context
 from envspec.environment import load_environment
+from inference_gateway.cli import pd_sidecar
+from inference_gateway.cli.main import build_parser
 from inference_gateway.config.spec import parse_config
 from inference_gateway.core.scheduling import Endpoint, LLMRequest, PodMetrics, Scheduler
 from inference_gateway.emulator.kvtransfer import parse_kv_transfer_config
 from inference_gateway.errors import ConfigError
+from inference_gateway.frontends.pd_sidecar import PrefillAllowlist
 
 Doc = dict[str, Any]
 POOL = "llama-8b-pd"
@@ -173,6 +177,18 @@ def test_decode_pods_run_vllm_on_8200_behind_the_sidecar_on_8000(pd_tree, dev_en
     assert sidecar["lifecycle"] == vllm["lifecycle"]
     mounted = {m["name"] for c in pod["spec"]["containers"] for m in c["volumeMounts"]}
     assert mounted <= {v["name"] for v in pod["spec"]["volumes"]}
+
+
+def test_the_rendered_sidecar_args_are_what_igw_pd_sidecar_accepts(pd_tree, dev_env):
+    """The container's args go through the real `igw` parser (an unknown flag would exit
+    2 at pod start) and its allowlist parses: the chart and the command cannot drift."""
+    pod = _one(pd_tree, "Deployment", f"{POOL}-decode")["spec"]["template"]
+    args = build_parser().parse_args(_container(pod, "pd-sidecar")["args"])
+    assert args.handler is pd_sidecar.run
+    assert pd_sidecar.parse_listen(args.listen) == ("0.0.0.0", 8000)
+    allowlist = PrefillAllowlist.parse(args.allow_prefill)
+    inside = str(ipaddress.ip_network(dev_env.cluster.vpc_cidr)[10])
+    assert allowlist.target(f"{inside}:8000") == (inside, 8000)  # a prefill pod of the VPC
 
 
 def test_both_roles_mount_the_one_token_secret_of_the_server(pd_tree):
