@@ -10,10 +10,11 @@ a prefill pod when the best decode pod lacks at least `nonCachedTokens` of its p
 
 Each role scales on its own (llm-d guides/pd-disaggregation: "tuning the ratio of P
 workers to D workers", "P workers with less parallelism and more replicas"), so each
-carries its own bounds and, optionally, its own node group. This module owns the names
-both sides derive from a P/D pool (Deployments, profiles, plugin instances) and the
-picker config those profiles make (`pd_gateway_config`), so the charts and the
-validation can never disagree.
+carries its own bounds and, optionally, its own node group. This module owns the
+Deployment names of a P/D pool and puts the pool's picker config (its profiles and
+plugins: `inference_gateway.config.pd`, the same the simulator measures) into the
+environment's (`pd_gateway_config`), so the charts and the validation can never
+disagree.
 """
 
 from __future__ import annotations
@@ -25,13 +26,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 # The role label and the plugin types, as the picker's scheduler registers them
 # (llm-d-inference-scheduler pkg/plugins/filter/pd_role.go, pkg/plugins/profile/).
-from inference_gateway.core.scheduling.pd import (
-    DECIDER_TYPE,
-    DECODE_FILTER_TYPE,
-    HANDLER_TYPE,
-    PREFILL_FILTER_TYPE,
-    ROLE_LABEL,
-)
+from inference_gateway.config.pd import pd_names, pd_plugins, pd_profiles, role_filters
+from inference_gateway.core.scheduling.pd import ROLE_LABEL
 
 if TYPE_CHECKING:
     from envspec.workloads import ModelServerSpec
@@ -44,11 +40,10 @@ __all__ = [
     "ROLE_LABEL",
     "SIDECAR_PORT",
     "DisaggregationSpec",
-    "PdNames",
     "PdRole",
     "RoleSpec",
+    "deployment_name",
     "pd_gateway_config",
-    "pd_names",
 ]
 
 PdRole = Literal["prefill", "decode"]
@@ -117,65 +112,9 @@ class DisaggregationSpec(_Section):
         return self.prefill if role == "prefill" else self.decode
 
 
-class PdNames(BaseModel):
-    """The names a P/D pool's resources and picker config entries take."""
-
-    model_config = ConfigDict(frozen=True)
-
-    deployments: dict[str, str]
-    decode_profile: str
-    prefill_profile: str
-    decider: str
-    handler: str
-
-
-def pd_names(pool: str) -> PdNames:
-    """Per pool, so two P/D pools with their own thresholds never share a decider."""
-    return PdNames(
-        deployments={role: f"{pool}-{role}" for role in PD_ROLES},
-        decode_profile=f"{pool}-decode",
-        prefill_profile=f"{pool}-prefill",
-        decider=f"{pool}-pd-decider",
-        handler=f"{pool}-pd-profile-handler",
-    )
-
-
-def _ref(plugin: str, weight: float | None = None) -> dict[str, Any]:
-    return {"pluginRef": plugin} if weight is None else {"pluginRef": plugin, "weight": weight}
-
-
-def _pd_profiles(names: PdNames) -> list[dict[str, Any]]:
-    """The two profiles of a P/D pool.
-
-    Decode pods hold every running stream's KV cache for the whole answer, so decode
-    ranks by KV-cache headroom and running requests, and by prefix affinity (a decode
-    pod that already holds the prompt's prefix needs no prefill leg at all). Prefill pods
-    hold a request for its prompt only and are compute-bound, so prefill ranks by
-    predicted TTFT and queue, with prefix affinity for the compute it saves. (llm-d
-    guides/pd-disaggregation gaie-pd/values.yaml ranks both by queue-scorer alone.)
-    """
-    return [
-        {
-            "name": names.decode_profile,
-            "plugins": [
-                _ref(DECODE_FILTER_TYPE),
-                _ref("kv-cache-utilization-scorer", 2),
-                _ref("running-requests-size-scorer", 1),
-                _ref("precise-prefix-cache-scorer", 1),
-                _ref("max-score-picker"),
-            ],
-        },
-        {
-            "name": names.prefill_profile,
-            "plugins": [
-                _ref(PREFILL_FILTER_TYPE),
-                _ref("predicted-ttft-scorer", 2),
-                _ref("queue-scorer", 1),
-                _ref("precise-prefix-cache-scorer", 1),
-                _ref("max-score-picker"),
-            ],
-        },
-    ]
+def deployment_name(pool: str, role: PdRole) -> str:
+    """A role's Deployment: `<pool>-prefill`, `<pool>-decode`."""
+    return f"{pool}-{role}"
 
 
 def pd_gateway_config(
@@ -190,30 +129,17 @@ def pd_gateway_config(
     if not pd:
         return spec
     plugins: list[dict[str, Any]] = spec["plugins"]
-    for filter_type in (PREFILL_FILTER_TYPE, DECODE_FILTER_TYPE):
-        plugins.append({"type": filter_type})
+    plugins += [p.model_dump(mode="json", by_alias=True, exclude_none=True) for p in role_filters()]
     for server in pd:
         assert server.disaggregation is not None
         names = pd_names(server.pool)
-        plugins.append(
-            {
-                "type": DECIDER_TYPE,
-                "name": names.decider,
-                "parameters": {"nonCachedTokens": server.disaggregation.non_cached_tokens},
-            }
-        )
-        plugins.append(
-            {
-                "type": HANDLER_TYPE,
-                "name": names.handler,
-                "parameters": {
-                    "decodeProfile": names.decode_profile,
-                    "prefillProfile": names.prefill_profile,
-                    "deciderPluginName": names.decider,
-                },
-            }
-        )
-        spec["schedulingProfiles"] += _pd_profiles(names)
+        plugins += [
+            p.model_dump(mode="json", by_alias=True, exclude_none=True)
+            for p in pd_plugins(names, server.disaggregation.non_cached_tokens)
+        ]
+        spec["schedulingProfiles"] += [
+            p.model_dump(mode="json", by_alias=True, exclude_none=True) for p in pd_profiles(names)
+        ]
         for model in spec["models"]:
             if model["pool"] == server.pool:
                 model["profile"] = names.decode_profile

@@ -25,7 +25,7 @@ from envspec.disaggregation import (
     SIDECAR_PORT,
     DisaggregationSpec,
     PdRole,
-    pd_names,
+    deployment_name,
 )
 
 if TYPE_CHECKING:
@@ -218,7 +218,7 @@ def model_server_name(server: ModelServerSpec) -> str:
 
 def model_server_deployment(server: ModelServerSpec, role: PdRole | None) -> str:
     """The Deployment of a model server, or of one role of a P/D one (`<pool>-<role>`)."""
-    return model_server_name(server) if role is None else pd_names(server.pool).deployments[role]
+    return model_server_name(server) if role is None else deployment_name(server.pool, role)
 
 
 def model_server_roles(server: ModelServerSpec) -> tuple[PdRole | None, ...]:

@@ -16,6 +16,7 @@ import random
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from inference_gateway.config.pd import pd_names, pd_plugins, pd_profiles, role_filters
 from inference_gateway.config.spec import (
     GatewayConfigSpec,
     PluginRef,
@@ -181,37 +182,14 @@ def approximate_gateway_config() -> GatewayConfigSpec:
 
 
 def pd_gateway_config(non_cached_tokens: int) -> GatewayConfigSpec:
-    """The shipped config with llm-d's P/D profiles (the shared P/D contract; upstream
-    `pkg/plugins/profile/pd_profile_handler.go`, `prefix_based_pd_decider.go`): the
-    default profile's scorers behind `decode-filter` (profile `decode`, the default) and
-    behind `prefill-filter` (profile `prefill`), the decider's `nonCachedTokens` the
-    scenario's."""
-    base = GatewayConfigSpec()
-    scorers = base.profile(base.default_profile).plugins
+    """The shipped config plus one P/D pool's plugins and profiles, exactly as the
+    charts render them (`config.pd`), its decode profile the default; the decider's
+    `nonCachedTokens` the scenario's."""
+    names = pd_names()
     return GatewayConfigSpec(
-        plugins=[
-            PluginSpec(type="prefill-filter"),
-            PluginSpec(type="decode-filter"),
-            PluginSpec(
-                type="prefix-based-pd-decider",
-                parameters={"nonCachedTokens": non_cached_tokens},
-            ),
-            PluginSpec(
-                type="pd-profile-handler",
-                parameters={
-                    "decodeProfile": "decode",
-                    "prefillProfile": "prefill",
-                    "deciderPluginName": "prefix-based-pd-decider",
-                },
-            ),
-        ],
-        scheduling_profiles=[
-            SchedulingProfileSpec(
-                name=role, plugins=[PluginRef(plugin_ref=f"{role}-filter"), *scorers]
-            )
-            for role in ("decode", "prefill")
-        ],
-        default_profile="decode",
+        plugins=[*role_filters(), *pd_plugins(names, non_cached_tokens)],
+        scheduling_profiles=pd_profiles(names),
+        default_profile=names.decode_profile,
     )
 
 
