@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import copy
 import ipaddress
-import json
-import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -27,9 +25,10 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
+from checkov_run import run_checkov
+from rendered_schemas import crd_schemas, is_builtin
 
 from charts.app import ENVIRONMENTS_DIR, synth_tree
-from charts.crds import CRD_DIR
 from charts.workloads import container_security_context
 from envspec.environment import load_environment
 from inference_gateway.cli import pd_sidecar
@@ -273,48 +272,13 @@ def test_the_pools_pods_reach_each_other_for_nixl(pd_tree):
     assert policy["ingress"] == [{"from": [{"podSelector": {"matchLabels": SELECTOR}}]}]
 
 
-def _schemas(tree: dict[str, list[Doc]]) -> dict[str, Any]:
-    """`apiVersion/Kind` -> JSON schema: the rendered CRDs (OpenAPI `nullable` as a null
-    type) and the minimal third-party schemas under cdk8s/crds/external/."""
-
-    def plain(node: Any) -> Any:
-        if isinstance(node, list):
-            return [plain(n) for n in node]
-        if not isinstance(node, dict):
-            return node
-        out = {k: plain(v) for k, v in node.items()}
-        if out.pop("nullable", False) and "type" in out:
-            out["type"] = [out["type"], "null"]
-        return out
-
-    out: dict[str, Any] = {}
-    for _, doc in _docs(tree):
-        if doc["kind"] == "CustomResourceDefinition":
-            spec = doc["spec"]
-            for version in spec["versions"]:
-                key = f"{spec['group']}/{version['name']}/{spec['names']['kind']}"
-                out[key] = plain(version["schema"]["openAPIV3Schema"])
-    for path in sorted((CRD_DIR / "external").glob("*.yaml")):
-        out.update(yaml.safe_load(path.read_text()))
-    return out
-
-
 def test_every_object_of_the_pd_tree_validates_against_the_real_schemas(pd_tree, dev_env):
-    builtin = {
-        "",
-        "apps",
-        "autoscaling",
-        "policy",
-        "networking.k8s.io",
-        "rbac.authorization.k8s.io",
-    }
-    builtin |= {"apiextensions.k8s.io"}
-    schemas = _schemas(pd_tree)
+    schemas = crd_schemas(pd_tree)
     version = f"{dev_env.cluster.kubernetes_version}.0"
     checked: set[str] = set()
     for relative, doc in _docs(pd_tree):
         where = f"{relative} {doc['kind']}/{doc['metadata']['name']}"
-        if doc["apiVersion"].rpartition("/")[0] in builtin:
+        if is_builtin(doc["apiVersion"]):
             try:
                 kubernetes_validate.validate(doc, version, strict=True)
             except kubernetes_validate.ValidationError as error:
@@ -421,23 +385,10 @@ def test_the_committed_environments_have_no_pd_pool():
 def test_checkov_passes_on_the_pd_tree_with_reasoned_skips(pd_root):
     """As tests/gitops/test_gitops_checkov.py runs it on the committed tree: no failed
     check, and every skip (CPU limits, image digests) carries its reason."""
-    script = Path(__file__).resolve().parents[2] / "cdk8s" / "checkov.sh"
-    run = subprocess.run(
-        [str(script), "-d", str(pd_root), "--framework", "kubernetes", "-o", "json"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert run.stdout.strip(), run.stderr[-3000:]
-    report = json.loads(run.stdout)
-    results = [r["results"] for r in (report if isinstance(report, list) else [report])]
-    failed = [c for r in results for c in r.get("failed_checks", [])]
-    assert not failed, "\n".join(f"{c['check_id']} {c['resource']}" for c in failed)
-    skipped = [c for r in results for c in r.get("skipped_checks", [])]
-    assert any(f"{POOL}-decode" in c["resource"] for c in skipped), "the Deployments' skips"
-    for check in skipped:
-        assert check["check_result"].get("suppress_comment", "").strip(), check["check_id"]
+    report = run_checkov(pd_root)
+    assert not report.failed, "\n".join(f"{c['check_id']} {c['resource']}" for c in report.failed)
+    assert any(f"{POOL}-decode" in c["resource"] for c in report.skipped), "the Deployments' skips"
+    assert not report.unreasoned_skips(), report.unreasoned_skips()
 
 
 def test_the_rendered_config_splits_long_prompts_in_the_real_scheduler(pd_tree):

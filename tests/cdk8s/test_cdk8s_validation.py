@@ -9,60 +9,15 @@ import copy
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
 
 import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
+from rendered_schemas import EXTERNAL, crd_schemas, is_builtin
 
 from charts.crds import CRD_DIR, pinned_crds
 from envspec.environment import load_environment
-
-EXTERNAL = CRD_DIR / "external"
-
-
-def _openapi_to_jsonschema(node: Any) -> Any:
-    """OpenAPI v3.0 → JSON Schema draft 4: `nullable` becomes a null type."""
-    if isinstance(node, list):
-        return [_openapi_to_jsonschema(n) for n in node]
-    if not isinstance(node, dict):
-        return node
-    out = {k: _openapi_to_jsonschema(v) for k, v in node.items()}
-    if out.pop("nullable", False) and "type" in out:
-        out["type"] = [out["type"], "null"]
-    return out
-
-
-def _schemas(rendered: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
-    """`apiVersion/Kind` → JSON schema, from the rendered CRDs and the external files."""
-    out: dict[str, dict[str, Any]] = {}
-    for docs in rendered.values():
-        for doc in docs:
-            if doc["kind"] != "CustomResourceDefinition":
-                continue
-            spec = doc["spec"]
-            for version in spec["versions"]:
-                key = f"{spec['group']}/{version['name']}/{spec['names']['kind']}"
-                out[key] = _openapi_to_jsonschema(version["schema"]["openAPIV3Schema"])
-    for path in sorted(EXTERNAL.glob("*.yaml")):
-        out.update(yaml.safe_load(path.read_text()))
-    return out
-
-
-BUILTIN_GROUPS = {
-    "",
-    "apps",
-    "autoscaling",
-    "policy",
-    "networking.k8s.io",
-    "rbac.authorization.k8s.io",
-    "apiextensions.k8s.io",
-}
-
-
-def _is_builtin(api_version: str) -> bool:
-    return api_version.rpartition("/")[0] in BUILTIN_GROUPS
 
 
 def _k8s_version(relative: str) -> str:
@@ -81,7 +36,7 @@ def _objects(rendered):
 def test_every_builtin_object_passes_kubernetes_validate_strict(rendered):
     checked = 0
     for relative, doc in _objects(rendered):
-        if not _is_builtin(doc["apiVersion"]):
+        if not is_builtin(doc["apiVersion"]):
             continue
         try:
             kubernetes_validate.validate(doc, _k8s_version(relative), strict=True)
@@ -92,10 +47,10 @@ def test_every_builtin_object_passes_kubernetes_validate_strict(rendered):
 
 
 def test_every_custom_resource_validates_against_its_crd_schema(rendered):
-    schemas = _schemas(rendered)
+    schemas = crd_schemas(rendered)
     checked = set()
     for relative, doc in _objects(rendered):
-        if _is_builtin(doc["apiVersion"]):
+        if is_builtin(doc["apiVersion"]):
             continue
         key = f"{doc['apiVersion']}/{doc['kind']}"
         assert key in schemas, f"{relative}: no schema for {key}; add one to {EXTERNAL}"
@@ -126,7 +81,7 @@ def test_every_custom_resource_validates_against_its_crd_schema(rendered):
 
 def test_the_schemas_reject_what_they_should(rendered):
     """The minimal schemas are strict enough to catch a typo or a bad weight."""
-    schemas = _schemas(rendered)
+    schemas = crd_schemas(rendered)
     policy = next(d for _, d in _objects(rendered) if d["kind"] == "EnvoyExtensionPolicy")
     bad = copy.deepcopy(policy)
     bad["spec"]["extProc"][0]["processingMode"]["request"]["body"] = "FullDuplex"
