@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import openai
+
 MODEL = "llama-3.1-8b"
 NIXL = {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
 ROLE = "llm-d.ai/role"
@@ -55,3 +57,24 @@ def pd_config(non_cached_tokens: int = 512) -> dict[str, Any]:
             _profile("prefill", "prefill-filter"),
         ],
     }
+
+
+async def stream_text(
+    client: openai.AsyncOpenAI,
+    prompt: str,
+    max_tokens: int = 8,
+    headers: dict[str, str] | None = None,
+) -> int:
+    """Stream a chat completion to its end; the number of content chunks."""
+    stream = await client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": prompt}],
+        max_tokens=max_tokens,
+        stream=True,
+        extra_headers=headers,
+    )
+    chunks = 0
+    async for chunk in stream:
+        if chunk.choices and chunk.choices[0].delta.content:
+            chunks += 1
+    return chunks

@@ -27,7 +27,7 @@ from inference_gateway.emulator.fleet import EmulatedFleet
 from inference_gateway.emulator.server import PodApp
 from inference_gateway.frontends.proxy import Gateway
 
-from .pd_shapes import MODEL, pd_config, pd_fleet
+from .pd_shapes import MODEL, pd_config, pd_fleet, stream_text
 
 
 def pod_app(fleet: EmulatedFleet, name: str) -> PodApp:
@@ -46,21 +46,6 @@ def legs(gateway: Gateway) -> dict[str, float]:
         for sample in family.samples
         if sample.name.endswith("_total")
     }
-
-
-async def stream_text(client: openai.AsyncOpenAI, prompt: str, max_tokens: int = 8) -> int:
-    """Stream a chat completion to its end; the number of content chunks."""
-    stream = await client.chat.completions.create(
-        model=MODEL,
-        messages=[{"role": "user", "content": prompt}],
-        max_tokens=max_tokens,
-        stream=True,
-    )
-    chunks = 0
-    async for chunk in stream:
-        if chunk.choices and chunk.choices[0].delta.content:
-            chunks += 1
-    return chunks
 
 
 async def test_a_long_prompt_is_prefilled_on_the_prefill_pod_then_decoded(

@@ -30,7 +30,7 @@ import orjson
 import yaml
 from envoy_harness import EnvoyStack, IgwProcess, free_port
 
-from ..pd_shapes import MODEL, NIXL, ROLE, pd_config, pd_group
+from ..pd_shapes import MODEL, NIXL, ROLE, pd_config, pd_group, stream_text
 
 READY = re.compile(rb"pod\(s\) ready")
 LISTENING = re.compile(rb"igw pd-sidecar: listening on http://[^ ]*:(\d+)")
@@ -104,24 +104,6 @@ def decoder_url(endpoint: Any) -> str:
     return f"http://{endpoint.host}:{endpoint.port}"
 
 
-async def stream_text(
-    client: openai.AsyncOpenAI, prompt: str, headers: dict[str, str] | None = None
-) -> int:
-    """Stream a chat completion to its end; the number of content chunks."""
-    stream = await client.chat.completions.create(
-        model=MODEL,
-        messages=[{"role": "user", "content": prompt}],
-        max_tokens=8,
-        stream=True,
-        extra_headers=headers,
-    )
-    chunks = 0
-    async for chunk in stream:
-        if chunk.choices and chunk.choices[0].delta.content:
-            chunks += 1
-    return chunks
-
-
 async def until_ready(client: openai.AsyncOpenAI, within_s: float = 15.0) -> None:
     """Both pods scraped: a short (aggregated) request succeeds."""
     deadline = time.monotonic() + within_s
@@ -166,8 +148,8 @@ async def test_a_clients_prefill_header_never_reaches_the_sidecar() -> None:
         async with PDStack() as stack:
             client = stack.client()
             await until_ready(client)
-            assert await stream_text(client, "hello", hostile) == 8  # aggregated: removed
-            assert await stream_text(client, "tok " * 3000, hostile) == 8  # P/D: replaced
+            assert await stream_text(client, "hello", headers=hostile) == 8  # aggregated: removed
+            assert await stream_text(client, "tok " * 3000, headers=hostile) == 8  # P/D: replaced
             assert stack.pulls() == 1
             await client.close()
     finally:
