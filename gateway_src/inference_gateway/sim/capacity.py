@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from inference_gateway.emulator.engine import Engine, EngineRequest
 from inference_gateway.emulator.profiles import PodProfile
 from inference_gateway.sim.fleet import pool_profile
+from inference_gateway.sim.metrics import time_per_output_token
 from inference_gateway.sim.scenario import PoolSpec, Workload
 from inference_gateway.sim.workload import SimRequest, prefix_block_ids, sample_requests
 
@@ -122,9 +123,14 @@ def closed_loop(
         start, measured = 0.0, done
     span = max(end - start, 1e-9)
     tpots = [
-        ((r.finish_time or 0.0) - (r.first_token_time or 0.0)) / (r.output_tokens - 1)
+        tpot
         for r in measured
-        if r.output_tokens > 1
+        if (
+            tpot := time_per_output_token(
+                r.first_token_time or 0.0, r.finish_time or 0.0, r.output_tokens
+            )
+        )
+        is not None
     ]
     return ClosedLoop(
         requests_per_s=len(measured) / span,

@@ -73,6 +73,8 @@ def print_fleet(result: dict[str, Any]) -> None:
         ("rejected by a cluster's admission", lambda r: r["requests"]["rejected"]),
         ("TTFT p50 s", lambda r: _f(r["ttft_p50_s"])),
         ("TTFT p99 s", lambda r: _f(r["ttft_p99_s"])),
+        ("TPOT p50 s", lambda r: _f(r["tpot_p50_s"])),
+        ("TPOT p99 s", lambda r: _f(r["tpot_p99_s"])),
         ("served cross-region", lambda r: r["cross_region"]["served"]),
         ("  their TTFT p99 s", lambda r: _f(r["cross_region"]["ttft_p99_s"])),
         ("$/M output tokens, fleet", lambda r: f"{r['cost']['per_million_tokens']:.3f}"),

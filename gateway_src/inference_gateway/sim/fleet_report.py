@@ -16,6 +16,8 @@ Definitions (docs/global-router.md, "Simulating the fleet"):
 * **ttft_p99_s** per event window, by arrival time: `before` = since the previous event,
   `during` = the event's first `window_s` (a restore or an undrain: its `rampS`), `after` =
   from there to the next event. TTFT is what the client sees: network included.
+* **tpot_p50_s / tpot_p99_s**: time per output token after the first, per served
+  request of more than one token (`metrics.time_per_output_token`, as every report).
 * **share**: routing decisions (attempts) per cluster per `bin_s`, as fractions.
 * **cost**: `per_million_tokens` = the clusters' hourly prices while up / output tokens
   (the fleet as provisioned); `attributed_per_million_tokens` = each output token at
@@ -33,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from inference_gateway.sim.global_scenario import FleetEvent, FleetScenario
+from inference_gateway.sim.metrics import time_per_output_token
 
 __all__ = ["FleetRecorder"]
 
@@ -92,6 +95,11 @@ class FleetRecorder:
 
     def report(self, routers: dict[str, Any]) -> dict[str, Any]:
         ttft = [row[1] for row in self.served]
+        tpot = [
+            t
+            for row in self.served
+            if (t := time_per_output_token(row[1], row[2], row[5])) is not None
+        ]
         cross = [row[1] for row in self.served if row[4]]
         outcomes: dict[str, int] = defaultdict(int)
         for _, outcome, _ in self.failed:
@@ -110,6 +118,8 @@ class FleetRecorder:
             "ttft_p50_s": _p(ttft, 50),
             "ttft_p99_s": _p(ttft, 99),
             "e2e_p99_s": _p([row[2] for row in self.served], 99),
+            "tpot_p50_s": _p(tpot, 50),
+            "tpot_p99_s": _p(tpot, 99),
             "cross_region": {
                 "served": len(cross),
                 "ttft_p50_s": _p(cross, 50),

@@ -7,7 +7,13 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Observer"]
+__all__ = ["Observer", "time_per_output_token"]
+
+
+def time_per_output_token(first_token: float, finish: float, tokens: int) -> float | None:
+    """Seconds per output token after the first (vLLM's TPOT); None for an answer of one
+    token, which has none."""
+    return (finish - first_token) / (tokens - 1) if tokens > 1 else None
 
 
 @dataclass(slots=True)
@@ -34,8 +40,9 @@ class Observer:
     ) -> None:
         self.ttft.append(first_token - arrival)
         self.e2e.append(finish - arrival)
-        if tokens > 1:
-            self.tpot.append((finish - first_token) / (tokens - 1))
+        tpot = time_per_output_token(first_token, finish, tokens)
+        if tpot is not None:
+            self.tpot.append(tpot)
         self.bands.append(band)
         self.output_tokens += tokens
         self.completed += 1

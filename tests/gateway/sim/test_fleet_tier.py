@@ -328,6 +328,8 @@ def test_cli_json_is_deterministic(tmp_path: Path, capsys: pytest.CaptureFixture
     assert set(result) == {"scenario", "seed", "capacity_rps", "clusters", "profiles"}
     report = result["profiles"]["latency"]
     assert {"requests", "events", "share", "cost", "ttft_p99_s"} <= set(report)
+    # TPOT as every report gives it: after the first token, below the whole answer's time
+    assert 0 < report["tpot_p50_s"] <= report["tpot_p99_s"] < report["e2e_p99_s"]
     assert main(["simulate", str(path), "--policies", "gateway"]) == 2
 
 
@@ -336,7 +338,13 @@ def test_cli_text_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     path.write_text(yaml.safe_dump({**TWO_REGIONS, "duration_s": 45}))
     assert main(["simulate", str(path)]) == 0
     out = capsys.readouterr().out
-    for text in ("per router profile", "[latency] events", "[latency] share of routing", "kill"):
+    for text in (
+        "per router profile",
+        "TPOT p99 s",
+        "[latency] events",
+        "[latency] share of routing",
+        "kill",
+    ):
         assert text in out
 
 
