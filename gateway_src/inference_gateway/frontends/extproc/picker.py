@@ -402,7 +402,9 @@ class Exchange:
         if not chunk and not eos:
             return []  # the verdict waits for the first bytes
         out = await self._pass_body(chunk, eos)
-        return out if self.closed else self._release(hold, out)
+        if self.closed or (not out and not eos):  # refused, or nothing to send yet (a
+            return out  # partial line the model rewriter keeps): still before any byte
+        return self._release(hold, out)
 
     async def _held_json(self, hold: AnswerHold, chunk: bytes, eos: bool) -> Responses:
         """A held 200 JSON body: kept to the bound, then judged whole or released."""

@@ -40,6 +40,7 @@ from fake_envoy import (
 from inference_gateway.core.request.contracts import openai_error
 from inference_gateway.core.request.lifecycle import CLIENT_CANCELLED
 from inference_gateway.core.request.relay import StreamEnd, end_error
+from inference_gateway.core.traffic.rewrites import parse_rewrites
 from inference_gateway.frontends.extproc.picker import PickerOptions
 from inference_gateway.frontends.extproc.wire import body_chunks, header_map, headers_response
 
@@ -182,6 +183,33 @@ async def test_sse_first_chunk_admitted_releases_the_headers_with_it(
         got = await exchange.wait_for(lambda m: m.HasField("response_body"), start + 2)
         assert exchange.received[got:] == list(body_chunks(token_events(1), request=False))
         await exchange.close()
+
+
+async def test_a_partial_line_the_rewriter_keeps_does_not_release_the_headers(
+    make_picker: PickerFactory,
+) -> None:
+    """With a model rewrite, a first chunk that ends mid-line sends nothing yet (the
+    rewriter keeps it), so the headers stay held and a refusal is still a 429."""
+    rule = {"matches": [{"model": {"type": "Exact", "value": "assistant"}}],
+            "targets": [{"modelRewrite": "llama-3.1-8b", "weight": 1}]}  # fmt: skip
+    rewrites = parse_rewrites(
+        [{"kind": "InferenceModelRewrite", "metadata": {"name": "r"}, "spec": {"rules": [rule]}}],
+        known_models=None,
+    )
+    picker = await make_picker(CONFIG, rewrites=rewrites)
+    body = orjson.dumps({"model": "assistant", "prompt": "hello", "max_tokens": 4, "stream": True})
+    async with FakeEnvoy(f"127.0.0.1:{picker.port}") as envoy:
+        exchange = envoy.open()
+        out = await envoy.send_request(exchange, COMPLETIONS, body, headers=KEY)
+        assert out.immediate is None
+        start = len(exchange.received)
+        events = token_events(2 * LIMIT)
+        await send(exchange, response_headers(SSE_HEADERS))
+        await send(exchange, response_body(events[:30]))  # part of the first event's line
+        await send(exchange, response_body(events[30:]))  # its rest, and too many more
+        await exchange.wait_for(lambda m: m.HasField("immediate_response"), start)
+        assert len(exchange.received) == start + 1
+        refusal_of(exchange.received[start], whole=False)
 
 
 async def test_json_past_the_scan_bound_streams_on_unjudged(make_picker: PickerFactory) -> None:
