@@ -65,7 +65,6 @@ from inference_gateway.core.request.relay import (
 )
 from inference_gateway.core.request.retry import RetryPolicy
 from inference_gateway.core.request.sse import ModelNameRewriter
-from inference_gateway.core.request.usage import body_output_tokens
 from inference_gateway.core.scheduling.types import Endpoint
 from inference_gateway.core.traffic.routing import ModelRouter, Route
 from inference_gateway.frontends.pd_exchange import PREFILL_TIMEOUT_S, PrefillExchange
@@ -431,8 +430,19 @@ class Gateway:
         life.cancelled(RATE_LIMITED)
         if started:
             return None
-        message, kind = end_error(StreamEnd.OVER_LIMIT)
-        return error_response(429, message, kind, StreamEnd.OVER_LIMIT.value, headers)
+        return self._over_window(life, headers, whole=False)
+
+    @staticmethod
+    def _over_window(
+        life: RequestLifecycle, headers: dict[str, str], *, whole: bool
+    ) -> web.Response:
+        """The 429 of an answer refused for its size before any byte of it was sent,
+        with the time until it would fit (`Retry-After`)."""
+        assert life.budget is not None
+        end = StreamEnd.OVER_LIMIT
+        message, kind = end_error(end, whole=whole)
+        retry = {**headers, "retry-after": str(life.budget.retry_after_s())}
+        return error_response(429, message, kind, end.value, retry)
 
     async def _broken(
         self,
@@ -490,18 +500,9 @@ class Gateway:
             message = "The model server's answer broke."
             return error_response(502, message, "upstream_error", "upstream_failed", headers)
         budget = life.budget
-        if budget is not None and upstream.status == 200:
-            used = body_output_tokens(body)
-            if used is not None and budget.count_whole(used) and not await budget.grow():
-                life.cancelled(RATE_LIMITED)  # generated, but not delivered past the limit
-                return error_response(
-                    429,
-                    "Rate limit reached: the answer is larger than what the token limit "
-                    "allows now.",
-                    "tokens",
-                    "rate_limit_exceeded",
-                    headers,
-                )
+        if budget is not None and upstream.status == 200 and not await budget.admit_whole(body):
+            life.cancelled(RATE_LIMITED)  # generated, but not delivered past the limit
+            return self._over_window(life, headers, whole=True)
         if rewriter is not None:
             body = rewriter.json_body(body)
         response = web.Response(

@@ -9,6 +9,8 @@ when the tokens counted outgrow the reservation, `grow` asks the limiter for `st
 room, so the data plane ends the stream with the SSE error event instead of relaying
 past the limit. `close` (the lifecycle calls it once, whatever the outcome) settles the
 charge: the answer's `usage` when it reported one, else the prompt plus what was counted.
+An answer that did not stream is judged whole (`admit_whole`, from its `usage`) by every
+data plane that holds one; a refusal says when to retry (`retry_after_s`).
 
 Counting: one token per `"finish_reason"` key in the stream (every chat and completions
 chunk carries one per choice, vLLM's usage-only chunk none). An engine that streams
@@ -23,6 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from inference_gateway.core.request.usage import body_output_tokens
 from inference_gateway.core.traffic.ratelimit import RateLimiter
 
 if TYPE_CHECKING:
@@ -42,6 +45,7 @@ def grow_step(limit: int) -> int:
 class BudgetBackend(Protocol):
     async def extend(self, more: int) -> bool: ...
     def settle(self, used_total: int) -> None: ...
+    def retry_after_s(self, tokens: int) -> int: ...
 
 
 @dataclass(slots=True)
@@ -61,6 +65,9 @@ class LocalBackend:
         self.limiter.settle(
             self.request_id, self.client, self.model, used_total - self.charged, time.monotonic()
         )
+
+    def retry_after_s(self, tokens: int) -> int:
+        return self.limiter.retry_after_s(self.client, self.model, tokens, time.monotonic())
 
 
 @dataclass(slots=True)
@@ -89,9 +96,27 @@ class StoreBackend:
         self.pending.add(task)
         task.add_done_callback(self.pending.discard)
 
+    def retry_after_s(self, tokens: int) -> int:
+        """The store's buckets are read by script only: the longest window, after which
+        everything admitted before has left it (an upper bound; reservations of requests
+        still running can hold longer, as the local limiter's own estimate says)."""
+        if self.used_fallback or not self.ticket.windows_ms:
+            return self.fallback.retry_after_s(tokens)
+        return max(1, -(-max(self.ticket.windows_ms) // 1000))
+
 
 class TokenBudget:
-    __slots__ = ("_before", "_tail", "backend", "closed", "counted", "prompt", "reserved", "step")
+    __slots__ = (
+        "_before",
+        "_tail",
+        "backend",
+        "closed",
+        "counted",
+        "prompt",
+        "refused",
+        "reserved",
+        "step",
+    )
 
     def __init__(self, backend: BudgetBackend, prompt: int, reserved: int, step: int) -> None:
         self.backend = backend
@@ -102,6 +127,7 @@ class TokenBudget:
         self.closed = False
         self._tail = b""
         self._before = 0  # `counted` before the last chunk (what a refusal leaves)
+        self.refused = 0  # tokens the last refused extension asked for
 
     def count(self, chunk: bytes) -> bool:
         """Count the tokens of a streamed chunk; True when they outgrow the reservation
@@ -118,6 +144,18 @@ class TokenBudget:
         self.counted = max(self.counted, output_tokens)
         return self.counted > self.reserved
 
+    async def admit_whole(self, body: bytes) -> bool:
+        """A whole (non-streamed) answer: False when its `usage` puts the client over
+        its window and no extension fits; the data plane then answers a 429 instead of
+        the body (an answer whose usage says nothing is let through, and settled as
+        counted)."""
+        used = body_output_tokens(body)
+        return used is None or not self.count_whole(used) or await self.grow()
+
+    def retry_after_s(self) -> int:
+        """Seconds until the last refused extension would fit (at least 1)."""
+        return max(1, self.backend.retry_after_s(self.refused))
+
     async def admit(self, chunk: bytes) -> bool:
         """The relay's `admit` (core/request/relay.py): count `chunk`, growing the
         reservation when it outgrows it; False: the chunk must not be relayed."""
@@ -132,6 +170,7 @@ class TokenBudget:
             if await self.backend.extend(more):
                 self.reserved += more
                 return True
+        self.refused = need
         self.counted = self._before
         return False
 

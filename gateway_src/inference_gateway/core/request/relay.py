@@ -84,9 +84,20 @@ def is_event_stream(content_type: str) -> bool:
     return content_type.startswith("text/event-stream")
 
 
-def end_error(end: StreamEnd) -> tuple[str, str]:
+# a whole (non-streamed) answer refused for its size: nothing of it was sent
+_WHOLE_OVER_LIMIT = (
+    "Rate limit reached: the answer is larger than what the token limit allows now.",
+    "tokens",
+)
+
+
+def end_error(end: StreamEnd, *, whole: bool = False) -> tuple[str, str]:
     """The fixed `(message, type)` of an early end: the SSE event's, and the plain
-    error's where nothing was sent yet (`igw serve`'s 429, `igw picker`'s)."""
+    error's where nothing was sent yet (`igw serve`'s 429, `igw picker`'s, `igw
+    global`'s). `whole`: an `OVER_LIMIT` answer that did not stream (its code is the
+    same, `end.value`)."""
+    if whole and end is StreamEnd.OVER_LIMIT:
+        return _WHOLE_OVER_LIMIT
     return _EVENTS[end]
 
 

@@ -287,6 +287,13 @@ class RateLimiter:
             w.hold(request_id, more)
         return True
 
+    def retry_after_s(self, client: str, model: str, tokens: int, now: float) -> int:
+        """Whole seconds until `tokens` more fit in every token bucket of the client (at
+        least 1): the Retry-After of an answer refused for its size."""
+        windows = [w for w in self._windows(client, model, now, create=False) if w.shape.tokens]
+        wait = max((w.seconds_until(0, tokens, now) for w in windows), default=0.0)
+        return max(1, math.ceil(wait))
+
     def settle(self, request_id: str, client: str, model: str, delivered: int, now: float) -> None:
         """The request ended: its reservation goes, and `delivered` (output tokens, plus
         any prompt tokens beyond what was charged) counts in this moment's slot."""

@@ -37,6 +37,22 @@ processed (processor_state.cc handleHeadersResponse), so a whole stream over the
 is answered as `igw serve` answers one refused before its first byte: a 429
 `ImmediateResponse`. In STREAMED mode (one answer per chunk, no early end) the cut chunk
 becomes the event and every later chunk is cleared until the upstream ends.
+
+A 200 answer to a request with a token budget is refused whole, as `igw serve` refuses
+it, when nothing of it can be sent: in FULL_DUPLEX_STREAMED the answer to Envoy's
+`response_headers` is held (`AnswerHold`). Envoy keeps streaming the body meanwhile
+(ext_proc.cc onData: in FULL_DUPLEX_STREAMED body chunks are sent while the headers
+call is pending) and arms no message timer in that mode (processor_state.cc
+onStartProcessorCall), so the hold lasts only until the body's verdict; the answers then
+go out in the order Envoy requires (headers, body, trailers; the GIE EPP holds its
+request-headers answer the same way, pkg/epp/handlers/server.go). A JSON body is held
+up to `max_usage_scan_bytes` (the usage scan's bound): whole, `TokenBudget.admit_whole`
+says; over the window, a 429 `ImmediateResponse` (Envoy still holds the response
+headers, so that is a clean local reply), else the held headers answer and the body.
+Past the bound it is released as it stands and streams on. An SSE stream is held until
+its first chunk: refused, a 429 as well; admitted, it flows as above. In BUFFERED mode
+the whole JSON gets the same verdict (the headers wait anyway); STREAMED has sent the
+headers before the body, so there a JSON answer passes as it always did.
 """
 
 from __future__ import annotations
@@ -45,7 +61,7 @@ import logging
 import random
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
@@ -101,6 +117,24 @@ MESSAGE_KINDS = frozenset(
 )
 
 
+@dataclass(slots=True)
+class AnswerHold:
+    """The response-headers answer held for the token budget's verdict, and the JSON
+    body chunks seen meanwhile (at most `limit` bytes: `add` says False past it)."""
+
+    headers: pb.ProcessingResponse
+    limit: int
+    body: bytearray = field(default_factory=bytearray)
+
+    def add(self, chunk: bytes) -> bool:
+        self.body += chunk
+        return len(self.body) <= self.limit
+
+    def take(self) -> bytes:
+        whole, self.body = bytes(self.body), bytearray()
+        return whole
+
+
 @dataclass(frozen=True, slots=True)
 class PickerOptions:
     """Per-server settings; body modes apply when Envoy sends no `protocol_config`."""
@@ -146,6 +180,7 @@ class Exchange:
         self.held = bytearray()  # a JSON response held for the model rewrite
         self.sniff: bytearray | None = None  # a 503's first bytes: Envoy's own reply?
         self.cut = False  # the token budget ended the response (STREAMED: drop the rest)
+        self.hold: AnswerHold | None = None  # the response headers' answer, held
 
     async def handle(self, request: pb.ProcessingRequest) -> Responses:
         if request.HasField("protocol_config"):
@@ -318,7 +353,21 @@ class Exchange:
             self.finish()
         # A rewritten body changes length: drop content-length, Envoy re-frames it.
         remove = ["content-length"] if self.rewriter is not None else None
-        return [headers_response(request=False, remove=remove)]
+        answer = headers_response(request=False, remove=remove)
+        if self._holds(request):
+            self.hold = AnswerHold(answer, self.options.max_usage_scan_bytes)
+            return []
+        return [answer]
+
+    def _holds(self, request: pb.ProcessingRequest) -> bool:
+        """Whether the headers answer waits for the budget's verdict (module docstring)."""
+        return (
+            self.response_mode == FULL_DUPLEX
+            and self.status == 200
+            and self.life is not None
+            and self.life.budget is not None
+            and not request.response_headers.end_of_stream
+        )
 
     def _check_unreachable(self, request: pb.ProcessingRequest) -> None:
         """A 503: if Envoy could not reach the pod (UF / UC / UH), the store stops picking
@@ -343,6 +392,38 @@ class Exchange:
         chunk, eos = part.body, part.end_of_stream
         if self.cut:  # STREAMED after a cut: nothing more reaches the client
             return [body_replacement(b"", request=False, clear=True)]
+        hold = self.hold
+        if hold is None:
+            if self.response_mode == BUFFERED and eos and not await self._admit_whole(chunk):
+                return self._refuse_whole()
+            return await self._pass_body(chunk, eos)
+        if not self.streaming:
+            return await self._held_json(hold, chunk, eos)
+        if not chunk and not eos:
+            return []  # the verdict waits for the first bytes
+        out = await self._pass_body(chunk, eos)
+        if self.closed or (not out and not eos):  # refused, or nothing to send yet (a
+            return out  # partial line the model rewriter keeps): still before any byte
+        return self._release(hold, out)
+
+    async def _held_json(self, hold: AnswerHold, chunk: bytes, eos: bool) -> Responses:
+        """A held 200 JSON body: kept to the bound, then judged whole or released."""
+        if not hold.add(chunk):  # past the usage scan's bound: it streams on as it is
+            return self._release(hold, await self._pass_body(hold.take(), eos))
+        if not eos:
+            return []
+        whole = hold.take()
+        if not await self._admit_whole(whole):
+            return self._refuse_whole()
+        return self._release(hold, await self._pass_body(whole, eos))
+
+    def _release(self, hold: AnswerHold, out: Responses) -> Responses:
+        """The held headers answer goes out first, then what followed it."""
+        self.hold = None
+        return [hold.headers, *out]
+
+    async def _pass_body(self, chunk: bytes, eos: bool) -> Responses:
+        """A response body chunk on its way to the client (rewritten, counted, cut)."""
         if self.sniff is not None:
             self._sniff(chunk, eos)
         if chunk:
@@ -362,6 +443,37 @@ class Exchange:
         changed = out is not None and out != chunk
         return [body_replacement(out if changed else None, request=False)]
 
+    async def _admit_whole(self, body: bytes) -> bool:
+        """The token budget's word on a whole 200 JSON answer (True when none applies)."""
+        budget = self.life.budget if self.life is not None else None
+        if budget is None or self.streaming or self.status != 200:
+            return True
+        return await budget.admit_whole(body)
+
+    def _refuse_whole(self) -> Responses:
+        """A whole answer over the window: `igw serve`'s 429 in its place."""
+        assert self.life is not None
+        self.life.cancelled(RATE_LIMITED)  # generated, but not delivered past the limit
+        self.finished = self.closed = True
+        self.hold = None
+        return [self._over_window(whole=True)]
+
+    def _over_window(self, *, whole: bool) -> pb.ProcessingResponse:
+        """The 429 of an answer refused before any byte of it went out (Envoy still
+        holds the response headers), with `Retry-After` as `igw serve` sends it."""
+        assert self.life is not None and self.life.budget is not None
+        end = StreamEnd.OVER_LIMIT
+        message, kind = end_error(end, whole=whole)
+        refusal = Rejection(
+            429,
+            message,
+            kind,
+            end.value,
+            retry_after_s=self.life.budget.retry_after_s(),
+            headers=self.life.decision.headers,
+        )
+        return immediate_response(429, refusal.body(), refusal.headers, details=end.value)
+
     async def _admit(self, out: bytes) -> bool:
         """The token budget's word on a 200 SSE chunk (True when no budget applies)."""
         budget = self.life.budget if self.life is not None else None
@@ -377,22 +489,28 @@ class Exchange:
         self.life.cancelled(RATE_LIMITED)  # settles prompt + what was delivered
         self.finished = True
         end = StreamEnd.OVER_LIMIT
+        if self.response_mode == BUFFERED or self.hold is not None:
+            self.closed = True  # the headers still wait on this answer: a clean 429
+            self.hold = None
+            return [self._over_window(whole=False)]
         if self.response_mode == FULL_DUPLEX:
             self.closed = True  # whatever Envoy still sends is not read
             event = stream_error_event(end)
             return list(body_chunks(event, request=False, end_of_stream=True))
-        if self.response_mode == BUFFERED:  # the headers still wait on this answer
-            self.closed = True
-            message, kind = end_error(end)
-            refusal = Rejection(429, message, kind, end.value, headers=self.life.decision.headers)
-            return [immediate_response(429, refusal.body(), refusal.headers, details=end.value)]
         self.cut = True
         return [body_replacement(stream_error_event(end), request=False)]
 
     async def on_response_trailers(self, request: pb.ProcessingRequest) -> Responses:
+        released: Responses = []
+        hold = self.hold
+        if hold is not None:  # trailers end the body: the verdict is due now
+            whole = hold.take()
+            if not await self._admit_whole(whole):
+                return self._refuse_whole()
+            released = self._release(hold, await self._pass_body(whole, False) if whole else [])
         out = [] if self.cut else self._flush_held()
         self.finish()
-        return [*out, trailers_response(request=False)]
+        return [*released, *out, trailers_response(request=False)]
 
     def _flush_held(self) -> Responses:
         """Trailers end the body: what the rewriter still holds (a JSON body, a partial
@@ -435,6 +553,7 @@ class Exchange:
 
     def finish(self) -> None:
         """The response ended (or Envoy closed the stream cleanly): report it once."""
+        self.hold = None  # nothing held outlives the exchange
         if self.finished:
             return
         self.finished = True
@@ -446,6 +565,8 @@ class Exchange:
         if self.life is not None and not self.finished:
             self.life.cancelled(CLIENT_CANCELLED)
         self.finished = True
+        self.hold = None  # a held answer and its body go with the request
+        self.held = bytearray()
 
 
 class ExtProcServicer(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]  # generated

@@ -58,10 +58,11 @@ from inference_gateway.core.request.lifecycle import new_internal_id
 from inference_gateway.core.request.relay import (
     StreamEnd,
     StreamRelay,
+    end_error,
     is_event_stream,
     stream_error_event,
 )
-from inference_gateway.core.request.usage import UsageScanner, body_output_tokens, total_tokens
+from inference_gateway.core.request.usage import UsageScanner, total_tokens
 from inference_gateway.frontends.global_router.choice import Choice, RequestTraits, rank_clusters
 from inference_gateway.frontends.global_router.clusters import ClusterRegistry, ClusterState
 from inference_gateway.frontends.global_router.config import GlobalRouterSpec, ProfileName
@@ -482,19 +483,13 @@ class GlobalRouter:
                 return error_response(
                     502, "The cluster's answer broke.", "upstream_error", "cluster_answer_broken"
                 ), None
-            if budget is not None and status == 200:
-                generated = body_output_tokens(body)
-                over = generated is not None and budget.count_whole(generated)
-                if over and not await budget.grow():  # generated, not delivered past the limit
-                    self._ended(state, cross, str(status), failed=False)
-                    return error_response(
-                        429,
-                        "Rate limit reached: the answer is larger than what the token limit "
-                        "allows now.",
-                        "tokens",
-                        "rate_limit_exceeded",
-                        extra,
-                    ), None
+            # generated, not delivered past the limit
+            if budget is not None and status == 200 and not await budget.admit_whole(body):
+                self._ended(state, cross, str(status), failed=False)
+                end = StreamEnd.OVER_LIMIT
+                message, kind = end_error(end, whole=True)
+                retry = {**extra, "retry-after": str(budget.retry_after_s())}
+                return error_response(429, message, kind, end.value, retry), None
             whole = web.Response(status=status, body=body, headers=headers)
             self._ended(state, cross, str(status), failed=status >= 500)
             try:

@@ -61,3 +61,17 @@ def test_usage_settles_and_the_unused_reservation_comes_back() -> None:
         limiter.check("c", "m", 0, 0, time.monotonic()).headers["x-ratelimit-remaining-tokens"]
         == "75"
     )
+
+
+async def test_a_whole_answer_is_judged_by_its_usage() -> None:
+    """`admit_whole` (igw serve, igw picker, igw global): an answer whose usage fits the
+    window passes; one over it is refused, counts nothing, and says when it would fit."""
+    limiter = RateLimiter([RateLimitSpec(tokens_per_minute=100)])
+    assert limiter.check("c", "m", 10, 20, time.monotonic(), request_id="r").allowed
+    budget = TokenBudget(LocalBackend(limiter, "r", "c", "m", 10), 10, 20, grow_step(100))
+    assert await budget.admit_whole(orjson.dumps({"usage": {"completion_tokens": 15}}))
+    assert await budget.admit_whole(b"not json")  # no usage to judge: let through
+    assert not await budget.admit_whole(orjson.dumps({"usage": {"completion_tokens": 95}}))
+    assert budget.counted == 0 and budget.refused == 75  # 95 wanted, 20 reserved: none sent
+    assert 1 <= budget.retry_after_s() <= 61  # the prompt's 10 leave within the window
+    budget.close(None)

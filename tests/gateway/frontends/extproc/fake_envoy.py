@@ -266,7 +266,11 @@ class FakeEnvoy:
         *,
         mode: int = FULL_DUPLEX,
     ) -> Outcome:
-        """The response half: forward to the chosen pod, stream its answer through."""
+        """The response half: forward to the chosen pod, stream its answer through.
+
+        As Envoy does (ext_proc.cc onData), FULL_DUPLEX_STREAMED sends the body without
+        waiting for the headers answer, which may come later (or be an
+        `ImmediateResponse`); BUFFERED and STREAMED wait for it first."""
         assert self.session is not None
         host = out.destination.split(",")[0]
         async with self.session.post(
@@ -281,34 +285,44 @@ class FakeEnvoy:
             await stream.send(
                 pb.ProcessingRequest(response_headers=pb.HttpHeaders(headers=header_map(headers)))
             )
-            answer = await stream.wait_for(lambda m: m.HasField("response_headers"), start)
-            mutation = stream.received[answer].response_headers.response.header_mutation
-            for name in mutation.remove_headers:
-                headers.pop(name, None)
-            out.response_headers = headers
+            if mode != FULL_DUPLEX:
+                await stream.wait_for(lambda m: m.HasField("response_headers"), start)
             raw = await response.read() if mode == BUFFERED else None
             if raw is not None:
                 chunks: list[bytes] = [raw]
             else:
                 chunks = [c async for c in response.content.iter_any()]
         body = bytearray()
-        start = answer + 1
         for i, chunk in enumerate([*chunks, b""] if raw is None else chunks):
             last = raw is not None or i == len(chunks)
             await stream.send(
                 pb.ProcessingRequest(response_body=pb.HttpBody(body=chunk, end_of_stream=last))
             )
             if mode == BUFFERED:
-                got = await stream.wait_for(lambda m: m.HasField("response_body"), start)
+                got = await stream.wait_for(
+                    lambda m: m.HasField("response_body") or m.HasField("immediate_response"),
+                    start,
+                )
                 replaced = stream.received[got].response_body.response.body_mutation.body
                 body += replaced or chunk
         if mode != BUFFERED:
-            end = await stream.wait_for(_is_response_end, start)
-            for m in stream.received[start : end + 1]:
-                if m.HasField("response_body"):
-                    body += m.response_body.response.body_mutation.streamed_response.body
-        out.response_body = bytes(body)
+            await stream.wait_for(
+                lambda m: _is_response_end(m) or m.HasField("immediate_response"), start
+            )
         out.messages = list(stream.received)
+        for m in out.messages[start:]:
+            if m.HasField("immediate_response"):  # Envoy's local reply replaces the answer
+                out.immediate = m.immediate_response
+                out.status = m.immediate_response.status.code
+                out.response_body = m.immediate_response.body
+                return out
+            if m.HasField("response_headers"):
+                for name in m.response_headers.response.header_mutation.remove_headers:
+                    headers.pop(name, None)
+            elif m.HasField("response_body") and mode != BUFFERED:
+                body += m.response_body.response.body_mutation.streamed_response.body
+        out.response_headers = headers
+        out.response_body = bytes(body)
         return out
 
     async def exchange(

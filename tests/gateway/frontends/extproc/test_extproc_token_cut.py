@@ -48,7 +48,9 @@ def token_chunk(i: int) -> bytes:
 
 
 async def start_stream(envoy: FakeEnvoy, mode: int) -> ExchangeStream:
-    """Route the request, then give the picker the pod's 200 SSE headers."""
+    """Route the request, then give the picker the pod's 200 SSE headers. In
+    FULL_DUPLEX_STREAMED their answer waits for the first chunk's verdict
+    (test_extproc_whole_refusal.py), so only the other modes wait for it here."""
     stream = envoy.open()
     out = await envoy.send_request(stream, COMPLETIONS, BODY, headers=KEY, mode=mode)
     assert out.immediate is None
@@ -57,7 +59,8 @@ async def start_stream(envoy: FakeEnvoy, mode: int) -> ExchangeStream:
     await stream.send(
         pb.ProcessingRequest(response_headers=pb.HttpHeaders(headers=header_map(headers)))
     )
-    await stream.wait_for(lambda m: m.HasField("response_headers"), start)
+    if mode != FULL_DUPLEX:
+        await stream.wait_for(lambda m: m.HasField("response_headers"), start)
     return stream
 
 

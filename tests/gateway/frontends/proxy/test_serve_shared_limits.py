@@ -10,9 +10,11 @@ from collections import Counter
 from collections.abc import Iterator
 
 import aiohttp
+import orjson
 import pytest
 
 from inference_gateway.config.spec import GatewayConfigSpec, RateLimitSpec
+from inference_gateway.core.request.relay import StreamEnd, end_error
 from inference_gateway.errors import ConfigError
 from inference_gateway.shared_store.client import StoreSpec, store_from_flag
 from inference_gateway.shared_store.local_server import LocalRedis
@@ -81,6 +83,29 @@ async def test_usage_settles_the_shared_token_bucket(redis_server: LocalRedis) -
                 await asyncio.sleep(0.01)
             assert not shared.pending
         assert r.headers["x-ratelimit-scope"] == "global"
+
+
+async def test_a_whole_answer_over_the_shared_window_is_a_429(redis_server: LocalRedis) -> None:
+    """The pod's usage (10 generated) is over what an 8-token window leaves after
+    admission (2 prompt + 1 reserved): serve's 429, with the store window's Retry-After."""
+    pod = ScriptedPod()
+    async with (
+        pods(pod),
+        serve(pod, config=limits(tokens_per_minute=8), store_spec=store(redis_server)) as (url, _),
+        aiohttp.ClientSession() as client,
+        client.post(url + "/v1/completions", data=body(max_tokens=1)) as r,
+    ):
+        assert r.status == 429
+        error = orjson.loads(await r.read())["error"]
+        message, kind = end_error(StreamEnd.OVER_LIMIT, whole=True)
+        assert (error["message"], error["type"], error["code"]) == (
+            message,
+            kind,
+            "rate_limit_exceeded",
+        )
+        assert r.headers["x-ratelimit-scope"] == "global"
+        assert r.headers["Retry-After"] == "60"  # the store's window: all of it has left by then
+    assert pod.seen == 1
 
 
 async def test_store_away_the_replica_serves_on_its_local_buckets(
