@@ -51,6 +51,7 @@ from inference_gateway.transport.http2_server import (
 )
 from inference_gateway.transport.http_settings import server_settings
 from inference_gateway.transport.kv_events_zmq import subscribe_pods
+from inference_gateway.transport.signals import drain, log_drained
 
 __all__ = [
     "LIVENESS_SERVICE",
@@ -268,30 +269,19 @@ class PickerServer:
 
     async def drain(self, grace_s: float) -> int:
         """Readiness NOT_SERVING at once, then wait (serving whatever still arrives) until
-        no ext_proc stream is open, up to `grace_s`. Logs how many streams it waited for,
-        how many arrived meanwhile and how many the grace cut; returns the first count."""
+        no ext_proc stream is open, up to `grace_s`: the shared drain and its log line
+        (transport/signals.py), plus how many streams arrived meanwhile. Returns how many
+        it waited for."""
         self.draining = True
         await self.update_health()
-        loop = asyncio.get_running_loop()
         servicer = self.servicer
-        waited, opened = servicer.active, servicer.opened
-        log.info(
-            "draining: readiness NOT_SERVING, waiting for %d open streams (up to %g s)",
-            waited,
-            grace_s,
-        )
-        deadline = loop.time() + grace_s
-        while servicer.active and loop.time() < deadline:
-            await asyncio.sleep(0.05)
-        log.info(
-            "drained: waited for %d streams (%d more arrived while draining), %d cut by "
-            "the %g s grace",
-            waited,
-            servicer.opened - opened,
-            servicer.active,
-            grace_s,
-        )
-        return waited
+        opened = servicer.opened
+        log.info("draining: readiness NOT_SERVING (up to %g s)", grace_s)
+        drained = await drain(lambda: servicer.active, grace_s)
+        log_drained("igw picker", drained)
+        if servicer.opened != opened:
+            log.info("%d streams arrived while draining", servicer.opened - opened)
+        return drained.waited_for
 
     async def stop(self, grace_s: float = 1.0) -> None:
         """Stop everything; `grace_s` is how long open ext_proc streams may still run

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from inference_gateway.cli.process import start_server_process
 from inference_gateway.errors import ConfigError
 from inference_gateway.frontends.auth import Authenticator, JwtSettings, load_api_keys
 from inference_gateway.frontends.authz import MAX_BODY_BYTES
@@ -117,12 +118,7 @@ def run(args: argparse.Namespace) -> int:
     if args.max_body_bytes <= 0 or args.jwks_refresh <= 0:
         print("igw auth: --max-body-bytes and --jwks-refresh must be positive", file=sys.stderr)
         return 2
-    try:
-        import uvloop
-
-        uvloop.install()
-    except ImportError:  # pragma: no cover - uvloop is a pinned dependency
-        pass
+    start_server_process()
     return asyncio.run(_serve(args, auth))
 
 

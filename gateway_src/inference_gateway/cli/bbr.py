@@ -7,6 +7,8 @@ import asyncio
 from typing import Any
 
 from inference_gateway.cli.picker import add_tls_arguments, server_ssl_context
+from inference_gateway.cli.process import start_server_process
+from inference_gateway.transport.defaults import DRAIN_GRACE_S
 
 __all__ = ["register", "run"]
 
@@ -27,24 +29,27 @@ def register(subparsers: Any) -> None:
         "where Envoy reaches the router over the network (the Kubernetes chart does)",
     )
     parser.add_argument("--grpc-port", type=int, default=9004)
+    parser.add_argument(
+        "--drain-grace",
+        type=float,
+        default=DRAIN_GRACE_S,
+        metavar="SECONDS",
+        help="on SIGTERM, SIGINT or SIGHUP: stop listening, let exchanges in flight "
+        "finish for at most this long, then exit (default %(default)s)",
+    )
     add_tls_arguments(parser)
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        import uvloop
-
-        uvloop.install()
-    except ImportError:  # pragma: no cover - uvloop is a pinned dependency
-        pass
+    start_server_process()
     return asyncio.run(_serve(args))
 
 
 async def _serve(args: argparse.Namespace) -> int:
     from inference_gateway.config.spec import load_config
     from inference_gateway.frontends.bbr import start_bbr
-    from inference_gateway.transport.signals import stop_signals
+    from inference_gateway.transport.signals import log_drained, stop_signals
 
     stopped = stop_signals("igw bbr")  # SIGTERM, SIGINT and SIGHUP alike (transport/signals.py)
     config = load_config(args.config) if args.config else None
@@ -53,5 +58,5 @@ async def _serve(args: argparse.Namespace) -> int:
     )
     print(f"igw bbr: ext_proc on {args.host}:{port}", flush=True)
     await stopped
-    await server.stop(5)
+    log_drained("igw bbr", await server.stop(args.drain_grace))
     return 0

@@ -11,11 +11,10 @@ import os
 import sys
 from typing import Any
 
-__all__ = ["register"]
+from inference_gateway.cli.process import start_server_process
+from inference_gateway.transport.defaults import BODY_TIMEOUT_S, DRAIN_GRACE_S, HEADER_TIMEOUT_S
 
-HEADER_TIMEOUT_S = 15.0  # transport/http_settings.py's default, without importing aiohttp
-BODY_TIMEOUT_S = 15.0  # transport/http_settings.py's default
-DRAIN_GRACE_S = 30.0  # transport/signals.py's default
+__all__ = ["register"]
 
 
 def register(subparsers: Any) -> None:
@@ -82,7 +81,6 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import asyncio
-    import logging
 
     from inference_gateway.frontends.global_router.config import load_router_config
     from inference_gateway.frontends.global_router.server import (
@@ -107,20 +105,13 @@ def run(args: argparse.Namespace) -> int:
     if args.clusters or args.region:
         print("igw global: cluster names and --region go with drain / undrain", file=sys.stderr)
         return 2
-    # drains, returns and store fallbacks are one line each
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    start_server_process()
     app, router = build_global_router(
         spec,
         emf_interval_s=args.emf_interval,
         environment=args.environment,
         body_timeout_s=args.body_timeout,
     )
-    try:
-        import uvloop
-
-        uvloop.install()
-    except ImportError:  # pragma: no cover - uvloop is a pinned dependency
-        pass
     clusters = ", ".join(f"{c.name} ({c.region})" for c in spec.clusters)
     print(f"igw global: listening on http://{args.host}:{args.port} over {clusters}", flush=True)
     from inference_gateway.transport.signals import serve_http

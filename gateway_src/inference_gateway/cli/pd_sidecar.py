@@ -9,8 +9,9 @@ import asyncio
 import sys
 from typing import Any
 
+from inference_gateway.cli.process import start_server_process
 from inference_gateway.frontends.pd_exchange import PREFILL_TIMEOUT_S
-from inference_gateway.transport.signals import DRAIN_GRACE_S
+from inference_gateway.transport.defaults import DRAIN_GRACE_S
 
 __all__ = ["parse_listen", "register", "run"]
 
@@ -67,7 +68,6 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import logging
 
     from inference_gateway.frontends.pd_sidecar import PrefillAllowlist, Sidecar
     from inference_gateway.transport.http_settings import server_settings
@@ -82,13 +82,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as error:
         print(f"igw pd-sidecar: {error}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    try:
-        import uvloop
-
-        uvloop.install()
-    except ImportError:  # pragma: no cover - uvloop is a pinned dependency
-        pass
+    start_server_process()
 
     def listening(bound: int) -> None:
         print(f"igw pd-sidecar: listening on http://{host}:{bound}", flush=True)

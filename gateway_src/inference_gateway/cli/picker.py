@@ -19,6 +19,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from inference_gateway.cli.process import start_server_process
+
 __all__ = [
     "add_store_argument",
     "kubernetes_options",
@@ -217,13 +219,7 @@ def server_ssl_context(args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    try:
-        import uvloop
-
-        uvloop.install()
-    except ImportError:  # pragma: no cover - uvloop is a pinned dependency
-        pass
+    start_server_process()
     return asyncio.run(_serve(args))
 
 

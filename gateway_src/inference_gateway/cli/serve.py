@@ -9,7 +9,9 @@ from typing import Any
 
 from inference_gateway.cli.auth import add_auth_arguments, authenticator
 from inference_gateway.cli.picker import add_cluster_arguments, add_store_argument
+from inference_gateway.cli.process import start_server_process
 from inference_gateway.frontends.pd_exchange import PREFILL_TIMEOUT_S
+from inference_gateway.transport.defaults import BODY_TIMEOUT_S, DRAIN_GRACE_S, HEADER_TIMEOUT_S
 
 __all__ = ["register"]
 
@@ -35,7 +37,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--header-timeout",
         type=float,
-        default=15.0,
+        default=HEADER_TIMEOUT_S,
         metavar="SECONDS",
         help="close a connection whose request head is not complete this long after it "
         "opened or its last response ended (slow clients; also the idle keep-alive limit; "
@@ -44,7 +46,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--body-timeout",
         type=float,
-        default=15.0,
+        default=BODY_TIMEOUT_S,
         metavar="SECONDS",
         help="answer 408 and close the connection when a request body is not complete "
         "this long after its head (slow clients; default %(default)s)",
@@ -52,7 +54,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--drain-grace",
         type=float,
-        default=30.0,
+        default=DRAIN_GRACE_S,
         metavar="SECONDS",
         help="on SIGTERM, SIGINT or SIGHUP: stop listening, let requests in flight finish "
         "for at most this long, then exit (default %(default)s)",
@@ -85,7 +87,6 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import asyncio
-    import logging
 
     from inference_gateway.assembly.serve import RUN_OPTIONS, build_gateway
     from inference_gateway.shared_store.client import store_from_flag
@@ -121,14 +122,7 @@ def run(args: argparse.Namespace) -> int:
         body_timeout_s=args.body_timeout,
         prefill_timeout_s=args.prefill_timeout,
     )
-    # one line per drain, store fallback, reload; never a traceback per client
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    try:
-        import uvloop
-
-        uvloop.install()
-    except ImportError:  # pragma: no cover - uvloop is a pinned dependency
-        pass
+    start_server_process()
     if args.store:
         from inference_gateway.shared_store.dispatch import for_director
 

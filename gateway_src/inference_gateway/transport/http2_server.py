@@ -63,6 +63,7 @@ from inference_gateway.transport.h2_frames import (
     parse_grpc_timeout,
     stream_window,
 )
+from inference_gateway.transport.signals import Drained, drain
 
 __all__ = [
     "Call",
@@ -436,18 +437,20 @@ class Http2GrpcServer:
         )
         return int(self._server.sockets[0].getsockname()[1])
 
-    async def stop(self, grace_s: float | None = 0) -> None:
-        """Stop accepting, GOAWAY every connection, wait up to `grace_s` for calls."""
+    @property
+    def active_calls(self) -> int:
+        """Calls open on every connection (what a drain waits for)."""
+        return sum(len(c.h2.streams) for c in self.connections)
+
+    async def stop(self, grace_s: float | None = 0) -> Drained:
+        """Stop accepting, GOAWAY every connection, wait up to `grace_s` for the calls
+        in flight (`signals.drain`), cancel the rest; what the drain saw."""
         if self._server is None:
-            return
+            return Drained(0, 0, 0.0)
         self._server.close()
         for conn in list(self.connections):
             conn.goaway()
-        if grace_s:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(grace_s):
-                    while any(c.h2.streams for c in self.connections):
-                        await asyncio.sleep(0.02)
+        drained = await drain(lambda: self.active_calls, grace_s or 0.0, poll_s=0.02)
         tasks = []
         for conn in list(self.connections):
             calls = [cast(Call, stream) for stream in conn.h2.streams.values()]
@@ -462,6 +465,7 @@ class Http2GrpcServer:
             await self._server.wait_closed()
         self._server = None
         self._stopped.set()
+        return drained
 
     async def wait_closed(self) -> None:
         """Return once `stop()` has finished."""

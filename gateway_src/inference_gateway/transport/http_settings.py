@@ -43,6 +43,8 @@ import orjson
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
+from inference_gateway.transport.defaults import BODY_TIMEOUT_S, HEADER_TIMEOUT_S
+
 __all__ = [
     "BODY_TIMEOUT_S",
     "HEADER_TIMEOUT_S",
@@ -51,8 +53,6 @@ __all__ = [
     "server_settings",
 ]
 
-HEADER_TIMEOUT_S = 15.0
-BODY_TIMEOUT_S = 15.0
 
 log = logging.getLogger("inference_gateway.transport.http")
 

@@ -18,8 +18,11 @@ The shared parts:
     drained = await drain(in_flight, grace_s)        # waits, polling, never past grace_s
     log_drained("igw serve", drained)                # one line: waited for, finished, cut
 
-and for aiohttp apps all of it in one call, `serve_http` (used by `igw serve` and
-`igw global`). A second signal during the drain is ignored (the grace period bounds it;
+and for aiohttp apps all of it in one call, `serve_http` (used by `igw serve`,
+`igw global` and `igw pd-sidecar`). The gRPC servers drain through the same `drain`:
+`igw picker` (`assembly/picker.py`, after readiness NOT_SERVING) and `igw bbr`
+(`Http2GrpcServer.stop`, after GOAWAY), and log the same `log_drained` line.
+A second signal during the drain is ignored (the grace period bounds it;
 Kubernetes follows with SIGKILL after `terminationGracePeriodSeconds` anyway).
 """
 
@@ -35,6 +38,8 @@ from typing import Any
 
 from aiohttp import web
 
+from inference_gateway.transport.defaults import DRAIN_GRACE_S
+
 __all__ = [
     "DRAIN_GRACE_S",
     "STOP_SIGNALS",
@@ -47,7 +52,6 @@ __all__ = [
 ]
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-DRAIN_GRACE_S = 30.0  # below Kubernetes' default terminationGracePeriodSeconds (30 s) + margin
 
 log = logging.getLogger("inference_gateway.transport.signals")
 

@@ -269,3 +269,46 @@ async def test_igw_picker_process_serves_and_stops_on_sigterm(
         if process.returncode is None:
             process.kill()
             await process.wait()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+async def test_igw_bbr_stops_on_a_stop_signal_with_the_shared_drain_line(
+    sig: signal.Signals,
+) -> None:
+    """`igw bbr` stops on SIGTERM and SIGHUP alike and says what its drain waited for,
+    in the line every `igw` server logs (transport/signals.py `log_drained`)."""
+    port = free_port()
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "inference_gateway.cli.main",
+        "bbr",
+        "--grpc-port",
+        str(port),
+        "--drain-grace",
+        "2",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        assert process.stdout is not None and process.stderr is not None
+        async with asyncio.timeout(20):
+            line = await process.stdout.readline()
+        assert b"ext_proc on" in line, line
+        body = orjson.dumps({"model": "m", "prompt": "x"})
+        async with FakeEnvoy(f"127.0.0.1:{port}") as envoy:  # served before the signal
+            stream = envoy.open()
+            out = await envoy.send_request(stream, "/v1/completions", body)
+            await stream.close()
+        assert out.upstream_body == body
+        process.send_signal(sig)
+        async with asyncio.timeout(10):
+            assert await process.wait() == 0
+        log = (await process.stderr.read()).decode()
+        assert f"{sig.name} received" in log, log
+        assert "igw bbr: drained in" in log and "0 cut at the grace period" in log, log
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
