@@ -42,14 +42,14 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from inference_gateway.core.scheduling.pd import DECIDER_TYPE, HandlerParams
-from inference_gateway.core.scheduling.registry import (
-    OUTSIDE_PROFILES,
-    PLUGIN_TYPES,
-    build_plugin,
-    kind_of,
-    validation_context,
+from inference_gateway.config.checks import (
+    check_pd_handlers,
+    check_plugins,
+    check_profiles,
+    duplicates,
+    format_validation_error,
 )
+from inference_gateway.core.scheduling.registry import kind_of
 from inference_gateway.errors import ConfigError
 
 __all__ = [
@@ -579,10 +579,10 @@ class GatewayConfigSpec(Spec):
     @model_validator(mode="after")
     def _references_resolve(self) -> GatewayConfigSpec:
         problems: list[str] = []
-        problems += _duplicates("pools", [p.name for p in self.pools])
-        problems += _duplicates("models", [m.name for m in self.models])
-        problems += _duplicates("plugins", [p.instance_name for p in self.plugins])
-        problems += _duplicates("schedulingProfiles", [p.name for p in self.scheduling_profiles])
+        problems += duplicates("pools", [p.name for p in self.pools])
+        problems += duplicates("models", [m.name for m in self.models])
+        problems += duplicates("plugins", [p.instance_name for p in self.plugins])
+        problems += duplicates("schedulingProfiles", [p.name for p in self.scheduling_profiles])
         pools = {p.name for p in self.pools}
         plugins = {p.instance_name: p for p in self.plugins}
         profiles = {p.name for p in self.scheduling_profiles}
@@ -601,9 +601,9 @@ class GatewayConfigSpec(Spec):
                 served[adapter] = model.name
         if self.default_profile not in profiles:
             problems.append(f"defaultProfile: unknown profile {self.default_profile!r}")
-        problems += _check_plugins(self.plugins)
-        problems += _check_profiles(self.scheduling_profiles, plugins)
-        problems += _check_pd_handlers(self.plugins, profiles)
+        problems += check_plugins(self.plugins)
+        problems += check_profiles(self.scheduling_profiles, plugins)
+        problems += check_pd_handlers(self.plugins, profiles)
         for i, objective in enumerate(self.objectives):
             if objective.pool is not None and objective.pool not in pools:
                 problems.append(f"objectives[{i}].pool: unknown pool {objective.pool!r}")
@@ -624,120 +624,6 @@ class GatewayConfigSpec(Spec):
             if profile.name == name:
                 return profile
         raise KeyError(name)
-
-
-def _check_plugins(specs: list[PluginSpec]) -> list[str]:
-    """Build every plugin once, so an unknown type or a bad parameter fails here."""
-    problems: list[str] = []
-    context = validation_context()
-    for i, spec in enumerate(specs):
-        if spec.type not in PLUGIN_TYPES:
-            problems.append(
-                f"plugins[{i}].type: unknown plugin type {spec.type!r} "
-                f"(known: {', '.join(sorted(PLUGIN_TYPES))})"
-            )
-            continue
-        try:
-            build_plugin(spec.type, spec.instance_name, spec.parameters, context)
-        except ValidationError as error:
-            problems += format_validation_error(error, f"plugins[{i}].parameters")
-        except ValueError as error:
-            problems.append(f"plugins[{i}].parameters: {error}")
-    return problems
-
-
-def _check_profiles(
-    profiles: list[SchedulingProfileSpec], plugins: Mapping[str, PluginSpec]
-) -> list[str]:
-    """Each ref resolves; by kind, a scorer carries a weight and a profile has at most
-    one picker (upstream `SchedulerProfile.AddPlugins`)."""
-    problems: list[str] = []
-    for i, profile in enumerate(profiles):
-        picker: str | None = None
-        for j, ref in enumerate(profile.plugins):
-            where = f"schedulingProfiles[{i}].plugins[{j}]"
-            plugin = plugins.get(ref.plugin_ref)
-            if plugin is None:
-                problems.append(f"{where}.pluginRef: unknown plugin {ref.plugin_ref!r}")
-                continue
-            kind = kind_of(plugin.type)
-            if kind in OUTSIDE_PROFILES:
-                problems.append(
-                    f"{where}.pluginRef: {ref.plugin_ref!r} is a {kind}, which the scheduler "
-                    "runs between profiles, not inside one"
-                )
-            elif kind == "picker":
-                if picker is not None:
-                    problems.append(
-                        f"{where}.pluginRef: {ref.plugin_ref!r} is a second picker "
-                        f"(the profile already has {picker!r})"
-                    )
-                picker = picker or ref.plugin_ref
-            elif kind == "scorer" and not ref.weight:
-                problems.append(f"{where}.weight: a scorer needs a weight above 0")
-    return problems
-
-
-def _check_pd_handlers(specs: list[PluginSpec], profiles: set[str]) -> list[str]:
-    """Each `pd-profile-handler` names two distinct existing profiles and a decider
-    plugin, and no two handlers claim one decode profile (a request would have two
-    answers to "is a prefill leg worth it")."""
-    problems: list[str] = []
-    kinds = {spec.instance_name: kind_of(spec.type) for spec in specs}
-    claimed: dict[str, str] = {}
-    for i, spec in enumerate(specs):
-        if kinds[spec.instance_name] != "profile-handler":
-            continue
-        where = f"plugins[{i}].parameters"
-        try:
-            params = HandlerParams.model_validate(spec.parameters)
-        except ValidationError:
-            continue  # `_check_plugins` reported it
-        decode, prefill = params.decode_profile, params.prefill_profile
-        decider = params.decider_plugin_name
-        for key, name in (("decodeProfile", decode), ("prefillProfile", prefill)):
-            if name not in profiles:
-                problems.append(f"{where}.{key}: unknown profile {name!r}")
-        if decode == prefill:
-            problems.append(f"{where}.prefillProfile: the same profile as decodeProfile")
-        if kinds.get(decider) != "decider":
-            problems.append(
-                f"{where}.deciderPluginName: {decider!r} is not a declared decider plugin "
-                f"(declare one, e.g. {{type: {DECIDER_TYPE}}})"
-            )
-        if decode in claimed:
-            problems.append(
-                f"{where}.decodeProfile: {decode!r} already has the handler {claimed[decode]!r}"
-            )
-        claimed.setdefault(decode, spec.instance_name)
-    return problems
-
-
-def _duplicates(field: str, names: list[str]) -> list[str]:
-    seen: set[str] = set()
-    out = []
-    for i, name in enumerate(names):
-        if name in seen:
-            out.append(f"{field}[{i}]: duplicate name {name!r}")
-        seen.add(name)
-    return out
-
-
-def format_validation_error(error: ValidationError, prefix: str = "") -> list[str]:
-    """Turn pydantic's error into `"a.b[2].c: message"` lines."""
-    lines = []
-    for item in error.errors():
-        path = prefix
-        for part in item["loc"]:
-            if part == "[key]":  # a mapping's key failed: the key itself is the path
-                continue
-            if isinstance(part, int):
-                path += f"[{part}]"
-            else:
-                path += f".{part}" if path else str(part)
-        message = item["msg"].removeprefix("Value error, ")
-        lines.append(f"{path or '<root>'}: {message}")
-    return lines
 
 
 def parse_config(data: Mapping[str, Any], source: str = "<config>") -> GatewayConfigSpec:

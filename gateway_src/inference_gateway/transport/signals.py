@@ -34,11 +34,12 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
-
-from aiohttp import web
+from typing import TYPE_CHECKING, Any
 
 from inference_gateway.transport.defaults import DRAIN_GRACE_S
+
+if TYPE_CHECKING:  # imported where it runs: the gRPC servers drain without aiohttp
+    from aiohttp import web
 
 __all__ = [
     "DRAIN_GRACE_S",
@@ -130,6 +131,8 @@ async def serve_http(
     flight get `grace_s` to finish and are cancelled after it. `on_listening(port)`
     runs once the socket is bound; `runner_options` go to `web.AppRunner`."""
     stopped = stop_signals(name)  # before anything starts: no signal may kill the start
+    from aiohttp import web
+
     runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=grace_s, **runner_options)
     await runner.setup()
     cleaned = False
