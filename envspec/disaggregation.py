@@ -135,7 +135,9 @@ def pd_gateway_config(
         names = pd_names(server.pool)
         plugins += [
             p.model_dump(mode="json", by_alias=True, exclude_none=True)
-            for p in pd_plugins(names, server.disaggregation.non_cached_tokens)
+            for p in pd_plugins(
+                names, server.disaggregation.non_cached_tokens, gateway.default_profile
+            )
         ]
         spec["schedulingProfiles"] += [
             p.model_dump(mode="json", by_alias=True, exclude_none=True) for p in pd_profiles(names)

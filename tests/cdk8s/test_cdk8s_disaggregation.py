@@ -256,6 +256,7 @@ def test_the_picker_config_parses_and_routes_the_model_through_the_pd_profiles(p
         "decodeProfile": f"{POOL}-decode",
         "prefillProfile": f"{POOL}-prefill",
         "deciderPluginName": f"{POOL}-pd-decider",
+        "aggregatedProfile": spec.default_profile,  # short prompts: any pod of the pool
     }
     decode = [r.plugin_ref for r in spec.profile(f"{POOL}-decode").plugins]
     prefill = [r.plugin_ref for r in spec.profile(f"{POOL}-prefill").plugins]

@@ -101,7 +101,10 @@ def check_pd_handlers(specs: list[PluginSpec], profiles: set[str]) -> list[str]:
             continue  # `_check_plugins` reported it
         decode, prefill = params.decode_profile, params.prefill_profile
         decider = params.decider_plugin_name
-        for key, name in (("decodeProfile", decode), ("prefillProfile", prefill)):
+        named = [("decodeProfile", decode), ("prefillProfile", prefill)]
+        if params.aggregated_profile is not None:
+            named.append(("aggregatedProfile", params.aggregated_profile))
+        for key, name in named:
             if name not in profiles:
                 problems.append(f"{where}.{key}: unknown profile {name!r}")
         if decode == prefill:

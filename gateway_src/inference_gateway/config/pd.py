@@ -54,8 +54,10 @@ def role_filters() -> list[PluginSpec]:
     return [PluginSpec(type=PREFILL_FILTER_TYPE), PluginSpec(type=DECODE_FILTER_TYPE)]
 
 
-def pd_plugins(names: PDNames, non_cached_tokens: int) -> list[PluginSpec]:
-    """A pool's decider (its `nonCachedTokens`) and the handler that names its profiles."""
+def pd_plugins(names: PDNames, non_cached_tokens: int, aggregated_profile: str) -> list[PluginSpec]:
+    """A pool's decider (its `nonCachedTokens`) and the handler that names its profiles;
+    a request kept whole goes to the best pod of either role by `aggregated_profile` (the
+    config's default profile), so short prompts use the prefill pods' GPUs too."""
     return [
         PluginSpec(
             type=DECIDER_TYPE,
@@ -69,6 +71,7 @@ def pd_plugins(names: PDNames, non_cached_tokens: int) -> list[PluginSpec]:
                 "decodeProfile": names.decode_profile,
                 "prefillProfile": names.prefill_profile,
                 "deciderPluginName": names.decider,
+                "aggregatedProfile": aggregated_profile,
             },
         ),
     ]

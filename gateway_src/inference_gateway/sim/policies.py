@@ -186,8 +186,9 @@ def pd_gateway_config(non_cached_tokens: int) -> GatewayConfigSpec:
     charts render them (`config.pd`), its decode profile the default; the decider's
     `nonCachedTokens` the scenario's."""
     names = pd_names()
+    aggregated = GatewayConfigSpec().default_profile
     return GatewayConfigSpec(
-        plugins=[*role_filters(), *pd_plugins(names, non_cached_tokens)],
+        plugins=[*role_filters(), *pd_plugins(names, non_cached_tokens, aggregated)],
         scheduling_profiles=pd_profiles(names),
         default_profile=names.decode_profile,
     )

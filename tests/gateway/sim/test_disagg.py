@@ -107,14 +107,18 @@ def test_shipped_disagg_scenario_halves_p99_tpot() -> None:
 
 
 def test_short_prompts_stay_aggregated_under_the_threshold() -> None:
-    """Where P/D loses: prompts under nonCachedTokens are served whole on a decode pod (no
-    prefill leg, no transfer), which answers sooner than splitting them anyway does."""
+    """Where P/D loses: prompts under nonCachedTokens are served whole (no prefill leg, no
+    transfer) on the best pod of either role (the handler's aggregatedProfile), so the
+    split fleet answers them as the aggregated one does, and sooner than splitting them
+    anyway does."""
     scenario = load_scenario("disagg-short-prompts").model_copy(update={"duration_s": 60.0})
-    result = simulate(scenario, ["gateway-pd", "gateway-pd-always"])["policies"]
-    kept, always = result["gateway-pd"], result["gateway-pd-always"]
+    result = simulate(scenario, ["gateway", "gateway-pd", "gateway-pd-always"])["policies"]
+    whole, kept, always = result["gateway"], result["gateway-pd"], result["gateway-pd-always"]
     assert kept["completed"] > 100 and kept["prefill_legs"] == 0
     assert always["prefill_legs"] == always["completed"]
     assert kept["ttft_p50_s"] < always["ttft_p50_s"]
+    for quantile in ("ttft_p50_s", "ttft_p99_s"):
+        assert kept[quantile] <= 1.05 * whole[quantile], quantile
 
 
 def test_split_must_fit_the_fleet_and_gateway_pd_needs_one() -> None:

@@ -29,6 +29,9 @@ class SchedulerLike(Protocol):
     def schedule_prefill(
         self, request: LLMRequest, endpoints: list[Endpoint], decode: Endpoint
     ) -> list[Endpoint] | None: ...
+    def schedule_aggregated(
+        self, request: LLMRequest, endpoints: list[Endpoint]
+    ) -> list[Endpoint] | None: ...
     def on_picked(self, request: LLMRequest, endpoint: Endpoint, now: float) -> None: ...
     def on_first_token(
         self, request: LLMRequest, endpoint: Endpoint, ttft_s: float, now: float

@@ -680,6 +680,8 @@ class Director:
             return ranked, []
         decision = "prefill-decode" if prefill else "decode-only"
         self.child(self.metrics.pd_decisions, llm.model, decision).inc()
+        if not prefill:  # whole, on the decode pod or by the handler's aggregatedProfile
+            ranked = self.scheduler.schedule_aggregated(llm, candidates) or ranked
         return ranked, prefill
 
 

@@ -28,6 +28,11 @@ class RoundRobinScheduler:
     ) -> list[Endpoint] | None:
         return None  # a Service knows no roles: every pod serves the whole request
 
+    def schedule_aggregated(
+        self, request: LLMRequest, endpoints: list[Endpoint]
+    ) -> list[Endpoint] | None:
+        return None
+
     def on_picked(self, request: LLMRequest, endpoint: Endpoint, now: float) -> None:
         return None
 

@@ -6,7 +6,10 @@ A `pd-profile-handler` names two profiles: the scheduler runs the decode profile
 decider whether this prompt is worth a separate prefill on the best decode pod; if so it
 runs the prefill profile and the data plane sends the prefill leg to its best pod first.
 A decider that says no (a short prompt, or one the decode pod mostly caches already) or
-a prefill profile that leaves no pod serves the request aggregated on the decode pod.
+a prefill profile that leaves no pod serves the request aggregated: on the decode pod
+(llm-d's rule), or, where the handler names an `aggregatedProfile` (ours), on the best
+pod of the whole pool by that profile, so a fleet split for long prompts still serves
+its short ones on every GPU it has, prefill pods included.
 
 Upstream: llm-d-inference-scheduler `pkg/plugins/filter/pd_role.go` (the label, its
 values, which filter keeps unlabeled pods), `pkg/plugins/profile/pd_profile_handler.go`
@@ -112,6 +115,10 @@ class HandlerParams(Params):
     decode_profile: str = Field(default="decode", min_length=1)
     prefill_profile: str = Field(default="prefill", min_length=1)
     decider_plugin_name: str = Field(default=DECIDER_TYPE, min_length=1)
+    # ours: a decode-only request is ranked by this profile over every pod of the pool,
+    # prefill pods too (a kv_both engine serves whole requests); unset: llm-d's rule,
+    # it stays on the decode profile's pod
+    aggregated_profile: str | None = Field(default=None, min_length=1)
 
 
 class PDProfileHandler:
@@ -123,6 +130,7 @@ class PDProfileHandler:
         self.decode_profile = params.decode_profile
         self.prefill_profile = params.prefill_profile
         self.decider_plugin_name = params.decider_plugin_name
+        self.aggregated_profile = params.aggregated_profile
         self.decider: PrefixBasedPDDecider | None = None  # bound by the scheduler
 
     def prefill_profile_for(self, request: LLMRequest, decode: Endpoint) -> str | None:

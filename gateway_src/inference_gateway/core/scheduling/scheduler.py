@@ -180,6 +180,22 @@ class Scheduler:
         request.prefill_pod = ranked[0].name if ranked else None
         return ranked
 
+    def schedule_aggregated(
+        self, request: LLMRequest, endpoints: list[Endpoint]
+    ) -> list[Endpoint] | None:
+        """For a request `schedule_prefill` kept whole: ranked pods of every role by the
+        handler's `aggregatedProfile`; None keeps the decode profile's ranking (no such
+        profile, or none of its pods eligible)."""
+        handler = self._handlers.get(request.profile or self.config.default_profile)
+        if handler is None or handler.aggregated_profile is None:
+            return None
+        candidates = eligible(request, endpoints)
+        name = handler.aggregated_profile
+        precise = self._precise.get(name)
+        if precise is not None:
+            precise.prepare(request, candidates)
+        return self.profiles[name].run(request, candidates) or None
+
     def on_picked(self, request: LLMRequest, endpoint: Endpoint, now: float) -> None:
         endpoint.sent_requests += 1
         endpoint.sent_tokens += request.prompt_tokens

@@ -183,6 +183,10 @@ def test_a_profile_without_a_handler_never_splits() -> None:
             lambda c: c["plugins"][2].update(parameters={"nonCachedTokens": -1}),
             r"nonCachedTokens",
         ),
+        (
+            lambda c: c["plugins"][3].update(parameters={"aggregatedProfile": "nope"}),
+            r"aggregatedProfile: unknown profile 'nope'",
+        ),
     ],
 )
 def test_config_errors_name_the_field(change: Any, message: str) -> None:
@@ -264,3 +268,22 @@ async def test_a_failed_prefill_leg_makes_the_decode_pod_prefill_and_an_open_leg
     life.cancelled("client_cancelled")
     assert (prefill_pod.inflight, prefill_pod.prefill_tokens) == (0, 0)
     assert (decode_pod.inflight, decode_pod.prefill_tokens) == (0, 0)
+
+
+async def test_a_whole_request_is_ranked_over_both_roles_by_the_aggregated_profile() -> None:
+    """With `aggregatedProfile`, a decode-only request is ranked over every pod (here the
+    idle prefill pod beats the busy decode pod on queue); without it, llm-d's rule keeps
+    it on the decode profile's pod."""
+    busy_decode = [pod("p0", "prefill"), pod("d0", "decode", waiting=6)]
+    for aggregated, first in ((None, "d0"), ("throughput", "p0")):
+        config = pd_config(512)
+        if aggregated is not None:
+            config["plugins"][3]["parameters"] = {"aggregatedProfile": aggregated}
+        spec = GatewayConfigSpec.model_validate({**config, "flowControl": OPEN})
+        d = Director(lambda: busy_decode, Scheduler(spec), RoutingState.build(spec))
+        pending = d.begin(intake(100), {})
+        assert d.offer(pending)
+        life = d.start(pending)
+        assert life.decision.prefill == []
+        assert life.decision.ranked[0].name == first, aggregated
+        life.finished()
