@@ -13,8 +13,9 @@
 2. Closed loop (`closed_loop`): 64 clients each send their next request as soon as the
    last is answered, direct to the pod, through `igw serve` with its defaults, and through
    one without the saturation detector's queue term, in alternating 3 s phases (two
-   rounds): requests/s, each process's CPU in cores (`/proc/PID/stat`), the gateway's
-   CPU per request and its admission queue (the flow-control gauge, sampled every 100 ms).
+   rounds, the second in reverse order): requests/s, each process's CPU in cores
+   (`/proc/PID/stat`), the gateway's CPU per request and its admission queue (the
+   flow-control gauge, sampled every 100 ms).
    With a zero-delay pod the queue term (scraped waiting + requests sent since the scrape
    without an answer, full at 5) holds most of the 64 in the admission queue while the
    pod idles: that, not the gateway's CPU, caps its closed-loop rate (docs/operations.md).
@@ -316,8 +317,8 @@ async def closed_loop(
                         f"http://127.0.0.1:{port}/v1/completions", data=BODY
                     ) as r:
                         await r.read()
-            for _ in range(rounds):
-                for path in ports:
+            for r in range(rounds):  # odd rounds in reverse: no path always follows another
+                for path in list(ports) if r % 2 == 0 else list(ports)[::-1]:
                     await phase(path)
     finally:
         for process in [*cpu_of.values(), pod]:
