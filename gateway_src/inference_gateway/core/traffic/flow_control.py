@@ -50,7 +50,7 @@ import heapq
 import itertools
 import math
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -117,30 +117,28 @@ def pod_saturated(endpoint: Endpoint, limits: Limits) -> bool:
     return pod_load(endpoint, limits) >= 1
 
 
-def _pod_slots(endpoints: Iterable[Endpoint], limits: Limits) -> Iterator[int]:
-    """Requests each ready pod can take before it is full again: the queue headroom, or
-    one under a prefill threshold (a request's size, and so its prefill time, is unknown
-    until it is picked)."""
-    for e in endpoints:
-        if e.stale or e.metrics is None or pod_saturated(e, limits):
-            continue
-        if limits.prefill_s is not None:
-            yield 1
-        else:
-            queue = e.metrics.waiting + e.sent_requests + e.peer_requests
-            yield max(1, math.ceil(limits.queue - queue))
+def _room(e: Endpoint, limits: Limits) -> int:
+    """Requests a pod can take before it is full again: the queue headroom, or one under
+    a prefill threshold (a request's size, and so its prefill time, is unknown until it
+    is picked); 0 for a stale, unscraped or full pod."""
+    m = e.metrics
+    if e.stale or m is None or pod_saturated(e, limits):
+        return 0
+    if limits.prefill_s is not None:
+        return 1
+    return max(1, math.ceil(limits.queue - (m.waiting + e.sent_requests + e.peer_requests)))
 
 
 def free_slots(endpoints: Iterable[Endpoint], limits: Limits) -> int:
     """Requests the ready pods can take before each is full again."""
-    return sum(_pod_slots(endpoints, limits))
+    return sum(_room(e, limits) for e in endpoints)
 
 
 def has_free_slot(endpoints: Iterable[Endpoint], limits: Limits, taken: int = 0) -> bool:
     """`free_slots(...) > taken`, stopping at the first pod that settles it (the
     admission check of every request, where usually the first pod does)."""
-    for room in _pod_slots(endpoints, limits):
-        taken -= room
+    for e in endpoints:
+        taken -= _room(e, limits)
         if taken < 0:
             return True
     return False
@@ -169,8 +167,10 @@ class SlotCounter:
             critical = Limits.for_band(s, "critical")
         else:
             normal, critical = limits("standard", reserve), limits("critical", True)
-        self.normal = free_slots(endpoints, normal) - in_transit
-        self.critical = free_slots(endpoints, critical) - in_transit
+        self.normal = self.critical = -in_transit
+        for e in endpoints:  # one pass for both bands (every admission round counts)
+            self.normal += _room(e, normal)
+            self.critical += _room(e, critical)
 
     def full(self, band: str) -> bool:
         return (self.critical if band == "critical" else self.normal) <= 0
