@@ -13,15 +13,24 @@
 2. Closed loop (`closed_loop`): 64 clients each send their next request as soon as the
    last is answered, direct to the pod, through `igw serve` with its defaults, and through
    one without the saturation detector's queue term, in alternating 3 s phases (two
-   rounds): requests/s, each process's CPU in cores (`/proc/PID/stat`), the gateway's
-   CPU per request and its admission queue (the flow-control gauge, sampled every 100 ms).
+   rounds, the second in reverse order): requests/s, each process's CPU in cores
+   (`/proc/PID/stat`), the gateway's CPU per request and its admission queue (the
+   flow-control gauge, sampled every 100 ms).
    With a zero-delay pod the queue term (scraped waiting + requests sent since the scrape
    without an answer, full at 5) holds most of the 64 in the admission queue while the
    pod idles: that, not the gateway's CPU, caps its closed-loop rate (docs/operations.md).
 3. Picker: one scheduling decision (`latency` profile, prefix hashes of a 2 KB prompt)
    over 256 endpoints with random metrics, timed in-process.
 
-Run: `.venv/bin/python bench/gateway_overhead.py [--json] [--requests N] [--only-closed-loop]`.
+Run: `.venv/bin/python bench/gateway_overhead.py [--json] [--requests N] [--only-closed-loop]
+[--baseline-src DIR]`.
+
+`--baseline-src DIR` also starts an `igw serve` from another source tree's `gateway_src`
+(a worktree of an older commit, say) beside this tree's, in the same run: the open loop
+interleaves direct, baseline and this gateway request by request (the order rotating), the
+closed loop alternates their phases, and a last table sets this tree's CPU per request,
+requests/s and added p50/p99 against the baseline's (the picker figure and the diagnosis
+path are left out: bench/picker_throughput.py has its own `--baseline-src`).
 """
 
 from __future__ import annotations
@@ -105,10 +114,13 @@ async def wait_ready(session: aiohttp.ClientSession, url: str, deadline_s: float
 BODY = orjson.dumps({"model": MODEL, "prompt": "hello " * 40, "max_tokens": 1})
 
 
-def start_gateway(pod_port: int, config: str | None = None) -> tuple[subprocess.Popen[bytes], int]:
+def start_gateway(
+    pod_port: int, config: str | None = None, src: str | None = None
+) -> tuple[subprocess.Popen[bytes], int]:
     """`igw serve` in front of the pod, in its own process, as it would run in a cluster
     (the client's CPU counts against neither). `config`: its config YAML text (default:
-    none, the built-in defaults)."""
+    none, the built-in defaults); `src`: a source tree whose `gateway_src` it runs instead
+    of this one."""
     port = free_port()
     folder = Path(tempfile.mkdtemp(prefix="igw-overhead-"))
     (folder / "endpoints.yaml").write_text(
@@ -118,24 +130,41 @@ def start_gateway(pod_port: int, config: str | None = None) -> tuple[subprocess.
     if config is not None:
         (folder / "config.yaml").write_text(config)
         extra = ["--config", str(folder / "config.yaml")]
-    argv = [sys.executable, "-m", "inference_gateway.cli.main", "serve"]
+    module, env = "inference_gateway.cli.main", dict(os.environ)
+    if src is not None:
+        source = Path(src).resolve() / "gateway_src"
+        env["PYTHONPATH"] = os.pathsep.join([str(source), env.get("PYTHONPATH", "")])
+        if not (source / "inference_gateway" / "cli" / "main.py").exists():
+            module = "inference_gateway.cli"  # older trees: the CLI was one module
+    argv = [sys.executable, "-m", module, "serve"]
     argv += ["--endpoints", str(folder / "endpoints.yaml"), "--port", str(port), *extra]
-    return subprocess.Popen(argv, stdout=subprocess.DEVNULL), port
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, env=env), port
 
 
-async def proxy_overhead(requests: int, rate: float) -> dict[str, float]:
-    """Open loop at `rate`, direct and through the gateway, interleaved request by request."""
+async def proxy_overhead(
+    requests: int, rate: float, baseline_src: str | None = None
+) -> dict[str, float]:
+    """Open loop at `rate`, direct and through the gateway (and, with `baseline_src`,
+    through the baseline tree's gateway too), interleaved request by request."""
     pod_port = free_port()
     pod = subprocess.Popen([sys.executable, __file__, "--serve-pod", str(pod_port)])
     gateway, gw_port = start_gateway(pod_port)
+    gateways = [gateway]
     body = BODY
     load_before = os.getloadavg()[0]
     direct: list[float] = []
     via: list[float] = []
+    base: list[float] = []
+    paths = [(pod_port, direct), (gw_port, via)]
+    if baseline_src is not None:
+        baseline, base_port = start_gateway(pod_port, src=baseline_src)
+        gateways.append(baseline)
+        paths.append((base_port, base))
     try:
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
             await wait_ready(session, f"http://127.0.0.1:{pod_port}/metrics")
-            await wait_ready(session, f"http://127.0.0.1:{gw_port}/health")
+            for port, _ in paths[1:]:
+                await wait_ready(session, f"http://127.0.0.1:{port}/health")
 
             async def call(port: int, out: list[float]) -> None:
                 start = time.perf_counter()
@@ -150,23 +179,30 @@ async def proxy_overhead(requests: int, rate: float) -> dict[str, float]:
                 out.append(time.perf_counter() - start)
 
             for _ in range(100):  # warm connections and the picker
-                await call(pod_port, [])
-                await call(gw_port, [])
+                for port, _ in paths:
+                    await call(port, [])
             tasks = []
             start = time.perf_counter()
             for i in range(requests):
                 await asyncio.sleep(max(0.0, start + i / rate - time.perf_counter()))
-                first, second = (pod_port, direct), (gw_port, via)
-                if i % 2:
-                    first, second = second, first
-                tasks.append(asyncio.create_task(call(*first)))
-                tasks.append(asyncio.create_task(call(*second)))
+                turn = i % len(paths)  # each path goes first as often as the others
+                for port, out in paths[turn:] + paths[:turn]:
+                    tasks.append(asyncio.create_task(call(port, out)))
             await asyncio.wait_for(asyncio.gather(*tasks), timeout=300)
     finally:
-        for process in (gateway, pod):
+        for process in (*gateways, pod):
             process.terminate()
             process.wait(timeout=10)
     d, v = np.asarray(direct) * 1000, np.asarray(via) * 1000
+    baseline_figures = {}
+    if base:
+        b = np.asarray(base) * 1000
+        baseline_figures = {
+            "baseline_p50_ms": float(np.percentile(b, 50)),
+            "baseline_p99_ms": float(np.percentile(b, 99)),
+            "baseline_added_p50_ms": float(np.percentile(b, 50) - np.percentile(d, 50)),
+            "baseline_added_p99_ms": float(np.percentile(b, 99) - np.percentile(d, 99)),
+        }
     return {
         "requests_each": requests,
         "rate_rps": rate,
@@ -178,6 +214,7 @@ async def proxy_overhead(requests: int, rate: float) -> dict[str, float]:
         "added_p99_ms": float(np.percentile(v, 99) - np.percentile(d, 99)),
         "load_1min_before": load_before,
         "load_1min_after": os.getloadavg()[0],
+        **baseline_figures,
     }
 
 
@@ -209,11 +246,12 @@ async def closed_loop(
     phase_s: float,
     rounds: int,
     max_requests: int,
-    gateways: dict[str, str | None],
+    gateways: dict[str, tuple[str | None, str | None]],
 ) -> dict[str, Any]:
     """`concurrency` clients, each sending its next request as soon as its last answer
-    is in, direct to the pod and through each gateway of `gateways` (name: config YAML
-    text, None for the defaults; each its own `igw serve` in front of the same pod) in
+    is in, direct to the pod and through each gateway of `gateways` (name: its config YAML
+    text, None for the defaults, and the source tree it runs, None for this one; each its
+    own `igw serve` in front of the same pod) in
     alternating phases of `phase_s` (`rounds` of each, at most `max_requests` per phase),
     so all paths see the same machine. Reported per path: requests/s, and the CPU of the
     pod, the gateway and the client (cores: CPU seconds over wall seconds). During a
@@ -221,7 +259,9 @@ async def closed_loop(
     requests held there while the pod is idle are the saturation detector's doing."""
     pod_port = free_port()
     pod = subprocess.Popen([sys.executable, __file__, "--serve-pod", str(pod_port)])
-    started = {name: start_gateway(pod_port, config) for name, config in gateways.items()}
+    started = {
+        name: start_gateway(pod_port, config, src) for name, (config, src) in gateways.items()
+    }
     ports = {"direct": pod_port, **{name: port for name, (_, port) in started.items()}}
     cpu_of = {name: proc for name, (proc, _) in started.items()}
     figures = {
@@ -277,8 +317,8 @@ async def closed_loop(
                         f"http://127.0.0.1:{port}/v1/completions", data=BODY
                     ) as r:
                         await r.read()
-            for _ in range(rounds):
-                for path in ports:
+            for r in range(rounds):  # odd rounds in reverse: no path always follows another
+                for path in list(ports) if r % 2 == 0 else list(ports)[::-1]:
                     await phase(path)
     finally:
         for process in [*cpu_of.values(), pod]:
@@ -375,6 +415,9 @@ def main() -> int:
         action="store_true",
         help="closed loop: leave out the gateway without the saturation detector's queue term",
     )
+    parser.add_argument(
+        "--baseline-src", help="source tree whose gateway runs beside this one's, side by side"
+    )
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--serve-pod", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -390,25 +433,53 @@ def main() -> int:
     except ImportError:  # pragma: no cover
         pass
     result: dict[str, Any] = {}
+    baseline = args.baseline_src
     if not args.only_closed_loop:
-        result["proxy"] = asyncio.run(proxy_overhead(args.requests, args.rate))
-        result["picker"] = picker_decision(256, 3000)
-    gateways: dict[str, str | None] = {"gateway": None}
-    if not args.no_diagnosis:
-        gateways["gateway_no_queue_term"] = QUEUE_TERM_OFF
+        result["proxy"] = asyncio.run(proxy_overhead(args.requests, args.rate, baseline))
+        if baseline is None:
+            result["picker"] = picker_decision(256, 3000)
+    gateways: dict[str, tuple[str | None, str | None]] = {"gateway": (None, None)}
+    if baseline is not None:
+        gateways["baseline"] = (None, baseline)
+    elif not args.no_diagnosis:
+        gateways["gateway_no_queue_term"] = (QUEUE_TERM_OFF, None)
     result["closed_loop"] = asyncio.run(
         closed_loop(args.concurrency, args.phase_s, args.rounds, 100_000, gateways)
     )
+    if baseline is not None:
+        result["versus_baseline"] = versus_baseline(result, baseline)
     if args.json:
         sys.stdout.write(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode() + "\n")
         return 0
     if "proxy" in result:
-        print_open_loop(result["proxy"], result["picker"])
+        print_open_loop(result["proxy"], result.get("picker"))
     print_closed_loop(result["closed_loop"])
+    if "versus_baseline" in result:
+        print_versus_baseline(result["versus_baseline"])
     return 0
 
 
-def print_open_loop(p: dict[str, float], k: dict[str, float]) -> None:
+def versus_baseline(result: dict[str, Any], src: str) -> dict[str, Any]:
+    """This tree's gateway against the baseline's, from the same run: (baseline, this,
+    this / baseline) per figure."""
+    rows: dict[str, list[float]] = {}
+    paths = result["closed_loop"]["paths"]
+    for key, figure in (("cpu_ms_per_request", "cpu_ms_per_request"), ("rps", "rps")):
+        rows[f"closed_loop_{key}"] = [paths["baseline"][figure], paths["gateway"][figure]]
+    if "proxy" in result:
+        p = result["proxy"]
+        for q in ("p50", "p99"):
+            rows[f"open_loop_added_{q}_ms"] = [p[f"baseline_added_{q}_ms"], p[f"added_{q}_ms"]]
+    return {
+        "baseline_src": src,
+        "figures": {
+            name: {"baseline": b, "this": t, "ratio": t / b if b else None}
+            for name, (b, t) in rows.items()
+        },
+    }
+
+
+def print_open_loop(p: dict[str, float], k: dict[str, float] | None) -> None:
     print(
         f"proxy at {p['rate_rps']:.0f} req/s, {p['requests_each']} requests per path "
         f"(load average {p['load_1min_before']:.2f} before, {p['load_1min_after']:.2f} after)"
@@ -419,6 +490,14 @@ def print_open_loop(p: dict[str, float], k: dict[str, float]) -> None:
         f"  added    p50 {p['added_p50_ms']:.2f} ms  p99 {p['added_p99_ms']:.2f} ms "
         "(targets: <= 1 ms, <= 5 ms)"
     )
+    if "baseline_p50_ms" in p:
+        print(
+            f"  baseline p50 {p['baseline_p50_ms']:.2f} ms  p99 {p['baseline_p99_ms']:.2f} ms; "
+            f"added p50 {p['baseline_added_p50_ms']:.2f} ms  "
+            f"p99 {p['baseline_added_p99_ms']:.2f} ms"
+        )
+    if k is None:
+        return
     print(
         f"picker over {k['endpoints']} endpoints: p50 {k['p50_ms']:.3f} ms, "
         f"p99 {k['p99_ms']:.3f} ms (target: p99 <= 1 ms)"
@@ -442,6 +521,14 @@ def print_closed_loop(c: dict[str, Any]) -> None:
                 f"queue mean {f['admission_queue_mean']:.1f} peak {f['admission_queue_max']:.0f}"
             )
         print(line)
+
+
+def print_versus_baseline(v: dict[str, Any]) -> None:
+    print(f"this tree against the baseline ({v['baseline_src']}), same run")
+    print(f"  {'figure':32} {'baseline':>9} {'this':>9} {'this/base':>9}")
+    for name, f in v["figures"].items():
+        ratio = "-" if f["ratio"] is None else f"{f['ratio']:.3f}"
+        print(f"  {name:32} {f['baseline']:9.3f} {f['this']:9.3f} {ratio:>9}")
 
 
 if __name__ == "__main__":

@@ -73,9 +73,13 @@ class KVBlockIndex:
         return state
 
     def set_capacity(self, pod: str, blocks: int) -> None:
+        """Called on every pick; only a changed capacity can leave blocks to trim
+        (`stored` keeps each pod within its capacity)."""
         state = self._pod(pod)
-        state.capacity = max(1, min(blocks, self.max_blocks_per_pod))
-        self._trim(pod, state)
+        capacity = max(1, min(blocks, self.max_blocks_per_pod))
+        if capacity != state.capacity:
+            state.capacity = capacity
+            self._trim(pod, state)
 
     def ingest(self, pod: str, batch: KVEventBatch, seq: int = -1) -> None:
         """Apply one decoded batch from `pod` (in sequence order)."""

@@ -248,6 +248,24 @@ def test_upstream_detector_is_selectable() -> None:
     assert Limits.for_band(spec, "critical") == Limits(5, 0.8, None)
 
 
+def test_the_controllers_limits_follow_a_reloaded_spec() -> None:
+    """The controller makes each band's `Limits` once per spec; a reload (a new spec
+    assigned, as `Director.reload` does) must not keep the old thresholds."""
+    fc = FlowController(FlowControlSpec())
+    defaults = SaturationSpec()
+    assert fc.limits("standard") == Limits.for_band(defaults, "standard")
+    assert fc.limits("standard", reserve=False) == Limits.for_band(defaults, "critical")
+    assert fc.limits("critical") == Limits.for_band(defaults, "critical")
+    upstream = SaturationSpec(
+        queue_threshold=7, noncritical_queue_threshold=3, critical_reserve_s=None
+    )
+    fc.spec = FlowControlSpec(saturation=upstream)
+    assert fc.limits("standard") == Limits.for_band(upstream, "standard")
+    assert fc.limits("standard").queue == 3 and fc.limits("critical").queue == 7
+    busy = pod(waiting=3)  # full for standard under the new spec (always reserving), not critical
+    assert fc.slots([busy], 0.0).full("standard") and not fc.full("critical", [busy], 0.0)
+
+
 @given(
     pods=st.lists(
         st.tuples(

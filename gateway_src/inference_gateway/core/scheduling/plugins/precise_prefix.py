@@ -136,10 +136,13 @@ class PrecisePrefixScorer:
         matches = request.prefix_matches or {}
         blocks = request.prompt_tokens // self.params.block_size
         total = max(len(request.kv_hashes or ()), blocks, 1)
-        best = dict(self._sent_matches(request))  # the longer of held and sent, per pod
-        for pod, held in matches.items():
-            if held > best.get(pod, 0):
-                best[pod] = held
+        sent = self._sent_matches(request)
+        best = sent  # the longer of held and sent, per pod
+        if matches is not sent:  # else no pod's events yet: `prepare` answered `sent`
+            best = dict(sent)
+            for pod, held in matches.items():
+                if held > best.get(pod, 0):
+                    best[pod] = held
         if not best:
             return [0.0] * len(endpoints)
         get, inverse = best.get, 1.0 / total
