@@ -4,10 +4,7 @@ Per pod, predicted TTFT = `seconds_per_token × (backlog + own uncached tokens)`
 
 * backlog: prompt tokens this picker sent to the pod that have not produced a first token
   yet (known exactly), or, when the pod's scraped queue says more is waiting (traffic
-  from other replicas), `waiting × mean uncached tokens per pick` (what a queued request
-  prefills: pricing it at the mean *prompt* overstated a busy pod's queue wherever most
-  of each prompt is cached, so its first tokens taught it a lower seconds-per-token and
-  the busiest pod looked fastest, issue 24); with a shared dispatch view the
+  from other replicas), `waiting × mean prompt tokens`; with a shared dispatch view the
   other replicas' pending prefill tokens and sent requests are added to each
   (`Endpoint.peer_prefill_tokens`, `Endpoint.peer_requests`);
 * own uncached tokens: the prompt minus the blocks the prefix index says the pod holds;
@@ -71,7 +68,6 @@ class PredictedTTFTScorer:
         self._pods: dict[str, _PodModel] = {}
         self._pending: dict[str, tuple[str, float, int]] = {}  # request → pod, x, tokens
         self._mean_prompt = 1000.0
-        self._mean_own = 1000.0  # uncached tokens per pick: what a queued request prefills
 
     def _model(self, endpoint: Endpoint) -> _PodModel:
         model = self._pods.get(endpoint.name)
@@ -90,7 +86,7 @@ class PredictedTTFTScorer:
         waiting = endpoint.metrics.waiting if endpoint.metrics else 0
         return max(
             model.backlog + endpoint.peer_prefill_tokens,
-            (waiting + endpoint.sent_requests + endpoint.peer_requests) * self._mean_own,
+            (waiting + endpoint.sent_requests + endpoint.peer_requests) * self._mean_prompt,
         )
 
     def _uncached(self, request: LLMRequest, endpoint: Endpoint) -> int:
@@ -106,7 +102,7 @@ class PredictedTTFTScorer:
 
     def score(self, request: LLMRequest, endpoints: list[Endpoint]) -> list[float]:
         # `predict` inlined: this loop runs once per endpoint per request
-        get, mean = self._pods.get, self._mean_own
+        get, mean = self._pods.get, self._mean_prompt
         prompt, base = request.prompt_tokens, self.params.base_latency_s
         matches = (
             request_matches(self.index, request)
@@ -139,7 +135,6 @@ class PredictedTTFTScorer:
         model.backlog += own
         self._pending[request.request_id] = (endpoint.name, x, own)
         self._mean_prompt += 0.01 * (request.prompt_tokens - self._mean_prompt)
-        self._mean_own += 0.01 * (own - self._mean_own)
 
     def on_first_token(
         self, request: LLMRequest, endpoint: Endpoint, ttft_s: float, now: float
