@@ -147,3 +147,26 @@ def test_a_bad_conversation_spec_names_its_field(tmp_path: Path) -> None:
     )
     with pytest.raises(ConfigError, match=r"think_time_s\.median"):
         load_scenario(str(path))
+
+
+PEERS = ["upstream-default", "production-stack-prefixaware", "sglang-cache-aware", "dynamo-kv"]
+
+
+@pytest.mark.parametrize(("name", "seconds"), [("kv-pressure", 600.0), ("multi-turn-chat", 150.0)])
+def test_issue_24_gateway_tail_is_at_most_every_peers_and_todays_gateways(
+    name: str, seconds: float
+) -> None:
+    """The part of issue 24's must-hold that holds (docs/benchmarks.md, "KV pressure and
+    conversations"): the gateway's P99 TTFT at most every peer router's and the sent-based
+    gateway's (`gateway-approximate`), on the scenario cut to `seconds` (half of
+    kv-pressure's customers' visits, half of multi-turn-chat's sessions). The P50 half
+    of the must-hold is not met yet (upstream and SGLang lead it by the figures there),
+    so it is not asserted."""
+    from inference_gateway.sim.runner import simulate
+
+    scenario = load_scenario(name).model_copy(update={"duration_s": seconds})
+    result = simulate(scenario, ["gateway", "gateway-approximate", *PEERS])["policies"]
+    ours = result["gateway"]["ttft_p99_s"]
+    others = {p: r["ttft_p99_s"] for p, r in result.items() if p != "gateway"}
+    assert all(ours <= theirs for theirs in others.values()), (ours, others)
+    assert result["gateway"]["completed"] >= max(r["completed"] for r in result.values()) * 0.99
