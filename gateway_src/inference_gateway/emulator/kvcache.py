@@ -11,7 +11,10 @@ never hit, so they are only counted.
 Invariant (tested): `used <= num_blocks` at every step.
 
 An optional `sink` hears what vLLM's KV events report: a hashed block entering the
-cache (`stored`, in chain order) and a cached block evicted (`removed`). The live
+cache (`stored`, in chain order) and a cached block evicted (`removed`), the evictions
+an allocation makes before the blocks it stores, as vLLM orders them (`BlockPool.
+get_new_blocks` evicts, `cache_full_blocks` stores after), so a subscriber's index never
+holds more than the pool, even for a moment, and never trims a live block. The live
 emulator publishes them over ZMQ (`kv_publisher`); the simulator feeds them to the
 picker's index on its virtual clock.
 """
@@ -99,10 +102,10 @@ class BlockPool:
             refs[h] = 1
             self.used += 1
         self.used += private
+        if cached:  # evict before storing, as vLLM's allocation does (see `_evict_to_fit`)
+            self._evict_to_fit()
         if new and sink is not None:
             sink.stored(new)
-        if cached:
-            self._evict_to_fit()
         return True
 
     def grow(self, private: int) -> None:

@@ -165,6 +165,10 @@ async def test_subscriber_decodes_the_pods_batches_and_replays_missed_ones(
 
 
 def test_pool_reports_evictions_as_removed_blocks() -> None:
+    """vLLM evicts while it allocates (`BlockPool.get_new_blocks` →
+    `_maybe_evict_cached_block`, BlockRemoved) and stores after the step
+    (`cache_full_blocks`, BlockStored) (vllm-project/vllm `vllm/v1/core/block_pool.py`):
+    removals come first."""
     from inference_gateway.emulator.kvcache import BlockPool
 
     seen: list[tuple[str, list[Any]]] = []
@@ -181,7 +185,37 @@ def test_pool_reports_evictions_as_removed_blocks() -> None:
     pool.release([1, 2, 3], 0)
     pool.acquire([1, 2], 0)  # cached: no new event
     pool.acquire([7, 8], 0)  # needs room: block 3 is evicted
-    assert seen == [("stored", [1, 2, 3]), ("stored", [7, 8]), ("removed", [3])]
+    assert seen == [("stored", [1, 2, 3]), ("removed", [3]), ("stored", [7, 8])]
+
+
+def test_an_index_fed_by_a_full_pool_keeps_every_block_the_pool_holds() -> None:
+    """Issue 24: with stores before removals the index briefly held more than the pod's
+    capacity and trimmed its oldest entries, the head of a context the pod still held
+    (a cached context then scored as a miss). In vLLM's order it never overflows."""
+    from inference_gateway.core.scheduling.kv_index import KVBlockIndex
+    from inference_gateway.emulator.kvcache import BlockPool
+
+    index = KVBlockIndex()
+    index.set_capacity("p", 8)
+
+    class Sink:
+        def stored(self, hashes: list[Any]) -> None:
+            index.stored("p", hashes)
+
+        def removed(self, hashes: list[Any]) -> None:
+            index.removed("p", hashes)
+
+    pool = BlockPool(8, sink=Sink())
+    old, hot = [1, 2, 3, 4], [11, 12, 13, 14]
+    for chain in (hot, old):  # `hot` is the index's oldest entry
+        pool.acquire(chain, 0)
+        pool.release(chain, 0)
+    pool.acquire(hot, 0)  # a hit (no event): now `old` is the pool's least recently used
+    pool.release(hot, 0)
+    pool.acquire([21, 22, 23, 24], 0)  # evicts `old`, the pool's least recently used
+    assert pool.match_prefix(hot) == 4
+    assert index.matches(hot) == {"p": 4}
+    assert index.matches(old) == {}
 
 
 @pytest.mark.parametrize(

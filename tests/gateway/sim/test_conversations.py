@@ -147,3 +147,30 @@ def test_a_bad_conversation_spec_names_its_field(tmp_path: Path) -> None:
     )
     with pytest.raises(ConfigError, match=r"think_time_s\.median"):
         load_scenario(str(path))
+
+
+PEERS = ["upstream-default", "production-stack-prefixaware", "sglang-cache-aware", "dynamo-kv"]
+
+
+@pytest.mark.parametrize(
+    ("name", "seconds", "quantiles"),
+    [("kv-pressure", 600.0, ("ttft_p99_s",)),
+     ("multi-turn-chat", 150.0, ("ttft_p50_s", "ttft_p99_s"))],
+)  # fmt: skip
+def test_issue_24_gateway_ttft_is_at_most_every_peers_and_todays_gateways(
+    name: str, seconds: float, quantiles: tuple[str, ...]
+) -> None:
+    """The parts of issue 24's must-hold that hold (docs/benchmarks.md, "KV pressure and
+    conversations"): the gateway's TTFT at most every peer router's and the sent-based
+    gateway's (`gateway-approximate`) at these quantiles, on the scenario cut to `seconds`
+    (half of kv-pressure's customer visits, half of multi-turn-chat's sessions). Under
+    KV pressure the P50 is not met yet (SGLang and upstream lead it), so it is left out."""
+    from inference_gateway.sim.runner import simulate
+
+    scenario = load_scenario(name).model_copy(update={"duration_s": seconds})
+    result = simulate(scenario, ["gateway", "gateway-approximate", *PEERS])["policies"]
+    for quantile in quantiles:
+        ours = result["gateway"][quantile]
+        others = {p: r[quantile] for p, r in result.items() if p != "gateway"}
+        assert all(ours <= theirs for theirs in others.values()), (quantile, ours, others)
+    assert result["gateway"]["completed"] >= max(r["completed"] for r in result.values()) * 0.99

@@ -8,13 +8,22 @@ Per pod, predicted TTFT = `seconds_per_token × (backlog + own uncached tokens)`
   other replicas' pending prefill tokens and sent requests are added to each
   (`Endpoint.peer_prefill_tokens`, `Endpoint.peer_requests`);
 * own uncached tokens: the prompt minus the blocks the prefix index says the pod holds;
-* seconds_per_token: learned online per pod from observed TTFTs, as a decayed ratio of
-  sums Σ ttft / Σ tokens-ahead-at-dispatch. It starts from a prior: the seconds per token
-  of the pod's GPU class (label `igw.dev/gpu`) in `gpu_seconds_per_token` (default: the
-  table routing ships, `core/scheduling/gpu_priors.py`), else the fleet average.
+* seconds_per_token: learned online per GPU class (the pods sharing one `igw.dev/gpu`
+  label learn one figure; a pod without the label learns alone) from observed TTFTs, as
+  a decayed ratio of sums Σ ttft / Σ tokens-ahead-at-dispatch. It starts from a prior:
+  the seconds per token of the GPU class in `gpu_seconds_per_token` (default: the table
+  routing ships, `core/scheduling/gpu_priors.py`), else the fleet average.
 
 So a half-loaded A10G is never mistaken for a half-loaded H100: equal queues, different
 measured speeds. Score = best prediction / this pod's prediction, in (0, 1].
+
+Why per class, not per pod (issue 24, measured in the `multi-turn-chat` scenario): the
+ratio is load-dependent (chunked prefill runs queued prompts in the same steps, so a busy
+pod's TTFT grows less than its tokens ahead), so a per-pod figure fell as its pod filled,
+from the H100 prior of 3.6e-5 s to 0.7e-5 s on the first H100 picked, while the idle
+H100s kept the prior and, picked no more, never learned otherwise: two of eight pods
+served every session, 30 running requests on one. Identical GPUs share the measurement,
+so load, not a luckier estimate, decides between them.
 """
 
 from __future__ import annotations
@@ -43,14 +52,21 @@ class PredictedTTFTParams(Params):
 
 
 @dataclass(slots=True)
-class _PodModel:
+class _Speed:
+    """Decayed Σ TTFT and Σ tokens ahead at dispatch, shared by the pods of one GPU class."""
+
     sum_ttft: float
     sum_tokens: float
+
+
+@dataclass(slots=True)
+class _PodModel:
+    speed: _Speed
     backlog: int = 0  # tokens sent, first token not yet seen
 
     @property
     def seconds_per_token(self) -> float:
-        return self.sum_ttft / self.sum_tokens
+        return self.speed.sum_ttft / self.speed.sum_tokens
 
 
 class PredictedTTFTScorer:
@@ -66,20 +82,29 @@ class PredictedTTFTScorer:
         self.index = index
         self.priors = priors or {}  # GPU name → seconds per prefill token
         self._pods: dict[str, _PodModel] = {}
+        self._speeds: dict[str, _Speed] = {}  # GPU class → its pods' shared speed
         self._pending: dict[str, tuple[str, float, int]] = {}  # request → pod, x, tokens
         self._mean_prompt = 1000.0
 
     def _model(self, endpoint: Endpoint) -> _PodModel:
         model = self._pods.get(endpoint.name)
         if model is None:
-            prior = self.priors.get(endpoint.labels.get(GPU_LABEL, ""))
+            gpu = endpoint.labels.get(GPU_LABEL, "")
+            speed = self._speeds.get(gpu) if gpu else None
+            if speed is not None:
+                model = self._pods[endpoint.name] = _PodModel(speed)
+                return model
+            prior = self.priors.get(gpu)
             if prior is None:
                 known = [m.seconds_per_token for m in self._pods.values()]
                 prior = (
                     (sum(known) / len(known)) if known else (self.params.default_seconds_per_token)
                 )
             weight = self.params.prior_weight * self._mean_prompt
-            model = self._pods[endpoint.name] = _PodModel(prior * weight, weight)
+            speed = _Speed(prior * weight, weight)
+            if gpu:
+                self._speeds[gpu] = speed
+            model = self._pods[endpoint.name] = _PodModel(speed)
         return model
 
     def _tokens_ahead(self, endpoint: Endpoint, model: _PodModel) -> float:
@@ -122,7 +147,8 @@ class PredictedTTFTScorer:
                 own = prompt - matches.get(e.name, 0) * TOKENS_PER_BLOCK
                 if own < 1:
                     own = 1
-            predictions.append(base + model.sum_ttft / model.sum_tokens * (ahead + own))
+            speed = model.speed
+            predictions.append(base + speed.sum_ttft / speed.sum_tokens * (ahead + own))
         if not predictions:
             return []
         best = min(predictions)
@@ -147,8 +173,9 @@ class PredictedTTFTScorer:
         model.backlog = max(0, model.backlog - own)
         decay = self.params.decay
         observed = max(0.0, ttft_s - self.params.base_latency_s)
-        model.sum_ttft = model.sum_ttft * decay + observed
-        model.sum_tokens = model.sum_tokens * decay + x
+        speed = model.speed
+        speed.sum_ttft = speed.sum_ttft * decay + observed
+        speed.sum_tokens = speed.sum_tokens * decay + x
 
     def on_finished(self, request: LLMRequest, endpoint: Endpoint, now: float) -> None:
         pending = self._pending.pop(request.request_id, None)

@@ -1,0 +1,57 @@
+"""The TTFT predictor's learned speed, tested on the scorer itself with in-memory endpoints."""
+
+from __future__ import annotations
+
+import pytest
+
+from inference_gateway.core.scheduling import Endpoint, LLMRequest, PodMetrics
+from inference_gateway.core.scheduling.gpu_priors import GPU_SECONDS_PER_PREFILL_TOKEN, gpu_priors
+from inference_gateway.core.scheduling.plugins.predicted_ttft import PredictedTTFTScorer
+from inference_gateway.core.scheduling.plugins.prefix import PrefixIndex
+from inference_gateway.core.scheduling.registry import build_plugin
+from inference_gateway.core.scheduling.types import PluginContext
+
+
+def build() -> PredictedTTFTScorer:
+    context = PluginContext(index=PrefixIndex(), priors=gpu_priors())
+    scorer = build_plugin("predicted-ttft-scorer", "ttft", {}, context)
+    assert isinstance(scorer, PredictedTTFTScorer)
+    return scorer
+
+
+def pod(name: str, gpu: str | None) -> Endpoint:
+    labels = {"igw.dev/gpu": gpu} if gpu else {}
+    return Endpoint(name, "h", 1, labels=labels, metrics=PodMetrics(), stale=False)
+
+
+def observe(scorer: PredictedTTFTScorer, endpoint: Endpoint, ttft_s: float, n: int) -> None:
+    """`n` requests of 1,000 uncached tokens on an otherwise idle `endpoint`."""
+    for i in range(n):
+        request = LLMRequest(f"{endpoint.name}-{i}", "m", prompt_tokens=1000)
+        scorer.on_picked(request, endpoint, now=float(i))
+        scorer.on_first_token(request, endpoint, ttft_s, now=i + ttft_s)
+
+
+def test_pods_of_one_gpu_class_share_what_one_of_them_measured() -> None:
+    """Issue 24: a speed learned per pod fell as its pod filled while identical idle pods
+    kept the prior and were never picked again; pods of one GPU class now learn one
+    figure, so an H100 that took no traffic predicts with what its twin measured, and
+    a pod of another class, or one without a class label, keeps its own."""
+    scorer = build()
+    busy, twin, a10g = pod("busy", "H100"), pod("twin", "H100"), pod("a10g", "A10G")
+    alone, other = pod("alone", None), pod("other", None)
+    request = LLMRequest("new", "m", prompt_tokens=1000)
+    for endpoint in (twin, a10g):  # known to the scorer before any measurement
+        scorer.predict(request, endpoint)
+    before = scorer.predict(request, other)  # no class: the fleet average of the priors
+    observe(scorer, busy, ttft_s=0.5, n=50)  # 10x slower than the H100 prior says
+    observe(scorer, alone, ttft_s=0.5, n=50)
+    base = scorer.params.base_latency_s
+    prior = base + 1000 * GPU_SECONDS_PER_PREFILL_TOKEN["H100"]
+    assert scorer.predict(request, twin) == scorer.predict(request, busy)
+    assert scorer.predict(request, twin) > 5 * prior
+    assert scorer.predict(request, a10g) == pytest.approx(
+        base + 1000 * GPU_SECONDS_PER_PREFILL_TOKEN["A10G"]
+    )
+    assert scorer.predict(request, alone) == pytest.approx(0.5, rel=0.2)
+    assert scorer.predict(request, other) == before
