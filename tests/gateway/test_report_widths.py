@@ -77,13 +77,14 @@ def _backends() -> BenchResult:
         b.emulated = f"emulated {gpu}, llama-3.1-8b" + (" (told to misbehave)" * ("-" in label))
         b.tokens_per_s = summarize([tps * 0.97, tps, tps * 1.01])
         b.ttft_s = summarize([0.07, 0.075])
+        b.tpot_s = summarize([0.0066, 0.0068])
         b.cost_per_million_tokens = 15.12
         b.tool_calls = ToolCallResult(20, 20, 16, ["case 9 ('How many IDs are >= 730?'): "
                                                    "expected ge 730, got ge 731"] * 4)  # fmt: skip
         b.determinism = DeterminismResult(5, 5)
         b.run_to_run_change_pct = 0.0
-        b.concurrency = [ConcurrencyPoint(1, tps, tps, 0.07, 15.1),
-                         ConcurrencyPoint(8, tps * 7.6, tps, 0.14, 1.96)]  # fmt: skip
+        b.concurrency = [ConcurrencyPoint(1, tps, tps, 0.07, 0.0066, 15.1),
+                         ConcurrencyPoint(8, tps * 7.6, tps, 0.14, 0.0081, 1.96)]  # fmt: skip
         backends.append(b)
     settings = {"runs": 2, "throughput": {"max_tokens": 32, "repeats": 3}}
     return BenchResult("2026-12-01T14:09:36+00:00", settings, backends)

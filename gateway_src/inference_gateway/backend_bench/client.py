@@ -19,6 +19,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from inference_gateway.core.request.latency import time_per_output_token
 from inference_gateway.errors import InferenceGatewayError
 
 __all__ = ["BackendError", "ChatClient", "StreamResult"]
@@ -43,6 +44,11 @@ class StreamResult:
     def tokens_per_s(self) -> float:
         """Output tokens over the whole request, time to first token included."""
         return self.completion_tokens / self.e2e_s if self.e2e_s > 0 else 0.0
+
+    @property
+    def tpot_s(self) -> float | None:
+        """Time per output token after the first (None for a one-token answer)."""
+        return time_per_output_token(self.ttft_s, self.e2e_s, self.completion_tokens)
 
 
 def _not_openai(what: str) -> BackendError:

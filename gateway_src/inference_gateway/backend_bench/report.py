@@ -1,7 +1,7 @@
 """Present a `BenchResult`: a rich table for the terminal and a self-contained HTML page.
 
 Both show the same columns, so a screenshot and a shared report agree: median tokens/s
-with its spread, median TTFT, cost per million output tokens, tool calls and filters
+with its spread, median TTFT and TPOT, cost per million output tokens, tool calls and filters
 n/20, distinct outputs at temperature 0, and the run-to-run change; `COLUMN_HELP` says
 what each one is, and both say which backends are emulated (an emulator's figures are its
 model of a GPU, not a measurement of one). A failed backend shows its reason in place of
@@ -29,7 +29,7 @@ COLUMNS = (
     "backend",
     "tok/s",  # median per request at concurrency 1
     "spread",  # min–max
-    "TTFT",  # median
+    "TTFT / TPOT ms",  # medians
     "$/M tok",
     "calls",  # tool calls made, of the cases
     "filters",  # tool calls with the right arguments
@@ -43,7 +43,9 @@ COLUMN_HELP = {
     "tok/s": "median output tokens per second of one request at a time (concurrency 1), "
     "over every repeat of every run",
     "spread": "lowest–highest of those per-request tokens/s",
-    "TTFT": "median time to first token at concurrency 1: request sent to first streamed token",
+    "TTFT / TPOT ms": "at concurrency 1, in milliseconds: median time to first token "
+    "(request sent to first streamed token) / median time per output token after the "
+    "first (the decode step a stream waits for)",
     "$/M tok": "cost per million output tokens of one stream on one instance: "
     "$/h ÷ (tok/s × 3,600) × 10⁶",
     "calls": "tool-call cases (of n) where the backend answered with a call to the "
@@ -61,6 +63,13 @@ def _num(value: float | None, fmt: str) -> str:
     return "–" if value is None else format(value, fmt)
 
 
+def _latency_ms(ttft_s: float | None, tpot_s: float | None) -> str:
+    """`TTFT/TPOT` in milliseconds, one cell (the 80-column table has no room for two)."""
+    if ttft_s is None:
+        return "–"
+    return f"{ttft_s * 1000:.0f}/" + ("–" if tpot_s is None else f"{tpot_s * 1000:.1f}")
+
+
 def row_cells(b: BackendResult) -> list[str]:
     """One backend's cells, in `COLUMNS` order (text shared by the table and the page)."""
     t = b.tokens_per_s
@@ -72,7 +81,7 @@ def row_cells(b: BackendResult) -> list[str]:
         b.label,
         _num(t.median, ".1f"),
         spread,
-        "–" if b.ttft_s.median is None else f"{b.ttft_s.median * 1000:.0f} ms",
+        _latency_ms(b.ttft_s.median, b.tpot_s.median),
         "–" if b.cost_per_million_tokens is None else f"${b.cost_per_million_tokens:.2f}",
         "–" if tools is None else f"{tools.calls}/{tools.cases}",
         "–" if tools is None else f"{tools.filters}/{tools.cases}",
@@ -101,7 +110,7 @@ def render_table(result: BenchResult, console: Console | None = None) -> None:
 
     console = console or Console()
     table = compact_table(
-        "Backend benchmark (tok/s and TTFT: median per request at concurrency 1)",
+        "Backend benchmark (tok/s, TTFT, TPOT: median per request at concurrency 1)",
         [c.replace(" ", "\n") for c in COLUMNS],
         caption=provenance(result),
         names=[b.label for b in result.backends],

@@ -5,12 +5,13 @@ The JSON (`igw bench backends --json`) is one object::
     {"generated_at", "settings": {...}, "backends": [
         {"label", "model", "base_url", "hourly_usd", "status": "ok" | "error", "error",
          "tokens_per_s": {"n", "median", "min", "max", "stdev"}, "ttft_s": {...},
+         "tpot_s": {...},
          "cost_per_million_tokens", "runs": [{"run", "tokens_per_s_median",
          "ttft_s_median"}], "run_to_run_change_pct",
          "tool_calls": {"cases", "calls", "filters", "failures": [...]},
          "determinism": {"repeats", "distinct"},
          "concurrency": [{"level", "aggregate_tokens_per_s", "tokens_per_s_median",
-                          "ttft_s_median", "cost_per_million_tokens"}],
+                          "ttft_s_median", "tpot_s_median", "cost_per_million_tokens"}],
          "emulated": "emulated H100, llama-3.1-8b" | null}]}
 
 `tokens_per_s` is per request at concurrency 1, output tokens over the whole request;
@@ -41,6 +42,7 @@ class ConcurrencyPoint:
     aggregate_tokens_per_s: float | None  # all streams' tokens over the wall time
     tokens_per_s_median: float | None  # per request
     ttft_s_median: float | None
+    tpot_s_median: float | None  # time per output token after the first, per request
     cost_per_million_tokens: float | None  # from the aggregate rate: the instance's cost
 
 
@@ -75,6 +77,7 @@ class BackendResult:
     error: str | None = None
     tokens_per_s: Summary = field(default_factory=lambda: Summary(0, None, None, None, None))
     ttft_s: Summary = field(default_factory=lambda: Summary(0, None, None, None, None))
+    tpot_s: Summary = field(default_factory=lambda: Summary(0, None, None, None, None))
     cost_per_million_tokens: float | None = None
     runs: list[RunSummary] = field(default_factory=list)
     run_to_run_change_pct: float | None = None

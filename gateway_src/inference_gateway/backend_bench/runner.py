@@ -74,6 +74,7 @@ def emulated_as(spec: BackendSpec) -> str | None:
 class _Samples:
     tokens_per_s: dict[int, list[float]] = field(default_factory=dict)  # run → c=1 samples
     ttft_s: dict[int, list[float]] = field(default_factory=dict)
+    tpot_s: list[float] = field(default_factory=list)  # c=1, every run
     levels: dict[int, list[tuple[float, list[StreamResult]]]] = field(default_factory=dict)
     tools: list[ToolCallResult] = field(default_factory=list)
     distinct: list[int] = field(default_factory=list)
@@ -110,6 +111,8 @@ async def _throughput(
             if level == 1:
                 samples.tokens_per_s.setdefault(run, []).append(results[0].tokens_per_s)
                 samples.ttft_s.setdefault(run, []).append(results[0].ttft_s)
+                if (tpot := results[0].tpot_s) is not None:
+                    samples.tpot_s.append(tpot)
 
 
 async def _tool_calls(client: ChatClient, settings: BenchSettings) -> ToolCallResult:
@@ -166,6 +169,7 @@ def _finish(result: BackendResult, samples: _Samples, settings: BenchSettings) -
     pooled = [v for run in sorted(samples.tokens_per_s) for v in samples.tokens_per_s[run]]
     result.tokens_per_s = summarize(pooled)
     result.ttft_s = summarize([v for values in samples.ttft_s.values() for v in values])
+    result.tpot_s = summarize(samples.tpot_s)
     if result.tokens_per_s.median is not None:
         result.cost_per_million_tokens = cost_per_million_tokens(
             result.hourly_usd, result.tokens_per_s.median
@@ -194,6 +198,7 @@ def _finish(result: BackendResult, samples: _Samples, settings: BenchSettings) -
                 aggregate_tokens_per_s=aggregate,
                 tokens_per_s_median=_median([r.tokens_per_s for r in streams]),
                 ttft_s_median=_median([r.ttft_s for r in streams]),
+                tpot_s_median=_median([t for r in streams if (t := r.tpot_s) is not None]),
                 cost_per_million_tokens=(
                     cost_per_million_tokens(result.hourly_usd, aggregate) if aggregate else None
                 ),

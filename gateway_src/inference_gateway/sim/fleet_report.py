@@ -17,7 +17,7 @@ Definitions (docs/global-router.md, "Simulating the fleet"):
   `during` = the event's first `window_s` (a restore or an undrain: its `rampS`), `after` =
   from there to the next event. TTFT is what the client sees: network included.
 * **tpot_p50_s / tpot_p99_s**: time per output token after the first, per served
-  request of more than one token (`metrics.time_per_output_token`, as every report).
+  request of more than one token (`core/request/latency.py`, as every report).
 * **share**: routing decisions (attempts) per cluster per `bin_s`, as fractions.
 * **cost**: `per_million_tokens` = the clusters' hourly prices while up / output tokens
   (the fleet as provisioned); `attributed_per_million_tokens` = each output token at
@@ -34,8 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from inference_gateway.core.request.latency import time_per_output_token
 from inference_gateway.sim.global_scenario import FleetEvent, FleetScenario
-from inference_gateway.sim.metrics import time_per_output_token
 
 __all__ = ["FleetRecorder"]
 

@@ -7,13 +7,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Observer", "time_per_output_token"]
+from inference_gateway.core.request.latency import time_per_output_token
 
-
-def time_per_output_token(first_token: float, finish: float, tokens: int) -> float | None:
-    """Seconds per output token after the first (vLLM's TPOT); None for an answer of one
-    token, which has none."""
-    return (finish - first_token) / (tokens - 1) if tokens > 1 else None
+__all__ = ["Observer"]
 
 
 @dataclass(slots=True)

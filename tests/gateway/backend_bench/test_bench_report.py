@@ -25,13 +25,14 @@ def _result() -> BenchResult:
     good = BackendResult("l4", "m", "http://a/v1", 0.8048)
     good.tokens_per_s = summarize([131.0, 131.5, 132.0])
     good.ttft_s = summarize([0.05, 0.06])
+    good.tpot_s = summarize([0.0071, 0.0075])
     good.cost_per_million_tokens = 1.70
     good.tool_calls = ToolCallResult(20, 20, 17, ["case 3: expected ge 250, got ge 251"])
     good.determinism = DeterminismResult(5, 2)
     good.run_to_run_change_pct = -2.5
     good.concurrency = [
-        ConcurrencyPoint(1, 131.5, 131.5, 0.05, 1.70),
-        ConcurrencyPoint(4, 480.0, 120.0, 0.08, 0.47),
+        ConcurrencyPoint(1, 131.5, 131.5, 0.05, 0.0073, 1.70),
+        ConcurrencyPoint(4, 480.0, 120.0, 0.08, 0.0081, 0.47),
     ]
     bad = BackendResult("down", "m", "http://b/v1", 1.0)
     bad.fail("unreachable: cannot connect to http://b/v1/chat/completions")
@@ -42,7 +43,7 @@ def _result() -> BenchResult:
 def test_row_cells() -> None:
     good, bad = _result().backends
     assert row_cells(good) == [
-        "l4", "131.5", "131.0–132.0", "55 ms", "$1.70", "20/20", "17/20", "2/5", "-2.5%",
+        "l4", "131.5", "131.0–132.0", "55/7.3", "$1.70", "20/20", "17/20", "2/5", "-2.5%",
     ]  # fmt: skip
     assert row_cells(bad)[1:] == ["–"] * 8
 
@@ -94,5 +95,6 @@ def test_terminal_table_fits_80_columns_and_says_emulated() -> None:
     text = console.export_text()
     assert max(len(line) for line in text.splitlines()) <= 80
     assert "…" not in text
+    assert "-2.5%" in text and "55/7.3" in text  # every column, the last (run Δ) too
     words = " ".join(text.split())
     assert "emulated vLLM pods" in words and "run Δ change of the median" in words
