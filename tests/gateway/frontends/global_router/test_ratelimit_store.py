@@ -49,9 +49,10 @@ async def admitted(cfg1: dict[str, Any], cfg2: dict[str, Any]) -> Counter[int]:
 
 async def limit_keys(server: LocalRedis) -> list[bytes]:
     """The rate-limit buckets kept in `server` (the key prefix's hash tag)."""
-    client = Redis.from_url(server.url)
+    client = Redis.from_url(server.url, socket_timeout=5, socket_connect_timeout=5)
     try:
-        return [key async for key in client.scan_iter(match="{igw:rl}:*")]
+        async with asyncio.timeout(15):  # bounded: a stuck read fails here, not at 300 s
+            return list(await client.keys("{igw:rl}:*"))
     finally:
         await client.aclose()
 
