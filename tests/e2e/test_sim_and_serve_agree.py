@@ -53,7 +53,7 @@ SEED = 11
 MODEL, ADAPTER = "llama-3.1-8b", "sql-lora"
 PODS = 4
 SERVES_ADAPTER = {0, 1}
-REQUESTS = 48
+REQUESTS = 64
 SYSTEM_PROMPTS = [f"system prompt {k}: " + "be brief and exact. " * 40 for k in range(3)]
 
 
