@@ -7,8 +7,7 @@ import asyncio
 from typing import Any
 
 from inference_gateway.cli.picker import add_tls_arguments, server_ssl_context
-from inference_gateway.cli.process import start_server_process
-from inference_gateway.transport.defaults import DRAIN_GRACE_S
+from inference_gateway.cli.process import add_drain_argument, start_server_process
 
 __all__ = ["register", "run"]
 
@@ -29,14 +28,7 @@ def register(subparsers: Any) -> None:
         "where Envoy reaches the router over the network (the Kubernetes chart does)",
     )
     parser.add_argument("--grpc-port", type=int, default=9004)
-    parser.add_argument(
-        "--drain-grace",
-        type=float,
-        default=DRAIN_GRACE_S,
-        metavar="SECONDS",
-        help="on SIGTERM, SIGINT or SIGHUP: stop listening, let exchanges in flight "
-        "finish for at most this long, then exit (default %(default)s)",
-    )
+    add_drain_argument(parser, "exchanges")
     add_tls_arguments(parser)
     parser.set_defaults(handler=run)
 

@@ -11,8 +11,11 @@ import os
 import sys
 from typing import Any
 
-from inference_gateway.cli.process import start_server_process
-from inference_gateway.transport.defaults import BODY_TIMEOUT_S, DRAIN_GRACE_S, HEADER_TIMEOUT_S
+from inference_gateway.cli.process import (
+    add_drain_argument,
+    add_slow_client_arguments,
+    start_server_process,
+)
 
 __all__ = ["register"]
 
@@ -40,30 +43,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--config", required=True, help="global router YAML (clusters, store)")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument(
-        "--header-timeout",
-        type=float,
-        default=HEADER_TIMEOUT_S,
-        metavar="SECONDS",
-        help=f"close a connection whose request head is not complete after SECONDS, and an "
-        f"idle keep-alive one (default {HEADER_TIMEOUT_S:g}; as igw serve)",
-    )
-    parser.add_argument(
-        "--body-timeout",
-        type=float,
-        default=BODY_TIMEOUT_S,
-        metavar="SECONDS",
-        help=f"answer 408 and close the connection when a request body is not complete "
-        f"SECONDS after its head (default {BODY_TIMEOUT_S:g}; as igw serve)",
-    )
-    parser.add_argument(
-        "--drain-grace",
-        type=float,
-        default=DRAIN_GRACE_S,
-        metavar="SECONDS",
-        help=f"on SIGTERM, SIGINT or SIGHUP: stop listening, let requests in flight finish "
-        f"for at most SECONDS, then exit (default {DRAIN_GRACE_S:g}; as igw serve)",
-    )
+    add_slow_client_arguments(parser)
+    add_drain_argument(parser)
     parser.add_argument(
         "--emf-interval",
         type=float,
@@ -91,14 +72,6 @@ def run(args: argparse.Namespace) -> int:
     if not args.emf_interval >= 0:
         print("igw global: --emf-interval must be 0 (off) or positive", file=sys.stderr)
         return 2
-    for flag, value in (
-        ("--header-timeout", args.header_timeout),
-        ("--body-timeout", args.body_timeout),
-        ("--drain-grace", args.drain_grace),
-    ):
-        if not value > 0:
-            print(f"igw global: {flag} must be positive", file=sys.stderr)
-            return 2
     spec = load_router_config(args.config)  # ConfigError → exit 2
     if args.action != "serve":
         return change_drains(spec, args)

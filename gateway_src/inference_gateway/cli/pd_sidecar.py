@@ -9,9 +9,12 @@ import asyncio
 import sys
 from typing import Any
 
-from inference_gateway.cli.process import start_server_process
+from inference_gateway.cli.process import (
+    add_drain_argument,
+    positive_seconds,
+    start_server_process,
+)
 from inference_gateway.frontends.pd_exchange import PREFILL_TIMEOUT_S
-from inference_gateway.transport.defaults import DRAIN_GRACE_S
 
 __all__ = ["parse_listen", "register", "run"]
 
@@ -51,19 +54,13 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--prefill-timeout",
-        type=float,
+        type=positive_seconds,
         default=PREFILL_TIMEOUT_S,
         metavar="SECONDS",
         help="a prefill leg slower than this is given up and served aggregated "
         "(default %(default)s)",
     )
-    parser.add_argument(
-        "--drain-grace",
-        type=float,
-        default=DRAIN_GRACE_S,
-        metavar="SECONDS",
-        help="on SIGTERM: let requests in flight finish this long (default %(default)s)",
-    )
+    add_drain_argument(parser)
     parser.set_defaults(handler=run)
 
 
@@ -76,8 +73,6 @@ def run(args: argparse.Namespace) -> int:
     try:
         host, port = parse_listen(args.listen)
         allowlist = PrefillAllowlist.parse(args.allow_prefill)
-        if not args.prefill_timeout > 0 or not args.drain_grace > 0:
-            raise ValueError("--prefill-timeout and --drain-grace must be positive")
         sidecar = Sidecar(args.decoder, allowlist, prefill_timeout_s=args.prefill_timeout)
     except ValueError as error:
         print(f"igw pd-sidecar: {error}", file=sys.stderr)

@@ -1,14 +1,24 @@
 """How every `igw` server process starts (serve, picker, bbr, auth, global, pd-sidecar):
 one INFO line per event on stderr (a drain, a store fallback, a reload; never a
-traceback per client), and uvloop's event loop (a pinned dependency)."""
+traceback per client), and uvloop's event loop (a pinned dependency); and the flags
+the HTTP servers share, with their defaults (transport/defaults.py) and their check."""
 
 from __future__ import annotations
 
+import argparse
 import logging
 
 import uvloop
 
-__all__ = ["LOG_FORMAT", "start_server_process"]
+from inference_gateway.transport.defaults import BODY_TIMEOUT_S, DRAIN_GRACE_S, HEADER_TIMEOUT_S
+
+__all__ = [
+    "LOG_FORMAT",
+    "add_drain_argument",
+    "add_slow_client_arguments",
+    "positive_seconds",
+    "start_server_process",
+]
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
@@ -16,3 +26,47 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 def start_server_process() -> None:
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     uvloop.install()
+
+
+def positive_seconds(value: str) -> float:
+    """An argparse type: a duration above 0 (exit 2 with the flag's name otherwise)."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {value!r}") from None
+    if not seconds > 0:  # NaN too
+        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    return seconds
+
+
+def add_slow_client_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--header-timeout` and `--body-timeout` (transport/http_settings.py applies them)."""
+    parser.add_argument(
+        "--header-timeout",
+        type=positive_seconds,
+        default=HEADER_TIMEOUT_S,
+        metavar="SECONDS",
+        help="close a connection whose request head is not complete this long after it "
+        "opened or its last response ended (slow clients; also the idle keep-alive limit; "
+        "default %(default)s)",
+    )
+    parser.add_argument(
+        "--body-timeout",
+        type=positive_seconds,
+        default=BODY_TIMEOUT_S,
+        metavar="SECONDS",
+        help="answer 408 and close the connection when a request body is not complete "
+        "this long after its head (slow clients; default %(default)s)",
+    )
+
+
+def add_drain_argument(parser: argparse.ArgumentParser, in_flight: str = "requests") -> None:
+    """`--drain-grace` (transport/signals.py drains for it)."""
+    parser.add_argument(
+        "--drain-grace",
+        type=positive_seconds,
+        default=DRAIN_GRACE_S,
+        metavar="SECONDS",
+        help=f"on SIGTERM, SIGINT or SIGHUP: stop listening, let {in_flight} in flight "
+        "finish for at most this long, then exit (default %(default)s)",
+    )

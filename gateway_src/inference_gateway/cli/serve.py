@@ -9,9 +9,13 @@ from typing import Any
 
 from inference_gateway.cli.auth import add_auth_arguments, authenticator
 from inference_gateway.cli.picker import add_cluster_arguments, add_store_argument
-from inference_gateway.cli.process import start_server_process
+from inference_gateway.cli.process import (
+    add_drain_argument,
+    add_slow_client_arguments,
+    positive_seconds,
+    start_server_process,
+)
 from inference_gateway.frontends.pd_exchange import PREFILL_TIMEOUT_S
-from inference_gateway.transport.defaults import BODY_TIMEOUT_S, DRAIN_GRACE_S, HEADER_TIMEOUT_S
 
 __all__ = ["register"]
 
@@ -34,34 +38,11 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8080)
-    parser.add_argument(
-        "--header-timeout",
-        type=float,
-        default=HEADER_TIMEOUT_S,
-        metavar="SECONDS",
-        help="close a connection whose request head is not complete this long after it "
-        "opened or its last response ended (slow clients; also the idle keep-alive limit; "
-        "default %(default)s)",
-    )
-    parser.add_argument(
-        "--body-timeout",
-        type=float,
-        default=BODY_TIMEOUT_S,
-        metavar="SECONDS",
-        help="answer 408 and close the connection when a request body is not complete "
-        "this long after its head (slow clients; default %(default)s)",
-    )
-    parser.add_argument(
-        "--drain-grace",
-        type=float,
-        default=DRAIN_GRACE_S,
-        metavar="SECONDS",
-        help="on SIGTERM, SIGINT or SIGHUP: stop listening, let requests in flight finish "
-        "for at most this long, then exit (default %(default)s)",
-    )
+    add_slow_client_arguments(parser)
+    add_drain_argument(parser)
     parser.add_argument(
         "--prefill-timeout",
-        type=float,
+        type=positive_seconds,
         default=PREFILL_TIMEOUT_S,
         metavar="SECONDS",
         help="P/D: a prefill leg slower than this is given up and the request served "
@@ -93,15 +74,6 @@ def run(args: argparse.Namespace) -> int:
     from inference_gateway.transport.http_settings import server_settings
     from inference_gateway.transport.signals import serve_http
 
-    for flag, value in (
-        ("--header-timeout", args.header_timeout),
-        ("--body-timeout", args.body_timeout),
-        ("--drain-grace", args.drain_grace),
-        ("--prefill-timeout", args.prefill_timeout),
-    ):
-        if not value > 0:
-            print(f"igw serve: {flag} must be positive", file=sys.stderr)
-            return 2
     if args.emf_interval < 0:
         print("igw serve: --emf-interval must be 0 (off) or positive", file=sys.stderr)
         return 2
