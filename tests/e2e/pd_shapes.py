@@ -8,6 +8,10 @@ llm-d's `pd-profile-handler` + `prefix-based-pd-decider` (`nonCachedTokens`) sha
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import openai
@@ -78,3 +82,29 @@ async def stream_text(
         if chunk.choices and chunk.choices[0].delta.content:
             chunks += 1
     return chunks
+
+
+@dataclass
+class DialWitness:
+    """A listener on 127.0.0.2 (loopback, outside every allowlist the tests give) that
+    counts the connections made to it: what a hostile value would make a pod dial."""
+
+    port: int = 0
+    dialled: int = 0
+
+
+@asynccontextmanager
+async def dial_witness() -> AsyncIterator[DialWitness]:
+    witness = DialWitness()
+
+    def connected(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        witness.dialled += 1
+        writer.close()
+
+    server = await asyncio.start_server(connected, "127.0.0.2", 0)
+    witness.port = server.sockets[0].getsockname()[1]
+    try:
+        yield witness
+    finally:
+        server.close()
+        await server.wait_closed()

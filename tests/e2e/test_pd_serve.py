@@ -27,7 +27,7 @@ from inference_gateway.emulator.fleet import EmulatedFleet
 from inference_gateway.emulator.server import PodApp
 from inference_gateway.frontends.proxy import Gateway
 
-from .pd_shapes import MODEL, pd_config, pd_fleet, stream_text
+from .pd_shapes import MODEL, dial_witness, pd_config, pd_fleet, stream_text
 
 
 def pod_app(fleet: EmulatedFleet, name: str) -> PodApp:
@@ -101,25 +101,17 @@ async def test_a_clients_kv_transfer_params_never_reach_a_pod(
     """A client's own params (a decode leg naming 127.0.0.2, where a listener counts its
     connections) would make the decode pod read KV from there; igw serve strips them, on
     an aggregated request and on a P/D one alike."""
-    dialled = 0
-
-    def connected(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        nonlocal dialled
-        dialled += 1
-        writer.close()
-
-    witness = await asyncio.start_server(connected, "127.0.0.2", 0)
-    hostile = {
-        "do_remote_prefill": True,
-        "do_remote_decode": False,
-        "remote_engine_id": "someone-else",
-        "remote_request_id": "their-request",
-        "remote_block_ids": [0, 1, 2],
-        "remote_host": "127.0.0.2",
-        "remote_port": witness.sockets[0].getsockname()[1],
-    }
-    config = parse_config(pd_config())
-    try:
+    async with dial_witness() as witness:
+        hostile = {
+            "do_remote_prefill": True,
+            "do_remote_decode": False,
+            "remote_engine_id": "someone-else",
+            "remote_request_id": "their-request",
+            "remote_block_ids": [0, 1, 2],
+            "remote_host": "127.0.0.2",
+            "remote_port": witness.port,
+        }
+        config = parse_config(pd_config())
         async with EmulatedFleet(pd_fleet()) as fleet, gateway_on(fleet, config=config) as served:
             url, gateway, _ = served
             client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
@@ -135,6 +127,4 @@ async def test_a_clients_kv_transfer_params_never_reach_a_pod(
             assert decode is not None and decode.pulls == 1 and decode.pull_failures == 0
             assert legs(gateway) == {"ok": 1.0}
             await client.close()
-    finally:
-        witness.close()
-    assert dialled == 0
+    assert witness.dialled == 0

@@ -30,7 +30,7 @@ import orjson
 import yaml
 from envoy_harness import EnvoyStack, IgwProcess, free_port
 
-from ..pd_shapes import MODEL, NIXL, ROLE, pd_config, pd_group, stream_text
+from ..pd_shapes import MODEL, NIXL, ROLE, dial_witness, pd_config, pd_group, stream_text
 
 READY = re.compile(rb"pod\(s\) ready")
 LISTENING = re.compile(rb"igw pd-sidecar: listening on http://[^ ]*:(\d+)")
@@ -135,16 +135,8 @@ async def test_a_clients_prefill_header_never_reaches_the_sidecar() -> None:
     """A client's `x-prefiller-host-port` naming 127.0.0.2 (outside the sidecar's
     allowlist: the sidecar would answer 403) is removed by the picker on an aggregated
     request and replaced by the picker's own on a P/D one; nothing dials 127.0.0.2."""
-    dialled = 0
-
-    def connected(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        nonlocal dialled
-        dialled += 1
-        writer.close()
-
-    witness = await asyncio.start_server(connected, "127.0.0.2", 0)
-    hostile = {"x-prefiller-host-port": f"127.0.0.2:{witness.sockets[0].getsockname()[1]}"}
-    try:
+    async with dial_witness() as witness:
+        hostile = {"x-prefiller-host-port": f"127.0.0.2:{witness.port}"}
         async with PDStack() as stack:
             client = stack.client()
             await until_ready(client)
@@ -152,9 +144,7 @@ async def test_a_clients_prefill_header_never_reaches_the_sidecar() -> None:
             assert await stream_text(client, "tok " * 3000, headers=hostile) == 8  # P/D: replaced
             assert stack.pulls() == 1
             await client.close()
-    finally:
-        witness.close()
-    assert dialled == 0
+    assert witness.dialled == 0
 
 
 async def test_a_prefill_pod_killed_mid_exchange_never_hangs_the_client() -> None:
