@@ -43,6 +43,7 @@ from inference_gateway.core.request.pd_body import (
 )
 from inference_gateway.core.request.relay import StreamEnd, StreamRelay, is_event_stream
 from inference_gateway.errors import InferenceGatewayError
+from inference_gateway.frontends.client_stream import LazyClientStream
 from inference_gateway.frontends.pd_exchange import PREFILL_TIMEOUT_S, PrefillExchange
 from inference_gateway.transport.http1_client import (
     Upstream,
@@ -261,7 +262,7 @@ class Sidecar:
                 log.warning("the decoder's answer broke: %s", error)
                 return _error(502, "The decoder's answer broke.", "upstream_error", "broken")
             return web.Response(status=answer.status, body=body, headers=out)
-        client = _LazyStream(request, web.StreamResponse(status=answer.status, headers=out))
+        client = LazyClientStream(request, web.StreamResponse(status=answer.status, headers=out))
         relayed = await self.relay.pump(answer.chunks(), client)
         if relayed.end is StreamEnd.COMPLETE or relayed.end is StreamEnd.CLIENT_LEFT:
             return client.response
@@ -269,21 +270,3 @@ class Sidecar:
         if not relayed.started:  # no byte sent yet: a plain error status still can be
             return _error(502, "The decoder's answer broke.", "upstream_error", "broken")
         return client.response  # ended with the relay's SSE error event
-
-
-class _LazyStream:
-    """The client's stream, prepared with its first byte (so a stream that breaks
-    before one is still a plain 502)."""
-
-    def __init__(self, request: web.Request, response: web.StreamResponse) -> None:
-        self.request, self.response = request, response
-
-    async def write(self, data: bytes) -> None:
-        if not self.response.prepared:
-            await self.response.prepare(self.request)
-        await self.response.write(data)
-
-    async def write_eof(self) -> None:
-        if not self.response.prepared:
-            await self.response.prepare(self.request)
-        await self.response.write_eof()

@@ -67,6 +67,7 @@ from inference_gateway.core.request.retry import RetryPolicy
 from inference_gateway.core.request.sse import ModelNameRewriter
 from inference_gateway.core.scheduling.types import Endpoint
 from inference_gateway.core.traffic.routing import ModelRouter, Route
+from inference_gateway.frontends.client_stream import LazyClientStream
 from inference_gateway.frontends.pd_exchange import PREFILL_TIMEOUT_S, PrefillExchange
 from inference_gateway.transport.http1_client import (
     Upstream,
@@ -110,32 +111,6 @@ def error_response(
         content_type="application/json",
         headers=headers,
     )
-
-
-class _ClientStream:
-    """The client side of a relayed stream: prepared with its first byte, which is the
-    request's first byte (so a break before it can still be a plain error status)."""
-
-    def __init__(
-        self, request: web.Request, response: web.StreamResponse, life: RequestLifecycle
-    ) -> None:
-        self.request, self.response, self.life = request, response, life
-        self.prepared = False
-
-    async def write(self, data: bytes) -> None:
-        if self.prepared:
-            await self.response.write(data)
-            return
-        self.prepared = True
-        await self.response.prepare(self.request)
-        await self.response.write(data)
-        self.life.first_byte()
-
-    async def write_eof(self) -> None:
-        if not self.prepared:  # an empty stream
-            self.prepared = True
-            await self.response.prepare(self.request)
-        await self.response.write_eof()
 
 
 class Gateway:
@@ -403,7 +378,7 @@ class Gateway:
         budget = life.budget
         relayed = await self.relay.pump(
             upstream.chunks(),
-            _ClientStream(request, response, life),
+            LazyClientStream(request, response, life.first_byte),
             transform=None if rewriter is None else rewriter.stream_chunk,
             flush=None if rewriter is None else rewriter.flush,
             sent=life.chunk,
