@@ -5,8 +5,11 @@ Blocks hold `BLOCK_SIZE` tokens. A full prompt block is identified by its chaine
 share its blocks. When the last request holding a hashed block finishes, the block is
 not cleared: it stays cached, counted as free, in an LRU list, and is evicted only when a
 new block is needed. A later request whose prompt starts with the same blocks skips
-their prefill. Blocks for unique prompt tails and generated tokens are "private": they
-never hit, so they are only counted.
+their prefill. A finished request's blocks join the list tail first, as vLLM frees them
+(`SingleTypeKVCacheManager.free`: "Free blocks in reverse order so that the tail blocks
+are freed first"), so eviction trims a cached context from its end and the head, which
+every later prompt of that context needs first, stays longest. Blocks for unique prompt
+tails and generated tokens are "private": they never hit, so they are only counted.
 
 Invariant (tested): `used <= num_blocks` at every step.
 
@@ -124,7 +127,7 @@ class BlockPool:
             self.used -= len(hashes)
             return
         refs, cached = self._refs, self._cached
-        for h in hashes:
+        for h in reversed(hashes):  # tail first, so evicted first (module docstring)
             count = refs[h]
             if count > 1:
                 refs[h] = count - 1

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable
 import pytest
 
 from inference_gateway.emulator.engine import Engine, EngineRequest
+from inference_gateway.emulator.kvcache import BlockPool
 from inference_gateway.emulator.profiles import BLOCK_SIZE, PodProfile, pod_profile
 
 
@@ -125,6 +126,24 @@ def test_prefix_hit_cuts_prefill_time() -> None:
     assert ttft(first) == pytest.approx(ttft(cold))
     assert engine.prefix_hits == 1600
     assert engine.prefix_queries == 3 * 1700
+
+
+def test_a_cached_context_is_evicted_from_its_tail_so_its_head_still_hits() -> None:
+    """vLLM frees a finished request's blocks in reverse ("Free blocks in reverse order
+    so that the tail blocks are freed first", `SingleTypeKVCacheManager.free`,
+    vllm-project/vllm `vllm/v1/core/single_type_kv_cache_manager.py`) onto a free queue
+    that evicts from its front (`FreeKVCacheBlockQueue`, `vllm/v1/core/kv_cache_utils.py`:
+    of blocks freed together, the chain's tail goes first). A pool short of room
+    therefore trims a cached context from its end, and a later request still hits the
+    rest; evicting the head first would leave nothing to match (the emulator did, until
+    the `kv-pressure` scenario showed whole contexts lost to one eviction)."""
+    pool = BlockPool(6)
+    pool.acquire([1, 2, 3, 4], 0)
+    pool.release([1, 2, 3, 4], 0)
+    pool.acquire([9, 10], 1)  # three blocks, two free: one cached block goes
+    assert pool.match_prefix([1, 2, 3, 4]) == 3
+    pool.acquire([11], 1)  # two more: the next from the tail
+    assert pool.match_prefix([1, 2, 3, 4]) == 1
 
 
 def test_adapter_swap_costs_its_load_time() -> None:
