@@ -6,7 +6,8 @@
    CPU of one scrape parse-free scheduling decision in the same run, so the figure reads
    as "events per pick".
 2. Memory: the index's bytes per pod (tracemalloc) with a full cache of an H100 pod of
-   Llama-3.1-8B (its `num_gpu_blocks`), and per block.
+   Llama-3.1-8B (its `num_gpu_blocks`), and per block; and the most it holds for a pod
+   under eviction pressure (a full cache plus as many lost blocks, the lost set's bound).
 3. Picking: time per `Scheduler.schedule` + `on_picked` over 8 pods with the shipped
    `latency` profile, the precise scorer on (hashing the prompt's token ids as vLLM does,
    index full of the pods' real blocks) against the same profile with the approximate
@@ -97,14 +98,21 @@ def index_memory() -> dict[str, float]:
     index = KVBlockIndex()
     index.set_capacity("pod", blocks)
     rnd = random.Random(1)
+    cached = [rnd.getrandbits(64) for _ in range(blocks)]
+    index.stored("pod", cached)
+    full = tracemalloc.get_traced_memory()[0]
+    # under pressure: the whole cache evicted (remembered as lost, up to the bound) and
+    # refilled with other blocks, the most the index and its lost set hold for a pod
+    index.removed("pod", cached)
     index.stored("pod", [rnd.getrandbits(64) for _ in range(blocks)])
-    after = tracemalloc.get_traced_memory()[0]
+    evicting = tracemalloc.get_traced_memory()[0]
     tracemalloc.stop()
-    assert index.blocks("pod") == blocks
+    assert index.blocks("pod") == blocks and index.evicted() == blocks
     return {
         "blocks": blocks,
-        "mib_per_pod": (after - before) / 2**20,
-        "bytes_per_block": (after - before) / blocks,
+        "mib_per_pod": (full - before) / 2**20,
+        "bytes_per_block": (full - before) / blocks,
+        "mib_per_pod_evicting": (evicting - before) / 2**20,
     }
 
 
@@ -186,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(
             f"index: {m['mib_per_pod']:.1f} MiB per pod at a full cache of {m['blocks']:,} "
-            f"blocks ({m['bytes_per_block']:.0f} B per block)"
+            f"blocks ({m['bytes_per_block']:.0f} B per block); "
+            f"{m['mib_per_pod_evicting']:.1f} MiB with as many lost blocks (under eviction)"
         )
         print(f"picking: precise {p['precise_us_per_pick']:.0f} µs, approximate "
               f"{p['approximate_us_per_pick']:.0f} µs per pick "

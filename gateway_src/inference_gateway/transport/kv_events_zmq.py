@@ -238,6 +238,13 @@ class KVEventsCollector(Collector):
             family = CounterMetricFamily(name, text)
             family.add_metric([], value)
             yield family
+        share = GaugeMetricFamily(
+            "igw_kv_recompute_share",
+            "Decayed share of the prompt tokens picks send to be computed that the fleet "
+            "had cached and evicted (high: the pods' KV caches are too small for the traffic)",
+        )
+        share.add_metric([], index.recompute_share if index else 0.0)
+        yield share
         blocks = GaugeMetricFamily(
             "igw_kv_index_blocks", "Blocks the precise prefix index holds per pod", labels=["pod"]
         )

@@ -59,3 +59,5 @@ async def test_sessions_carry_their_answers_and_the_gateway_reads_the_pods_event
         assert all(m["content"] for m in session.messages if m["role"] == "assistant")
     ingested = [line for line in text.splitlines() if line.startswith("igw_kv_events_ingested")]
     assert ingested and float(ingested[0].split()[-1]) > 0
+    share = [line for line in text.splitlines() if line.startswith("igw_kv_recompute_share ")]
+    assert share and float(share[0].split()[-1]) == 0.0  # two H100s evict nothing here

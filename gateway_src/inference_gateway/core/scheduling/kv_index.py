@@ -12,6 +12,17 @@ Memory is bounded per pod: at most the pod's KV capacity in blocks (from its
 block dropped first when an event stream that lost removals would exceed it. A block
 costs one entry in the pod's insertion-ordered dict and one in the hash → pods map.
 
+The index also keeps what the fleet *lost*: a block some pod evicted that no pod holds
+any more is remembered (oldest forgotten first, at most the fleet's capacity in blocks:
+the blocks a cache twice the fleet's size would still hold, as an adaptive-replacement
+cache's ghost list does). A pick that recomputes such blocks (`note_pick`) is the cost
+of an earlier eviction paid: `recompute_share`, the decayed share of the tokens picks
+compute that the fleet had cached and evicted, says how much of today's prefill a
+larger (or better used) cache would save. The predicted-TTFT scorer prices the
+evictions a pick causes by it (`plugins.predicted_ttft`), and `/metrics` exports it
+(`igw_kv_recompute_share`): near 0, evictions cost nothing; high, the pods' caches are
+too small for the traffic's working set.
+
 A pod's events are *stale* when the picker has sent it uncached blocks (`expect`) and
 no event came within `stale_after_s`: an idle pod publishes nothing and stays fresh, a
 pod whose publisher died is found out by its next few requests. For a stale pod the
@@ -34,6 +45,7 @@ from inference_gateway.core.scheduling.kv_events import (
 __all__ = ["KVBlockIndex"]
 
 DEFAULT_MAX_BLOCKS = 1 << 20  # per pod until its capacity is scraped (~16 M tokens)
+RECOMPUTE_DECAY = 0.99  # weight of history per pick: the share follows the last ~100 picks
 
 
 class _Pod:
@@ -63,6 +75,11 @@ class KVBlockIndex:
         self.events = 0  # events ingested, for the benchmark and /metrics
         self.heard_any = False  # no pod's events ever arrived: every pod scores as sent
         self.fallbacks = 0  # scoring decisions that used the approximate index for a pod
+        # blocks a pod evicted that no pod holds now, oldest first (see the module docstring)
+        self._evicted: OrderedDict[int, None] = OrderedDict()
+        self._capacity = 0  # Σ the pods' capacities: the bound of `_evicted`
+        self._recomputed = 0.0  # decayed Σ tokens picks recompute that the fleet evicted
+        self._computed = 0.0  # decayed Σ tokens picks compute
 
     # ------------------------------------------------------------------ feeding
 
@@ -70,6 +87,7 @@ class KVBlockIndex:
         state = self._pods.get(pod)
         if state is None:
             state = self._pods[pod] = _Pod(self.max_blocks_per_pod)
+            self._capacity += state.capacity
         return state
 
     def set_capacity(self, pod: str, blocks: int) -> None:
@@ -78,8 +96,10 @@ class KVBlockIndex:
         state = self._pod(pod)
         capacity = max(1, min(blocks, self.max_blocks_per_pod))
         if capacity != state.capacity:
+            self._capacity += capacity - state.capacity
             state.capacity = capacity
             self._trim(pod, state)
+            self._bound_evicted()
 
     def ingest(self, pod: str, batch: KVEventBatch, seq: int = -1) -> None:
         """Apply one decoded batch from `pod` (in sequence order)."""
@@ -105,12 +125,14 @@ class KVBlockIndex:
 
     def stored(self, pod: str, hashes: Iterable[int], state: _Pod | None = None) -> None:
         state = state or self._pod(pod)
-        blocks, holders = state.blocks, self._holders
+        blocks, holders, evicted = state.blocks, self._holders, self._evicted
         for h in hashes:
             if h in blocks:
                 blocks.move_to_end(h)
                 continue
             blocks[h] = None
+            if evicted:
+                evicted.pop(h, None)
             owners = holders.get(h)
             if owners is None:
                 holders[h] = {pod}
@@ -120,12 +142,21 @@ class KVBlockIndex:
             self._trim(pod, state)
 
     def removed(self, pod: str, hashes: Iterable[int], state: _Pod | None = None) -> None:
+        """The pod evicted these blocks: a block no pod holds now is remembered as lost."""
         state = state or self._pod(pod)
-        blocks = state.blocks
+        blocks, holders, evicted = state.blocks, self._holders, self._evicted
         for h in hashes:
             if h in blocks:
                 del blocks[h]
                 self._drop_holder(h, pod)
+                if h not in holders:  # (a held block is never in `evicted`: `stored`)
+                    evicted[h] = None
+        self._bound_evicted()
+
+    def _bound_evicted(self) -> None:
+        evicted, forget = self._evicted, self._evicted.popitem
+        for _ in range(len(evicted) - self._capacity):
+            forget(last=False)
 
     def clear(self, pod: str) -> None:
         state = self._pods.get(pod)
@@ -138,7 +169,10 @@ class KVBlockIndex:
     def forget(self, pod: str) -> None:
         """The pod left the pool: drop everything about it."""
         self.clear(pod)
-        self._pods.pop(pod, None)
+        state = self._pods.pop(pod, None)
+        if state is not None:
+            self._capacity -= state.capacity
+            self._bound_evicted()
 
     def _drop_holder(self, h: int, pod: str) -> None:
         owners = self._holders.get(h)
@@ -153,7 +187,32 @@ class KVBlockIndex:
             h, _ = blocks.popitem(last=False)
             self._drop_holder(h, pod)
 
+    def note_pick(
+        self, hashes: Sequence[int], held: int, computed_tokens: int, block_size: int
+    ) -> None:
+        """A pick computes `computed_tokens` of a prompt with these block hashes, whose
+        first `held` blocks some pod holds: the lost blocks after them are recomputed."""
+        evicted, lost = self._evicted, 0
+        if evicted:
+            for i in range(held, len(hashes)):
+                if hashes[i] not in evicted:
+                    break
+                lost += 1
+        decay = RECOMPUTE_DECAY
+        self._recomputed = self._recomputed * decay + min(lost * block_size, computed_tokens)
+        self._computed = self._computed * decay + computed_tokens
+
     # ------------------------------------------------------------------ reading
+
+    @property
+    def recompute_share(self) -> float:
+        """Decayed share of the tokens picks computed that the fleet had evicted, in [0, 1]."""
+        computed = self._computed
+        return self._recomputed / computed if computed > 0 else 0.0
+
+    def evicted(self) -> int:
+        """Lost blocks remembered now (the memory the lost set costs, in entries)."""
+        return len(self._evicted)
 
     def expect(self, pod: str) -> None:
         """The picker just sent `pod` blocks it does not hold: events should follow."""

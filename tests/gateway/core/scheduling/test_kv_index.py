@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from inference_gateway.core.scheduling.kv_events import (
     AllBlocksCleared,
     BlockRemoved,
@@ -70,3 +72,56 @@ def test_a_pod_that_stops_publishing_goes_stale_an_idle_one_does_not() -> None:
     assert not index.fresh("a") and index.heard_from("a")
     index.ingest("a", batch(stored(2)))
     assert index.fresh("a")
+
+
+def test_blocks_the_fleet_evicted_are_remembered_until_stored_again() -> None:
+    """A block is lost when the last pod holding it evicts it; a pod storing it again
+    (the recompute) forgets it; a pod leaving or resetting its cache loses nothing."""
+    index = KVBlockIndex()
+    index.ingest("a", batch(stored(1, 2, 3)))
+    index.ingest("b", batch(stored(1, 2)))
+    index.ingest("a", batch(BlockRemoved([2, 3], "GPU")))  # 2 is still on b
+    assert index.evicted() == 1
+    index.ingest("b", batch(BlockRemoved([1, 2], "GPU")))
+    assert index.evicted() == 2  # 1 is still on a; 2 and 3 are on no pod now
+    index.ingest("b", batch(stored(2)))
+    assert index.evicted() == 1
+    index.ingest("a", batch(AllBlocksCleared()))
+    index.forget("b")
+    assert index.evicted() == 1
+
+
+def test_the_lost_blocks_are_bounded_by_the_fleets_capacity_oldest_first() -> None:
+    """The memory the lost set costs: at most as many entries as the pods hold, so a
+    cache twice the fleet's size (an ARC ghost list's bound)."""
+    index = KVBlockIndex()
+    index.set_capacity("a", 10)
+    index.set_capacity("b", 10)
+    for start in range(0, 100, 10):
+        index.stored("a", range(start, start + 10))
+        index.removed("a", range(start, start + 10))
+    assert index.evicted() == 20
+    index.note_pick(list(range(80, 90)), 0, 160, 16)  # remembered: all 10 blocks lost
+    index.note_pick(list(range(0, 10)), 0, 160, 16)  # forgotten long ago: none
+    assert index.recompute_share == pytest.approx(0.99 * 160 / (0.99 * 160 + 160))
+    index.forget("b")
+    assert index.evicted() == 10
+
+
+def test_the_recompute_share_counts_only_lost_blocks_after_the_held_run() -> None:
+    """`note_pick(hashes, held, computed)`: the lost run starts where the best pod's
+    match ends, stops at the first block the fleet never had, and never exceeds what
+    the pick computes; with no eviction the share is 0."""
+    index = KVBlockIndex()
+    assert index.recompute_share == 0.0
+    index.ingest("a", batch(stored(1, 2, 3, 4)))
+    index.note_pick([1, 2, 3, 4, 5], 4, 16, 16)
+    assert index.recompute_share == 0.0
+    index.ingest("a", batch(BlockRemoved([3, 4], "GPU")))
+    index.note_pick([1, 2, 3, 4, 9, 4], 2, 64, 16)  # 3 and 4 lost, 9 never cached
+    assert index.recompute_share == pytest.approx(32 / (0.99 * 16 + 64))
+    capped = KVBlockIndex()
+    capped.ingest("a", batch(stored(1, 2)))
+    capped.ingest("a", batch(BlockRemoved([1, 2], "GPU")))
+    capped.note_pick([1, 2], 0, 20, 16)  # 32 lost tokens, but the pick computes 20
+    assert capped.recompute_share == 1.0

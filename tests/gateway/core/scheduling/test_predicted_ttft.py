@@ -6,6 +6,7 @@ import pytest
 
 from inference_gateway.core.scheduling import Endpoint, LLMRequest, PodMetrics
 from inference_gateway.core.scheduling.gpu_priors import GPU_SECONDS_PER_PREFILL_TOKEN, gpu_priors
+from inference_gateway.core.scheduling.kv_index import KVBlockIndex
 from inference_gateway.core.scheduling.plugins.predicted_ttft import PredictedTTFTScorer
 from inference_gateway.core.scheduling.plugins.prefix import PrefixIndex
 from inference_gateway.core.scheduling.registry import build_plugin
@@ -55,3 +56,37 @@ def test_pods_of_one_gpu_class_share_what_one_of_them_measured() -> None:
     )
     assert scorer.predict(request, alone) == pytest.approx(0.5, rel=0.2)
     assert scorer.predict(request, other) == before
+
+
+def test_under_eviction_pressure_a_request_stays_with_the_pod_that_holds_its_context() -> None:
+    """A pod holding 3,904 of a 4,000-token prompt behind a 5-request queue against an
+    idle pod that would rebuild it all: with no eviction seen, the idle pod is predicted
+    sooner (4,000 tokens against 5,000 ahead + 96); once the KV events show every token
+    the fleet computes was cached and evicted (`recompute_share` 1), each rebuilt token
+    also costs half a token (`eviction_cost` 0.5) for what it evicts, and the pod with
+    the context wins. A request cached nowhere pays the same price everywhere: the idle
+    pod still wins it."""
+    kv = KVBlockIndex()
+    context = PluginContext(index=PrefixIndex(), priors=gpu_priors(), kv_index=kv)
+    scorer = build_plugin("predicted-ttft-scorer", "ttft", {}, context)
+    assert isinstance(scorer, PredictedTTFTScorer) and scorer.params.eviction_cost == 0.5
+    holder = Endpoint("holder", "h", 1, labels={"igw.dev/gpu": "H100"},
+                      metrics=PodMetrics(waiting=5), stale=False)  # fmt: skip
+    idle = pod("idle", "H100")
+
+    def ranked(matches: dict[str, int]) -> list[float]:
+        request = LLMRequest("r", "m", prompt_tokens=4000, prefix_hashes=(1,))
+        request.prefix_matches = matches
+        return scorer.score(request, [holder, idle])
+
+    held = {"holder": 244}  # 244 blocks of 16 tokens
+    first, second = ranked(held)
+    assert second > first  # no eviction seen: the idle pod
+    kv.stored("p", [7])
+    kv.removed("p", [7])
+    kv.note_pick([7], 0, 16, 16)  # the fleet recomputes what it evicted
+    assert kv.recompute_share == 1.0
+    first, second = ranked(held)
+    assert first > second  # the holder, despite its queue
+    first, second = ranked({})
+    assert second > first  # cached nowhere: the idle pod still

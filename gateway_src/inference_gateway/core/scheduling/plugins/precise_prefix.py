@@ -28,6 +28,10 @@ where its next requests will find it rebuilt, instead of to whichever pod looks 
 which scatters evicted contexts and keeps every cache churning (an events-only affinity
 had a 2.5x worse P50 there).
 
+Each pick tells the index how many tokens it computes and how many of them the fleet
+had cached and evicted (`KVBlockIndex.note_pick`, the recompute share the predicted-TTFT
+scorer prices evictions by).
+
 `prepare` runs once per scheduling cycle, before any scorer (the scheduler calls it), so
 the order of scorers in a profile does not matter.
 """
@@ -170,9 +174,13 @@ class PrecisePrefixScorer:
         hashes = request.kv_hashes
         if not hashes:
             return
-        held = (request.prefix_matches or {}).get(endpoint.name, 0)
+        matches = request.prefix_matches or {}
+        held = matches.get(endpoint.name, 0)
         if held < len(hashes):
             self.kv_index.expect(endpoint.name)
+        size = self.params.block_size
+        computed = max(0, request.prompt_tokens - held * size)
+        self.kv_index.note_pick(hashes, max(matches.values(), default=0), computed, size)
         self._pending[request.request_id] = (endpoint.name, hashes)
         self._pending_at.setdefault(endpoint.name, {})[request.request_id] = hashes
 

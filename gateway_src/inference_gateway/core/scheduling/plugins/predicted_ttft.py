@@ -14,6 +14,21 @@ Per pod, predicted TTFT = `seconds_per_token × (backlog + own uncached tokens)`
   the seconds per token of the GPU class in `gpu_seconds_per_token` (default: the table
   routing ships, `core/scheduling/gpu_priors.py`), else the fleet average.
 
+Under KV pressure a pick's uncached tokens cost more than its own prefill: storing them
+evicts as many cached tokens from the pod, and some of those will be asked for again and
+recomputed. The pods' KV events measure how often that happens: `KVBlockIndex.
+recompute_share`, the share of the tokens picks compute that the fleet had cached and
+evicted. Own uncached tokens are therefore priced at `1 + eviction_cost × share` tokens
+each: a request goes back to the pod that holds its context unless the queue there
+outweighs the rebuild *and* the evictions it causes elsewhere, while a fleet that
+evicts nothing it needs again (share 0: every headline scenario, and any pool without
+KV events) is scored exactly as before. A request cached nowhere pays the same price on
+every pod, so only the choice between a pod that holds a prefix and one that does not
+changes. `eviction_cost` 0.5 (an evicted token is worth half a recomputed one), from the
+`kv-pressure` scenario over six seeds (mean TTFT, docs/benchmarks.md): 0 gave P50 0.355 s,
+0.5 gave 0.339 s with P99 up 0.9 %, 1 gave 0.333 s with P99 up 14 % (hits queueing
+behind rebuilds on their own pod).
+
 So a half-loaded A10G is never mistaken for a half-loaded H100: equal queues, different
 measured speeds. Score = best prediction / this pod's prediction, in (0, 1].
 
@@ -31,8 +46,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pydantic import PositiveFloat
+from pydantic import Field, PositiveFloat
 
+from inference_gateway.core.scheduling.kv_index import KVBlockIndex
 from inference_gateway.core.scheduling.plugins.base import Params
 from inference_gateway.core.scheduling.plugins.prefix import PrefixIndex, request_matches
 from inference_gateway.core.scheduling.types import Endpoint, LLMRequest, PluginContext
@@ -47,6 +63,8 @@ class PredictedTTFTParams(Params):
     prior_weight: float = 4.0  # observations' worth of the prior
     default_seconds_per_token: float = 1e-4
     base_latency_s: float = 0.005
+    # an evicted cached token's worth in recomputed tokens (see the module docstring)
+    eviction_cost: float = Field(default=0.5, ge=0)
     # GPU class → seconds per prefill token; None: the shipped table (or the scheduler's)
     gpu_seconds_per_token: dict[str, PositiveFloat] | None = None
 
@@ -76,10 +94,12 @@ class PredictedTTFTScorer:
         params: PredictedTTFTParams,
         index: PrefixIndex | None,
         priors: Mapping[str, float] | None = None,
+        kv_index: KVBlockIndex | None = None,
     ) -> None:
         self.name = name
         self.params = params
         self.index = index
+        self.kv_index = kv_index  # the pods' KV events: what evictions cost now
         self.priors = priors or {}  # GPU name → seconds per prefill token
         self._pods: dict[str, _PodModel] = {}
         self._speeds: dict[str, _Speed] = {}  # GPU class → its pods' shared speed
@@ -120,9 +140,17 @@ class PredictedTTFTScorer:
         hit = request_matches(self.index, request).get(endpoint.name, 0) * TOKENS_PER_BLOCK
         return max(1, request.prompt_tokens - hit)
 
+    def own_token_price(self) -> float:
+        """Tokens each own uncached token counts for: 1, plus the evictions it causes."""
+        kv = self.kv_index
+        share = kv.recompute_share if kv is not None else 0.0
+        return 1.0 + self.params.eviction_cost * share
+
     def predict(self, request: LLMRequest, endpoint: Endpoint) -> float:
+        """The score's prediction for one pod (its cost of evictions included)."""
         model = self._model(endpoint)
-        x = self._tokens_ahead(endpoint, model) + self._uncached(request, endpoint)
+        own = self._uncached(request, endpoint) * self.own_token_price()
+        x = self._tokens_ahead(endpoint, model) + own
         return self.params.base_latency_s + model.seconds_per_token * x
 
     def score(self, request: LLMRequest, endpoints: list[Endpoint]) -> list[float]:
@@ -135,6 +163,7 @@ class PredictedTTFTScorer:
             else None
         )
         predictions: list[float] = []
+        price = self.own_token_price()
         for e in endpoints:
             model = get(e.name) or self._model(e)
             waiting = e.metrics.waiting if e.metrics else 0
@@ -148,7 +177,7 @@ class PredictedTTFTScorer:
                 if own < 1:
                     own = 1
             speed = model.speed
-            predictions.append(base + speed.sum_ttft / speed.sum_tokens * (ahead + own))
+            predictions.append(base + speed.sum_ttft / speed.sum_tokens * (ahead + own * price))
         if not predictions:
             return []
         best = min(predictions)
@@ -188,4 +217,4 @@ def build(name: str, params: PredictedTTFTParams, context: PluginContext) -> Pre
     priors = context.priors
     if params.gpu_seconds_per_token is not None:
         priors = params.gpu_seconds_per_token
-    return PredictedTTFTScorer(name, params, context.index, priors)
+    return PredictedTTFTScorer(name, params, context.index, priors, context.kv_index)
