@@ -109,7 +109,7 @@ def test_retry_after_follows_drain_rate_and_clamps() -> None:
 def test_saturation_uses_thresholds_and_inflight() -> None:
     fc = FlowController(SPEC)
     busy = Endpoint("a", "h", 1, metrics=PodMetrics(waiting=5), stale=False)
-    full_kv = Endpoint("b", "h", 2, metrics=PodMetrics(kv_usage=0.85), stale=False)
+    full_kv = Endpoint("b", "h", 2, metrics=PodMetrics(kv_usage=0.95), stale=False)
     free = Endpoint("c", "h", 3, metrics=PodMetrics(waiting=2), stale=False)
     assert fc.saturated([busy, full_kv])
     assert not fc.saturated([busy, free])
@@ -135,7 +135,7 @@ STANDARD = Limits.for_band(DEFAULTS, "standard")
 
 
 def test_default_limits_per_band() -> None:
-    assert Limits(queue=5, kv=0.8, prefill_s=1.0) == CRITICAL
+    assert Limits(queue=5, kv=0.9, prefill_s=1.0) == CRITICAL  # KV: upstream's 0.8, see spec
     assert STANDARD == Limits.for_band(DEFAULTS, "sheddable") == Limits(1, 0.6, 0.05)
 
 
@@ -144,11 +144,11 @@ def test_default_limits_per_band() -> None:
     [
         (pod(), 0.0, 0.0),
         (pod(waiting=2, sent=1), 3 / 5, 3.0),  # queue term: waiting + sent
-        (pod(kv=0.4), 0.5, 0.4 / 0.6),  # kv term
+        (pod(kv=0.4), 0.4 / 0.9, 0.4 / 0.6),  # kv term
         # prefill term: 2000 pending tokens at 40 µs each = 80 ms queued ahead
         (pod(prefill_tokens=2000, spt=4e-5), 0.08, 0.08 / 0.05),
         (pod(prefill_tokens=2000), 0.0, 0.0),  # speed not measured yet: no term
-        (pod(waiting=1, kv=0.7, prefill_tokens=500, spt=4e-5), 0.875, 0.7 / 0.6),  # the max
+        (pod(waiting=1, kv=0.7, prefill_tokens=500, spt=4e-5), 0.7 / 0.9, 0.7 / 0.6),  # the max
     ],
 )
 def test_pod_load_is_the_max_of_queue_kv_and_prefill(
@@ -238,6 +238,7 @@ def test_noncritical_thresholds_must_be_stricter(saturation: dict[str, object]) 
 def test_upstream_detector_is_selectable() -> None:
     spec = SaturationSpec.model_validate(
         {
+            "kvThreshold": 0.8,
             "prefillThresholdS": None,
             "noncriticalPrefillThresholdS": None,
             "noncriticalQueueThreshold": 5,
