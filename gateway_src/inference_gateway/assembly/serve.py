@@ -85,9 +85,7 @@ def build_gateway(
     metrics = GatewayMetrics()
     shared_limits = None
     if store_spec is not None:  # rate limits in the store, exact across replicas
-        health = StoreHealth(
-            "gateway", retry_s=store_spec.retry_ms / 1000, registry=metrics.registry
-        )
+        health = StoreHealth.for_spec("gateway", store_spec, metrics.registry)
         shared_limits = SharedLimits(connect(store_spec), health)
     core = build_core(
         endpoints,

@@ -136,7 +136,11 @@ def change_drains(spec: Any, args: argparse.Namespace) -> int:
     async def apply() -> tuple[str, frozenset[str]]:
         redis = connect(spec.store) if spec.store is not None else None
         # its own metrics registry: the CLI exports nothing
-        health = StoreHealth("cli", registry=CollectorRegistry()) if redis is not None else None
+        health = (
+            StoreHealth.for_spec("cli", spec.store, CollectorRegistry())
+            if spec.store is not None
+            else None
+        )
         drains = PlannedDrains(spec, redis, health)
         try:
             where = ""

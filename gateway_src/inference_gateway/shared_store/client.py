@@ -14,11 +14,17 @@ most one round trip, then the caller uses its local view.
 failure flips the state to "local fallback" (gauge `igw_store_up` 0, one warning line),
 and while it is down calls are not attempted at all except one probe every `retry_s`,
 so a dead store costs nothing per request. The first call that succeeds flips it back
-(gauge 1, one info line).
+(gauge 1, one info line). A call is also bounded as a whole (`deadline_s`, from
+`StoreHealth.for_spec`: the client's own timeouts for a free connection, a connect and a
+round trip, and the one reconnect, 4 x `timeoutMs`), so no path inside the client (a
+reconnect racing a store that restarts, a pool wait) can hold a request longer: a CI run
+saw a request through the global router wait its client's whole 300 s once just after
+the store came back.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import time
@@ -147,11 +153,13 @@ class StoreHealth:
         name: str,
         *,
         retry_s: float = 1.0,
+        deadline_s: float | None = None,
         registry: CollectorRegistry | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.name = name
         self.retry_s = retry_s
+        self.deadline_s = deadline_s  # one call's bound, all retries included (None: none)
         self.clock = clock
         self.up = True
         self._next_probe = 0.0
@@ -160,12 +168,24 @@ class StoreHealth:
         self.fallbacks = fallbacks.labels(name)
         self.up_gauge.set(1)
 
+    @classmethod
+    def for_spec(
+        cls, name: str, spec: StoreSpec, registry: CollectorRegistry | None = None
+    ) -> StoreHealth:
+        """The health of a client made by `connect(spec)`: its probe period and its
+        calls bounded by what the client's own timeouts allow (module docstring)."""
+        deadline = 4 * spec.timeout_ms / 1000
+        return cls(name, retry_s=spec.retry_ms / 1000, deadline_s=deadline, registry=registry)
+
     async def call(self, operation: Callable[[], Awaitable[T]]) -> T:
         """Run one store operation; `StoreUnavailable` when down or when it fails."""
         if not self.up and self.clock() < self._next_probe:
             raise StoreUnavailable(f"{self.name}: store down, using the local view")
         try:
-            result = await operation()
+            if self.deadline_s is None:
+                result = await operation()
+            else:
+                result = await asyncio.wait_for(operation(), self.deadline_s)
         except (RedisError, OSError, TimeoutError) as error:
             self._down(error)
             raise StoreUnavailable(f"{self.name}: {error}") from error

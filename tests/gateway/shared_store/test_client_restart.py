@@ -52,3 +52,24 @@ async def test_a_store_that_is_down_still_falls_back_once(redis_server: LocalRed
         assert health.fallbacks._value.get() == 1  # type: ignore[attr-defined]
     finally:
         await redis.aclose()
+
+
+async def test_a_call_that_never_answers_is_bounded_and_falls_back() -> None:
+    """Whatever inside the client waits (a reconnect racing a restarting store, a pool
+    wait), one call is bounded by `deadline_s`, 4 x `timeoutMs` for a client from
+    `connect(spec)`: it then counts as the store being away, and the request goes on
+    with the local view (a global-router request once waited its client's whole 300 s
+    in CI)."""
+    spec = StoreSpec(url="redis://127.0.0.1:9/0", timeout_ms=20, retry_ms=60_000)
+    health = StoreHealth.for_spec("stuck", spec, CollectorRegistry())
+    assert health.deadline_s == 0.08 and health.retry_s == 60.0
+    never = asyncio.Event()
+    started = asyncio.get_running_loop().time()
+    try:
+        await health.call(never.wait)
+    except StoreUnavailable:
+        pass
+    else:
+        raise AssertionError("a call that never answers returned")
+    assert asyncio.get_running_loop().time() - started < 1.0
+    assert not health.up and health.fallbacks._value.get() == 1  # type: ignore[attr-defined]

@@ -148,9 +148,7 @@ class GlobalRouter:
     def _open_store(self, store: StoreSpec, component: str) -> tuple[Redis, StoreHealth]:
         """A client and its own health state (`igw_store_up{component=...}`), so a regional
         store and a rate-limit store fall back, and say so, each on its own."""
-        health = StoreHealth(
-            component, retry_s=store.retry_ms / 1000, registry=self.metrics.registry
-        )
+        health = StoreHealth.for_spec(component, store, self.metrics.registry)
         redis = connect(store)
         self._stores.append(redis)
         return redis, health

@@ -233,16 +233,20 @@ async def test_store_stopped_routers_keep_serving(
         store={"url": redis_server.url, "retryMs": 100},
         rateLimits={"rules": [{"requestsPerMinute": 1000}], "fallbackReplicas": 2},
     )
-    async with running_router(cfg) as (url, _), aiohttp.ClientSession() as s:
+    bounded = aiohttp.ClientTimeout(total=30)  # a request that hangs fails here, not at 300 s
+    async with (
+        running_router(cfg) as (url, _),
+        aiohttp.ClientSession(timeout=bounded) as s,
+    ):
         _, headers, _ = await post(s, url, authorization="Bearer k")
         assert headers["x-ratelimit-scope"] == "global"
-        redis_server.stop()
+        await asyncio.to_thread(redis_server.stop)  # the router's loop keeps running
         answers = [await post(s, url, authorization="Bearer k") for _ in range(5)]
         assert all(status == 200 for status, _, _ in answers)
         assert {h["x-ratelimit-scope"] for _, h, _ in answers} == {"local"}
         metrics = (await (await s.get(url + "/metrics")).read()).decode()
         assert 'igw_store_up{component="global-router"} 0.0' in metrics
-        redis_server.start()
+        await asyncio.to_thread(redis_server.start)
         await asyncio.sleep(0.15)
         _, headers, _ = await post(s, url, authorization="Bearer k")
         assert headers["x-ratelimit-scope"] == "global"
