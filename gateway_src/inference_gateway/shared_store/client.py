@@ -182,10 +182,9 @@ class StoreHealth:
         if not self.up and self.clock() < self._next_probe:
             raise StoreUnavailable(f"{self.name}: store down, using the local view")
         try:
-            if self.deadline_s is None:
+            # a deadline in the caller's task (no task per call, as `wait_for` makes)
+            async with asyncio.timeout(self.deadline_s):
                 result = await operation()
-            else:
-                result = await asyncio.wait_for(operation(), self.deadline_s)
         except (RedisError, OSError, TimeoutError) as error:
             self._down(error)
             raise StoreUnavailable(f"{self.name}: {error}") from error
