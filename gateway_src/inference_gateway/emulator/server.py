@@ -116,6 +116,8 @@ class PodApp:
         kv_events: KVEventsConfig | None = None,
         hash_seed: str | None = None,
         kv_transfer: KVTransferConfig | None = None,
+        max_model_len: int | None = None,
+        prefix_caching: bool = True,
     ) -> None:
         if adapters and not profile.max_loras:
             raise ValueError("adapters need LoRA slots: build the profile with max_loras >= 1")
@@ -127,15 +129,18 @@ class PodApp:
         self.created = int(time.time())
         # vLLM refuses to start when one max-length sequence cannot fit in the KV cache;
         # operators then lower --max-model-len. Capping it here does that for them, and
-        # guarantees the engine can always fit a lone request (no deadlock).
-        self.max_model_len = min(profile.model.max_model_len, profile.kv_capacity_tokens)
+        # guarantees the engine can always fit a lone request (no deadlock). A given
+        # `max_model_len` (vLLM's flag, checked by the caller as vLLM checks it) wins.
+        self.max_model_len = max_model_len or min(
+            profile.model.max_model_len, profile.kv_capacity_tokens
+        )
         self.metrics = PodMetrics(
             model_name=served_model_name,
             snapshot=lambda: self.driver.engine.snapshot(),
             cache_info={
                 "block_size": str(BLOCK_SIZE),
                 "cache_dtype": "auto",
-                "enable_prefix_caching": "True",
+                "enable_prefix_caching": str(prefix_caching),
                 "gpu_memory_utilization": str(profile.gpu_memory_utilization),
                 "num_cpu_blocks": "0",
                 "num_gpu_blocks": str(profile.num_gpu_blocks),
@@ -152,7 +157,9 @@ class PodApp:
             self.publisher = ZmqKVPublisher(
                 kv_events, block_size=BLOCK_SIZE, capacity_blocks=profile.num_gpu_blocks
             )
-        self.driver = RealtimeDriver(profile, observer=self.metrics, kv_sink=self.publisher)
+        self.driver = RealtimeDriver(
+            profile, observer=self.metrics, kv_sink=self.publisher, prefix_caching=prefix_caching
+        )
         self._ids = itertools.count(1)
         # vLLM's --kv-transfer-config: prefill and decode legs of disaggregated serving
         self.disagg = Disaggregation(kv_transfer, profile, self.driver) if kv_transfer else None
@@ -520,8 +527,12 @@ class EmulatedPod:
         kv_events: KVEventsConfig | None = None,
         hash_seed: str | None = None,
         kv_transfer: KVTransferConfig | None = None,
+        max_model_len: int | None = None,
+        prefix_caching: bool = True,
     ) -> None:
         self.name = name
+        self.max_model_len = max_model_len
+        self.prefix_caching = prefix_caching
         self.kv_transfer = kv_transfer
         self.profile = profile
         self.behavior = behavior
@@ -554,6 +565,8 @@ class EmulatedPod:
             kv_events=self.kv_events,
             hash_seed=self.hash_seed,
             kv_transfer=self.kv_transfer,
+            max_model_len=self.max_model_len,
+            prefix_caching=self.prefix_caching,
         )
         runner = web.AppRunner(
             pod_app.app(),
