@@ -118,6 +118,7 @@ class PodApp:
         kv_transfer: KVTransferConfig | None = None,
         max_model_len: int | None = None,
         prefix_caching: bool = True,
+        auto_tool_choice: bool = True,
     ) -> None:
         if adapters and not profile.max_loras:
             raise ValueError("adapters need LoRA slots: build the profile with max_loras >= 1")
@@ -125,6 +126,7 @@ class PodApp:
         self.served_model_name = served_model_name
         self.adapters = tuple(adapters)
         self.behavior = behavior or PodBehavior()  # tool calls, imperfections: behaviors.py
+        self.auto_tool_choice = auto_tool_choice  # vLLM's --enable-auto-tool-choice
         self.jitter = Jitter(self.behavior)
         self.created = int(time.time())
         # vLLM refuses to start when one max-length sequence cannot fit in the KV cache;
@@ -232,6 +234,8 @@ class PodApp:
             body = await self._read_body(request)
             model, adapter = self._resolve_model(body.get("model"))
             text = self._prompt_text(body, chat=chat)
+            if chat:
+                self._check_tool_choice(body)
             stream, include_usage, max_tokens = self._options(body, chat=chat)
             remote, keep_for_decode = self._disagg_leg(body)
         except _BadRequest as error:
@@ -370,6 +374,17 @@ class PodApp:
         if model in self.adapters:
             return model, model
         raise _BadRequest(404, f"The model `{model}` does not exist.", "NotFoundError")
+
+    def _check_tool_choice(self, body: dict[str, Any]) -> None:
+        """vLLM answers 400 to an "auto" tool choice (the default when `tools` are given)
+        unless started with --enable-auto-tool-choice and a parser (serving_chat.py)."""
+        choice = body.get("tool_choice", "auto" if body.get("tools") else "none")
+        if choice == "auto" and not self.auto_tool_choice:
+            raise _BadRequest(
+                400,
+                '"auto" tool choice requires --enable-auto-tool-choice and '
+                "--tool-call-parser to be set",
+            )
 
     def _prompt_text(self, body: dict[str, Any], *, chat: bool) -> str:
         if chat:
@@ -529,10 +544,12 @@ class EmulatedPod:
         kv_transfer: KVTransferConfig | None = None,
         max_model_len: int | None = None,
         prefix_caching: bool = True,
+        auto_tool_choice: bool = True,
     ) -> None:
         self.name = name
         self.max_model_len = max_model_len
         self.prefix_caching = prefix_caching
+        self.auto_tool_choice = auto_tool_choice
         self.kv_transfer = kv_transfer
         self.profile = profile
         self.behavior = behavior
@@ -567,6 +584,7 @@ class EmulatedPod:
             kv_transfer=self.kv_transfer,
             max_model_len=self.max_model_len,
             prefix_caching=self.prefix_caching,
+            auto_tool_choice=self.auto_tool_choice,
         )
         runner = web.AppRunner(
             pod_app.app(),

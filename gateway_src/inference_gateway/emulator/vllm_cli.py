@@ -151,6 +151,7 @@ class PodSettings:
     max_model_len: int
     adapters: tuple[str, ...] = ()
     prefix_caching: bool = True
+    auto_tool_choice: bool = False
     kv_events: KVEventsConfig | None = None
     kv_transfer: KVTransferConfig | None = None
     plan: vllm_startup.StartPlan = field(default_factory=lambda: vllm_startup.StartPlan(model=""))
@@ -222,6 +223,7 @@ def pod_settings(options: argparse.Namespace, argv: Sequence[str] = ()) -> PodSe
         max_model_len=_max_model_len(options.max_model_len, profile),
         adapters=tuple(adapters),
         prefix_caching=options.enable_prefix_caching is not False,  # V1: on unless --no-
+        auto_tool_choice=options.enable_auto_tool_choice,
         kv_events=_kv_events(options.kv_events_config),
         kv_transfer=_kv_transfer(options.kv_transfer_config),
         plan=vllm_startup.StartPlan(
@@ -364,6 +366,7 @@ async def _serve(settings: PodSettings) -> None:
         kv_transfer=settings.kv_transfer,
         max_model_len=settings.max_model_len,
         prefix_caching=settings.prefix_caching,
+        auto_tool_choice=settings.auto_tool_choice,
     )
     await pod.start()
     try:

@@ -20,6 +20,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -157,6 +158,7 @@ def test_the_rendered_flags_map_onto_the_pod(pod_env: Path) -> None:
     assert settings.profile.max_loras == int(args[args.index("--max-loras") + 1])
     assert settings.adapters == ("sql-lora",)
     assert settings.kv_events is not None and settings.kv_events.publishes
+    assert settings.auto_tool_choice
     assert (settings.host, settings.port) == ("0.0.0.0", 8000)
 
 
@@ -278,6 +280,18 @@ def test_serves_health_and_models_on_the_given_port(tmp_path: Path) -> None:
             ("support", "chat"),
         ]
         assert models[0]["max_model_len"] == 8000
+        # no --enable-auto-tool-choice: tools with the default ("auto") choice get a 400
+        body = {"model": "chat", "messages": [{"role": "user", "content": "hi"}]}
+        body["tools"] = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
+        chat = urllib.request.Request(
+            f"{base}/v1/chat/completions",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(chat, timeout=5)
+        assert refused.value.code == 400
+        assert "--enable-auto-tool-choice" in json.loads(refused.value.read())["error"]["message"]
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=15) == 0
