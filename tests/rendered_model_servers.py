@@ -4,7 +4,7 @@ emulator's `vllm` stand-in (tests/gateway/emulator)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 
@@ -12,22 +12,39 @@ ROOT = Path(__file__).resolve().parents[1]
 RENDERED = sorted(ROOT.glob("gitops/environments/*/rendered/60-model-servers.k8s.yaml"))
 
 
-def vllm_containers() -> list[tuple[str, dict[str, Any]]]:
-    """(environment/deployment, container) for every `vllm serve` container rendered."""
+class RenderedVllm(NamedTuple):
+    where: str  # environment/deployment
+    container: dict[str, Any]
+    gpu: str  # the GPU its node affinity requires (igw.dev/gpu): the emulator's GPU profile
+
+
+def vllm_containers() -> list[RenderedVllm]:
+    """Every `vllm serve` container rendered, with its Deployment's GPU."""
     found = []
     for path in RENDERED:
         env = path.parents[1].name
         for doc in yaml.safe_load_all(path.read_text()):
             if not doc or doc.get("kind") != "Deployment":
                 continue
-            for container in doc["spec"]["template"]["spec"]["containers"]:
+            spec = doc["spec"]["template"]["spec"]
+            for container in spec["containers"]:
                 if container.get("command", [])[:2] == ["vllm", "serve"]:
-                    found.append((f"{env}/{doc['metadata']['name']}", container))
+                    where = f"{env}/{doc['metadata']['name']}"
+                    found.append(RenderedVllm(where, container, _gpu(spec)))
     return found
+
+
+def _gpu(pod: dict[str, Any]) -> str:
+    required = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    for term in required["nodeSelectorTerms"]:
+        for expression in term["matchExpressions"]:
+            if expression["key"] == "igw.dev/gpu":
+                return str(expression["values"][0])
+    raise ValueError("a model server without an igw.dev/gpu node affinity")
 
 
 def container_params() -> list[Any]:
     """`vllm_containers()` as pytest parameters named after their deployment."""
     import pytest
 
-    return [pytest.param(where, container, id=where) for where, container in vllm_containers()]
+    return [pytest.param(r, id=r.where) for r in vllm_containers()]

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rendered_model_servers import RENDERED, container_params, vllm_containers
+from rendered_model_servers import RENDERED, RenderedVllm, container_params, vllm_containers
 
 from inference_gateway.emulator.vllm_args import (
     option_default,
@@ -95,10 +95,9 @@ def test_what_vllm_lacks_or_refuses_exits_2(argv: list[str]) -> None:
     assert exited.value.code == 2
 
 
-@pytest.mark.parametrize(("where", "container"), container_params())
-def test_every_rendered_model_server_command_line_parses(
-    where: str, container: dict[str, Any]
-) -> None:
+@pytest.mark.parametrize("rendered", container_params())
+def test_every_rendered_model_server_command_line_parses(rendered: RenderedVllm) -> None:
+    container = rendered.container
     parsed = _parse(container["command"][1:] + container["args"])
     args = container["args"]
     assert parsed.subcommand == "serve"
@@ -108,7 +107,7 @@ def test_every_rendered_model_server_command_line_parses(
 
 
 def test_the_rendered_trees_have_model_servers() -> None:
-    assert {where.split("/")[0] for where, _ in vllm_containers()} == {
+    assert {r.where.split("/")[0] for r in vllm_containers()} == {
         p.parents[1].name for p in RENDERED
     }
 

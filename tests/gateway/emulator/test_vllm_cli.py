@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rendered_model_servers import container_params, vllm_containers
+from rendered_model_servers import RenderedVllm, container_params
 
 from inference_gateway.emulator import vllm_startup
 from inference_gateway.emulator.vllm_args import parse_serve_args
@@ -103,14 +103,12 @@ def test_a_uid_without_passwd_entry_needs_a_user_variable(
         assert (tmp_path / "tmp" / "torchinductor_vllm").is_dir()  # made at import
 
 
-@pytest.mark.parametrize(("where", "container"), container_params())
-def test_rendered_model_servers_start_as_their_uid(
-    tmp_path: Path, where: str, container: dict[str, Any]
-) -> None:
+@pytest.mark.parametrize("rendered", container_params())
+def test_rendered_model_servers_start_as_their_uid(tmp_path: Path, rendered: RenderedVllm) -> None:
     """The rendered container's own env (HOME, HF_HOME, USER, ...), its uid, no passwd
     entry: importing vLLM must get past torch's getpass call (`vllm serve --help`)."""
     env = _base_env(tmp_path)
-    for item in container["env"]:
+    for item in rendered.container["env"]:
         if "value" in item:
             env[item["name"]] = item["value"]
     env["HOME"] = str(tmp_path / "home")  # the mounted emptyDir, here
@@ -121,7 +119,7 @@ def test_rendered_model_servers_start_as_their_uid(
         text=True,
         timeout=60,
     )
-    assert run.returncode == 0, f"{where}: {run.stderr[-600:]}"
+    assert run.returncode == 0, f"{rendered.where}: {run.stderr[-600:]}"
 
 
 # --------------------------------------------------------------------------- start checks
@@ -146,20 +144,29 @@ def _settings(*flags: str) -> Any:
     return pod_settings(parse_serve_args(argv).options, argv)
 
 
-def test_the_rendered_flags_map_onto_the_pod(pod_env: Path) -> None:
-    (_, container) = vllm_containers()[0]
-    argv = container["command"][1:] + container["args"]
+@pytest.mark.parametrize("rendered", container_params())
+def test_the_rendered_flags_map_onto_the_pod(
+    pod_env: Path, monkeypatch: pytest.MonkeyPatch, rendered: RenderedVllm
+) -> None:
+    """vLLM's start checks pass on the GPU the pod's node affinity names, and the pod
+    serves what the flags say."""
+    monkeypatch.setenv(GPU_ENV, rendered.gpu)
+    argv = rendered.container["command"][1:] + rendered.container["args"]
     settings = pod_settings(parse_serve_args(argv).options, argv)
-    args = container["args"]
-    assert settings.profile.model.name == "llama-3.1-8b"
-    assert settings.profile.gpu.name == "A10G"
+    args = rendered.container["args"]
+    assert settings.profile.gpu.name == rendered.gpu
+    assert args[0].endswith(tuple(settings.profile.model.hf_repos))
+    assert settings.profile.tp == int(args[args.index("--tensor-parallel-size") + 1])
     assert settings.served_model_name == args[args.index("--served-model-name") + 1]
     assert settings.max_model_len == int(args[args.index("--max-model-len") + 1])
-    assert settings.profile.max_loras == int(args[args.index("--max-loras") + 1])
-    assert settings.adapters == ("sql-lora",)
-    assert settings.kv_events is not None and settings.kv_events.publishes
-    assert settings.auto_tool_choice
-    assert (settings.host, settings.port) == ("0.0.0.0", 8000)
+    if "--enable-lora" in args:
+        assert settings.profile.max_loras == int(args[args.index("--max-loras") + 1])
+        modules = args[args.index("--lora-modules") + 1 :]
+        names = [m.split("=")[0] for m in modules if "=" in m]
+        assert list(settings.adapters) == names
+    assert (settings.kv_events is not None) == ("--kv-events-config" in args)
+    assert settings.auto_tool_choice == ("--enable-auto-tool-choice" in args)
+    assert (settings.host, settings.port) == ("0.0.0.0", int(args[args.index("--port") + 1]))
 
 
 def test_start_makes_what_vllm_makes(pod_env: Path) -> None:
