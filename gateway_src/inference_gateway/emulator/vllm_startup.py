@@ -51,6 +51,13 @@ pytorch/pytorch#140765.
   working directory, as in vLLM.
 
 Each step raises what Python raises there (`KeyError`, `OSError`); nothing is caught.
+
+Not reproduced, because they land under `HOME` after the checks above have proved it (or
+`VLLM_CACHE_ROOT`) writable, or fail without stopping vLLM: Triton's own cache
+(`~/.triton`, used by kernels outside torch.compile, e.g. with `--enforce-eager`),
+FlashInfer's JIT workspace (`~/.cache/flashinfer`), outlines' cache (only when a request
+uses that backend), the model-info cache in `$VLLM_CACHE_ROOT/modelinfos` and usage
+statistics in `$VLLM_CONFIG_ROOT` (vLLM logs and goes on when those writes fail).
 """
 
 from __future__ import annotations
