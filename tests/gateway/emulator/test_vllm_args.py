@@ -24,7 +24,7 @@ from inference_gateway.emulator.vllm_args import (
     parse_serve_args,
     validate_serve_args,
 )
-from inference_gateway.emulator.vllm_cli import EMULATED
+from inference_gateway.emulator.vllm_pod import EMULATED
 
 CASES = json.loads((Path(__file__).parent / "data" / "vllm_v0_11_0_parser_cases.json").read_text())
 

@@ -30,7 +30,8 @@ from rendered_model_servers import RenderedVllm, container_params
 
 from inference_gateway.emulator import vllm_startup
 from inference_gateway.emulator.vllm_args import parse_serve_args
-from inference_gateway.emulator.vllm_cli import GPU_ENV, main, pod_settings
+from inference_gateway.emulator.vllm_cli import main
+from inference_gateway.emulator.vllm_pod import GPU_ENV, pod_settings
 from inference_gateway.errors import ConfigError
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
