@@ -387,8 +387,12 @@ def _splice_config_file(argv: list[str], parser: argparse.ArgumentParser) -> lis
     if index == len(argv) - 1:
         raise ValueError("No config file specified! Please check your command-line arguments.")
     path = argv[index + 1]
-    if path.split(".")[-1] not in ("yaml", "yml"):
-        raise ValueError(f"Config file must be of a yaml/yml type. {path} supplied")
+    extension = path.split(".")[-1]
+    if extension not in ("yaml", "yml"):  # vLLM's message, its two arguments unformatted
+        raise ValueError(
+            "Config file must be of a yaml/yml type.                              %s supplied",
+            extension,
+        )
     with open(path) as handle:
         config = yaml.safe_load(handle) or {}
     spliced: list[str] = []

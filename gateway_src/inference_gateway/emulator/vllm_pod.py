@@ -44,7 +44,7 @@ GPU_ENV = "IGW_EMULATED_GPU"
 GIB = 2**30
 
 #: The options the stand-in reads (`emulated` in vllm_serve_args.yaml; a test holds the
-#: two equal), and those it refuses away from their default (`not_emulated`).
+#: two equal).
 EMULATED = frozenset(
     {
         "model_tag",

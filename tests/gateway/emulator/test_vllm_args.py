@@ -44,7 +44,15 @@ def _same_error(mine: str, theirs: str) -> bool:
 
 
 @pytest.mark.parametrize("case", CASES["cases"], ids=lambda c: " ".join(c["argv"])[:60])
-def test_parses_as_vllm_does(case: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+def test_parses_as_vllm_does(
+    case: dict[str, Any],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name, text in case.get("files", {}).items():  # --config files, by relative path
+        (tmp_path / name).write_text(text)
+    monkeypatch.chdir(tmp_path)
     if case["exit"] == 1:
         kind, _, message = case["raises"].partition(": ")
         with pytest.raises(Exception) as raised:
