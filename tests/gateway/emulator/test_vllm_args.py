@@ -22,6 +22,7 @@ from inference_gateway.emulator.vllm_args import (
     option_default,
     option_table,
     parse_serve_args,
+    serve_data,
     validate_serve_args,
 )
 from inference_gateway.emulator.vllm_pod import EMULATED
@@ -112,6 +113,16 @@ def test_every_rendered_model_server_command_line_parses(rendered: RenderedVllm)
     assert parsed.options.model_tag == args[0]
     assert parsed.options.port == int(args[args.index("--port") + 1])
     assert parsed.options.served_model_name == [args[args.index("--served-model-name") + 1]]
+
+
+@pytest.mark.parametrize("rendered", container_params())
+def test_the_rendered_image_is_the_transcribed_vllm(rendered: RenderedVllm) -> None:
+    """The flags are vLLM v0.11.0's: a pod on another vLLM image needs its own
+    transcription (vllm_serve_args.yaml) and recorded cases before the stand-in may
+    speak for it."""
+    reference = rendered.container["image"].split("@")[0]
+    assert reference.rsplit(":", 1)[1] == "v" + serve_data()["version"]
+    assert reference.rsplit(":", 1)[0].endswith("vllm/vllm-openai")
 
 
 def test_the_rendered_trees_have_model_servers() -> None:
