@@ -20,7 +20,7 @@ import os
 import signal
 import socket
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from inference_gateway.emulator import vllm_startup
@@ -85,12 +85,12 @@ class PodSettings:
     host: str
     port: int
     max_model_len: int
+    plan: vllm_startup.StartPlan
     adapters: tuple[str, ...] = ()
     prefix_caching: bool = True
     auto_tool_choice: bool = False
     kv_events: KVEventsConfig | None = None
     kv_transfer: KVTransferConfig | None = None
-    plan: vllm_startup.StartPlan = field(default_factory=lambda: vllm_startup.StartPlan(model=""))
 
 
 def pod_settings(options: argparse.Namespace, argv: Sequence[str] = ()) -> PodSettings:
@@ -109,8 +109,8 @@ def pod_settings(options: argparse.Namespace, argv: Sequence[str] = ()) -> PodSe
             "--block-size", [f"{options.block_size}: the emulator models {BLOCK_SIZE} only"]
         )
     adapters = [m.name for m in options.lora_modules or []]
-    if adapters and not options.enable_lora:
-        raise RuntimeError("LoRA is not enabled. Use --enable-lora to enable LoRA.")
+    if adapters and not options.enable_lora:  # the worker's error, as init_static_loras
+        raise ValueError("LoRA is not enabled. Use --enable-lora to enable LoRA.")
     for index, name in enumerate(adapters):
         if name in adapters[:index]:
             raise ValueError(f"The lora adapter '{name}' has already been loaded.")
@@ -152,8 +152,8 @@ def _refuse_not_emulated(options: argparse.Namespace) -> None:
     for entry in option_table():
         reason = entry.get("not_emulated")
         value = getattr(options, entry["dest"])
-        if reason and value != option_default(entry):
-            problems.append(f"{entry['flags'][0]} {value!r}: {reason}")
+        if reason and value != option_default(entry):  # the value unsaid: it may be a key
+            problems.append(f"{entry['flags'][0]}: {reason}")
     if problems:
         raise ConfigError("vllm serve", problems)
 

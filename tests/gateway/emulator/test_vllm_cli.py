@@ -202,7 +202,7 @@ def test_a_path_vllm_writes_at_start_must_be_writable(
         (("--tensor-parallel-size", "3"), ValueError, "must be divisible by tensor parallel"),
         (("--enable-auto-tool-choice", "--tool-call-parser", "nope"), KeyError,
          "invalid tool call parser: nope"),
-        (("--lora-modules", "a=org/a"), RuntimeError, "LoRA is not enabled"),
+        (("--lora-modules", "a=org/a"), ValueError, "LoRA is not enabled"),
         (("--enable-lora", "--lora-modules", "a=org/a", "a=org/b"), ValueError,
          "has already been loaded"),
     ],
@@ -228,8 +228,9 @@ def test_vllm_start_checks(
 def test_what_the_emulator_cannot_honour_is_refused(
     pod_env: Path, argv: list[str], problem: str
 ) -> None:
-    with pytest.raises(ConfigError, match=problem):
+    with pytest.raises(ConfigError, match=problem) as refused:
         pod_settings(parse_serve_args(argv).options, argv)
+    assert "secret" not in str(refused.value)  # a refused key is never echoed
 
 
 def test_the_gpu_comes_from_the_harness(
