@@ -43,7 +43,12 @@ from inference_gateway.emulator import vllm_startup
 from inference_gateway.emulator.vllm_args import parse_serve_args, validate_serve_args
 from inference_gateway.errors import ConfigError
 
-__all__ = ["VLLM_IMAGE_CONFIG", "main"]
+__all__ = ["EMULATED_GPU_ENV", "VLLM_EXECUTABLE_DIR", "VLLM_IMAGE_CONFIG", "main"]
+
+#: The GPU profile the emulated pod runs on (the harness's stand-in for the node's GPU).
+EMULATED_GPU_ENV = "IGW_EMULATED_GPU"
+#: Where the image has its `vllm` command (the harness puts the stand-in there).
+VLLM_EXECUTABLE_DIR = "/usr/local/bin"
 
 #: The image's own configuration, for the harness to start the container as a runtime
 #: would (the way it reads this project's image from gateway_src/Dockerfile). vLLM

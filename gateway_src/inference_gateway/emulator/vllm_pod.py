@@ -36,11 +36,11 @@ from inference_gateway.emulator.profiles import (
 )
 from inference_gateway.emulator.server import EmulatedPod
 from inference_gateway.emulator.vllm_args import option_default, option_table, serve_data
+from inference_gateway.emulator.vllm_cli import EMULATED_GPU_ENV
 from inference_gateway.errors import ConfigError
 
-__all__ = ["EMULATED", "GPU_ENV", "PodSettings", "check_listen", "pod_settings", "serve"]
+__all__ = ["EMULATED", "PodSettings", "check_listen", "pod_settings", "serve"]
 
-GPU_ENV = "IGW_EMULATED_GPU"
 GIB = 2**30
 
 #: The options the stand-in reads (`emulated` in vllm_serve_args.yaml; a test holds the
@@ -171,12 +171,12 @@ def _check_tool_parser(options: argparse.Namespace) -> None:
 
 
 def _gpu() -> str:
-    gpu = os.environ.get(GPU_ENV, "").strip()
+    gpu = os.environ.get(EMULATED_GPU_ENV, "").strip()
     if not gpu:
         raise ConfigError(
-            GPU_ENV,
+            EMULATED_GPU_ENV,
             [
-                f"{GPU_ENV} is not set: name the GPU profile of the node this pod runs on "
+                f"{EMULATED_GPU_ENV} is not set: name the GPU profile of the node this pod runs on "
                 "(H100, A10G, L4, ...); a real pod gets its GPU from its node, the pod "
                 "harness from the node group its affinity names"
             ],

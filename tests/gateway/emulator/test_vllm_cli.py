@@ -30,8 +30,8 @@ from rendered_model_servers import RenderedVllm, container_params
 
 from inference_gateway.emulator import vllm_startup
 from inference_gateway.emulator.vllm_args import parse_serve_args
-from inference_gateway.emulator.vllm_cli import main
-from inference_gateway.emulator.vllm_pod import GPU_ENV, pod_settings
+from inference_gateway.emulator.vllm_cli import EMULATED_GPU_ENV, main
+from inference_gateway.emulator.vllm_pod import pod_settings
 from inference_gateway.errors import ConfigError
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
@@ -134,7 +134,7 @@ def pod_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("USER", "vllm")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.setenv("HF_HOME", str(tmp_path / "models" / "huggingface"))
-    monkeypatch.setenv(GPU_ENV, "A10G")
+    monkeypatch.setenv(EMULATED_GPU_ENV, "A10G")
     for name in ("XDG_CACHE_HOME", "VLLM_CACHE_ROOT", "HF_HUB_CACHE", "VLLM_RPC_BASE_PATH"):
         monkeypatch.delenv(name, raising=False)
     return tmp_path
@@ -151,7 +151,7 @@ def test_the_rendered_flags_map_onto_the_pod(
 ) -> None:
     """vLLM's start checks pass on the GPU the pod's node affinity names, and the pod
     serves what the flags say."""
-    monkeypatch.setenv(GPU_ENV, rendered.gpu)
+    monkeypatch.setenv(EMULATED_GPU_ENV, rendered.gpu)
     argv = rendered.container["command"][1:] + rendered.container["args"]
     settings = pod_settings(parse_serve_args(argv).options, argv)
     args = rendered.container["args"]
@@ -236,9 +236,9 @@ def test_what_the_emulator_cannot_honour_is_refused(
 def test_the_gpu_comes_from_the_harness(
     pod_env: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.delenv(GPU_ENV)
+    monkeypatch.delenv(EMULATED_GPU_ENV)
     assert main(["serve", MODEL]) == 1
-    assert f"{GPU_ENV} is not set" in capsys.readouterr().err
+    assert f"{EMULATED_GPU_ENV} is not set" in capsys.readouterr().err
 
 
 def test_a_model_path_ending_in_a_known_repository_maps(pod_env: Path) -> None:
@@ -261,7 +261,7 @@ def test_serves_health_and_models_on_the_given_port(tmp_path: Path) -> None:
     port = _free_port()
     env = _base_env(tmp_path) | {
         "USER": "vllm",
-        GPU_ENV: "H100",
+        EMULATED_GPU_ENV: "H100",
         "HF_HOME": str(tmp_path / "hf"),
     }
     argv = ["serve", MODEL, "--served-model-name", "chat", "--host", "127.0.0.1"]
@@ -308,7 +308,7 @@ def test_serves_health_and_models_on_the_given_port(tmp_path: Path) -> None:
 
 
 def test_an_unknown_flag_exits_2_before_any_port_opens(tmp_path: Path) -> None:
-    env = _base_env(tmp_path) | {"USER": "vllm", GPU_ENV: "H100"}
+    env = _base_env(tmp_path) | {"USER": "vllm", EMULATED_GPU_ENV: "H100"}
     run = subprocess.run(
         _stand_in("serve", MODEL, "--no-such-flag"),
         env=env,
