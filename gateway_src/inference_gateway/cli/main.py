@@ -33,9 +33,8 @@ SUBCOMMANDS = {
 }
 
 #: top-level module → the pinned requirements file that installs it, where that is not
-#: requirements/gateway.txt (the gateway's core).
+#: gateway_src/requirements.lock (everything the image ships).
 REQUIREMENTS_OF = {
-    "kubernetes_asyncio": "requirements/gateway-k8s.txt",
     "openai": "requirements/dev.txt",
     "mypy": "requirements/native.txt",
     "mypyc": "requirements/native.txt",
@@ -49,7 +48,7 @@ def missing_dependency(error: ModuleNotFoundError) -> str | None:
 
 
 def _report_missing(command: str, module: str) -> int:
-    requirements = REQUIREMENTS_OF.get(module, "requirements/gateway.txt")
+    requirements = REQUIREMENTS_OF.get(module, "gateway_src/requirements.lock")
     print(
         f"igw {command}: needs the Python package {module!r}, which this environment lacks; "
         f"install it with `pip install -r {requirements}` (pinned), or run `make venv` "
