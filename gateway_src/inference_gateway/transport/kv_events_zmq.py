@@ -142,8 +142,8 @@ class KVEventSubscriber:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        for pod in list(self._streams):
-            await self._close(pod)
+        for pod in list(self._streams):  # stopped, not gone: the consumer keeps what it has
+            await self._close(pod, gone=False)
 
     async def _run(self) -> None:
         while True:
@@ -197,14 +197,15 @@ class KVEventSubscriber:
                 self._streams[pod] = stream
                 stream.task = asyncio.get_running_loop().create_task(self._follow(stream))
 
-    async def _close(self, pod: str) -> None:
+    async def _close(self, pod: str, *, gone: bool = True) -> None:
         stream = self._streams.pop(pod)
         if stream.task is not None:
             stream.task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await stream.task
         _close_sockets(stream.sock, stream.monitor)
-        self.consumer.gone(pod)
+        if gone:
+            self.consumer.gone(pod)
 
     async def _follow(self, stream: _Stream) -> None:
         """One pod's messages, in order, as they come; a connection that ended is
@@ -260,6 +261,9 @@ class KVEventSubscriber:
                 await asyncio.sleep(0)
         except msgspec.DecodeError:  # a validation error is one too
             self.bad_payloads += 1
+        except Exception:  # a pod's payload must never end its task (and so its events)
+            self.bad_payloads += 1
+            log.exception("kv events: a batch from %s could not be applied", pod)
 
     async def _replay(self, stream: _Stream, first: int, upto: int) -> None:
         """Batches `first` .. `upto - 1` from the pod's replay ROUTER, if it has one."""
