@@ -35,6 +35,7 @@ from grpc_health.v1._async import HealthServicer
 from prometheus_client import generate_latest
 
 from inference_gateway.assembly.core import Core, build_core
+from inference_gateway.assembly.kv_events import subscribe_pods
 from inference_gateway.background import cancel_and_wait
 from inference_gateway.config.spec import GatewayConfigSpec, load_config
 from inference_gateway.core.endpoints.discovery import load_endpoints_file
@@ -50,7 +51,6 @@ from inference_gateway.transport.http2_server import (
     Method,
 )
 from inference_gateway.transport.http_settings import server_settings
-from inference_gateway.transport.kv_events_zmq import subscribe_pods
 from inference_gateway.transport.signals import drain, log_drained
 
 __all__ = [
@@ -124,7 +124,7 @@ class PickerServer:
         self.metrics_port = metrics_port
         self.credentials = credentials
         self.ssl_context = ssl_context
-        # and the pods' KV events, for a precise prefix scorer (transport/kv_events_zmq.py)
+        # and the pods' KV events, for a precise prefix scorer (assembly/kv_events.py)
         kv_events = subscribe_pods(
             core.metrics.registry, lambda: core.store.endpoints, lambda: core.director.scheduler
         )
