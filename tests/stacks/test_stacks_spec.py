@@ -38,7 +38,11 @@ def test_shipped_environments_load() -> None:
     assert dev.aws.regions == ["us-east-1"]
     assert prod.aws.regions == ["us-east-1", "us-west-2"]
     assert {g.instance_type for g in prod.node_groups} == {"p5.48xlarge", "g5.2xlarge"}
-    assert {p.name for p in prod.gateway.pools} == {"llama-8b-h100", "llama-8b-a10g"}
+    assert {p.name for p in prod.gateway.pools} == {
+        "llama-8b-h100",
+        "llama-8b-a10g",
+        "llama-8b-h100-pd",
+    }
     # HyperPod on in prod: an H100 instance group beside the managed h100 group.
     assert prod.cluster.hyperpod.enabled
     assert [g.gpu for g in prod.cluster.hyperpod.instance_groups] == ["H100"]
