@@ -86,6 +86,7 @@ __all__ = [
     "MODEL_HEADER",
     "GatewayChart",
     "bbr_labels",
+    "envoy_pod_labels",
     "envoy_settings",
     "picker_ext_proc_cluster",
     "pool_route_name",
@@ -667,14 +668,38 @@ def _gateway_service_pod_spec(
     }
 
 
+def envoy_pod_labels(env: EnvironmentSpec) -> dict[str, str]:
+    """The labels Envoy Gateway v1.5 puts on the Envoy pods of Gateway `igw`: its
+    `EnvoyAppLabel` and the owning gateway's (envoyproxy/gateway v1.5.0
+    `internal/infrastructure/kubernetes/proxy/resource.go`, `internal/gatewayapi/
+    translator.go`). Its PodDisruptionBudget selects them itself; the spread must name them."""
+    return {
+        "app.kubernetes.io/name": "envoy",
+        "app.kubernetes.io/component": "proxy",
+        "app.kubernetes.io/managed-by": "envoy-gateway",
+        "gateway.envoyproxy.io/owning-gateway-name": GATEWAY,
+        "gateway.envoyproxy.io/owning-gateway-namespace": env.kubernetes.namespace,
+    }
+
+
 def _envoy_proxy_spec(env: EnvironmentSpec) -> dict[str, Any]:
     """Envoy's Service stays inside the cluster: the CDK's internal NLB is the only way
-    in (its security group admits `ingress.allowed_cidrs` on 443)."""
+    in (its security group admits `ingress.allowed_cidrs` on 443).
+
+    Two Envoy replicas spread over zones and nodes like the gateway's own pods, and a
+    PodDisruptionBudget keeping one of them through a node drain, both through the
+    EnvoyProxy's own fields (v1.5 `KubernetesPodSpec.topologySpreadConstraints`,
+    `EnvoyProxyKubernetesProvider.envoyPDB`), which Envoy Gateway copies onto the
+    Deployment and PodDisruptionBudget it creates."""
     spec: dict[str, Any] = {
         "provider": {
             "type": "Kubernetes",
             "kubernetes": {
-                "envoyDeployment": {"replicas": 2},
+                "envoyDeployment": {
+                    "replicas": 2,
+                    "pod": {"topologySpreadConstraints": spread(envoy_pod_labels(env))},
+                },
+                "envoyPDB": {"minAvailable": 1},
                 "envoyService": {"name": ENVOY_SERVICE, "type": "ClusterIP"},
             },
         }

@@ -78,8 +78,9 @@ def test_config_lists_every_region_and_is_home_in_its_own(prod, west):
         ("us-east-1", "https://us-east-1.inference.internal.example.com"),
         ("us-west-2", "https://us-west-2.inference.internal.example.com"),
     ]
-    # H100 pool 8 x 6.88 + A10G pool 4 x 1.212 (prod's model servers and pool prices).
-    assert [c["hourlyCostUsd"] for c in config["clusters"]] == [pytest.approx(59.888)] * 2
+    # H100 pool 8 x 6.88 + A10G pool 4 x 1.212 + the P/D pool's prefill and decode pods
+    # 2 x 6.88 (prod's model servers at their minimum and the pools' prices).
+    assert [c["hourlyCostUsd"] for c in config["clusters"]] == [pytest.approx(66.768)] * 2
     assert config["store"] == {
         "url": "rediss://master.x.usw2.cache.amazonaws.com:6380/0",
         "passwordEnv": PASSWORD_ENV,

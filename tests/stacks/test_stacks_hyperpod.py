@@ -209,7 +209,14 @@ def test_a_model_server_can_be_placed_on_the_hyperpod_nodes(prod_synth: Synth) -
         fits = [
             d["metadata"]["name"] for d in deployments if _placeable(d, node, gpus_per_node[gpu])
         ]
-        assert fits == ["vllm-llama-8b-h100"], (name, fits)
+        # the model servers of the H100 pools, aggregated and P/D alike, and only those
+        h100_servers = [
+            d["metadata"]["name"]
+            for d in deployments
+            if d["spec"]["template"]["metadata"]["labels"].get("igw.dev/gpu") == gpu
+        ]
+        assert "vllm-llama-8b-h100" in h100_servers and len(h100_servers) == 3
+        assert fits == h100_servers, (name, fits)
         sick = {**node, "sagemaker.amazonaws.com/node-health-status": "Unschedulable"}
         assert not [d for d in deployments if _placeable(d, sick, gpus_per_node[gpu])]
     # and the same server still lands on the managed h100 group
