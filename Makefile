@@ -146,8 +146,9 @@ $(CDK_CLI): package.json package-lock.json
 	@npm ci --no-audit --no-fund --loglevel=error
 	@touch $(CDK_CLI)
 
-# Capacity preflight of one environment (AWS credentials from the boto3 chain; read-only):
-# instance offerings per zone and vCPU quotas. ARGS=--allow-unread-quotas, --json PATH, …
+# Preflight of one environment (AWS credentials from the boto3 chain; read-only): instance
+# offerings per zone and vCPU quotas, and the prerequisites a deploy cannot create (ACM
+# certificates, Secrets Manager secrets). ARGS=--allow-unread-quotas, --json PATH, …
 ENV ?= dev
 preflight: venv
 	$(BIN)/python -m stacks.preflight $(ENV) $(ARGS)

@@ -58,6 +58,15 @@ class EnvironmentSpec(BaseModel):
     kubernetes: KubernetesSpec = KubernetesSpec()
     global_router: GlobalRouterSpec = GlobalRouterSpec()
 
+    @property
+    def external_secret_ids(self) -> tuple[str, ...]:
+        """The Secrets Manager secrets (primary region) External Secrets copies into the
+        cluster: prerequisites, made by hand (docs/first-deploy.md)."""
+        ids = [s.hf_token_secret_id for s in self.model_servers if s.hf_token_secret_id]
+        if self.kubernetes.auth is not None:
+            ids.append(self.kubernetes.auth.api_keys_secret_id)
+        return tuple(sorted(set(ids)))
+
     @model_validator(mode="after")
     def _cross_references(self) -> EnvironmentSpec:
         problems: list[str] = []

@@ -242,8 +242,11 @@ class IngressSpec(_Section):
 
     certificate_arns: dict[str, str] = Field(
         default_factory=dict,
-        description="Region -> ACM certificate ARN for domain_name (certificates are "
-        "regional); a region without one gets a certificate requested with DNS validation.",
+        description="Region -> ARN of an ACM certificate (certificates are regional) for "
+        "domain_name and <region>.<domain_name>, a prerequisite: the internal NLB "
+        "terminates TLS on it. A region without one passes TCP through to Envoy, which "
+        "presents the certificate cert-manager issues in the cluster; the global router "
+        "needs one in every region.",
     )
     domain_name: str = "inference.internal.example.com"
     allowed_cidrs: list[str] = Field(default_factory=lambda: ["10.0.0.0/8"])

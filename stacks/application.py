@@ -164,14 +164,6 @@ def attach_nag(app: App) -> None:
     Validations.of(app).add_plugins(AwsSolutionsChecks(app, verbose=True))
 
 
-def _secret_ids(env: EnvironmentSpec) -> tuple[str, ...]:
-    """The Secrets Manager secrets External Secrets syncs into the cluster."""
-    ids = [s.hf_token_secret_id for s in env.model_servers if s.hf_token_secret_id]
-    if env.kubernetes.auth is not None:
-        ids.append(env.kubernetes.auth.api_keys_secret_id)
-    return tuple(sorted(set(ids)))
-
-
 def _model_sources(env: EnvironmentSpec) -> tuple[str, ...]:
     """The `s3://` weights and adapters the model servers read."""
     sources = [s.model for s in env.model_servers]
@@ -252,7 +244,7 @@ def _region(
                 cluster_name=env.cluster.name,
                 regions=tuple(env.aws.regions),
                 gateway_namespace=env.kubernetes.namespace,
-                secret_ids=_secret_ids(env),
+                secret_ids=env.external_secret_ids,
                 # The ClusterSecretStore reads the primary region's Secrets Manager.
                 secrets_region=env.aws.region,
                 model_sources=_model_sources(env),
@@ -317,6 +309,7 @@ def _region(
                 environment=env.name,
                 region=plan.region,
                 cluster_name=env.cluster.name,
+                target_group_arn=ingress.ingress.target_group.target_group_arn,
                 hyperpod=hyperpod is not None,
             ),
             cluster=cluster.cluster,

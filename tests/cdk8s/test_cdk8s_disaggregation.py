@@ -27,6 +27,7 @@ import yaml
 
 from charts.app import ENVIRONMENTS_DIR, synth_tree
 from charts.workloads import container_security_context
+from envspec.argocd_manifests import PATCHED_KUSTOMIZATION
 from envspec.environment import load_environment
 from inference_gateway.cli import pd_sidecar
 from inference_gateway.cli.main import build_parser
@@ -92,6 +93,7 @@ def pd_tree(pd_root: Path) -> dict[str, list[Doc]]:
     return {
         str(p.relative_to(pd_root)): [d for d in yaml.safe_load_all(p.read_text()) if d]
         for p in sorted(pd_root.rglob("*.yaml"))
+        if p.name != PATCHED_KUSTOMIZATION
     }
 
 

@@ -29,12 +29,12 @@ from charts.global_router import (
     synth_global_routers,
 )
 from charts.picker import PickerChart
+from envspec.argocd_manifests import PATCHED_KUSTOMIZATION
 from envspec.environment import EnvironmentSpec, load_environment
 from envspec.global_router import (
     STORE_AUTH_KEY,
     STORE_URL_KEY,
     global_folder,
-    global_target_group_name,
     rate_limit_store_secret_name,
     store_secret_names,
 )
@@ -181,7 +181,8 @@ def test_service_binding_pdb_and_policy_select_the_router(prod, west):
         "selector": {"matchLabels": selector},
     }
     binding = west["TargetGroupBinding"]["spec"]
-    assert binding["targetGroupName"] == global_target_group_name("prod")
+    # the target group by ARN, patched in by the region's Application (never a name)
+    assert "targetGroupName" not in binding and "targetGroupARN" not in binding
     assert binding["serviceRef"] == {"name": GLOBAL_ROUTER, "port": prod.global_router.port}
     policy = west["NetworkPolicy"]["spec"]
     assert policy["podSelector"]["matchLabels"] == selector
@@ -198,7 +199,12 @@ def test_one_folder_per_region_only_where_enabled(tmp_path):
     folders = synth_global_routers(prod, tmp_path)
     assert folders == [tmp_path / global_folder("prod", r) for r in prod.aws.regions]
     for folder in folders:
-        assert [p.name for p in folder.glob("*.yaml")] == ["70-global-router.k8s.yaml"]
+        assert sorted(p.name for p in folder.glob("*.yaml")) == [
+            "70-global-router.k8s.yaml",
+            PATCHED_KUSTOMIZATION,
+        ]
+        kustomization = yaml.safe_load((folder / PATCHED_KUSTOMIZATION).read_text())
+        assert kustomization["resources"] == ["70-global-router.k8s.yaml"]
 
 
 def test_a_region_outside_the_environment_is_refused(prod):

@@ -327,7 +327,9 @@ def test_the_gateway_authenticates_before_any_pod(gitops_dir):
         ]
         assert backend["port"] in {p["port"] for p in service["spec"]["ports"]}
         (auth,) = [
-            d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == backend["name"]
+            d
+            for d in docs
+            if d["kind"] == "Deployment" and d["metadata"]["name"] == backend["name"]
         ]
         pod = auth["spec"]["template"]["spec"]
         (volume,) = [v for v in pod["volumes"] if "secret" in v]
@@ -365,9 +367,7 @@ def test_igw_auth_runs_with_the_rendered_arguments(gitops_dir, tmp_path):
             assert built.jwt is not None and built.jwt.issuer == env.kubernetes.auth.jwt.issuer
         (port,) = container["ports"]
         (policy,) = [
-            d
-            for d in docs
-            if d["kind"] == "NetworkPolicy" and d["metadata"]["name"] == "igw-auth"
+            d for d in docs if d["kind"] == "NetworkPolicy" and d["metadata"]["name"] == "igw-auth"
         ]
         (rule,) = policy["spec"]["ingress"]
         assert rule["ports"] == [{"protocol": "TCP", "port": port["containerPort"]}]
