@@ -12,9 +12,10 @@ does it:
    /tmp, /var/tmp world-writable as in the image;
 2. the image's layers: its /usr/local (and the base interpreter it links to) bound
    read-only at their paths;
-3. the volumes at their mountPaths (tmpfs for emptyDir, read-only binds of the rendered
-   ConfigMap and Secret files), /etc/hosts and /etc/hostname written as the kubelet does,
-   and the test CAs that stand in for publicly trusted ones appended to the CA bundle;
+3. the volumes at their mountPaths (binds of the pod's emptyDir folders, read-only binds
+   of the rendered ConfigMap and Secret files), /etc/hosts and /etc/hostname written as
+   the kubelet does, and the test CAs that stand in for publicly trusted ones appended to
+   the CA bundle;
 4. with `readOnlyRootFilesystem`, the root remounted read-only, so only volumes are
    writable;
 5. chroot, the working directory, supplementary groups (fsGroup), gid, uid, and
@@ -93,13 +94,6 @@ def bind(root: Path, source: str, target: str, *, readonly: bool) -> None:
         mount("-o", "remount,bind,ro", str(where))
 
 
-def tmpfs(root: Path, target: str, size: int | None) -> None:
-    where = inside(root, target)
-    where.mkdir(parents=True, exist_ok=True)
-    options = "mode=0777" + (f",size={size}" if size else "")
-    mount("-t", "tmpfs", "-o", options, "tmpfs", str(where))
-
-
 def become(spec: dict[str, object]) -> None:
     os.setgroups([int(g) for g in spec["groups"]])  # type: ignore[attr-defined]
     os.setgid(int(spec["gid"]))  # type: ignore[call-overload]
@@ -116,8 +110,6 @@ def main(spec_path: str) -> None:
     base_layout(root)
     for layer in spec["binds"]:
         bind(root, layer["source"], layer["target"], readonly=layer["readonly"])
-    for volume in spec["tmpfs"]:
-        tmpfs(root, volume["target"], volume.get("size"))
     for file in spec["files"]:
         inside(root, file["target"]).write_text(file["content"])
     if spec["extra_trust"]:  # the stand-in for a publicly trusted certificate's CA

@@ -14,18 +14,21 @@ Readiness and Startup Probes", "Define a Command and Arguments for a Container")
 * **Identity.** `runAsUser`/`runAsGroup` from the container's securityContext over the
   pod's; `fsGroup` and `supplementalGroups` as supplementary groups; the uid has no
   passwd entry; `allowPrivilegeEscalation: false` sets no_new_privs.
-* **Filesystem.** The image's layers, `readOnlyRootFilesystem`, emptyDir (tmpfs, mode
-  0777, `sizeLimit`), ConfigMap and Secret volumes (`items`, `defaultMode`, read-only),
-  the projected service-account token, `subPath`; see container_init.py.
-* **Network.** A network namespace of the pod's own on the pod network (podnet.py); the
-  container's ports are what it binds there; probes come from the node's address.
+* **Filesystem.** The image's layers, `readOnlyRootFilesystem`, emptyDir (a folder of the
+  pod's, mode 0777, shared by its containers), ConfigMap and Secret volumes (`items`,
+  `defaultMode`, read-only), the projected service-account token, `subPath`; see
+  container_init.py.
+* **Network.** A network namespace of the pod's own on the pod network (podnet.py),
+  shared by its containers (they reach each other on 127.0.0.1); a container's ports are
+  what it binds there; probes come from the node's address.
 * **Probes.** startup, then readiness and liveness: `grpc` (grpc.health.v1 Check with the
   probe's `service`), `httpGet` (2xx and 3xx pass; named ports resolved against the
   container's ports), `tcpSocket`; each attempt bounded by `timeoutSeconds` (default 1),
   first after `initialDelaySeconds`, success within `failureThreshold` x `periodSeconds`.
 
 What it does not do (so a green run here is necessary, not sufficient): no image pull,
-cgroups (CPU and memory limits are not enforced), seccomp filter, capability sets beyond
+cgroups (CPU and memory limits and an emptyDir's `sizeLimit` are not enforced, and a
+`medium: Memory` emptyDir is a folder, not a tmpfs), seccomp filter, capability sets beyond
 what a non-root uid has, PID namespace, DNS (names resolve only through the pod's
 /etc/hosts), projected token rotation, or volume types other than those above (a spec
 that uses one fails here with its name). Probes are sent more often than `periodSeconds`
@@ -118,6 +121,8 @@ class PodContext:
     #: PEM CAs the container trusts beside the image's bundle: test CAs standing in for
     #: the public CAs that sign what a pod reaches over TLS (an ACM certificate)
     extra_trust: str = ""
+    #: the pod's own folder: its emptyDir volumes live here, shared by its containers
+    volume_root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="igw-pod-")))
 
 
 @dataclass(eq=False)
@@ -132,7 +137,7 @@ class Container:
     extra_env: Mapping[str, str] = field(default_factory=dict)
     labels: Mapping[str, str] = field(default_factory=dict)
     grace_s: float = 30.0
-    workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="igw-pod-")))
+    workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="igw-ctr-")))
     process: subprocess.Popen[bytes] | None = None
     started_at: float = 0.0
 
@@ -245,8 +250,10 @@ class Container:
     def _volume_source(self, volume: Mapping[str, Any]) -> tuple[str, Any]:
         name = volume["name"]
         if "emptyDir" in volume:
-            limit = (volume["emptyDir"] or {}).get("sizeLimit")
-            return "tmpfs", parse_quantity(limit) if limit else None
+            folder = self.context.volume_root / "empty-dir" / name
+            folder.mkdir(parents=True, exist_ok=True)
+            folder.chmod(0o777)
+            return "folder", str(folder)
         for kind, store, key in (
             ("configMap", self.context.config_maps, "name"),
             ("secret", self.context.secrets, "secretName"),
@@ -262,7 +269,7 @@ class Container:
                             f"{self.name}: {kind} {source[key]!r} of volume {name} does not "
                             "exist (the pod would stay in ContainerCreating)"
                         )
-                return "bind", self._volume_files(name, source, data)
+                return "files", self._volume_files(name, source, data)
         raise PodStartError(f"{self.name}: volume {name}: {sorted(volume)} is not modelled")
 
     def root_spec(self) -> dict[str, Any]:
@@ -271,18 +278,13 @@ class Container:
         sc = self.spec.get("securityContext") or {}
         volumes = {v["name"]: v for v in self.pod.get("volumes", [])}
         binds = [{"source": s, "target": t, "readonly": True} for s, t in self.image.layers]
-        mounts_tmpfs = []
         for mount in self.spec.get("volumeMounts", []):
             if mount["name"] not in volumes:
                 raise PodStartError(f"{self.name}: volumeMount {mount['name']} has no volume")
             kind, source = self._volume_source(volumes[mount["name"]])
-            if kind == "tmpfs":
-                if mount.get("subPath"):
-                    raise PodStartError(f"{self.name}: subPath on an emptyDir is not modelled")
-                mounts_tmpfs.append({"target": mount["mountPath"], "size": source})
-            else:
-                path = os.path.join(source, mount["subPath"]) if mount.get("subPath") else source
-                binds.append({"source": path, "target": mount["mountPath"], "readonly": True})
+            path = os.path.join(source, mount["subPath"]) if mount.get("subPath") else source
+            readonly = kind == "files" or bool(mount.get("readOnly"))
+            binds.append({"source": path, "target": mount["mountPath"], "readonly": readonly})
         account = self.context.service_account
         if account is not None and self.pod.get("automountServiceAccountToken", True):
             folder = self.workdir / "serviceaccount"
@@ -308,7 +310,6 @@ class Container:
         return {
             "root_dir": str(root),
             "binds": binds,
-            "tmpfs": mounts_tmpfs,
             "files": [
                 {"target": "/etc/hosts", "content": "\n".join(hosts) + "\n"},
                 {"target": "/etc/hostname", "content": self.context.name + "\n"},

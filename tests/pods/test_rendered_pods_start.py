@@ -171,26 +171,27 @@ class ClusterRun:
         self.envoy: EnvoyGateway | None = None
 
     def place(self) -> None:
-        """A pod (network namespace, address) for one replica of every workload."""
+        """A pod (network namespace, address, volumes) for one replica of every workload,
+        with all its containers."""
         secrets = self.cluster.secrets()
         config_maps = self.cluster.config_maps()
         for workload in self.cluster.workloads():
             pod = workload["spec"]["template"]["spec"]
+            name = f"{workload['metadata']['name']}-0"
+            netns, pod_ip = self.network.add_pod(name)
+            context = PodContext(
+                name=name,
+                namespace=workload["metadata"].get("namespace", NAMESPACE),
+                pod_ip=pod_ip,
+                netns=netns,
+                api_host=self.network.node_ip,
+                api_port=self.api.port,
+                secrets=secrets,
+                config_maps=config_maps,
+                service_account=self.api.service_account(NAMESPACE),
+            )
             for spec in pod["containers"]:
                 image = image_for(spec["image"], self.gateway, self.vllm)
-                name = f"{workload['metadata']['name']}-0"
-                netns, pod_ip = self.network.add_pod(name)
-                context = PodContext(
-                    name=name,
-                    namespace=workload["metadata"].get("namespace", NAMESPACE),
-                    pod_ip=pod_ip,
-                    netns=netns,
-                    api_host=self.network.node_ip,
-                    api_port=self.api.port,
-                    secrets=secrets,
-                    config_maps=config_maps,
-                    service_account=self.api.service_account(NAMESPACE),
-                )
                 container = Container(
                     pod=pod,
                     spec=spec,
@@ -206,9 +207,12 @@ class ClusterRun:
                 self.containers.append(container)
 
     def pods_of(self, selector: dict[str, str]) -> list[Container]:
-        return [
-            c for c in self.containers if all(c.labels.get(k) == v for k, v in selector.items())
-        ]
+        """The first container of each pod whose labels match SELECTOR."""
+        pods: dict[str, Container] = {}
+        for c in self.containers:
+            if all(c.labels.get(k) == v for k, v in selector.items()):
+                pods.setdefault(c.context.name, c)
+        return list(pods.values())
 
     def open_gateway(self) -> None:
         """Envoy at the cluster gateways' names the global tier's configs call, when any."""
@@ -230,8 +234,11 @@ class ClusterRun:
             container.context.hosts = {name: self.network.node_ip for name in hostnames}
             container.context.extra_trust = self.envoy.ca.read_text()
 
-    def start(self, images: Image) -> list[Container]:
-        batch = [c for c in self.containers if c.image is images]
+    def start(self, model_servers: bool) -> list[Container]:
+        """Start every container of the model-server pods (those with a vLLM container),
+        or of the others."""
+        with_vllm = {c.context.name for c in self.containers if c.image is self.vllm}
+        batch = [c for c in self.containers if (c.context.name in with_vllm) == model_servers]
         for container in batch:
             container.start()
         return batch
@@ -240,6 +247,7 @@ class ClusterRun:
         for container in self.containers:
             container.stop(grace_s=1.0)
             shutil.rmtree(container.workdir, ignore_errors=True)
+            shutil.rmtree(container.context.volume_root, ignore_errors=True)
         if self.envoy is not None:
             self.envoy.stop()
 
@@ -304,16 +312,16 @@ def test_every_rendered_pod_starts_and_passes_its_probes(
         run.place()
         run.open_gateway()
         # model servers first: the picker discovers them through the API once ready
-        results, failures = probe_all(run.start(run.vllm))
+        results, failures = probe_all(run.start(model_servers=True))
+        ready: dict[str, Container] = {}
         for container in run.containers:
-            if container.image is run.vllm and container.name in results:
-                api.put(
-                    f"/api/v1/namespaces/{NAMESPACE}/pods",
-                    as_pod(
-                        container.context.name, container.context.pod_ip, dict(container.labels)
-                    ),
-                )
-        more, failed = probe_all(run.start(gateway))
+            if container.name in results:
+                ready.setdefault(container.context.name, container)
+        for name, container in ready.items():
+            if all(c.name in results for c in run.containers if c.context.name == name):
+                pod = as_pod(name, container.context.pod_ip, dict(container.labels))
+                api.put(f"/api/v1/namespaces/{NAMESPACE}/pods", pod)
+        more, failed = probe_all(run.start(model_servers=False))
         results.update(more)
         failures += failed
         assert not failures, "\n\n".join(failures)
