@@ -126,10 +126,12 @@ async def _serve(args: argparse.Namespace, auth: Authenticator) -> int:
     from aiohttp import web
 
     from inference_gateway.frontends.authz import authz_app, keep_jwks_fresh
+    from inference_gateway.transport.listen import listening_socket
 
+    sock = listening_socket(args.host, args.port)  # a ListenError before anything starts
     runner = web.AppRunner(authz_app(auth, max_body_bytes=args.max_body_bytes))
     await runner.setup()
-    site = web.TCPSite(runner, args.host, args.port)
+    site = web.SockSite(runner, sock)
     await site.start()
     refresher = None
     if auth.jwt is not None and auth.jwt.jwks_path is None:

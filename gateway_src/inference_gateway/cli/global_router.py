@@ -86,7 +86,10 @@ def run(args: argparse.Namespace) -> int:
         body_timeout_s=args.body_timeout,
     )
     clusters = ", ".join(f"{c.name} ({c.region})" for c in spec.clusters)
-    print(f"igw global: listening on http://{args.host}:{args.port} over {clusters}", flush=True)
+
+    def listening(port: int) -> None:
+        print(f"igw global: listening on http://{args.host}:{port} over {clusters}", flush=True)
+
     from inference_gateway.transport.signals import serve_http
 
     settings = runner_settings(args.header_timeout)
@@ -98,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
             port=args.port,
             in_flight=lambda: router.in_flight,
             grace_s=args.drain_grace,
+            on_listening=listening,
             access_log=None,
             **settings,
         )

@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import logging
 import os
+import ssl
 from pathlib import Path
 from typing import Any
 
@@ -193,9 +194,10 @@ def tls_options(args: argparse.Namespace) -> dict[str, Any]:
     """TLS for the chosen transport: gRPC credentials (grpcio) or an SSL context (http2)."""
     if not (args.tls or args.tls_cert or args.tls_key):
         return {}
+    context = server_ssl_context(args)  # a bad pair stops the start here, either transport
     if transport(args.transport) == "grpcio":
         return {"credentials": credentials(args)}
-    return {"ssl_context": server_ssl_context(args)}
+    return {"ssl_context": context}
 
 
 def server_ssl_context(args: argparse.Namespace) -> Any:
@@ -211,11 +213,19 @@ def server_ssl_context(args: argparse.Namespace) -> Any:
         raise ConfigError("TLS", ["--tls-cert, --tls-key: give both or neither"])
     if args.tls_cert is None:
         return ssl_context(*self_signed())
+    for path in (args.tls_cert, args.tls_key):
+        try:
+            Path(path).read_bytes()
+        except OSError as error:
+            raise ConfigError(path, [f"cannot read file: {error.strerror}"]) from None
+    cert, key = Path(args.tls_cert).read_bytes(), Path(args.tls_key).read_bytes()
     try:
-        cert, key = Path(args.tls_cert).read_bytes(), Path(args.tls_key).read_bytes()
-    except OSError as error:
-        raise ConfigError("TLS", [f"{error.filename}: {error.strerror}"]) from None
-    return ssl_context(cert, key)
+        return ssl_context(cert, key)
+    except ssl.SSLError as error:
+        raise ConfigError(
+            args.tls_cert,
+            [f"not a PEM certificate whose key is --tls-key {args.tls_key} ({error.reason})"],
+        ) from None
 
 
 def run(args: argparse.Namespace) -> int:

@@ -102,11 +102,14 @@ def run(args: argparse.Namespace) -> int:
         app.on_startup.append(lambda _: share.start())
         app.on_cleanup.append(lambda _: share.stop())
     app.on_startup.append(_freeze_startup_objects)
-    print(
-        f"igw serve: listening on http://{args.host}:{args.port} (policy {args.policy}"
-        + (", authentication on)" if args.api_keys or args.jwt_issuer else ")"),
-        flush=True,
-    )
+    auth = ", authentication on" if args.api_keys or args.jwt_issuer else ""
+
+    def listening(port: int) -> None:
+        print(
+            f"igw serve: listening on http://{args.host}:{port} (policy {args.policy}{auth})",
+            flush=True,
+        )
+
     options = {**RUN_OPTIONS, **server_settings(args.header_timeout)}
     asyncio.run(
         serve_http(
@@ -116,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
             port=args.port,
             in_flight=lambda: gateway.director.active,
             grace_s=args.drain_grace,
+            on_listening=listening,
             **options,
         )
     )
