@@ -248,7 +248,7 @@ async def _run(args: argparse.Namespace) -> int:
     from inference_gateway.core.scheduling.types import Endpoint
     from inference_gateway.demo.report import render_report, write_report
     from inference_gateway.emulator.fleet import EmulatedFleet
-    from inference_gateway.terminal import compact_table
+    from inference_gateway.terminal import Column, print_table
 
     console = Console()
     trace = make_trace(args.duration, args.rate, args.seed)
@@ -316,18 +316,13 @@ async def _run(args: argparse.Namespace) -> int:
                 results[policy] = summarise(outcome)
                 ttft[policy] = outcome.ttft
                 console.print(f"  {policy}: done, {results[policy]['completed']} completed")
-    table = compact_table(
+    print_table(
+        console,
         "Same trace, same emulated fleet: picker vs round-robin (seconds)",
-        ["policy", *(label for _, label in COLUMNS)],
-        caption=TABLE_LEGEND,
-        names=list(results),
+        [Column("policy", text=True), *(Column(label) for _, label in COLUMNS)],
+        [[policy, *(_cell(k, row[k]) for k, _ in COLUMNS)] for policy, row in results.items()],
+        legend=TABLE_LEGEND,
     )
-    for policy, row in results.items():
-        table.add_row(
-            policy,
-            *[_cell(k, row[k]) for k, _ in COLUMNS],
-        )
-    console.print(table)
     for picked, baseline in (("gateway", "round-robin"), ("envoy+picker", "envoy-round-robin")):
         if picked in results:
             ratio = results[picked]["ttft_p99_s"] / max(results[baseline]["ttft_p99_s"], 1e-9)
