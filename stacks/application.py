@@ -58,8 +58,13 @@ __all__ = [
 DEFAULT_ENVIRONMENT = "dev"
 
 #: CDK feature flags, set in code rather than in cdk.json so that `python app.py`
-#: (make synth, tests) and `cdk synth` build the very same templates.
+#: (make synth, tests) and `cdk synth` build the very same templates: the ones chosen
+#: here, then every other flag pinned at its unset behaviour (cdk_feature_flags.json).
+PINNED_FLAGS: dict[str, object] = json.loads(
+    (Path(__file__).with_name("cdk_feature_flags.json")).read_text()
+)["flags"]
 FEATURE_FLAGS: dict[str, object] = {
+    **PINNED_FLAGS,
     "@aws-cdk/core:checkSecretUsage": True,
     "@aws-cdk/core:target-partitions": ["aws"],
     "@aws-cdk/core:validateSnapshotRemovalPolicy": True,
@@ -80,6 +85,30 @@ def new_app(outdir: str | None = None, context: dict[str, object] | None = None)
         context={**FEATURE_FLAGS, **(context or {})},
         builtin_cloud_formation_validation=False,
     )
+
+
+#: the context keys this app reads (`-c environment=prod`); CDK's own keys all hold a ':'
+CONTEXT_KEYS = ("environment",)
+#: where every environment's assembly goes, `make synth` and the CDK CLI alike
+OUTPUT_DIR = Path(__file__).resolve().parent.parent / "cdk.out"
+
+
+def context_problems(app: App, name: str) -> list[str]:
+    """What is wrong with how the app was asked for `name`: a context key it does not
+    read (`-c env=prod` would silently build dev), or an assembly folder of the repo's
+    cdk.out/ named for another environment (cdk.json's output is dev's)."""
+    problems = [
+        f"-c {key}=…: not a context key of this app; it reads -c environment=<name>"
+        for key in sorted(app.node.get_all_context())
+        if ":" not in key and key not in CONTEXT_KEYS
+    ]
+    outdir = Path(app.outdir).resolve()
+    if outdir.parent == OUTPUT_DIR and outdir.name != name:
+        problems.append(
+            f"-o {outdir.relative_to(OUTPUT_DIR.parent)}: {name}'s assembly goes to "
+            f"cdk.out/{name}: add -o cdk.out/{name}"
+        )
+    return problems
 
 
 def environment_name(app: App) -> str:
