@@ -52,6 +52,7 @@ from inference_gateway.transport.http2_server import (
 from inference_gateway.transport.http_settings import server_settings
 from inference_gateway.transport.kv_events_zmq import subscribe_pods
 from inference_gateway.transport.listen import binding, check_free
+from inference_gateway.transport.ports import DEFAULTS
 from inference_gateway.transport.signals import drain, log_drained
 
 __all__ = [
@@ -98,7 +99,7 @@ class PickerServer:
         options: PickerOptions | None = None,
         host: str = "127.0.0.1",
         grpc_port: int = 9002,
-        metrics_port: int | None = 9090,
+        metrics_port: int | None = DEFAULTS["igw picker", "--metrics-port"],
         credentials: grpc.ServerCredentials | None = None,
         ssl_context: ssl.SSLContext | None = None,
         transport: str = "http2",

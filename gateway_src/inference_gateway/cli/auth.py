@@ -19,6 +19,7 @@ from inference_gateway.cli.process import start_server_process
 from inference_gateway.errors import ConfigError
 from inference_gateway.frontends.auth import Authenticator, JwtSettings, load_api_keys
 from inference_gateway.frontends.authz import MAX_BODY_BYTES
+from inference_gateway.transport.ports import DEFAULTS
 
 __all__ = ["add_auth_arguments", "authenticator", "register"]
 
@@ -92,7 +93,7 @@ def register(subparsers: Any) -> None:
         "under /authz, so one SecurityPolicy accepts API keys and JWTs together.",
     )
     parser.add_argument("--host", default="127.0.0.1", help="default loopback (charts: 0.0.0.0)")
-    parser.add_argument("--port", type=int, default=9010)
+    parser.add_argument("--port", type=int, default=DEFAULTS["igw auth", "--port"])
     parser.add_argument(
         "--max-body-bytes",
         type=int,

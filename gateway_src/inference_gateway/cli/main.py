@@ -87,7 +87,8 @@ class _Version(argparse.Action):
     def __call__(self, parser: argparse.ArgumentParser, *_: typing.Any) -> None:
         from inference_gateway.versions import describe
 
-        parser.exit(0, describe() + "\n")
+        print(describe())  # stdout, as argparse's own version action
+        parser.exit(0)
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

@@ -16,6 +16,7 @@ from inference_gateway.cli.process import (
     start_server_process,
 )
 from inference_gateway.frontends.pd_exchange import PREFILL_TIMEOUT_S
+from inference_gateway.transport.ports import DEFAULTS
 
 __all__ = ["register"]
 
@@ -37,7 +38,7 @@ def register(subparsers: Any) -> None:
         help="InferenceModelRewrite YAML file or folder (canary splits); reloaded on change",
     )
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument("--port", type=int, default=DEFAULTS["igw serve", "--port"])
     add_slow_client_arguments(parser)
     add_drain_argument(parser)
     parser.add_argument(
