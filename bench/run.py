@@ -334,6 +334,53 @@ def _git_commit() -> str | None:
     return proc.stdout.strip() or None
 
 
+def _select(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[Case]:
+    """The matrix's cases that --only and --cases keep."""
+    cases = build_matrix(quick=args.quick)
+    if args.only:
+        kinds = {k.strip() for k in args.only.split(",")}
+        unknown = kinds - {c.kind for c in cases}
+        if unknown:
+            parser.error(f"--only: unknown kinds {sorted(unknown)}")
+        cases = [c for c in cases if c.kind in kinds]
+    if args.cases:
+        wanted = [w.strip() for w in args.cases.split(",") if w.strip()]
+        cases = [c for c in cases if any(w in c.id for w in wanted)]
+        if not cases:
+            parser.error(f"--cases: no case id contains any of {wanted}")
+    return cases
+
+
+def _skips_overhead(args: argparse.Namespace) -> bool:
+    """The overhead benchmarks (about 5 minutes) run with the whole matrix only, unless
+    --overhead asks for them with --cases/--only too."""
+    return bool(args.skip_overhead or ((args.cases or args.only) and not args.overhead))
+
+
+def _dry_run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """What the same command would do, on stdout; nothing is run, read or written."""
+    if args.render:
+        print(f"would re-evaluate the checks of {args.render} and write the reports to {args.out}")
+        return 0
+    cases = _select(parser, args)
+    simulations = sum(len(c.policies) for c in cases)
+    print(
+        f"would run {len(cases)} case(s), {simulations} simulation(s) on {args.jobs} workers"
+        + (" at durations / 4 (quick)" if args.quick else "")
+    )
+    if _skips_overhead(args):
+        kept = f", keeping those of {args.merge}" if args.merge else ""
+        print(f"would not run the overhead benchmarks{kept} (--overhead runs them)")
+    else:
+        print(
+            f"would run {len(OVERHEAD_SCRIPTS)} overhead benchmarks ({', '.join(OVERHEAD_SCRIPTS)})"
+        )
+    if args.merge:
+        print(f"would merge into the cases of {args.merge}")
+    print(f"would write {args.out}/results.json, summary.md, report.html")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default=str(HERE / "results" / "latest"), help="output folder")
@@ -358,9 +405,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--render", metavar="RESULTS_JSON", help="only re-evaluate checks and rewrite reports"
     )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print what would run (cases, simulations, overheads, files read) and exit",
+    )
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error("--jobs must be at least 1")
+    if args.dry_run:
+        return _dry_run(parser, args)
     base = _read_results(parser, "--merge", args.merge) if args.merge else None
     if args.render:
         from report import write_reports
@@ -371,18 +425,7 @@ def main(argv: list[str] | None = None) -> int:
         write_reports(document, Path(args.out))
         print(f"igw bench: re-rendered {args.out}", file=sys.stderr)
         return 0
-    cases = build_matrix(quick=args.quick)
-    if args.only:
-        kinds = {k.strip() for k in args.only.split(",")}
-        unknown = kinds - {c.kind for c in cases}
-        if unknown:
-            parser.error(f"--only: unknown kinds {sorted(unknown)}")
-        cases = [c for c in cases if c.kind in kinds]
-    if args.cases:
-        wanted = [w.strip() for w in args.cases.split(",") if w.strip()]
-        cases = [c for c in cases if any(w in c.id for w in wanted)]
-        if not cases:
-            parser.error(f"--cases: no case id contains any of {wanted}")
+    cases = _select(parser, args)
     started = datetime.now(UTC)
     wall = time.monotonic()
     jobs_total = sum(len(c.policies) for c in cases)
@@ -393,9 +436,8 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     results, cpu = run_matrix(cases, args.jobs, quick=args.quick)
-    subset = bool(args.cases or args.only)
-    skip = args.skip_overhead or (subset and not args.overhead)
-    if skip and subset and not args.skip_overhead:
+    skip = _skips_overhead(args)
+    if skip and not args.skip_overhead:
         print(
             "igw bench: overhead benchmarks not run with --cases/--only"
             + (" (kept from --merge)" if base else "")
