@@ -33,14 +33,8 @@ os.environ.setdefault("JSII_DEPRECATED", "quiet")
 from envspec.environment import load_environment
 from inference_gateway.cli.messages import config_error_lines
 from inference_gateway.errors import ConfigError
-from stacks.application import (
-    OUTPUT_DIR,
-    build,
-    context_problems,
-    environment_name,
-    nag_findings,
-    new_app,
-)
+from stacks.app_context import OUTPUT_DIR, context_problems
+from stacks.application import build, environment_name, nag_findings, new_app
 
 
 def main() -> int:
@@ -49,7 +43,7 @@ def main() -> int:
     if "CDK_OUTDIR" not in os.environ:  # run as a script: cdk.out/<env>/, as the CLI's
         app = new_app(outdir=str(OUTPUT_DIR / name))
     try:
-        problems = context_problems(app, name)
+        problems = context_problems(app.node.get_all_context(), app.outdir, name)
         if problems:
             raise ConfigError("the command line", problems)
         env = load_environment(name)

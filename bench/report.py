@@ -82,9 +82,10 @@ def _run_line(doc: dict[str, Any]) -> str:
         label = "quick run (durations / 4), "
     elif quick:
         label = f"partly a quick run ({quick} of {total} cases at durations / 4), "
+    day = str(run.get("started_at", ""))[:10]
     return (
-        f"Schema `{doc['schema']}`, commit `{run.get('git_commit')}`, {label}"
-        f"{run['wall_s']:.0f} s wall on {run['cpus']} CPUs with {run['jobs']} workers "
+        f"Measured on {day} at commit `{run.get('git_commit')}`: schema `{doc['schema']}`, "
+        f"{label}{run['wall_s']:.0f} s wall on {run['cpus']} CPUs with {run['jobs']} workers "
         f"(load average at the end {run['load_average'][0]})."
     )
 

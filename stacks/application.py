@@ -17,6 +17,7 @@ from cdk_nag import AwsSolutionsChecks
 from envspec.environment import EnvironmentSpec
 from inference_gateway.errors import ConfigError
 
+from .app_context import DEFAULT_ENVIRONMENT
 from .cluster import ClusterStack, ClusterStackProps
 from .gitops import GitOpsStack, GitOpsStackProps, HyperPodPlacement
 from .global_app import add_global_tier
@@ -55,8 +56,6 @@ __all__ = [
     "new_app",
 ]
 
-DEFAULT_ENVIRONMENT = "dev"
-
 #: CDK feature flags, set in code rather than in cdk.json so that `python app.py`
 #: (make synth, tests) and `cdk synth` build the very same templates: the ones chosen
 #: here, then every other flag pinned at its unset behaviour (cdk_feature_flags.json).
@@ -85,30 +84,6 @@ def new_app(outdir: str | None = None, context: dict[str, object] | None = None)
         context={**FEATURE_FLAGS, **(context or {})},
         builtin_cloud_formation_validation=False,
     )
-
-
-#: the context keys this app reads (`-c environment=prod`); CDK's own keys all hold a ':'
-CONTEXT_KEYS = ("environment",)
-#: where every environment's assembly goes, `make synth` and the CDK CLI alike
-OUTPUT_DIR = Path(__file__).resolve().parent.parent / "cdk.out"
-
-
-def context_problems(app: App, name: str) -> list[str]:
-    """What is wrong with how the app was asked for `name`: a context key it does not
-    read (`-c env=prod` would silently build dev), or an assembly folder of the repo's
-    cdk.out/ named for another environment (cdk.json's output is dev's)."""
-    problems = [
-        f"-c {key}=…: not a context key of this app; it reads -c environment=<name>"
-        for key in sorted(app.node.get_all_context())
-        if ":" not in key and key not in CONTEXT_KEYS
-    ]
-    outdir = Path(app.outdir).resolve()
-    if outdir.parent == OUTPUT_DIR and outdir.name != name:
-        problems.append(
-            f"-o {outdir.relative_to(OUTPUT_DIR.parent)}: {name}'s assembly goes to "
-            f"cdk.out/{name}: add -o cdk.out/{name}"
-        )
-    return problems
 
 
 def environment_name(app: App) -> str:

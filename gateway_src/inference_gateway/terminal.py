@@ -31,11 +31,13 @@ GAP = 2  # spaces between two columns
 
 @dataclass(frozen=True)
 class Column:
-    """`header` may hold a line break ("TTFT\\np99"); `text` columns wrap at word
-    boundaries (left-aligned), the others are figures that never wrap (right-aligned)."""
+    """`header` may hold a line break ("TTFT\\np99"); `text` columns are left-aligned and
+    wrap at word boundaries unless `wrap` is off (names such as a region); the others
+    are figures that never wrap (right-aligned)."""
 
     header: str
     text: bool = False
+    wrap: bool = True
 
 
 def _plain(cell: str) -> str:
@@ -57,7 +59,7 @@ def _natural(cells: Sequence[str]) -> int:
 def _least(column: Column, cells: Sequence[str]) -> int:
     """A figure column's natural width; a text column's longest unbreakable piece."""
     texts = [column.header, *cells]
-    if not column.text:
+    if not (column.text and column.wrap):
         return _natural(texts)
     pieces = [p for c in texts for p in _wrap(_plain(c), 1).splitlines()]
     return max((len(p) for p in pieces), default=0)
@@ -117,13 +119,16 @@ def print_table(
         table = Table(box=box.SIMPLE_HEAD, collapse_padding=True, pad_edge=False, show_edge=False)
         for i, w in zip(group, widths, strict=True):
             column = columns[i]
-            header = _wrap(column.header, w) if column.text else column.header
+            wraps = column.text and column.wrap
+            header = _wrap(column.header, w) if wraps else column.header
             justify: Literal["left", "right"] = "left" if column.text else "right"
             table.add_column(header, justify=justify, no_wrap=True, width=w)
         for row in rows:
             table.add_row(
                 *(
-                    _wrap(row[i], w) if columns[i].text and "[" not in row[i] else row[i]
+                    _wrap(row[i], w)
+                    if columns[i].text and columns[i].wrap and "[" not in row[i]
+                    else row[i]
                     for i, w in zip(group, widths, strict=True)
                 ),
                 end_section=sections,

@@ -102,9 +102,15 @@ def render_preflight(report: PreflightReport, console: Console) -> None:
         quota = "?" if p.quota_vcpus is None else f"{p.quota_vcpus:g}"
         verdict = f"[{_STYLE[p.verdict]}]{p.verdict}[/]"
         rows.append([p.group, p.region, p.instance_type, wanted, f"{need} / {quota}", verdict])
-    columns = [Column("group"), Column("region"), Column("type"),
-               Column("zones offering\n/ wanted", text=True), Column("vCPUs need\n/ quota"),
-               Column("verdict")]  # fmt: skip
+    name = {"text": True, "wrap": False}
+    columns = [
+        Column("group", **name),
+        Column("region", **name),
+        Column("type", **name),
+        Column("zones offering / wanted", text=True),
+        Column("vCPUs need\n/ quota"),
+        Column("verdict", **name),
+    ]
     print_table(console, f"Capacity preflight: {report.environment}", columns, rows, keys=2)
     for p in report.placements:
         for reason in p.reasons:

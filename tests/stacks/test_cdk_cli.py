@@ -1,4 +1,5 @@
-"""The documented CDK path: `cdk synth -c environment=<env>` with the CDK CLI the repo pins.
+"""The documented CDK path (docs/infrastructure.md, README.md): `cdk synth -c
+environment=<env>` with the CDK CLI the repo pins.
 
 Synth must need no AWS credentials and look nothing up. The CDK CLI answers a construct's
 lookup (`availability-zones`, `vpc-provider`, …) from `cdk.context.json` or by calling AWS
@@ -140,3 +141,12 @@ def test_the_app_refuses_a_context_key_it_does_not_read_and_a_foreign_assembly_f
     assert lines[0] == "cdk synth: invalid input in the command line", lines
     assert "-c env=…: not a context key of this app; it reads -c environment=<name>" in lines[1]
     assert "-o cdk.out/prod: dev's assembly goes to cdk.out/dev: add -o cdk.out/dev" in lines[2]
+
+
+def test_the_docs_count_prod_s_stacks_right(prod_synth: Synth) -> None:
+    """README.md and docs/infrastructure.md say how many stacks prod deploys (the README
+    once said 7 per region, infrastructure.md 14, while the app built 19)."""
+    count = len(prod_synth.templates)
+    for page in ("README.md", "docs/infrastructure.md"):
+        text = " ".join((REPO / page).read_text().split())
+        assert f"{count} stacks" in text or f"{count} today" in text, (page, count)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
-import re
 import sys
 import tempfile
 import time
@@ -242,7 +241,6 @@ class _Progress:
 async def _run(args: argparse.Namespace) -> int:
     from aiohttp import web
     from rich.console import Console
-    from rich.table import Table
 
     from inference_gateway.assembly.serve import build_gateway
     from inference_gateway.core.scheduling.types import Endpoint
@@ -268,10 +266,20 @@ async def _run(args: argparse.Namespace) -> int:
     results: dict[str, dict[str, float]] = {}
     ttft: dict[str, list[float]] = {}
     async with EmulatedFleet(fleet_spec) as fleet:
-        pods = Table.grid(padding=(0, 2), pad_edge=True)  # wraps inside cells at 80 columns
-        for line in fleet.describe():
-            pods.add_row(*re.split(r"\s{2,}", line.strip()))
-        console.print(pods)
+        print_table(
+            console,
+            "Emulated pods",
+            [
+                Column("pod", text=True, wrap=False),
+                Column("address", text=True, wrap=False),
+                Column("profile", text=True),
+                Column("KV\ntokens"),
+                Column("KV\nblocks"),
+                Column("LoRA", text=True),
+            ],
+            fleet.rows(),
+            keys=2,
+        )
         proxies = ("gateway", "round-robin") if args.dataplane != "envoy" else ()
         for policy in proxies:
             endpoints = [

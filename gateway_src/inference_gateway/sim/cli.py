@@ -84,7 +84,7 @@ def print_list() -> None:
     for name, description in shipped_fleet_scenarios().items():  # clusters behind igw global
         rows.append([name, " ".join(description.split())])
     console = Console()
-    columns = [Column("scenario"), Column("what it exercises", text=True)]
+    columns = [Column("scenario", text=True, wrap=False), Column("what it exercises", text=True)]
     print_table(console, "Shipped scenarios (igw simulate NAME)", columns, rows)
     console.print(f"\npolicies (--policies a,b): {', '.join(policy_names())}")
 

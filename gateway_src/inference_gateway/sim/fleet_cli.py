@@ -50,8 +50,8 @@ def print_fleet(result: dict[str, Any], console: Any = None) -> None:
         f"{result['scenario']} (seed {result['seed']}, "
         f"capacity {result['capacity_rps']:.1f} req/s)",
         [
-            Column("cluster"),
-            Column("region"),
+            Column("cluster", text=True, wrap=False),
+            Column("region", text=True, wrap=False),
             Column("pods"),
             Column("$/h"),
             Column("capacity\nreq/s"),

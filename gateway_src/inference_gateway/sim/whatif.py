@@ -133,7 +133,7 @@ def _print(out: dict[str, Any], console: Any = None) -> None:
             Column("base"),
             Column("head"),
             Column("change"),
-            Column("verdict"),
+            Column("verdict", text=True, wrap=False),
         ],
         rows,
     )
