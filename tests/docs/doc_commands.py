@@ -99,7 +99,7 @@ def inline_commands(doc: Path) -> list[tuple[int, str]]:
         span = match.group(1).strip()
         words = span.split()
         # `igw picker: drained in …` is a log line, not a command
-        if words[0] in PROGRAMS and len(words) > 1 and not words[1].endswith(":"):
+        if len(words) > 1 and words[0] in PROGRAMS and not words[1].endswith(":"):
             found.append((text[: match.start()].count("\n") + 1, span))
     return found
 
