@@ -159,7 +159,9 @@ def commands(line: str) -> list[list[str]]:
 
 
 def _placeholder(token: str) -> bool:
-    return any(mark in token for mark in ("<", "…", "...", "[", "]", "$", "{", "*", "|"))
+    """`<env>`, `…`, `[--flag]`, `$VAR`, or a word in capitals (`TARGET`, `FILE.yaml`)."""
+    marks = ("<", "…", "...", "[", "]", "$", "{", "*", "|")
+    return any(m in token for m in marks) or bool(re.fullmatch(r"[A-Z][A-Z0-9_-]*(\.\w+)?", token))
 
 
 # ------------------------------------------------------------------------ checks
@@ -211,7 +213,9 @@ def make_targets() -> frozenset[str]:
 
 
 def _check_make(words: list[str]) -> list[str]:
-    wanted = [w for w in words[1:] if not w.startswith("-") and "=" not in w]
+    wanted = [
+        w for w in words[1:] if not w.startswith("-") and "=" not in w and not _placeholder(w)
+    ]
     return [f"make {w}: no such target" for w in wanted if w not in make_targets()]
 
 
@@ -242,11 +246,11 @@ def _check_python(words: list[str]) -> list[str]:
     args = [w for w in words[1:] if not w.startswith(("<", ">"))]  # redirections
     if "-m" in args:
         module = args[args.index("-m") + 1]
-        if importlib.util.find_spec(module) is None:
+        if not _placeholder(module) and importlib.util.find_spec(module) is None:
             return [f"python -m {module}: no such module"]
         return []
     script = next((a for a in args if not a.startswith("-")), None)
-    if script and not glob.glob(str(REPO / _as_glob(script))):
+    if script and not _placeholder(script) and not glob.glob(str(REPO / _as_glob(script))):
         return [f"python {script}: no such script"]
     return []
 
