@@ -27,6 +27,7 @@ endef
 QUIET   := { grep -v '^WARNING: Location' || true; }
 
 .PHONY: venv venv-core native system-deps image-env lock demo test lint bench synth cdk-cli preflight checkov clean
+.PHONY: validate
 
 # Debian packages the tests run for real (command:package): the shared store, the HTML
 # reports' renderer, the metrics linter, the CDK CLI's runtime, Kustomize for the region
@@ -152,6 +153,13 @@ $(CDK_CLI): package.json package-lock.json
 ENV ?= dev
 preflight: venv
 	$(BIN)/python -m stacks.preflight $(ENV) $(ARGS)
+
+# `igw validate` over every config the repository ships: environments, their rendered
+# trees, the examples (a PR check; .pre-commit-hooks.yaml runs it on the changed files).
+VALIDATED = gitops/environments/*/environment.yaml gitops/environments/*/rendered \
+            $(wildcard gitops/environments/*/global/*) $(shell find examples -name '*.yaml')
+validate: venv
+	$(BIN)/igw validate $(VALIDATED)
 
 # checkov lives in its own venv (its pins clash with pytest's); created on first use.
 checkov: venv

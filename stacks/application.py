@@ -17,6 +17,7 @@ from cdk_nag import AwsSolutionsChecks
 from envspec.environment import EnvironmentSpec
 from inference_gateway.errors import ConfigError
 
+from .app_context import DEFAULT_ENVIRONMENT
 from .cluster import ClusterStack, ClusterStackProps
 from .gitops import GitOpsStack, GitOpsStackProps, HyperPodPlacement
 from .global_app import add_global_tier
@@ -55,11 +56,14 @@ __all__ = [
     "new_app",
 ]
 
-DEFAULT_ENVIRONMENT = "dev"
-
 #: CDK feature flags, set in code rather than in cdk.json so that `python app.py`
-#: (make synth, tests) and `cdk synth` build the very same templates.
+#: (make synth, tests) and `cdk synth` build the very same templates: the ones chosen
+#: here, then every other flag pinned at its unset behaviour (cdk_feature_flags.json).
+PINNED_FLAGS: dict[str, object] = json.loads(
+    (Path(__file__).with_name("cdk_feature_flags.json")).read_text()
+)["flags"]
 FEATURE_FLAGS: dict[str, object] = {
+    **PINNED_FLAGS,
     "@aws-cdk/core:checkSecretUsage": True,
     "@aws-cdk/core:target-partitions": ["aws"],
     "@aws-cdk/core:validateSnapshotRemovalPolicy": True,

@@ -31,10 +31,10 @@ from pathlib import Path
 
 import orjson
 from rich.console import Console
-from rich.table import Table
 
 from envspec.environment import load_environment
 from inference_gateway.errors import ConfigError
+from inference_gateway.terminal import Column, print_table
 
 from ..placement import plan_regions
 from .checks import BotoEc2Api, PlannedGroup, PreflightReport, run_preflight
@@ -112,17 +112,23 @@ def planned_groups(environment: str) -> tuple[str, list[PlannedGroup]]:
 
 
 def render_preflight(report: PreflightReport, console: Console) -> None:
-    table = Table(title=f"Capacity preflight: {report.environment}", title_justify="left")
-    for column in ("group", "region", "type", "zones offering / wanted", "vCPUs need / quota"):
-        table.add_column(column)
-    table.add_column("verdict")
+    rows = []
     for p in report.placements:
         wanted = f"{', '.join(p.zones_offered) or 'none'} / {len(p.zones_wanted)}"
         need = "–" if p.region_vcpus_needed is None else str(p.region_vcpus_needed)
         quota = "?" if p.quota_vcpus is None else f"{p.quota_vcpus:g}"
         verdict = f"[{_STYLE[p.verdict]}]{p.verdict}[/]"
-        table.add_row(p.group, p.region, p.instance_type, wanted, f"{need} / {quota}", verdict)
-    console.print(table)
+        rows.append([p.group, p.region, p.instance_type, wanted, f"{need} / {quota}", verdict])
+    name = {"text": True, "wrap": False}
+    columns = [
+        Column("group", **name),
+        Column("region", **name),
+        Column("type", **name),
+        Column("zones offering / wanted", text=True),
+        Column("vCPUs need\n/ quota"),
+        Column("verdict", **name),
+    ]
+    print_table(console, f"Capacity preflight: {report.environment}", columns, rows, keys=2)
     for p in report.placements:
         for reason in p.reasons:
             console.print(f"[{_STYLE[p.verdict]}]{p.group} in {p.region}[/]: {reason}")
