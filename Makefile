@@ -7,22 +7,35 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
-REQS    := $(wildcard requirements/*.txt)
+# The gateway's runtime, exact and hashed: the one list the image installs too (its
+# Dockerfile) and the venv installs first; every other requirements file is installed
+# under its pins as constraints, so the tests run on exactly what ships. `make lock`
+# regenerates it from gateway_src/pyproject.toml's ranges.
+LOCK    := gateway_src/requirements.lock
+LOCK_PINS := $(VENV)/lock-pins.txt
+REQS    := $(filter-out requirements/lock-tools.txt,$(wildcard requirements/*.txt))
 # The gateway alone (what `make demo` needs): a quicker first bootstrap than the IaC tools.
 CORE_STAMP := $(VENV)/.installed-core
-CORE_REQS  := $(wildcard requirements/gateway*.txt) requirements/dev.txt
+CORE_REQS  := requirements/dev.txt
 PIP     := $(BIN)/pip --disable-pip-version-check -q
+# The lock's pins without their hashes: a constraints file (pip refuses hashes there).
+define install_lock
+	@$(PIP) install --require-hashes --no-deps -r $(LOCK) 2>&1 | $(QUIET)
+	@sed -nE 's/^([A-Za-z0-9][^ ]*==[^ ]*).*/\1/p' $(LOCK) > $(LOCK_PINS)
+endef
 # The machine's pip config names a local index that may be absent; drop that noise only.
 QUIET   := { grep -v '^WARNING: Location' || true; }
 
-.PHONY: venv venv-core native system-deps demo test lint bench synth cdk-cli preflight checkov clean
+.PHONY: venv venv-core native system-deps image-env lock demo test lint bench synth cdk-cli preflight checkov clean
+.PHONY: validate
 
 # Debian packages the tests run for real (command:package): the shared store, the HTML
 # reports' renderer, the metrics linter, the CDK CLI's runtime, Kustomize for the region
-# overlays. `make test` installs the missing ones with apt-get when run as root, and
-# otherwise stops and names them; a test never skips for want of one.
+# overlays, iproute2 for the pod tests' network namespaces (tests/pods). `make test`
+# installs the missing ones with apt-get when run as root, and otherwise stops and names
+# them; a test never skips for want of one.
 SYSTEM_TOOLS := redis-server:redis-server chromium:chromium promtool:prometheus \
-                node:nodejs npm:npm kubectl:kubectl
+                node:nodejs npm:npm kubectl:kubectl ip:iproute2
 system-deps:
 	@missing=""; for pair in $(SYSTEM_TOOLS); do \
 	  command -v "$${pair%%:*}" >/dev/null || missing="$$missing $${pair##*:}"; \
@@ -57,17 +70,19 @@ $(NATIVE_STAMP): $(STAMP) $(NATIVE_SRCS)
 	       test "$(NATIVE)" != required; }
 	@touch $(NATIVE_STAMP)
 
-$(CORE_STAMP): $(CORE_REQS) gateway_src/pyproject.toml
-	@echo "==> bootstrapping $(VENV) with the gateway's pinned requirements"
+$(CORE_STAMP): $(LOCK) $(CORE_REQS) gateway_src/pyproject.toml
+	@echo "==> bootstrapping $(VENV) with the gateway's locked requirements"
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	@$(PIP) install $(foreach r,$(CORE_REQS),-r $(r)) 2>&1 | $(QUIET)
+	$(install_lock)
+	@$(PIP) install -c $(LOCK_PINS) $(foreach r,$(CORE_REQS),-r $(r)) 2>&1 | $(QUIET)
 	@$(PIP) install --no-deps -e gateway_src 2>&1 | $(QUIET)
 	@touch $(CORE_STAMP)
 
-$(STAMP): $(REQS) pyproject.toml gateway_src/pyproject.toml
+$(STAMP): $(LOCK) $(REQS) pyproject.toml gateway_src/pyproject.toml
 	@echo "==> bootstrapping $(VENV) from pinned requirements (first run takes a few minutes)"
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	@$(PIP) install $(foreach r,$(REQS),-r $(r)) 2>&1 | $(QUIET)
+	$(install_lock)
+	@$(PIP) install -c $(LOCK_PINS) $(foreach r,$(REQS),-r $(r)) 2>&1 | $(QUIET)
 	@$(PIP) install --no-deps -e gateway_src -e . 2>&1 | $(QUIET)
 	@$(BIN)/python -c "import inference_gateway, stacks, charts"
 	@touch $(STAMP) $(CORE_STAMP)
@@ -78,8 +93,29 @@ demo: venv-core
 # The tests need the compiled simulator modules (test_native.py checks them), so a failed
 # build is an error here.
 test: NATIVE := required
-test: system-deps venv native cdk-cli
+test: system-deps venv native cdk-cli image-env
 	$(BIN)/python -m pytest
+
+# The gateway image's Python environment, built on this machine from gateway_src/Dockerfile's
+# own steps (tools/image_env.py replays them; no Docker engine needed): .image/usr-local is
+# what the image has at /usr/local. The pod tests start the rendered containers from it.
+IMAGE_ENV   := .image
+IMAGE_STAMP := $(IMAGE_ENV)/.built
+image-env: $(IMAGE_STAMP)
+$(IMAGE_STAMP): $(STAMP) tools/image_env.py gateway_src/Dockerfile $(LOCK) gateway_src/pyproject.toml \
+                $(shell find gateway_src/inference_gateway -name '*.py' -o -name '*.yaml' -o -name '*.j2')
+	@$(BIN)/python tools/image_env.py --dockerfile gateway_src/Dockerfile --python $(BIN)/python --out $(IMAGE_ENV)
+	@touch $(IMAGE_STAMP)
+
+# Regenerate the lock from gateway_src/pyproject.toml (pip-tools in a venv of its own; keeps
+# the locked versions unless a range no longer admits them: `make lock UPGRADE=1` moves them).
+LOCK_TOOLS := $(VENV)-lock
+lock:
+	@test -x $(LOCK_TOOLS)/bin/pip-compile || { $(PY) -m venv $(LOCK_TOOLS) && \
+	  $(LOCK_TOOLS)/bin/pip install -q -r requirements/lock-tools.txt 2>&1 | $(QUIET); }
+	cd gateway_src && ../$(LOCK_TOOLS)/bin/pip-compile --quiet --generate-hashes --allow-unsafe \
+	  --strip-extras --no-emit-index-url --no-emit-find-links $(if $(UPGRADE),--upgrade) \
+	  --output-file requirements.lock pyproject.toml
 
 lint: venv
 	$(BIN)/ruff check .
@@ -111,17 +147,25 @@ $(CDK_CLI): package.json package-lock.json
 	@npm ci --no-audit --no-fund --loglevel=error
 	@touch $(CDK_CLI)
 
-# Capacity preflight of one environment (AWS credentials from the boto3 chain; read-only):
-# instance offerings per zone and vCPU quotas. ARGS=--allow-unread-quotas, --json PATH, …
+# Preflight of one environment (AWS credentials from the boto3 chain; read-only): instance
+# offerings per zone and vCPU quotas, and the prerequisites a deploy cannot create (ACM
+# certificates, Secrets Manager secrets). ARGS=--allow-unread-quotas, --json PATH, …
 ENV ?= dev
 preflight: venv
 	$(BIN)/python -m stacks.preflight $(ENV) $(ARGS)
+
+# `igw validate` over every config the repository ships: environments, their rendered
+# trees, the examples (a PR check; .pre-commit-hooks.yaml runs it on the changed files).
+VALIDATED = gitops/environments/*/environment.yaml gitops/environments/*/rendered \
+            $(wildcard gitops/environments/*/global/*) $(shell find examples -name '*.yaml')
+validate: venv
+	$(BIN)/igw validate $(VALIDATED)
 
 # checkov lives in its own venv (its pins clash with pytest's); created on first use.
 checkov: venv
 	cdk8s/checkov.sh -d gitops --framework kubernetes
 
 clean:
-	rm -rf $(VENV) cdk8s/.tools-venv .pytest_cache .ruff_cache cdk.out node_modules
+	rm -rf $(VENV) $(VENV)-lock $(IMAGE_ENV) cdk8s/.tools-venv .pytest_cache .ruff_cache cdk.out node_modules
 	find gateway_src -name '*.so' -delete
 	rm -f gateway_src/inference_gateway/_native_manifest.json

@@ -41,7 +41,7 @@ from inference_gateway.core.scheduling.kv_events import (
     BlockRemoved,
     BlockStored,
     KVEventBatch,
-    decode_batch,
+    decode_view,
     encode_batch,
 )
 from inference_gateway.core.scheduling.kv_index import KVBlockIndex
@@ -79,8 +79,9 @@ def ingest_cpu(rnd: random.Random) -> dict[str, float]:
     wire, events = payloads(2000, rnd)
     index = KVBlockIndex()
     start = time.process_time()
-    for seq, payload in enumerate(wire):
-        index.ingest(f"pod-{seq % PODS}", decode_batch(payload), seq)
+    for seq, payload in enumerate(wire):  # as the live subscriber reads them
+        for _ in index.ingest_view(f"pod-{seq % PODS}", decode_view(payload)):
+            pass
     spent = time.process_time() - start
     blocks = 2000 * (64 + 16)
     return {

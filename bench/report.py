@@ -1,20 +1,26 @@
 """Render a bench results document as results.json, summary.md and report.html.
 
-The Markdown is what docs/benchmarks.md carries; the HTML adds charts (matplotlib, drawn
-headless, embedded as PNG data URIs so the report is one file a CI job can archive).
+Every table is built once (`sections`: a heading, paragraphs, a table, notes) and
+written twice: as Markdown (summary.md, what docs/benchmarks.md carries) and as HTML
+tables (report.html), which adds charts (matplotlib, drawn headless, embedded as PNG
+data URIs so the report is one file a CI job can archive).
 """
 
 from __future__ import annotations
 
 import base64
+import html
 import io
 import json
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import jinja2
+import markupsafe
 
-__all__ = ["published_markdown", "summary_markdown", "write_reports"]
+__all__ = ["Section", "cdf_figure", "sections", "summary_markdown", "write_reports"]
 
 BANDS = ("critical", "standard", "sheddable")
 COLUMNS = [
@@ -47,114 +53,154 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def _table(header: list[str], rows: list[list[Any]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    for row in rows:
-        lines.append(
-            "| " + " | ".join(_fmt(v) if not isinstance(v, str) else v for v in row) + " |"
-        )
-    return "\n".join(lines)
+@dataclass
+class Section:
+    """One part of the report: a heading, paragraphs, a table and notes under it. Text
+    may use Markdown's `code` and **bold**, the only inline marks the HTML writer knows."""
+
+    heading: str = ""
+    paragraphs: list[str] = field(default_factory=list)
+    header: list[str] = field(default_factory=list)
+    rows: list[list[str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _cells(row: list[Any]) -> list[str]:
+    return [v if isinstance(v, str) else _fmt(v) for v in row]
 
 
 def _of_kind(doc: dict[str, Any], kind: str) -> dict[str, Any]:
     return {k: v for k, v in doc["cases"].items() if v["kind"] == kind}
 
 
-def summary_markdown(doc: dict[str, Any]) -> str:
-    """Every table of the report, in Markdown."""
+def _run_line(doc: dict[str, Any]) -> str:
     run = doc["run"]
-    parts = [
-        f"Schema `{doc['schema']}`, commit `{run.get('git_commit')}`, "
-        f"{'quick run (durations / 4), ' if run.get('quick') else ''}"
-        f"{run['wall_s']:.0f} s wall on {run['cpus']} CPUs with {run['jobs']} workers "
-        f"(load average at the end {run['load_average'][0]}).",
-        "",
-        "### Must-hold checks",
-        "",
-        _table(
+    total = len(doc["cases"])
+    quick = run.get("quick_cases", total if run.get("quick") else 0)
+    label = ""
+    if quick and quick == total:
+        label = "quick run (durations / 4), "
+    elif quick:
+        label = f"partly a quick run ({quick} of {total} cases at durations / 4), "
+    day = str(run.get("started_at", ""))[:10]
+    return (
+        f"Measured on {day} at commit `{run.get('git_commit')}`: schema `{doc['schema']}`, "
+        f"{label}{run['wall_s']:.0f} s wall on {run['cpus']} CPUs with {run['jobs']} workers "
+        f"(load average at the end {run['load_average'][0]})."
+    )
+
+
+FIGURE_NAMES = {"ttft_p99_s": "P99 TTFT", "tpot_p99_s": "P99 TPOT"}
+
+
+def sections(doc: dict[str, Any]) -> list[Section]:
+    """Every table of the report, in order."""
+    out = [Section(paragraphs=[_run_line(doc)])]
+    out.append(
+        Section(
+            "Must-hold checks",
+            ["Each row compares one figure (its column says which) of the gateway with "
+             "the reference's; the ratio is reference over gateway for P/D, else gateway "
+             "over reference."],
+            ["check", "scenario", "figure", "gateway s", "gateway rejected", "reference",
+             "reference s", "reference rejected", "ratio", "result"],
             [
-                "check",
-                "scenario",
-                "gateway P99 s",
-                "gateway rejected",
-                "reference",
-                "reference P99 s",
-                "reference rejected",
-                "ratio",
-                "result",
-            ],
-            [
-                [
-                    c["check"],
-                    c["scenario"],
-                    c["gateway_p99_s"],
-                    c.get("gateway_rejected"),
-                    c["reference"],
-                    c["reference_p99_s"],
-                    c.get("reference_rejected"),
-                    f"{c['ratio']:.3f}",
-                    "**pass**" if c["pass"] else "**FAIL**",
-                ]
+                _cells([
+                    c["check"], c["scenario"],
+                    FIGURE_NAMES[c.get("figure", "ttft_p99_s")],
+                    c["gateway_p99_s"], c.get("gateway_rejected"), c["reference"],
+                    c["reference_p99_s"], c.get("reference_rejected"),
+                    f"{c['ratio']:.3f}", "**pass**" if c["pass"] else "**FAIL**",
+                ])
                 for c in doc["checks"]
             ],
-        ),
-    ]
-    parts += published_markdown(doc)
+        )
+    )  # fmt: skip
+    out += _published(doc)
     for case in _of_kind(doc, "scenario").values():
-        parts += [
-            "",
-            f"### {case['scenario']} ({case['pods']} pods, {case['duration_s']:.0f} s, "
-            f"capacity {case['capacity_rps']:.1f} req/s, seed {case['seed']})",
-            "",
-            _table(
-                ["policy", *[label for _, label in COLUMNS]],
-                [[p, *[r[k] for k, _ in COLUMNS]] for p, r in case["policies"].items()],
-            ),
-        ]
-        parts += _bands(case)
+        out.append(
+            Section(
+                f"{case['scenario']} ({case['pods']} pods, {case['duration_s']:.0f} s, "
+                f"capacity {case['capacity_rps']:.1f} req/s, seed {case['seed']})",
+                header=["policy", *[label for _, label in COLUMNS]],
+                rows=[
+                    _cells([p, *[r[k] for k, _ in COLUMNS]]) for p, r in case["policies"].items()
+                ],
+            )
+        )
+        out += _bands(case)
     for name, curve in _sweeps(doc).items():
         loads = sorted({load for points in curve.values() for load, _ in points})
-        parts += [
-            "",
-            f"### P99 TTFT (s) versus load: {name} ({_sweep_seconds(doc, name):.0f} s per point)",
-            "",
-            _table(
-                ["policy", *[f"{int(load * 100)}%" for load in loads]],
-                [[p, *[v for _, v in sorted(points)]] for p, points in curve.items()],
-            ),
-        ]
+        out.append(
+            Section(
+                f"P99 TTFT (s) versus load: {name} ({_sweep_seconds(doc, name):.0f} s per point)",
+                header=["policy", *[f"{int(load * 100)}%" for load in loads]],
+                rows=[_cells([p, *[v for _, v in sorted(points)]]) for p, points in curve.items()],
+            )
+        )
     scrape = _of_kind(doc, "scrape-interval")
     if scrape:
         policies = list(next(iter(scrape.values()))["policies"])
-        parts += [
-            "",
-            "### P99 TTFT (s) versus scrape interval: mixed-fleet-bursty (300 s)",
-            "",
-            _table(
-                ["policy", *[f"{c['params']['scrape_interval_ms']} ms" for c in scrape.values()]],
-                [[p, *[c["policies"][p]["ttft_p99_s"] for c in scrape.values()]] for p in policies],
-            ),
-        ]
+        out.append(
+            Section(
+                "P99 TTFT (s) versus scrape interval: mixed-fleet-bursty (300 s)",
+                header=[
+                    "policy",
+                    *[f"{c['params']['scrape_interval_ms']} ms" for c in scrape.values()],
+                ],
+                rows=[
+                    _cells([p, *[c["policies"][p]["ttft_p99_s"] for c in scrape.values()]])
+                    for p in policies
+                ],
+            )
+        )
     for kind, title in (("replicas", "Gateway replicas"), ("scale", "Scale")):
         for case in _of_kind(doc, kind).values():
-            parts += [
-                "",
-                f"### {title}: {case['scenario']} ({case['pods']} pods, "
-                f"{case['duration_s']:.0f} s)",
-                "",
-                _table(
-                    ["policy", *[label for _, label in COLUMNS]],
-                    [[p, *[r[k] for k, _ in COLUMNS]] for p, r in case["policies"].items()],
-                ),
-            ]
-    parts += ["", "### Overhead benchmarks", ""]
+            out.append(
+                Section(
+                    f"{title}: {case['scenario']} ({case['pods']} pods, "
+                    f"{case['duration_s']:.0f} s)",
+                    header=["policy", *[label for _, label in COLUMNS]],
+                    rows=[
+                        _cells([p, *[r[k] for k, _ in COLUMNS]])
+                        for p, r in case["policies"].items()
+                    ],
+                )
+            )
+    out.append(Section("Overhead benchmarks"))
     for name, entry in doc["overhead"].items():
         if entry.get("status") == "ok":
             flat = _flatten(entry["figures"])
-            parts += [f"**{name}**", "", _table(["figure", "value"], [[k, v] for k, v in flat]), ""]
+            out.append(Section(paragraphs=[f"**{name}**"], header=["figure", "value"],
+                               rows=[_cells([k, v]) for k, v in flat]))  # fmt: skip
         else:
-            parts += [f"**{name}**: {entry.get('status')}", ""]
-    return "\n".join(parts).rstrip() + "\n"
+            out.append(Section(paragraphs=[f"**{name}**: {entry.get('status')}"]))
+    return out
+
+
+def summary_markdown(doc: dict[str, Any]) -> str:
+    """Every table of the report, in Markdown."""
+    parts: list[str] = []
+    for section in sections(doc):
+        if section.heading:
+            parts += ["", f"### {section.heading}"]
+        for paragraph in section.paragraphs:
+            parts += ["", paragraph]
+        if section.header:
+            parts += ["", "| " + " | ".join(section.header) + " |"]
+            parts.append("|" + "|".join("---" for _ in section.header) + "|")
+            parts += ["| " + " | ".join(row) + " |" for row in section.rows]
+        if section.notes:
+            parts.append("")
+            parts += [f"* {note}" for note in section.notes]
+    return "\n".join(parts).strip() + "\n"
+
+
+def _inline_html(text: str) -> str:
+    """Markdown's `code` and **bold**, escaped otherwise."""
+    out = html.escape(text)
+    out = re.sub(r"`([^`]+)`", r"<code>\1</code>", out)
+    return re.sub(r"\*\*([^*]+)\*\*", r"<strong>\1</strong>", out)
 
 
 def _pct(value: float | None) -> str:
@@ -172,7 +218,7 @@ def _triple(changes: dict[str, Any] | None, first: str = "p95") -> str:
     return " / ".join(_pct(changes[k]) for k in [*keys, "throughput"])
 
 
-def published_markdown(doc: dict[str, Any]) -> list[str]:
+def _published(doc: dict[str, Any]) -> list[Section]:
     """The published benchmark beside ours, row by row, and where and why we differ.
 
     Every figure but the published column comes from this run's `cases`."""
@@ -202,47 +248,40 @@ def published_markdown(doc: dict[str, Any]) -> list[str]:
         oracle = (r["oracle_vs_round_robin"] or {}).get(q)
         done = r["completed"]
         notes.append(
-            f"* **{r['row']}**: ours {q.upper()} {_pct(ours)} against round-robin "
+            f"**{r['row']}**: ours {q.upper()} {_pct(ours)} against round-robin "
             f"(oracle {_pct(oracle)}; completed: gateway {done['gateway']:,}, round-robin "
             f"{done['round-robin']:,}); published {r['claim']}. Why: {r['why']}."
         )
     throughput = [r for r in rows if r["published"]["throughput"] is not None]
     if throughput:
         notes.append(
-            "* **Throughput** (rows "
+            "**Throughput** (rows "
             + ", ".join(r["row"] for r in throughput)
             + f"): {throughput[0]['why']}."
         )
-    return [
-        "",
-        "### The published benchmark, row by row",
-        "",
+    intro = (
         "Changes against round-robin (a Kubernetes Service) unless the column says "
         "otherwise; cells are P95 / P99 TTFT / output throughput (P50 / P95 / P99 / "
         "throughput for the chat example, whose published figure is one user's first "
         "token, compared as the median). The published column is the vendor's table; every "
-        "other figure is from this run. New rows run 600 s (the 8B headline 1,800 s).",
-        "",
-        _table(
-            [
-                "published row",
-                "our scenario",
-                "published vs round-robin",
-                "gateway vs round-robin",
-                "gateway vs upstream defaults",
-                "oracle vs round-robin",
-                "at least the published P99 (P50 chat)",
-            ],
-            table,
-        ),
-        "",
-        "Where we differ, and why:",
-        "",
-        *notes,
+        "other figure is from this run. New rows run 600 s (the 8B headline 1,800 s)."
+    )
+    header = [
+        "published row",
+        "our scenario",
+        "published vs round-robin",
+        "gateway vs round-robin",
+        "gateway vs upstream defaults",
+        "oracle vs round-robin",
+        "at least the published P99 (P50 chat)",
+    ]
+    return [
+        Section("The published benchmark, row by row", [intro], header, table),
+        Section(paragraphs=["Where we differ, and why:"], notes=notes),
     ]
 
 
-def _bands(case: dict[str, Any]) -> list[str]:
+def _bands(case: dict[str, Any]) -> list[Section]:
     """P99 TTFT and rejections per priority band, where the scenario has bands."""
     rows = []
     for policy, r in case["policies"].items():
@@ -250,12 +289,12 @@ def _bands(case: dict[str, Any]) -> list[str]:
         rejected = r.get("rejected_by_band") or {}
         if p99 or rejected:
             rows.append(
-                [policy] + [p99.get(b) for b in BANDS] + [rejected.get(b, 0) for b in BANDS]
+                _cells([policy] + [p99.get(b) for b in BANDS] + [rejected.get(b, 0) for b in BANDS])
             )
     if not rows:
         return []
     header = ["policy"] + [f"P99 s {b}" for b in BANDS] + [f"rejected {b}" for b in BANDS]
-    return ["", _table(header, rows)]
+    return [Section(header=header, rows=rows)]
 
 
 def _flatten(figures: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
@@ -317,7 +356,8 @@ def _png(fig: Any) -> str:
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
 
 
-def _charts(doc: dict[str, Any]) -> list[dict[str, str]]:
+def cdf_figure(case: dict[str, Any]) -> Any:
+    """The TTFT CDF of one scenario: a line per policy from its `ttft_quantiles_s`."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -325,25 +365,36 @@ def _charts(doc: dict[str, Any]) -> list[dict[str, str]]:
     import numpy as np
     from matrix import QUANTILES
 
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for policy, r in case["policies"].items():
+        q = r.get("ttft_quantiles_s")
+        if q and len(q) == len(QUANTILES):
+            ax.plot(
+                np.maximum(q, 1e-3),
+                np.asarray(QUANTILES) / 100,
+                label=policy,
+                color=_color(policy),
+                linestyle="--" if policy == "oracle" else "-",
+            )
+    ax.set_xscale("log")
+    ax.set_xlabel("TTFT (s, log)")
+    ax.set_ylabel("fraction of requests")
+    ax.set_title(f"TTFT CDF — {case['scenario']}")
+    ax.grid(True, alpha=0.3)
+    if ax.lines:
+        ax.legend(fontsize=7)
+    return fig
+
+
+def _charts(doc: dict[str, Any]) -> list[dict[str, str]]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     charts = []
     for case in _of_kind(doc, "scenario").values():
-        fig, ax = plt.subplots(figsize=(7, 4))
-        for policy, r in case["policies"].items():
-            q = r.get("ttft_quantiles_s")
-            if q and len(q) == len(QUANTILES):
-                ax.plot(
-                    np.maximum(q, 1e-3),
-                    np.asarray(QUANTILES) / 100,
-                    label=policy,
-                    color=_color(policy),
-                    linestyle="--" if policy == "oracle" else "-",
-                )
-        ax.set_xscale("log")
-        ax.set_xlabel("TTFT (s, log)")
-        ax.set_ylabel("fraction of requests")
-        ax.set_title(f"TTFT CDF — {case['scenario']}")
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7)
+        fig = cdf_figure(case)
         charts.append({"title": f"TTFT CDF: {case['scenario']}", "src": _png(fig)})
     for name, curve in _sweeps(doc).items():
         fig, ax = plt.subplots(figsize=(7, 4))
@@ -361,7 +412,8 @@ def _charts(doc: dict[str, Any]) -> list[dict[str, str]]:
         ax.set_ylabel("P99 TTFT (s, log)")
         ax.set_title(f"P99 TTFT versus load — {name}")
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7)
+        if ax.lines:
+            ax.legend(fontsize=7)
         charts.append({"title": f"P99 TTFT versus load: {name}", "src": _png(fig)})
     scrape = list(_of_kind(doc, "scrape-interval").values())
     if scrape:
@@ -376,7 +428,8 @@ def _charts(doc: dict[str, Any]) -> list[dict[str, str]]:
         ax.set_ylabel("P99 TTFT (s, log)")
         ax.set_title("Scrape-interval sensitivity — mixed-fleet-bursty")
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7)
+        if ax.lines:
+            ax.legend(fontsize=7)
         charts.append({"title": "P99 TTFT versus scrape interval", "src": _png(fig)})
     replicas = _of_kind(doc, "replicas")
     single = doc["cases"].get("scenario/mixed-fleet-bursty")
@@ -424,42 +477,22 @@ TEMPLATE = jinja2.Template(
  table { border-collapse: collapse; margin: 0.5rem 0 1.5rem; font-size: 0.85rem; }
  th, td { border: 1px solid #ccc; padding: 0.2rem 0.5rem; text-align: right; }
  th:first-child, td:first-child { text-align: left; }
- .pass { color: #176b2c; font-weight: bold; } .fail { color: #b00020; font-weight: bold; }
  figure { margin: 1rem 0; } img { max-width: 100%; }
  code { background: #f3f3f3; padding: 0 0.2rem; }
 </style></head><body>
 <h1>Inference gateway routing benchmark</h1>
-<p>Schema <code>{{ schema }}</code>, commit <code>{{ run.git_commit }}</code>,
-started {{ run.started_at }}, {{ "%.0f"|format(run.wall_s) }} s wall on {{ run.cpus }} CPUs
-({{ run.jobs }} workers){% if run.quick %}, <b>quick run: durations divided by 4</b>{% endif %}.
-Figures are from the discrete-event simulator over the vLLM-faithful engine model
-(see docs/benchmarks.md for the method and assumptions).</p>
-<h2>Must-hold checks</h2>
-<table><tr><th>check</th><th>scenario</th><th>gateway P99 s</th><th>gateway rejected</th>
-<th>reference</th><th>reference P99 s</th><th>reference rejected</th><th>ratio</th>
-<th>result</th></tr>
-{% for c in checks %}<tr><td>{{ c.check }}</td><td>{{ c.scenario }}</td>
-<td>{{ fmt(c.gateway_p99_s) }}</td><td>{{ fmt(c.gateway_rejected) }}</td>
-<td>{{ c.reference }}</td><td>{{ fmt(c.reference_p99_s) }}</td>
-<td>{{ fmt(c.reference_rejected) }}</td>
-<td>{{ "%.3f"|format(c.ratio) }}</td>
-<td class="{{ 'pass' if c.pass else 'fail' }}">{{ "pass" if c.pass else "FAIL" }}</td></tr>
-{% endfor %}</table>
-{% if published_md %}<h2>The published benchmark, row by row</h2>
-<pre>{{ published_md }}</pre>{% endif %}
-<h2>Scenarios</h2>
-{% for case in scenarios %}
-<h3>{{ case.scenario }} — {{ case.pods }} pods, {{ "%.0f"|format(case.duration_s) }} s,
-capacity {{ "%.1f"|format(case.capacity_rps) }} req/s, seed {{ case.seed }}</h3>
-<table><tr><th>policy</th>{% for _, label in columns %}<th>{{ label }}</th>{% endfor %}</tr>
-{% for policy, r in case.policies.items() %}<tr><td>{{ policy }}</td>
-{% for key, _ in columns %}<td>{{ fmt(r[key]) }}</td>{% endfor %}</tr>{% endfor %}</table>
+<p>Figures are from the discrete-event simulator over the vLLM-faithful engine model
+(see docs/benchmarks.md for the method and assumptions); started {{ run.started_at }}.</p>
+{% for s in sections %}{% if s.heading %}<h2>{{ s.heading }}</h2>{% endif %}
+{% for p in s.paragraphs %}<p>{{ inline(p) }}</p>{% endfor %}
+{% if s.header %}<table><tr>{% for h in s.header %}<th>{{ h }}</th>{% endfor %}</tr>
+{% for row in s.rows %}<tr>{% for cell in row %}<td>{{ inline(cell) }}</td>{% endfor %}</tr>
+{% endfor %}</table>{% endif %}
+{% if s.notes %}<ul>{% for n in s.notes %}<li>{{ inline(n) }}</li>{% endfor %}</ul>{% endif %}
 {% endfor %}
 <h2>Charts</h2>
 {% for chart in charts %}<figure><img alt="{{ chart.title }}" src="{{ chart.src }}">
 <figcaption>{{ chart.title }}</figcaption></figure>{% endfor %}
-<h2>All tables</h2>
-<pre>{{ markdown }}</pre>
 </body></html>
 """,
     autoescape=True,
@@ -469,17 +502,11 @@ capacity {{ "%.1f"|format(case.capacity_rps) }} req/s, seed {{ case.seed }}</h3>
 def write_reports(doc: dict[str, Any], out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(doc, indent=2) + "\n")
-    markdown = summary_markdown(doc)
-    (out / "summary.md").write_text(markdown)
-    html = TEMPLATE.render(
-        schema=doc["schema"],
+    (out / "summary.md").write_text(summary_markdown(doc))
+    page = TEMPLATE.render(
         run=doc["run"],
-        checks=doc["checks"],
-        scenarios=list(_of_kind(doc, "scenario").values()),
-        columns=COLUMNS,
+        sections=sections(doc),
         charts=_charts(doc),
-        markdown=markdown,
-        published_md="\n".join(published_markdown(doc)).strip(),
-        fmt=_fmt,
+        inline=lambda text: markupsafe.Markup(_inline_html(text)),
     )
-    (out / "report.html").write_text(html)
+    (out / "report.html").write_text(page)

@@ -44,6 +44,7 @@ OVERHEAD_SCRIPTS = ["picker_throughput", "gateway_overhead", "emulator_streams",
 OVERHEAD_SCRIPTS += ["emulator_speed_check"]  # the emulator against published serving figures
 OVERHEAD_SCRIPTS += ["scrape_cost"]  # a real-size vLLM page's parse; idle picker at 4/32/128 pods
 OVERHEAD_SCRIPTS += ["kv_events"]  # KV-event ingest CPU, index memory, precise vs approximate pick
+OVERHEAD_SCRIPTS += ["kv_events_hostile"]  # a hostile KV-event publisher: /health and RSS
 OVERHEAD_TIMEOUT_S = {"simulator_speed": 400}  # one simulated hour plus a side-by-side slice
 OVERHEAD_TIMEOUT_S["scrape_cost"] = 240  # six idle pickers (4, 32, 128 pods; current and legacy)
 OVERHEAD_TIMEOUT_S["gateway_overhead"] = 240  # open loop, picker, closed loop (3 paths)
@@ -54,27 +55,6 @@ OVERHEAD_TIMEOUT_S["envoy_path"] = 420
 DEFAULT_OVERHEAD_TIMEOUT_S = 120
 
 
-def _init_worker() -> None:
-    """Keep a TTFT quantile sketch in each policy report (for the CDF charts) without
-    changing the simulator: the driver builds its observer from this module attribute."""
-    import numpy as np
-
-    from inference_gateway.sim import driver
-    from inference_gateway.sim.metrics import Observer
-
-    class QuantileObserver(Observer):
-        __slots__ = ()
-
-        def report(self, *, duration_s: float, fleet_usd_per_hour: float) -> dict[str, Any]:
-            out = super().report(duration_s=duration_s, fleet_usd_per_hour=fleet_usd_per_hour)
-            if self.ttft:
-                values = np.percentile(np.asarray(self.ttft), QUANTILES)
-                out["ttft_quantiles_s"] = [round(float(v), 6) for v in values]
-            return out
-
-    driver.Observer = QuantileObserver  # type: ignore[misc]
-
-
 def _job(case: Case, policy: str) -> tuple[str, str, float, dict[str, Any], float]:
     from inference_gateway.sim.capacity import fleet_capacity
     from inference_gateway.sim.driver import run_policy
@@ -82,12 +62,17 @@ def _job(case: Case, policy: str) -> tuple[str, str, float, dict[str, Any], floa
     s = case.scenario
     capacity = fleet_capacity(s.fleet, s.workload, s.seed)
     start = time.process_time()
-    report = run_policy(s, policy, capacity)
+    # the TTFT quantiles the CDF charts draw, kept by the simulator itself (a worker that
+    # swapped the driver's observer class went unseen by the compiled driver)
+    report = run_policy(s, policy, capacity, ttft_quantiles=QUANTILES)
     return case.id, policy, capacity, report, time.process_time() - start
 
 
-def run_matrix(cases: list[Case], jobs: int) -> tuple[dict[str, Any], dict[str, float]]:
-    """Every (case, policy) simulation; returns (cases, CPU seconds per job)."""
+def run_matrix(
+    cases: list[Case], jobs: int, quick: bool = False
+) -> tuple[dict[str, Any], dict[str, float]]:
+    """Every (case, policy) simulation; returns (cases, CPU seconds per job). Each case
+    says whether it ran at quick durations, so a merged document keeps saying which."""
     work = sorted(
         ((c, p) for c in cases for p in c.policies),
         key=lambda cp: -cp[0].weight * (3 if cp[1].startswith(("gateway", "upstream")) else 1),
@@ -104,12 +89,13 @@ def run_matrix(cases: list[Case], jobs: int) -> tuple[dict[str, Any], dict[str, 
             "pods": sum(p.replicas for p in s.fleet),
             "scrape_interval_ms": s.scrape_interval_ms,
             "params": case.params,
+            "quick": quick,
             "capacity_rps": None,
             "policies": {},
         }
     start = time.monotonic()
     done = 0
-    with ProcessPoolExecutor(max_workers=jobs, initializer=_init_worker) as pool:
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
         futures = [pool.submit(_job, c, p) for c, p in work]
         for future in as_completed(futures):
             case_id, policy, capacity, report, seconds = future.result()
@@ -157,6 +143,7 @@ def evaluate_checks(cases: dict[str, Any]) -> list[dict[str, Any]]:
                     "check": check,
                     "scenario": scenario,
                     "rule": f"gateway@{n} P99 TTFT <= {limit} x gateway P99 TTFT",
+                    "figure": "ttft_p99_s",
                     "gateway_p99_s": gateway,
                     "gateway_rejected": rejected,
                     "reference": f"gateway@{n}",
@@ -178,6 +165,7 @@ def evaluate_checks(cases: dict[str, Any]) -> list[dict[str, Any]]:
                 "rule": "gateway P99 TTFT < every peer's"
                 if rule == "beat"
                 else f"gateway P99 TTFT <= {limit} x best peer's",
+                "figure": "ttft_p99_s",
                 "gateway_p99_s": gateway,
                 "gateway_rejected": rejected,
                 "reference": best,
@@ -201,10 +189,12 @@ def _pd_check(check: str, scenario: str, policies: dict[str, Any]) -> dict[str, 
         "check": check,
         "scenario": scenario,
         "rule": "gateway-pd P99 TPOT <= 0.5 x gateway's, P99 TTFT <= 1.2 x, tok/s >=",
-        "gateway_p99_s": gateway["ttft_p99_s"],
+        # the figure the ratio is of, so each number sits under its own column
+        "figure": "tpot_p99_s",
+        "gateway_p99_s": gateway["tpot_p99_s"],
         "gateway_rejected": gateway["rejected"],
         "reference": "gateway-pd",
-        "reference_p99_s": split["ttft_p99_s"],
+        "reference_p99_s": split["tpot_p99_s"],
         "reference_rejected": split["rejected"],
         "ratio": claim["tpot_p99_ratio"],
         "pass": claim["pass"],
@@ -313,6 +303,24 @@ def _parse_json(stdout: str) -> Any:
     return None
 
 
+def _read_results(parser: argparse.ArgumentParser, flag: str, path: str) -> dict[str, Any]:
+    """A results document, or one line naming the flag and the file, and exit 2."""
+    problem = None
+    try:
+        document = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        problem = "no such file (`make bench` writes bench/results/latest/results.json)"
+    except (OSError, ValueError) as error:
+        problem = f"not a results document ({error})"
+    else:
+        if not isinstance(document, dict) or document.get("schema") != SCHEMA:
+            problem = f"not a {SCHEMA} results document"
+    if problem is not None:
+        print(f"{parser.prog}: {flag} {path}: {problem}", file=sys.stderr)
+        raise SystemExit(2)
+    return document
+
+
 def _git_commit() -> str | None:
     try:
         proc = subprocess.run(
@@ -327,35 +335,8 @@ def _git_commit() -> str | None:
     return proc.stdout.strip() or None
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default=str(HERE / "results" / "latest"), help="output folder")
-    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
-    parser.add_argument("--quick", action="store_true", help="durations / 4 (smoke run)")
-    parser.add_argument(
-        "--only", help="comma-separated case kinds (scenario, load-sweep, scale, ...)"
-    )
-    parser.add_argument("--skip-overhead", action="store_true", help="simulations only")
-    parser.add_argument("--json", action="store_true", help="also print results.json")
-    parser.add_argument("--cases", help="comma-separated substrings of case ids to run")
-    parser.add_argument(
-        "--merge", metavar="RESULTS_JSON", help="start from these results; re-run cases replace"
-    )
-    parser.add_argument(
-        "--render", metavar="RESULTS_JSON", help="only re-evaluate checks and rewrite reports"
-    )
-    args = parser.parse_args(argv)
-    if args.jobs < 1:
-        parser.error("--jobs must be at least 1")
-    if args.render:
-        from report import write_reports
-
-        document = json.loads(Path(args.render).read_text())
-        document["checks"] = evaluate_checks(document["cases"])
-        document["published"] = evaluate_published(document["cases"])
-        write_reports(document, Path(args.out))
-        print(f"igw bench: re-rendered {args.out}", file=sys.stderr)
-        return 0
+def _select(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[Case]:
+    """The matrix's cases that --only and --cases keep."""
     cases = build_matrix(quick=args.quick)
     if args.only:
         kinds = {k.strip() for k in args.only.split(",")}
@@ -368,6 +349,84 @@ def main(argv: list[str] | None = None) -> int:
         cases = [c for c in cases if any(w in c.id for w in wanted)]
         if not cases:
             parser.error(f"--cases: no case id contains any of {wanted}")
+    return cases
+
+
+def _skips_overhead(args: argparse.Namespace) -> bool:
+    """The overhead benchmarks (about 5 minutes) run with the whole matrix only, unless
+    --overhead asks for them with --cases/--only too."""
+    return bool(args.skip_overhead or ((args.cases or args.only) and not args.overhead))
+
+
+def _dry_run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """What the same command would do, on stdout; nothing is run, read or written."""
+    if args.render:
+        print(f"would re-evaluate the checks of {args.render} and write the reports to {args.out}")
+        return 0
+    cases = _select(parser, args)
+    simulations = sum(len(c.policies) for c in cases)
+    print(
+        f"would run {len(cases)} case(s), {simulations} simulation(s) on {args.jobs} workers"
+        + (" at durations / 4 (quick)" if args.quick else "")
+    )
+    if _skips_overhead(args):
+        kept = f", keeping those of {args.merge}" if args.merge else ""
+        print(f"would not run the overhead benchmarks{kept} (--overhead runs them)")
+    else:
+        print(
+            f"would run {len(OVERHEAD_SCRIPTS)} overhead benchmarks ({', '.join(OVERHEAD_SCRIPTS)})"
+        )
+    if args.merge:
+        print(f"would merge into the cases of {args.merge}")
+    print(f"would write {args.out}/results.json, summary.md, report.html")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default=str(HERE / "results" / "latest"), help="output folder")
+    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
+    parser.add_argument("--quick", action="store_true", help="durations / 4 (smoke run)")
+    parser.add_argument(
+        "--only", help="comma-separated case kinds (scenario, load-sweep, scale, ...)"
+    )
+    overhead = parser.add_mutually_exclusive_group()
+    overhead.add_argument("--skip-overhead", action="store_true", help="simulations only")
+    overhead.add_argument(
+        "--overhead",
+        action="store_true",
+        help="run the overhead benchmarks with --cases or --only too (by default only the "
+        "whole matrix runs them, about 5 minutes)",
+    )
+    parser.add_argument("--json", action="store_true", help="also print results.json")
+    parser.add_argument("--cases", help="comma-separated substrings of case ids to run")
+    parser.add_argument(
+        "--merge", metavar="RESULTS_JSON", help="start from these results; re-run cases replace"
+    )
+    parser.add_argument(
+        "--render", metavar="RESULTS_JSON", help="only re-evaluate checks and rewrite reports"
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print what would run (cases, simulations, overheads, files read) and exit",
+    )
+    args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error("--jobs must be at least 1")
+    if args.dry_run:
+        return _dry_run(parser, args)
+    base = _read_results(parser, "--merge", args.merge) if args.merge else None
+    if args.render:
+        from report import write_reports
+
+        document = _read_results(parser, "--render", args.render)
+        document["checks"] = evaluate_checks(document["cases"])
+        document["published"] = evaluate_published(document["cases"])
+        write_reports(document, Path(args.out))
+        print(f"igw bench: re-rendered {args.out}", file=sys.stderr)
+        return 0
+    cases = _select(parser, args)
     started = datetime.now(UTC)
     wall = time.monotonic()
     jobs_total = sum(len(c.policies) for c in cases)
@@ -377,20 +436,30 @@ def main(argv: list[str] | None = None) -> int:
         file=sys.stderr,
         flush=True,
     )
-    results, cpu = run_matrix(cases, args.jobs)
-    overhead = run_overhead(args.skip_overhead)
-    if args.merge:
-        base = json.loads(Path(args.merge).read_text())
+    results, cpu = run_matrix(cases, args.jobs, quick=args.quick)
+    skip = _skips_overhead(args)
+    if skip and not args.skip_overhead:
+        print(
+            "igw bench: overhead benchmarks not run with --cases/--only"
+            + (" (kept from --merge)" if base else "")
+            + "; --overhead runs them too",
+            file=sys.stderr,
+        )
+    overhead = run_overhead(skip)
+    if base is not None:
+        for entry in base["cases"].values():  # documents from before cases said so
+            entry.setdefault("quick", bool(base["run"].get("quick")))
         results = {**base["cases"], **results}
         cpu = {**base["run"].get("cpu_s_by_job", {}), **cpu}
-        if args.skip_overhead:
+        if skip:
             overhead = base.get("overhead", overhead)
     document = {
         "schema": SCHEMA,
         "run": {
             "started_at": started.isoformat(timespec="seconds"),
             "wall_s": round(time.monotonic() - wall, 1),
-            "quick": args.quick,
+            "quick": any(c.get("quick") for c in results.values()),
+            "quick_cases": sum(bool(c.get("quick")) for c in results.values()),
             "jobs": args.jobs,
             "git_commit": _git_commit(),
             "python": platform.python_version(),

@@ -2,7 +2,8 @@
 
 For each `gitops/environments/<env>/environment.yaml`, the charts of `charts.app` render
 into `gitops/environments/<env>/rendered/`, and the ArgoCD bootstrap into
-`gitops/bootstrap/`. A bad environment prints its field paths and writes nothing.
+`gitops/bootstrap/`. A bad environment prints its field paths (as `igw validate` does),
+writes nothing and exits 2, as app.py does.
 This file is a script on purpose: `cdk8s/` must never be an importable package named
 `cdk8s` (it would shadow the library); the chart code is the `charts` package.
 """
@@ -14,6 +15,7 @@ import sys
 from pathlib import Path
 
 from charts.app import GITOPS_DIR, write_tree
+from inference_gateway.cli.messages import config_error_lines
 from inference_gateway.errors import ConfigError
 
 
@@ -24,9 +26,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         changes = write_tree(args.gitops_dir, names=args.env)
-    except (ConfigError, ValueError) as error:
-        print(f"synth failed, nothing written: {error}", file=sys.stderr)
-        return 1
+    except ConfigError as error:  # the same lines as `igw validate` and app.py, exit 2
+        print("\n".join(config_error_lines("cdk8s synth", error)), file=sys.stderr)
+        print("cdk8s synth: nothing written", file=sys.stderr)
+        return 2
+    except ValueError as error:
+        print(f"cdk8s synth: {error}; nothing written", file=sys.stderr)
+        return 2
     for line in changes:
         print(line)
     print(f"cdk8s synth: {len(changes)} file(s) changed")

@@ -24,7 +24,13 @@ from envspec.disaggregation import PD_ROLES, pd_gateway_config
 from envspec.global_router import GlobalRouterSpec, global_problems
 from envspec.infra import AlarmSpec, AwsSpec, ClusterSpec, GitOpsSpec, IngressSpec, NodeGroupSpec
 from envspec.network import network_problems
-from envspec.workloads import CanarySpec, KubernetesSpec, ModelServerSpec, workload_problems
+from envspec.workloads import (
+    CanarySpec,
+    KubernetesSpec,
+    ModelServerSpec,
+    model_server_node_group,
+    workload_problems,
+)
 from inference_gateway.config.spec import GatewayConfigSpec, format_validation_error, parse_config
 from inference_gateway.errors import ConfigError
 
@@ -51,6 +57,15 @@ class EnvironmentSpec(BaseModel):
     canaries: list[CanarySpec] = Field(default_factory=list)
     kubernetes: KubernetesSpec = KubernetesSpec()
     global_router: GlobalRouterSpec = GlobalRouterSpec()
+
+    @property
+    def external_secret_ids(self) -> tuple[str, ...]:
+        """The Secrets Manager secrets (primary region) External Secrets copies into the
+        cluster: prerequisites, made by hand (docs/first-deploy.md)."""
+        ids = [s.hf_token_secret_id for s in self.model_servers if s.hf_token_secret_id]
+        if self.kubernetes.auth is not None:
+            ids.append(self.kubernetes.auth.api_keys_secret_id)
+        return tuple(sorted(set(ids)))
 
     @model_validator(mode="after")
     def _cross_references(self) -> EnvironmentSpec:
@@ -91,11 +106,39 @@ class EnvironmentSpec(BaseModel):
             gpu_of_node_group={g.name: g.gpu for g in self.node_groups},
         )
         problems += _picker_config_problems(self)
+        problems += _idle_gpu_problems(self)
         problems += global_problems(self)
         problems += network_problems(self)
         if problems:
             raise ValueError("; ".join(problems))
         return self
+
+
+def _idle_gpu_problems(env: EnvironmentSpec) -> list[str]:
+    """A GPU node group whose model servers all scale to zero must start with no node.
+
+    Nothing in this tree changes a managed node group's size: EKS keeps `desiredSize`
+    nodes until something (the Cluster Autoscaler, which this tree does not run) changes
+    it (EKS API Reference, NodegroupScalingConfig), and Karpenter adds and consolidates
+    only the nodes of its own NodePools. So `desired_size` nodes of such a group would
+    stay up, idle, after KEDA removed every replica; Karpenter's NodePool `gpu-<group>`
+    (cdk8s/charts/node_pools.py) adds the nodes the replicas need and removes them empty.
+    """
+    problems = []
+    for i, group in enumerate(env.node_groups):
+        servers = [
+            s
+            for s in env.model_servers
+            if group.name in {model_server_node_group(s, role) for role in (None, *PD_ROLES)}
+        ]
+        if servers and all(s.scale_to_zero for s in servers) and group.desired_size > 0:
+            problems.append(
+                f"node_groups[{i}].desired_size: every model server on {group.name!r} scales "
+                f"to zero, but nothing scales a managed node group: its {group.desired_size} "
+                "node(s) would stay up idle; set min_size and desired_size to 0 (Karpenter's "
+                f"NodePool gpu-{group.name} adds the nodes replicas need and removes them empty)"
+            )
+    return problems
 
 
 def _picker_config_problems(env: EnvironmentSpec) -> list[str]:

@@ -17,10 +17,13 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from envspec.names import regional_domain_name
+
 if TYPE_CHECKING:
     from envspec.environment import EnvironmentSpec
 
 __all__ = [
+    "GLOBAL_ROUTER",
     "STORE_AUTH_KEY",
     "STORE_URL_KEY",
     "GlobalClusterSpec",
@@ -36,6 +39,9 @@ __all__ = [
     "store_secret_names",
 ]
 
+#: The router's Deployment, Service, TargetGroupBinding and ServiceAccount (its Pod
+#: Identity, stacks/parts/pod_identity.py) on the cdk8s side.
+GLOBAL_ROUTER = "igw-global-router"
 #: JSON keys of the two Secrets Manager secrets the CDK writes and External Secrets reads.
 STORE_AUTH_KEY = "password"
 STORE_URL_KEY = "url"
@@ -132,7 +138,8 @@ def resolved_clusters(env: EnvironmentSpec) -> list[ResolvedCluster]:
         ResolvedCluster(
             name=c.name or f"{env.name}-{c.region}",
             region=c.region,
-            endpoint=c.endpoint or f"https://{c.region}.{env.ingress.domain_name}",
+            endpoint=c.endpoint
+            or f"https://{regional_domain_name(env.ingress.domain_name, c.region)}",
             priority=c.priority,
             hourly_cost_usd=cost if c.hourly_cost_usd is None else c.hourly_cost_usd,
         )
@@ -158,6 +165,14 @@ def global_problems(env: EnvironmentSpec) -> list[str]:
             )
     if env.global_router.enabled and set(env.aws.regions) <= set(drained):
         problems.append("global_router.drained_regions: every region drained, nothing serves")
+    missing = [r for r in env.aws.regions if r not in env.ingress.certificate_arns]
+    if env.global_router.enabled and missing:
+        problems.append(
+            f"ingress.certificate_arns: the global router serves plain HTTP behind its "
+            f"NLB, which terminates TLS on an ACM certificate for "
+            f"{env.ingress.domain_name!r} in every region; none is given for "
+            f"{', '.join(missing)} (docs/first-deploy.md, prerequisites)"
+        )
     names = [c.name for c in resolved_clusters(env)]
     for name in sorted({n for n in names if names.count(n) > 1}):
         problems.append(f"global_router.clusters: two clusters are named {name!r}")
@@ -165,8 +180,9 @@ def global_problems(env: EnvironmentSpec) -> list[str]:
 
 
 def global_target_group_name(environment: str) -> str:
-    """The router pods' NLB target group, by name on both sides (CDK creates, the
-    TargetGroupBinding of cdk8s/charts/global_router.py binds), the same in every region."""
+    """The router pods' NLB target group's name, the same in every region (the
+    TargetGroupBinding of cdk8s/charts/global_router.py binds it by ARN, which the
+    region's global-router Application patches in)."""
     return f"igw-{environment}-global"[:32]
 
 

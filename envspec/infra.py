@@ -138,7 +138,17 @@ class HyperPodSpec(_Section):
 
 
 class SystemNodeGroupSpec(_Section):
-    instance_type: str = "m6i.large"
+    """The untainted nodes every non-GPU pod runs on: the gateway's own (picker, bbr,
+    auth, Envoy) and the add-ons' (CoreDNS, KEDA, Envoy Gateway, Argo CD, Karpenter,
+    the CloudWatch and VPC CNI DaemonSets, ...). Nothing scales this group (Karpenter's
+    NodePools are for GPUs), so `desired_size` nodes must hold them all, a rollout's
+    surge pod included: tests/gitops/test_gitops_schedule.py places them on the EKS
+    allocatable of the instance type. 2 x m6i.large (1.93 vCPUs allocatable each) could
+    not; 2 x m6i.xlarge hold them with room for a picker rollout, and two nodes in two
+    zones are what Karpenter's controller needs (required anti-affinity per node, zone
+    spread)."""
+
+    instance_type: str = "m6i.xlarge"
     min_size: int = Field(default=2, ge=1)
     max_size: int = Field(default=4, ge=1)
     desired_size: int = Field(default=2, ge=1)
@@ -232,8 +242,11 @@ class IngressSpec(_Section):
 
     certificate_arns: dict[str, str] = Field(
         default_factory=dict,
-        description="Region -> ACM certificate ARN for domain_name (certificates are "
-        "regional); a region without one gets a certificate requested with DNS validation.",
+        description="Region -> ARN of an ACM certificate (certificates are regional) for "
+        "domain_name and <region>.<domain_name>, a prerequisite: the internal NLB "
+        "terminates TLS on it. A region without one passes TCP through to Envoy, which "
+        "presents the certificate cert-manager issues in the cluster; the global router "
+        "needs one in every region.",
     )
     domain_name: str = "inference.internal.example.com"
     allowed_cidrs: list[str] = Field(default_factory=lambda: ["10.0.0.0/8"])

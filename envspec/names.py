@@ -13,6 +13,7 @@ __all__ = [
     "gpu_labels",
     "karpenter_node_role_name",
     "karpenter_queue_name",
+    "regional_domain_name",
     "target_group_name",
 ]
 
@@ -34,9 +35,15 @@ KARPENTER_SERVICE_ACCOUNT = "karpenter"
 KARPENTER_DISCOVERY_TAG = "karpenter.sh/discovery"
 
 
+def regional_domain_name(domain_name: str, region: str) -> str:
+    """`us-west-2.inference.internal.example.com`: one cluster, for the global router."""
+    return f"{region}.{domain_name}"
+
+
 def target_group_name(environment: str) -> str:
-    """Envoy's NLB target group: created by the CDK ingress stack, bound by the cdk8s
-    TargetGroupBinding (`spec.targetGroupName`), the same in every region."""
+    """Envoy's NLB target group's name, the same in every region: created by the CDK
+    ingress stack, bound by ARN (the cluster Secret's annotation, patched into the cdk8s
+    TargetGroupBinding by the workloads' Application)."""
     return f"igw-{environment}-envoy"[:32]
 
 

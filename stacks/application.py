@@ -17,6 +17,7 @@ from cdk_nag import AwsSolutionsChecks
 from envspec.environment import EnvironmentSpec
 from inference_gateway.errors import ConfigError
 
+from .app_context import DEFAULT_ENVIRONMENT
 from .cluster import ClusterStack, ClusterStackProps
 from .gitops import GitOpsStack, GitOpsStackProps, HyperPodPlacement
 from .global_app import add_global_tier
@@ -55,11 +56,14 @@ __all__ = [
     "new_app",
 ]
 
-DEFAULT_ENVIRONMENT = "dev"
-
 #: CDK feature flags, set in code rather than in cdk.json so that `python app.py`
-#: (make synth, tests) and `cdk synth` build the very same templates.
+#: (make synth, tests) and `cdk synth` build the very same templates: the ones chosen
+#: here, then every other flag pinned at its unset behaviour (cdk_feature_flags.json).
+PINNED_FLAGS: dict[str, object] = json.loads(
+    (Path(__file__).with_name("cdk_feature_flags.json")).read_text()
+)["flags"]
 FEATURE_FLAGS: dict[str, object] = {
+    **PINNED_FLAGS,
     "@aws-cdk/core:checkSecretUsage": True,
     "@aws-cdk/core:target-partitions": ["aws"],
     "@aws-cdk/core:validateSnapshotRemovalPolicy": True,
@@ -164,14 +168,6 @@ def attach_nag(app: App) -> None:
     Validations.of(app).add_plugins(AwsSolutionsChecks(app, verbose=True))
 
 
-def _secret_ids(env: EnvironmentSpec) -> tuple[str, ...]:
-    """The Secrets Manager secrets External Secrets syncs into the cluster."""
-    ids = [s.hf_token_secret_id for s in env.model_servers if s.hf_token_secret_id]
-    if env.kubernetes.auth is not None:
-        ids.append(env.kubernetes.auth.api_keys_secret_id)
-    return tuple(sorted(set(ids)))
-
-
 def _model_sources(env: EnvironmentSpec) -> tuple[str, ...]:
     """The `s3://` weights and adapters the model servers read."""
     sources = [s.model for s in env.model_servers]
@@ -252,7 +248,7 @@ def _region(
                 cluster_name=env.cluster.name,
                 regions=tuple(env.aws.regions),
                 gateway_namespace=env.kubernetes.namespace,
-                secret_ids=_secret_ids(env),
+                secret_ids=env.external_secret_ids,
                 # The ClusterSecretStore reads the primary region's Secrets Manager.
                 secrets_region=env.aws.region,
                 model_sources=_model_sources(env),
@@ -317,6 +313,7 @@ def _region(
                 environment=env.name,
                 region=plan.region,
                 cluster_name=env.cluster.name,
+                target_group_arn=ingress.ingress.target_group.target_group_arn,
                 hyperpod=hyperpod is not None,
             ),
             cluster=cluster.cluster,

@@ -60,7 +60,7 @@ def _region(app: App, env: EnvironmentSpec, built: RegionStacks) -> GlobalTierSt
                 environment=env.name,
                 region=region,
                 domain_name=env.ingress.domain_name,
-                certificate_arn=env.ingress.certificate_arns.get(region),
+                certificate_arn=env.ingress.certificate_arns[region],
                 allowed_cidrs=tuple(env.ingress.allowed_cidrs),
                 router_port=env.global_router.port,
                 cluster_security_group_id=cluster.cluster_security_group_id,

@@ -5,7 +5,9 @@
 * the global router's internal NLB and its health alarm (stacks/parts/global_lb.py);
 * the ArgoCD Application that syncs `gitops/environments/<env>/global/<region>/` into
   this region's cluster: the router's manifests, whose store and home region are this
-  region's, so no other cluster syncs them (cdk8s/charts/global_router.py);
+  region's, so no other cluster syncs them (cdk8s/charts/global_router.py), with the
+  router's target group patched in by ARN (envspec/argocd_manifests.py
+  `global_application`);
 * what the primary region's DNS stack needs, published as SSM parameters of this stack:
   a cross-region reference to a value this stack owns stays in the fleet tier's stacks
   instead of adding export writers to the network and ingress stacks.
@@ -23,17 +25,14 @@ from aws_cdk import aws_elasticloadbalancingv2 as elbv2
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
-from envspec.global_router import GlobalRouterSpec, global_folder
+from envspec.argocd_manifests import global_application
+from envspec.global_router import GLOBAL_ROUTER, GlobalRouterSpec
 from envspec.infra import GitOpsSpec
 
-from .parts.argocd import ARGOCD_NAMESPACE, ENVIRONMENT_LABEL, IN_CLUSTER
 from .parts.global_lb import GlobalRouterLoadBalancer, GlobalRouterLoadBalancerProps
 from .parts.valkey import GlobalStore, GlobalStoreProps
 
-__all__ = ["GlobalTierStack", "GlobalTierStackProps", "global_application"]
-
-#: The AppProject gitops/bootstrap declares (cdk8s/charts/bootstrap.py PROJECT).
-PROJECT = "inference-gateway"
+__all__ = ["GlobalTierStack", "GlobalTierStackProps"]
 
 
 @dataclass(frozen=True)
@@ -47,38 +46,6 @@ class GlobalTierStackProps:
     cluster: eks.ICluster
     #: This region's cluster endpoint (Envoy's NLB, stacks/parts/internal_lb.py).
     cluster_load_balancer: elbv2.INetworkLoadBalancer
-
-
-def global_application(
-    *, environment: str, region: str, gitops: GitOpsSpec, namespace: str
-) -> dict[str, object]:
-    """The Application of this region's global-router folder, automated like the rest."""
-    return {
-        "apiVersion": "argoproj.io/v1alpha1",
-        "kind": "Application",
-        "metadata": {
-            "name": f"{PROJECT}-{environment}-global-router",
-            "namespace": ARGOCD_NAMESPACE,
-            "labels": {ENVIRONMENT_LABEL: environment},
-            "finalizers": ["resources-finalizer.argocd.argoproj.io"],
-        },
-        "spec": {
-            "project": PROJECT,
-            "source": {
-                "repoURL": gitops.repo_url,
-                "targetRevision": gitops.revision,
-                "path": f"gitops/{global_folder(environment, region)}",
-            },
-            "destination": {"server": IN_CLUSTER, "namespace": namespace},
-            "syncPolicy": {
-                "automated": {"prune": True, "selfHeal": True},
-                "retry": {
-                    "limit": 5,
-                    "backoff": {"duration": "10s", "factor": 2, "maxDuration": "5m"},
-                },
-            },
-        },
-    }
 
 
 class GlobalTierStack(Stack):
@@ -100,6 +67,8 @@ class GlobalTierStack(Stack):
                     region=lb.region,
                     gitops=props.gitops,
                     namespace=props.namespace,
+                    binding=GLOBAL_ROUTER,
+                    target_group_arn=self.ingress.target_group.target_group_arn,
                 )
             ],
             overwrite=True,

@@ -23,10 +23,12 @@ os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20,22")
 import yaml
 
 from cdk8s import App, Chart, YamlOutputType
+from envspec.argocd_manifests import PATCHED_KUSTOMIZATION
 from envspec.environment import ENVIRONMENTS_DIR, EnvironmentSpec, load_environment
 
 from .base import region_images
 from .bootstrap import BootstrapChart, RootChart
+from .certificates import CertificatesChart
 from .crds import CrdsChart, GieCrdsChart
 from .gateway import GatewayChart
 from .global_router import synth_global_routers
@@ -56,6 +58,7 @@ GITOPS_DIR = ENVIRONMENTS_DIR.parent
 # File name (without .k8s.yaml) → chart. The numbers keep `ls` in sync-wave order.
 CHARTS: dict[str, type[Chart]] = {
     "00-crds": CrdsChart,
+    "05-certificates": CertificatesChart,
     "10-network-policies": NetworkPoliciesChart,
     "15-node-pools": NodePoolsChart,
     "20-picker": PickerChart,
@@ -72,16 +75,19 @@ FOLDERS: dict[str, dict[str, type[Chart]]] = {
 }
 
 
-#: Kustomize's file name; `.yml`, so the manifest globs (`*.yaml`) of the tests, checkov
-#: and kubernetes-validate see only Kubernetes objects.
+#: Kustomize's file name in `rendered/`; `.yml`, so the manifest globs (`*.yaml`) of the
+#: tests, checkov and kubernetes-validate see only Kubernetes objects. The region overlays,
+#: which the Application patches (the target group's ARN), must be `kustomization.yaml`
+#: (`PATCHED_KUSTOMIZATION`).
 KUSTOMIZATION = "kustomization.yml"
 #: `<env>/regions/<region>/`: what the ApplicationSet syncs to a cluster of that region.
 REGIONS_DIR = "regions"
 
 
 def region_overlays(env: EnvironmentSpec, rendered: Sequence[str]) -> dict[str, dict[str, object]]:
-    """`rendered/kustomization.yml` and one overlay per region of `env`, keyed by their
-    path under the environment's folder.
+    """`rendered/kustomization.yml` and one overlay per region of `env`
+    (`regions/<region>/kustomization.yaml`), keyed by their path under the environment's
+    folder.
 
     A rendered manifest names the primary region's ECR; the overlay of each other region
     points every such image at that region's own registry (`region_images`), keeping
@@ -96,7 +102,7 @@ def region_overlays(env: EnvironmentSpec, rendered: Sequence[str]) -> dict[str, 
         images = region_images(env, region)
         if images:
             overlay["images"] = images
-        out[f"{REGIONS_DIR}/{region}/{KUSTOMIZATION}"] = overlay
+        out[f"{REGIONS_DIR}/{region}/{PATCHED_KUSTOMIZATION}"] = overlay
     return out
 
 

@@ -7,7 +7,9 @@ self-heal: git is the only way to change the cluster, so a rollback is a `git re
 (docs/operations.md). Every add-on the cluster needs to serve is an Application of its
 upstream Helm chart at a pinned version (`ADDONS`). The root syncs them in waves:
 
-  -1  the GIE CRDs (`gitops/crds/`), before any controller that watches InferencePools
+  -1  the GIE CRDs (`gitops/crds/`), before any controller that watches InferencePools;
+      cert-manager, before the charts and environments that ask it for certificates
+      (Envoy AI Gateway's webhook, the Gateway listener's `igw-tls`)
    0  Envoy Gateway (+ its Gateway API CRDs), Envoy AI Gateway (InferencePool backends),
       NVIDIA device plugin, kube-prometheus-stack, KEDA, External Secrets, Karpenter's
       CRDs, and the Karpenter controller (an ApplicationSet: its values name the cluster)
@@ -33,16 +35,21 @@ from envspec.argocd_manifests import (
     CLUSTER_NAME_LABEL,
     HYPERPOD_LABEL,
     REGION_LABEL,
+    TARGET_GROUP_ARN_ANNOTATION,
     root_application,
+    target_group_arn_patch,
 )
 from envspec.environment import EnvironmentSpec
 from envspec.names import KARPENTER_NAMESPACE, KARPENTER_SERVICE_ACCOUNT
 
 from .base import PART_OF, Wave, labels, manifest
+from .gateway import ENVOY_SERVICE
 
 __all__ = [
     "ADDONS",
+    "AI_GATEWAY_WEBHOOK_CA",
     "ARGOCD_NAMESPACE",
+    "CERT_MANAGER_VERSION",
     "ENVOY_GATEWAY_CHART",
     "ENVOY_GATEWAY_VERSION",
     "HYPERPOD_CHART_REVISION",
@@ -92,6 +99,20 @@ HYPERPOD_CHART_REPO = "https://github.com/aws/sagemaker-hyperpod-cli.git"
 HYPERPOD_CHART_PATH = "helm_chart/HyperPodHelmChart"
 HYPERPOD_CHART_REVISION = "b01cf90676553a711ab1a8ac51422adbb09aef6b"  # tag v3.9.0
 HYPERPOD_RELEASE = "hyperpod-dependencies"
+#: cert-manager (jetstack chart; v1.18 supports Kubernetes 1.29-1.33, cert-manager docs
+#: "Supported Releases"). It issues what nothing else in the tree can: the Gateway
+#: listener's certificate (cdk8s/charts/certificates.py) and Envoy AI Gateway's webhook
+#: certificate. Its CRDs from the chart itself (`crds.enabled`, deploy/charts/cert-manager
+#: values.yaml at v1.18.2), so they exist before anything in a later wave asks for one.
+CERT_MANAGER_VERSION = "v1.18.2"
+#: Where cert-manager's CA injector writes the CA of Envoy AI Gateway's webhook
+#: (the webhook's `cert-manager.io/inject-ca-from`): Argo CD must not count it as drift
+#: (argo-cd v2.13.2 docs/user-guide/diffing.md, the caBundle example).
+AI_GATEWAY_WEBHOOK_CA = {
+    "group": "admissionregistration.k8s.io",
+    "kind": "MutatingWebhookConfiguration",
+    "jqPathExpressions": [".webhooks[]?.clientConfig.caBundle"],
+}
 
 
 @dataclass(frozen=True)
@@ -108,11 +129,23 @@ class AddOnChart:
     #: against these).
     crd_groups: tuple[str, ...] = ()
     server_side: bool = False
+    #: Fields of the chart's objects that other controllers own (`ignoreDifferences`).
+    ignore_differences: tuple[dict[str, Any], ...] = ()
 
 
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 
 ADDONS: tuple[AddOnChart, ...] = (
+    AddOnChart(
+        "cert-manager",
+        "https://charts.jetstack.io",
+        "cert-manager",
+        CERT_MANAGER_VERSION,
+        "cert-manager",
+        Wave.CRDS,
+        ("cert-manager.io", "acme.cert-manager.io"),
+        server_side=True,
+    ),
     AddOnChart(
         "envoy-gateway",
         ENVOY_GATEWAY_CHART,
@@ -140,6 +173,7 @@ ADDONS: tuple[AddOnChart, ...] = (
         AI_GATEWAY_VERSION,
         AI_GATEWAY_NAMESPACE,
         Wave.CONTROLLERS,
+        ignore_differences=(AI_GATEWAY_WEBHOOK_CA,),
     ),
     AddOnChart(
         "nvidia-device-plugin",
@@ -399,7 +433,16 @@ def addon_values(envs: Sequence[EnvironmentSpec]) -> dict[str, dict[str, Any]]:
             }
         },
         "envoy-ai-gateway-crds": {},
-        "envoy-ai-gateway": {},
+        # The admission webhook's certificate from cert-manager (a Certificate and a
+        # self-signed Issuer the chart renders; the CA injector fills the webhook's
+        # caBundle, and the controller's certificate watcher reloads a renewed one).
+        # The chart's default makes the certificate with Helm's `lookup`, which `helm
+        # template` (how Argo CD renders) always answers empty: every refresh would
+        # write a new certificate Secret, while the controller patches the caBundle only
+        # when it starts (ai-gateway v0.4.0 manifests/charts/ai-gateway-helm/templates/
+        # admission_webhook.yaml, cmd/controller/main.go `maybePatchAdmissionWebhook`),
+        # and new Envoy pods would be refused until it restarts.
+        "envoy-ai-gateway": {"controller": {"mutatingWebhook": {"certManager": {"enable": True}}}},
         "nvidia-device-plugin": {
             # On every GPU node class the CDK builds (igw.dev/gpu label), through the
             # taint the model servers tolerate; without it `nvidia.com/gpu` is never
@@ -415,6 +458,7 @@ def addon_values(envs: Sequence[EnvironmentSpec]) -> dict[str, dict[str, Any]]:
         },
         "keda": {},
         "external-secrets": {"installCRDs": True},
+        "cert-manager": {"crds": {"enabled": True}},
         "karpenter-crd": {},
     }
 
@@ -529,12 +573,15 @@ def _addon(addon: AddOnChart, *, values: dict[str, Any], sync: dict[str, Any]) -
     }
     if values:
         source["helm"]["values"] = yaml.safe_dump(values, sort_keys=True)
-    return {
+    spec: dict[str, Any] = {
         "project": ADDONS_PROJECT,
         "source": source,
         "destination": {"server": IN_CLUSTER, "namespace": addon.namespace},
         "syncPolicy": {**sync, "syncOptions": options},
     }
+    if addon.ignore_differences:
+        spec["ignoreDifferences"] = list(addon.ignore_differences)
+    return spec
 
 
 class RootChart(Chart):
@@ -562,6 +609,21 @@ class RootChart(Chart):
             wave=Wave.NAMESPACE,
             body={"spec": root["spec"]},
         )
+
+
+def _source(*, repo: str, revision: str, folder: str) -> dict[str, Any]:
+    """The source of an environment folder's Application; the workloads' gets the ARN of
+    the cluster's Envoy target group (the cluster Secret's annotation, which the CDK
+    sets) patched into Envoy's TargetGroupBinding."""
+    source: dict[str, Any] = {
+        "repoURL": repo,
+        "targetRevision": revision,
+        "path": _source_path(folder),
+    }
+    if folder == "rendered":
+        arn = f'{{{{index .metadata.annotations "{TARGET_GROUP_ARN_ANNOTATION}"}}}}'
+        source["kustomize"] = {"patches": [target_group_arn_patch(ENVOY_SERVICE, arn)]}
+    return source
 
 
 def _source_path(folder: str) -> str:
@@ -618,11 +680,7 @@ def _environments(*, repo: str, revision: str, sync: dict[str, Any], folder: str
             },
             "spec": {
                 "project": PROJECT,
-                "source": {
-                    "repoURL": repo,
-                    "targetRevision": revision,
-                    "path": _source_path(folder),
-                },
+                "source": _source(repo=repo, revision=revision, folder=folder),
                 "destination": {"server": "{{.server}}"},
                 # Deployments scaled by an HPA leave `replicas` out, so there is no diff
                 # to ignore; PruneLast deletes only after the new objects are healthy.

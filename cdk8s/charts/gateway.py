@@ -24,10 +24,14 @@ Envoy Gateway field reaches it: its thresholds are Envoy runtime keys
 
 One load balancer: Envoy's Service is `ClusterIP` with a fixed name (EnvoyProxy
 `envoyService.name`), and a TargetGroupBinding registers Envoy's pod IPs in the CDK
-target group `igw-<env>-envoy` by name (AWS Load Balancer Controller ≥ 2.7 resolves
-`spec.targetGroupName`; its ARN is also in SSM at
+target group `igw-<env>-envoy` by its ARN, which only the CDK knows: it annotates the
+cluster Secret with it, and the workloads' Application patches it in
+(envspec/argocd_manifests.py `target_group_arn_patch`; also in SSM at
 `/igw/<env>/<region>/ingress/target-group-arn`). A `LoadBalancer` Service here would
 make the controller build a second, unmanaged NLB.
+
+The listener's certificate, Secret `igw-tls`, is issued in the cluster by cert-manager
+(cdk8s/charts/certificates.py).
 """
 
 from __future__ import annotations
@@ -38,7 +42,6 @@ from constructs import Construct
 
 from cdk8s import Chart
 from envspec.environment import EnvironmentSpec
-from envspec.names import target_group_name
 from inference_gateway.envoyproxy.settings import (
     Address,
     CircuitBreaker,
@@ -86,6 +89,7 @@ __all__ = [
     "MODEL_HEADER",
     "GatewayChart",
     "bbr_labels",
+    "envoy_pod_labels",
     "envoy_settings",
     "picker_ext_proc_cluster",
     "pool_route_name",
@@ -306,7 +310,7 @@ class GatewayChart(Chart):
             namespace=env.kubernetes.envoy_gateway_namespace,
             labels=gw_labels,
             wave=Wave.CONFIG,
-            body={"spec": _target_group_binding_spec(env)},
+            body={"spec": _target_group_binding_spec()},
         )
         self._routes(env=env, config=config)
         manifest(
@@ -667,14 +671,38 @@ def _gateway_service_pod_spec(
     }
 
 
+def envoy_pod_labels(env: EnvironmentSpec) -> dict[str, str]:
+    """The labels Envoy Gateway v1.5 puts on the Envoy pods of Gateway `igw`: its
+    `EnvoyAppLabel` and the owning gateway's (envoyproxy/gateway v1.5.0
+    `internal/infrastructure/kubernetes/proxy/resource.go`, `internal/gatewayapi/
+    translator.go`). Its PodDisruptionBudget selects them itself; the spread must name them."""
+    return {
+        "app.kubernetes.io/name": "envoy",
+        "app.kubernetes.io/component": "proxy",
+        "app.kubernetes.io/managed-by": "envoy-gateway",
+        "gateway.envoyproxy.io/owning-gateway-name": GATEWAY,
+        "gateway.envoyproxy.io/owning-gateway-namespace": env.kubernetes.namespace,
+    }
+
+
 def _envoy_proxy_spec(env: EnvironmentSpec) -> dict[str, Any]:
     """Envoy's Service stays inside the cluster: the CDK's internal NLB is the only way
-    in (its security group admits `ingress.allowed_cidrs` on 443)."""
+    in (its security group admits `ingress.allowed_cidrs` on 443).
+
+    Two Envoy replicas spread over zones and nodes like the gateway's own pods, and a
+    PodDisruptionBudget keeping one of them through a node drain, both through the
+    EnvoyProxy's own fields (v1.5 `KubernetesPodSpec.topologySpreadConstraints`,
+    `EnvoyProxyKubernetesProvider.envoyPDB`), which Envoy Gateway copies onto the
+    Deployment and PodDisruptionBudget it creates."""
     spec: dict[str, Any] = {
         "provider": {
             "type": "Kubernetes",
             "kubernetes": {
-                "envoyDeployment": {"replicas": 2},
+                "envoyDeployment": {
+                    "replicas": 2,
+                    "pod": {"topologySpreadConstraints": spread(envoy_pod_labels(env))},
+                },
+                "envoyPDB": {"minAvailable": 1},
                 "envoyService": {"name": ENVOY_SERVICE, "type": "ClusterIP"},
             },
         }
@@ -697,17 +725,17 @@ def _envoy_proxy_spec(env: EnvironmentSpec) -> dict[str, Any]:
     return spec
 
 
-def _target_group_binding_spec(env: EnvironmentSpec) -> dict[str, Any]:
+def _target_group_binding_spec() -> dict[str, Any]:
     """Envoy's pods (by IP) in the NLB target group the CDK ingress stack created.
 
     The controller registers each pod at the Service port's target port: Envoy Gateway
     maps the 443 listener to container port 443 + 10000, which is the target group's
     port (`ingress.target_port`, default 10443). Security groups are the CDK's (the
-    cluster security group admits the NLB), so `networking` is left out.
+    cluster security group admits the NLB), so `networking` is left out. The target
+    group's ARN is patched in by the Application (`targetGroupARN`, module docstring).
     """
     return {
         "serviceRef": {"name": ENVOY_SERVICE, "port": LISTENER_PORT},
-        "targetGroupName": target_group_name(env.name),
         "targetType": "ip",
         "ipAddressType": "ipv4",
     }

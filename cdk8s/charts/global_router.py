@@ -8,7 +8,7 @@ creates, stacks/global_tier.py).
 
 Request path: client → `ingress.domain_name` (private DNS, latency-routed to a healthy
 region, stacks/global_dns.py) → the region's global NLB (TLS) → these pods (bound to the
-NLB's target group by name) → a cluster gateway at `https://<region>.<domain>`.
+NLB's target group by its ARN, which the region's Application patches in) → a cluster gateway at `https://<region>.<domain>`.
 
 Store wiring, with no secret in git: the CDK writes the region's Valkey auth token and
 endpoint into two Secrets Manager secrets (same names in every region); a namespaced
@@ -34,12 +34,13 @@ import yaml
 from constructs import Construct
 
 from cdk8s import App, Chart, YamlOutputType
+from envspec.argocd_manifests import PATCHED_KUSTOMIZATION
 from envspec.environment import EnvironmentSpec
 from envspec.global_router import (
+    GLOBAL_ROUTER,
     STORE_AUTH_KEY,
     STORE_URL_KEY,
     global_folder,
-    global_target_group_name,
     rate_limit_store_secret_name,
     resolved_clusters,
     store_secret_names,
@@ -67,9 +68,8 @@ __all__ = [
     "synth_global_routers",
 ]
 
-#: Also the ServiceAccount of its Pod Identity (stacks/parts/pod_identity.py).
-GLOBAL_ROUTER = "igw-global-router"
 STORE_SECRET = "igw-global-store"
+CHART_FILE = "70-global-router"
 CONFIG_KEY = "config.yaml"
 CONFIG_DIR = "/etc/igw-global"
 PASSWORD_ENV = "IGW_STORE_PASSWORD"
@@ -273,9 +273,10 @@ class GlobalRouterChart(Chart):
             name=GLOBAL_ROUTER,
             **workload,
             body={
+                # The target group by ARN, patched in by the region's Application
+                # (envspec/argocd_manifests.py global_application): only the CDK knows it.
                 "spec": {
                     "serviceRef": {"name": GLOBAL_ROUTER, "port": port},
-                    "targetGroupName": global_target_group_name(env.name),
                     "targetType": "ip",
                 }
             },
@@ -408,14 +409,21 @@ def _pod_spec(env: EnvironmentSpec, selector: dict[str, str], *, region: str) ->
 
 
 def synth_global_routers(env: EnvironmentSpec, out_root: Path) -> list[Path]:
-    """Render every region's folder of `env` under `out_root` (shaped like gitops/)."""
+    """Render every region's folder of `env` under `out_root` (shaped like gitops/): the
+    chart, and the Kustomization its Application's patch (the target group's ARN) needs."""
     if not env.global_router.enabled:
         return []
     folders = []
     for region in env.aws.regions:
         folder = out_root / global_folder(env.name, region)
         app = App(outdir=str(folder), yaml_output_type=YamlOutputType.FILE_PER_CHART)
-        GlobalRouterChart(app, "70-global-router", env=env, region=region)
+        GlobalRouterChart(app, CHART_FILE, env=env, region=region)
         app.synth()
+        kustomization = {
+            "apiVersion": "kustomize.config.k8s.io/v1beta1",
+            "kind": "Kustomization",
+            "resources": [f"{CHART_FILE}.k8s.yaml"],
+        }
+        (folder / PATCHED_KUSTOMIZATION).write_text(yaml.safe_dump(kustomization, sort_keys=False))
         folders.append(folder)
     return folders

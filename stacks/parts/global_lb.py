@@ -40,7 +40,7 @@ class GlobalRouterLoadBalancerProps:
     environment: str
     region: str
     domain_name: str
-    certificate_arn: str | None
+    certificate_arn: str
     allowed_cidrs: tuple[str, ...]
     router_port: int
     cluster_security_group_id: str
@@ -74,17 +74,11 @@ class GlobalRouterLoadBalancer(Construct):
             ),
         )
         self.security_group, self.load_balancer = nlb.security_group, nlb.load_balancer
-        if props.certificate_arn:
-            certificate: acm.ICertificate = acm.Certificate.from_certificate_arn(
-                self, "Certificate", props.certificate_arn
-            )
-        else:
-            certificate = acm.Certificate(
-                self,
-                "Certificate",
-                domain_name=props.domain_name,
-                validation=acm.CertificateValidation.from_dns(),
-            )
+        # The router serves plain HTTP, so its NLB must terminate TLS: on the region's
+        # ACM certificate, a prerequisite (envspec/global_router.py global_problems).
+        certificate = acm.Certificate.from_certificate_arn(
+            self, "Certificate", props.certificate_arn
+        )
         self.target_group = elbv2.NetworkTargetGroup(
             self,
             "Router",

@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from aws_cdk import Duration, RemovalPolicy, Stack
+from aws_cdk import RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
@@ -38,6 +38,7 @@ from constructs import Construct
 from envspec.infra import HyperPodSpec
 
 from ..nag import acknowledge
+from .eks_cluster import KUBECTL_WAIT_LIMIT
 from .images import pull_through_statement
 
 __all__ = [
@@ -55,9 +56,10 @@ _PREFIX = "lifecycle"
 #: namespace name cannot be modified"; aws/sagemaker-hyperpod-cli
 #: helm_chart/HyperPodHelmChart/charts/health-monitoring-agent).
 DEPENDENCIES_READY = ("daemonset", "health-monitoring-agent", "aws-hyperpod")
-#: How long the HyperPod cluster waits for Argo CD to install the chart: the root
-#: Application's waves before it, and `helm dependency build` of the chart.
-DEPENDENCIES_TIMEOUT = Duration.minutes(30)
+#: How long the HyperPod cluster waits for Argo CD to install the chart (wave 0 of the
+#: root Application: after the CRDs and cert-manager of wave -1, then `helm dependency
+#: build` of the chart): a few minutes, within the kubectl provider's limit.
+DEPENDENCIES_TIMEOUT = KUBECTL_WAIT_LIMIT
 #: The execution role's statements for EKS orchestration (AWS's list): the VPC CNI's ENI
 #: work on the node, image pulls, and the Pod Identity agent's credential exchange.
 EKS_NODE_STATEMENTS: dict[str, tuple[str, ...]] = {

@@ -1,15 +1,27 @@
 """The internal Network Load Balancer in front of Envoy Gateway.
 
 Private only: the scheme is internal, it sits in private subnets, and its security group
-admits TLS on 443 from the environment's allowed CIDRs and nothing else. TLS terminates
-on an ACM certificate and is re-encrypted to Envoy's HTTPS listener, so tokens and
-prompts are never in clear text on the wire. Envoy's pods join the IP target group
-(named `igw-<env>-envoy`) through a TargetGroupBinding (cdk8s side); its ARN and the
-load balancer's DNS name are published as SSM parameters under
-`/igw/<env>/<region>/ingress/`, which the global router reads to find its peers. Clients
-use the environment's name (`ingress.domain_name`, resolved to the nearest healthy
-region); the global router addresses each cluster by its regional name
-`<region>.<domain_name>`, so the certificate covers both.
+admits TLS on 443 from the environment's allowed CIDRs and nothing else. Tokens and
+prompts are never in clear text on the wire, with or without an ACM certificate:
+
+* with one for the region (`ingress.certificate_arns`, a prerequisite: an ACM certificate
+  is only issued for a name whose DNS validation record resolves publicly, or imported),
+  the NLB terminates TLS on it and re-encrypts to Envoy's HTTPS listener;
+* without one, the NLB passes TCP through to Envoy's HTTPS listener, and clients see the
+  certificate cert-manager issues in the cluster (cdk8s/charts/certificates.py) and trust
+  its CA (docs/first-deploy.md). No certificate is requested here: a DNS-validated
+  request for a private name that no public zone answers stays `PENDING_VALIDATION`
+  until it fails after 72 hours (ACM user guide, "DNS validation"), and the stack waits
+  on it.
+
+Envoy's pods join the IP target group (named `igw-<env>-envoy`) through a
+TargetGroupBinding (cdk8s side) that names it by ARN: the gitops stack annotates Argo
+CD's cluster Secret with it (stacks/parts/argocd.py). The ARN and the load balancer's
+DNS name are also published as SSM parameters under `/igw/<env>/<region>/ingress/`,
+which the global router reads to find its peers. Clients use the environment's name
+(`ingress.domain_name`, resolved to the nearest healthy region); the global router
+addresses each cluster by its regional name `<region>.<domain_name>`, so the
+certificate covers both.
 """
 
 from __future__ import annotations
@@ -24,7 +36,7 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
-from envspec.names import target_group_name
+from envspec.names import regional_domain_name, target_group_name
 
 from .private_nlb import PrivateNlbProps, private_tls_nlb, tls_listener
 
@@ -45,11 +57,6 @@ HEALTH_CHECK_PATH = "/"
 HEALTHY_HTTP_CODES = "200-499"
 
 
-def regional_domain_name(domain_name: str, region: str) -> str:
-    """`us-west-2.inference.internal.example.com`: one cluster, for the global router."""
-    return f"{region}.{domain_name}"
-
-
 def ingress_parameter_prefix(environment: str, region: str) -> str:
     return f"/igw/{environment}/{region}/ingress"
 
@@ -59,6 +66,7 @@ class InternalLoadBalancerProps:
     environment: str
     region: str
     domain_name: str
+    #: None: TCP passes through to Envoy, which presents the cluster-issued certificate.
     certificate_arn: str | None
     allowed_cidrs: tuple[str, ...]
     target_port: int
@@ -89,27 +97,22 @@ class InternalLoadBalancer(Construct):
             ),
         )
         self.security_group, self.load_balancer = nlb.security_group, nlb.load_balancer
-        if props.certificate_arn:
-            self.certificate: acm.ICertificate = acm.Certificate.from_certificate_arn(
-                self, "Certificate", props.certificate_arn
-            )
-        else:
-            self.certificate = acm.Certificate(
-                self,
-                "Certificate",
-                domain_name=props.domain_name,
-                subject_alternative_names=[regional_domain_name(props.domain_name, props.region)],
-                validation=acm.CertificateValidation.from_dns(),
-            )
+        self.certificate: acm.ICertificate | None = (
+            acm.Certificate.from_certificate_arn(self, "Certificate", props.certificate_arn)
+            if props.certificate_arn
+            else None
+        )
         self.target_group = elbv2.NetworkTargetGroup(
             self,
             "Envoy",
             vpc=vpc,
-            # A fixed name, so the cdk8s side can bind Envoy's Service to it by name
-            # (TargetGroupBinding spec.targetGroupName) in every region alike.
+            # A fixed name, readable in the console and in `make preflight`; the cdk8s
+            # TargetGroupBinding binds it by ARN (the cluster Secret's annotation).
             target_group_name=target_group_name(props.environment),
             port=props.target_port,
-            protocol=elbv2.Protocol.TLS,
+            # TLS to Envoy behind a TLS listener; TCP (the same TLS bytes, passed
+            # through) behind a TCP listener, which takes only TCP target groups.
+            protocol=elbv2.Protocol.TLS if self.certificate else elbv2.Protocol.TCP,
             target_type=elbv2.TargetType.IP,
             # Streams drain: Envoy finishes in-flight responses before a pod leaves.
             deregistration_delay=Duration.seconds(120),
@@ -129,7 +132,15 @@ class InternalLoadBalancer(Construct):
                 unhealthy_threshold_count=2,
             ),
         )
-        self.listener = tls_listener(self.load_balancer, self.certificate, self.target_group)
+        if self.certificate is not None:
+            self.listener = tls_listener(self.load_balancer, self.certificate, self.target_group)
+        else:
+            self.listener = self.load_balancer.add_listener(
+                "Tcp",
+                port=443,
+                protocol=elbv2.Protocol.TCP,
+                default_target_groups=[self.target_group],
+            )
         prefix = ingress_parameter_prefix(props.environment, props.region)
         ssm.StringParameter(
             self,

@@ -27,6 +27,8 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
+from envspec.global_router import GLOBAL_ROUTER
+
 from ..nag import acknowledge
 from .internal_lb import ingress_parameter_prefix
 from .metrics import AGENT_NAMESPACES, CLUSTER_NAMESPACE, FLEET_NAMESPACE
@@ -65,7 +67,7 @@ def workloads(gateway_namespace: str) -> dict[str, Workload]:
     namespace) and of the External Secrets add-on."""
     return {
         "picker": Workload("picker", gateway_namespace, "igw-picker"),
-        "global_router": Workload("global_router", gateway_namespace, "igw-global-router"),
+        "global_router": Workload("global_router", gateway_namespace, GLOBAL_ROUTER),
         "external_secrets": EXTERNAL_SECRETS,
         "model_server": Workload("model_server", gateway_namespace, "vllm"),
     }

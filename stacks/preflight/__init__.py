@@ -1,4 +1,5 @@
-"""Capacity preflight: can an environment's node groups be placed where it plans them?
+"""Preflight: can an environment's node groups be placed where it plans them, and is
+what a deploy cannot create (certificates, secrets) there?
 
     python -m stacks.preflight prod      # or: make preflight ENV=prod, .venv/bin/igw-preflight
 
@@ -8,6 +9,7 @@ and its container image know nothing of environments. Modules, one job each:
 
     checks   offerings and quota verdicts (EC2 behind the `Ec2Api` seam)
     quotas   EC2 vCPU quota codes, the `QuotaSource` seam and its Service Quotas reader
+    prerequisites  ACM certificates and Secrets Manager secrets (`AcmApi`, `SecretsApi`)
     cli      the command: plan, query AWS (boto3), table and JSON, exit code
 
 Nothing here imports aws_cdk; boto3 is imported only when the command queries AWS.

@@ -1,4 +1,4 @@
-"""The capacity preflight command: instance offerings and vCPU quotas before a deploy.
+"""The preflight command: instance offerings, vCPU quotas and prerequisites before a deploy.
 
     python -m stacks.preflight prod [--json PATH|-] [--profile AWS_PROFILE] [--allow-unread-quotas]
 
@@ -7,14 +7,17 @@ through `stacks.environment` and planned by `stacks.placement` (both aws_cdk-fre
 check sees exactly the regions and zones that `cdk deploy` would build. Credentials come
 from the usual boto3 chain (`--profile`, environment, instance role); the calls are
 read-only: `ec2:DescribeInstanceTypeOfferings`, `ec2:DescribeInstanceTypes`,
-`servicequotas:GetServiceQuota`.
+`servicequotas:GetServiceQuota`, `acm:DescribeCertificate`, `secretsmanager:DescribeSecret`
+(metadata, never a secret's value).
 
-Checked: every GPU node group and the system node group. Not checked: HyperPod instance
-groups (SageMaker `ml.*` types have their own quotas).
+Checked: every GPU node group and the system node group; the prerequisites the tree
+cannot create (`prerequisites.py`: ACM certificates, Secrets Manager secrets). Not
+checked: HyperPod instance groups (SageMaker `ml.*` types have their own quotas).
 
-Exit codes: 0 every group can be placed; 1 at least one is blocked, or a quota could not
-be read (unless `--allow-unread-quotas`), or AWS could not be queried (no credentials, no
-network, a denied call), or boto3 is not installed; 2 bad input.
+Exit codes: 0 every group can be placed and every prerequisite is there; 1 at least one
+group is blocked or prerequisite missing or unread, or a quota could not be read (unless
+`--allow-unread-quotas`), or AWS could not be queried (no credentials, no network, a
+denied call), or boto3 is not installed; 2 bad input.
 """
 
 from __future__ import annotations
@@ -23,23 +26,37 @@ import argparse
 import functools
 import sys
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 
 import orjson
 from rich.console import Console
-from rich.table import Table
 
 from envspec.environment import load_environment
 from inference_gateway.errors import ConfigError
+from inference_gateway.terminal import Column, print_table
 
 from ..placement import plan_regions
 from .checks import BotoEc2Api, PlannedGroup, PreflightReport, run_preflight
+from .prerequisites import (
+    BotoAcmApi,
+    BotoSecretsApi,
+    PrerequisiteCheck,
+    check_prerequisites,
+    planned_prerequisites,
+)
 from .quotas import ServiceQuotasSource
 
-__all__ = ["build_parser", "main", "planned_groups", "render_preflight"]
+__all__ = ["build_parser", "main", "planned_groups", "render_preflight", "render_prerequisites"]
 
 PROG = "igw-preflight"
-_STYLE = {"ok": "green", "partial": "yellow", "unchecked": "yellow", "blocked": "red"}
+_STYLE = {
+    "ok": "green",
+    "partial": "yellow",
+    "unchecked": "yellow",
+    "blocked": "red",
+    "missing": "red",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -95,17 +112,23 @@ def planned_groups(environment: str) -> tuple[str, list[PlannedGroup]]:
 
 
 def render_preflight(report: PreflightReport, console: Console) -> None:
-    table = Table(title=f"Capacity preflight: {report.environment}", title_justify="left")
-    for column in ("group", "region", "type", "zones offering / wanted", "vCPUs need / quota"):
-        table.add_column(column)
-    table.add_column("verdict")
+    rows = []
     for p in report.placements:
         wanted = f"{', '.join(p.zones_offered) or 'none'} / {len(p.zones_wanted)}"
         need = "–" if p.region_vcpus_needed is None else str(p.region_vcpus_needed)
         quota = "?" if p.quota_vcpus is None else f"{p.quota_vcpus:g}"
         verdict = f"[{_STYLE[p.verdict]}]{p.verdict}[/]"
-        table.add_row(p.group, p.region, p.instance_type, wanted, f"{need} / {quota}", verdict)
-    console.print(table)
+        rows.append([p.group, p.region, p.instance_type, wanted, f"{need} / {quota}", verdict])
+    name = {"text": True, "wrap": False}
+    columns = [
+        Column("group", **name),
+        Column("region", **name),
+        Column("type", **name),
+        Column("zones offering / wanted", text=True),
+        Column("vCPUs need\n/ quota"),
+        Column("verdict", **name),
+    ]
+    print_table(console, f"Capacity preflight: {report.environment}", columns, rows, keys=2)
     for p in report.placements:
         for reason in p.reasons:
             console.print(f"[{_STYLE[p.verdict]}]{p.group} in {p.region}[/]: {reason}")
@@ -120,8 +143,23 @@ def render_preflight(report: PreflightReport, console: Console) -> None:
         )
 
 
+def render_prerequisites(checks: Sequence[PrerequisiteCheck], console: Console) -> None:
+    table = Table(title="Prerequisites", title_justify="left")
+    for column in ("kind", "region", "id", "needed for", "verdict"):
+        table.add_column(column)
+    for c in checks:
+        p = c.prerequisite
+        verdict = f"[{_STYLE[c.verdict]}]{c.verdict}[/]"
+        table.add_row(p.kind, p.region, p.ident, p.needed_for, verdict)
+    console.print(table)
+    for c in checks:
+        for reason in c.reasons:
+            console.print(f"[{_STYLE[c.verdict]}]{c.prerequisite.ident}[/]: {reason}")
+
+
 def _run(args: argparse.Namespace) -> int:
     name, groups = planned_groups(args.environment)
+    prerequisites = planned_prerequisites(load_environment(args.environment))
     try:
         import boto3
         from botocore.exceptions import BotoCoreError, ClientError, ProfileNotFound
@@ -141,19 +179,35 @@ def _run(args: argparse.Namespace) -> int:
     quotas = ServiceQuotasSource(
         functools.cache(lambda region: session.client("service-quotas", region_name=region))
     )
+    acm = BotoAcmApi(functools.cache(lambda region: session.client("acm", region_name=region)))
+    secrets = BotoSecretsApi(
+        functools.cache(lambda region: session.client("secretsmanager", region_name=region))
+    )
     try:
         report = run_preflight(name, groups, ec2, quotas)
+        checks = check_prerequisites(prerequisites, acm, secrets, now=datetime.now(UTC))
     except (BotoCoreError, ClientError) as error:  # credentials, network, permissions
         print(f"{PROG}: cannot query AWS: {error}", file=sys.stderr)
         return 1
     to_stdout = args.json == "-"
     console = Console(stderr=to_stdout)  # not a terminal: $COLUMNS, else 80; cells wrap
-    document = orjson.dumps(report.to_json(), option=orjson.OPT_INDENT_2)
+    summary = report.to_json()
+    unmet = [c for c in checks if c.verdict != "ok"]
+    summary["ok"] = summary["ok"] and not unmet
+    summary["prerequisites"] = [c.to_json() for c in checks]
+    document = orjson.dumps(summary, option=orjson.OPT_INDENT_2)
     if to_stdout:
         sys.stdout.write(document.decode() + "\n")
     elif args.json:
         Path(args.json).write_bytes(document + b"\n")
     render_preflight(report, console)
+    render_prerequisites(checks, console)
+    if unmet:
+        print(
+            f"{PROG}: {len(unmet)} prerequisite(s) missing or unread "
+            "(docs/first-deploy.md, Prerequisites)",
+            file=sys.stderr,
+        )
     if report.blocked:
         return 1
     if report.unchecked and not args.allow_unread_quotas:
@@ -164,4 +218,4 @@ def _run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    return 0
+    return 1 if unmet else 0

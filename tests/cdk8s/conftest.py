@@ -21,6 +21,7 @@ os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20,22")
 
 from cdk8s import Chart, Testing
 from charts.app import synth_tree
+from envspec.argocd_manifests import PATCHED_KUSTOMIZATION
 from envspec.environment import EnvironmentSpec, load_environment
 
 Doc = dict[str, Any]
@@ -48,8 +49,10 @@ def rendered_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def rendered(rendered_root: Path) -> dict[str, list[Doc]]:
-    """Relative path → the objects of that file, for every file of the fresh tree."""
+    """Relative path → the objects of that file, for every manifest of the fresh tree
+    (not the Kustomization files of the folders whose Applications patch them)."""
     return {
         str(p.relative_to(rendered_root)): [d for d in yaml.safe_load_all(p.read_text()) if d]
         for p in sorted(rendered_root.rglob("*.yaml"))
+        if p.name != PATCHED_KUSTOMIZATION
     }

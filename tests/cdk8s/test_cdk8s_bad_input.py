@@ -98,7 +98,7 @@ def test_synth_fails_with_the_field_path_and_writes_nothing(gitops_copy, mutatio
     assert _snapshot(gitops_copy) == before
 
 
-def test_the_script_exits_non_zero_and_says_nothing_was_written(gitops_copy, capsys):
+def test_the_script_exits_2_and_says_nothing_was_written(gitops_copy, capsys):
     spec = importlib.util.spec_from_file_location(
         "cdk8s_main", GITOPS_DIR.parent / "cdk8s" / "main.py"
     )
@@ -106,7 +106,7 @@ def test_the_script_exits_non_zero_and_says_nothing_was_written(gitops_copy, cap
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     _mutate(gitops_copy, _selector_typo)
-    assert script.main(["--gitops-dir", str(gitops_copy)]) == 1
+    assert script.main(["--gitops-dir", str(gitops_copy)]) == 2  # bad input, as app.py
     err = capsys.readouterr().err
     assert "nothing written" in err and "gateway.pools[0].selector" in err
 

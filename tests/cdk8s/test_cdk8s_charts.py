@@ -125,6 +125,45 @@ class TestExtProcWiring:
         assert gateway_class["parametersRef"]["name"] == one(docs, "EnvoyProxy")["metadata"]["name"]
 
 
+#: The labels Envoy Gateway v1.5.0 gives the pods of its Envoy Deployment: `EnvoyAppLabel`
+#: (`internal/infrastructure/kubernetes/proxy/resource.go`) and the owning gateway's
+#: (`internal/gatewayapi/translator.go`: OwningGatewayNameLabel, ...NamespaceLabel).
+ENVOY_GATEWAY_POD_LABELS = {
+    "app.kubernetes.io/name": "envoy",
+    "app.kubernetes.io/component": "proxy",
+    "app.kubernetes.io/managed-by": "envoy-gateway",
+}
+
+
+def test_envoy_keeps_a_replica_through_a_drain_and_spreads_over_zones_and_nodes(synth, dev_env):
+    """Through the EnvoyProxy's own fields (Envoy Gateway v1.5.0 `api/v1alpha1`):
+    `provider.kubernetes.envoyPDB` (KubernetesPodDisruptionBudgetSpec) becomes the
+    PodDisruptionBudget of the Envoy Deployment, selecting its pods' stable labels
+    (`resource_provider.go: PodDisruptionBudget`), and `envoyDeployment.pod.
+    topologySpreadConstraints` is copied onto its pod template (`Deployment`), where the
+    spread only counts pods its labelSelector matches: the labels v1.5.0 puts there."""
+    docs = synth(GatewayChart, dev_env)
+    kubernetes = one(docs, "EnvoyProxy")["spec"]["provider"]["kubernetes"]
+    replicas = kubernetes["envoyDeployment"]["replicas"]
+    assert kubernetes["envoyPDB"] == {"minAvailable": 1} and replicas >= 2
+    gateway = one(docs, "Gateway")["metadata"]
+    pod_labels = {
+        **ENVOY_GATEWAY_POD_LABELS,
+        "gateway.envoyproxy.io/owning-gateway-name": gateway["name"],
+        "gateway.envoyproxy.io/owning-gateway-namespace": gateway["namespace"],
+    }
+    spreads = kubernetes["envoyDeployment"]["pod"]["topologySpreadConstraints"]
+    assert {c["topologyKey"] for c in spreads} == {
+        "topology.kubernetes.io/zone",
+        "kubernetes.io/hostname",
+    }
+    for constraint in spreads:
+        selector = constraint["labelSelector"]["matchLabels"]
+        assert selector.items() <= pod_labels.items(), selector
+        assert "gateway.envoyproxy.io/owning-gateway-name" in selector  # this Gateway's only
+        assert constraint["maxSkew"] == 1
+
+
 class TestOneLoadBalancer:
     """The CDK builds the NLB; the cluster only binds Envoy's pods into its target group."""
 
@@ -137,9 +176,10 @@ class TestOneLoadBalancer:
         assert "service.beta.kubernetes.io/aws-load-balancer" not in text
 
     @pytest.mark.parametrize("name", ["dev", "prod"])
-    def test_target_group_binding_names_the_cdk_target_group(self, synth, name):
+    def test_target_group_binding_binds_envoys_service(self, synth, name):
+        """The target group itself is patched in by ARN at sync time
+        (tests/gitops/test_gitops_target_group_arn.py): git holds no ARN."""
         from envspec.environment import load_environment
-        from envspec.names import target_group_name
 
         env = load_environment(name)
         docs = synth(GatewayChart, env)
@@ -149,11 +189,9 @@ class TestOneLoadBalancer:
         assert binding["metadata"]["namespace"] == env.kubernetes.envoy_gateway_namespace
         assert binding["spec"] == {
             "serviceRef": {"name": "igw-envoy", "port": 443},
-            "targetGroupName": f"igw-{name}-envoy",
             "targetType": "ip",
             "ipAddressType": "ipv4",
         }
-        assert binding["spec"]["targetGroupName"] == target_group_name(env.name)
         # Envoy Gateway serves listener 443 on container port 10443: the target group's.
         assert env.ingress.target_port == binding["spec"]["serviceRef"]["port"] + 10000
 

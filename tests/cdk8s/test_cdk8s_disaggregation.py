@@ -2,11 +2,12 @@
 both, the routing sidecar on decode pods, one ScaledObject per role, and a picker config
 the gateway's own parser accepts, with the P/D plugins and profiles.
 
-The environment is dev's with one P/D pool added, synthesised in a temporary tree (no
-committed environment has a place for examples, and dev's and prod's behaviour must not
-change). Conventions checked against upstream: the role label and the filters' types
-(llm-d-inference-scheduler pkg/plugins/filter/pd_role.go), the decider's and handler's
-parameters (pkg/plugins/profile/prefix_based_pd_decider.go, pd_profile_handler.go), vLLM's
+The environment is dev's with one P/D pool added, synthesised in a temporary tree, for the
+cases that mutate it; prod's committed P/D pool (`llama-8b-h100-pd`) is what the tree-wide
+checks (schemas, checkov, first sync, schedulability) cover. Conventions checked against
+upstream: the role label and the filters' types (llm-d-inference-scheduler
+pkg/plugins/filter/pd_role.go), the decider's and handler's parameters
+(pkg/plugins/profile/prefix_based_pd_decider.go, pd_profile_handler.go), vLLM's
 `--kv-transfer-config` and the decode pod's vLLM on 8200 behind the sidecar on 8000
 (llm-d guides/pd-disaggregation modelserver/gpu/vllm/base/patch-decode.yaml,
 gaie-pd/values.yaml: InferencePool targetPorts 8000). The flag's JSON is parsed by the
@@ -21,15 +22,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import jsonschema
-import kubernetes_validate
 import pytest
 import yaml
-from checkov_run import run_checkov
-from rendered_schemas import crd_schemas, is_builtin
 
 from charts.app import ENVIRONMENTS_DIR, synth_tree
 from charts.workloads import container_security_context
+from envspec.argocd_manifests import PATCHED_KUSTOMIZATION
 from envspec.environment import load_environment
 from inference_gateway.cli import pd_sidecar
 from inference_gateway.cli.main import build_parser
@@ -95,6 +93,7 @@ def pd_tree(pd_root: Path) -> dict[str, list[Doc]]:
     return {
         str(p.relative_to(pd_root)): [d for d in yaml.safe_load_all(p.read_text()) if d]
         for p in sorted(pd_root.rglob("*.yaml"))
+        if p.name != PATCHED_KUSTOMIZATION
     }
 
 
@@ -273,26 +272,31 @@ def test_the_pools_pods_reach_each_other_for_nixl(pd_tree):
     assert policy["ingress"] == [{"from": [{"podSelector": {"matchLabels": SELECTOR}}]}]
 
 
-def test_every_object_of_the_pd_tree_validates_against_the_real_schemas(pd_tree, dev_env):
-    schemas = crd_schemas(pd_tree)
-    version = f"{dev_env.cluster.kubernetes_version}.0"
-    checked: set[str] = set()
-    for relative, doc in _docs(pd_tree):
-        where = f"{relative} {doc['kind']}/{doc['metadata']['name']}"
-        if is_builtin(doc["apiVersion"]):
-            try:
-                kubernetes_validate.validate(doc, version, strict=True)
-            except kubernetes_validate.ValidationError as error:
-                pytest.fail(f"{where}: {error.message}")
-        else:
-            key = f"{doc['apiVersion']}/{doc['kind']}"
-            assert key in schemas, f"{where}: no schema for {key}"
-            errors = list(jsonschema.Draft4Validator(schemas[key]).iter_errors(doc))
-            assert not errors, f"{where}: " + "; ".join(e.message for e in errors)
-        checked.add(f"{doc['kind']}/{doc['metadata']['name']}")
-    for name in (f"{POOL}-prefill", f"{POOL}-decode"):
-        assert {f"Deployment/{name}", f"ScaledObject/{name}"} <= checked
-    assert f"InferencePool/{POOL}" in checked
+def test_prod_renders_a_pd_pool_that_the_tree_checks_validate(rendered):
+    """A committed environment (prod) runs a P/D pool, so every check that iterates the
+    rendered trees covers its objects as the rest: kubernetes-validate strict and the
+    CRD schemas (test_cdk8s_validation.py), checkov (tests/gitops/test_gitops_checkov.py),
+    the first-sync play and the schedulability test (tests/gitops)."""
+    objects = {
+        f"{d['kind']}/{d['metadata']['name']}"
+        for relative, docs in rendered.items()
+        if relative.startswith("environments/prod/rendered/")
+        for d in docs
+    }
+    prod = load_environment("prod")
+    (server,) = [s for s in prod.model_servers if s.disaggregation is not None]
+    pool = server.pool
+    for role in ("prefill", "decode"):
+        assert {f"Deployment/{pool}-{role}", f"ScaledObject/{pool}-{role}"} <= objects
+    assert f"InferencePool/{pool}" in objects
+    decode = next(
+        d
+        for relative, docs in rendered.items()
+        if relative.startswith("environments/prod/rendered/")
+        for d in docs
+        if d["kind"] == "Deployment" and d["metadata"]["name"] == f"{pool}-decode"
+    )
+    assert "pd-sidecar" in {c["name"] for c in decode["spec"]["template"]["spec"]["containers"]}
 
 
 Mutation = Callable[[dict[str, Any]], None]
@@ -374,22 +378,6 @@ def test_the_pd_environment_itself_loads(tmp_path):
     """The fixture the cases mutate is valid: each case fails for its own reason."""
     env = load_environment(_write(tmp_path, _pd_environment()))
     assert env.model_servers[-1].disaggregation is not None
-
-
-def test_the_committed_environments_have_no_pd_pool():
-    """dev and prod keep their behaviour: the P/D pool lives in this test's tree only."""
-    for name in ("dev", "prod"):
-        assert all(s.disaggregation is None for s in load_environment(name).model_servers)
-
-
-@pytest.mark.slow
-def test_checkov_passes_on_the_pd_tree_with_reasoned_skips(pd_root):
-    """As tests/gitops/test_gitops_checkov.py runs it on the committed tree: no failed
-    check, and every skip (CPU limits, image digests) carries its reason."""
-    report = run_checkov(pd_root)
-    assert not report.failed, "\n".join(f"{c['check_id']} {c['resource']}" for c in report.failed)
-    assert any(f"{POOL}-decode" in c["resource"] for c in report.skipped), "the Deployments' skips"
-    assert not report.unreasoned_skips(), report.unreasoned_skips()
 
 
 def test_the_rendered_config_splits_long_prompts_in_the_real_scheduler(pd_tree):

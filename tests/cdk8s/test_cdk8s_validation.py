@@ -100,8 +100,15 @@ def test_the_schemas_reject_what_they_should(rendered):
         bad["spec"].update(change)
         assert not jsonschema.Draft4Validator(schemas[key]).is_valid(bad), change
     bad = copy.deepcopy(binding)
-    del bad["spec"]["targetGroupName"]  # neither a name nor an ARN
+    del bad["spec"]["serviceRef"]
     assert not jsonschema.Draft4Validator(schemas[key]).is_valid(bad)
+    certificate = next(d for _, d in _objects(rendered) if d["kind"] == "Certificate")
+    key = "cert-manager.io/v1/Certificate"
+    assert jsonschema.Draft4Validator(schemas[key]).is_valid(certificate)
+    for change in ({"usages": ["server"]}, {"issuerref": {"name": "x"}}):
+        bad = copy.deepcopy(certificate)
+        bad["spec"].update(change)
+        assert not jsonschema.Draft4Validator(schemas[key]).is_valid(bad), change
 
 
 def test_pinned_crds_are_the_upstream_files_byte_for_byte():

@@ -29,12 +29,12 @@ from charts.global_router import (
     synth_global_routers,
 )
 from charts.picker import PickerChart
+from envspec.argocd_manifests import PATCHED_KUSTOMIZATION
 from envspec.environment import EnvironmentSpec, load_environment
 from envspec.global_router import (
     STORE_AUTH_KEY,
     STORE_URL_KEY,
     global_folder,
-    global_target_group_name,
     rate_limit_store_secret_name,
     store_secret_names,
 )
@@ -78,8 +78,9 @@ def test_config_lists_every_region_and_is_home_in_its_own(prod, west):
         ("us-east-1", "https://us-east-1.inference.internal.example.com"),
         ("us-west-2", "https://us-west-2.inference.internal.example.com"),
     ]
-    # H100 pool 8 x 6.88 + A10G pool 4 x 1.212 (prod's model servers and pool prices).
-    assert [c["hourlyCostUsd"] for c in config["clusters"]] == [pytest.approx(59.888)] * 2
+    # H100 pool 8 x 6.88 + A10G pool 4 x 1.212 + the P/D pool's prefill and decode pods
+    # 2 x 6.88 (prod's model servers at their minimum and the pools' prices).
+    assert [c["hourlyCostUsd"] for c in config["clusters"]] == [pytest.approx(66.768)] * 2
     assert config["store"] == {
         "url": "rediss://master.x.usw2.cache.amazonaws.com:6380/0",
         "passwordEnv": PASSWORD_ENV,
@@ -180,7 +181,8 @@ def test_service_binding_pdb_and_policy_select_the_router(prod, west):
         "selector": {"matchLabels": selector},
     }
     binding = west["TargetGroupBinding"]["spec"]
-    assert binding["targetGroupName"] == global_target_group_name("prod")
+    # the target group by ARN, patched in by the region's Application (never a name)
+    assert "targetGroupName" not in binding and "targetGroupARN" not in binding
     assert binding["serviceRef"] == {"name": GLOBAL_ROUTER, "port": prod.global_router.port}
     policy = west["NetworkPolicy"]["spec"]
     assert policy["podSelector"]["matchLabels"] == selector
@@ -197,7 +199,12 @@ def test_one_folder_per_region_only_where_enabled(tmp_path):
     folders = synth_global_routers(prod, tmp_path)
     assert folders == [tmp_path / global_folder("prod", r) for r in prod.aws.regions]
     for folder in folders:
-        assert [p.name for p in folder.glob("*.yaml")] == ["70-global-router.k8s.yaml"]
+        assert sorted(p.name for p in folder.glob("*.yaml")) == [
+            "70-global-router.k8s.yaml",
+            PATCHED_KUSTOMIZATION,
+        ]
+        kustomization = yaml.safe_load((folder / PATCHED_KUSTOMIZATION).read_text())
+        assert kustomization["resources"] == ["70-global-router.k8s.yaml"]
 
 
 def test_a_region_outside_the_environment_is_refused(prod):

@@ -40,7 +40,11 @@ class ServeProcess:
         return (await self.process.stderr.read()).decode(errors="replace")
 
 
-def write_endpoints(path: Path, ports: list[int]) -> Path:
+def write_endpoints(
+    path: Path, ports: list[int], labels: list[dict[str, str]] | None = None
+) -> Path:
+    """Pods `pod-0`, `pod-1`, … on loopback, in pool `p`, each with its own `labels`."""
+    extra = labels or [{} for _ in ports]
     path.write_text(
         yaml.safe_dump(
             {
@@ -49,9 +53,9 @@ def write_endpoints(path: Path, ports: list[int]) -> Path:
                         "name": f"pod-{i}",
                         "address": "127.0.0.1",
                         "port": port,
-                        "labels": {"igw.dev/pool": "p"},
+                        "labels": {"igw.dev/pool": "p", **more},
                     }
-                    for i, port in enumerate(ports)
+                    for i, (port, more) in enumerate(zip(ports, extra, strict=True))
                 ]
             }
         )
@@ -66,9 +70,10 @@ async def igw_serve(
     *flags: str,
     config: dict[str, object] | None = None,
     wait_healthy: bool = True,
+    labels: list[dict[str, str]] | None = None,
 ) -> AsyncIterator[ServeProcess]:
     """Start `igw serve` over `pod_ports`; killed on exit if it is still running."""
-    endpoints = write_endpoints(tmp_path / "endpoints.yaml", pod_ports)
+    endpoints = write_endpoints(tmp_path / "endpoints.yaml", pod_ports, labels)
     args = ["serve", "--endpoints", str(endpoints)]
     if config is not None:
         config_path = tmp_path / "config.yaml"

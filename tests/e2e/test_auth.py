@@ -1,6 +1,7 @@
 """Authentication in `igw serve`, end to end on loopback with the official openai SDK:
 API keys from a digest-only key file, JWTs signed by a key of a local JWKS, per-client
-rate limits, and a caller that cannot claim another client's identity."""
+rate limits, and a caller that cannot claim another client's identity. This runs the
+key-file and flag example of docs/traffic-control.md ("Authentication")."""
 
 from __future__ import annotations
 

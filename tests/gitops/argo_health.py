@@ -12,7 +12,8 @@ gitops-engine v0.7.1-0.20240905010810-bd7681ae3f8b (argo-cd go.mod).
 * Lua checks shipped with Argo CD: argo-cd v2.13.2
   `resource_customizations/<group>/<kind>/health.lua` for the kinds this tree uses
   (argoproj.io ApplicationSet, keda.sh ScaledObject, external-secrets.io
-  ExternalSecret and ClusterSecretStore, policy PodDisruptionBudget);
+  ExternalSecret, SecretStore and ClusterSecretStore, policy PodDisruptionBudget, cert-manager.io
+  Certificate, Issuer and ClusterIssuer);
 * our own `argocd-cm` check for `argoproj.io/Application`
   (envspec/argocd_manifests.py `APPLICATION_HEALTH_LUA`): Argo CD v1.8 removed the
   built-in one.
@@ -209,8 +210,9 @@ def _apiservice(obj: Obj) -> Health:
 
 
 def _ready_condition(waiting: str) -> Callable[[Obj], Health]:
-    """argo-cd v2.13.2 `external-secrets.io/{ExternalSecret,ClusterSecretStore}/
-    health.lua`: condition Ready False is Degraded, True is Healthy, else Progressing."""
+    """argo-cd v2.13.2 `external-secrets.io/{ExternalSecret,SecretStore,ClusterSecretStore}
+    /health.lua` (and cert-manager.io's Issuer, ClusterIssuer): condition Ready False is
+    Degraded, True is Healthy, else Progressing."""
 
     def check(obj: Obj) -> Health:
         for cond in _conditions(obj):
@@ -221,6 +223,15 @@ def _ready_condition(waiting: str) -> Callable[[Obj], Health]:
         return PROGRESSING, waiting
 
     return check
+
+
+def _certificate(obj: Obj) -> Health:
+    """argo-cd v2.13.2 `cert-manager.io/Certificate/health.lua`: `Issuing` True first
+    (Progressing), then Ready False is Degraded, True is Healthy, else Progressing."""
+    for cond in _conditions(obj):
+        if cond["type"] == "Issuing" and cond["status"] == "True":
+            return PROGRESSING, cond.get("message", "")
+    return _ready_condition("Waiting for certificate")(obj)
 
 
 def _scaledobject(obj: Obj) -> Health:
@@ -289,7 +300,12 @@ CHECKS: dict[tuple[str, str], Callable[[Obj], Health]] = {
     ("external-secrets.io", "ClusterSecretStore"): _ready_condition(
         "Waiting for ClusterSecretStore"
     ),
+    ("external-secrets.io", "SecretStore"): _ready_condition("Waiting for SecretStore"),
     ("keda.sh", "ScaledObject"): _scaledobject,
+    # `cert-manager.io/{Issuer,ClusterIssuer}/health.lua`: the Ready rule
+    ("cert-manager.io", "Issuer"): _ready_condition("Initializing issuer"),
+    ("cert-manager.io", "ClusterIssuer"): _ready_condition("Initializing ClusterIssuer"),
+    ("cert-manager.io", "Certificate"): _certificate,
     ("policy", "PodDisruptionBudget"): _pdb,
     ("argoproj.io", "ApplicationSet"): _applicationset,
     ("argoproj.io", "Application"): _application,

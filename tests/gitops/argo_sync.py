@@ -20,9 +20,14 @@ v2.13.2 vendors (see argo_health.py for why that version):
   objects subsequently degraded");
 * argo-cd v2.13.2 `controller/appcontroller.go: processRequestedAppOperation` and
   `pkg/apis/application/v1alpha1/types.go: RetryStrategy.NextRetryAt`: a failed
-  operation is retried `retry.limit` times after `backoff.duration * factor^n`, capped
-  at `maxDuration`; `autoSync` then skips the failed revision ("Skipping auto-sync:
-  failed previous sync attempt"), so the app stays failed until a new commit.
+  operation is retried `retry.limit` times (without end when the limit is negative:
+  `RetryCount < Limit || Limit < 0`) after `backoff.duration * factor^n`, capped at
+  `maxDuration`; `autoSync` then skips the failed revision ("Skipping auto-sync:
+  failed previous sync attempt"), so the app stays failed until a new commit;
+* `pkg/sync/sync_context.go: autoCreateNamespace` (`CreateNamespace=true`): a PreSync
+  task creates the destination namespace when no manifest of the app is that Namespace
+  and the cluster lacks it; applying an object into a namespace that does not exist
+  fails (the API server's NotFound).
 """
 
 from __future__ import annotations
@@ -93,6 +98,7 @@ class ApiServer(Protocol):
     """What a sync needs of the cluster (tests/gitops/cluster_model.py)."""
 
     def knows(self, group: str, kind: str) -> bool: ...
+    def has_namespace(self, name: str) -> bool: ...
     def apply(self, obj: Obj) -> None: ...
     def live(self, obj: Obj) -> Obj | None: ...
 
@@ -215,16 +221,28 @@ class Operation:
     backoff_s: float = 10.0
     factor: float = 2.0
     max_backoff_s: float = 300.0
+    #: The destination namespace, where the app syncs with `CreateNamespace=true`.
+    create_namespace: str | None = None
     outcome: Outcome = field(default_factory=lambda: Outcome("Running"))
     _tasks: list[SyncTask] | None = None
     _retry_at: float | None = None
 
     def _fresh_tasks(self) -> list[SyncTask]:
         tasks = [SyncTask(obj, phase) for obj in self.manifests for phase in phases(obj)]
+        name = self.create_namespace
+        own = [o for o in self.manifests if o["kind"] == "Namespace"]
+        if name is not None and name not in {o["metadata"]["name"] for o in own}:
+            tasks += self._namespace_task(name)
         return sort_tasks(tasks)
 
+    def _namespace_task(self, name: str) -> list[SyncTask]:
+        if self.api.has_namespace(name):
+            return []
+        namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+        return [SyncTask(namespace, "PreSync")]
+
     def _fail(self, now: float, message: str) -> None:
-        if self.outcome.attempts <= self.retry_limit:
+        if self.retry_limit < 0 or self.outcome.attempts <= self.retry_limit:
             delay = self.backoff_s * self.factor ** (self.outcome.attempts - 1)
             self._retry_at = now + min(delay, self.max_backoff_s)
             self.outcome.message = message
@@ -290,8 +308,13 @@ class Operation:
         now_tasks = [t for t in pending if (t.phase, t.wave) == (phase, wave)]
         remaining = [t for t in pending if (t.phase, t.wave) != (phase, wave) or t.is_hook]
         for task in now_tasks:
+            namespace = task.obj["metadata"].get("namespace")
             if not self.api.knows(group_of(task.obj), task.kind):
                 task.result, task.message = "Failed", "the server could not find the kind"
+                self._fail(now, f"one or more objects failed to apply: {task.kind}/{task.name}")
+                return
+            if namespace and not self.api.has_namespace(namespace):
+                task.result, task.message = "Failed", f'namespaces "{namespace}" not found'
                 self._fail(now, f"one or more objects failed to apply: {task.kind}/{task.name}")
                 return
             self.api.apply(task.obj)

@@ -18,11 +18,18 @@ reduced to the status fields Argo CD's health checks read (tests/gitops/argo_hea
 * disruption controller (`pkg/controller/disruption`): `DisruptionAllowed` True
   (`SufficientPods`) when `currentHealthy - desiredHealthy > 0` and pods are expected,
   else False (`InsufficientPods`);
-* External Secrets: a ClusterSecretStore is Ready once the operator runs (its AWS
+* External Secrets: a (Cluster)SecretStore is Ready once the operator runs (its AWS
   credentials are assumed good); an ExternalSecret is Ready, and its Secret exists, once
   its store is Ready;
 * KEDA: a ScaledObject is Ready once KEDA runs and its target exists; with no traffic
   it holds the target at `minReplicaCount`;
+* cert-manager (`pkg/controller/certificates`, `pkg/issuer/{selfsigned,ca}` at v1.18):
+  once it runs, a self-signed Issuer is Ready; a CA Issuer is Ready when its Secret
+  exists and `Ready=False` otherwise; a Certificate is `Issuing` (at least one tick)
+  until its Issuer is Ready, then Ready, and its Secret exists;
+* namespaces: the ones a fresh EKS cluster and the CDK's Argo CD install have, the
+  Namespace objects applied, and the destination namespace of every add-on chart
+  Application (`CreateNamespace=true`); an object applied elsewhere fails;
 * Argo CD's own controllers: an Application whose source is this repository syncs its
   path with `argo_sync.Operation` and reports the aggregated health; one that installs an
   upstream chart turns Healthy `Timing.chart_s` after it is created and registers the
@@ -43,16 +50,28 @@ from typing import Any
 
 import yaml
 
+from envspec.environment import EnvironmentSpec
+from envspec.names import target_group_name
+
 from .argo_health import aggregate, group_of, health
 from .argo_sync import Operation
 
-__all__ = ["CHART_KINDS", "Cluster", "PickerRule", "Timing", "load_manifests"]
+__all__ = [
+    "CHART_KINDS",
+    "Cluster",
+    "PickerRule",
+    "Timing",
+    "example_target_group_arn",
+    "load_manifests",
+]
 
 Obj = dict[str, Any]
 Key = tuple[str, str, str, str]
 #: Is the picker ready in this cluster now?
 PickerRule = Callable[["Cluster"], bool]
 REPO_ROOT = Path(__file__).resolve().parents[2]
+#: The file names Kustomize reads a kustomization from (`konfig.RecognizedKustomizationFileNames`).
+KUSTOMIZATIONS = ("kustomization.yaml", "kustomization.yml", "Kustomization")
 
 #: What a fresh EKS cluster from `cdk deploy` serves before Argo CD syncs anything: the
 #: built-in kinds the tree uses, Argo CD's own (the gitops stack installs it) and the
@@ -76,6 +95,8 @@ BUILTIN_KINDS = {
     ("argoproj.io", "AppProject"),
     ("elbv2.k8s.aws", "TargetGroupBinding"),
 }
+#: Namespaces before Argo CD syncs: Kubernetes' own, and Argo CD's (the CDK's Helm chart).
+BUILTIN_NAMESPACES = {"default", "kube-system", "kube-public", "kube-node-lease", "argocd"}
 
 #: The kinds each upstream chart's CRDs add (from each chart's crds/ or templates at the
 #: pinned version: gateway-helm v1.5.0 ships Gateway API and gateway.envoyproxy.io CRDs;
@@ -105,11 +126,11 @@ CHART_KINDS: dict[str, set[tuple[str, str]]] = {
     },
     "keda": {("keda.sh", "ScaledObject"), ("keda.sh", "TriggerAuthentication")},
     "external-secrets": {
-        ("external-secrets.io", "ExternalSecret"),
-        ("external-secrets.io", "ClusterSecretStore"),
+        ("external-secrets.io", k) for k in ("ExternalSecret", "SecretStore", "ClusterSecretStore")
     },
     "karpenter-crd": {("karpenter.sh", "NodePool"), ("karpenter.k8s.aws", "EC2NodeClass")},
     "karpenter": set(),
+    "cert-manager": {("cert-manager.io", k) for k in ("Certificate", "Issuer", "ClusterIssuer")},
     # SageMaker HyperPod's chart (aws/sagemaker-hyperpod-cli helm_chart/HyperPodHelmChart):
     # the training operators' and HyperPod's kinds, none of which this tree creates.
     "helm_chart/HyperPodHelmChart": set(),
@@ -127,11 +148,23 @@ class Timing:
     chart_s: float = 120.0  # an upstream chart's Application becoming Healthy
 
 
+def example_target_group_arn(env: EnvironmentSpec, region: str, name: str | None = None) -> str:
+    """An ARN shaped as Elastic Load Balancing makes it (`targetgroup/<name>/<16 hex>`),
+    for the target group the CDK would create; a cluster Secret carries it."""
+    name = name or target_group_name(env.name)
+    return (
+        f"arn:aws:elasticloadbalancing:{region}:{env.aws.account}:targetgroup/{name}/"
+        "0123456789abcdef"
+    )
+
+
 def load_manifests(directory: Path) -> list[Obj]:
     """The objects Argo CD reads from a directory source (top-level files only, Argo CD's
     default `directory.recurse: false`), or from a kustomization's resources (the region
     overlays only re-point images, which no health check reads)."""
-    kustomization = directory / "kustomization.yml"
+    kustomization = next(
+        (k for k in (directory / n for n in KUSTOMIZATIONS) if k.exists()), directory / "-"
+    )
     if kustomization.exists():
         spec = yaml.safe_load(kustomization.read_text())
         out: list[Obj] = []
@@ -204,10 +237,14 @@ class Cluster:
         self.progress_s: dict[Key, float] = {}
         self.apps: dict[str, AppModel] = {}
         self.history: dict[Key, list[tuple[float, str]]] = {}
+        self.namespaces = set(BUILTIN_NAMESPACES)
 
     # -- the API server -------------------------------------------------------------
     def knows(self, group: str, kind: str) -> bool:
         return (group, kind) in self.kinds
+
+    def has_namespace(self, name: str) -> bool:
+        return name in self.namespaces
 
     def live(self, obj: Obj) -> Obj | None:
         return self.objects.get(_key(obj))
@@ -231,6 +268,8 @@ class Cluster:
             new["spec"].setdefault("replicas", 1)  # the API server's default
         if obj["kind"] == "CustomResourceDefinition":
             self.kinds.add((obj["spec"]["group"], obj["spec"]["names"]["kind"]))
+        if obj["kind"] == "Namespace":
+            self.namespaces.add(obj["metadata"]["name"])
         self.objects[key] = new
         if obj["kind"] == "Application" and obj["metadata"]["name"] not in self.apps:
             self._start_app(new)
@@ -261,8 +300,11 @@ class Cluster:
                 "Deployment": self._deployment,
                 "PodDisruptionBudget": self._pdb,
                 "ClusterSecretStore": self._store,
+                "SecretStore": self._store,
                 "ExternalSecret": self._external_secret,
                 "ScaledObject": self._scaled_object,
+                "Issuer": self._issuer,
+                "Certificate": self._certificate,
             }.get(obj["kind"])
             if control is not None:
                 control(key, obj)
@@ -283,6 +325,9 @@ class Cluster:
 
     def _secret_exists(self, name: str) -> bool:
         for obj in self.objects.values():
+            issued = obj["kind"] == "Certificate" and obj["spec"]["secretName"] == name
+            if issued and _ready(obj):
+                return True
             if obj["kind"] == "ExternalSecret":
                 target = obj["spec"].get("target", {}).get("name", obj["metadata"]["name"])
                 ready = any(
@@ -422,13 +467,45 @@ class Cluster:
             obj["status"] = {"conditions": [{"type": "Ready", "status": "True"}]}
 
     def _external_secret(self, key: Key, obj: Obj) -> None:
-        store = self.find("ClusterSecretStore", obj["spec"]["secretStoreRef"]["name"])
+        ref = obj["spec"]["secretStoreRef"]
+        store = self.find(ref.get("kind", "SecretStore"), ref["name"])
         ready = store is not None and any(
             c["type"] == "Ready" and c["status"] == "True"
             for c in store.get("status", {}).get("conditions", [])
         )
         if ready and self._running("external-secrets"):
             obj["status"] = {"conditions": [{"type": "Ready", "status": "True"}]}
+
+    def _issuer(self, key: Key, obj: Obj) -> None:
+        if not self._running("cert-manager"):
+            return
+        ca = obj["spec"].get("ca")
+        if ca is None or self._secret_exists(ca["secretName"]):
+            obj["status"] = {"conditions": [{"type": "Ready", "status": "True"}]}
+        else:
+            message = f"Error getting keypair for CA issuer: secret {ca['secretName']} not found"
+            obj["status"] = {
+                "conditions": [{"type": "Ready", "status": "False", "message": message}]
+            }
+
+    def _certificate(self, key: Key, obj: Obj) -> None:
+        if not self._running("cert-manager"):
+            return
+        ref = obj["spec"]["issuerRef"]
+        issuer = self.find(ref.get("kind", "Issuer"), ref["name"])
+        issuing = any(
+            c["type"] == "Issuing" and c["status"] == "True"
+            for c in obj.get("status", {}).get("conditions", [])
+        )
+        if issuing and issuer is not None and _ready(issuer):  # signed a tick after asking
+            obj["status"] = {"conditions": [{"type": "Ready", "status": "True"}]}
+        elif not _ready(obj):
+            obj["status"] = {
+                "conditions": [
+                    {"type": "Issuing", "status": "True"},
+                    {"type": "Ready", "status": "False", "reason": "DoesNotExist"},
+                ]
+            }
 
     def _scaled_object(self, key: Key, obj: Obj) -> None:
         if not self._running("keda"):
@@ -449,13 +526,18 @@ class Cluster:
         upstream = source.get("chart") or (
             source["path"] if not (REPO_ROOT / source["path"]).is_dir() else None
         )
+        policy = obj["spec"].get("syncPolicy", {})
+        destination = obj["spec"]["destination"].get("namespace")
+        create_namespace = "CreateNamespace=true" in policy.get("syncOptions", [])
         if upstream is not None:
+            if create_namespace and destination:
+                self.namespaces.add(destination)
             kinds = CHART_KINDS[upstream]
             healthy_at = self.now + self.timing.chart_s
             self.apps[name] = AppModel(obj, None, [], healthy_at=healthy_at, kinds=kinds)
             return
         manifests = load_manifests(REPO_ROOT / source["path"])
-        retry = obj["spec"].get("syncPolicy", {}).get("retry", {})
+        retry = policy.get("retry", {})
         backoff = retry.get("backoff", {})
         operation = Operation(
             manifests,
@@ -464,6 +546,7 @@ class Cluster:
             backoff_s=_seconds(backoff.get("duration", "5s")),
             factor=float(backoff.get("factor", 2)),
             max_backoff_s=_seconds(backoff.get("maxDuration", "3m")),
+            create_namespace=destination if create_namespace else None,
         )
         self.apps[name] = AppModel(obj, operation, manifests)
 
@@ -507,17 +590,42 @@ class Cluster:
                 ".nameNormalized": secret["metadata"]["name"],
                 ".server": secret["stringData"]["server"],
             }
-            text = yaml.safe_dump(spec["template"])
-            text = re.sub(
-                r'\{\{index \.metadata\.labels "([^"]+)"\}\}', lambda m: labels[m.group(1)], text
-            )
-            for name, value in params.items():
-                text = text.replace("{{" + name + "}}", value)
-            template = yaml.safe_load(text)
+            meta = {"labels": labels, "annotations": secret["metadata"].get("annotations", {})}
+
+            def fill(
+                text: str, params: dict[str, str] = params, meta: dict[str, Any] = meta
+            ) -> str:
+                text = re.sub(
+                    r'\{\{index \.metadata\.(labels|annotations) "([^"]+)"\}\}',
+                    lambda m: meta[m.group(1)][m.group(2)],
+                    text,
+                )
+                for name, value in params.items():
+                    text = text.replace("{{" + name + "}}", value)
+                return text
+
+            template = _map_strings(spec["template"], fill)
             app = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Application", **template}
             app["metadata"]["namespace"] = "argocd"
             self.apply(app)
         appset["status"] = {"conditions": [{"type": "ResourcesUpToDate", "status": "True"}]}
+
+
+def _map_strings(node: Any, fill: Callable[[str], str]) -> Any:
+    """A copy of `node` with `fill` applied to every string in it (a Go template of an
+    ApplicationSet fills every string field of its template)."""
+    if isinstance(node, dict):
+        return {k: _map_strings(v, fill) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_map_strings(v, fill) for v in node]
+    return fill(node) if isinstance(node, str) else node
+
+
+def _ready(obj: Obj) -> bool:
+    return any(
+        c["type"] == "Ready" and c["status"] == "True"
+        for c in obj.get("status", {}).get("conditions", [])
+    )
 
 
 def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:

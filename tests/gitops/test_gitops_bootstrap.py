@@ -10,6 +10,7 @@ import yaml
 
 from charts.app import environment_names
 from charts.bootstrap import repo_of
+from envspec.argocd_manifests import PATCHED_KUSTOMIZATION
 from envspec.environment import load_environment
 
 WAVE = "argocd.argoproj.io/sync-wave"
@@ -41,7 +42,7 @@ def test_applicationset_fans_out_over_environments_with_automated_sync(gitops_di
             folder = path.replace("{{.path.path}}", f"gitops/environments/{name}").replace(
                 '{{index .metadata.labels "igw.dev/region"}}', region
             )
-            assert (gitops_dir.parent / folder / "kustomization.yml").is_file(), folder
+            assert (gitops_dir.parent / folder / PATCHED_KUSTOMIZATION).is_file(), folder
     assert template["destination"] == {"server": "{{.server}}"}
     assert template["syncPolicy"]["automated"] == {"prune": True, "selfHeal": True}
 

@@ -1,4 +1,5 @@
-"""checkov on the committed tree: no failed check; every skip carries its reason.
+"""checkov on the committed tree: no failed check; every skip carries its reason (the
+`cdk8s/checkov.sh -d gitops --framework kubernetes` of docs/operations.md).
 
 checkov runs from its own venv (cdk8s/checkov.sh creates it on first use: its pins
 conflict with the project's .venv); `--skip-download` keeps it offline.

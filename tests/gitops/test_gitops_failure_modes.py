@@ -259,10 +259,10 @@ def test_model_servers_give_a_rollout_longer_than_their_startup_probe(gitops_dir
         for doc in _env_docs(gitops_dir, name):
             if doc["kind"] != "Deployment":
                 continue
-            (container,) = doc["spec"]["template"]["spec"]["containers"]
-            probe = container["startupProbe"]
-            budget = probe["periodSeconds"] * probe["failureThreshold"]
-            assert doc["spec"].get("progressDeadlineSeconds", 600) > budget, doc["metadata"]
+            for container in doc["spec"]["template"]["spec"]["containers"]:
+                probe = container["startupProbe"]
+                budget = probe["periodSeconds"] * probe["failureThreshold"]
+                assert doc["spec"].get("progressDeadlineSeconds", 600) > budget, doc["metadata"]
 
 
 def test_model_servers_can_start(gitops_dir):
@@ -274,10 +274,13 @@ def test_model_servers_can_start(gitops_dir):
         docs = _env_docs(gitops_dir, name)
         secrets = {d["spec"]["target"]["name"] for d in docs if d["kind"] == "ExternalSecret"}
         for doc in docs:
-            if doc["kind"] != "Deployment" or not doc["metadata"]["name"].startswith("vllm-"):
+            if doc["kind"] != "Deployment":
+                continue
+            labels = doc["spec"]["template"]["metadata"]["labels"]
+            if labels.get("app.kubernetes.io/name") != "vllm":  # aggregated and P/D alike
                 continue
             pod = doc["spec"]["template"]["spec"]
-            (container,) = pod["containers"]
+            (container,) = [c for c in pod["containers"] if c["name"] == "vllm"]
             args = container["args"]
             if not args[0].startswith(("s3://", "/")):
                 mounted = {v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
@@ -324,7 +327,9 @@ def test_the_gateway_authenticates_before_any_pod(gitops_dir):
         ]
         assert backend["port"] in {p["port"] for p in service["spec"]["ports"]}
         (auth,) = [
-            d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == backend["name"]
+            d
+            for d in docs
+            if d["kind"] == "Deployment" and d["metadata"]["name"] == backend["name"]
         ]
         pod = auth["spec"]["template"]["spec"]
         (volume,) = [v for v in pod["volumes"] if "secret" in v]
@@ -362,9 +367,7 @@ def test_igw_auth_runs_with_the_rendered_arguments(gitops_dir, tmp_path):
             assert built.jwt is not None and built.jwt.issuer == env.kubernetes.auth.jwt.issuer
         (port,) = container["ports"]
         (policy,) = [
-            d
-            for d in docs
-            if d["kind"] == "NetworkPolicy" and d["metadata"]["name"] == "igw-auth"
+            d for d in docs if d["kind"] == "NetworkPolicy" and d["metadata"]["name"] == "igw-auth"
         ]
         (rule,) = policy["spec"]["ingress"]
         assert rule["ports"] == [{"protocol": "TCP", "port": port["containerPort"]}]

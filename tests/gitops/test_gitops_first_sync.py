@@ -31,7 +31,13 @@ from envspec.environment import load_environment
 
 from .argo_health import DEGRADED, HEALTHY, PROGRESSING, health
 from .argo_sync import Operation, Outcome
-from .cluster_model import REPO_ROOT, Cluster, PickerRule, load_manifests
+from .cluster_model import (
+    REPO_ROOT,
+    Cluster,
+    PickerRule,
+    example_target_group_arn,
+    load_manifests,
+)
 from .picker_probe import (
     picker_config,
     real_picker_readings,
@@ -68,7 +74,11 @@ def first_sync(env: str, rule: PickerRule) -> Play:
     has finished (or the limit)."""
     spec = load_environment(env)
     secret = cluster_secret(
-        env, spec.aws.region, spec.cluster.name, hyperpod=spec.cluster.hyperpod.enabled
+        env,
+        spec.aws.region,
+        spec.cluster.name,
+        target_group_arn=example_target_group_arn(spec, spec.aws.region),
+        hyperpod=spec.cluster.hyperpod.enabled,
     )
     cluster = Cluster(rule, cluster_secret=secret)
     root = Operation(load_manifests(REPO_ROOT / "gitops/bootstrap"), cluster)

@@ -148,7 +148,7 @@ def test_karpenter_controller_is_pinned_and_told_its_cluster_and_queue(gitops_di
     appset = apps["ApplicationSet/karpenter"]["spec"]
     (generator,) = appset["generators"]
     (expression,) = generator["clusters"]["selector"]["matchExpressions"]
-    secret = cluster_secret("prod", "us-east-1", "igw-prod")
+    secret = cluster_secret("prod", "us-east-1", "igw-prod", target_group_arn="arn:example")
     assert expression["operator"] == "Exists" and expression["key"] in secret["metadata"]["labels"]
     source = appset["template"]["spec"]["source"]
     assert (source["repoURL"], source["chart"]) == ("public.ecr.aws/karpenter", "karpenter")

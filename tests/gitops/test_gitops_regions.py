@@ -19,6 +19,7 @@ import yaml
 
 from charts.app import environment_names, synth_tree
 from charts.base import ecr_registry
+from envspec.argocd_manifests import PATCHED_KUSTOMIZATION
 from envspec.environment import load_environment
 
 KUBECTL = shutil.which("kubectl")
@@ -114,7 +115,7 @@ def test_overlays_cover_every_image_from_the_primary_registry(gitops_dir: Path) 
         assert all(n.startswith(primary) for n in names), names
         for region in env.aws.secondary_regions:
             overlay = yaml.safe_load(
-                (env_dir / "regions" / region / "kustomization.yml").read_text()
+                (env_dir / "regions" / region / PATCHED_KUSTOMIZATION).read_text()
             )
             mapped = {i["name"]: i["newName"] for i in overlay["images"]}
             assert set(mapped) == names

@@ -73,6 +73,24 @@ class Synth:
     def templates(self) -> list[Path]:
         return sorted(self.outdir.glob("*.template.json"))
 
+    def manifests(self, region: str, part: str) -> dict[str, list[dict[str, Any]]]:
+        """Logical id -> the objects of each KubernetesManifest of the stack (a token in a
+        manifest, an ARN from another stack, reads as `TOKEN`)."""
+        return {
+            name: json.loads(_joined(resource["Properties"]["Manifest"]))
+            for name, resource in self.resources(
+                region, part, "Custom::AWSCDK-EKS-KubernetesResource"
+            ).items()
+        }
+
+
+def _joined(value: Any) -> str:
+    """A string with tokens in it is an `Fn::Join`: its parts, each token as `TOKEN`."""
+    if isinstance(value, str):
+        return value
+    sep, parts = value["Fn::Join"]
+    return str(sep).join(p if isinstance(p, str) else "TOKEN" for p in parts)
+
 
 def _synth(name: str, outdir: Path, env: EnvironmentSpec | None = None) -> Synth:
     env = env or load_environment(name)

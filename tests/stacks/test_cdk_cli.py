@@ -1,4 +1,5 @@
-"""The documented CDK path: `cdk synth -c environment=<env>` with the CDK CLI the repo pins.
+"""The documented CDK path (docs/infrastructure.md, README.md): `cdk synth -c
+environment=<env>` with the CDK CLI the repo pins.
 
 Synth must need no AWS credentials and look nothing up. The CDK CLI answers a construct's
 lookup (`availability-zones`, `vpc-provider`, …) from `cdk.context.json` or by calling AWS
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -73,6 +75,10 @@ def test_cdk_synth_without_credentials_writes_only_its_output(tmp_path: Path) ->
     finally:
         (REPO / "cdk.context.json").unlink(missing_ok=True)
     assert result.returncode == 0, result.stderr[-3000:]
+    # quiet (issue 37): no deprecation warning of a construct aws-cdk-lib builds for us, no
+    # stray `program.js:…` line, no annotation warning, no "N feature flags" notice
+    for noise in ("deprecated", "program.js", "WARNING", "feature flags"):
+        assert noise not in result.stderr, result.stderr
     assert not context_written, "cdk synth looked something up and wrote cdk.context.json"
     assert after == before, "cdk synth wrote into the repository"
     manifest = json.loads((out / "manifest.json").read_text())
@@ -91,3 +97,56 @@ def _repo_changes() -> str:
         check=True,
     ).stdout
     return "\n".join(line for line in status.splitlines() if "__pycache__" not in line)
+
+
+def test_every_feature_flag_the_cli_would_flag_is_pinned(any_synth: Synth) -> None:
+    """The CDK CLI prints "N feature flags are not configured" for each flag of the
+    assembly's feature-flag report that has no user value and whose value when unset
+    differs from the recommended one (aws-cdk 2.1148.1, lib/commands/flags/operations.ts,
+    `FlagOperations.filterNeedsAttention`; `defaultValue` is `unconfiguredBehavesLike.v2
+    ?? false`). stacks/cdk_feature_flags.json pins each at its unset behaviour; an upgrade
+    of aws-cdk-lib that adds one fails here, naming it."""
+    manifest = json.loads((any_synth.outdir / "manifest.json").read_text())
+    (report,) = [
+        a for a in manifest["artifacts"].values() if a["type"] == "cdk:feature-flag-report"
+    ]
+    obsolete = {
+        "@aws-cdk/core:enableStackNameDuplicates",
+        "@aws-cdk/aws-s3:grantWriteWithoutAcl",
+        "@aws-cdk/aws-kms:defaultKeyPolicies",
+    }
+    unpinned = sorted(
+        name
+        for name, flag in report["properties"]["flags"].items()
+        if name not in obsolete
+        and "userValue" not in flag
+        and flag.get("unconfiguredBehavesLike", {}).get("v2", False) != flag.get("recommendedValue")
+    )
+    assert unpinned == [], "pin these in stacks/cdk_feature_flags.json at their unset value"
+
+
+@pytest.mark.slow
+def test_the_app_refuses_a_context_key_it_does_not_read_and_a_foreign_assembly_folder() -> None:
+    """`cdk deploy --all -c env=prod` used to build dev silently (the app reads
+    `environment`); and cdk.json's output is dev's folder, so another environment's
+    assembly must be sent to its own. The CLI hands the app its context as
+    CDK_CONTEXT_JSON and its output folder as CDK_OUTDIR (aws-cdk cx-api)."""
+    env = {**os.environ, "CDK_CONTEXT_JSON": json.dumps({"env": "prod"}),
+           "CDK_OUTDIR": str(REPO / "cdk.out" / "prod")}  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "app.py"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert lines[0] == "cdk synth: invalid input in the command line", lines
+    assert "-c env=…: not a context key of this app; it reads -c environment=<name>" in lines[1]
+    assert "-o cdk.out/prod: dev's assembly goes to cdk.out/dev: add -o cdk.out/dev" in lines[2]
+
+
+def test_the_docs_count_prod_s_stacks_right(prod_synth: Synth) -> None:
+    """README.md and docs/infrastructure.md say how many stacks prod deploys (the README
+    once said 7 per region, infrastructure.md 14, while the app built 19)."""
+    count = len(prod_synth.templates)
+    for page in ("README.md", "docs/infrastructure.md"):
+        text = " ".join((REPO / page).read_text().split())
+        assert f"{count} stacks" in text or f"{count} today" in text, (page, count)

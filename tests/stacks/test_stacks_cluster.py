@@ -155,6 +155,31 @@ def test_dev_has_one_a10g_group_and_an_untainted_system_group(dev_synth: Synth) 
     )
 
 
+def test_dev_gpu_group_starts_empty_and_system_group_holds_the_system_pods(
+    dev_synth: Synth,
+) -> None:
+    """Scale to zero gives GPUs back only if the managed group holds none: EKS keeps
+    `DesiredSize` nodes until the Cluster Autoscaler (not run here) changes it (EKS API
+    Reference, NodegroupScalingConfig); Karpenter's NodePool adds and removes the rest.
+    The system group is the size tests/gitops/test_gitops_schedule.py proved fits."""
+    template = dev_synth.template(PRIMARY, "cluster")
+    template.has_resource_properties(
+        "AWS::EKS::Nodegroup",
+        {
+            "NodegroupName": "igw-dev-a10g",
+            "ScalingConfig": {"MinSize": 0, "MaxSize": 4, "DesiredSize": 0},
+        },
+    )
+    template.has_resource_properties(
+        "AWS::EKS::Nodegroup",
+        {
+            "NodegroupName": "igw-dev-system",
+            "InstanceTypes": ["m6i.xlarge"],
+            "ScalingConfig": {"MinSize": 2, "MaxSize": 4, "DesiredSize": 2},
+        },
+    )
+
+
 def test_addons_installed_in_dependency_order(any_synth: Synth) -> None:
     addons = any_synth.resources(PRIMARY, "cluster", "AWS::EKS::Addon")
     by_name = {res["Properties"]["AddonName"]: (lid, res) for lid, res in addons.items()}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+import pytest
 from aws_cdk.assertions import Match
 
 if TYPE_CHECKING:
@@ -62,15 +63,47 @@ def test_tls_listener_uses_the_regional_acm_certificate(prod_synth: Synth) -> No
         )
 
 
-def test_dev_requests_a_dns_validated_certificate(dev_synth: Synth) -> None:
-    dev_synth.template(PRIMARY, "ingress").has_resource_properties(
-        "AWS::CertificateManager::Certificate",
-        {
-            "DomainName": "inference.internal.example.com",
-            "SubjectAlternativeNames": ["us-east-1.inference.internal.example.com"],
-            "ValidationMethod": "DNS",
-        },
-    )
+def test_no_certificate_is_requested_for_a_private_name(any_synth: Synth) -> None:
+    """Issue 30 item 9. ACM issues a DNS-validated certificate only once its validation
+    CNAME resolves in public DNS, and gives up after 72 hours (ACM user guide, "DNS
+    validation"); `AWS::CertificateManager::Certificate` stays in CREATE_IN_PROGRESS
+    until then, so dev's ingress stack, which requested one for its private name with no
+    hosted zone, never finished. Now no template requests a certificate: a region with an
+    ACM certificate (a prerequisite, checked by `make preflight`) terminates TLS on it, a
+    region without one passes TCP 443 through to Envoy's HTTPS listener, which presents
+    the certificate cert-manager issues in the cluster (Secret `igw-tls`)."""
+    for path in any_synth.templates:
+        resources = json.loads(path.read_text())["Resources"].values()
+        assert not [r for r in resources if r["Type"] == "AWS::CertificateManager::Certificate"]
+    env = any_synth.env
+    for region in env.aws.regions:
+        (listener,) = any_synth.resources(
+            region, "ingress", "AWS::ElasticLoadBalancingV2::Listener"
+        ).values()
+        props = listener["Properties"]
+        assert props["Port"] == 443
+        if region in env.ingress.certificate_arns:
+            assert props["Protocol"] == "TLS"
+            arn = env.ingress.certificate_arns[region]
+            assert props["Certificates"] == [{"CertificateArn": arn}]
+        else:
+            assert props["Protocol"] == "TCP" and "Certificates" not in props
+    if any_synth.name == "dev":  # dev lists none: TLS ends at Envoy, as in the issue
+        assert not env.ingress.certificate_arns
+
+
+def test_the_global_router_needs_a_certificate_in_every_region() -> None:
+    """The router serves plain HTTP behind its NLB, so that NLB must terminate TLS: an
+    environment with the global tier and a region without a certificate is refused at
+    load time, before a stack would wait on a certificate request."""
+    import yaml
+
+    from envspec.environment import REPO_ROOT, EnvironmentSpec
+
+    data = yaml.safe_load((REPO_ROOT / "gitops/environments/prod/environment.yaml").read_text())
+    del data["ingress"]["certificate_arns"]["us-west-2"]
+    with pytest.raises(ValueError, match=r"ingress\.certificate_arns: .* us-west-2"):
+        EnvironmentSpec.model_validate(data)
 
 
 def test_each_region_publishes_its_own_endpoint_for_the_global_router(prod_synth: Synth) -> None:
@@ -402,11 +435,10 @@ def test_argocd_chart_and_root_application(any_synth: Synth) -> None:
             }
         ),
     )
-    manifests = any_synth.resources(PRIMARY, "gitops", "Custom::AWSCDK-EKS-KubernetesResource")
     (application,) = [
         doc
-        for resource in manifests.values()
-        for doc in json.loads(resource["Properties"]["Manifest"])
+        for docs in any_synth.manifests(PRIMARY, "gitops").values()
+        for doc in docs
         if doc["kind"] == "Application"
     ]
     assert application["spec"]["source"] == {
@@ -419,38 +451,28 @@ def test_argocd_chart_and_root_application(any_synth: Synth) -> None:
 
 def test_argocd_registers_its_own_cluster_for_the_environment(any_synth: Synth) -> None:
     """The ApplicationSet deploys an environment only to clusters labelled with it."""
-    secret = {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {
+    for region in any_synth.env.aws.regions:
+        manifests = any_synth.manifests(region, "gitops")
+        (secret,) = [d for docs in manifests.values() for d in docs if d["kind"] == "Secret"]
+        assert secret["stringData"] == {
             "name": "in-cluster",
-            "namespace": "argocd",
-            "labels": {
+            "server": "https://kubernetes.default.svc",
+        }
+        assert (secret["metadata"]["name"], secret["metadata"]["namespace"]) == (
+            "in-cluster",
+            "argocd",
+        )
+        # CDK adds its prune label next to ours.
+        assert (
+            secret["metadata"]["labels"].items()
+            >= {
                 "argocd.argoproj.io/secret-type": "cluster",
                 "igw.dev/environment": any_synth.name,
-            },
-        },
-        "stringData": {"name": "in-cluster", "server": "https://kubernetes.default.svc"},
-    }
-    for region in any_synth.env.aws.regions:
-        template = any_synth.template(region, "gitops")
-        # CDK adds its prune label next to ours.
-        labels = Match.object_like(secret["metadata"]["labels"])  # type: ignore[index]
-        template.has_resource_properties(
-            "Custom::AWSCDK-EKS-KubernetesResource",
-            {
-                "Manifest": Match.serialized_json(
-                    [{**secret, "metadata": {**secret["metadata"], "labels": labels}}]  # type: ignore[dict-item]
-                ),
-                "Overwrite": True,
-            },
+            }.items()
         )
         resources = any_synth.raw(region, "gitops")["Resources"]
-        kinds = {
-            tuple(d["kind"] for d in json.loads(r["Properties"]["Manifest"])): name
-            for name, r in resources.items()
-            if r["Type"] == "Custom::AWSCDK-EKS-KubernetesResource"
-        }
+        assert all(resources[name]["Properties"]["Overwrite"] for name in manifests)
+        kinds = {tuple(d["kind"] for d in docs): name for name, docs in manifests.items()}
         (chart,) = [
             name for name, r in resources.items() if r["Type"] == "Custom::AWSCDK-EKS-HelmChart"
         ]
@@ -464,24 +486,41 @@ def test_the_cluster_label_is_the_one_the_applicationset_selects() -> None:
     from stacks.parts.argocd import ENVIRONMENT_LABEL, cluster_secret
 
     assert ENVIRONMENT_LABEL == ENV_LABEL
-    assert cluster_secret("dev", "us-east-1", "igw-dev")["metadata"]["labels"][ENV_LABEL] == "dev"
+    secret = cluster_secret("dev", "us-east-1", "igw-dev", target_group_arn="arn:example")
+    assert secret["metadata"]["labels"][ENV_LABEL] == "dev"
 
 
-def test_the_target_group_is_the_one_envoys_binding_names(any_synth: Synth) -> None:
-    """One NLB: the cdk8s TargetGroupBinding joins Envoy's pods to this group by name."""
+def test_the_cluster_secret_carries_the_arn_of_the_target_group_envoy_binds(
+    any_synth: Synth,
+) -> None:
+    """Issue 30 item 8: Envoy's TargetGroupBinding names its group by ARN, because
+    aws-load-balancer-controller v2.13 resolves `targetGroupName` only when a binding is
+    created (`webhooks/elbv2/targetgroupbinding_mutator.go`: `MutateCreate` calls
+    `getArnFromNameIfNeeded`, `MutateUpdate` does not) and re-registration on rollouts is
+    reported broken by name (#4438, #4297). The ARN exists only once CloudFormation
+    creates the group, so the gitops stack annotates Argo CD's cluster Secret with the
+    ingress stack's target group (an export of that stack), and the workloads' Application
+    patches it in (tests/gitops/test_gitops_target_group_arn.py)."""
     from charts.gateway import ENVOY_SERVICE, LISTENER_PORT, _target_group_binding_spec
+    from envspec.argocd_manifests import TARGET_GROUP_ARN_ANNOTATION
 
-    binding = _target_group_binding_spec(any_synth.env)
+    binding = _target_group_binding_spec()
     assert binding["serviceRef"] == {"name": ENVOY_SERVICE, "port": LISTENER_PORT}
+    assert "targetGroupName" not in binding
     for region in any_synth.env.aws.regions:
-        template = any_synth.template(region, "ingress")
-        template.resource_count_is("AWS::ElasticLoadBalancingV2::TargetGroup", 1)
-        template.has_resource_properties(
-            "AWS::ElasticLoadBalancingV2::TargetGroup",
-            {
-                "Name": binding["targetGroupName"],
-                "TargetType": binding["targetType"],
-                # Envoy Gateway serves the 443 listener on container port 443 + 10000.
-                "Port": LISTENER_PORT + 10000,
-            },
-        )
+        groups = any_synth.resources(region, "ingress", "AWS::ElasticLoadBalancingV2::TargetGroup")
+        ((group_id, group),) = groups.items()
+        assert group["Properties"]["TargetType"] == binding["targetType"]
+        # Envoy Gateway serves the 443 listener on container port 443 + 10000.
+        assert group["Properties"]["Port"] == LISTENER_PORT + 10000
+        outputs = any_synth.raw(region, "ingress")["Outputs"]
+        (export,) = [
+            o["Export"]["Name"]
+            for o in outputs.values()
+            if o["Value"] == {"Ref": group_id} and "Export" in o
+        ]
+        resources = any_synth.raw(region, "gitops")["Resources"]
+        (secret,) = [r for n, r in resources.items() if n.startswith("ArgoCdInClusterSecret")]
+        _, parts = secret["Properties"]["Manifest"]["Fn::Join"]
+        at = parts.index({"Fn::ImportValue": export})
+        assert parts[at - 1].endswith(f'"annotations":{{"{TARGET_GROUP_ARN_ANNOTATION}":"')

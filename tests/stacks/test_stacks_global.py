@@ -20,6 +20,7 @@ from aws_cdk.assertions import Match, Template
 
 from envspec.environment import load_environment
 from envspec.global_router import (
+    GLOBAL_ROUTER,
     STORE_AUTH_KEY,
     STORE_URL_KEY,
     global_folder,
@@ -223,6 +224,15 @@ def test_application_syncs_the_regions_own_rendered_folder(prod_synth: Synth, re
     assert {"server": "*", "namespace": namespace} in project["spec"]["destinations"]
     stack = prod_synth.stack(region, "fleet")
     assert prod_synth.stack(region, "gitops") in stack.dependencies
+    # The router's TargetGroupBinding by ARN (issue 30 item 8: aws-load-balancer-
+    # controller v2.13 resolves a name on create only): this stack's own target group.
+    (patch,) = application["spec"]["source"]["kustomize"]["patches"]
+    assert patch["target"]["kind"] == "TargetGroupBinding"
+    assert patch["target"]["name"] == GLOBAL_ROUTER
+    assert patch["patch"] == "- op: add\n  path: /spec/targetGroupARN\n  value: TOKEN\n"
+    groups = prod_synth.resources(region, "fleet", "AWS::ElasticLoadBalancingV2::TargetGroup")
+    (group_id,) = groups
+    assert {"Ref": group_id} in resource["Properties"]["Manifest"]["Fn::Join"][1]
 
 
 def _joined(value: Any) -> str:

@@ -31,12 +31,15 @@ def test_nlb_health_check_completes_a_tls_handshake_with_envoy(any_synth: Synth)
     the handshake and needs an HTTP answer (ELB docs, "Health checks for Network Load
     Balancer target groups": HTTPS checks on TLS target groups, matcher 200-599 allowed).
     It asks the port the NLB sends traffic to, which is Envoy's HTTPS listener in the
-    rendered Gateway (Envoy Gateway maps listener 443 to container port 10443)."""
+    rendered Gateway (Envoy Gateway maps listener 443 to container port 10443). The same
+    HTTPS check behind a TCP listener (TLS passed through, no ACM certificate): ELB allows
+    HTTPS checks on TCP target groups too."""
     for region in any_synth.env.aws.regions:
         groups = any_synth.resources(region, "ingress", "AWS::ElasticLoadBalancingV2::TargetGroup")
         (group,) = groups.values()
         props = group["Properties"]
-        assert props["Protocol"] == "TLS"
+        terminated = region in any_synth.env.ingress.certificate_arns
+        assert props["Protocol"] == ("TLS" if terminated else "TCP")
         assert props["Port"] == any_synth.env.ingress.target_port
         assert props["HealthCheckProtocol"] == "HTTPS"
         assert props.get("HealthCheckPort", "traffic-port") == "traffic-port"

@@ -38,7 +38,11 @@ def test_shipped_environments_load() -> None:
     assert dev.aws.regions == ["us-east-1"]
     assert prod.aws.regions == ["us-east-1", "us-west-2"]
     assert {g.instance_type for g in prod.node_groups} == {"p5.48xlarge", "g5.2xlarge"}
-    assert {p.name for p in prod.gateway.pools} == {"llama-8b-h100", "llama-8b-a10g"}
+    assert {p.name for p in prod.gateway.pools} == {
+        "llama-8b-h100",
+        "llama-8b-a10g",
+        "llama-8b-h100-pd",
+    }
     # HyperPod on in prod: an H100 instance group beside the managed h100 group.
     assert prod.cluster.hyperpod.enabled
     assert [g.gpu for g in prod.cluster.hyperpod.instance_groups] == ["H100"]
@@ -90,6 +94,22 @@ def test_bad_environment_names_the_field(tmp_path: Path, mutate, path: str) -> N
     with pytest.raises(ConfigError) as caught:
         load_environment(_write(tmp_path, data))
     assert any(p.startswith(path) for p in caught.value.problems), caught.value.problems
+
+
+def test_gpu_group_of_a_scale_to_zero_pool_must_start_without_nodes(tmp_path: Path) -> None:
+    """EKS keeps a managed node group at `desiredSize` until something changes it (EKS API
+    Reference, NodegroupScalingConfig: only the Cluster Autoscaler does, and this tree
+    runs Karpenter, which scales only its own NodePools' nodes). dev's a10g pool scales
+    to zero; with `desired_size: 2` its two GPU nodes would stay up idle."""
+    data = _raw("dev")
+    assert data["model_servers"][0]["scale_to_zero"]
+    data["node_groups"][0]["desired_size"] = 2
+    with pytest.raises(ConfigError) as caught:
+        load_environment(_write(tmp_path, data))
+    (problem,) = [p for p in caught.value.problems if "node_groups[0].desired_size:" in p]
+    assert "scales to zero" in problem and "gpu-a10g" in problem
+    data["model_servers"][0]["scale_to_zero"] = False  # an always-on pool may keep nodes
+    load_environment(_write(tmp_path, data))
 
 
 def test_node_group_zone_outside_the_vpc_is_rejected_with_its_path() -> None:

@@ -114,12 +114,18 @@ class Core:
         _scrape_settings(self.store, spec)
         if self.static_pools is not None:
             assign_pools(self.store.endpoints, spec.pools, self.static_pools)
-        log.info(
-            "config applied: %d models, %d pools, rewrites %s",
-            len(spec.models),
-            len(spec.pools),
-            "on" if rewrites else "off",
-        )
+        log.info("%s, rewrites %s", self._describe(config), "on" if rewrites else "off")
+
+    def _describe(self, config: GatewayConfigSpec | None) -> str:
+        """What the config makes the gateway serve. Without one, the models are whatever
+        the pods list in /v1/models (not known before they are scraped) and the pools
+        are the endpoints' own labels: "0 models, 0 pools" would be untrue."""
+        spec = config or GatewayConfigSpec()
+        if config is not None and (spec.models or spec.pools):
+            return f"config applied: {len(spec.models)} models, {len(spec.pools)} pools"
+        pools = sorted(set(self.static_pools.values())) if self.static_pools else []
+        where = f" (pools from the endpoints' labels: {', '.join(pools)})" if pools else ""
+        return f"no models configured: serving every model the pods list in /v1/models{where}"
 
     def _scheduler(self, spec: GatewayConfigSpec) -> SchedulerLike:
         timer = self.series.time_plugin if self.timed else None

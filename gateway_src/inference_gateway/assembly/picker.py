@@ -35,6 +35,7 @@ from grpc_health.v1._async import HealthServicer
 from prometheus_client import generate_latest
 
 from inference_gateway.assembly.core import Core, build_core
+from inference_gateway.assembly.kv_events import subscribe_pods
 from inference_gateway.background import cancel_and_wait
 from inference_gateway.config.spec import GatewayConfigSpec, load_config
 from inference_gateway.core.endpoints.discovery import load_endpoints_file
@@ -50,7 +51,8 @@ from inference_gateway.transport.http2_server import (
     Method,
 )
 from inference_gateway.transport.http_settings import server_settings
-from inference_gateway.transport.kv_events_zmq import subscribe_pods
+from inference_gateway.transport.listen import binding, check_free
+from inference_gateway.transport.ports import DEFAULTS
 from inference_gateway.transport.signals import drain, log_drained
 
 __all__ = [
@@ -97,7 +99,7 @@ class PickerServer:
         options: PickerOptions | None = None,
         host: str = "127.0.0.1",
         grpc_port: int = 9002,
-        metrics_port: int | None = 9090,
+        metrics_port: int | None = DEFAULTS["igw picker", "--metrics-port"],
         credentials: grpc.ServerCredentials | None = None,
         ssl_context: ssl.SSLContext | None = None,
         transport: str = "http2",
@@ -124,7 +126,7 @@ class PickerServer:
         self.metrics_port = metrics_port
         self.credentials = credentials
         self.ssl_context = ssl_context
-        # and the pods' KV events, for a precise prefix scorer (transport/kv_events_zmq.py)
+        # and the pods' KV events, for a precise prefix scorer (assembly/kv_events.py)
         kv_events = subscribe_pods(
             core.metrics.registry, lambda: core.store.endpoints, lambda: core.director.scheduler
         )
@@ -198,10 +200,12 @@ class PickerServer:
         pb_grpc.add_ExternalProcessorServicer_to_server(self.servicer, server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         address = f"{self.host}:{self.grpc_port}"
-        if self.credentials is not None:
-            self.port = server.add_secure_port(address, self.credentials)
-        else:
-            self.port = server.add_insecure_port(address)
+        check_free(self.host, self.grpc_port)  # grpcio says little when it cannot bind
+        with binding(self.host, self.grpc_port):
+            if self.credentials is not None:
+                self.port = server.add_secure_port(address, self.credentials)
+            else:
+                self.port = server.add_insecure_port(address)
         await server.start()
         self._server = server
 
@@ -213,7 +217,9 @@ class PickerServer:
         if self.transport == "grpcio":
             aio = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
             health_pb2_grpc.add_HealthServicer_to_server(self.health, aio)
-            self.health_bound = aio.add_insecure_port(f"{self.host}:{self.health_port}")
+            check_free(self.host, self.health_port)
+            with binding(self.host, self.health_port):
+                self.health_bound = aio.add_insecure_port(f"{self.host}:{self.health_port}")
             await aio.start()
             self._health_server = aio
         else:
@@ -263,8 +269,10 @@ class PickerServer:
             add_status_route(app, self.director, self.store, **self.status)
         self._runner = web.AppRunner(app, access_log=None, **server_settings())
         await self._runner.setup()
+        assert self.metrics_port is not None
         site = web.TCPSite(self._runner, self.host, self.metrics_port)
-        await site.start()
+        with binding(self.host, self.metrics_port):
+            await site.start()
         self.metrics_bound = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
 
     async def drain(self, grace_s: float) -> int:

@@ -11,6 +11,7 @@ from pathlib import Path
 from aiohttp import web
 
 from inference_gateway.assembly.core import build_core
+from inference_gateway.assembly.kv_events import subscribe_pods
 from inference_gateway.config.reloader import FileWatcher
 from inference_gateway.config.spec import GatewayConfigSpec, load_config
 from inference_gateway.config.watch import guard_reload
@@ -27,7 +28,6 @@ from inference_gateway.shared_store.ratelimit import SharedLimits
 from inference_gateway.telemetry.emf import EmfEmitter
 from inference_gateway.telemetry.metrics import GatewayMetrics
 from inference_gateway.transport.http_settings import BODY_TIMEOUT_S
-from inference_gateway.transport.kv_events_zmq import subscribe_pods
 
 __all__ = ["RUN_OPTIONS", "WATCHER", "app_runner", "build_gateway"]
 

@@ -106,27 +106,26 @@ def provenance(result: BenchResult) -> str:
 
 
 def render_table(result: BenchResult, console: Console | None = None) -> None:
-    from inference_gateway.terminal import compact_table
+    from inference_gateway.terminal import Column, print_table
 
     console = console or Console()
-    table = compact_table(
-        "Backend benchmark (tok/s, TTFT, TPOT: median per request at concurrency 1)",
-        [c.replace(" ", "\n") for c in COLUMNS],
-        caption=provenance(result),
-        names=[b.label for b in result.backends],
-    )
+    rows = []
     for b in result.backends:
         cells = row_cells(b)
-        style = None
         if b.tool_calls and b.tool_calls.filters < b.tool_calls.cases:
             cells[6] = f"[yellow]{cells[6]}[/]"
         if b.determinism and b.determinism.distinct > 1:
             cells[7] = f"[yellow]{cells[7]}[/]"
         if b.status != "ok":
-            style = "red"
-            cells[0] = f"{b.label} ✗"
-        table.add_row(*cells, style=style)
-    console.print(table)
+            cells = [f"[red]{c}[/]" for c in [f"{b.label} ✗", *cells[1:]]]
+        rows.append(cells)
+    print_table(
+        console,
+        "Backend benchmark (tok/s, TTFT, TPOT: median per request at concurrency 1)",
+        [Column(COLUMNS[0], text=True), *(Column(c.replace(" ", "\n")) for c in COLUMNS[1:])],
+        rows,
+        legend=provenance(result),
+    )
     legend = Table.grid(padding=(0, 2))
     legend.add_column(no_wrap=True, style="bold")
     legend.add_column()

@@ -19,6 +19,7 @@ from inference_gateway.cli.process import start_server_process
 from inference_gateway.errors import ConfigError
 from inference_gateway.frontends.auth import Authenticator, JwtSettings, load_api_keys
 from inference_gateway.frontends.authz import MAX_BODY_BYTES
+from inference_gateway.transport.ports import DEFAULTS
 
 __all__ = ["add_auth_arguments", "authenticator", "register"]
 
@@ -92,7 +93,7 @@ def register(subparsers: Any) -> None:
         "under /authz, so one SecurityPolicy accepts API keys and JWTs together.",
     )
     parser.add_argument("--host", default="127.0.0.1", help="default loopback (charts: 0.0.0.0)")
-    parser.add_argument("--port", type=int, default=9010)
+    parser.add_argument("--port", type=int, default=DEFAULTS["igw auth", "--port"])
     parser.add_argument(
         "--max-body-bytes",
         type=int,
@@ -126,10 +127,12 @@ async def _serve(args: argparse.Namespace, auth: Authenticator) -> int:
     from aiohttp import web
 
     from inference_gateway.frontends.authz import authz_app, keep_jwks_fresh
+    from inference_gateway.transport.listen import listening_socket
 
+    sock = listening_socket(args.host, args.port)  # a ListenError before anything starts
     runner = web.AppRunner(authz_app(auth, max_body_bytes=args.max_body_bytes))
     await runner.setup()
-    site = web.TCPSite(runner, args.host, args.port)
+    site = web.SockSite(runner, sock)
     await site.start()
     refresher = None
     if auth.jwt is not None and auth.jwt.jwks_path is None:

@@ -8,6 +8,7 @@ from typing import Any
 
 from inference_gateway.cli.picker import add_tls_arguments, server_ssl_context
 from inference_gateway.cli.process import add_drain_argument, start_server_process
+from inference_gateway.transport.ports import DEFAULTS
 
 __all__ = ["register", "run"]
 
@@ -27,7 +28,7 @@ def register(subparsers: Any) -> None:
         help="address to bind; default loopback only, as `igw picker`: pass 0.0.0.0 or :: "
         "where Envoy reaches the router over the network (the Kubernetes chart does)",
     )
-    parser.add_argument("--grpc-port", type=int, default=9004)
+    parser.add_argument("--grpc-port", type=int, default=DEFAULTS["igw bbr", "--grpc-port"])
     add_drain_argument(parser, "exchanges")
     add_tls_arguments(parser)
     parser.set_defaults(handler=run)

@@ -1,4 +1,4 @@
-"""`igw global --config GLOBAL.yaml --port 8000`: the global router over cluster gateways.
+"""`igw global --config GLOBAL.yaml --port 8090`: the global router over cluster gateways.
 
 `igw global drain CLUSTER… | --region R  --config GLOBAL.yaml` (and `undrain`, `drained`)
 changes the planned drain set the running routers read every poll interval (drains.py).
@@ -16,6 +16,7 @@ from inference_gateway.cli.process import (
     add_slow_client_arguments,
     start_server_process,
 )
+from inference_gateway.transport.ports import DEFAULTS
 
 __all__ = ["register"]
 
@@ -42,7 +43,7 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--config", required=True, help="global router YAML (clusters, store)")
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--port", type=int, default=DEFAULTS["igw global", "--port"])
     add_slow_client_arguments(parser)
     add_drain_argument(parser)
     parser.add_argument(
@@ -86,7 +87,10 @@ def run(args: argparse.Namespace) -> int:
         body_timeout_s=args.body_timeout,
     )
     clusters = ", ".join(f"{c.name} ({c.region})" for c in spec.clusters)
-    print(f"igw global: listening on http://{args.host}:{args.port} over {clusters}", flush=True)
+
+    def listening(port: int) -> None:
+        print(f"igw global: listening on http://{args.host}:{port} over {clusters}", flush=True)
+
     from inference_gateway.transport.signals import serve_http
 
     settings = runner_settings(args.header_timeout)
@@ -98,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
             port=args.port,
             in_flight=lambda: router.in_flight,
             grace_s=args.drain_grace,
+            on_listening=listening,
             access_log=None,
             **settings,
         )

@@ -15,6 +15,7 @@ from inference_gateway.cli.process import (
     start_server_process,
 )
 from inference_gateway.frontends.pd_exchange import PREFILL_TIMEOUT_S
+from inference_gateway.transport.ports import DEFAULTS
 
 __all__ = ["parse_listen", "register", "run"]
 
@@ -37,7 +38,7 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--listen",
-        default="127.0.0.1:8000",
+        default=f"127.0.0.1:{DEFAULTS['igw pd-sidecar', '--listen']}",
         help="HOST:PORT to serve on (default %(default)s; the charts pass 0.0.0.0:8000, "
         "the InferencePool's target port)",
     )

@@ -1,7 +1,7 @@
 """`igw picker`: the Envoy ext_proc endpoint picker.
 
     igw picker --endpoints ENDPOINTS.yaml [--config CONFIG.yaml] [--rewrites PATH]
-               [--grpc-port 9002] [--metrics-port 9090] [--tls | --tls-cert F --tls-key F]
+               [--grpc-port 9002] [--metrics-port 9005] [--tls | --tls-cert F --tls-key F]
 
 Without `--endpoints` the pods come from Kubernetes: the pools of the config (label
 selector and target port) and/or the InferencePool named by `--pool`, in `--namespace`
@@ -16,10 +16,12 @@ import argparse
 import asyncio
 import logging
 import os
+import ssl
 from pathlib import Path
 from typing import Any
 
 from inference_gateway.cli.process import start_server_process
+from inference_gateway.transport.ports import DEFAULTS
 
 __all__ = [
     "add_store_argument",
@@ -47,8 +49,13 @@ def register(subparsers: Any) -> None:
         help="address to bind (gRPC and metrics); default loopback only: pass 0.0.0.0 or :: "
         "where Envoy reaches the picker over the network (the Kubernetes chart does)",
     )
-    parser.add_argument("--grpc-port", type=int, default=9002)
-    parser.add_argument("--metrics-port", type=int, default=9090, help="0 disables")
+    parser.add_argument("--grpc-port", type=int, default=DEFAULTS["igw picker", "--grpc-port"])
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=DEFAULTS["igw picker", "--metrics-port"],
+        help="GET /metrics and /status (default %(default)s; 0 disables)",
+    )
     parser.add_argument(
         "--grpc-health-port",
         type=int,
@@ -193,9 +200,10 @@ def tls_options(args: argparse.Namespace) -> dict[str, Any]:
     """TLS for the chosen transport: gRPC credentials (grpcio) or an SSL context (http2)."""
     if not (args.tls or args.tls_cert or args.tls_key):
         return {}
+    context = server_ssl_context(args)  # a bad pair stops the start here, either transport
     if transport(args.transport) == "grpcio":
         return {"credentials": credentials(args)}
-    return {"ssl_context": server_ssl_context(args)}
+    return {"ssl_context": context}
 
 
 def server_ssl_context(args: argparse.Namespace) -> Any:
@@ -211,11 +219,19 @@ def server_ssl_context(args: argparse.Namespace) -> Any:
         raise ConfigError("TLS", ["--tls-cert, --tls-key: give both or neither"])
     if args.tls_cert is None:
         return ssl_context(*self_signed())
+    for path in (args.tls_cert, args.tls_key):
+        try:
+            Path(path).read_bytes()
+        except OSError as error:
+            raise ConfigError(path, [f"cannot read file: {error.strerror}"]) from None
+    cert, key = Path(args.tls_cert).read_bytes(), Path(args.tls_key).read_bytes()
     try:
-        cert, key = Path(args.tls_cert).read_bytes(), Path(args.tls_key).read_bytes()
-    except OSError as error:
-        raise ConfigError("TLS", [f"{error.filename}: {error.strerror}"]) from None
-    return ssl_context(cert, key)
+        return ssl_context(cert, key)
+    except ssl.SSLError as error:
+        raise ConfigError(
+            args.tls_cert,
+            [f"not a PEM certificate whose key is --tls-key {args.tls_key} ({error.reason})"],
+        ) from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -326,6 +342,10 @@ async def _serve(args: argparse.Namespace) -> int:
     from inference_gateway.kubernetes.picker import KubernetesMode
 
     server = server_options(args)
+    from inference_gateway.transport.listen import check_free
+
+    for port in (args.grpc_port, args.metrics_port, args.grpc_health_port):
+        check_free(args.host, port or 0)  # a taken port stops it before anything starts
     mode = None
     if args.endpoints:
         core = build_core(load_endpoints_file(args.endpoints))

@@ -16,6 +16,7 @@ from inference_gateway.cli.process import (
     start_server_process,
 )
 from inference_gateway.frontends.pd_exchange import PREFILL_TIMEOUT_S
+from inference_gateway.transport.ports import DEFAULTS
 
 __all__ = ["register"]
 
@@ -37,7 +38,7 @@ def register(subparsers: Any) -> None:
         help="InferenceModelRewrite YAML file or folder (canary splits); reloaded on change",
     )
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument("--port", type=int, default=DEFAULTS["igw serve", "--port"])
     add_slow_client_arguments(parser)
     add_drain_argument(parser)
     parser.add_argument(
@@ -102,11 +103,14 @@ def run(args: argparse.Namespace) -> int:
         app.on_startup.append(lambda _: share.start())
         app.on_cleanup.append(lambda _: share.stop())
     app.on_startup.append(_freeze_startup_objects)
-    print(
-        f"igw serve: listening on http://{args.host}:{args.port} (policy {args.policy}"
-        + (", authentication on)" if args.api_keys or args.jwt_issuer else ")"),
-        flush=True,
-    )
+    auth = ", authentication on" if args.api_keys or args.jwt_issuer else ""
+
+    def listening(port: int) -> None:
+        print(
+            f"igw serve: listening on http://{args.host}:{port} (policy {args.policy}{auth})",
+            flush=True,
+        )
+
     options = {**RUN_OPTIONS, **server_settings(args.header_timeout)}
     asyncio.run(
         serve_http(
@@ -116,6 +120,7 @@ def run(args: argparse.Namespace) -> int:
             port=args.port,
             in_flight=lambda: gateway.director.active,
             grace_s=args.drain_grace,
+            on_listening=listening,
             **options,
         )
     )

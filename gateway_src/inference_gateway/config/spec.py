@@ -646,11 +646,14 @@ def parse_config(data: Mapping[str, Any], source: str = "<config>") -> GatewayCo
         raise ConfigError(source, format_validation_error(error, prefix)) from None
 
 
-def read_yaml(path: str | Path) -> Any:
-    """One YAML document from a file; an unreadable file, bytes that are not UTF-8 or
-    bad YAML is a ConfigError."""
+def read_yaml(path: str | Path, *, documents: bool = False) -> Any:
+    """One YAML document from a file (every one, as a list, with `documents`); an
+    unreadable file, bytes that are not UTF-8 or bad YAML is a ConfigError."""
     try:
-        return yaml.safe_load(Path(path).read_bytes().decode("utf-8"))
+        text = Path(path).read_bytes().decode("utf-8")
+        if documents:
+            return [d for d in yaml.safe_load_all(text) if d is not None]
+        return yaml.safe_load(text)
     except OSError as error:
         raise ConfigError(str(path), [f"<root>: cannot read file: {error.strerror}"]) from None
     except UnicodeDecodeError as error:

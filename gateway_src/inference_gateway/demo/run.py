@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
-import re
 import sys
 import tempfile
 import time
@@ -242,13 +241,12 @@ class _Progress:
 async def _run(args: argparse.Namespace) -> int:
     from aiohttp import web
     from rich.console import Console
-    from rich.table import Table
 
     from inference_gateway.assembly.serve import build_gateway
     from inference_gateway.core.scheduling.types import Endpoint
     from inference_gateway.demo.report import render_report, write_report
     from inference_gateway.emulator.fleet import EmulatedFleet
-    from inference_gateway.terminal import compact_table
+    from inference_gateway.terminal import Column, print_table
 
     console = Console()
     trace = make_trace(args.duration, args.rate, args.seed)
@@ -268,10 +266,20 @@ async def _run(args: argparse.Namespace) -> int:
     results: dict[str, dict[str, float]] = {}
     ttft: dict[str, list[float]] = {}
     async with EmulatedFleet(fleet_spec) as fleet:
-        pods = Table.grid(padding=(0, 2), pad_edge=True)  # wraps inside cells at 80 columns
-        for line in fleet.describe():
-            pods.add_row(*re.split(r"\s{2,}", line.strip()))
-        console.print(pods)
+        print_table(
+            console,
+            "Emulated pods",
+            [
+                Column("pod", text=True, wrap=False),
+                Column("address", text=True, wrap=False),
+                Column("profile", text=True),
+                Column("KV\ntokens"),
+                Column("KV\nblocks"),
+                Column("LoRA", text=True),
+            ],
+            fleet.rows(),
+            keys=2,
+        )
         proxies = ("gateway", "round-robin") if args.dataplane != "envoy" else ()
         for policy in proxies:
             endpoints = [
@@ -316,18 +324,13 @@ async def _run(args: argparse.Namespace) -> int:
                 results[policy] = summarise(outcome)
                 ttft[policy] = outcome.ttft
                 console.print(f"  {policy}: done, {results[policy]['completed']} completed")
-    table = compact_table(
+    print_table(
+        console,
         "Same trace, same emulated fleet: picker vs round-robin (seconds)",
-        ["policy", *(label for _, label in COLUMNS)],
-        caption=TABLE_LEGEND,
-        names=list(results),
+        [Column("policy", text=True), *(Column(label) for _, label in COLUMNS)],
+        [[policy, *(_cell(k, row[k]) for k, _ in COLUMNS)] for policy, row in results.items()],
+        legend=TABLE_LEGEND,
     )
-    for policy, row in results.items():
-        table.add_row(
-            policy,
-            *[_cell(k, row[k]) for k, _ in COLUMNS],
-        )
-    console.print(table)
     for picked, baseline in (("gateway", "round-robin"), ("envoy+picker", "envoy-round-robin")):
         if picked in results:
             ratio = results[picked]["ttft_p99_s"] / max(results[baseline]["ttft_p99_s"], 1e-9)

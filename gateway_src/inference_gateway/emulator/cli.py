@@ -25,6 +25,7 @@ import orjson
 from inference_gateway.emulator.fleet import EmulatedFleet, FleetSpec, load_fleet, parse_fleet
 from inference_gateway.emulator.kv_publisher import parse_kv_events_config
 from inference_gateway.errors import ConfigError
+from inference_gateway.transport.ports import DEFAULTS
 
 __all__ = ["build_spec", "register", "run", "run_loop"]
 
@@ -44,7 +45,12 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--model", help="model profile, e.g. llama-3.1-8b")
     parser.add_argument("--name", default="pod", help="pod name in output and endpoints")
     parser.add_argument("--host", default=None, help="listen address (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8001, help="listen port (default 8001)")
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=DEFAULTS["igw emulate", "--port"],
+        help="listen port (default %(default)s)",
+    )
     parser.add_argument("--tp", type=int, default=None, help="tensor-parallel GPUs")
     parser.add_argument("--max-loras", type=int, default=None, help="resident LoRA slots")
     parser.add_argument("--adapters", default="", help="comma-separated LoRA adapter names")

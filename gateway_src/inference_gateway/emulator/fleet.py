@@ -275,16 +275,24 @@ class EmulatedFleet:
     def write_endpoints(self, path: str | Path) -> None:
         Path(path).write_text(yaml.safe_dump(self.endpoints_document(), sort_keys=False))
 
+    def rows(self) -> list[list[str]]:
+        """Per pod: name, URL, profile, KV tokens, KV blocks, LoRA slots and adapters."""
+        return [
+            [
+                pod.name,
+                pod.url,
+                pod.profile.name,
+                f"{pod.profile.kv_capacity_tokens:,}",
+                f"{pod.profile.num_gpu_blocks:,}",
+                f"{pod.profile.max_loras} slots: {', '.join(pod.adapters)}" if pod.adapters else "",
+            ]
+            for pod in self.pods.values()
+        ]
+
     def describe(self) -> list[str]:
         """One line per pod: name, URL, profile, KV capacity, adapters."""
         lines = []
-        for pod in self.pods.values():
-            p = pod.profile
-            line = (
-                f"{pod.name:<14} {pod.url:<24} {p.name:<28} "
-                f"KV {p.kv_capacity_tokens:>9,} tokens ({p.num_gpu_blocks} blocks)"
-            )
-            if pod.adapters:
-                line += f"  max_loras {p.max_loras}, adapters {','.join(pod.adapters)}"
-            lines.append(line)
+        for name, url, profile, tokens, blocks, adapters in self.rows():
+            line = f"{name:<14} {url:<24} {profile:<28} KV {tokens:>9} tokens ({blocks} blocks)"
+            lines.append(line + (f"  LoRA {adapters}" if adapters else ""))
         return lines

@@ -70,6 +70,7 @@ from inference_gateway.emulator.tokens import (
     prompt_seed,
     render_chat,
 )
+from inference_gateway.transport.listen import binding
 
 __all__ = ["EmulatedPod", "PodApp"]
 
@@ -596,7 +597,8 @@ class EmulatedPod:
         await runner.setup()
         site = web.TCPSite(runner, self.host, self.port, reuse_address=True)
         try:
-            await site.start()
+            with binding(self.host, self.port):
+                await site.start()
         except BaseException:
             pod_app.close()
             await runner.cleanup()

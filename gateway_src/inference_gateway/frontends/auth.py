@@ -125,10 +125,15 @@ class Authenticator:
         self.jwt = jwt
         self._jwks: Any = None  # no keys yet: every JWT is refused
         if jwt is not None and jwt.jwks_path is not None:
+            source = f"JWKS {jwt.jwks_path}"
             try:
-                self.load_jwks(jwt.jwks_path.read_text())
-            except (OSError, ValueError) as error:
-                raise ConfigError(f"JWKS {jwt.jwks_path}", [f"<file>: {error}"]) from None
+                text = jwt.jwks_path.read_text()
+            except OSError as error:
+                raise ConfigError(source, [f"<root>: cannot read file: {error.strerror}"]) from None
+            try:
+                self.load_jwks(text)
+            except ValueError as error:
+                raise ConfigError(source, [f"<root>: {error}"]) from None
 
     def load_jwks(self, text: str) -> None:
         """Take the issuer's keys from a JWKS document; ValueError when it holds none

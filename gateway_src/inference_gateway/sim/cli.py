@@ -71,23 +71,21 @@ def register(subparsers: Any) -> None:
 
 def print_list() -> None:
     """Shipped scenarios with the first paragraph of their description, then the policies;
-    a table that wraps at word boundaries to the terminal (80 columns in logs)."""
+    the descriptions wrap at word boundaries to the terminal (80 columns in logs)."""
     from rich.console import Console
-    from rich.table import Table
 
-    table = Table(box=None, show_header=True, pad_edge=False)
-    table.add_column("scenario", no_wrap=True, style="bold")
-    table.add_column("what it exercises", overflow="fold")
+    from inference_gateway.sim.global_scenario import shipped_fleet_scenarios
+    from inference_gateway.terminal import Column, print_table
+
+    rows = []
     for name in shipped_scenarios():
         description = load_scenario(name).description
-        first_paragraph = description.strip().split("\n\n")[0]
-        table.add_row(name, " ".join(first_paragraph.split()))
-    from inference_gateway.sim.global_scenario import shipped_fleet_scenarios
-
+        rows.append([name, " ".join(description.strip().split("\n\n")[0].split())])
     for name, description in shipped_fleet_scenarios().items():  # clusters behind igw global
-        table.add_row(name, " ".join(description.split()))
+        rows.append([name, " ".join(description.split())])
     console = Console()
-    console.print(table)
+    columns = [Column("scenario", text=True, wrap=False), Column("what it exercises", text=True)]
+    print_table(console, "Shipped scenarios (igw simulate NAME)", columns, rows)
     console.print(f"\npolicies (--policies a,b): {', '.join(policy_names())}")
 
 
@@ -134,24 +132,22 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def print_table(result: dict[str, Any], duration_s: float) -> None:
+def print_table(result: dict[str, Any], duration_s: float, console: Any = None) -> None:
     from rich.console import Console
 
-    from inference_gateway.terminal import compact_table, name_width, wrap_name
+    from inference_gateway.terminal import Column, print_table
 
-    console = Console()
-    width = name_width(console.width)
-    table = compact_table(
+    print_table(
+        console or Console(),
         f"{result['scenario']} ({duration_s:g} s simulated, seed {result['seed']}, "
         f"capacity {result['capacity_rps']:.1f} req/s)",
-        ["policy", *(label for _, label in COLUMNS)],
-        caption=LEGEND,
-        names=list(result["policies"]),
-        name_width=width,
+        [Column("policy", text=True), *(Column(label) for _, label in COLUMNS)],
+        [
+            [name, *(_fmt(row[key]) for key, _ in COLUMNS)]
+            for name, row in result["policies"].items()
+        ],
+        legend=LEGEND,
     )
-    for name, row in result["policies"].items():
-        table.add_row(wrap_name(name, width), *[_fmt(row[key]) for key, _ in COLUMNS])
-    console.print(table)
 
 
 def _fmt(value: float | int) -> str:

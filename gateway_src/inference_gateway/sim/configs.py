@@ -37,7 +37,7 @@ def load_gateway_config(path: str | Path) -> GatewayConfigSpec:
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except OSError as error:
-        raise ConfigError(str(path), [f"<file>: {error.strerror}"]) from None
+        raise ConfigError(str(path), [f"<root>: cannot read file: {error.strerror}"]) from None
     except yaml.YAMLError as error:
         raise ConfigError(str(path), [f"<yaml>: {error}"]) from None
     if isinstance(data, dict) and isinstance(data.get("gateway"), dict):

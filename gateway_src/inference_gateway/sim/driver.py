@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from inference_gateway.emulator.engine import EngineRequest
@@ -99,8 +99,10 @@ def run_policy(
     capacity_rps: float,
     *,
     progress: Callable[[float], None] | None = None,
+    ttft_quantiles: Sequence[float] = (),
 ) -> dict[str, Any]:
-    """Simulate the scenario under one policy and return its report."""
+    """Simulate the scenario under one policy and return its report (with the TTFT at
+    each of `ttft_quantiles`, percentiles, when given: `Observer.report`)."""
     observer = Observer()
     listener = _Listener(observer)
     clock = SimClock()
@@ -220,7 +222,9 @@ def run_policy(
                 next_progress = t + scenario.duration_s / 50
             dispatch(request, policy.route(request, t), t)
     fleet_usd = sum(p.profile.hourly_usd for p in pods)
-    report = observer.report(duration_s=scenario.duration_s, fleet_usd_per_hour=fleet_usd)
+    report = observer.report(
+        duration_s=scenario.duration_s, fleet_usd_per_hour=fleet_usd, ttft_quantiles=ttft_quantiles
+    )
     if transfers is not None:
         report.update(transfers.report())
     return report

@@ -39,32 +39,37 @@ def _f(value: float | None, digits: int = 3) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def print_fleet(result: dict[str, Any]) -> None:
+def print_fleet(result: dict[str, Any], console: Any = None) -> None:
     from rich.console import Console
-    from rich.table import Table
 
-    console = Console()
-    clusters = Table(
-        title=f"{result['scenario']} (seed {result['seed']}, "
-        f"capacity {result['capacity_rps']:.1f} req/s)"
+    from inference_gateway.terminal import Column, print_table
+
+    console = console or Console()
+    print_table(
+        console,
+        f"{result['scenario']} (seed {result['seed']}, "
+        f"capacity {result['capacity_rps']:.1f} req/s)",
+        [
+            Column("cluster", text=True, wrap=False),
+            Column("region", text=True, wrap=False),
+            Column("pods"),
+            Column("$/h"),
+            Column("capacity\nreq/s"),
+            Column("$/Mtok at\ncapacity"),
+        ],
+        [
+            [
+                name,
+                c["region"],
+                str(c["pods"]),
+                f"{c['hourly_usd']:.2f}",
+                f"{c['capacity_rps']:.1f}",
+                f"{c['unit_cost_per_million_tokens']:.3f}",
+            ]
+            for name, c in result["clusters"].items()
+        ],
     )
-    for label in ("cluster", "region", "pods", "$/h", "capacity req/s", "$/Mtok at capacity"):
-        clusters.add_column(label, justify="left" if label in ("cluster", "region") else "right")
-    for name, c in result["clusters"].items():
-        clusters.add_row(
-            name,
-            c["region"],
-            str(c["pods"]),
-            f"{c['hourly_usd']:.2f}",
-            f"{c['capacity_rps']:.1f}",
-            f"{c['unit_cost_per_million_tokens']:.3f}",
-        )
-    console.print(clusters)
     profiles = result["profiles"]
-    summary = Table(title="per router profile")
-    summary.add_column("")
-    for name in profiles:
-        summary.add_column(name, justify="right")
     rows: list[tuple[str, Any]] = [
         ("served", lambda r: r["requests"]["served"]),
         ("  of them retried off a dead cluster", lambda r: r["requests"]["retried_and_served"]),
@@ -83,12 +88,17 @@ def print_fleet(result: dict[str, Any]) -> None:
             lambda r: f"{r['cost']['attributed_per_million_tokens']:.3f}",
         ),
     ]
-    for label, cell in rows:
-        summary.add_row(label, *[str(cell(r)) for r in profiles.values()])
-    console.print(summary)
+    console.print()
+    print_table(
+        console,
+        "per router profile",
+        [Column("", text=True), *(Column(name) for name in profiles)],
+        [[label, *(str(cell(r)) for r in profiles.values())] for label, cell in rows],
+    )
     for name, r in result["profiles"].items():
         if r["events"]:
-            console.print(_events(name, r))
+            console.print()
+            _events(console, name, r)
         for e in r["events"]:
             if e["action"] == "restore":
                 bins = " ".join(f"{v:.2f}" for v in e["share_during"])
@@ -97,7 +107,8 @@ def print_fleet(result: dict[str, Any]) -> None:
                     f"{e['at_s']:g} s, per {r['share']['bin_s']:g} s: {bins}",
                     markup=False,
                 )
-        console.print(_shares(name, r))
+        console.print()
+        _shares(console, name, r)
         if any(c["sheddable_share"] for c in r["cost"]["by_cluster"].values()):
             shed = ", ".join(
                 f"{n} {c['sheddable_share']:.1%}" for n, c in r["cost"]["by_cluster"].items()
@@ -105,46 +116,55 @@ def print_fleet(result: dict[str, Any]) -> None:
             console.print(f"[{name}] sheddable requests served by: {shed}", markup=False)
 
 
-def _events(profile: str, report: dict[str, Any]) -> Any:
-    from rich.markup import escape
-    from rich.table import Table
+def _events(console: Any, profile: str, report: dict[str, Any]) -> None:
+    from inference_gateway.terminal import Column, print_table
 
-    table = Table(title=escape(f"[{profile}] events (P99 TTFT s by arrival window)"))
-    for label in (
-        "at s", "event", "clusters", "failover s", "last retry s", "lost", "retried",
-        "retried max TTFT",
-        "before", "during", "after",
-    ):  # fmt: skip
-        table.add_column(label, justify="left" if label in ("event", "clusters") else "right")
+    rows = []
     for e in report["events"]:
         p99 = e["ttft_p99_s"]
         kill = e["action"] == "kill"
-        table.add_row(
-            f"{e['at_s']:.0f}",
-            f"{e['action']} {e['target']}",
-            ",".join(e["clusters"]),
-            _f(e.get("failover_s")) if kill else "",
-            _f(e.get("last_retry_s")) if kill else "",
-            str(e["lost_started"]) if kill else "",
-            str(e["retried_and_served"]) if kill else "",
-            _f(e["retried_ttft_max_s"]) if kill else "",
-            _f(p99["before"]),
-            _f(p99["during"]),
-            _f(p99["after"]),
+        rows.append(
+            [
+                f"{e['at_s']:.0f}",
+                f"{e['action']} {e['target']}",
+                ", ".join(e["clusters"]),
+                _f(e.get("failover_s")) if kill else "",
+                _f(e.get("last_retry_s")) if kill else "",
+                str(e["lost_started"]) if kill else "",
+                str(e["retried_and_served"]) if kill else "",
+                _f(e["retried_ttft_max_s"]) if kill else "",
+                _f(p99["before"]),
+                _f(p99["during"]),
+                _f(p99["after"]),
+            ]
         )
-    return table
+    headers = ("failover\ns", "last\nretry s", "lost", "retried", "retried\nmax TTFT",
+               "before", "during", "after")  # fmt: skip
+    print_table(
+        console,
+        f"[{profile}] events (P99 TTFT s by arrival window)",
+        [
+            Column("at s"),
+            Column("event", text=True),
+            Column("clusters", text=True),
+            *(Column(h) for h in headers),
+        ],
+        rows,
+        keys=2,
+    )
 
 
-def _shares(profile: str, report: dict[str, Any]) -> Any:
-    from rich.markup import escape
-    from rich.table import Table
+def _shares(console: Any, profile: str, report: dict[str, Any]) -> None:
+    from inference_gateway.terminal import Column, print_table
 
     share = report["share"]
     names = list(share["by_cluster"])
-    table = Table(title=escape(f"[{profile}] share of routing decisions per {share['bin_s']:g} s"))
-    table.add_column("from s", justify="right")
-    for n in names:
-        table.add_column(n, justify="right")
-    for k, start in enumerate(share["start_s"]):
-        table.add_row(f"{start:g}", *[f"{share['by_cluster'][n][k]:.2f}" for n in names])
-    return table
+    print_table(
+        console,
+        f"[{profile}] share of routing decisions per {share['bin_s']:g} s",
+        [Column("from s"), *(Column(n) for n in names)],
+        [
+            [f"{start:g}", *(f"{share['by_cluster'][n][k]:.2f}" for n in names)]
+            for k, start in enumerate(share["start_s"])
+        ],
+    )

@@ -318,7 +318,7 @@ def _read(name_or_path: str) -> tuple[str, str] | None:
         try:
             return str(path), path.read_text()
         except OSError as error:
-            raise ConfigError(str(path), [f"<file>: {error.strerror}"]) from None
+            raise ConfigError(str(path), [f"<root>: cannot read file: {error.strerror}"]) from None
     entry = _shipped_dir().joinpath(f"{name_or_path}.yaml")
     if entry.is_file():
         return f"scenario {name_or_path}", entry.read_text()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,7 +45,15 @@ class Observer:
         self.completed += 1
         self.last_finish = max(self.last_finish, finish)
 
-    def report(self, *, duration_s: float, fleet_usd_per_hour: float) -> dict[str, Any]:
+    def report(
+        self,
+        *,
+        duration_s: float,
+        fleet_usd_per_hour: float,
+        ttft_quantiles: Sequence[float] = (),
+    ) -> dict[str, Any]:
+        """The policy's figures; with `ttft_quantiles` (percentiles, 0-100) also
+        `ttft_quantiles_s`, the TTFT at each (`make bench` draws its CDFs from them)."""
         ttft = np.asarray(self.ttft) if self.ttft else np.asarray([np.nan])
         e2e = np.asarray(self.e2e) if self.e2e else np.asarray([np.nan])
         tpot = np.asarray(self.tpot) if self.tpot else np.asarray([np.nan])
@@ -63,6 +72,9 @@ class Observer:
             "rejected": self.rejected,
             "cost_per_million_tokens": _round(fleet_usd_per_hour * span / 3600 / tokens * 1e6),
         }
+        if ttft_quantiles and self.ttft:
+            values = np.percentile(ttft, list(ttft_quantiles))
+            out["ttft_quantiles_s"] = [_round(v) for v in values]
         if len(set(self.bands)) > 1 or len(self.rejected_by_band) > 1:
             bands = np.asarray(self.bands)
             out["ttft_p99_s_by_band"] = {

@@ -213,7 +213,7 @@ def load_scenario(name_or_path: str) -> Scenario:
         try:
             text = path.read_text()
         except OSError as error:
-            raise ConfigError(source, [f"<file>: {error.strerror}"]) from None
+            raise ConfigError(source, [f"<root>: cannot read file: {error.strerror}"]) from None
     else:
         entry = resources.files(__package__).joinpath("scenarios").joinpath(f"{name_or_path}.yaml")
         if not entry.is_file():

@@ -190,34 +190,41 @@ def _short(scorer: str) -> str:
     return scorer.removesuffix("-scorer").replace("kv-cache-utilization", "kv-cache")
 
 
-def _print(out: dict[str, Any]) -> None:
+def _print(out: dict[str, Any], console: Any = None) -> None:
     from rich.console import Console
 
-    from inference_gateway.terminal import compact_table
+    from inference_gateway.terminal import Column, print_table
 
-    table = compact_table(
-        f"igw tune {out['scenario']} — profile {out['profile']}",
-        ["trial", "weights", "TTFT\np95", "TTFT\np99", "tok/s", "rej"],
-        caption="TTFT in seconds (time to first token); tok/s: output tokens per second; "
-        "rej: rejected. Weights one per line, in the config's plugin order.",
-        names=["current", "best"],
-        text_columns=2,
-    )
     rows = [("current", out["current"])] + [
         ("best" if i == 0 else f"#{i + 1}", t) for i, t in enumerate(out["trials"][:5])
     ]
-    for label, t in rows:
-        weights = "\n".join(f"{_short(k)} {v:g}" for k, v in t["weights"].items())
-        table.add_row(
-            label,
-            weights,
-            f"{t['ttft_p95_s']:.3f}",
-            f"{t['ttft_p99_s']:.3f}",
-            f"{t['output_tokens_per_s']:,.0f}",
-            str(t["rejected"]),
-            end_section=True,
-        )
-    Console().print(table)
+    print_table(
+        console or Console(),
+        f"igw tune {out['scenario']} — profile {out['profile']}",
+        [
+            Column("trial"),
+            Column("weights", text=True),
+            Column("TTFT\np95"),
+            Column("TTFT\np99"),
+            Column("tok/s"),
+            Column("rej"),
+        ],
+        [
+            [
+                label,
+                "\n".join(f"{_short(k)} {v:g}" for k, v in t["weights"].items()),
+                f"{t['ttft_p95_s']:.3f}",
+                f"{t['ttft_p99_s']:.3f}",
+                f"{t['output_tokens_per_s']:,.0f}",
+                str(t["rejected"]),
+            ]
+            for label, t in rows
+        ],
+        legend="TTFT in seconds (time to first token); tok/s: output tokens per second; "
+        "rej: rejected. Weights one per line, in the config's plugin order.",
+        keys=2,
+        sections=True,
+    )
     cur, best = out["current"]["ttft_p99_s"], out["best"]["ttft_p99_s"]
     change = (best - cur) / cur * 100 if cur else 0.0
     print(f"best P99 TTFT {best:.3f} s vs current {cur:.3f} s ({change:+.1f}%)")

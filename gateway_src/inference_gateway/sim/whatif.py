@@ -110,15 +110,12 @@ def run(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _print(out: dict[str, Any]) -> None:
+def _print(out: dict[str, Any], console: Any = None) -> None:
     from rich.console import Console
-    from rich.table import Table
 
-    table = Table(
-        title=f"igw what-if on {out['scenario']} (seed {out['seed']}, {out['duration_s']:g} s)"
-    )
-    for column in ("figure", "base", "head", "change", "verdict"):
-        table.add_column(column, justify="left" if column == "figure" else "right")
+    from inference_gateway.terminal import Column, print_table
+
+    rows = []
     for key, label, better in ROWS:
         c = out["changes"][key]
         pct = c["change_pct"]
@@ -127,8 +124,19 @@ def _print(out: dict[str, Any]) -> None:
             change += f" ({pct:+.1f}%)"
         improved = c["change"] < 0 if better == "lower" else c["change"] > 0
         verdict = "=" if not c["change"] else ("better" if improved else "worse")
-        table.add_row(label, _fmt(c["base"]), _fmt(c["head"]), change, verdict)
-    Console().print(table)
+        rows.append([label, _fmt(c["base"]), _fmt(c["head"]), change, verdict])
+    print_table(
+        console or Console(),
+        f"igw what-if on {out['scenario']} (seed {out['seed']}, {out['duration_s']:g} s)",
+        [
+            Column("figure", text=True),
+            Column("base"),
+            Column("head"),
+            Column("change"),
+            Column("verdict", text=True, wrap=False),
+        ],
+        rows,
+    )
 
 
 def _fmt(value: float | int) -> str:

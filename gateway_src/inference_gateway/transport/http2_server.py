@@ -63,6 +63,7 @@ from inference_gateway.transport.h2_frames import (
     parse_grpc_timeout,
     stream_window,
 )
+from inference_gateway.transport.listen import binding
 from inference_gateway.transport.signals import Drained, drain
 
 __all__ = [
@@ -432,9 +433,10 @@ class Http2GrpcServer:
         context = self.ssl_context
         if context is not None:
             context.set_alpn_protocols(["h2"])
-        self._server = await loop.create_server(
-            lambda: _Connection(self), host, port, ssl=context, reuse_address=True
-        )
+        with binding(host, port):
+            self._server = await loop.create_server(
+                lambda: _Connection(self), host, port, ssl=context, reuse_address=True
+            )
         return int(self._server.sockets[0].getsockname()[1])
 
     @property

@@ -1,26 +1,39 @@
-"""The picker's side of the pods' KV events: one ZMQ SUB socket per pod, into the index.
+"""Pods' KV events off the wire: one ZMQ SUB socket per pod, batches handed to a consumer.
 
-For every endpoint of the store the subscriber connects a SUB socket to the pod's
-publisher (label `igw.dev/kv-events` with the full endpoint, such as
-`tcp://10.0.3.7:5557`, else `tcp://ADDRESS:events_port` from the scorer's parameters),
-subscribes to every topic, decodes each `[topic, seq, payload]` message
-(`scheduling.kv_events`) and applies it to the scheduler's `KVBlockIndex`. Sockets
-follow the store: a new pod is subscribed at the next sync, a pod that left is
-unsubscribed and forgotten.
+For every publisher the caller names (`Publisher`: a pod, its PUB endpoint such as
+`tcp://10.0.3.7:5557`, and optionally its replay ROUTER) the subscriber connects a SUB
+socket, subscribes to every topic, reads each `[topic, seq, payload]` message, decodes
+the batch's header (`kv_events.decode_view`: its events stay undecoded until applied) and
+hands it to the consumer, whose work comes back in slices (`KVEventConsumer.batch`): the
+subscriber gives the event loop back between them, so no batch holds a request.
+Publishers follow the caller: a new one is subscribed at the next sync (every second),
+one that left is closed and the consumer told (`gone`).
 
-Sequence numbers are watched per pod. A gap (messages the SUB socket dropped at its
-high-water mark, or lost over a reconnect) is asked of the pod's replay ROUTER when the
-pod names one (label `igw.dev/kv-events-replay`), as vLLM's example subscriber does; a
-gap that cannot be replayed is counted, and the index keeps what it has (later events
-correct it, and the capacity bound evicts what was never removed). A sequence that goes
-back means the engine restarted with an empty cache: the pod's blocks are cleared.
-A payload that does not decode is counted and dropped: a pod cannot make the picker
-fail. Only a picker with a `precise-prefix-cache-scorer` subscribes at all.
+Each pod has its own task and its own sequence. A gap (messages the SUB socket dropped
+at its high-water mark, or lost over a reconnect) is asked of the pod's replay ROUTER
+when it has one. vLLM's ROUTER (`ZmqEventPublisher._service_replay` in vllm-project/vllm
+`vllm/distributed/kv_events.py`, the same at a commit before v0.11.0 and one after it,
+b4e69e0 and 0181ea3) answers one request `[id, "", start_seq]` with one message
+`[id, "", seq, payload]` per buffered batch from `start_seq` on, then `[id, "", -1,
+""]`; a REQ socket takes only the first of those (vLLM's example subscriber uses one),
+so the replay socket here is a DEALER, read until the gap is filled, the end marker, or
+`REPLAY_BUDGET_S`. A replay that fails (no answer in time) is not tried again for that
+pod for `REPLAY_BACKOFF_S`: its gaps are counted and the index keeps what it has (later
+events correct it; the capacity bound evicts what was never removed). A sequence that
+goes back means the engine restarted with an empty cache (`restarted`).
+
+A broken or hostile publisher cannot hold the others: a payload that does not decode
+is counted and its sequence taken as read (the next message is no gap, so no replay);
+a replay waits only in its own pod's task; a message over `MAX_MESSAGE_BYTES` is never
+received (libzmq ends the connection at the size header; the subscriber opens it again,
+and the pod's next message is a gap); each socket queues at most `RCVHWM` messages
+(libzmq then stops reading the connection, and the pod's publisher keeps or drops the
+rest under its own high-water mark), so what one pod can make the picker hold is
+bounded; how much one batch may change is the consumer's rule (`kv_index`: no more than
+one engine step can).
 
 Every replica of the picker subscribes on its own: the index is derived from the pods'
-own truth, so replicas agree without sharing it through the store (which would cost a
-store write per cached block and a round trip on the picking path); they share only
-the dispatch counts they already share (`scheduling.shared_view`).
+own truth, so replicas agree without sharing it through the store.
 """
 
 from __future__ import annotations
@@ -28,49 +41,94 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterator
-from typing import Any, cast
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Protocol
 
 import msgspec
 import zmq
 import zmq.asyncio
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-from prometheus_client.registry import Collector
 
-from inference_gateway.core.scheduling.kv_events import decode_batch
-from inference_gateway.core.scheduling.kv_index import KVBlockIndex
-from inference_gateway.core.scheduling.plugins.precise_prefix import PrecisePrefixScorer
-from inference_gateway.core.scheduling.types import Endpoint
+from inference_gateway.core.scheduling.kv_events import BatchView, decode_view
 
-__all__ = ["REPLAY_LABEL", "KVEventSubscriber", "KVEventsCollector", "subscribe_pods"]
+__all__ = ["KVEventConsumer", "KVEventSubscriber", "Publisher"]
 
 log = logging.getLogger(__name__)
 
-REPLAY_LABEL = "igw.dev/kv-events-replay"
 SYNC_INTERVAL_S = 1.0
-REPLAY_TIMEOUT_S = 0.5
-MAX_REPLAY_MESSAGES = 10_000
+REPLAY_TIMEOUT_S = 0.5  # the longest wait for the replay's next message
+REPLAY_BUDGET_S = 2.0  # the longest one replay may take in all
+REPLAY_BACKOFF_S = 10.0  # after a replay failed, that pod's gaps are not replayed this long
+MAX_MESSAGE_BYTES = 4 << 20  # vLLM sends ~5 bytes a computed token: 800k tokens a step
+RCVHWM = 8  # messages queued per socket: at most 32 MiB per pod (RCVHWM x the cap)
 RECONNECT_MIN_MS, RECONNECT_MAX_MS = 200, 10_000
+
+
+@dataclass(frozen=True)
+class Publisher:
+    """Where one pod publishes its KV events, and where it replays them (if it does)."""
+
+    pod: str
+    address: str
+    replay: str | None = None
+
+
+class KVEventConsumer(Protocol):
+    """Whoever the batches are for (the picker's block index)."""
+
+    def batch(self, pod: str, view: BatchView) -> Iterable[None]:
+        """Apply one batch; each step of the iteration is one slice of the work.
+        `msgspec.DecodeError` (a `ValueError`) when an event in it does not decode."""
+        ...
+
+    def restarted(self, pod: str) -> None:
+        """The pod's engine restarted: its cache is empty."""
+        ...
+
+    def gone(self, pod: str) -> None:
+        """The pod is no longer subscribed: forget it."""
+        ...
+
+
+class _Stream:
+    """One pod's subscription: its socket, its task, where its sequence stands."""
+
+    __slots__ = ("last_seq", "monitor", "publisher", "replay_after", "sock", "task")
+
+    def __init__(self, publisher: Publisher) -> None:
+        self.publisher = publisher
+        self.sock: zmq.asyncio.Socket | None = None
+        self.monitor: zmq.asyncio.Socket | None = None  # the SUB socket's disconnections
+        self.last_seq = -1
+        self.replay_after = 0.0  # loop time before which a gap is not replayed
+        self.task: asyncio.Task[None] | None = None
 
 
 class KVEventSubscriber:
     def __init__(
         self,
-        endpoints: Callable[[], list[Endpoint]],
-        scorer: Callable[[], PrecisePrefixScorer | None],
+        publishers: Callable[[], list[Publisher]],
+        consumer: KVEventConsumer,
         *,
         context: zmq.asyncio.Context | None = None,
         sync_interval_s: float = SYNC_INTERVAL_S,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
     ) -> None:
-        self.endpoints = endpoints
-        self.scorer = scorer
+        self.publishers = publishers
+        self.consumer = consumer
         self.context = context or zmq.asyncio.Context.instance()
         self.sync_interval_s = sync_interval_s
-        self._sockets: dict[str, tuple[str, zmq.asyncio.Socket]] = {}  # pod → address, SUB
+        self.max_message_bytes = max_message_bytes
+        self._streams: dict[str, _Stream] = {}
         self._task: asyncio.Task[None] | None = None
         self.gaps = 0
         self.replayed = 0
+        self.replay_failures = 0
         self.bad_payloads = 0
+        self.reconnects = 0
+
+    def pods(self) -> list[str]:
+        return list(self._streams)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -84,187 +142,172 @@ class KVEventSubscriber:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        for _, sock in self._sockets.values():
-            sock.close(linger=0)
-        self._sockets.clear()
+        for pod in list(self._streams):  # stopped, not gone: the consumer keeps what it has
+            await self._close(pod, gone=False)
+
+    async def _run(self) -> None:
+        while True:
+            await self.sync()
+            await asyncio.sleep(self.sync_interval_s)
 
     # ------------------------------------------------------------------ sockets
 
-    def address(self, endpoint: Endpoint, scorer: PrecisePrefixScorer) -> str:
-        label = endpoint.labels.get(scorer.params.events_label)
-        return label or f"tcp://{endpoint.address}:{scorer.params.events_port}"
+    def _socket(self, kind: int) -> zmq.asyncio.Socket:
+        sock = self.context.socket(kind)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)
+        sock.setsockopt(zmq.RCVHWM, RCVHWM)
+        # a pod that publishes nothing (yet) is retried with backoff up to 10 s,
+        # not ZMQ's fixed 100 ms: a pool of silent pods costs no connect storm
+        sock.setsockopt(zmq.RECONNECT_IVL, RECONNECT_MIN_MS)
+        sock.setsockopt(zmq.RECONNECT_IVL_MAX, RECONNECT_MAX_MS)
+        return sock
 
-    def sync(self) -> None:
-        """Subscribe to new pods, drop the ones that left (or all, without a scorer)."""
-        scorer = self.scorer()
-        wanted: dict[str, str] = {}
-        if scorer is not None:
-            wanted = {e.name: self.address(e, scorer) for e in self.endpoints()}
-        for pod in list(self._sockets):
-            address, sock = self._sockets[pod]
-            if wanted.get(pod) != address:
-                sock.close(linger=0)
-                del self._sockets[pod]
-                if scorer is not None:
-                    scorer.kv_index.forget(pod)
-        for pod, address in wanted.items():
-            if pod in self._sockets:
-                continue
-            sock = self.context.socket(zmq.SUB)
-            sock.setsockopt(zmq.LINGER, 0)
-            # a pod that publishes nothing (yet) is retried with backoff up to 10 s,
-            # not ZMQ's fixed 100 ms: a pool of silent pods costs no connect storm
-            sock.setsockopt(zmq.RECONNECT_IVL, RECONNECT_MIN_MS)
-            sock.setsockopt(zmq.RECONNECT_IVL_MAX, RECONNECT_MAX_MS)
-            sock.setsockopt(zmq.SUBSCRIBE, b"")
-            try:
-                sock.connect(address)
-            except zmq.ZMQError as error:
-                log.warning("kv events: cannot connect to %s for %s: %s", address, pod, error)
-                sock.close(linger=0)
-                continue
-            self._sockets[pod] = (address, sock)
+    def _subscribe(self, stream: _Stream) -> bool:
+        """Open the stream's SUB socket (and its monitor, before it connects, so no
+        ending of the connection goes unseen)."""
+        sock = self._socket(zmq.SUB)
+        sock.setsockopt(zmq.SUBSCRIBE, b"")
+        monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        try:
+            sock.connect(stream.publisher.address)
+        except zmq.ZMQError as error:
+            log.warning(
+                "kv events: cannot connect to %s for %s: %s",
+                stream.publisher.address,
+                stream.publisher.pod,
+                error,
+            )
+            _close_sockets(sock, monitor)
+            return False
+        stream.sock, stream.monitor = sock, monitor
+        return True
 
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        next_sync = 0.0
+    async def sync(self) -> None:
+        """Subscribe to new publishers, close the ones that left or moved."""
+        wanted = {p.pod: p for p in self.publishers()}
+        for pod, stream in list(self._streams.items()):
+            if wanted.get(pod) != stream.publisher:
+                await self._close(pod)
+        for pod, publisher in wanted.items():
+            if pod in self._streams:
+                continue
+            stream = _Stream(publisher)
+            if self._subscribe(stream):
+                self._streams[pod] = stream
+                stream.task = asyncio.get_running_loop().create_task(self._follow(stream))
+
+    async def _close(self, pod: str, *, gone: bool = True) -> None:
+        stream = self._streams.pop(pod)
+        if stream.task is not None:
+            stream.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await stream.task
+        _close_sockets(stream.sock, stream.monitor)
+        if gone:
+            self.consumer.gone(pod)
+
+    async def _follow(self, stream: _Stream) -> None:
+        """One pod's messages, in order, as they come; a connection that ended is
+        opened again. libzmq ends one for a message over the size cap and then, for
+        a protocol error, never reconnects by itself (`session_base_t::engine_error`)."""
         while True:
-            if loop.time() >= next_sync:
-                self.sync()
-                next_sync = loop.time() + self.sync_interval_s
-            if not self._sockets:
-                await asyncio.sleep(self.sync_interval_s)
-                continue
-            poller = zmq.asyncio.Poller()
-            pods = {}
-            for pod, (_, sock) in self._sockets.items():
-                poller.register(sock, zmq.POLLIN)
-                pods[sock] = pod
-            ready = await poller.poll(timeout=int(self.sync_interval_s * 1000))
-            scorer = self.scorer()
-            if scorer is None:
-                continue
-            for ready_sock, _ in ready:
-                sock = cast(zmq.asyncio.Socket, ready_sock)
-                for frames in _drain(sock):
-                    await self.handle(pods[sock], frames, scorer.kv_index)
+            await self._read(stream)
+            self.reconnects += 1
+            await asyncio.sleep(RECONNECT_MIN_MS / 1000)
+            _close_sockets(stream.sock, stream.monitor)
+            if not self._subscribe(stream):  # forgotten: the next sync starts it afresh
+                self._streams.pop(stream.publisher.pod, None)
+                self.consumer.gone(stream.publisher.pod)
+                return
+
+    async def _read(self, stream: _Stream) -> None:
+        """Handle the socket's messages until its connection ends."""
+        sock, monitor = stream.sock, stream.monitor
+        assert sock is not None and monitor is not None
+        poller = zmq.asyncio.Poller()
+        poller.register(sock, zmq.POLLIN)
+        poller.register(monitor, zmq.POLLIN)
+        while True:
+            ready = dict(await poller.poll())
+            if sock in ready:
+                frames = await sock.recv_multipart(copy=False)
+                await self._handle(stream, [f.buffer for f in frames])
+                await asyncio.sleep(0)  # a backlog is read one message per turn
+            elif monitor in ready:
+                await monitor.recv_multipart()
+                return
 
     # ------------------------------------------------------------------ messages
 
-    async def handle(self, pod: str, frames: list[bytes], index: KVBlockIndex) -> None:
-        """Apply one `[topic, seq, payload]` message from `pod`."""
+    async def _handle(self, stream: _Stream, frames: list[memoryview]) -> None:
+        """Apply one `[topic, seq, payload]` message from the stream's pod."""
         if len(frames) != 3 or len(frames[1]) != 8:
             self.bad_payloads += 1
             return
-        seq = int.from_bytes(frames[1], "big")
-        last = index.last_seq(pod)
+        pod, seq = stream.publisher.pod, int.from_bytes(frames[1], "big")
+        last = stream.last_seq
         if last >= 0 and seq <= last:  # the engine restarted: its cache is empty
-            index.clear(pod)
+            self.consumer.restarted(pod)
         elif last >= 0 and seq > last + 1:
             self.gaps += 1
-            await self._replay(pod, last + 1, seq, index)
-        self._apply(pod, seq, frames[2], index)
+            await self._replay(stream, last + 1, seq)
+        stream.last_seq = seq  # read, whether or not it decodes
+        await self._apply(pod, frames[2])
 
-    def _apply(self, pod: str, seq: int, payload: bytes, index: KVBlockIndex) -> None:
+    async def _apply(self, pod: str, payload: memoryview) -> None:
         try:
-            batch = decode_batch(payload)
-        except (msgspec.DecodeError, msgspec.ValidationError):
+            for _ in self.consumer.batch(pod, decode_view(payload)):
+                await asyncio.sleep(0)
+        except msgspec.DecodeError:  # a validation error is one too
             self.bad_payloads += 1
-            return
-        index.ingest(pod, batch, seq)
+        except Exception:  # a pod's payload must never end its task (and so its events)
+            self.bad_payloads += 1
+            log.exception("kv events: a batch from %s could not be applied", pod)
 
-    async def _replay(self, pod: str, first: int, upto: int, index: KVBlockIndex) -> None:
-        """Fetch batches `first` .. `upto - 1` from the pod's replay socket, if it has one."""
-        endpoint = next((e for e in self.endpoints() if e.name == pod), None)
-        address = endpoint.labels.get(REPLAY_LABEL) if endpoint is not None else None
-        if not address:
+    async def _replay(self, stream: _Stream, first: int, upto: int) -> None:
+        """Batches `first` .. `upto - 1` from the pod's replay ROUTER, if it has one."""
+        address = stream.publisher.replay
+        loop = asyncio.get_running_loop()
+        if not address or loop.time() < stream.replay_after:
             return
-        req = self.context.socket(zmq.REQ)
-        req.setsockopt(zmq.LINGER, 0)
+        deadline = loop.time() + REPLAY_BUDGET_S
+        dealer = self._socket(zmq.DEALER)
+        done = False
         try:
-            req.connect(address)
-            await req.send(first.to_bytes(8, "big"))
-            for _ in range(MAX_REPLAY_MESSAGES):
-                if not await req.poll(int(REPLAY_TIMEOUT_S * 1000)):
-                    return
-                seq_bytes, payload = await req.recv_multipart()
-                if not payload:  # the end marker
-                    return
-                seq = int.from_bytes(seq_bytes, "big")
-                if first <= seq < upto:
-                    self._apply(pod, seq, payload, index)
-                    self.replayed += 1
-        except (zmq.ZMQError, ValueError):
-            return
+            dealer.connect(address)
+            await dealer.send_multipart((b"", first.to_bytes(8, "big")))
+            while not done:
+                wait = min(REPLAY_TIMEOUT_S, deadline - loop.time())
+                if wait <= 0 or not await dealer.poll(int(wait * 1000)):
+                    break
+                frames = [f.buffer for f in await dealer.recv_multipart(copy=False)]
+                if len(frames) != 3 or len(frames[0]) or len(frames[1]) != 8:
+                    self.bad_payloads += 1
+                    break
+                if not len(frames[2]):  # the end marker: nothing more is buffered
+                    done = True
+                    break
+                seq = int.from_bytes(frames[1], "big")
+                if seq < first or seq <= stream.last_seq:
+                    continue
+                if seq >= upto:  # caught up: the rest arrives on the SUB socket
+                    done = True
+                    break
+                stream.last_seq = seq
+                await self._apply(stream.publisher.pod, frames[2])
+                self.replayed += 1
+                done = seq == upto - 1
+        except zmq.ZMQError as error:
+            log.debug("kv events: replay from %s failed: %s", address, error)
         finally:
-            req.close(linger=0)
+            dealer.close(linger=0)
+        if not done:
+            self.replay_failures += 1
+            stream.replay_after = loop.time() + REPLAY_BACKOFF_S
 
 
-def _drain(sock: zmq.asyncio.Socket, limit: int = 1000) -> Iterator[list[bytes]]:
-    """The messages waiting on `sock` now (at most `limit`, so one pod cannot starve)."""
-    for _ in range(limit):
-        try:
-            pending = cast("asyncio.Future[list[bytes]]", sock.recv_multipart(zmq.NOBLOCK))
-            frames = pending.result()  # NOBLOCK: done at once, or zmq.Again
-        except zmq.Again:
-            return
-        yield frames
-
-
-class KVEventsCollector(Collector):
-    """`/metrics` for the KV-event path, read at scrape time from the index and subscriber."""
-
-    def __init__(
-        self, subscriber: KVEventSubscriber, scorer: Callable[[], PrecisePrefixScorer | None]
-    ) -> None:
-        self.subscriber = subscriber
-        self.scorer = scorer
-
-    def collect(self) -> Iterator[Any]:
-        scorer = self.scorer()
-        index = scorer.kv_index if scorer is not None else None
-        counters = (
-            ("igw_kv_events_ingested", "KV events applied to the precise prefix index",
-             index.events if index else 0),
-            ("igw_kv_events_fallback", "Per-pod scoring decisions that fell back to the "
-             "approximate prefix index because the pod's KV events were stale",
-             index.fallbacks if index else 0),
-            ("igw_kv_events_gaps", "Sequence gaps in pods' KV event streams",
-             self.subscriber.gaps),
-            ("igw_kv_events_bad_payloads", "KV event messages that did not decode",
-             self.subscriber.bad_payloads),
-        )  # fmt: skip
-        for name, text, value in counters:
-            family = CounterMetricFamily(name, text)
-            family.add_metric([], value)
-            yield family
-        share = GaugeMetricFamily(
-            "igw_kv_recompute_share",
-            "Decayed share of the prompt tokens picks send to be computed that the fleet "
-            "had cached and evicted (high: the pods' KV caches are too small for the traffic)",
-        )
-        share.add_metric([], index.recompute_share if index else 0.0)
-        yield share
-        blocks = GaugeMetricFamily(
-            "igw_kv_index_blocks", "Blocks the precise prefix index holds per pod", labels=["pod"]
-        )
-        if index is not None:
-            for pod, _ in self.subscriber._sockets.items():
-                blocks.add_metric([pod], index.blocks(pod))
-        yield blocks
-
-
-def subscribe_pods(
-    registry: Any, endpoints: Callable[[], list[Endpoint]], scheduler: Callable[[], object]
-) -> KVEventSubscriber:
-    """The subscriber a data plane starts and stops with its store, its metrics on
-    `registry`; it follows whatever scheduler the data plane holds now (a reload may
-    swap it), and subscribes only while that has a precise prefix scorer."""
-
-    def scorer() -> PrecisePrefixScorer | None:
-        found = getattr(scheduler(), "precise", None)
-        return found if isinstance(found, PrecisePrefixScorer) else None
-
-    subscriber = KVEventSubscriber(endpoints, scorer)
-    registry.register(KVEventsCollector(subscriber, scorer))
-    return subscriber
+def _close_sockets(*socks: zmq.asyncio.Socket | None) -> None:
+    for sock in socks:
+        if sock is not None:
+            sock.close(linger=0)

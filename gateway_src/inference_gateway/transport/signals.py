@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from inference_gateway.transport.defaults import DRAIN_GRACE_S
+from inference_gateway.transport.listen import listening_socket
 
 if TYPE_CHECKING:  # imported where it runs: the gRPC servers drain without aiohttp
     from aiohttp import web
@@ -128,21 +129,25 @@ async def serve_http(
 ) -> signal.Signals:
     """Serve `app` until a stop signal, then drain: the listening socket closes at once
     (new connections are refused), idle keep-alive connections close, requests in
-    flight get `grace_s` to finish and are cancelled after it. `on_listening(port)`
-    runs once the socket is bound; `runner_options` go to `web.AppRunner`."""
+    flight get `grace_s` to finish and are cancelled after it. The socket is bound
+    before the app starts (a taken port is a `ListenError` and nothing ran);
+    `on_listening(port)` runs once it serves; `runner_options` go to `web.AppRunner`."""
     stopped = stop_signals(name)  # before anything starts: no signal may kill the start
     from aiohttp import web
 
+    sock = listening_socket(host, port)  # a ListenError before the app starts anything
     runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=grace_s, **runner_options)
-    await runner.setup()
+    try:
+        await runner.setup()
+    except BaseException:
+        sock.close()
+        raise
     cleaned = False
     try:
-        site = web.TCPSite(runner, host, port)
+        site = web.SockSite(runner, sock)
         await site.start()
         if on_listening is not None:
-            server = site._server
-            sockets = getattr(server, "sockets", None) or []
-            on_listening(sockets[0].getsockname()[1] if sockets else port)
+            on_listening(sock.getsockname()[1])
         sig = await stopped
         cleanup = asyncio.ensure_future(runner.cleanup())
         cleaned = True

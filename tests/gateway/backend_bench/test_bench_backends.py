@@ -1,4 +1,5 @@
-"""`igw bench backends` against emulated backends on loopback, good and bad.
+"""`igw bench backends` against emulated backends on loopback, good and bad (the command
+of docs/backend-benchmark.md, on a shorter backends file).
 
 Three emulated H100 pods — a correct one, one that answers tool calls with a wrong value,
 one whose temperature-0 output varies — plus three that cannot be benchmarked: nothing

@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import copy
 import re
+import ssl
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -141,6 +142,7 @@ class FakeApiServer:
         self.gone_served = 0  # watches answered 410 Gone
         self.fail_next = 0  # answer this many list/watch requests with 500
         self._runner: web.AppRunner | None = None
+        self._token: str | None = None
         self.url = ""
 
     # ------------------------------------------------------------------ test controls
@@ -186,8 +188,19 @@ class FakeApiServer:
 
     # ------------------------------------------------------------------ server
 
-    async def start(self) -> str:
-        app = web.Application()
+    async def start(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        token: str | None = None,
+    ) -> str:
+        """Serve on HOST:PORT; with SSL_CONTEXT over TLS, and with TOKEN answering 401 to
+        a request without `Authorization: Bearer TOKEN`, as the API server does for an
+        unauthenticated client."""
+        app = web.Application(middlewares=[self._authenticate] if token else [])
+        self._token = token
         app.router.add_get("/api/v1/namespaces/{ns}/pods", self.collection)
         app.router.add_post("/api/v1/namespaces/{ns}/events", self.create_event)
         leases = "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases"
@@ -200,11 +213,20 @@ class FakeApiServer:
         )
         self._runner = web.AppRunner(app)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        site = web.TCPSite(self._runner, host, port, ssl_context=ssl_context)
         await site.start()
         port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self.url = f"http://127.0.0.1:{port}"
+        self.url = f"{'https' if ssl_context else 'http'}://{host}:{port}"
         return self.url
+
+    @web.middleware
+    async def _authenticate(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        if request.headers.get("Authorization") != f"Bearer {self._token}":
+            self.requests.append(f"401 {request.path_qs}")
+            status = {"kind": "Status", "code": 401, "reason": "Unauthorized"}
+            return web.json_response(status, status=401)
+        response: web.StreamResponse = await handler(request)
+        return response
 
     async def stop(self) -> None:
         self.drop_watches()

@@ -1,4 +1,5 @@
-"""The docs' what-if recipe, run as written, must print what the docs show.
+"""The docs' what-if recipe (docs/benchmarks.md), run as written, must print what the docs
+show.
 
 The block after the `what-if recipe` marker in docs/benchmarks.md is executed with bash
 (the console scripts of this venv first on PATH, `COLUMNS=100` as the docs say) in a
@@ -25,7 +26,7 @@ def _recipe() -> tuple[str, str]:
     text = DOC.read_text()
     assert MARKER in text, "the what-if recipe lost its marker"
     after = text[text.index(MARKER) :]
-    blocks = re.findall(r"```(\w*)\n(.*?)```", after, flags=re.S)
+    blocks = re.findall(r"```(\w*)[^\n]*\n(.*?)```", after, flags=re.S)  # language, markers
     (kind, script), (_, shown) = blocks[0], blocks[1]
     assert kind == "bash"
     return script, shown

@@ -1,40 +1,59 @@
-"""The picker's subscriber against a real emulated pod publishing vLLM's KV events.
+"""The picker's KV-event subscriber over real ZMQ sockets.
 
-The pod publishes over an `ipc://` endpoint (bound, as vLLM binds `tcp://*:5557`; no
-network needed), the subscriber connects a SUB socket to it as the picker does, and the
-scheduler's precise scorer then scores the pod from what the pod reports it holds.
+First against a real emulated pod (publishing over an `ipc://` endpoint it binds, as
+vLLM binds `tcp://*:5557`), then against `vllm_kv_peer.VLLMPublisher`, a publisher
+written from vLLM's `ZmqEventPublisher` (PUB socket, replay ROUTER, its own thread),
+for what a broken or hostile publisher does: gaps, replays that take their time,
+payloads that do not decode, batches past what the pod could hold, messages too big.
+The subscriber is wired as `igw serve` wires it (`assembly.kv_events.IndexFeed` over a
+scheduler and its endpoints).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import aiohttp
+import pytest
 
+from inference_gateway.assembly.kv_events import REPLAY_LABEL, IndexFeed
 from inference_gateway.config.spec import GatewayConfigSpec
 from inference_gateway.core.scheduling import Endpoint, LLMRequest, PodMetrics, Scheduler
-from inference_gateway.core.scheduling.kv_events import BlockStored, KVEventBatch, encode_batch
 from inference_gateway.emulator.kv_publisher import parse_kv_events_config
 from inference_gateway.emulator.profiles import pod_profile
 from inference_gateway.emulator.server import EmulatedPod
+from inference_gateway.transport import kv_events_zmq
 from inference_gateway.transport.kv_events_zmq import KVEventSubscriber
+
+from .vllm_kv_peer import VLLMPublisher, stored, stored_as_map
 
 TEXT = "Answer as the support assistant of a large bank, politely. " * 30
 
 
-async def wait_for(condition: object, timeout_s: float = 10.0) -> bool:
-    for _ in range(int(timeout_s / 0.05)):
-        if condition():  # type: ignore[operator]
+async def wait_for(condition: Callable[[], bool], timeout_s: float = 5.0) -> bool:
+    for _ in range(int(timeout_s / 0.02)):
+        if condition():
             return True
-        await asyncio.sleep(0.05)
-    return False
+        await asyncio.sleep(0.02)
+    return condition()
+
+
+def endpoint(name: str, events: str, replay: str | None = None, blocks: int = 26_307) -> Endpoint:
+    labels = {"igw.dev/kv-events": events}
+    if replay:
+        labels[REPLAY_LABEL] = replay
+    e = Endpoint(name, "127.0.0.1", 1, labels=labels)
+    e.metrics, e.stale = PodMetrics(num_gpu_blocks=blocks), False  # as a scrape leaves it
+    return e
 
 
 async def test_picker_indexes_what_the_pod_reports_and_scores_it(tmp_path: Path) -> None:
-    endpoint = f"ipc://{tmp_path}/pod-0"
+    address = f"ipc://{tmp_path}/pod-0"
     config = parse_kv_events_config(
-        {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": endpoint,
+        {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": address,
          "topic": "kv-events"}
     )  # fmt: skip
     pod = EmulatedPod(
@@ -43,13 +62,10 @@ async def test_picker_indexes_what_the_pod_reports_and_scores_it(tmp_path: Path)
     await pod.start()
     scheduler = Scheduler(GatewayConfigSpec())
     assert scheduler.precise is not None
-    endpoints = [
-        Endpoint("pod-0", "127.0.0.1", pod.port, labels={"igw.dev/kv-events": endpoint}),
-        Endpoint("pod-1", "127.0.0.1", 1, labels={"igw.dev/kv-events": f"ipc://{tmp_path}/x"}),
-    ]
-    for e in endpoints:  # as a scrape leaves them: ready, idle
-        e.metrics, e.stale = PodMetrics(num_gpu_blocks=26_307), False
-    subscriber = KVEventSubscriber(lambda: endpoints, lambda: scheduler.precise)
+    endpoints = [endpoint("pod-0", address), endpoint("pod-1", f"ipc://{tmp_path}/x")]
+    endpoints[0].port = pod.port
+    feed = IndexFeed(lambda: endpoints, lambda: scheduler)
+    subscriber = KVEventSubscriber(feed.publishers, feed)
     await subscriber.start()
     try:
         await asyncio.sleep(0.3)
@@ -75,23 +91,169 @@ async def test_picker_indexes_what_the_pod_reports_and_scores_it(tmp_path: Path)
         await pod.stop()
 
 
-async def test_restarts_gaps_and_garbage_are_handled_per_pod() -> None:
-    scheduler = Scheduler(GatewayConfigSpec())
-    assert scheduler.precise is not None
-    index = scheduler.kv_index
-    subscriber = KVEventSubscriber(lambda: [], lambda: scheduler.precise)
+class Fleet:
+    """vLLM-shaped publishers and the subscriber `igw serve` would run over them."""
 
-    def message(seq: int, hashes: list[int]) -> list[bytes]:
-        event = BlockStored(hashes, None, [0] * 16 * len(hashes), 16, None, "GPU")
-        batch = KVEventBatch(ts=1.0, events=[event], data_parallel_rank=0)
-        return [b"kv", seq.to_bytes(8, "big"), encode_batch(batch)]
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        self.scheduler = Scheduler(GatewayConfigSpec())
+        self.index = self.scheduler.kv_index
+        self.endpoints: list[Endpoint] = []
+        self.peers: dict[str, VLLMPublisher] = {}
+        feed = IndexFeed(lambda: self.endpoints, lambda: self.scheduler)
+        self.subscriber = KVEventSubscriber(feed.publishers, feed, sync_interval_s=0.05)
+        self._warm = 1 << 40
 
-    await subscriber.handle("p", message(0, [1, 2, 3]), index)
-    assert index.matches([1, 2, 3, 4]) == {"p": 3}
-    await subscriber.handle("p", message(5, [4]), index)  # 1..4 lost, no replay socket
-    assert subscriber.gaps == 1 and index.matches([1, 2, 3, 4]) == {"p": 4}
-    await subscriber.handle("p", message(0, [9]), index)  # sequence went back: restarted
-    assert index.matches([1, 2, 3]) == {} and index.matches([9]) == {"p": 1}
-    await subscriber.handle("p", [b"kv", (1).to_bytes(8, "big"), b"\xc1garbage"], index)
-    await subscriber.handle("p", [b"short"], index)
-    assert subscriber.bad_payloads == 2 and index.matches([9]) == {"p": 1}
+    def pod(self, name: str, *, replay: bool = True, blocks: int = 26_307) -> VLLMPublisher:
+        base = f"ipc://{self.tmp_path}/{name}"
+        peer = VLLMPublisher(base, f"{base}-replay" if replay else None)
+        self.peers[name] = peer
+        self.endpoints.append(endpoint(name, peer.endpoint, peer.replay_endpoint, blocks))
+        return peer
+
+    async def joined(self, name: str) -> None:
+        """Publish until the subscriber hears the pod (a SUB misses what is published
+        before its subscription reaches the PUB socket: no gap, as nothing came before)."""
+        peer = self.peers[name]
+        for _ in range(100):
+            self._warm += 1
+            peer.publish(stored([self._warm]))
+            if await wait_for(lambda: self.index.matches([self._warm]) != {}, 0.1):
+                return
+        raise AssertionError(f"{name} never heard")
+
+    def holds(self, name: str, hashes: list[int]) -> bool:
+        return self.index.matches(hashes).get(name, 0) == len(hashes)
+
+
+@asynccontextmanager
+async def fleet(tmp_path: Path) -> AsyncIterator[Fleet]:
+    f = Fleet(tmp_path)
+    await f.subscriber.start()
+    try:
+        yield f
+    finally:
+        await f.subscriber.stop()
+        for peer in f.peers.values():
+            peer.close()
+
+
+async def test_a_gap_is_replayed_whole_from_vllms_router(tmp_path: Path) -> None:
+    """vLLM's ROUTER answers a replay request with every buffered batch from the asked
+    sequence on, then an end marker: all of them are read (a REQ socket took one)."""
+    async with fleet(tmp_path) as f:
+        peer = f.pod("pod-0")
+        await f.subscriber.sync()
+        await f.joined("pod-0")
+        for gap in range(3):  # three gaps of five batches each
+            for i in range(5):
+                peer.publish(stored([100 * gap + i]), deliver=False)
+            peer.publish(stored([100 * gap + 5]))
+        wanted = [100 * gap + i for gap in range(3) for i in range(6)]
+        assert await wait_for(lambda: all(f.holds("pod-0", [h]) for h in wanted))
+        sub = f.subscriber
+        assert (sub.gaps, sub.replayed, sub.replay_failures) == (3, 15, 0)
+        assert peer.replay_requests == 3
+
+
+async def test_undecodable_payloads_are_read_past_not_replayed(tmp_path: Path) -> None:
+    """40 batches in a format this picker does not read (vLLM's later map encoding, a
+    version skew) are counted and their sequence numbers taken: the next good batch is
+    no gap, so nothing is asked of the replay socket."""
+    async with fleet(tmp_path) as f:
+        peer = f.pod("pod-0")
+        await f.subscriber.sync()
+        await f.joined("pod-0")
+        for i in range(40):
+            peer.publish(stored_as_map([500 + i]))
+        peer.publish(stored([600]))
+        assert await wait_for(lambda: f.holds("pod-0", [600]), 3.0)
+        sub = f.subscriber
+        assert (sub.bad_payloads, sub.gaps, peer.replay_requests) == (40, 0, 0)
+        assert f.index.matches([500]) == {}
+
+
+async def test_one_pods_replay_does_not_hold_another_pod(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While pod A's replay is still unanswered, pod B's batches reach the index; A's
+    replay, answered after that, is still read."""
+    monkeypatch.setattr(kv_events_zmq, "REPLAY_TIMEOUT_S", 1.5)  # room on a busy machine
+    async with fleet(tmp_path) as f:
+        a, b = f.pod("a"), f.pod("b")
+        await f.subscriber.sync()
+        await f.joined("a")
+        await f.joined("b")
+        a.replay_gate.clear()
+        a.publish(stored([11]), deliver=False)
+        a.publish(stored([12]))  # a gap: A's task asks its ROUTER and waits
+        assert await wait_for(lambda: a.replay_requests == 1)
+        b.publish(stored([21]))
+        assert await wait_for(lambda: f.holds("b", [21]), 0.4)  # inside A's replay wait
+        assert not f.holds("a", [11])
+        a.replay_gate.set()
+        assert await wait_for(lambda: f.holds("a", [11, 12]))
+        assert f.subscriber.replayed == 1
+
+
+async def test_a_replay_that_never_answers_is_bounded_and_not_retried_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(kv_events_zmq, "REPLAY_TIMEOUT_S", 0.2)
+    async with fleet(tmp_path) as f:
+        peer = f.pod("pod-0")
+        await f.subscriber.sync()
+        await f.joined("pod-0")
+        peer.replay_gate.clear()  # a black hole: requests received, never answered
+        for round_ in range(3):
+            peer.publish(stored([10 * round_ + 1]), deliver=False)
+            peer.publish(stored([10 * round_ + 2]))
+        assert await wait_for(lambda: all(f.holds("pod-0", [10 * r + 2]) for r in range(3)))
+        sub = f.subscriber
+        assert (sub.gaps, sub.replay_failures, peer.replay_requests) == (3, 1, 1)
+
+
+async def test_a_pod_is_bounded_by_its_scraped_capacity_and_one_step(tmp_path: Path) -> None:
+    """The pod reports 1,000 blocks: the index never holds more of it, picked or not;
+    a batch storing more than that in one step (a million hashes) is refused whole."""
+    async with fleet(tmp_path) as f:
+        peer = f.pod("pod-0", replay=False, blocks=1000)
+        await f.subscriber.sync()
+        await f.joined("pod-0")
+        for i in range(3):
+            peer.publish(stored(list(range(10_000 * (i + 1), 10_000 * (i + 1) + 600))))
+        assert await wait_for(lambda: f.holds("pod-0", [30_599]))
+        assert f.index.blocks("pod-0") == 1000
+        million = [200 + i % 60_000 for i in range(1_000_000)]  # 3 bytes each: 3 MB
+        peer.publish(stored(million, tokens=0))
+        peer.publish(stored([7]))
+        assert await wait_for(lambda: f.holds("pod-0", [7]))
+        assert f.index.refused == 1 and f.index.matches([200]) == {}
+        assert f.holds("pod-0", [30_599])  # nothing of the refused batch displaced it
+
+
+async def test_a_message_over_the_size_cap_is_never_received(tmp_path: Path) -> None:
+    """A 5 MB batch (ten blocks and a million token ids) is dropped by ZMQ at its size
+    header; the subscriber reconnects and hears the pod's next batches."""
+    async with fleet(tmp_path) as f:
+        peer = f.pod("pod-0", replay=False)
+        await f.subscriber.sync()
+        await f.joined("pod-0")
+        big = stored(list(range(900, 910)), tokens=1_000_000, token=100_000)
+        assert len(big) > kv_events_zmq.MAX_MESSAGE_BYTES
+        peer.publish(big)
+        await f.joined("pod-0")  # again, after the reconnect
+        assert f.index.matches([900]) == {} and f.subscriber.reconnects == 1
+
+
+async def test_a_restart_clears_the_pod(tmp_path: Path) -> None:
+    async with fleet(tmp_path) as f:
+        peer = f.pod("pod-0", replay=False)
+        await f.subscriber.sync()
+        await f.joined("pod-0")
+        peer.publish(stored([1, 2, 3]))
+        assert await wait_for(lambda: f.holds("pod-0", [1, 2, 3]))
+        peer.restart()
+        peer.publish(stored([9]))  # sequence 0 again: the engine restarted, empty
+        assert await wait_for(lambda: f.holds("pod-0", [9]))
+        assert f.index.matches([1]) == {} and f.subscriber.gaps == 0

@@ -19,14 +19,13 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import boto3
 import pytest
 import yaml
-from moto import mock_aws
+from moto_env import ready_environment
 
 from stacks.preflight import (
     BotoEc2Api,
@@ -38,19 +37,6 @@ from stacks.preflight import (
 from stacks.preflight.cli import main, planned_groups
 
 REPO = Path(__file__).resolve().parents[3]
-
-
-@pytest.fixture(scope="module")
-def aws() -> Iterator[None]:
-    """One moto mock for the module (its EC2 regions are slow to build), fake credentials."""
-    with pytest.MonkeyPatch.context() as patch:
-        for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
-            patch.setenv(name, "testing")
-        patch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-        patch.setenv("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")  # AMIs are not needed here
-        patch.delenv("AWS_PROFILE", raising=False)
-        with mock_aws():
-            yield
 
 
 def _environment(tmp_path: Path, *, secondary: str, h100_max: int = 2) -> Path:
@@ -183,9 +169,10 @@ def test_cli_unread_quota_is_not_a_pass(aws: None, capsys: pytest.CaptureFixture
 
 
 def test_cli_exits_0_when_told_to_accept_unread_quotas(
-    aws: None, capsys: pytest.CaptureFixture[str]
+    aws: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["dev", "--allow-unread-quotas"]) == 0
+    """dev, with its prerequisites made in moto (tests/stacks/preflight/conftest.py)."""
+    assert main([str(ready_environment(tmp_path)), "--allow-unread-quotas"]) == 0
     assert "unchecked" in capsys.readouterr().out
 
 

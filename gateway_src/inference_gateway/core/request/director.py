@@ -307,6 +307,7 @@ class Director:
         self.shared_limits = shared_limits
         self.clock = clock
         self.soon = soon
+        self._gauged_pools: set[str] = set()  # pools whose gauges /metrics shows
         self._watch_limiter(state)
 
     def _watch_limiter(self, state: RoutingState) -> None:
@@ -370,24 +371,52 @@ class Director:
     def refresh_gauges(self, pools: Mapping[str, list[Endpoint]]) -> None:
         """Pool gauges, computed when `/metrics` is read (which also sweeps idle
         rate-limit buckets): ready pods, mean KV use and queue, and the autoscaling
-        signals, saturation (mean per-pod load at the critical thresholds, 1 = full) and
-        the admission queue per band."""
+        signals, saturation (mean per-pod load of the ready pods at the critical
+        thresholds, 1 = full) and the admission queue per band.
+
+        Every configured pool is measured, pods or none: a pool whose last pod went away
+        reads 0 everywhere rather than what its last pod said (`pools` only lists pools
+        with pods). A pool with no ready pod reads saturation 0: there is no load to
+        measure, and KEDA's Prometheus scaler keeps a target active while any trigger
+        reads above its activation threshold (kedacore/keda v2.17 `pkg/scalers/
+        prometheus_scaler.go`: `val > activationThreshold`, default 0), so a 1 there
+        would hold a scale-to-zero pool at one replica for ever. Demand for an empty
+        pool is the admission queue, the trigger that wakes it. (Admission itself still
+        treats such a pool as saturated: `FlowController.saturation`.) A pool gone
+        from the config and from discovery has its series removed."""
         metrics = self.metrics
         self.state.limiter.sweep(time.monotonic())  # idle buckets go, traffic or not
         config = self.state.config
         # a pool without a gate yet is measured at the configured (or default) thresholds;
         # building the default config on every read cost ~0.3 ms of each /metrics
         spec = config.flow_control if config is not None else DEFAULT_FLOW_CONTROL
-        for pool, endpoints in pools.items():
+        measured = set(pools)
+        if config is not None:
+            measured |= {p.name for p in config.pools}
+        pool_gauges = (
+            metrics.pool_ready,
+            metrics.pool_kv,
+            metrics.pool_queue,
+            metrics.pool_saturation,
+        )
+        for gone in self._gauged_pools - measured:
+            for gauge in pool_gauges:
+                gauge.remove(gone)
+        self._gauged_pools = measured
+        for pool in measured:
+            endpoints = pools.get(pool, [])
             ready = [e.metrics for e in endpoints if not e.stale and e.metrics is not None]
             metrics.pool_ready.labels(pool).set(len(ready))
             # no ready pod: 0, not the value of the last pod that was (a stale gauge)
             n = len(ready) or 1
             metrics.pool_kv.labels(pool).set(sum(m.kv_usage for m in ready) / n)
             metrics.pool_queue.labels(pool).set(sum(m.waiting for m in ready) / n)
-            gate = self.gates.get(pool)
-            controller = gate.controller if gate is not None else FlowController(spec)
-            metrics.pool_saturation.labels(pool).set(controller.saturation(endpoints))
+            saturation = 0.0
+            if ready:
+                gate = self.gates.get(pool)
+                controller = gate.controller if gate is not None else FlowController(spec)
+                saturation = controller.saturation(endpoints)
+            metrics.pool_saturation.labels(pool).set(saturation)
         for pool, gate in self.gates.items():
             for band in BANDS:
                 metrics.queue_size.labels(pool, band).set(gate.controller.queued(band))

@@ -21,10 +21,20 @@ same tags and fields (its batch's third field is `attn_dp_rank`), so one decoder
 both. A replay ROUTER socket answers `[identity, "", start_seq]` with
 `[identity, "", seq, payload]` for every buffered batch from `start_seq` on, then
 `[identity, "", -1 (signed), ""]`.
+
+Two ways to read a payload. `decode_batch` decodes all of it (the simulator, tests,
+benchmarks). The live picker reads what it cannot trust lazily (`decode_view`): the
+batch's events stay one undecoded msgpack slice until split (`event_views`), each event
+is decoded on its own when applied (`decode_event`), its block hashes only once their
+count (`hash_count`, read from the array header) is known to fit, and its token ids
+never (the index does not use them). So a payload costs memory in proportion to what
+the index will keep, not to what a publisher chose to send
+(`kv_index.KVBlockIndex.ingest_view`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -32,11 +42,20 @@ import msgspec
 __all__ = [
     "END_SEQ",
     "AllBlocksCleared",
+    "BatchView",
     "BlockRemoved",
+    "BlockRemovedView",
     "BlockStored",
+    "BlockStoredView",
     "KVEventBatch",
+    "array_length",
     "decode_batch",
+    "decode_event",
+    "decode_hashes",
+    "decode_view",
     "encode_batch",
+    "event_views",
+    "hash_count",
 ]
 
 END_SEQ = (-1).to_bytes(8, "big", signed=True)  # the replay socket's end marker
@@ -86,3 +105,74 @@ def encode_batch(batch: KVEventBatch) -> bytes:
 def decode_batch(payload: bytes) -> KVEventBatch:
     """The batch in `payload`; `msgspec.DecodeError` (a `ValueError`) when it is not one."""
     return _DECODER.decode(payload)
+
+
+# ---------------------------------------------------------------------- lazy reading
+
+
+class BatchView(msgspec.Struct, array_like=True, gc=False):
+    """A `KVEventBatch` whose events are still one msgpack array, undecoded."""
+
+    ts: float
+    events: msgspec.Raw
+    data_parallel_rank: int | None = None
+
+
+class BlockStoredView(KVCacheEvent, tag="BlockStored"):
+    """`BlockStored` with its hashes undecoded and its token ids never decoded."""
+
+    block_hashes: msgspec.Raw
+    parent_block_hash: int | None
+    token_ids: msgspec.Raw
+    block_size: int
+    lora_id: int | None
+    medium: str | None
+
+
+class BlockRemovedView(KVCacheEvent, tag="BlockRemoved"):
+    block_hashes: msgspec.Raw
+    medium: str | None
+
+
+EventView = BlockStoredView | BlockRemovedView | AllBlocksCleared
+
+_VIEW = msgspec.msgpack.Decoder(type=BatchView)
+_EVENTS = msgspec.msgpack.Decoder(type=list[msgspec.Raw])
+_EVENT: msgspec.msgpack.Decoder[EventView] = msgspec.msgpack.Decoder(type=EventView)
+_HASHES = msgspec.msgpack.Decoder(type=list[int])
+
+
+def decode_view(payload: bytes | memoryview) -> BatchView:
+    """The batch in `payload`, its events left undecoded; `msgspec.DecodeError` when
+    `payload` is not a batch. A memoryview (a ZMQ frame's, uncopied) is read in place."""
+    return _VIEW.decode(payload)
+
+
+def array_length(raw: msgspec.Raw) -> int:
+    """The element count of the msgpack array in `raw`, from its header alone."""
+    head = memoryview(raw)[:5]
+    kind = head[0] if head else 0
+    if 0x90 <= kind <= 0x9F:  # fixarray
+        return kind & 0x0F
+    if kind == 0xDC and len(head) >= 3:  # array 16
+        return int.from_bytes(head[1:3], "big")
+    if kind == 0xDD and len(head) >= 5:  # array 32
+        return int.from_bytes(head[1:5], "big")
+    raise msgspec.DecodeError("expected a msgpack array")
+
+
+def event_views(view: BatchView) -> list[msgspec.Raw]:
+    """The batch's events, each still undecoded (`decode_event`)."""
+    return _EVENTS.decode(view.events)
+
+
+def decode_event(raw: msgspec.Raw) -> EventView:
+    return _EVENT.decode(raw)
+
+
+def hash_count(hashes: Sequence[int] | msgspec.Raw) -> int:
+    return array_length(hashes) if isinstance(hashes, msgspec.Raw) else len(hashes)
+
+
+def decode_hashes(hashes: Sequence[int] | msgspec.Raw) -> Sequence[int]:
+    return _HASHES.decode(hashes) if isinstance(hashes, msgspec.Raw) else hashes

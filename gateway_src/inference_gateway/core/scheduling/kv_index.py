@@ -8,9 +8,23 @@ live picker's ZMQ subscriber and, on the virtual clock, by the simulator, throug
 same `ingest` calls.
 
 Memory is bounded per pod: at most the pod's KV capacity in blocks (from its
-`vllm:cache_config_info` scrape; `max_blocks_per_pod` until known), the oldest stored
+`vllm:cache_config_info` scrape, set by the subscriber as scrapes come and by each pick;
+`UNKNOWN_CAPACITY` until known, never above `max_blocks_per_pod`), the oldest stored
 block dropped first when an event stream that lost removals would exceed it. A block
-costs one entry in the pod's insertion-ordered dict and one in the hash → pods map.
+costs one entry in the pod's insertion-ordered dict and one in the hash → pods map,
+whose value is a tuple of pod names: for the usual block, held by one pod, that pod's
+one shared tuple. Nothing per block is a container the garbage collector tracks (a set
+per block was: with a few full pods in the index, a full collection took tens of
+milliseconds more, an event loop held that long).
+
+A pod's publisher is trusted no further than an engine step can go: one step cannot
+store, or evict, more blocks than the pod has, nor carry many more events than that.
+A batch that does (a broken or hostile publisher: one `BlockStored` of a million hashes
+from a pod of 26,307 blocks) is refused when it gets there, before its hashes are even
+decoded (`kv_events.hash_count`), and counted (`refused`); the events before that point
+stay applied, and the pod is not marked heard. The live subscriber applies batches
+through `ingest_slices`, a generator that yields every `SLICE_BLOCKS` blocks of work, so
+it can hand the event loop back between slices: a large batch never holds a request.
 
 The index also keeps what the fleet *lost*: a block some pod evicted that no pod holds
 any more is remembered (oldest forgotten first, at most the fleet's capacity in blocks:
@@ -33,30 +47,43 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from inference_gateway.core.scheduling.kv_events import (
     AllBlocksCleared,
+    BatchView,
     BlockRemoved,
+    BlockRemovedView,
     BlockStored,
+    BlockStoredView,
     KVEventBatch,
+    array_length,
+    decode_event,
+    decode_hashes,
+    event_views,
+    hash_count,
 )
 
 __all__ = ["KVBlockIndex"]
 
-DEFAULT_MAX_BLOCKS = 1 << 20  # per pod until its capacity is scraped (~16 M tokens)
+DEFAULT_MAX_BLOCKS = 1 << 20  # the most any pod may claim (~16 M tokens of 16)
+UNKNOWN_CAPACITY = 1 << 16  # a pod whose scrape has not said (1 M tokens, ~26 MB)
+SLICE_BLOCKS = 2048  # blocks of work between two yields of `ingest_slices` (~1-2 ms)
+EVENT_ALLOWANCE = 1024  # events a step may carry beyond one per stored or evicted block
 RECOMPUTE_DECAY = 0.99  # weight of history per pick: the share follows the last ~100 picks
+
+Event = BlockStored | BlockRemoved | AllBlocksCleared | BlockStoredView | BlockRemovedView
 
 
 class _Pod:
-    __slots__ = ("blocks", "capacity", "expected_at", "last_event", "last_seq")
+    __slots__ = ("alone", "blocks", "capacity", "expected_at", "last_event")
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, name: str, capacity: int) -> None:
+        self.alone = (name,)  # the holders of a block this pod alone holds
         self.blocks: OrderedDict[int, None] = OrderedDict()
         self.capacity = capacity
         self.last_event = float("-inf")
         self.expected_at: float | None = None  # first pick with new blocks since the last event
-        self.last_seq = -1
 
 
 class KVBlockIndex:
@@ -71,8 +98,9 @@ class KVBlockIndex:
         self.stale_after_s = stale_after_s
         self.clock = clock
         self._pods: dict[str, _Pod] = {}
-        self._holders: dict[int, set[str]] = {}
+        self._holders: dict[int, tuple[str, ...]] = {}  # see the module docstring
         self.events = 0  # events ingested, for the benchmark and /metrics
+        self.refused = 0  # batches that went past what one engine step can do (/metrics)
         self.heard_any = False  # no pod's events ever arrived: every pod scores as sent
         self.fallbacks = 0  # scoring decisions that used the approximate index for a pod
         # blocks a pod evicted that no pod holds now, oldest first (see the module docstring)
@@ -86,7 +114,7 @@ class KVBlockIndex:
     def _pod(self, pod: str) -> _Pod:
         state = self._pods.get(pod)
         if state is None:
-            state = self._pods[pod] = _Pod(self.max_blocks_per_pod)
+            state = self._pods[pod] = _Pod(pod, min(UNKNOWN_CAPACITY, self.max_blocks_per_pod))
             self._capacity += state.capacity
         return state
 
@@ -101,19 +129,55 @@ class KVBlockIndex:
             self._trim(pod, state)
             self._bound_evicted()
 
-    def ingest(self, pod: str, batch: KVEventBatch, seq: int = -1) -> None:
-        """Apply one decoded batch from `pod` (in sequence order)."""
+    def ingest(self, pod: str, batch: KVEventBatch) -> None:
+        """Apply one decoded batch from `pod` at once (in sequence order)."""
+        for _ in self.ingest_slices(pod, batch.events):
+            pass
+
+    def ingest_view(self, pod: str, view: BatchView) -> Iterator[None]:
+        """Apply a lazily read batch (`kv_events.decode_view`), in slices (see
+        `ingest_slices`); `msgspec.DecodeError` when an event does not decode."""
         state = self._pod(pod)
-        for event in batch.events:
-            if isinstance(event, BlockStored):
-                self.stored(pod, event.block_hashes, state)
-            elif isinstance(event, BlockRemoved):
-                self.removed(pod, event.block_hashes, state)
-            elif isinstance(event, AllBlocksCleared):
-                self.clear(pod)
+        if array_length(view.events) > 2 * state.capacity + EVENT_ALLOWANCE:
+            self.refused += 1
+            return
+        events = event_views(view)  # one pass over the payload, then a slice's break
+        yield
+        yield from self.ingest_slices(pod, map(decode_event, events))
+
+    def ingest_slices(self, pod: str, events: Iterable[Event]) -> Iterator[None]:
+        """Apply one batch's events in order, yielding after each `SLICE_BLOCKS` blocks
+        of work; a batch past one engine step's reach is refused there (module docstring)."""
+        state = self._pod(pod)
+        stored_left = removed_left = state.capacity
+        work = 0
+        for event in events:
+            if isinstance(event, AllBlocksCleared):
+                yield from self._clear_slices(pod, state)
+            else:
+                count = hash_count(event.block_hashes)
+                is_store = isinstance(event, (BlockStored, BlockStoredView))
+                left = stored_left if is_store else removed_left
+                if count > left:
+                    self.refused += 1
+                    return
+                if is_store:
+                    stored_left -= count
+                else:
+                    removed_left -= count
+                apply = self.stored if is_store else self.removed
+                hashes = decode_hashes(event.block_hashes)
+                for start in range(0, count, SLICE_BLOCKS):
+                    apply(pod, hashes[start : start + SLICE_BLOCKS], state)
+                    work += min(SLICE_BLOCKS, count - start)
+                    if work >= SLICE_BLOCKS:
+                        work = 0
+                        yield
             self.events += 1
-        if seq >= 0:
-            state.last_seq = seq
+            work += 1
+            if work >= SLICE_BLOCKS:
+                work = 0
+                yield
         self.heard(pod, state)
 
     def heard(self, pod: str, state: _Pod | None = None) -> None:
@@ -125,7 +189,7 @@ class KVBlockIndex:
 
     def stored(self, pod: str, hashes: Iterable[int], state: _Pod | None = None) -> None:
         state = state or self._pod(pod)
-        blocks, holders, evicted = state.blocks, self._holders, self._evicted
+        blocks, holders, evicted, alone = state.blocks, self._holders, self._evicted, state.alone
         for h in hashes:
             if h in blocks:
                 blocks.move_to_end(h)
@@ -134,10 +198,7 @@ class KVBlockIndex:
             if evicted:
                 evicted.pop(h, None)
             owners = holders.get(h)
-            if owners is None:
-                holders[h] = {pod}
-            else:
-                owners.add(pod)
+            holders[h] = alone if owners is None else (*owners, pod)
         if len(blocks) > state.capacity:
             self._trim(pod, state)
 
@@ -160,11 +221,16 @@ class KVBlockIndex:
 
     def clear(self, pod: str) -> None:
         state = self._pods.get(pod)
-        if state is None:
-            return
-        for h in state.blocks:
-            self._drop_holder(h, pod)
-        state.blocks.clear()
+        if state is not None:
+            for _ in self._clear_slices(pod, state):
+                pass
+
+    def _clear_slices(self, pod: str, state: _Pod) -> Iterator[None]:
+        blocks, drop = state.blocks, self._drop_holder
+        while blocks:
+            for _ in range(min(SLICE_BLOCKS, len(blocks))):
+                drop(blocks.popitem(last=False)[0], pod)
+            yield
 
     def forget(self, pod: str) -> None:
         """The pod left the pool: drop everything about it."""
@@ -176,10 +242,14 @@ class KVBlockIndex:
 
     def _drop_holder(self, h: int, pod: str) -> None:
         owners = self._holders.get(h)
-        if owners is not None:
-            owners.discard(pod)
-            if not owners:
-                del self._holders[h]
+        if owners is None or pod not in owners:
+            return
+        if len(owners) == 1:
+            del self._holders[h]
+        else:
+            rest = tuple(p for p in owners if p != pod)
+            other = self._pods.get(rest[0]) if len(rest) == 1 else None
+            self._holders[h] = other.alone if other is not None else rest
 
     def _trim(self, pod: str, state: _Pod) -> None:
         blocks = state.blocks
@@ -237,10 +307,6 @@ class KVBlockIndex:
         state = self._pods.get(pod)
         return len(state.blocks) if state is not None else 0
 
-    def last_seq(self, pod: str) -> int:
-        state = self._pods.get(pod)
-        return state.last_seq if state is not None else -1
-
     def matches(self, hashes: Sequence[int]) -> dict[str, int]:
         """Leading blocks of `hashes` each pod holds (pods with none are absent)."""
         out: dict[str, int] = {}
@@ -253,7 +319,7 @@ class KVBlockIndex:
         alive = set(first)
         for i in range(1, len(hashes)):
             owners = holders.get(hashes[i])
-            kept = alive & owners if owners else set()
+            kept = alive.intersection(owners) if owners else set()
             if len(kept) != len(alive):
                 for pod in alive - kept:
                     out[pod] = i

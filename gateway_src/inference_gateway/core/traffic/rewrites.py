@@ -178,7 +178,7 @@ def load_rewrites(
         try:
             documents += [d for d in yaml.safe_load_all(file.read_text()) if d]
         except OSError as error:
-            raise ConfigError(str(file), [f"<file>: {error.strerror}"]) from None
+            raise ConfigError(str(file), [f"<root>: cannot read file: {error.strerror}"]) from None
         except yaml.YAMLError as error:
             raise ConfigError(str(file), [f"<yaml>: {error}"]) from None
     return parse_rewrites(documents, known_models=known_models, source=str(path), seed=seed)

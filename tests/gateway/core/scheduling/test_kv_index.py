@@ -6,13 +6,19 @@ import pytest
 
 from inference_gateway.core.scheduling.kv_events import (
     AllBlocksCleared,
+    BatchView,
     BlockRemoved,
     BlockStored,
     KVEventBatch,
     decode_batch,
+    decode_view,
     encode_batch,
 )
-from inference_gateway.core.scheduling.kv_index import KVBlockIndex
+from inference_gateway.core.scheduling.kv_index import (
+    SLICE_BLOCKS,
+    UNKNOWN_CAPACITY,
+    KVBlockIndex,
+)
 
 
 class Clock:
@@ -29,6 +35,11 @@ def stored(*hashes: int) -> BlockStored:
 
 def batch(*events: BlockStored | BlockRemoved | AllBlocksCleared) -> KVEventBatch:
     return decode_batch(encode_batch(KVEventBatch(ts=0.0, events=list(events))))
+
+
+def wire(*events: BlockStored | BlockRemoved | AllBlocksCleared) -> BatchView:
+    """The batch as the live subscriber reads it (lazily)."""
+    return decode_view(encode_batch(KVEventBatch(ts=0.0, events=list(events))))
 
 
 def test_leading_matches_follow_stores_removals_and_clears_per_pod() -> None:
@@ -56,6 +67,36 @@ def test_memory_is_bounded_by_the_pods_capacity_oldest_first() -> None:
     index.set_capacity("a", 10**9)  # never above the hard bound
     index.stored("a", range(1000, 1300))
     assert index.blocks("a") == 100
+
+
+def test_a_batch_past_one_engine_step_is_refused_where_it_goes_past() -> None:
+    """A step cannot store or evict more blocks than the pod has: the events before
+    that point stay, the rest is dropped undecoded, the pod is not marked heard."""
+    index = KVBlockIndex()
+    index.set_capacity("a", 100)
+    list(index.ingest_view("a", wire(stored(*range(60)), stored(*range(60, 101)))))
+    assert index.refused == 1 and index.blocks("a") == 60 and not index.heard_from("a")
+    removals = [BlockRemoved([i], "GPU") for i in range(101)]  # one event a block, as vLLM
+    list(index.ingest_view("a", wire(*removals)))
+    assert index.refused == 2 and index.blocks("a") == 0
+    list(index.ingest_view("a", wire(*[AllBlocksCleared()] * (2 * 100 + 1025))))
+    assert index.refused == 3 and index.events == 1 + 100  # what came before each refusal
+    list(index.ingest_view("a", wire(stored(1, 2))))
+    assert index.heard_from("a") and index.matches([1, 2]) == {"a": 2}
+
+
+def test_a_pod_of_unknown_capacity_is_held_to_a_default_and_large_batches_come_in_slices() -> None:
+    index = KVBlockIndex()
+    index.stored("a", range(UNKNOWN_CAPACITY + 10))
+    assert index.blocks("a") == UNKNOWN_CAPACITY  # until its scrape says
+    index.set_capacity("b", 3 * SLICE_BLOCKS)
+    steps = index.ingest_view("b", wire(stored(*range(3 * SLICE_BLOCKS))))
+    held = []
+    for _ in steps:  # the events split, then one slice at a time
+        held.append(index.blocks("b"))
+    assert held == [0, SLICE_BLOCKS, 2 * SLICE_BLOCKS, 3 * SLICE_BLOCKS]
+    slices = list(index.ingest_view("b", wire(AllBlocksCleared())))
+    assert len(slices) == 1 + 3 and index.blocks("b") == 0
 
 
 def test_a_pod_that_stops_publishing_goes_stale_an_idle_one_does_not() -> None:

@@ -127,7 +127,9 @@ async def test_scale_from_zero_holds_the_request_until_the_first_pod_is_ready(
 ) -> None:
     """No ready pod: the picker is ready (SERVING), the request waits in its band's queue,
     `inference_extension_flow_control_queue_size` (KEDA's trigger) counts it, and the
-    first pod to become ready gets it."""
+    first pod to become ready gets it. The pool's saturation reads 0 meanwhile: with no
+    pod there is no load, and KEDA keeps a target active while a trigger reads above its
+    activation threshold (0), so only the queue may wake the pool or keep it up."""
     port = free_port()
     config = {
         "pools": [{"name": "p", "selector": {"app": "vllm"}}],
@@ -146,6 +148,8 @@ async def test_scale_from_zero_holds_the_request_until_the_first_pod_is_ready(
                 await asyncio.sleep(0.05)
         await asyncio.sleep(1.0)
         assert not held.done()  # still held: no pod yet
+        saturation = 'inference_pool_saturation{name="p"}'
+        assert await metric(http, picker.metrics_bound, saturation) == 0.0
         pod = EmulatedPod("later", pod_profile("H100", MODEL), port=port)
         await pod.start()
         try:
