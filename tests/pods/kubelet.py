@@ -431,8 +431,7 @@ class Container:
         if self.process is not None and self.process.poll() is not None:
             # a container without probes is ready while it runs (pod condition Ready)
             raise PodStartError(
-                f"{self.name} exited with {self.process.returncode}; its log:\n"
-                f"{self.log()[-4000:]}"
+                f"{self.name} exited with {self.process.returncode}; its log:\n{self.log()[-4000:]}"
             )
         return passed
 
