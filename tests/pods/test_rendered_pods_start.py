@@ -324,6 +324,11 @@ def test_every_rendered_pod_starts_and_passes_its_probes(
         more, failed = probe_all(run.start(model_servers=False))
         results.update(more)
         failures += failed
+        failures += [
+            f"{c.name} exited with {c.process.returncode}; its log:\n{c.log()[-3000:]}"
+            for c in run.containers
+            if c.process is not None and c.process.poll() is not None
+        ]
         assert not failures, "\n\n".join(failures)
         assert results, f"{environment}/{region} renders no workload of a modelled image"
         for picker in run.containers:
