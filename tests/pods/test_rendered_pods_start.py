@@ -83,9 +83,10 @@ def gateway_image() -> Image:
 
 
 def vllm_image(gateway: Image, folder: Path) -> Image:
-    """vLLM's image config with the emulator in place of vLLM at its `vllm` executable."""
+    """vLLM's image config, with the emulator at vLLM's `vllm` executable: the image's
+    bin folder plus a `vllm` script, bound where vLLM's image has its executables."""
     shim = folder / "vllm-bin"
-    shim.mkdir()
+    shutil.copytree(IMAGE_ENV / "usr-local" / "bin", shim, symlinks=True)
     script = shim / "vllm"
     script.write_text(
         "#!/usr/local/bin/python3.11\nimport sys\n"
