@@ -328,7 +328,7 @@ def test_every_rendered_pod_starts_and_passes_its_probes(
         failures += [
             f"{c.name} exited with {c.process.returncode}; its log:\n{c.log()[-3000:]}"
             for c in run.containers
-            if c.process is not None and c.process.poll() is not None
+            if c.name in results and c.process is not None and c.process.poll() is not None
         ]
         assert not failures, "\n\n".join(failures)
         assert results, f"{environment}/{region} renders no workload of a modelled image"
