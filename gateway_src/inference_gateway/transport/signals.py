@@ -19,7 +19,7 @@ The shared parts:
     log_drained("igw serve", drained)                # one line: waited for, finished, cut
 
 and for aiohttp apps all of it in one call, `serve_http` (used by `igw serve`,
-`igw global` and `igw pd-sidecar`). The gRPC servers drain through the same `drain`:
+`igw global`, `igw pd-sidecar` and `igw auth`). The gRPC servers drain through the same `drain`:
 `igw picker` (`assembly/picker.py`, after readiness NOT_SERVING) and `igw bbr`
 (`Http2GrpcServer.stop`, after GOAWAY), and log the same `log_drained` line.
 A second signal during the drain is ignored (the grace period bounds it;
@@ -129,11 +129,14 @@ async def serve_http(
     """Serve `app` until a stop signal, then drain: the listening socket closes at once
     (new connections are refused), idle keep-alive connections close, requests in
     flight get `grace_s` to finish and are cancelled after it. `on_listening(port)`
-    runs once the socket is bound; `runner_options` go to `web.AppRunner`."""
+    runs once the socket is bound; `runner_options` go to the runner
+    (`http_settings.GatewayAppRunner`)."""
     stopped = stop_signals(name)  # before anything starts: no signal may kill the start
     from aiohttp import web
 
-    runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=grace_s, **runner_options)
+    from inference_gateway.transport.http_settings import GatewayAppRunner
+
+    runner = GatewayAppRunner(app, handle_signals=False, shutdown_timeout=grace_s, **runner_options)
     await runner.setup()
     cleaned = False
     try:
