@@ -225,10 +225,11 @@ class Pending:
         return self.intake.model
 
 
-def api_key_of(headers: Mapping[str, str]) -> str:
-    """The authenticated client id, else the bearer token, else "anonymous" (limits
-    without a client or apiKey apply to each caller separately)."""
-    client = headers.get(CLIENT_ID_HEADER)
+def api_key_of(headers: Mapping[str, str], trusted_client_id: bool = True) -> str:
+    """The authenticated client id (`trusted_client_id`: the header was set by an
+    authenticating filter, `Director.trusted_client_id`), else the bearer token, else
+    "anonymous" (limits without a client or apiKey apply to each caller separately)."""
+    client = headers.get(CLIENT_ID_HEADER) if trusted_client_id else None
     if client:
         return client
     auth = headers.get("authorization", "")
@@ -307,6 +308,11 @@ class Director:
         self.shared_limits = shared_limits
         self.clock = clock
         self.soon = soon
+        # Whether a request's `x-igw-client-id` was set by an authenticating filter in
+        # front (igw serve's auth middleware sets or strips it; in the cluster Envoy
+        # Gateway's ext_authz sets it, `igw picker --client-id-from-auth`). Otherwise a
+        # client could name itself `team-a` and spend team-a's limits: it is ignored.
+        self.trusted_client_id = False
         self._watch_limiter(state)
 
     def _watch_limiter(self, state: RoutingState) -> None:
@@ -536,7 +542,7 @@ class Director:
         output_bound = pending.intake.output_bound
         if not state.limiter.rules:  # nothing to charge (the common case): no headers
             return {}, None
-        api_key = api_key_of(headers)
+        api_key = api_key_of(headers, self.trusted_client_id)
         limit = state.limiter.check(
             api_key,
             client_model,
@@ -565,7 +571,7 @@ class Director:
         output_bound = pending.intake.output_bound
         if not state.limiter.rules:
             return {}, None
-        api_key = api_key_of(headers)
+        api_key = api_key_of(headers, self.trusted_client_id)
         limiter = self.shared_limits.limiter(state.limiter.rules)
         admission = await limiter.check_shared(
             api_key,
