@@ -48,6 +48,7 @@ from inference_gateway.core.request.budget import (
 )
 from inference_gateway.core.request.contracts import RoutingState, SchedulerLike, openai_error
 from inference_gateway.core.request.lifecycle import RequestLifecycle, new_internal_id
+from inference_gateway.core.request.prompt_cost import prompt_estimate
 from inference_gateway.core.scheduling.plugins.prefix import prompt_block_hashes
 from inference_gateway.core.scheduling.types import Endpoint, LLMRequest
 from inference_gateway.core.traffic.flow_control import BANDS, FlowController, Waiter
@@ -101,7 +102,8 @@ DEFAULT_FLOW_CONTROL = FlowControlSpec()  # frozen: one instance serves every re
 
 
 def prompt_text(body: dict[str, Any]) -> str:
-    """The text the prefix index and token estimate see: messages or prompt, in order."""
+    """The text the prefix index sees: messages or prompt, in order (the token estimate
+    counts more: prompt_cost.py)."""
     messages = body.get("messages")
     if isinstance(messages, list):
         parts = []
@@ -197,7 +199,7 @@ class Intake:
         text = prompt_text(body)
         return cls(
             body["model"],
-            prompt_estimate(text),
+            prompt_estimate(body),
             bound,
             lambda model: prompt_block_hashes(model, text),
             body,
@@ -721,12 +723,6 @@ def _parse(raw: bytes) -> dict[str, Any]:
             "missing_model",
         )
     return body
-
-
-def prompt_estimate(text: str) -> int:
-    """A prompt's tokens, estimated (4 characters a token): what a token limit charges up
-    front, the same at tier 1 and tier 2."""
-    return len(text) // 4 + 1
 
 
 class OutputBound(NamedTuple):

@@ -48,13 +48,9 @@ from redis.asyncio import Redis
 
 from inference_gateway.core.request.attempts import AttemptPlan, Failure
 from inference_gateway.core.request.budget import TokenBudget, store_budget
-from inference_gateway.core.request.director import (
-    Rejection,
-    output_bound,
-    prompt_estimate,
-    prompt_text,
-)
+from inference_gateway.core.request.director import Rejection, output_bound
 from inference_gateway.core.request.lifecycle import new_internal_id
+from inference_gateway.core.request.prompt_cost import prompt_estimate
 from inference_gateway.core.request.relay import (
     StreamEnd,
     StreamRelay,
@@ -285,7 +281,7 @@ class GlobalRouter:
             admission = await self.limiter.check(
                 client,
                 body["model"],
-                prompt_estimate(prompt_text(body)),
+                prompt_estimate(body),
                 bound.tokens,
                 request_id=request_id,
                 bounded=bound.explicit,
