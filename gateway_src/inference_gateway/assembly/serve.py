@@ -128,6 +128,7 @@ def build_gateway(
     # credentials first: an unauthenticated client never makes the gateway read its body
     app.middlewares.insert(0, auth_middleware(auth))
     gateway.director.trusted_client_id = True  # the middleware sets it, or strips a caller's
+    gateway.director.ask_stream_usage = True  # the proxy strips what the client did not ask
     if auth is not None:  # igw_auth_refusals_total, beside the request metrics
         metrics.registry.register(auth.refusals_collector())
     add_status_route(

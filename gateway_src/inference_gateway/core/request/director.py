@@ -49,6 +49,7 @@ from inference_gateway.core.request.budget import (
 from inference_gateway.core.request.contracts import RoutingState, SchedulerLike, openai_error
 from inference_gateway.core.request.lifecycle import RequestLifecycle, new_internal_id
 from inference_gateway.core.request.prompt_cost import prompt_estimate
+from inference_gateway.core.request.sse import ask_for_usage
 from inference_gateway.core.scheduling.plugins.prefix import prompt_block_hashes
 from inference_gateway.core.scheduling.types import Endpoint, LLMRequest
 from inference_gateway.core.traffic.flow_control import BANDS, FlowController, Waiter
@@ -165,6 +166,9 @@ class Decision:
     headers: dict[str, str] = field(default_factory=dict)  # e.g. rate-limit state
     # P/D: ranked prefill pods for a prefill leg before `ranked[0]` decodes; [] = aggregated
     prefill: list[Endpoint] = field(default_factory=list)
+    # the body asks the engine for the stream's usage for the gateway's own count: the
+    # data plane takes the usage event out of the client's stream (sse.UsageEventFilter)
+    strip_usage: bool = False
 
     @property
     def target_model(self) -> str:
@@ -227,7 +231,7 @@ class Pending:
         return self.intake.model
 
 
-def api_key_of(headers: Mapping[str, str], trusted_client_id: bool = True) -> str:
+def api_key_of(headers: Mapping[str, str], trusted_client_id: bool = False) -> str:
     """The authenticated client id (`trusted_client_id`: the header was set by an
     authenticating filter, `Director.trusted_client_id`), else the bearer token, else
     "anonymous" (limits without a client or apiKey apply to each caller separately)."""
@@ -310,6 +314,10 @@ class Director:
         self.shared_limits = shared_limits
         self.clock = clock
         self.soon = soon
+        # Whether the data plane takes the usage event out of a stream whose client did
+        # not ask for it (igw serve does): then every stream asks the engine for usage,
+        # which settles its token charge exactly (sse.ask_for_usage).
+        self.ask_stream_usage = False
         # Whether a request's `x-igw-client-id` was set by an authenticating filter in
         # front (igw serve's auth middleware sets or strips it; in the cluster Envoy
         # Gateway's ext_authz sets it, `igw picker --client-id-from-auth`). Otherwise a
@@ -497,8 +505,17 @@ class Director:
         if pending.model != client_model and body is not None:
             body["model"] = pending.model
             raw = orjson.dumps(body)
+        asked = ask_for_usage(raw, body) if self.ask_stream_usage and body else None
         decision = Decision(
-            llm, ranked, client_model, pending.route, raw, gate, pending.headers, prefill
+            llm,
+            ranked,
+            client_model,
+            pending.route,
+            raw if asked is None else asked,
+            gate,
+            pending.headers,
+            prefill,
+            strip_usage=asked is not None,
         )
         return RequestLifecycle(self, decision, client_request_id, budget=pending.budget)
 

@@ -58,6 +58,7 @@ from inference_gateway.core.request.relay import (
     is_event_stream,
     stream_error_event,
 )
+from inference_gateway.core.request.sse import UsageEventFilter, ask_for_usage
 from inference_gateway.core.request.usage import UsageScanner, total_tokens
 from inference_gateway.frontends.global_router.choice import Choice, RequestTraits, rank_clusters
 from inference_gateway.frontends.global_router.clusters import ClusterRegistry, ClusterState
@@ -251,7 +252,7 @@ class GlobalRouter:
                 "invalid_request_error",
                 "missing_model",
             )
-        client = api_key_of(request.headers)
+        client = api_key_of(request.headers)  # a caller's own x-igw-client-id counts for nothing
         if self.auth is not None:
             identity = self.auth.identify(request.headers.get("authorization"))
             if identity is None:
@@ -311,9 +312,15 @@ class GlobalRouter:
                 self.limiter, admission, request_id, client, body["model"], self._settling
             )
         used: int | None = None
+        asked = ask_for_usage(raw, body)  # the stream's usage settles its charge exactly
         try:
             response, used = await self._forward(
-                request, raw, extra, body.get("stream") is True, budget
+                request,
+                raw if asked is None else asked,
+                extra,
+                body.get("stream") is True,
+                budget,
+                strip_usage=asked is not None,
             )
         finally:
             if budget is not None:
@@ -327,6 +334,8 @@ class GlobalRouter:
         extra: dict[str, str],
         stream: bool = False,
         budget: TokenBudget | None = None,
+        *,
+        strip_usage: bool = False,
     ) -> tuple[web.StreamResponse, int | None]:
         assert self._session is not None
         traits = self._traits(request.headers)
@@ -373,7 +382,7 @@ class GlobalRouter:
                     continue
                 cross = "true" if state.spec.region != traits.home_region else "false"
                 result = await self._relay(
-                    request, upstream, first, state, cross, started, extra, budget
+                    request, upstream, first, state, cross, started, extra, budget, strip_usage
                 )
                 complete = True
                 return result
@@ -453,10 +462,13 @@ class GlobalRouter:
         started: float,
         extra: dict[str, str],
         budget: TokenBudget | None = None,
+        strip_usage: bool = False,
     ) -> tuple[web.StreamResponse, int | None]:
         """Relay an answer whose first byte is in (`first`): nothing is retried from here.
         `budget` follows its tokens: a stream that outgrows the client's window ends with
-        the rate-limit SSE error event, a whole answer larger than what is left is a 429."""
+        the rate-limit SSE error event, a whole answer larger than what is left is a 429.
+        `strip_usage`: the usage event was asked for by the router, not the client: it
+        is read, not relayed."""
         name = state.name
         status = upstream.status
         content_type = upstream.headers.get("content-type", "application/json")
@@ -500,10 +512,13 @@ class GlobalRouter:
             await response.prepare(request)
         except ConnectionError:
             return response, None
+        own = UsageEventFilter(None if usage is None else usage.feed) if strip_usage else None
         relayed = await self.relay.pump(
             upstream.content.iter_any(),
             response,
             first=first,
+            transform=None if own is None else own.stream_chunk,
+            flush=None if own is None else own.flush,
             sent=None if usage is None else usage.feed,
             admit=None if budget is None or status != 200 else budget.admit,
         )
