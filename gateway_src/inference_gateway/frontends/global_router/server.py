@@ -137,6 +137,8 @@ class GlobalRouter:
         if redis is not None or spec.drain_file is not None:
             self.registry.planned = PlannedDrains(spec, redis, health).current
         self.auth = build_authenticator(spec.auth)
+        if self.auth is not None:  # igw_auth_refusals_total, as igw serve and igw auth
+            self.metrics.registry.register(self.auth.refusals_collector())
         self._rng = random.Random(seed)
         self._session: aiohttp.ClientSession | None = None
         self.body_timeout_s = BODY_TIMEOUT_S  # a request body must arrive within this
