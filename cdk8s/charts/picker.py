@@ -292,6 +292,16 @@ def store_env(env: EnvironmentSpec) -> list[dict[str, Any]]:
     ]
 
 
+def _client_id_args(env: EnvironmentSpec) -> list[str]:
+    """With authentication on, the SecurityPolicy's ext_authz (`igw auth`) sets
+    x-igw-client-id on every request that reaches the picker (Envoy's ext_authz
+    `allowed_upstream_headers`, which Envoy Gateway makes of `headersToBackend`,
+    overwrite a header the client sent: envoy `source/extensions/filters/http/ext_authz/
+    ext_authz.cc`, Envoy Gateway `internal/xds/translator/extauth.go`), so the picker may
+    key rate limits on it. Without a policy nothing sets it and the picker ignores it."""
+    return ["--client-id-from-auth"] if env.kubernetes.auth is not None else []
+
+
 def _pod_spec(*, env: EnvironmentSpec, selector: dict[str, str]) -> dict[str, Any]:
     live = {"grpc": {"port": HEALTH_PORT, "service": LIVENESS_SERVICE}}
     ready = {"grpc": {"port": HEALTH_PORT, "service": READINESS_SERVICE}}
@@ -333,6 +343,7 @@ def _pod_spec(*, env: EnvironmentSpec, selector: dict[str, str]) -> dict[str, An
                     env.cluster.name,
                     "--drain-timeout",
                     str(DRAIN_TIMEOUT_S),
+                    *_client_id_args(env),
                 ],
                 "lifecycle": {"preStop": {"sleep": {"seconds": PRESTOP_SLEEP_S}}},
                 "env": [

@@ -100,6 +100,14 @@ def register(subparsers: Any) -> None:
         default="full-duplex",
         help="body mode assumed when Envoy sends no protocol_config",
     )
+    parser.add_argument(
+        "--client-id-from-auth",
+        action="store_true",
+        help="x-igw-client-id on every request is set by the authenticating filter in front "
+        "(Envoy Gateway's SecurityPolicy extAuth to igw auth: its headersToBackend "
+        "override a client's), so rate limits may key on it; without this flag a client's "
+        "x-igw-client-id is ignored (the charts pass it with kubernetes.auth)",
+    )
     add_cluster_arguments(parser)
     add_store_argument(parser)
     k8s = parser.add_argument_group("Kubernetes (when no --endpoints is given)")
@@ -356,6 +364,7 @@ async def _serve(args: argparse.Namespace) -> int:
     else:
         mode = await KubernetesMode.connect(kubernetes_options(args))
         picker = mode.server(observers(args, mode.core), **server)
+    picker.core.director.trusted_client_id = args.client_id_from_auth
     from inference_gateway.transport.signals import stop_signals
 
     stopped = stop_signals("igw picker")  # SIGTERM, SIGINT and SIGHUP alike (transport/signals.py)
