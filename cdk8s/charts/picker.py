@@ -1,7 +1,10 @@
 """The endpoint picker (`igw picker`): the ext_proc server Envoy asks for every request.
 
-Active-active: every replica discovers the pool's pods by label selector and scrapes
-them itself, so no leader election; Envoy spreads the ext_proc streams over the replicas.
+Active-active by default: every replica discovers the pool's pods by label selector and
+scrapes them itself, so no leader election; Envoy spreads the ext_proc streams over the
+replicas. With `kubernetes.picker_leader_election` (the managed add-on's schedulers above
+one replica) the replicas elect a holder of the Lease `igw-picker` and only the holder is
+ready (`igw picker --leader-elect`), so Envoy sends every stream to it.
 Where the environment's global tier is enabled, the replicas also share their dispatch
 view (`--store`, from `$IGW_STORE_URL` and `$IGW_STORE_PASSWORD`) through the region's
 Valkey, so N replicas pick like one: the manifests are the same in every region, so the
@@ -56,6 +59,7 @@ __all__ = [
     "EMF_INTERVAL_S",
     "GRPC_PORT",
     "HEALTH_PORT",
+    "LEASE",
     "LIVENESS_SERVICE",
     "METRICS_PORT",
     "PRESTOP_SLEEP_S",
@@ -69,6 +73,8 @@ __all__ = [
 ]
 
 GRPC_PORT = 9002
+#: The Lease the replicas elect their holder with (`kubernetes.picker_leader_election`).
+LEASE = PICKER
 #: Plain-text gRPC health (grpc.health.v1): the kubelet's gRPC probe speaks no TLS, and the
 #: ext_proc port does (Envoy AI Gateway dials the picker over TLS), as upstream's EPP
 #: splits `-grpcPort` / `-grpcHealthPort`.
@@ -151,7 +157,7 @@ class PickerChart(Chart):
             kind="Role",
             name=PICKER,
             **common,
-            body={"rules": _read_rules()},
+            body={"rules": _read_rules(leases=env.kubernetes.picker_leader_election)},
         )
         manifest(
             self,
@@ -238,21 +244,36 @@ class PickerChart(Chart):
                 }
             },
         )
-        manifest(
-            self,
-            "pdb",
-            api_version="policy/v1",
-            kind="PodDisruptionBudget",
-            name=PICKER,
-            **common,
-            body={"spec": {"minAvailable": 1, "selector": {"matchLabels": selector}}},
-        )
+        if env.kubernetes.picker_replicas > 1:  # with one replica a PDB would block drains
+            manifest(
+                self,
+                "pdb",
+                api_version="policy/v1",
+                kind="PodDisruptionBudget",
+                name=PICKER,
+                **common,
+                body={"spec": {"minAvailable": 1, "selector": {"matchLabels": selector}}},
+            )
 
 
-def _read_rules() -> list[dict[str, Any]]:
-    """What the picker reads; the only write is an Event about a config it rejects."""
+def _read_rules(*, leases: bool) -> list[dict[str, Any]]:
+    """What the picker reads; it writes only an Event about a config it rejects, its
+    resource's status and, electing a leader, the Lease `igw-picker`."""
     read = ["get", "list", "watch"]
-    return [
+    lease = [
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "verbs": ["create"],
+        },
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": [LEASE],
+            "verbs": ["get", "update"],
+        },
+    ]
+    rules = [
         {"apiGroups": [""], "resources": ["pods"], "verbs": read},
         {
             "apiGroups": ["inference.networking.k8s.io"],
@@ -274,6 +295,7 @@ def _read_rules() -> list[dict[str, Any]]:
         # A rejected config is reported as a Warning Event on the resource.
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
     ]
+    return rules + lease if leases else rules
 
 
 def store_env(env: EnvironmentSpec) -> list[dict[str, Any]]:
@@ -333,6 +355,13 @@ def _pod_spec(*, env: EnvironmentSpec, selector: dict[str, str]) -> dict[str, An
                     env.cluster.name,
                     "--drain-timeout",
                     str(DRAIN_TIMEOUT_S),
+                    "--max-body-bytes",
+                    str(env.kubernetes.max_request_body_bytes),
+                    *(
+                        ["--leader-elect", "--lease-name", LEASE]
+                        if env.kubernetes.picker_leader_election
+                        else []
+                    ),
                 ],
                 "lifecycle": {"preStop": {"sleep": {"seconds": PRESTOP_SLEEP_S}}},
                 "env": [

@@ -86,6 +86,13 @@ def register(subparsers: Any) -> None:
         "address per request, so --fallbacks must be 0 (default: on)",
     )
     parser.add_argument(
+        "--max-body-bytes",
+        type=int,
+        metavar="BYTES",
+        help="answer 413 to a request body larger than this (default 4 MiB; the chart "
+        "passes kubernetes.max_request_body_bytes)",
+    )
+    parser.add_argument(
         "--drain-timeout",
         type=float,
         default=30.0,
@@ -284,8 +291,17 @@ def server_options(args: argparse.Namespace) -> dict[str, Any]:
         if args.body_mode == "buffered"
         else ProcessingMode.FULL_DUPLEX_STREAMED
     )
+    default = PickerOptions().max_body_bytes
+    limit = default if args.max_body_bytes is None else args.max_body_bytes
+    if limit < 1024:
+        from inference_gateway.errors import ConfigError
+
+        raise ConfigError("--max-body-bytes", ["<value>: must be 1024 or more"])
     options = PickerOptions(
-        fallbacks=args.fallbacks, request_body_mode=mode, response_body_mode=mode
+        fallbacks=args.fallbacks,
+        max_body_bytes=limit,
+        request_body_mode=mode,
+        response_body_mode=mode,
     )
     return {
         "options": options,
