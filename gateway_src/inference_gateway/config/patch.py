@@ -17,12 +17,14 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
+from inference_gateway.errors import InferenceGatewayError
+
 __all__ = ["PatchError", "apply", "diff", "field_path"]
 
 Op = dict[str, Any]
 
 
-class PatchError(ValueError):
+class PatchError(InferenceGatewayError):
     """A patch step that does not apply (its message names the step)."""
 
 
