@@ -123,9 +123,10 @@ class KubernetesSpec(_Section):
     )
     picker_leader_election: bool = Field(
         default=False,
-        description="Active-passive through a Lease (igw picker --leader-elect: only the "
-        "holder is ready), as the managed add-on's schedulers run above one replica; "
-        "default active-active, every replica routing.",
+        description="The replicas elect one holder of the Lease igw-picker, which alone "
+        "writes the InferenceGatewayConfig's status (igw picker --leader-elect-status), as "
+        "the managed add-on's schedulers elect a leader above one replica; every replica "
+        "still routes. Off: each replica writes the status when it changes.",
     )
     max_request_body_bytes: int = Field(
         default=4 * 2**20,

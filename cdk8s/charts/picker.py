@@ -1,10 +1,15 @@
 """The endpoint picker (`igw picker`): the ext_proc server Envoy asks for every request.
 
-Active-active by default: every replica discovers the pool's pods by label selector and
-scrapes them itself, so no leader election; Envoy spreads the ext_proc streams over the
-replicas. With `kubernetes.picker_leader_election` (the managed add-on's schedulers above
-one replica) the replicas elect a holder of the Lease `igw-picker` and only the holder is
-ready (`igw picker --leader-elect`), so Envoy sends every stream to it.
+Active-active: every replica discovers the pool's pods by label selector and scrapes
+them itself; Envoy spreads the ext_proc streams over the replicas. With
+`kubernetes.picker_leader_election` (the managed add-on's schedulers elect a leader above
+one replica) the replicas elect a holder of the Lease `igw-picker`, which alone writes the
+InferenceGatewayConfig's status (`igw picker --leader-elect-status`, handed over as the
+holder starts draining); every replica stays ready and routes, as the managed schedulers'
+replicas do (docs/managed-gateway.md). Readiness gated on the lease (`--leader-elect`,
+active-passive) is not rendered: a standby is never ready, so Argo CD would hold the
+Deployment Progressing, then Degraded past its progress deadline, and every node drain
+would wait on the one ready pod.
 Where the environment's global tier is enabled, the replicas also share their dispatch
 view (`--store`, from `$IGW_STORE_URL` and `$IGW_STORE_PASSWORD`) through the region's
 Valkey, so N replicas pick like one: the manifests are the same in every region, so the
@@ -205,15 +210,7 @@ class PickerChart(Chart):
                     else {}
                 ),
             },
-            body={
-                "spec": surge_deployment_spec(
-                    replicas=env.kubernetes.picker_replicas,
-                    selector=selector,
-                    pod_labels=meta,
-                    pod_spec=_pod_spec(env=env, selector=selector),
-                    annotations={"igw.dev/config-sha256": config_hash(env)},
-                )
-            },
+            body={"spec": _deployment_spec(env, meta, selector)},
         )
         manifest(
             self,
@@ -244,7 +241,7 @@ class PickerChart(Chart):
                 }
             },
         )
-        if env.kubernetes.picker_replicas > 1:  # with one replica a PDB would block drains
+        if env.kubernetes.picker_replicas > 1:  # with one replica a PDB blocks every drain
             manifest(
                 self,
                 "pdb",
@@ -254,6 +251,19 @@ class PickerChart(Chart):
                 **common,
                 body={"spec": {"minAvailable": 1, "selector": {"matchLabels": selector}}},
             )
+
+
+def _deployment_spec(
+    env: EnvironmentSpec, meta: dict[str, str], selector: dict[str, str]
+) -> dict[str, Any]:
+    """The picker's Deployment: a surge rollout (a new pod ready before an old one goes)."""
+    return surge_deployment_spec(
+        replicas=env.kubernetes.picker_replicas,
+        selector=selector,
+        pod_labels=meta,
+        pod_spec=_pod_spec(env=env, selector=selector),
+        annotations={"igw.dev/config-sha256": config_hash(env)},
+    )
 
 
 def _read_rules(*, leases: bool) -> list[dict[str, Any]]:
@@ -358,7 +368,7 @@ def _pod_spec(*, env: EnvironmentSpec, selector: dict[str, str]) -> dict[str, An
                     "--max-body-bytes",
                     str(env.kubernetes.max_request_body_bytes),
                     *(
-                        ["--leader-elect", "--lease-name", LEASE]
+                        ["--leader-elect-status", "--lease-name", LEASE]
                         if env.kubernetes.picker_leader_election
                         else []
                     ),

@@ -119,7 +119,8 @@ def test_each_managed_example_renders(example: str, synth: Synth) -> None:
     picker = synth(PickerChart, env)
     deployment = kinds(picker, "Deployment")["igw-picker"]
     assert deployment["spec"]["replicas"] == 1  # the examples' `replicas: 1`
-    assert "--leader-elect" not in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert not [a for a in args if a.startswith("--leader-elect")]
     assert not kinds(picker, "PodDisruptionBudget")  # one replica: a PDB would block drains
 
 
@@ -130,6 +131,9 @@ def managed_environment(**spec: Any) -> Doc:
 
 
 def test_replicas_above_one_elect_a_leader_through_a_lease(synth: Synth) -> None:
+    """As the managed schedulers do above one replica; their replicas all route (the
+    workshop's endpoint-picking page: at `replicas: 2` "each replica learns a different
+    pod"), so here the holder is the one status writer and every replica stays ready."""
     env = managed_environment()
     for s in env["gateway"]["spec"]["schedulers"]:
         del s["replicas"]  # the managed default: 2
@@ -138,16 +142,16 @@ def test_replicas_above_one_elect_a_leader_through_a_lease(synth: Synth) -> None
     picker = synth(PickerChart, spec)
     deployment = kinds(picker, "Deployment")["igw-picker"]
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert args[args.index("--leader-elect") :][:3] == [
-        "--leader-elect",
-        "--lease-name",
-        "igw-picker",
-    ]
+    at = args.index("--leader-elect-status")
+    assert args[at : at + 3] == ["--leader-elect-status", "--lease-name", "igw-picker"]
     rules = kinds(picker, "Role")["igw-picker"]["rules"]
     leases = [r for r in rules if r["apiGroups"] == ["coordination.k8s.io"]]
     # `kubernetes/discovery.py` LeaderElector: read, create, replace (update) its Lease
     assert {verb for r in leases for verb in r["verbs"]} == {"create", "get", "update"}
+    # every replica stays ready and routes (the readiness probe asks `readiness`, which
+    # the lease does not gate), so a surge rollout and the PodDisruptionBudget still work
     assert kinds(picker, "PodDisruptionBudget")["igw-picker"]["spec"]["minAvailable"] == 1
+    assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
 
 
 def test_route_timeouts_body_limit_and_required_claims_are_rendered(synth: Synth) -> None:

@@ -116,7 +116,14 @@ def register(subparsers: Any) -> None:
     k8s.add_argument("--api-server", help="API server URL without credentials (dev, tests)")
     k8s.add_argument("--config-name", default="igw", help="InferenceGatewayConfig to watch")
     k8s.add_argument("--no-watch-api", action="store_true", help="do not watch config resources")
-    k8s.add_argument("--leader-elect", action="store_true", help="active-passive via a Lease")
+    elect = k8s.add_mutually_exclusive_group()
+    elect.add_argument("--leader-elect", action="store_true", help="active-passive via a Lease")
+    elect.add_argument(
+        "--leader-elect-status",
+        action="store_true",
+        help="elect the Lease's holder as the one replica that writes the "
+        "InferenceGatewayConfig's status; every replica stays ready and routes",
+    )
     k8s.add_argument("--lease-name", default="igw-picker")
     k8s.add_argument(
         "--status-interval",
@@ -329,7 +336,8 @@ def kubernetes_options(args: argparse.Namespace) -> Any:
         rewrites=args.rewrites,
         config_name=args.config_name,
         watch_api=not args.no_watch_api,
-        leader_elect=args.leader_elect,
+        leader_elect=args.leader_elect or args.leader_elect_status,
+        leader_gates_readiness=not args.leader_elect_status,
         lease_name=args.lease_name,
         status_interval_s=args.status_interval,
     )
