@@ -262,3 +262,26 @@ def test_igw_convert_converts_an_environment_file_through_the_repositorys_conver
     assert main(["convert", str(managed)]) == 0
     assert yaml.safe_load(capsys.readouterr().out) == raw("prod")
     assert isinstance(validate_environment(yaml.safe_load(out), "x"), EnvironmentSpec)
+
+
+def test_make_synth_renders_the_managed_prod_as_the_native_tree(
+    tmp_path: Path, rendered: dict[str, list[Doc]]
+) -> None:
+    """The path `make synth` takes (`charts.app.synth_tree` over an environments folder):
+    prod written in the managed shape renders the same files as the committed-shape prod
+    of the session's fresh tree."""
+    from charts.app import synth_tree
+
+    managed, _ = env_convert.to_managed(raw("prod"), "prod")
+    folder = tmp_path / "environments" / "prod"
+    folder.mkdir(parents=True)
+    (folder / "environment.yaml").write_text(yaml.safe_dump(managed, sort_keys=False))
+    out = tmp_path / "out"
+    synth_tree(out, environments_dir=tmp_path / "environments", names=["prod"])
+    files = sorted((out / "environments" / "prod" / "rendered").glob("*.yaml"))
+    assert {p.name for p in files} >= {"20-picker.k8s.yaml", "30-gateway.k8s.yaml"}
+    for path in files:
+        relative = str(path.relative_to(out))
+        assert [d for d in yaml.safe_load_all(path.read_text()) if d] == rendered[relative], (
+            relative
+        )
