@@ -285,3 +285,12 @@ def test_make_synth_renders_the_managed_prod_as_the_native_tree(
         assert [d for d in yaml.safe_load_all(path.read_text()) if d] == rendered[relative], (
             relative
         )
+
+
+def test_the_example_environment_loads_and_renders_as_shipped(synth: Synth) -> None:
+    from envspec.environment import load_environment
+
+    env = load_environment(EXAMPLES / "environment.yaml")
+    assert env.gateway == validate_environment(example_environment("gateway-bbr.yaml")).gateway
+    pools = kinds(synth(InferenceChart, env), "InferencePool")
+    assert set(pools) == {"qwen", "qwen-small"}
