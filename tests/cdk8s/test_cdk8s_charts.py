@@ -415,6 +415,7 @@ class TestPicker:
             "--emf-cluster", "igw-dev",
             "--drain-timeout", "600",
             "--client-id-from-auth",  # dev has kubernetes.auth: ext_authz sets the header
+            "--max-body-bytes", str(4 * 2**20),
         ]  # fmt: skip
         registry = f"{dev_env.aws.account}.dkr.ecr.{dev_env.aws.region}.amazonaws.com"
         assert container["image"] == f"{registry}/igw-dev/gateway:0.1.0"
