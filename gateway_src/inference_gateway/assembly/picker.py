@@ -43,6 +43,7 @@ from inference_gateway.core.endpoints.store import Fetch
 from inference_gateway.core.scheduling.types import Endpoint
 from inference_gateway.core.traffic.rewrites import RewriteSet
 from inference_gateway.frontends.extproc.picker import ExtProcServicer, PickerOptions
+from inference_gateway.frontends.extproc.stream import max_message
 from inference_gateway.frontends.status import add_status_route
 from inference_gateway.transport.http2_server import (
     ConnectionPolicy,
@@ -78,7 +79,6 @@ READINESS_NAMES = ("", SERVICE_NAME, READINESS_SERVICE)
 PROCESS_PATH = f"/{SERVICE_NAME}/Process"
 # `http2`: our own HTTP/2 server (extproc_http2.py), the fast path; `grpcio`: grpc.aio.
 TRANSPORTS = ("http2", "grpcio")
-MESSAGE_OVERHEAD = 64 * 1024  # headers, metadata and framing around a body in one message
 
 
 class Lifecycle(Protocol):
@@ -178,11 +178,9 @@ class PickerServer:
         self._server = server
 
     def _max_message(self) -> int:
-        return self.servicer.options.max_body_bytes + MESSAGE_OVERHEAD
+        return max_message(self.servicer.options.max_body_bytes)
 
     async def _start_grpcio(self) -> None:
-        from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
-
         # The same limits as the http2 transport, where grpc core has them.
         policy = self.policy or ConnectionPolicy()
         server = grpc.aio.server(
@@ -195,7 +193,14 @@ class PickerServer:
                 ("grpc.max_connection_idle_ms", int(policy.idle_timeout_s * 1000)),
             ]
         )
-        pb_grpc.add_ExternalProcessorServicer_to_server(self.servicer, server)
+        # Raw bytes in and out (no (de)serializers): the shared driver parses them, as on
+        # the http2 transport.
+        process: grpc.RpcMethodHandler[bytes, bytes] = grpc.stream_stream_rpc_method_handler(
+            self.servicer.Process
+        )
+        server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler(SERVICE_NAME, {"Process": process}),)
+        )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         address = f"{self.host}:{self.grpc_port}"
         if self.credentials is not None:
