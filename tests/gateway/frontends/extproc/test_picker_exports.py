@@ -97,6 +97,7 @@ EXPORTS = {
         "KubernetesConfigSource",
         "guard_reload",
         "known_models",
+        "load_files",
         "merge_objectives",
     ],
 }
