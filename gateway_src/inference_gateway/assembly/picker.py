@@ -12,11 +12,16 @@ in its band's queue until a pod is ready or the band's TTL passes: scale from ze
 an Argo CD sync wave or a KEDA scale-up never waits on the picker waiting on the pods
 (upstream's EPP is SERVING once its datastore has synced the pool, pods or not).
 
-Stopping drains: readiness goes NOT_SERVING at once (the Service drops the replica, so
-Envoy opens new streams on the others), the listener stays open for what still
-arrives, and `stop(grace_s)` waits until the last ext_proc stream ends, up to the
-grace; a stream is a request's whole life, response included, so the grace is the
-route's timeout (the chart sets both). The log says how many streams it waited for.
+Stopping drains: readiness goes NOT_SERVING at once (the Service drops the replica) and
+every HTTP/2 connection gets a graceful GOAWAY (`Http2GrpcServer.drain`): Envoy keeps
+one long-lived connection per worker to the picker Service, which kube-proxy pinned to
+this pod, so without it Envoy would go on opening every new stream here for the whole
+grace period, and the pod could exit only by cutting them. The streams in flight run on
+to their end; the listener stays open for what still arrives (a connection made before
+the Service dropped the pod), and `drain(grace_s)` waits until the last ext_proc stream
+ends, up to the grace; a stream is a request's whole life, response included, so the
+grace is the route's timeout (the chart sets both). The log says how many streams it
+waited for. (The grpcio transport has no GOAWAY short of stopping: it drains as before.)
 """
 
 from __future__ import annotations
@@ -279,9 +284,11 @@ class PickerServer:
         it waited for."""
         self.draining = True
         await self.update_health()
+        if isinstance(self._server, Http2GrpcServer):
+            self._server.drain()  # Envoy opens its next streams on another connection
         servicer = self.servicer
         opened = servicer.opened
-        log.info("draining: readiness NOT_SERVING (up to %g s)", grace_s)
+        log.info("draining: readiness NOT_SERVING, GOAWAY sent (up to %g s)", grace_s)
         drained = await drain(lambda: servicer.active, grace_s)
         log_drained("igw picker", drained)
         if servicer.opened != opened:
