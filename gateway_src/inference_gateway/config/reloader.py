@@ -105,10 +105,12 @@ class FileWatcher:
         return tuple(stamps)
 
     async def check(self) -> bool:
-        """Reload if anything changed; True when a new state was swapped in. A check
-        while another reloads waits for it (then sees what it saw)."""
+        """Reload if anything changed; True when a new state was swapped in, by this
+        check or by one it waited for (checks run one at a time, in order)."""
+        reloads = self.reloads
         async with self._checking:
-            return await self._check()
+            changed = await self._check()
+        return changed or self.reloads > reloads
 
     async def _check(self) -> bool:
         stamp = self._stamp()

@@ -145,5 +145,3 @@ async def test_a_model_no_header_can_carry_is_an_openai_400_not_envoys_500(
             assert body["code"] == "invalid_value" and body["param"] == "model"
             assert body["message"] == f"`model` must be {problem}."
         await client.close()
-        lines = await stack.wait_access_log(len(MODELS))
-        assert [line["code"] for line in lines] == [400, 400, 400, 404]
