@@ -626,7 +626,11 @@ def _bbr_pod_spec(*, env: EnvironmentSpec, selector: dict[str, str]) -> dict[str
         container="bbr",
         # igw bbr binds loopback unless told, as the picker does: Envoy and the kubelet's
         # probes reach it on the pod IP (NetworkPolicy limits who).
-        args=["bbr", "--host", "0.0.0.0", "--grpc-port", str(BBR_PORT), "--config", CONFIG_PATH],
+        args=[
+            *("bbr", "--host", "0.0.0.0", "--grpc-port", str(BBR_PORT), "--config", CONFIG_PATH),
+            # the picker's limit: a body bbr would pass is one the picker reads
+            *("--max-body-bytes", str(env.kubernetes.max_request_body_bytes)),
+        ],
         port=("grpc", BBR_PORT),
         probe={"grpc": {"port": BBR_PORT}},
         mount=("config", "/etc/igw"),

@@ -494,7 +494,14 @@ class TestPicker:
             "9004",
             "--config",
             "/etc/igw/config.yaml",
+            "--max-body-bytes",
+            str(dev_env.kubernetes.max_request_body_bytes),
         ]
+        # one body limit for both ext_proc servers: a body bbr passes, the picker reads
+        (picker_container, *_) = pod_spec(picker)["containers"]
+        args = picker_container["args"]
+        limit = args[args.index("--max-body-bytes") + 1]
+        assert container["args"][-1] == limit
         volumes = {v["name"]: v for v in pod_spec(bbr)["volumes"]}
         assert volumes["config"] == {"name": "config", "configMap": {"name": "igw-picker-config"}}
         hash_key = "igw.dev/config-sha256"

@@ -85,13 +85,7 @@ def register(subparsers: Any) -> None:
         "x-gateway-destination-endpoint (Envoy AI Gateway, GIE's own Envoy config): one "
         "address per request, so --fallbacks must be 0 (default: on)",
     )
-    parser.add_argument(
-        "--max-body-bytes",
-        type=int,
-        metavar="BYTES",
-        help="answer 413 to a request body larger than this (default 4 MiB; the chart "
-        "passes kubernetes.max_request_body_bytes)",
-    )
+    add_body_limit_argument(parser)
     parser.add_argument(
         "--drain-timeout",
         type=float,
@@ -204,6 +198,29 @@ def add_store_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_body_limit_argument(parser: argparse.ArgumentParser) -> None:
+    """`--max-body-bytes`, one limit for both ext_proc servers (the picker and bbr)."""
+    parser.add_argument(
+        "--max-body-bytes",
+        type=int,
+        metavar="BYTES",
+        help="answer 413 to a request body larger than this (default 4 MiB; the chart "
+        "passes kubernetes.max_request_body_bytes)",
+    )
+
+
+def body_limit(args: argparse.Namespace) -> int:
+    """The `--max-body-bytes` given, else the ext_proc driver's default; a ConfigError
+    (exit 2) below 1 KiB."""
+    from inference_gateway.errors import ConfigError
+    from inference_gateway.frontends.extproc.stream import MAX_BODY_BYTES
+
+    limit: int = MAX_BODY_BYTES if args.max_body_bytes is None else args.max_body_bytes
+    if limit < 1024:
+        raise ConfigError("--max-body-bytes", ["<value>: must be 1024 or more"])
+    return limit
+
+
 def add_tls_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tls", action="store_true", help="serve TLS (self-signed by default)")
     parser.add_argument("--tls-cert", help="PEM certificate (with --tls-key)")
@@ -306,12 +323,7 @@ def server_options(args: argparse.Namespace) -> dict[str, Any]:
         if args.body_mode == "buffered"
         else ProcessingMode.FULL_DUPLEX_STREAMED
     )
-    default = PickerOptions().max_body_bytes
-    limit = default if args.max_body_bytes is None else args.max_body_bytes
-    if limit < 1024:
-        from inference_gateway.errors import ConfigError
-
-        raise ConfigError("--max-body-bytes", ["<value>: must be 1024 or more"])
+    limit = body_limit(args)
     options = PickerOptions(
         fallbacks=args.fallbacks,
         max_body_bytes=limit,

@@ -96,8 +96,10 @@ def model_headers(body: bytes, config: GatewayConfigSpec | None = None) -> dict[
 class _Exchange(Processor):
     """One request's stream: the body collected by the driver, then the headers."""
 
-    def __init__(self, router: BodyRouter, budget: BodyBudget, mode: int) -> None:
-        super().__init__(budget, MAX_BODY_BYTES, mode, mode)
+    def __init__(
+        self, router: BodyRouter, budget: BodyBudget, mode: int, max_body_bytes: int
+    ) -> None:
+        super().__init__(budget, max_body_bytes, mode, mode)
         self.router = router
         self.routed = False  # the headers answer went out
 
@@ -145,9 +147,11 @@ async def serve_call(
     call: Call,
     default_mode: int = FULL_DUPLEX,
     budget: BodyBudget | None = None,
+    max_body_bytes: int = MAX_BODY_BYTES,
 ) -> None:
     """One `Process` stream on `Http2GrpcServer`, run by the shared ext_proc driver."""
-    await drive(_Exchange(router, budget or BodyBudget(), default_mode), CallChannel(call))
+    exchange = _Exchange(router, budget or BodyBudget(), default_mode, max_body_bytes)
+    await drive(exchange, CallChannel(call))
 
 
 async def start_bbr(
@@ -158,10 +162,12 @@ async def start_bbr(
     ssl_context: ssl.SSLContext | None = None,
     policy: ConnectionPolicy | None = None,
     budget: BodyBudget | None = None,
+    max_body_bytes: int = MAX_BODY_BYTES,
 ) -> tuple[Http2GrpcServer, int]:
     """A started server with the body router and a SERVING health service, on the
     picker's own HTTP/2 server (grpc.aio cost about 0.8 ms of CPU per request).
-    `budget`: what its streams may hold at once of bodies still arriving."""
+    `budget`: what its streams may hold at once of bodies still arriving; a body over
+    `max_body_bytes` is a 413, the picker's own limit."""
     router = BodyRouter(config)
     budget = budget or BodyBudget()
     health = HealthService()
@@ -169,9 +175,12 @@ async def start_bbr(
         await health.set(service, health_pb2.HealthCheckResponse.SERVING)
 
     async def process(call: Call) -> None:
-        await serve_call(router, call, budget=budget)
+        await serve_call(router, call, budget=budget, max_body_bytes=max_body_bytes)
 
-    handlers = {PROCESS_PATH: Method(process, max_message=max_message()), **health.handlers()}
+    handlers = {
+        PROCESS_PATH: Method(process, max_message=max_message(max_body_bytes)),
+        **health.handlers(),
+    }
     server = Http2GrpcServer(handlers, ssl_context=ssl_context, policy=policy)
     bound = await server.start(host, port)
     return server, bound
