@@ -252,6 +252,35 @@ class KVEventsCollector(Collector):
             for pod, _ in self.subscriber._sockets.items():
                 blocks.add_metric([pod], index.blocks(pod))
         yield blocks
+        yield from _match_metrics(scorer)
+
+
+def _match_metrics(scorer: PrecisePrefixScorer | None) -> Iterator[Any]:
+    """Whether each pod's events carry the blocks the scorer hashes (`KVBlockIndex`
+    `check`), and whether each tokenizer the scorer names is loaded."""
+    outcomes = {
+        outcome: CounterMetricFamily(
+            f"igw_kv_events_{outcome}",
+            f"Requests prefilled on the pod whose last prompt block its KV events {text} "
+            "when they finished (only unmatched ones: it tokenizes or hashes differently)",
+            labels=["pod"],
+        )
+        for outcome, text in (("matched", "held"), ("unmatched", "did not hold"))
+    }
+    ready = GaugeMetricFamily(
+        "igw_kv_tokenizer_ready",
+        "1 when the precise prefix scorer's tokenizer is loaded (0: its files have not "
+        "arrived, and its models are scored with the approximate index)",
+        labels=["tokenizer"],
+    )
+    if scorer is not None:
+        for pod, (matched, unmatched) in sorted(scorer.kv_index.match_counts().items()):
+            outcomes["matched"].add_metric([pod], matched)
+            outcomes["unmatched"].add_metric([pod], unmatched)
+        for spec, source in scorer.tokenizers.items():
+            ready.add_metric([spec], 1.0 if source.ready or spec == "none" else 0.0)
+    yield from outcomes.values()
+    yield ready
 
 
 def subscribe_pods(

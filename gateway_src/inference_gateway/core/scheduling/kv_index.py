@@ -27,12 +27,27 @@ A pod's events are *stale* when the picker has sent it uncached blocks (`expect`
 no event came within `stale_after_s`: an idle pod publishes nothing and stays fresh, a
 pod whose publisher died is found out by its next few requests. For a stale pod the
 scorer falls back to the approximate index until events flow again.
+
+Events that flow but never carry the blocks the picker hashed are worse than none: the
+pod's prompts were tokenized or hashed differently (another tokenizer or chat template,
+`--prefix-caching-hash-algo`, `PYTHONHASHSEED`, `--block-size`), so every precise match
+would be 0. The scorer therefore asks, for each request that reached its first token
+(the pod has prefilled and stored its prompt), whether the request's last full block is
+in the pod's events when the request finishes (`check`: a running request's blocks
+cannot be evicted, so they are held then unless their event is still on its way), or
+else `CHECK_GRACE_S` later (held, or evicted and remembered as lost, counts). Each answer is counted per pod
+(exported as `igw_kv_events_matched_total` / `igw_kv_events_unmatched_total`);
+`MISMATCH_RUN` misses in a row mark the pod's events as not matching: it is scored
+like a stale pod (the approximate index) until a request matches again, and a warning
+names the pod and, from the last chain-start block it stored (token ids and hash), the
+likely cause: block size, hash algorithm or seed, or the token ids themselves.
 """
 
 from __future__ import annotations
 
+import logging
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Sequence
 
 from inference_gateway.core.scheduling.kv_events import (
@@ -44,12 +59,29 @@ from inference_gateway.core.scheduling.kv_events import (
 
 __all__ = ["KVBlockIndex"]
 
+log = logging.getLogger(__name__)
+
 DEFAULT_MAX_BLOCKS = 1 << 20  # per pod until its capacity is scraped (~16 M tokens)
 RECOMPUTE_DECAY = 0.99  # weight of history per pick: the share follows the last ~100 picks
+CHECK_GRACE_S = 2.0  # after a first token, the pod's event for the prompt is due within this
+MISMATCH_RUN = 8  # misses in a row that mark a pod's events as not matching the picker's
+MAX_CHECKS = 4096  # pending checks kept (the oldest dropped first)
+#: (hash, token ids, block size) of a stored chain's first block: what the diagnosis rehashes
+Sample = tuple[int, Sequence[int], int]
 
 
 class _Pod:
-    __slots__ = ("blocks", "capacity", "expected_at", "last_event", "last_seq")
+    __slots__ = (
+        "blocks",
+        "capacity",
+        "expected_at",
+        "last_event",
+        "last_seq",
+        "matched",
+        "run",
+        "sample",
+        "unmatched",
+    )
 
     def __init__(self, capacity: int) -> None:
         self.blocks: OrderedDict[int, None] = OrderedDict()
@@ -57,6 +89,10 @@ class _Pod:
         self.last_event = float("-inf")
         self.expected_at: float | None = None  # first pick with new blocks since the last event
         self.last_seq = -1
+        self.matched = 0  # checks whose block was in the pod's events
+        self.unmatched = 0  # and whose block was not
+        self.run = 0  # misses since the last match
+        self.sample: Sample | None = None
 
 
 class KVBlockIndex:
@@ -80,6 +116,12 @@ class KVBlockIndex:
         self._capacity = 0  # Σ the pods' capacities: the bound of `_evicted`
         self._recomputed = 0.0  # decayed Σ tokens picks recompute that the fleet evicted
         self._computed = 0.0  # decayed Σ tokens picks compute
+        # (due, pod, block hash, pick time): blocks a pod's events should show by `due`
+        self._checks: deque[tuple[float, str, int, float]] = deque(maxlen=MAX_CHECKS)
+        # the scorer's hash of one block's token ids (None: another block size), and its
+        # hashing parameters in words: what the mismatch warning compares and names
+        self.rehash: Callable[[Sequence[int], int], int | None] | None = None
+        self.hashing = ""
 
     # ------------------------------------------------------------------ feeding
 
@@ -107,6 +149,10 @@ class KVBlockIndex:
         for event in batch.events:
             if isinstance(event, BlockStored):
                 self.stored(pod, event.block_hashes, state)
+                if event.parent_block_hash is None and event.lora_id is None:
+                    size = event.block_size
+                    if event.block_hashes and len(event.token_ids) >= size:
+                        state.sample = (event.block_hashes[0], event.token_ids[:size], size)
             elif isinstance(event, BlockRemoved):
                 self.removed(pod, event.block_hashes, state)
             elif isinstance(event, AllBlocksCleared):
@@ -115,6 +161,8 @@ class KVBlockIndex:
         if seq >= 0:
             state.last_seq = seq
         self.heard(pod, state)
+        if self._checks:
+            self.settle()
 
     def heard(self, pod: str, state: _Pod | None = None) -> None:
         """The pod's stream is alive now (a batch, or a replay that answered)."""
@@ -223,10 +271,77 @@ class KVBlockIndex:
     def fresh(self, pod: str) -> bool:
         """Whether the pod's events can be trusted (see the module docstring)."""
         state = self._pods.get(pod)
-        if state is None or state.last_event == float("-inf"):
+        if state is None or state.last_event == float("-inf") or state.run >= MISMATCH_RUN:
             return False
         expected = state.expected_at
         return expected is None or self.clock() - expected <= self.stale_after_s
+
+    # ------------------------------------------------------------------ matching
+
+    def check(self, pod: str, block_hash: int, picked_at: float) -> None:
+        """A request picked for `pod` at `picked_at` (this index's clock), prefilled
+        there, has finished: its last full block `block_hash` should be in the pod's
+        events now, or within `CHECK_GRACE_S` (see the module docstring)."""
+        state = self._pods.get(pod)
+        if state is not None and block_hash in state.blocks:
+            state.matched += 1
+            state.run = 0
+            return
+        self._checks.append((self.clock() + CHECK_GRACE_S, pod, block_hash, picked_at))
+
+    def settle(self) -> None:
+        """Answer the checks that are due (see the module docstring)."""
+        checks, now = self._checks, self.clock()
+        while checks and checks[0][0] <= now:
+            _, pod, block_hash, picked_at = checks.popleft()
+            state = self._pods.get(pod)
+            if state is None or state.last_event < picked_at:
+                continue  # nothing heard since the pick: the staleness rule's business
+            if block_hash in state.blocks or block_hash in self._evicted:
+                state.matched += 1
+                state.run = 0
+                continue
+            state.unmatched += 1
+            state.run += 1
+            if state.run == MISMATCH_RUN:
+                log.warning(
+                    "kv events: pod %s: none of the last %d requests it served has its "
+                    "blocks in the pod's KV events: %s. Its prefix scores use the "
+                    "approximate index until they match (igw_kv_events_unmatched_total; "
+                    "the scorer hashes with %s)",
+                    pod,
+                    MISMATCH_RUN,
+                    self._diagnosis(state),
+                    self.hashing or "its defaults",
+                )
+
+    def _diagnosis(self, state: _Pod) -> str:
+        sample, rehash = state.sample, self.rehash
+        if sample is None or rehash is None:
+            return "no first block of a chain seen from the pod yet to tell why"
+        block_hash, tokens, size = sample
+        ours = rehash(tokens, size)
+        if ours is None:
+            return f"the pod stores blocks of {size} tokens, the scorer's blockSize differs"
+        if ours != block_hash:
+            return (
+                "the pod hashes its own token ids differently: the scorer's hashAlgo or "
+                "hashSeed differs from the pod's --prefix-caching-hash-algo or PYTHONHASHSEED"
+            )
+        return (
+            "the pod hashes token ids as the scorer does, so its token ids differ: the "
+            "scorer's tokenizer files or chat template are not the served model's"
+        )
+
+    def match_counts(self) -> dict[str, tuple[int, int]]:
+        """Per pod: checks (matched, unmatched) so far (`settle` first)."""
+        self.settle()
+        return {pod: (s.matched, s.unmatched) for pod, s in self._pods.items()}
+
+    def matching(self, pod: str) -> bool:
+        """False once the pod's events missed `MISMATCH_RUN` checks in a row."""
+        state = self._pods.get(pod)
+        return state is None or state.run < MISMATCH_RUN
 
     def heard_from(self, pod: str) -> bool:
         """Whether the pod's events ever reached this index (subscribed and alive once)."""
