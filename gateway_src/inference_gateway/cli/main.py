@@ -28,6 +28,7 @@ SUBCOMMANDS = {
     "bbr": "inference_gateway.cli.bbr",
     "auth": "inference_gateway.cli.auth",
     "pd-sidecar": "inference_gateway.cli.pd_sidecar",
+    "tokenizer": "inference_gateway.cli.tokenizer",
     "demo": "inference_gateway.demo.run",
     "bench": "inference_gateway.backend_bench.cli",
 }
@@ -36,6 +37,8 @@ SUBCOMMANDS = {
 #: requirements/gateway.txt (the gateway's core).
 REQUIREMENTS_OF = {
     "kubernetes_asyncio": "requirements/gateway-k8s.txt",
+    "tokenizers": "requirements/gateway-k8s.txt",
+    "huggingface_hub": "requirements/gateway-k8s.txt",
     "openai": "requirements/dev.txt",
     "mypy": "requirements/native.txt",
     "mypyc": "requirements/native.txt",

@@ -35,8 +35,9 @@ would be 0. The scorer therefore asks, for each request that reached its first t
 (the pod has prefilled and stored its prompt), whether the request's last full block is
 in the pod's events when the request finishes (`check`: a running request's blocks
 cannot be evicted, so they are held then unless their event is still on its way), or
-else `CHECK_GRACE_S` later (held, or evicted and remembered as lost, counts). Each answer is counted per pod
-(exported as `igw_kv_events_matched_total` / `igw_kv_events_unmatched_total`);
+else `CHECK_GRACE_S` later (held, or evicted and remembered as lost, counts). Each
+answer is counted per pod (exported as `igw_kv_events_matched_total` /
+`igw_kv_events_unmatched_total`);
 `MISMATCH_RUN` misses in a row mark the pod's events as not matching: it is scored
 like a stale pod (the approximate index) until a request matches again, and a warning
 names the pod and, from the last chain-start block it stored (token ids and hash), the

@@ -12,7 +12,8 @@ outage must never keep it from starting). So a tokenizer named by a directory is
   that model, as for a pod without events) and looks again at most every `poll_s`; when
   the files appear they are loaded on a thread (a real `tokenizer.json` takes a few
   hundred milliseconds to parse, too long for the event loop) and used from the next
-  request on. A pending or failed load is logged once per state, and `ready` says which.
+  request on. A pending or failed load is logged once per state, and `ready` says which
+(the picker's `igw_kv_tokenizer_ready`).
 
 `emulator` is the emulator's tokenization rule (ready at once); `none` hashes nothing.
 """
@@ -52,8 +53,8 @@ class TokenizerSource:
             self._tokenizer = EmulatorTokenizer()
         elif spec != NONE and (Path(spec) / "tokenizer.json").is_file():
             self._tokenizer = HFTokenizer(spec)  # a broken file: ValueError, at validation
-        elif spec != NONE:
-            log.warning(
+        elif spec != NONE:  # (`igw_kv_tokenizer_ready` 0 says so on /metrics too)
+            log.info(
                 "precise prefix scorer: no tokenizer files at %s yet; prefix scoring for its "
                 "models uses the approximate index until they arrive",
                 spec,
@@ -81,7 +82,7 @@ class TokenizerSource:
             self._tokenizer = HFTokenizer(self.spec)
             log.info("precise prefix scorer: tokenizer loaded from %s", self.spec)
             self.error = None
-        except ValueError as error:
+        except (ValueError, ModuleNotFoundError) as error:  # no `tokenizers` in a slim venv
             if str(error) != self.error:
                 log.error("precise prefix scorer: %s (retrying every %.0f s)", error, self.poll_s)
             self.error = str(error)
