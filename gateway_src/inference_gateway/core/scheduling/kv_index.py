@@ -40,8 +40,8 @@ answer is counted per pod (exported as `igw_kv_events_matched_total` /
 `igw_kv_events_unmatched_total`);
 `MISMATCH_RUN` misses in a row mark the pod's events as not matching: it is scored
 like a stale pod (the approximate index) until a request matches again, and a warning
-names the pod and, from the last chain-start block it stored (token ids and hash), the
-likely cause: block size, hash algorithm or seed, or the token ids themselves.
+names the pod and, from a chain-start block it stored after a miss (token ids and
+hash), the likely cause: block size, hash algorithm or seed, or the token ids themselves.
 """
 
 from __future__ import annotations
@@ -147,10 +147,11 @@ class KVBlockIndex:
     def ingest(self, pod: str, batch: KVEventBatch, seq: int = -1) -> None:
         """Apply one decoded batch from `pod` (in sequence order)."""
         state = self._pod(pod)
+        sampling = state.run > 0  # a pod that missed a check: keep a block to diagnose by
         for event in batch.events:
             if isinstance(event, BlockStored):
                 self.stored(pod, event.block_hashes, state)
-                if event.parent_block_hash is None and event.lora_id is None:
+                if sampling and event.parent_block_hash is None and event.lora_id is None:
                     size = event.block_size
                     if event.block_hashes and len(event.token_ids) >= size:
                         state.sample = (event.block_hashes[0], event.token_ids[:size], size)
