@@ -162,6 +162,9 @@ def sidecars(env: EnvironmentSpec) -> list[dict[str, Any]]:
                     # the hub client's own state, on the writable scratch volume
                     {"name": "HF_HOME", "value": "/tmp/huggingface"},
                     {"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"},
+                    # plain HTTP downloads: Xet's chunk cache (gigabytes by default) would
+                    # overrun the 64Mi scratch volume, and the kubelet evicts a pod for that
+                    {"name": "HF_HUB_DISABLE_XET", "value": "1"},
                 ],
                 "resources": {
                     "requests": {"cpu": "10m", "memory": "64Mi"},

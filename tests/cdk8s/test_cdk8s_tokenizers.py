@@ -106,6 +106,8 @@ def test_each_tokenizer_directory_is_filled_from_the_pods_model_and_mounted(
             assert sidecar["args"][:3] == ["tokenizer", "fetch", vllm["args"][0]], env
             assert flag(sidecar["args"], "--revision") == flag(vllm["args"], "--revision")
             assert "--keep-running" in sidecar["args"]
+            env_vars = {e["name"]: e["value"] for e in sidecar["env"]}
+            assert env_vars["HF_HUB_DISABLE_XET"] == "1"  # no Xet chunk cache on a 64Mi /tmp
             assert sidecar["image"] == main["image"]
             # the model server's own token Secret, optional: the picker never waits for it
             token_file = flag(sidecar["args"], "--token-file")
