@@ -324,6 +324,12 @@ def _pod_spec(
     gpus = str(server.gpus)
     health = {"httpGet": {"path": "/health", "port": "http"}}
     env = [
+        # uid 10001 has no passwd entry in the image: torch 2.8's inductor (imported by
+        # `vllm` at start) calls getpass.getuser(), which then needs USER (or LOGNAME),
+        # else KeyError before vLLM parses its flags (torch/_inductor/runtime/
+        # cache_dir_utils.py default_cache_dir, called unconditionally by codecache.py,
+        # so TORCHINDUCTOR_CACHE_DIR does not avoid it); emulator/vllm_startup.py
+        {"name": "USER", "value": SERVICE_ACCOUNT},
         {"name": "HOME", "value": "/home/vllm"},
         {"name": "HF_HOME", "value": "/models/huggingface"},
         {"name": "VLLM_NO_USAGE_STATS", "value": "1"},

@@ -19,6 +19,7 @@ from charts.tokenizers import precise_prefix_parameters
 from envspec.environment import EnvironmentSpec
 from envspec.workloads import ModelServerSpec
 from inference_gateway.config.spec import parse_config
+from inference_gateway.emulator.vllm_startup import USER_VARIABLES
 
 Doc = dict[str, Any]
 
@@ -296,6 +297,21 @@ class TestModelServers:
         # hash seed (core/scheduling/plugins/precise_prefix.py), the seed vLLM reads
         assert {"name": "PYTHONHASHSEED", "value": "0"} in container["env"]
         assert {"name": "kv-events", "containerPort": 5557, "protocol": "TCP"} in container["ports"]
+
+    def test_vllm_names_its_user_for_a_uid_without_passwd_entry(self, synth, dev_env):
+        """The pod runs as uid 10001, which the vllm/vllm-openai image's /etc/passwd lacks.
+        `vllm` imports torch 2.8's inductor, whose cache directory code calls
+        getpass.getuser() at import (torch/_inductor/runtime/cache_dir_utils.py
+        default_cache_dir, from compiler_bisector.py and, unconditionally, codecache.py):
+        with no LOGNAME/USER/LNAME/USERNAME that is pwd.getpwuid's KeyError and the
+        container crash-loops (vllm-project/vllm#44548; llm-d/llm-d-benchmark#1573 fixed
+        it by setting USER). TORCHINDUCTOR_CACHE_DIR alone does not help (codecache)."""
+        deployment = one(synth(ModelServersChart, dev_env), "Deployment", "vllm-llama-8b-a10g")
+        spec = pod_spec(deployment)
+        (container,) = spec["containers"]
+        assert container["securityContext"]["runAsUser"] == 10001
+        names = {e["name"]: e.get("value") for e in container["env"]}
+        assert any(names.get(name) for name in USER_VARIABLES), names
 
     def test_flags_follow_the_spec(self):
         server = ModelServerSpec(

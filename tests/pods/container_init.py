@@ -115,6 +115,8 @@ def main(spec_path: str) -> None:
     if spec["extra_trust"]:  # the stand-in for a publicly trusted certificate's CA
         with inside(root, "/etc/ssl/certs/ca-certificates.crt").open("a") as bundle:
             bundle.write(spec["extra_trust"])
+    # the runtime creates an image's missing working directory (runc: "mkdir -p cwd")
+    inside(root, spec["workdir"]).mkdir(parents=True, exist_ok=True)
     if spec["read_only_root"]:
         mount("-o", "remount,bind,ro", str(root))
     os.chroot(root)

@@ -428,6 +428,11 @@ class Container:
         after = passed["startupProbe"] or 0.0
         for kind in ("readinessProbe", "livenessProbe"):
             passed[kind] = self.await_probe(kind, after)
+        if self.process is not None and self.process.poll() is not None:
+            # a container without probes is ready while it runs (pod condition Ready)
+            raise PodStartError(
+                f"{self.name} exited with {self.process.returncode}; its log:\n{self.log()[-4000:]}"
+            )
         return passed
 
     def await_probe(self, kind: str, since_s: float) -> float | None:

@@ -83,9 +83,10 @@ def gateway_image() -> Image:
 
 
 def vllm_image(gateway: Image, folder: Path) -> Image:
-    """vLLM's image config with the emulator in place of vLLM at its `vllm` executable."""
+    """vLLM's image config, with the emulator at vLLM's `vllm` executable: the image's
+    bin folder plus a `vllm` script, bound where vLLM's image has its executables."""
     shim = folder / "vllm-bin"
-    shim.mkdir()
+    shutil.copytree(IMAGE_ENV / "usr-local" / "bin", shim, symlinks=True)
     script = shim / "vllm"
     script.write_text(
         "#!/usr/local/bin/python3.11\nimport sys\n"
@@ -324,6 +325,11 @@ def test_every_rendered_pod_starts_and_passes_its_probes(
         more, failed = probe_all(run.start(model_servers=False))
         results.update(more)
         failures += failed
+        failures += [
+            f"{c.name} exited with {c.process.returncode}; its log:\n{c.log()[-3000:]}"
+            for c in run.containers
+            if c.name in results and c.process is not None and c.process.poll() is not None
+        ]
         assert not failures, "\n\n".join(failures)
         assert results, f"{environment}/{region} renders no workload of a modelled image"
         for picker in run.containers:

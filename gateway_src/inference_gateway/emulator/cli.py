@@ -28,7 +28,7 @@ from inference_gateway.emulator.kv_publisher import parse_kv_events_config
 from inference_gateway.errors import ConfigError
 from inference_gateway.transport.ports import DEFAULTS
 
-__all__ = ["build_spec", "register", "run"]
+__all__ = ["build_spec", "register", "run", "run_loop"]
 
 
 def register(subparsers: Any) -> None:
@@ -171,14 +171,15 @@ def run(args: argparse.Namespace) -> int:
     spec, source = build_spec(args)
     fleet = EmulatedFleet(spec, source=source)  # validates profiles: ConfigError → exit 2
     try:
-        _run_loop(_serve(fleet, args.write_endpoints))
+        run_loop(_serve(fleet, args.write_endpoints))
     except OSError as error:
         print(f"igw emulate: cannot listen: {error}", file=sys.stderr)
         return 1
     return 0
 
 
-def _run_loop(coroutine: Coroutine[Any, Any, None]) -> None:
+def run_loop(coroutine: Coroutine[Any, Any, None]) -> None:
+    """Run a server coroutine to its end, on uvloop (also the `vllm` stand-in's loop)."""
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a pinned dependency

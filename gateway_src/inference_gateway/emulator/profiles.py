@@ -29,6 +29,7 @@ __all__ = [
     "gpu_profiles",
     "instance_for",
     "instance_profiles",
+    "model_for_repo",
     "model_profiles",
     "pod_profile",
 ]
@@ -96,6 +97,8 @@ class ModelProfile(BaseModel):
     experts: int = Field(default=0, ge=0)
     experts_per_token: int = Field(default=0, ge=0)
     expert_weight_gib: float = Field(default=0, ge=0)
+    #: Hugging Face repositories of this shape, as `vllm serve` names the model
+    hf_repos: tuple[str, ...] = ()
 
     @model_validator(mode="after")
     def _experts_consistent(self) -> ModelProfile:
@@ -142,6 +145,11 @@ def gpu_profiles() -> dict[str, GpuProfile]:
 @functools.cache
 def model_profiles() -> dict[str, ModelProfile]:
     return _load("models.yaml", ModelProfile)
+
+
+def model_for_repo(repo_id: str) -> str | None:
+    """The model profile whose `hf_repos` list `repo_id` (vLLM's model argument)."""
+    return next((m.name for m in model_profiles().values() if repo_id in m.hf_repos), None)
 
 
 @functools.cache

@@ -58,10 +58,12 @@ class RealtimeDriver:
         observer: EngineListener | None = None,
         max_segment_s: float = DEFAULT_SEGMENT_S,
         kv_sink: KVEventSink | None = None,
+        prefix_caching: bool = True,
     ) -> None:
         self.engine = Engine(
             profile,
             listener=self,
+            prefix_caching=prefix_caching,
             max_segment_s=max_segment_s,
             report_progress=True,
             kv_sink=kv_sink,

@@ -127,6 +127,9 @@ class PodApp:
         kv_transfer: KVTransferConfig | None = None,
         tokenizer: str | None = None,
         hash_algo: str = "sha256",
+        max_model_len: int | None = None,
+        prefix_caching: bool = True,
+        auto_tool_choice: bool = True,
     ) -> None:
         if adapters and not profile.max_loras:
             raise ValueError("adapters need LoRA slots: build the profile with max_loras >= 1")
@@ -134,19 +137,23 @@ class PodApp:
         self.served_model_name = served_model_name
         self.adapters = tuple(adapters)
         self.behavior = behavior or PodBehavior()  # tool calls, imperfections: behaviors.py
+        self.auto_tool_choice = auto_tool_choice  # vLLM's --enable-auto-tool-choice
         self.jitter = Jitter(self.behavior)
         self.created = int(time.time())
         # vLLM refuses to start when one max-length sequence cannot fit in the KV cache;
         # operators then lower --max-model-len. Capping it here does that for them, and
-        # guarantees the engine can always fit a lone request (no deadlock).
-        self.max_model_len = min(profile.model.max_model_len, profile.kv_capacity_tokens)
+        # guarantees the engine can always fit a lone request (no deadlock). A given
+        # `max_model_len` (vLLM's flag, checked by the caller as vLLM checks it) wins.
+        self.max_model_len = max_model_len or min(
+            profile.model.max_model_len, profile.kv_capacity_tokens
+        )
         self.metrics = PodMetrics(
             model_name=served_model_name,
             snapshot=lambda: self.driver.engine.snapshot(),
             cache_info={
                 "block_size": str(BLOCK_SIZE),
                 "cache_dtype": "auto",
-                "enable_prefix_caching": "True",
+                "enable_prefix_caching": str(prefix_caching),
                 "gpu_memory_utilization": str(profile.gpu_memory_utilization),
                 "num_cpu_blocks": "0",
                 "num_gpu_blocks": str(profile.num_gpu_blocks),
@@ -166,7 +173,9 @@ class PodApp:
             self.publisher = ZmqKVPublisher(
                 kv_events, block_size=BLOCK_SIZE, capacity_blocks=profile.num_gpu_blocks
             )
-        self.driver = RealtimeDriver(profile, observer=self.metrics, kv_sink=self.publisher)
+        self.driver = RealtimeDriver(
+            profile, observer=self.metrics, kv_sink=self.publisher, prefix_caching=prefix_caching
+        )
         self._ids = itertools.count(1)
         # vLLM's --kv-transfer-config: prefill and decode legs of disaggregated serving
         self.disagg = Disaggregation(kv_transfer, profile, self.driver) if kv_transfer else None
@@ -255,6 +264,8 @@ class PodApp:
             body = await self._read_body(request)
             model, adapter = self._resolve_model(body.get("model"))
             text = self._prompt_text(body, chat=chat)
+            if chat:
+                self._check_tool_choice(body)
             ids = self._prompt_ids(body, text)
             stream, include_usage, max_tokens = self._options(body, chat=chat)
             remote, keep_for_decode = self._disagg_leg(body)
@@ -394,6 +405,17 @@ class PodApp:
         if model in self.adapters:
             return model, model
         raise _BadRequest(404, f"The model `{model}` does not exist.", "NotFoundError")
+
+    def _check_tool_choice(self, body: dict[str, Any]) -> None:
+        """vLLM answers 400 to an "auto" tool choice (the default when `tools` are given)
+        unless started with --enable-auto-tool-choice and a parser (serving_chat.py)."""
+        choice = body.get("tool_choice", "auto" if body.get("tools") else "none")
+        if choice == "auto" and not self.auto_tool_choice:
+            raise _BadRequest(
+                400,
+                '"auto" tool choice requires --enable-auto-tool-choice and '
+                "--tool-call-parser to be set",
+            )
 
     def _prompt_text(self, body: dict[str, Any], *, chat: bool) -> str:
         if chat:
@@ -553,8 +575,14 @@ class EmulatedPod:
         kv_transfer: KVTransferConfig | None = None,
         tokenizer: str | None = None,
         hash_algo: str = "sha256",
+        max_model_len: int | None = None,
+        prefix_caching: bool = True,
+        auto_tool_choice: bool = True,
     ) -> None:
         self.name = name
+        self.max_model_len = max_model_len
+        self.prefix_caching = prefix_caching
+        self.auto_tool_choice = auto_tool_choice
         self.kv_transfer = kv_transfer
         self.tokenizer = tokenizer
         self.hash_algo = hash_algo
@@ -591,6 +619,9 @@ class EmulatedPod:
             kv_transfer=self.kv_transfer,
             tokenizer=self.tokenizer,
             hash_algo=self.hash_algo,
+            max_model_len=self.max_model_len,
+            prefix_caching=self.prefix_caching,
+            auto_tool_choice=self.auto_tool_choice,
         )
         runner = web.AppRunner(
             pod_app.app(),
