@@ -11,6 +11,11 @@ repository without a token is a 401 with `X-Error-Code: GatedRepo`.
 from __future__ import annotations
 
 import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -137,3 +142,28 @@ def test_the_sidecar_retries_until_the_token_arrives_then_waits(
         stop.set()
         worker.join(timeout=10)
     assert result == [0]
+
+
+def test_sigterm_ends_the_sidecar_in_the_middle_of_a_download(tmp_path: Path) -> None:
+    """A hub that takes the connection and never answers (the client would wait, then
+    retry, for tens of seconds): SIGTERM still ends the sidecar at once, exit 0, with
+    no `DIR` left (a pod's deletion waits for every container: tests/pods)."""
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        silent.settimeout(60)
+        dest = tmp_path / "tiny"
+        env = {**os.environ, "HF_HOME": str(tmp_path / "hf-home"), "HF_HUB_DISABLE_XET": "1"}
+        argv = ["tokenizer", "fetch", REPO, "--dest", str(dest), "--keep-running"]
+        endpoint = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "inference_gateway.cli.main", *argv, "--endpoint", endpoint],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        try:
+            connection, _ = silent.accept()  # the client is in its first request now
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=10) == 0
+            connection.close()
+        finally:
+            proc.kill()
+            proc.wait()
+    assert not dest.exists()

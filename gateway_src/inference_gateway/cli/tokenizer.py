@@ -17,6 +17,7 @@ the picker sees all of them or none. A `DIR` that already holds `tokenizer.json`
 download is retried with backoff (5 s doubling to 5 min), the token file re-read each
 time (a Secret mounted `optional` fills in once External Secrets has synced it), and
 after success the command waits for SIGTERM: a pod's containers run for the pod's life.
+SIGTERM ends it at once, in a download or not (exit 0).
 """
 
 from __future__ import annotations
@@ -105,8 +106,17 @@ def fetch(
 def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     if args.keep_running:
-        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        signal.signal(signal.SIGTERM, lambda *_: _stop_now(stop))
     return fetch_loop(args, stop)
+
+
+def _stop_now(stop: threading.Event) -> None:
+    """SIGTERM ends the sidecar at once, a download included: the hub client retries a
+    hub it cannot reach for tens of seconds, and a pod is not killed cleanly until its
+    every container has exited. An unfinished download stays in `DIR.partial/`, which the
+    next start clears; `DIR` is whole or absent either way."""
+    stop.set()
+    raise SystemExit(0)
 
 
 def fetch_loop(args: argparse.Namespace, stop: threading.Event) -> int:
