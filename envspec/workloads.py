@@ -14,9 +14,9 @@ place, because both the validation and the charts must agree on them.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from envspec.disaggregation import (
     DECODER_PORT,
@@ -32,8 +32,12 @@ if TYPE_CHECKING:
     from inference_gateway.config.spec import GatewayConfigSpec, LabelSelector
 
 __all__ = [
+    "ROUTE_TIMEOUT_S",
+    "AuthSpec",
+    "BbrSpec",
     "CanarySpec",
     "CanaryTargetSpec",
+    "JwtSpec",
     "KubernetesSpec",
     "ModelServerSpec",
     "canary_pool",
@@ -58,6 +62,11 @@ class JwtSpec(_Section):
     issuer: str = Field(pattern=r"^https://")
     jwks_uri: str = Field(pattern=r"^https://")
     audiences: list[str] = Field(default_factory=list)
+    required_claims: dict[Annotated[str, Field(min_length=1)], str] = Field(
+        default_factory=dict,
+        description="Claim -> value a token must carry (a list or space-separated claim "
+        "matches any element); the managed add-on's requiredClaims.",
+    )
     client_id_claim: str = Field(
         default="sub", description="Claim copied into x-igw-client-id (the fairness id)."
     )
@@ -65,13 +74,31 @@ class JwtSpec(_Section):
 
 class AuthSpec(_Section):
     """Credentials live in AWS Secrets Manager; External Secrets copies them into a Secret
-    in the cluster (never into environment.yaml)."""
+    in the cluster (never into environment.yaml). API keys, JWTs or both."""
 
-    api_keys_secret_id: str = Field(
+    api_keys_secret_id: str | None = Field(
+        default=None,
         pattern=r"^[A-Za-z0-9/_+=.@-]{1,512}$",
         description="Secrets Manager secret holding a JSON object client-id -> API key.",
     )
     jwt: JwtSpec | None = None
+
+    @model_validator(mode="after")
+    def _some_credential(self) -> AuthSpec:
+        if self.api_keys_secret_id is None and self.jwt is None:
+            raise ValueError("set api_keys_secret_id, jwt or both (or leave auth out)")
+        return self
+
+
+class BbrSpec(_Section):
+    """The body-based router (`igw bbr`) in front of the pools' routes."""
+
+    enabled: bool = Field(
+        default=True,
+        description="Off only with one pool: every request then takes that pool's route "
+        "and the picker reads the model from the body itself.",
+    )
+    replicas: int = Field(default=2, ge=1)
 
 
 class KubernetesSpec(_Section):
@@ -89,8 +116,26 @@ class KubernetesSpec(_Section):
         description="Digest of the released gateway image; when set, pods pull by digest.",
     )
     picker_replicas: int = Field(
-        default=2, ge=2, description="Active-active; two so a drained node never stops routing."
+        default=2,
+        ge=1,
+        description="Two or more so a drained node never stops routing (one gives that up: "
+        "no PodDisruptionBudget then).",
     )
+    picker_leader_election: bool = Field(
+        default=False,
+        description="The replicas elect one holder of the Lease igw-picker, which alone "
+        "writes the InferenceGatewayConfig's status (igw picker --leader-elect-status), as "
+        "the managed add-on's schedulers elect a leader above one replica; every replica "
+        "still routes. Off: each replica writes the status when it changes.",
+    )
+    max_request_body_bytes: int = Field(
+        default=4 * 2**20,
+        ge=1024,
+        le=64 * 2**20,
+        description="Largest request body the gateway takes (413 beyond): the picker's and "
+        "the auth service's limit; the managed add-on's bbr.maxRequestBodyBytes.",
+    )
+    bbr: BbrSpec = BbrSpec()
     envoy_gateway_namespace: str = Field(default="envoy-gateway-system", pattern=_DNS_LABEL)
     monitoring_namespace: str = Field(
         default="monitoring", pattern=_DNS_LABEL, description="Where Prometheus runs."
@@ -444,6 +489,12 @@ def workload_problems(
     return problems
 
 
+#: The model routes' request timeout (HTTPRoute `timeouts.request`): the longest a
+#: completion stream may run, so also how long a picker being replaced keeps serving the
+#: streams it is in (`igw picker --drain-timeout`, terminationGracePeriodSeconds). A
+#: pool's own `routeTimeoutS` may be shorter, never longer (the drain covers this one).
+ROUTE_TIMEOUT_S = 600
+
 #: What Envoy AI Gateway v0.4, the controller that turns an InferencePool backendRef into
 #: Envoy config, puts on the picker's ext_proc filter (`buildHTTPFilterForInferencePool`
 #: in its `internal/extensionserver/inferencepool.go`): fail closed, 300 s per message.
@@ -464,6 +515,11 @@ def _picker_wiring_problems(gateway: GatewayConfigSpec) -> list[str]:
                 f"gateway.pools[{i}].failureMode: FailOpen is not honoured in the cluster "
                 "(the InferencePool's ext_proc filter fails closed; docs/infrastructure.md, "
                 "'When the picker is unreachable')"
+            )
+        if pool.route_timeout_s is not None and pool.route_timeout_s > ROUTE_TIMEOUT_S:
+            problems.append(
+                f"gateway.pools[{i}].routeTimeoutS: {pool.route_timeout_s} s is longer than "
+                f"the {ROUTE_TIMEOUT_S} s a replaced picker keeps serving its streams"
             )
     limit = PICKER_EXT_PROC_MESSAGE_TIMEOUT_S - 5
     for band, spec in gateway.flow_control.bands.items():

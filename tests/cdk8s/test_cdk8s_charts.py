@@ -419,10 +419,24 @@ class TestPicker:
             "--emf-interval", "60",
             "--emf-cluster", "igw-dev",
             "--drain-timeout", "600",
+            "--client-id-from-auth",  # dev has kubernetes.auth: ext_authz sets the header
+            "--max-body-bytes", str(4 * 2**20),
         ]  # fmt: skip
         registry = f"{dev_env.aws.account}.dkr.ecr.{dev_env.aws.region}.amazonaws.com"
         assert container["image"] == f"{registry}/igw-dev/gateway:0.1.0"
         assert one(docs, "PodDisruptionBudget", "igw-picker")["spec"]["minAvailable"] == 1
+
+    def test_without_a_security_policy_the_picker_ignores_a_client_id(self, synth, dev_env):
+        """No `kubernetes.auth`: no SecurityPolicy sets x-igw-client-id, so a client's
+        own would be believed; the picker runs without --client-id-from-auth."""
+        env = dev_env.model_copy(
+            update={"kubernetes": dev_env.kubernetes.model_copy(update={"auth": None})}
+        )
+        docs = synth(PickerChart, env)
+        containers = pod_spec(one(docs, "Deployment", "igw-picker"))["containers"]
+        (container,) = [c for c in containers if c["name"] == "picker"]  # (beside: tokenizers)
+        assert "--client-id-from-auth" not in container["args"]
+        assert not [d for d in synth(GatewayChart, env) if d["kind"] == "SecurityPolicy"]
 
     def test_a_rollout_keeps_streams_for_the_route_timeout(self, synth, dev_env):
         """A replaced picker is in every stream it routed until the response ends, so it

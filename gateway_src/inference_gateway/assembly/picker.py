@@ -26,7 +26,7 @@ import logging
 import ssl
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import grpc
 from aiohttp import web
@@ -86,6 +86,14 @@ MESSAGE_OVERHEAD = 64 * 1024  # headers, metadata and framing around a body in o
 class Lifecycle(Protocol):
     async def start(self) -> None: ...
     async def stop(self) -> None: ...
+
+
+@runtime_checkable
+class Handover(Protocol):
+    """A collaborator that hands something over when the picker starts draining (the
+    Lease of leader election: a standby takes over while this replica drains)."""
+
+    async def release(self) -> None: ...
 
 
 class PickerServer:
@@ -282,6 +290,9 @@ class PickerServer:
         it waited for."""
         self.draining = True
         await self.update_health()
+        for part in self.collaborators:
+            if isinstance(part, Handover):
+                await part.release()
         servicer = self.servicer
         opened = servicer.opened
         log.info("draining: readiness NOT_SERVING (up to %g s)", grace_s)

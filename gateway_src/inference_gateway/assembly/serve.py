@@ -27,7 +27,11 @@ from inference_gateway.shared_store.client import StoreHealth, StoreSpec, connec
 from inference_gateway.shared_store.ratelimit import SharedLimits
 from inference_gateway.telemetry.emf import EmfEmitter
 from inference_gateway.telemetry.metrics import GatewayMetrics
-from inference_gateway.transport.http_settings import BODY_TIMEOUT_S
+from inference_gateway.transport.http_settings import (
+    BODY_TIMEOUT_S,
+    GatewayAppRunner,
+    server_settings,
+)
 
 __all__ = ["RUN_OPTIONS", "WATCHER", "app_runner", "build_gateway"]
 
@@ -39,8 +43,9 @@ RUN_OPTIONS = {"handler_cancellation": True, "access_log": None}
 
 
 def app_runner(app: web.Application) -> web.AppRunner:
-    """A runner for the gateway app with `RUN_OPTIONS` (tests and embedders use this)."""
-    return web.AppRunner(app, **RUN_OPTIONS)  # type: ignore[arg-type]
+    """A runner for the gateway app as `igw serve` runs it, `RUN_OPTIONS` and the
+    server settings (tests and embedders use this)."""
+    return GatewayAppRunner(app, **RUN_OPTIONS, **server_settings())  # type: ignore[arg-type]
 
 
 def build_gateway(
@@ -122,6 +127,10 @@ def build_gateway(
     app = gateway.app()
     # credentials first: an unauthenticated client never makes the gateway read its body
     app.middlewares.insert(0, auth_middleware(auth))
+    gateway.director.trusted_client_id = True  # the middleware sets it, or strips a caller's
+    gateway.director.ask_stream_usage = True  # the proxy strips what the client did not ask
+    if auth is not None:  # igw_auth_refusals_total, beside the request metrics
+        metrics.registry.register(auth.refusals_collector())
     add_status_route(
         app, gateway.director, store, cluster=emf_cluster, hourly_cost_usd=hourly_cost_usd
     )

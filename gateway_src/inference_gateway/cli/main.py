@@ -43,6 +43,7 @@ SUBCOMMANDS = {
     "demo": "inference_gateway.demo.run",
     "bench": "inference_gateway.backend_bench.cli",
     "validate": "inference_gateway.cli.validate",
+    "convert": "inference_gateway.cli.convert",
 }
 
 #: top-level module → the pinned requirements file that installs it, where that is not

@@ -77,6 +77,7 @@ __all__ = [
     "openapi_v3_schema",
     "parse_config",
     "read_yaml",
+    "weigh_profile",
 ]
 
 API_GROUP = "inference.igw.dev"
@@ -259,6 +260,13 @@ class PoolSpec(Spec):
     gpu: str | None = Field(default=None, description="GPU profile name, e.g. H100.")
     hourly_usd: float | None = Field(default=None, ge=0, description="Price of one pod.")
     failure_mode: Literal["FailOpen", "FailClose"] = "FailClose"
+    route_timeout_s: int | None = Field(
+        default=None,
+        ge=1,
+        description="In the cluster: the longest a request to this pool may take, first "
+        "byte to last (its HTTPRoute's timeouts.request); default the chart's route "
+        "timeout. The managed add-on's per-scheduler routeTimeout.",
+    )
 
 
 class ModelSpec(Spec):
@@ -420,6 +428,7 @@ def default_scheduling() -> tuple[list[PluginSpec], list[SchedulingProfileSpec]]
         PluginSpec(type="lora-affinity-scorer"),
         PluginSpec(type="running-requests-size-scorer"),
         PluginSpec(type="predicted-ttft-scorer"),
+        PluginSpec(type="no-hit-lru-scorer"),
         PluginSpec(type="max-score-picker"),
     ]
     ref = PluginRef
@@ -453,7 +462,11 @@ def default_scheduling() -> tuple[list[PluginSpec], list[SchedulingProfileSpec]]
 
 #: The names `weights:` accepts, each to the plugin type it weighs: our type names, and the
 #: short camelCase names a team migrating from the managed add-on writes for the same
-#: scorers (table in docs/picker.md).
+#: scorers (table in docs/picker.md). The managed schedulers' own weight names (`queue`,
+#: `kvCache`, `prefix`, `lru`, `loraAffinity`, `runningRequests`, `predictedLatency`)
+#: are all here, so their `weights` carry over verbatim (docs/managed-gateway.md): `prefix`
+#: is the default profile's prefix scorer, the precise one (which is the approximate
+#: index for pods that publish no KV events), so `prefix: 0` turns prefix affinity off.
 SCORER_NAMES: dict[str, str] = {
     "queue-scorer": "queue-scorer",
     "queue": "queue-scorer",
@@ -465,12 +478,16 @@ SCORER_NAMES: dict[str, str] = {
     "prefixCache": "prefix-cache-scorer",
     "precise-prefix-cache-scorer": "precise-prefix-cache-scorer",
     "precisePrefixCache": "precise-prefix-cache-scorer",
+    "prefix": "precise-prefix-cache-scorer",
     "lora-affinity-scorer": "lora-affinity-scorer",
     "loraAffinity": "lora-affinity-scorer",
     "running-requests-size-scorer": "running-requests-size-scorer",
     "runningRequests": "running-requests-size-scorer",
     "predicted-ttft-scorer": "predicted-ttft-scorer",
     "predictedTtft": "predicted-ttft-scorer",
+    "predictedLatency": "predicted-ttft-scorer",
+    "no-hit-lru-scorer": "no-hit-lru-scorer",
+    "lru": "no-hit-lru-scorer",
 }
 # A Literal, so an unknown name fails with its path and the CRD lists the names (built
 # from the table; a type checker sees the str it is).
@@ -480,7 +497,9 @@ else:
     ScorerName = Literal[tuple(SCORER_NAMES)]
 
 
-def _weigh(profile: SchedulingProfileSpec, weights: Mapping[str, float]) -> SchedulingProfileSpec:
+def weigh_profile(
+    profile: SchedulingProfileSpec, weights: Mapping[str, float]
+) -> SchedulingProfileSpec:
     """`profile` under `weights:`: a named scorer takes its weight, a weight of 0 drops it,
     a named scorer the profile lacks joins it (before the picker); the rest stay."""
     wanted = {SCORER_NAMES[name]: weight for name, weight in weights.items()}
@@ -552,7 +571,7 @@ class GatewayConfigSpec(Spec):
         default = info.data.get("default_profile", "")
         builtin = {p.name: p for p in _default_profiles()}.get(default)
         if builtin is not None and not any(
-            kind_of(r.plugin_ref) == "scorer" for r in _weigh(builtin, weights).plugins
+            kind_of(r.plugin_ref) == "scorer" for r in weigh_profile(builtin, weights).plugins
         ):
             raise ValueError(f"every scorer of profile {builtin.name!r} is weighted 0")
         return weights
@@ -580,7 +599,7 @@ class GatewayConfigSpec(Spec):
                         "drop this entry so `weights` applies to the built-in "
                         f"{default!r}"
                     )
-            builtins = [_weigh(p, weights) if p.name == default else p for p in builtins]
+            builtins = [weigh_profile(p, weights) if p.name == default else p for p in builtins]
         return given + [p for p in builtins if p.name not in own]
 
     @model_validator(mode="after")
@@ -634,9 +653,18 @@ class GatewayConfigSpec(Spec):
 
 
 def parse_config(data: Mapping[str, Any], source: str = "<config>") -> GatewayConfigSpec:
-    """Validate a mapping: either a bare spec or a whole `InferenceGatewayConfig` resource."""
+    """Validate a mapping: either a bare spec or a whole `InferenceGatewayConfig` resource,
+    this project's or the managed add-on's (`config.managed`, converted on the way in by
+    `config.convert`: its routing part; its deployment settings are the cluster's, which
+    `make synth` renders from environment.yaml)."""
     if not isinstance(data, Mapping):
         raise ConfigError(source, ["<root>: expected a mapping"])
+    from inference_gateway.config.managed import is_managed
+
+    if is_managed(data):
+        from inference_gateway.config.convert import convert_resource
+
+        data, _ = convert_resource(data, "native", source)
     prefix = ""
     if data.get("kind") == "InferenceGatewayConfig":
         data, prefix = data.get("spec") or {}, "spec"

@@ -86,6 +86,12 @@ def register(subparsers: Any) -> None:
     ):
         parser.add_argument(flag, type=float, default=None, help=text + " (default 0)")
     parser.add_argument(
+        "--stream-interval",
+        type=int,
+        default=None,
+        help="vLLM's flag: tokens per streamed event (default 1)",
+    )
+    parser.add_argument(
         "--kv-transfer-config",
         metavar="JSON",
         help="vLLM's flag for disaggregated prefill/decode, e.g. "
@@ -116,6 +122,7 @@ def build_spec(args: argparse.Namespace) -> tuple[FleetSpec, str]:
         "--tool-call-miss-rate": args.tool_call_miss_rate,
         "--tool-call-error-rate": args.tool_call_error_rate,
         "--temperature0-jitter": args.temperature0_jitter,
+        "--stream-interval": args.stream_interval,
         "--kv-transfer-config": args.kv_transfer_config,
     }
     if args.fleet:
@@ -151,6 +158,7 @@ def build_spec(args: argparse.Namespace) -> tuple[FleetSpec, str]:
                 ("tool_call_miss_rate", args.tool_call_miss_rate),
                 ("tool_call_error_rate", args.tool_call_error_rate),
                 ("temperature0_jitter", args.temperature0_jitter),
+                ("stream_interval", args.stream_interval),
             )
             if value is not None
         },

@@ -340,15 +340,17 @@ class PodApp:
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         )
         engine_request, driver = reply.request, self.driver
+        interval = self.behavior.stream_interval  # vLLM's --stream-interval
         sent = 0
         try:
             await response.prepare(request)
             while True:
                 finished = engine_request.finish_time is not None
                 ready = engine_request.generated(driver.engine.clock)
-                if ready > sent:
-                    await response.write(reply.token_chunks(sent, ready))
-                    sent = ready
+                upto = ready if finished else sent + (ready - sent) // interval * interval
+                if upto > sent:
+                    await response.write(reply.token_chunks(sent, upto, interval))
+                    sent = upto
                 if finished:
                     break
                 await driver.next_step()
@@ -500,12 +502,16 @@ class _Reply:
             b'"finish_reason":null}]}\n\n'
         )
 
-    def token_chunks(self, start: int, stop: int) -> bytes:
-        """SSE events for output tokens `start` .. `stop − 1` (the role chunk first)."""
+    def token_chunks(self, start: int, stop: int, per_event: int = 1) -> bytes:
+        """SSE events for output tokens `start` .. `stop − 1`, `per_event` tokens an event
+        (the role chunk first)."""
         parts = [self._role] if self.chat and start == 0 else []
         last = self.request.output_tokens - 1
-        for i, token in enumerate(filler_tokens(self.seed, start, stop), start):
-            parts += (self._head, token, self._last_tail if i == last else self._tail)
+        tokens = filler_tokens(self.seed, start, stop)
+        for i in range(0, len(tokens), per_event):
+            group = tokens[i : i + per_event]
+            end = start + i + len(group) - 1
+            parts += (self._head, b"".join(group), self._last_tail if end == last else self._tail)
         return b"".join(parts)
 
     def usage(self) -> dict[str, Any]:

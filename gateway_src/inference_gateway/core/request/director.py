@@ -48,6 +48,8 @@ from inference_gateway.core.request.budget import (
 )
 from inference_gateway.core.request.contracts import RoutingState, SchedulerLike, openai_error
 from inference_gateway.core.request.lifecycle import RequestLifecycle, new_internal_id
+from inference_gateway.core.request.prompt_cost import prompt_estimate
+from inference_gateway.core.request.sse import ask_for_usage
 from inference_gateway.core.scheduling.plugins.prefix import prompt_block_hashes
 from inference_gateway.core.scheduling.types import Endpoint, LLMRequest
 from inference_gateway.core.traffic.flow_control import BANDS, FlowController, Waiter
@@ -101,7 +103,8 @@ DEFAULT_FLOW_CONTROL = FlowControlSpec()  # frozen: one instance serves every re
 
 
 def prompt_text(body: dict[str, Any]) -> str:
-    """The text the prefix index and token estimate see: messages or prompt, in order."""
+    """The text the prefix index sees: messages or prompt, in order (the token estimate
+    counts more: prompt_cost.py)."""
     messages = body.get("messages")
     if isinstance(messages, list):
         parts = []
@@ -163,6 +166,9 @@ class Decision:
     headers: dict[str, str] = field(default_factory=dict)  # e.g. rate-limit state
     # P/D: ranked prefill pods for a prefill leg before `ranked[0]` decodes; [] = aggregated
     prefill: list[Endpoint] = field(default_factory=list)
+    # the body asks the engine for the stream's usage for the gateway's own count: the
+    # data plane takes the usage event out of the client's stream (sse.UsageEventFilter)
+    strip_usage: bool = False
 
     @property
     def target_model(self) -> str:
@@ -197,7 +203,7 @@ class Intake:
         text = prompt_text(body)
         return cls(
             body["model"],
-            prompt_estimate(text),
+            prompt_estimate(body),
             bound,
             lambda model: prompt_block_hashes(model, text),
             body,
@@ -225,10 +231,11 @@ class Pending:
         return self.intake.model
 
 
-def api_key_of(headers: Mapping[str, str]) -> str:
-    """The authenticated client id, else the bearer token, else "anonymous" (limits
-    without a client or apiKey apply to each caller separately)."""
-    client = headers.get(CLIENT_ID_HEADER)
+def api_key_of(headers: Mapping[str, str], trusted_client_id: bool = False) -> str:
+    """The authenticated client id (`trusted_client_id`: the header was set by an
+    authenticating filter, `Director.trusted_client_id`), else the bearer token, else
+    "anonymous" (limits without a client or apiKey apply to each caller separately)."""
+    client = headers.get(CLIENT_ID_HEADER) if trusted_client_id else None
     if client:
         return client
     auth = headers.get("authorization", "")
@@ -308,6 +315,15 @@ class Director:
         self.clock = clock
         self.soon = soon
         self._gauged_pools: set[str] = set()  # pools whose gauges /metrics shows
+        # Whether the data plane takes the usage event out of a stream whose client did
+        # not ask for it (igw serve does): then every stream asks the engine for usage,
+        # which settles its token charge exactly (sse.ask_for_usage).
+        self.ask_stream_usage = False
+        # Whether a request's `x-igw-client-id` was set by an authenticating filter in
+        # front (igw serve's auth middleware sets or strips it; in the cluster Envoy
+        # Gateway's ext_authz sets it, `igw picker --client-id-from-auth`). Otherwise a
+        # client could name itself `team-a` and spend team-a's limits: it is ignored.
+        self.trusted_client_id = False
         self._watch_limiter(state)
 
     def _watch_limiter(self, state: RoutingState) -> None:
@@ -518,8 +534,17 @@ class Director:
         if pending.model != client_model and body is not None:
             body["model"] = pending.model
             raw = orjson.dumps(body)
+        asked = ask_for_usage(raw, body) if self.ask_stream_usage and body else None
         decision = Decision(
-            llm, ranked, client_model, pending.route, raw, gate, pending.headers, prefill
+            llm,
+            ranked,
+            client_model,
+            pending.route,
+            raw if asked is None else asked,
+            gate,
+            pending.headers,
+            prefill,
+            strip_usage=asked is not None,
         )
         return RequestLifecycle(self, decision, client_request_id, budget=pending.budget)
 
@@ -565,7 +590,7 @@ class Director:
         output_bound = pending.intake.output_bound
         if not state.limiter.rules:  # nothing to charge (the common case): no headers
             return {}, None
-        api_key = api_key_of(headers)
+        api_key = api_key_of(headers, self.trusted_client_id)
         limit = state.limiter.check(
             api_key,
             client_model,
@@ -594,7 +619,7 @@ class Director:
         output_bound = pending.intake.output_bound
         if not state.limiter.rules:
             return {}, None
-        api_key = api_key_of(headers)
+        api_key = api_key_of(headers, self.trusted_client_id)
         limiter = self.shared_limits.limiter(state.limiter.rules)
         admission = await limiter.check_shared(
             api_key,
@@ -744,12 +769,6 @@ def _parse(raw: bytes) -> dict[str, Any]:
             "missing_model",
         )
     return body
-
-
-def prompt_estimate(text: str) -> int:
-    """A prompt's tokens, estimated (4 characters a token): what a token limit charges up
-    front, the same at tier 1 and tier 2."""
-    return len(text) // 4 + 1
 
 
 class OutputBound(NamedTuple):

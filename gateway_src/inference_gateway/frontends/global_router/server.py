@@ -48,13 +48,9 @@ from redis.asyncio import Redis
 
 from inference_gateway.core.request.attempts import AttemptPlan, Failure
 from inference_gateway.core.request.budget import TokenBudget, store_budget
-from inference_gateway.core.request.director import (
-    Rejection,
-    output_bound,
-    prompt_estimate,
-    prompt_text,
-)
+from inference_gateway.core.request.director import Rejection, output_bound
 from inference_gateway.core.request.lifecycle import new_internal_id
+from inference_gateway.core.request.prompt_cost import prompt_estimate
 from inference_gateway.core.request.relay import (
     StreamEnd,
     StreamRelay,
@@ -62,6 +58,7 @@ from inference_gateway.core.request.relay import (
     is_event_stream,
     stream_error_event,
 )
+from inference_gateway.core.request.sse import UsageEventFilter, ask_for_usage
 from inference_gateway.core.request.usage import UsageScanner, total_tokens
 from inference_gateway.frontends.global_router.choice import Choice, RequestTraits, rank_clusters
 from inference_gateway.frontends.global_router.clusters import ClusterRegistry, ClusterState
@@ -140,6 +137,8 @@ class GlobalRouter:
         if redis is not None or spec.drain_file is not None:
             self.registry.planned = PlannedDrains(spec, redis, health).current
         self.auth = build_authenticator(spec.auth)
+        if self.auth is not None:  # igw_auth_refusals_total, as igw serve and igw auth
+            self.metrics.registry.register(self.auth.refusals_collector())
         self._rng = random.Random(seed)
         self._session: aiohttp.ClientSession | None = None
         self.body_timeout_s = BODY_TIMEOUT_S  # a request body must arrive within this
@@ -255,7 +254,7 @@ class GlobalRouter:
                 "invalid_request_error",
                 "missing_model",
             )
-        client = api_key_of(request.headers)
+        client = api_key_of(request.headers)  # a caller's own x-igw-client-id counts for nothing
         if self.auth is not None:
             identity = self.auth.identify(request.headers.get("authorization"))
             if identity is None:
@@ -285,7 +284,7 @@ class GlobalRouter:
             admission = await self.limiter.check(
                 client,
                 body["model"],
-                prompt_estimate(prompt_text(body)),
+                prompt_estimate(body),
                 bound.tokens,
                 request_id=request_id,
                 bounded=bound.explicit,
@@ -315,9 +314,15 @@ class GlobalRouter:
                 self.limiter, admission, request_id, client, body["model"], self._settling
             )
         used: int | None = None
+        asked = ask_for_usage(raw, body)  # the stream's usage settles its charge exactly
         try:
             response, used = await self._forward(
-                request, raw, extra, body.get("stream") is True, budget
+                request,
+                raw if asked is None else asked,
+                extra,
+                body.get("stream") is True,
+                budget,
+                strip_usage=asked is not None,
             )
         finally:
             if budget is not None:
@@ -331,6 +336,8 @@ class GlobalRouter:
         extra: dict[str, str],
         stream: bool = False,
         budget: TokenBudget | None = None,
+        *,
+        strip_usage: bool = False,
     ) -> tuple[web.StreamResponse, int | None]:
         assert self._session is not None
         traits = self._traits(request.headers)
@@ -377,7 +384,7 @@ class GlobalRouter:
                     continue
                 cross = "true" if state.spec.region != traits.home_region else "false"
                 result = await self._relay(
-                    request, upstream, first, state, cross, started, extra, budget
+                    request, upstream, first, state, cross, started, extra, budget, strip_usage
                 )
                 complete = True
                 return result
@@ -457,10 +464,13 @@ class GlobalRouter:
         started: float,
         extra: dict[str, str],
         budget: TokenBudget | None = None,
+        strip_usage: bool = False,
     ) -> tuple[web.StreamResponse, int | None]:
         """Relay an answer whose first byte is in (`first`): nothing is retried from here.
         `budget` follows its tokens: a stream that outgrows the client's window ends with
-        the rate-limit SSE error event, a whole answer larger than what is left is a 429."""
+        the rate-limit SSE error event, a whole answer larger than what is left is a 429.
+        `strip_usage`: the usage event was asked for by the router, not the client: it
+        is read, not relayed."""
         name = state.name
         status = upstream.status
         content_type = upstream.headers.get("content-type", "application/json")
@@ -504,10 +514,13 @@ class GlobalRouter:
             await response.prepare(request)
         except ConnectionError:
             return response, None
+        own = UsageEventFilter(None if usage is None else usage.feed) if strip_usage else None
         relayed = await self.relay.pump(
             upstream.content.iter_any(),
             response,
             first=first,
+            transform=None if own is None else own.stream_chunk,
+            flush=None if own is None else own.flush,
             sent=None if usage is None else usage.feed,
             admit=None if budget is None or status != 200 else budget.admit,
         )
