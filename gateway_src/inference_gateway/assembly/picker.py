@@ -12,11 +12,16 @@ in its band's queue until a pod is ready or the band's TTL passes: scale from ze
 an Argo CD sync wave or a KEDA scale-up never waits on the picker waiting on the pods
 (upstream's EPP is SERVING once its datastore has synced the pool, pods or not).
 
-Stopping drains: readiness goes NOT_SERVING at once (the Service drops the replica, so
-Envoy opens new streams on the others), the listener stays open for what still
-arrives, and `stop(grace_s)` waits until the last ext_proc stream ends, up to the
-grace; a stream is a request's whole life, response included, so the grace is the
-route's timeout (the chart sets both). The log says how many streams it waited for.
+Stopping drains: readiness goes NOT_SERVING at once (the Service drops the replica) and
+every HTTP/2 connection gets a graceful GOAWAY (`Http2GrpcServer.drain`): Envoy keeps
+one long-lived connection per worker to the picker Service, which kube-proxy pinned to
+this pod, so without it Envoy would go on opening every new stream here for the whole
+grace period, and the pod could exit only by cutting them. The streams in flight run on
+to their end; the listener stays open for what still arrives (a connection made before
+the Service dropped the pod), and `drain(grace_s)` waits until the last ext_proc stream
+ends, up to the grace; a stream is a request's whole life, response included, so the
+grace is the route's timeout (the chart sets both). The log says how many streams it
+waited for. (The grpcio transport has no GOAWAY short of stopping: it drains as before.)
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from inference_gateway.core.endpoints.store import Fetch
 from inference_gateway.core.scheduling.types import Endpoint
 from inference_gateway.core.traffic.rewrites import RewriteSet
 from inference_gateway.frontends.extproc.picker import ExtProcServicer, PickerOptions
+from inference_gateway.frontends.extproc.stream import max_message
 from inference_gateway.frontends.status import add_status_route
 from inference_gateway.transport.http2_server import (
     ConnectionPolicy,
@@ -80,7 +86,6 @@ READINESS_NAMES = ("", SERVICE_NAME, READINESS_SERVICE)
 PROCESS_PATH = f"/{SERVICE_NAME}/Process"
 # `http2`: our own HTTP/2 server (extproc_http2.py), the fast path; `grpcio`: grpc.aio.
 TRANSPORTS = ("http2", "grpcio")
-MESSAGE_OVERHEAD = 64 * 1024  # headers, metadata and framing around a body in one message
 
 
 class Lifecycle(Protocol):
@@ -188,11 +193,9 @@ class PickerServer:
         self._server = server
 
     def _max_message(self) -> int:
-        return self.servicer.options.max_body_bytes + MESSAGE_OVERHEAD
+        return max_message(self.servicer.options.max_body_bytes)
 
     async def _start_grpcio(self) -> None:
-        from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
-
         # The same limits as the http2 transport, where grpc core has them.
         policy = self.policy or ConnectionPolicy()
         server = grpc.aio.server(
@@ -205,7 +208,14 @@ class PickerServer:
                 ("grpc.max_connection_idle_ms", int(policy.idle_timeout_s * 1000)),
             ]
         )
-        pb_grpc.add_ExternalProcessorServicer_to_server(self.servicer, server)
+        # Raw bytes in and out (no (de)serializers): the shared driver parses them, as on
+        # the http2 transport.
+        process: grpc.RpcMethodHandler[bytes, bytes] = grpc.stream_stream_rpc_method_handler(
+            self.servicer.Process
+        )
+        server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler(SERVICE_NAME, {"Process": process}),)
+        )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         address = f"{self.host}:{self.grpc_port}"
         check_free(self.host, self.grpc_port)  # grpcio says little when it cannot bind
@@ -290,12 +300,14 @@ class PickerServer:
         it waited for."""
         self.draining = True
         await self.update_health()
+        if isinstance(self._server, Http2GrpcServer):
+            self._server.drain()  # Envoy opens its next streams on another connection
         for part in self.collaborators:
             if isinstance(part, Handover):
                 await part.release()
         servicer = self.servicer
         opened = servicer.opened
-        log.info("draining: readiness NOT_SERVING (up to %g s)", grace_s)
+        log.info("draining: readiness NOT_SERVING, GOAWAY sent (up to %g s)", grace_s)
         drained = await drain(lambda: servicer.active, grace_s)
         log_drained("igw picker", drained)
         if servicer.opened != opened:

@@ -4,6 +4,7 @@ reloads, authentication, the status heartbeat and EMF records around it."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -12,13 +13,11 @@ from aiohttp import web
 
 from inference_gateway.assembly.core import build_core
 from inference_gateway.assembly.kv_events import subscribe_pods
-from inference_gateway.config.reloader import FileWatcher
+from inference_gateway.config.reloader import FileWatcher, load_off_loop
 from inference_gateway.config.spec import GatewayConfigSpec, load_config
-from inference_gateway.config.watch import guard_reload
+from inference_gateway.config.watch import guard_reload, load_files
 from inference_gateway.core.endpoints.discovery import load_endpoints_file
 from inference_gateway.core.scheduling.types import Endpoint
-from inference_gateway.core.traffic.rewrites import RewriteSet, load_rewrites
-from inference_gateway.core.traffic.routing import ModelRouter
 from inference_gateway.frontends.auth import Authenticator, auth_middleware
 from inference_gateway.frontends.pd_exchange import PREFILL_TIMEOUT_S
 from inference_gateway.frontends.proxy import Gateway
@@ -103,19 +102,18 @@ def build_gateway(
     )
     store = core.store
 
-    def known_models() -> set[str] | None:
-        if isinstance(config, GatewayConfigSpec) and config.models:
-            return set(ModelRouter(config).models([]))
-        return {m for e in endpoints for m in e.models} or None
+    load = functools.partial(
+        load_files,
+        config_path,
+        rewrites,
+        config=config,
+        models={m for e in endpoints for m in e.models} or None,
+        seed=seed,
+    )
 
-    def load_state() -> tuple[GatewayConfigSpec | None, RewriteSet]:
-        current = load_config(config_path) if config_path is not None else config
-        if rewrites is None:
-            return current, RewriteSet.empty()
-        return current, load_rewrites(rewrites, known_models=known_models(), seed=seed)
-
-    def reload() -> None:
-        core.apply_config(*load_state())
+    async def reload() -> None:
+        """Read and validate off the event loop (config/reloader.py), swap in on it."""
+        core.apply_config(*await load_off_loop(load))
 
     gateway = Gateway(
         store,
@@ -145,7 +143,7 @@ def build_gateway(
         await store.scrape_once()
         store.start()
         await kv_events.start()
-        reload()  # rewrites need the pods' model names
+        core.apply_config(*load())  # before serving, in place: rewrites need the pods' models
         if watched:
             watcher = FileWatcher(watched, guard_reload(reload, metrics))
             app[WATCHER] = watcher

@@ -55,6 +55,8 @@ from inference_gateway.errors import ConfigError
 __all__ = [
     "API_GROUP",
     "API_VERSION",
+    "MAX_CONFIG_BYTES",
+    "SAFE_LOADER",
     "SCORER_NAMES",
     "BandSpec",
     "ConfigError",
@@ -76,9 +78,19 @@ __all__ = [
     "load_config",
     "openapi_v3_schema",
     "parse_config",
+    "read_capped",
     "read_yaml",
     "weigh_profile",
 ]
+
+#: LibYAML's parser when PyYAML was built with it (the wheels are): the same safe subset
+#: as `yaml.SafeLoader`, about eight times faster on a large file.
+SAFE_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+#: The largest config or rewrites file read: what one ConfigMap can hold (Kubernetes
+#: caps a ConfigMap's data at 1 MiB), so no real mount is refused, and a runaway file
+#: can neither hold a reload for seconds nor the memory of its parse.
+MAX_CONFIG_BYTES = 2**20
 
 API_GROUP = "inference.igw.dev"
 API_VERSION = "v1alpha1"
@@ -674,14 +686,29 @@ def parse_config(data: Mapping[str, Any], source: str = "<config>") -> GatewayCo
         raise ConfigError(source, format_validation_error(error, prefix)) from None
 
 
-def read_yaml(path: str | Path, *, documents: bool = False) -> Any:
-    """One YAML document from a file (every one, as a list, with `documents`); an
-    unreadable file, bytes that are not UTF-8 or bad YAML is a ConfigError."""
+def read_capped(path: str | Path, max_bytes: int) -> bytes:
+    """A file's bytes, or a ConfigError when it holds more than `max_bytes` (read no
+    further than that, whatever the file grows to meanwhile) or cannot be read."""
     try:
-        text = Path(path).read_bytes().decode("utf-8")
+        with open(path, "rb") as f:
+            data = f.read(max_bytes + 1)
+    except OSError as error:
+        raise ConfigError(str(path), [f"<root>: cannot read file: {error.strerror}"]) from None
+    if len(data) > max_bytes:
+        raise ConfigError(str(path), [f"<root>: the file is over the limit of {max_bytes} bytes"])
+    return data
+
+
+def read_yaml(path: str | Path, max_bytes: int | None = None, *, documents: bool = False) -> Any:
+    """One YAML document from a file (every one, as a list, with `documents`; at most
+    `max_bytes`, when given); an unreadable or oversized file, bytes that are not UTF-8 or
+    bad YAML is a ConfigError."""
+    try:
+        data = Path(path).read_bytes() if max_bytes is None else read_capped(path, max_bytes)
+        text = data.decode("utf-8")
         if documents:
-            return [d for d in yaml.safe_load_all(text) if d is not None]
-        return yaml.safe_load(text)
+            return [d for d in yaml.load_all(text, Loader=SAFE_LOADER) if d is not None]
+        return yaml.load(text, Loader=SAFE_LOADER)
     except OSError as error:
         raise ConfigError(str(path), [f"<root>: cannot read file: {error.strerror}"]) from None
     except UnicodeDecodeError as error:
@@ -693,10 +720,11 @@ def read_yaml(path: str | Path, *, documents: bool = False) -> Any:
 
 
 def load_config(path: str | Path) -> GatewayConfigSpec:
-    """Read and validate a YAML config file. An empty or comment-only file is an error
-    (it would silently drop every model, rate limit and objective, as a truncated write
-    or a botched ConfigMap edit does); the document `{}` asks for the defaults on purpose."""
-    data = read_yaml(path)
+    """Read and validate a YAML config file of at most `MAX_CONFIG_BYTES`. An empty or
+    comment-only file is an error (it would silently drop every model, rate limit and
+    objective, as a truncated write or a botched ConfigMap edit does); the document `{}`
+    asks for the defaults on purpose."""
+    data = read_yaml(path, MAX_CONFIG_BYTES)
     if data is None:
         raise ConfigError(
             str(path),

@@ -30,6 +30,7 @@ import asyncio
 import dataclasses
 import logging
 import random
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -50,6 +51,7 @@ from inference_gateway.core.request.contracts import RoutingState, SchedulerLike
 from inference_gateway.core.request.lifecycle import RequestLifecycle, new_internal_id
 from inference_gateway.core.request.prompt_cost import prompt_estimate
 from inference_gateway.core.request.sse import ask_for_usage
+from inference_gateway.core.request.subset_hint import hinted_hostports
 from inference_gateway.core.scheduling.plugins.prefix import prompt_block_hashes
 from inference_gateway.core.scheduling.types import Endpoint, LLMRequest
 from inference_gateway.core.traffic.flow_control import BANDS, FlowController, Waiter
@@ -78,14 +80,18 @@ __all__ = [
     "SchedulerLike",
     "Series",
     "api_key_of",
+    "check_model",
     "output_bound",
     "prompt_estimate",
     "prompt_text",
-    "subset_hostports",
 ]
 
 log = logging.getLogger(__name__)
 
+# The longest `model`: an HTTPRoute header match's longest value (Gateway API v1.3
+# HTTPHeaderMatch.value maxLength, cdk8s/crds/external/gateway-api.yaml).
+MAX_MODEL_BYTES = 4096
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # Output bounds past this are refused (400): no model's context comes near it, and a
 # bound is what a token limit charges up front.
 MAX_OUTPUT_TOKENS = 2**21
@@ -240,18 +246,6 @@ def api_key_of(headers: Mapping[str, str], trusted_client_id: bool = False) -> s
         return client
     auth = headers.get("authorization", "")
     return auth[7:].strip() if auth.lower().startswith("bearer ") else "anonymous"
-
-
-def subset_hostports(hint: list[str] | None, endpoints: list[Endpoint]) -> frozenset[str] | None:
-    """Envoy's subset hint as `ip:port`s; an entry without a port allows every port of
-    that address (the protocol lets a data plane send bare IPs). None: no hint."""
-    if hint is None:
-        return None
-    out = {h for h in hint if ":" in h}
-    bare = {h for h in hint if ":" not in h}
-    if bare:
-        out.update(e.hostport for e in endpoints if e.address in bare)
-    return frozenset(out)
 
 
 class Series:
@@ -577,7 +571,7 @@ class Director:
             band=band_for(state.config, headers.get(OBJECTIVE_HEADER), route.model),
             profile=headers.get(PROFILE_HEADER) or route.profile,
             fairness_id=headers.get(FAIRNESS_HEADER, ""),
-            subset=subset_hostports(subset, endpoints),
+            subset=_allowed(subset, endpoints),
         )
         return Pending(state, intake, model, route, llm, endpoints, self.gate(route), {}, None)
 
@@ -768,7 +762,31 @@ def _parse(raw: bytes) -> dict[str, Any]:
             "invalid_request_error",
             "missing_model",
         )
+    check_model(body["model"])
     return body
+
+
+def _allowed(hint: list[str] | None, endpoints: list[Endpoint]) -> frozenset[str] | None:
+    """Envoy's subset hint as the `ip:port`s it allows (None: no hint)."""
+    hostports = hinted_hostports(hint, endpoints)
+    return None if hostports is None else frozenset(hostports)
+
+
+def check_model(model: str) -> str:
+    """`model` as a client may send it, else a 400 that does not echo it: at most
+    `MAX_MODEL_BYTES` of UTF-8 and no control character. The body-based router carries
+    the name in a header, and Envoy answers 500 to a header with CR, LF or NUL or past
+    its 60 KiB header limit; no HTTPRoute can match a longer value anyway. One rule for
+    every front end (`igw serve`, the picker, `igw bbr`)."""
+    if len(model) > MAX_MODEL_BYTES or len(model.encode()) > MAX_MODEL_BYTES:
+        problem = f"at most {MAX_MODEL_BYTES} bytes long"
+    elif _CONTROL.search(model):
+        problem = "free of control characters"
+    else:
+        return model
+    raise Rejection(
+        400, f"`model` must be {problem}.", "invalid_request_error", "invalid_value", param="model"
+    )
 
 
 class OutputBound(NamedTuple):
