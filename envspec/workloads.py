@@ -14,7 +14,7 @@ place, because both the validation and the charts must agree on them.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -165,6 +165,13 @@ class ModelServerSpec(_Section):
         "for the reader only).",
     )
     model: str = Field(description="Hugging Face id or path the server loads.")
+    revision: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$",
+        description="The model repository's revision (a commit hash pins it): vLLM's "
+        "--revision (its tokenizer revision too) and where the picker's copy of the "
+        "tokenizer files comes from; unpinned, both read the branch head at their start.",
+    )
     served_model_name: str | None = None
     replicas: int = Field(default=1, ge=0)
     max_replicas: int | None = Field(
@@ -190,6 +197,17 @@ class ModelServerSpec(_Section):
     max_model_len: int = Field(default=8192, ge=256)
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
     enable_prefix_caching: bool = True
+    block_size: Literal[8, 16, 32, 64, 128] = Field(
+        default=16,
+        description="vLLM's --block-size (tokens per KV block; 16 is vLLM's CUDA default, "
+        "MLA models force 64 or 128): the picker's precise prefix scorer hashes blocks of "
+        "the same size.",
+    )
+    prefix_caching_hash_algo: Literal["sha256", "sha256_cbor"] = Field(
+        default="sha256",
+        description="vLLM's --prefix-caching-hash-algo (v0.11.0's choices); the picker "
+        "hashes prompts the same way.",
+    )
     max_loras: int = Field(default=0, ge=0)
     adapters: list[str] = Field(
         default_factory=list,
@@ -306,6 +324,45 @@ def _shown(selector: LabelSelector) -> dict[str, Any]:
     return selector.model_dump(by_alias=True)
 
 
+def _block_hashing_problems(model_servers: Sequence[ModelServerSpec]) -> list[str]:
+    """The picker has one precise prefix scorer for every pool: the servers that cache
+    prefixes must hash blocks alike, each served name must come from one model (its
+    tokenizer), and each adapter must have one place in `adapters` (vLLM keys its
+    blocks by that place's number)."""
+    problems: list[str] = []
+    first: tuple[int, ModelServerSpec] | None = None
+    source: dict[str, tuple[int, str, str | None]] = {}
+    place: dict[str, tuple[int, int]] = {}
+    for i, server in enumerate(model_servers):
+        if not server.enable_prefix_caching:
+            continue
+        where = f"model_servers[{i}]"
+        if first is None:
+            first = (i, server)
+        for field in ("block_size", "prefix_caching_hash_algo"):
+            if getattr(server, field) != getattr(first[1], field):
+                problems.append(
+                    f"{where}.{field}: {getattr(server, field)!r} differs from "
+                    f"model_servers[{first[0]}]'s {getattr(first[1], field)!r}, and the "
+                    "picker's precise prefix scorer hashes every pool's blocks one way"
+                )
+        seen = source.setdefault(server.served_name, (i, server.model, server.revision))
+        if seen[1:] != (server.model, server.revision):
+            problems.append(
+                f"{where}.model: {server.served_name!r} is served from "
+                f"model_servers[{seen[0]}]'s files too, so model and revision must match"
+            )
+        for j, adapter in enumerate(server.adapters):
+            at = place.setdefault(adapter, (i, j))
+            if at[1] != j:
+                problems.append(
+                    f"{where}.adapters[{j}]: {adapter!r} is adapters[{at[1]}] of "
+                    f"model_servers[{at[0]}]: vLLM numbers adapters by place (its LoRA "
+                    "id keys the adapter's cache blocks), so list it at the same place"
+                )
+    return problems
+
+
 def workload_problems(
     *,
     gateway: GatewayConfigSpec,
@@ -376,6 +433,7 @@ def workload_problems(
 
     problems += _picker_wiring_problems(gateway)
     problems += _disaggregation_problems(gateway, model_servers)
+    problems += _block_hashing_problems(model_servers)
     for i, pool in enumerate(gateway.pools):
         where = f"gateway.pools[{i}].selector"
         if pool.selector.selects_everything:

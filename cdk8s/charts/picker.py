@@ -47,6 +47,14 @@ from .base import (
     selector_labels,
 )
 from .global_router import STORE_SECRET
+from .tokenizers import (
+    SIDECAR_PROBE_SKIPS,
+    apply_precise_prefix_parameters,
+    picker_mount,
+    sidecars,
+    tokenizer_sources,
+    volumes,
+)
 from .workloads import (
     CPU_LIMIT_SKIP,
     DIGEST_SKIP,
@@ -119,9 +127,10 @@ def gateway_config_resource(env: EnvironmentSpec) -> dict[str, Any]:
 
 
 def picker_spec(env: EnvironmentSpec) -> dict[str, Any]:
-    """`gateway` with the P/D pools' filters, decider, handler and profiles, as the
-    gateway's parser writes it back (every default spelled out, as for `gateway`)."""
-    spec = pd_gateway_config(env.gateway, env.model_servers)
+    """`gateway` with the P/D pools' filters, decider, handler and profiles and the
+    precise prefix scorer's hashing parameters (charts/tokenizers.py), as the gateway's
+    parser writes it back (every default spelled out, as for `gateway`)."""
+    spec = apply_precise_prefix_parameters(pd_gateway_config(env.gateway, env.model_servers), env)
     return parse_config(spec, "picker config").model_dump(
         mode="json", by_alias=True, exclude_none=True
     )
@@ -201,6 +210,7 @@ class PickerChart(Chart):
                 **CPU_LIMIT_SKIP,
                 **DIGEST_SKIP,
                 "CKV_K8S_38": "the picker watches pods of its pools through the API",
+                **(SIDECAR_PROBE_SKIPS if tokenizer_sources(env) else {}),
                 **(
                     {
                         "CKV_K8S_35": "igw picker reads the store password from an environment "
@@ -410,11 +420,15 @@ def _pod_spec(*, env: EnvironmentSpec, selector: dict[str, str]) -> dict[str, An
                 "volumeMounts": [
                     {"name": "config", "mountPath": "/etc/igw", "readOnly": True},
                     {"name": "tmp", "mountPath": "/tmp"},
+                    *picker_mount(env),
                 ],
-            }
+            },
+            # the served models' tokenizer files, for the precise prefix scorer
+            *sidecars(env),
         ],
         "volumes": [
             {"name": "config", "configMap": {"name": CONFIG_MAP}},
             empty_dir("tmp", size="64Mi"),
+            *volumes(env),
         ],
     }

@@ -15,6 +15,7 @@ from charts.model_servers import ModelServersChart, vllm_args
 from charts.network import NetworkPoliciesChart
 from charts.observability import ObservabilityChart
 from charts.picker import PickerChart
+from charts.tokenizers import precise_prefix_parameters
 from envspec.environment import EnvironmentSpec
 from envspec.workloads import ModelServerSpec
 from inference_gateway.config.spec import parse_config
@@ -287,6 +288,7 @@ class TestModelServers:
             "--kv-events-config",
             '{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:5557",'
             '"topic":"kv-events"}',
+            "--block-size", "16", "--prefix-caching-hash-algo", "sha256",
             "--enable-lora", "--max-loras", "2",
             "--lora-modules", "sql-lora=Kawon/llama3.1-food-finetune_v14_r8",
             "--enable-auto-tool-choice", "--tool-call-parser", "llama3_json",
@@ -323,6 +325,9 @@ class TestModelServers:
             "--enable-auto-tool-choice",
             "--enable-prefix-caching",
             "--kv-events-config",
+            "--block-size",
+            "--prefix-caching-hash-algo",
+            "--revision",
         ):
             assert flag not in args
 
@@ -402,7 +407,7 @@ class TestPicker:
         docs = synth(PickerChart, dev_env)
         deployment = one(docs, "Deployment", "igw-picker")
         assert deployment["spec"]["replicas"] == 2
-        (container,) = pod_spec(deployment)["containers"]
+        container, *_sidecars = pod_spec(deployment)["containers"]
         assert container["args"] == [
             "picker",
             "--host", "0.0.0.0",
@@ -428,7 +433,8 @@ class TestPicker:
             update={"kubernetes": dev_env.kubernetes.model_copy(update={"auth": None})}
         )
         docs = synth(PickerChart, env)
-        (container,) = pod_spec(one(docs, "Deployment", "igw-picker"))["containers"]
+        containers = pod_spec(one(docs, "Deployment", "igw-picker"))["containers"]
+        (container,) = [c for c in containers if c["name"] == "picker"]  # (beside: tokenizers)
         assert "--client-id-from-auth" not in container["args"]
         assert not [d for d in synth(GatewayChart, env) if d["kind"] == "SecurityPolicy"]
 
@@ -440,7 +446,7 @@ class TestPicker:
         counts from the deletion, preStop included; `lifecycle.preStop.sleep` is GA in
         the 1.32 clusters this project builds)."""
         pod = pod_spec(one(synth(PickerChart, dev_env), "Deployment"))
-        (container,) = pod["containers"]
+        container, *_sidecars = pod["containers"]
         args = container["args"]
         drain = int(args[args.index("--drain-timeout") + 1])
         routes = [
@@ -462,7 +468,11 @@ class TestPicker:
     def test_config_file_is_the_environment_gateway_and_rolls_the_pods(self, synth, dev_env):
         docs = synth(PickerChart, dev_env)
         text = one(docs, "ConfigMap", "igw-picker-config")["data"]["config.yaml"]
-        assert parse_config(yaml.safe_load(text)) == dev_env.gateway
+        config = yaml.safe_load(text)
+        for plugin in config["spec"]["plugins"]:  # hashing as the pods do: test_cdk8s_tokenizers
+            if plugin["type"] == "precise-prefix-cache-scorer":
+                assert plugin.pop("parameters") == precise_prefix_parameters(dev_env)
+        assert parse_config(config) == dev_env.gateway
         template = one(docs, "Deployment")["spec"]["template"]["metadata"]
         expected = hashlib.sha256(text.encode()).hexdigest()[:16]
         assert template["annotations"]["igw.dev/config-sha256"] == expected

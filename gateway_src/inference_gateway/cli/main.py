@@ -39,6 +39,7 @@ SUBCOMMANDS = {
     "bbr": "inference_gateway.cli.bbr",
     "auth": "inference_gateway.cli.auth",
     "pd-sidecar": "inference_gateway.cli.pd_sidecar",
+    "tokenizer": "inference_gateway.cli.tokenizer",
     "demo": "inference_gateway.demo.run",
     "bench": "inference_gateway.backend_bench.cli",
     "validate": "inference_gateway.cli.validate",
