@@ -1,22 +1,25 @@
 """One way to emit a manifest, derived names and labels, and the ArgoCD sync waves.
 
-Every chart goes through `manifest()`: cdk8s's plain `ApiObject` drops props other than
-`metadata` under jsii, so the body is added with JSON patches, key by key, in the order
-given (the rendered YAML reads like a hand-written manifest). Sync waves and checkov
-skips are annotations, set here so that no chart spells an annotation key itself.
+Workloads are typed objects (charts/kube.py, charts/component.py); every other object
+(custom resources above all) goes through `manifest()`: cdk8s's plain `ApiObject` drops
+props other than `metadata` under jsii, so the body is added with JSON patches, key by
+key, in the order given. Sync waves and checkov skips are annotations, set here
+(`object_annotations`) for both, so that no chart spells an annotation key itself.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from enum import StrEnum
-from typing import Any
+from typing import Any, Required, TypedDict
 
 from constructs import Construct
 
 from cdk8s import ApiObject, ApiObjectMetadata, JsonPatch
 from envspec.environment import EnvironmentSpec
 from envspec.workloads import ROUTE_TIMEOUT_S  # the routes' timeout; a pool may set less
+
+from .kube import k8s
 
 __all__ = [
     "BBR",
@@ -29,6 +32,8 @@ __all__ = [
     "PROXY_CONFIG",
     "ROUTE_TIMEOUT_S",
     "SKIP_DRY_RUN",
+    "Placement",
+    "Shared",
     "Wave",
     "ecr_registry",
     "gateway_image",
@@ -36,6 +41,8 @@ __all__ = [
     "labels",
     "manifest",
     "model_server_image",
+    "object_annotations",
+    "object_meta",
     "region_images",
     "selector_labels",
 ]
@@ -79,6 +86,19 @@ class Wave(StrEnum):
     CONTROLLERS = "0"
     CONFIG = "1"
     WORKLOADS = "2"
+
+
+class Shared(TypedDict, total=False):
+    """What several objects of a chart share, spread into `manifest(..., **shared)`."""
+
+    namespace: str
+    labels: Mapping[str, str]
+
+
+class Placement(Shared, total=False):
+    """`Shared`, and the sync wave too."""
+
+    wave: Required[Wave]
 
 
 def labels(*, name: str, component: str, instance: str | None = None) -> dict[str, str]:
@@ -181,6 +201,39 @@ def region_images(env: EnvironmentSpec, region: str) -> list[dict[str, str]]:
     return [{"name": n, "newName": moves[n]} for n in sorted(moves) if moves[n] != n]
 
 
+def object_annotations(
+    *,
+    api_version: str,
+    wave: Wave,
+    extra: Mapping[str, str] | None = None,
+    checkov_skips: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """An object's annotations: its sync wave, Argo CD's dry-run skip on a custom
+    resource, and checkov skips (`checkov_skips` maps a check id to its reason)."""
+    notes = {"argocd.argoproj.io/sync-wave": wave.value, **(extra or {})}
+    if api_version.rpartition("/")[0] not in BUILTIN_GROUPS:
+        notes.setdefault(SYNC_OPTIONS, SKIP_DRY_RUN[SYNC_OPTIONS])
+    for i, (check, reason) in enumerate(sorted((checkov_skips or {}).items()), start=1):
+        notes[f"checkov.io/skip{i}"] = f"{check}={reason}"
+    return notes
+
+
+def object_meta(
+    *,
+    api_version: str,
+    name: str,
+    wave: Wave,
+    namespace: str | None = None,
+    labels: Mapping[str, str] | None = None,
+    checkov_skips: Mapping[str, str] | None = None,
+) -> k8s.ObjectMeta:
+    """The metadata of a typed object (charts/kube.py), annotated as `manifest` does."""
+    notes = object_annotations(api_version=api_version, wave=wave, checkov_skips=checkov_skips)
+    return k8s.ObjectMeta(
+        name=name, namespace=namespace, labels=dict(labels or {}), annotations=notes
+    )
+
+
 def manifest(
     scope: Construct,
     construct_id: str,
@@ -196,11 +249,9 @@ def manifest(
     checkov_skips: Mapping[str, str] | None = None,
 ) -> ApiObject:
     """Emit one Kubernetes object; `checkov_skips` maps a check id to its reason."""
-    notes = {"argocd.argoproj.io/sync-wave": wave.value, **(annotations or {})}
-    if api_version.rpartition("/")[0] not in BUILTIN_GROUPS:
-        notes.setdefault(SYNC_OPTIONS, SKIP_DRY_RUN[SYNC_OPTIONS])
-    for i, (check, reason) in enumerate(sorted((checkov_skips or {}).items()), start=1):
-        notes[f"checkov.io/skip{i}"] = f"{check}={reason}"
+    notes = object_annotations(
+        api_version=api_version, wave=wave, extra=annotations, checkov_skips=checkov_skips
+    )
     obj = ApiObject(
         scope,
         construct_id,

@@ -2,11 +2,12 @@
 
 Request path: the internal NLB (built by the CDK ingress stack, one per region) →
 Envoy (Gateway `igw`, HTTPS, no listener hostname) → ext_proc #1, the body-based router
-(`igw bbr`), reads `model` from the body and sets `X-Gateway-Model-Name`, clearing the
-route cache → the HTTPRoute of the pool that serves that model matches; its backendRef
-is the pool's `InferencePool` → ext_proc #2, our picker (the pool's `endpointPickerRef`),
-picks a pod and answers with `x-gateway-destination-endpoint` → the pool's ORIGINAL_DST
-cluster connects to exactly that pod.
+(`igw bbr`, charts/bbr.py), reads `model` from the body and sets `X-Gateway-Model-Name`,
+clearing the route cache → the HTTPRoute of the pool that serves that model matches
+(with authentication on, `igw auth` checks the credential first: charts/auth.py); its
+backendRef is the pool's `InferencePool` → ext_proc #2, our picker (the pool's
+`endpointPickerRef`), picks a pod and answers with `x-gateway-destination-endpoint` →
+the pool's ORIGINAL_DST cluster connects to exactly that pod.
 
 The InferencePool wiring is upstream's, not ours: Envoy Gateway v1.5 hands InferencePool
 backends (`extensionManager.backendResources`, gitops/bootstrap) to the Envoy AI Gateway
@@ -50,8 +51,8 @@ from inference_gateway.envoyproxy.settings import (
     PoolRoute,
     ResponseOverride,
 )
-from inference_gateway.frontends.authz import AUTHZ_PATH_PREFIX, UPSTREAM_HEADERS
 
+from .auth import Authentication
 from .base import (
     BBR,
     GATEWAY,
@@ -59,36 +60,23 @@ from .base import (
     PICKER,
     PROXY_CONFIG,
     ROUTE_TIMEOUT_S,
+    Placement,
     Wave,
-    gateway_image,
     labels,
     manifest,
-    selector_labels,
 )
-from .picker import CONFIG_MAP, CONFIG_PATH, GRPC_PORT, METRICS_PORT, config_hash
-from .workloads import (
-    CPU_LIMIT_SKIP,
-    DIGEST_SKIP,
-    empty_dir,
-    gateway_service_container,
-    pod_security_context,
-    spread,
-    surge_deployment_spec,
-)
+from .bbr import BBR_BODY_MODE, BBR_MESSAGE_TIMEOUT_S, BBR_POLICY, BBR_PORT, BodyBasedRouter
+from .kube import k8s, pod_spec_json
+from .picker import GRPC_PORT, METRICS_PORT
+from .workloads import spread
 
 __all__ = [
-    "AUTH",
-    "AUTH_HEADERS_TO_BACKEND",
-    "AUTH_PATH",
-    "AUTH_PORT",
-    "BBR_PORT",
     "DESTINATION_HEADER",
     "ENVOY_SERVICE",
     "LISTENER",
     "LISTENER_PORT",
     "MODEL_HEADER",
     "GatewayChart",
-    "bbr_labels",
     "envoy_pod_labels",
     "envoy_settings",
     "picker_ext_proc_cluster",
@@ -96,7 +84,6 @@ __all__ = [
     "routes",
 ]
 
-BBR_PORT = 9004
 LISTENER = "https"
 LISTENER_PORT = 443
 #: Envoy's Service, named rather than generated so the TargetGroupBinding can point at it.
@@ -107,13 +94,6 @@ GATEWAY_API = "gateway.networking.k8s.io/v1"
 ENVOY_GATEWAY_API = "gateway.envoyproxy.io/v1alpha1"
 TLS_SECRET = f"{GATEWAY}-tls"
 POOL_GROUP = "inference.networking.k8s.io"
-API_KEYS_SECRET = f"{GATEWAY}-api-keys"
-AUTH_KEYS_FILE = "keys.yaml"
-#: `igw auth`, the ext_authz service of the SecurityPolicy
-AUTH = f"{GATEWAY}-auth"
-AUTH_PORT = 9010
-AUTH_PATH = AUTHZ_PATH_PREFIX
-AUTH_HEADERS_TO_BACKEND = UPSTREAM_HEADERS
 #: The runtime-key limits (Envoy `circuit_breakers.<cluster>.<priority>.<limit>`) and the
 #: CircuitBreaker fields of Envoy Gateway that set the same four thresholds.
 _RUNTIME_LIMITS = ("max_connections", "max_pending_requests", "max_requests", "max_retries")
@@ -138,9 +118,6 @@ def circuit_breaker(env: EnvironmentSpec) -> dict[str, int]:
 
 # ROUTE_TIMEOUT_S (base.py): the inference routes' `timeouts.request`, which the picker's
 # drain on a rollout matches.
-#: The body-based router's EnvoyExtensionPolicy: it only needs the request body.
-BBR_MESSAGE_TIMEOUT_S = 5
-BBR_BODY_MODE = "FullDuplexStreamed"
 
 
 def envoy_settings(env: EnvironmentSpec) -> GatewaySettings:
@@ -173,7 +150,7 @@ def envoy_settings(env: EnvironmentSpec) -> GatewaySettings:
         listener=LISTENER,
         # Envoy Gateway maps a privileged Gateway port P to container port P + 10000
         listener_port=LISTENER_PORT + 10000,
-        bbr_policy=f"{GATEWAY}-ext-proc",
+        bbr_policy=BBR_POLICY,
         bbr_message_timeout_s=BBR_MESSAGE_TIMEOUT_S,
         bbr_request_body_mode=BBR_BODY_MODE,
         traffic_policy=f"{GATEWAY}-routes",
@@ -210,14 +187,6 @@ def response_override(settings: GatewaySettings) -> list[dict[str, Any]]:
     ]
 
 
-def auth_labels() -> dict[str, str]:
-    return labels(name=AUTH, component="auth")
-
-
-def bbr_labels() -> dict[str, str]:
-    return labels(name=BBR, component="body-based-router")
-
-
 def pool_route_name(pool: str) -> str:
     return f"{pool}-route"
 
@@ -240,14 +209,14 @@ def routes(env: EnvironmentSpec) -> dict[str, list[str]]:
 
 
 class GatewayChart(Chart):
-    """GatewayClass, EnvoyProxy, Gateway, HTTPRoutes, ext_proc policy, patch, BBR."""
+    """EnvoyProxy, GatewayClass, Gateway, TargetGroupBinding, HTTPRoutes, their traffic
+    policy, and the body-based router and `igw auth` where the environment has them."""
 
     def __init__(self, scope: Construct, construct_id: str, *, env: EnvironmentSpec) -> None:
         super().__init__(scope, construct_id, disable_resource_name_hashes=True)
         namespace = env.kubernetes.namespace
         gw_labels = labels(name=GATEWAY, component="gateway")
-        infra = {"labels": gw_labels, "wave": Wave.CONTROLLERS}
-        config = {"namespace": namespace, "labels": gw_labels, "wave": Wave.CONFIG}
+        config: Placement = {"namespace": namespace, "labels": gw_labels, "wave": Wave.CONFIG}
 
         manifest(
             self,
@@ -256,7 +225,8 @@ class GatewayChart(Chart):
             kind="EnvoyProxy",
             name=PROXY_CONFIG,
             namespace=namespace,
-            **infra,
+            labels=gw_labels,
+            wave=Wave.CONTROLLERS,
             body={"spec": _envoy_proxy_spec(env)},
         )
         manifest(
@@ -265,7 +235,8 @@ class GatewayChart(Chart):
             api_version=GATEWAY_API,
             kind="GatewayClass",
             name=GATEWAY_CLASS,
-            **infra,
+            labels=gw_labels,
+            wave=Wave.CONTROLLERS,
             body={
                 "spec": {
                     "controllerName": "gateway.envoyproxy.io/gatewayclass-controller",
@@ -285,7 +256,8 @@ class GatewayChart(Chart):
             kind="Gateway",
             name=GATEWAY,
             namespace=namespace,
-            **infra,
+            labels=gw_labels,
+            wave=Wave.CONTROLLERS,
             body={
                 "spec": {
                     "gatewayClassName": GATEWAY_CLASS,
@@ -318,8 +290,6 @@ class GatewayChart(Chart):
             body={"spec": _target_group_binding_spec()},
         )
         self._routes(env=env, config=config)
-        if env.kubernetes.bbr.enabled:
-            self._bbr_policy(env=env, config=config)
         manifest(
             self,
             "route-traffic",
@@ -339,167 +309,11 @@ class GatewayChart(Chart):
             },
         )
         if env.kubernetes.auth is not None:
-            self._auth(env=env, config=config)
+            Authentication(self, "auth", env=env, auth=env.kubernetes.auth, routes=route_names(env))
         if env.kubernetes.bbr.enabled:
-            self._bbr(env=env)
+            BodyBasedRouter(self, "bbr", env=env, circuit_breaker=circuit_breaker(env))
 
-    def _bbr_policy(self, *, env: EnvironmentSpec, config: dict[str, Any]) -> None:
-        """The body-based router on the Gateway: an ext_proc before route selection."""
-        manifest(
-            self,
-            "ext-proc",
-            api_version=ENVOY_GATEWAY_API,
-            kind="EnvoyExtensionPolicy",
-            name=f"{GATEWAY}-ext-proc",
-            **config,
-            body={
-                "spec": {
-                    "targetRefs": [
-                        {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": GATEWAY}
-                    ],
-                    "extProc": _ext_procs(env),
-                }
-            },
-        )
-
-    def _auth(self, *, env: EnvironmentSpec, config: dict[str, Any]) -> None:
-        """Who may call: a SecurityPolicy on every inference route whose one check is
-        ext_authz to `igw auth`, so no request reaches the picker, let alone a pod,
-        without a known credential, and API keys and JWTs are accepted together.
-
-        Why not `apiKeyAuth` + `jwt`: Envoy Gateway v1.5 orders api_key_auth before
-        jwt_authn (`internal/xds/translator/httpfilters.go`), and Envoy's api_key_auth
-        answers 401 to any bearer it does not know, a JWT included, so no JWT client could
-        pass (tests/e2e/test_auth_through_envoy.py shows it with Envoy's own filters).
-        `igw auth` makes the checks `igw serve` makes (key digests from the mounted key
-        file, JWTs against the issuer's JWKS URL, per-credential models from the body) and
-        hands the client id to the picker in the headers `headersToBackend` lists, which
-        override any a client sent. The key file (digests only) is a Secrets Manager
-        secret that External Secrets keeps in sync.
-        """
-        auth = env.kubernetes.auth
-        assert auth is not None
-        if auth.api_keys_secret_id is not None:
-            self._api_keys(auth.api_keys_secret_id, config=config)
-        self._auth_service(env=env)
-        self._security_policy(env=env, config=config)
-
-    def _api_keys(self, secret_id: str, *, config: dict[str, Any]) -> None:
-        """The key file `igw auth` mounts: External Secrets keeps it in sync with the
-        Secrets Manager secret (digests only)."""
-        manifest(
-            self,
-            "api-keys",
-            api_version="external-secrets.io/v1",
-            kind="ExternalSecret",
-            name=API_KEYS_SECRET,
-            **config,
-            body={
-                "spec": {
-                    "refreshInterval": "5m",
-                    "secretStoreRef": {"kind": "ClusterSecretStore", "name": "aws-secrets-manager"},
-                    "target": {"name": API_KEYS_SECRET, "creationPolicy": "Owner"},
-                    # The secret's value is igw's key file (`keys: [{client, sha256, models?}]`).
-                    "data": [{"secretKey": AUTH_KEYS_FILE, "remoteRef": {"key": secret_id}}],
-                }
-            },
-        )
-
-    def _security_policy(self, *, env: EnvironmentSpec, config: dict[str, Any]) -> None:
-        spec: dict[str, Any] = {
-            # The inference routes, not the Gateway: the heartbeat route (`/status`, read
-            # by `igw global` of every region) carries no credential, and a policy on
-            # the Gateway would cover every route attached to it.
-            "targetRefs": [
-                {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": n}
-                for n in route_names(env)
-            ],
-            "extAuth": {
-                "http": {
-                    "backendRefs": [
-                        {"group": "", "kind": "Service", "name": AUTH, "port": AUTH_PORT}
-                    ],
-                    "path": AUTH_PATH,
-                    "headersToBackend": list(AUTH_HEADERS_TO_BACKEND),
-                },
-                # The model check reads the body (a credential may be limited to models);
-                # the picker's own body limit, so no request the picker takes is refused here.
-                "bodyToExtAuth": {"maxRequestBytes": env.kubernetes.max_request_body_bytes},
-                "failOpen": False,
-            },
-        }
-        manifest(
-            self,
-            "security-policy",
-            api_version=ENVOY_GATEWAY_API,
-            kind="SecurityPolicy",
-            name=f"{GATEWAY}-auth",
-            **config,
-            body={"spec": spec},
-        )
-
-    def _auth_service(self, *, env: EnvironmentSpec) -> None:
-        """`igw auth`: two replicas behind a ClusterIP Service, the key file mounted.
-
-        In the config wave, with the ExternalSecret that makes the key file: a pod whose
-        Secret volume does not exist yet never starts, so in the controllers wave its
-        Deployment would pass its progress deadline and fail the first sync
-        (tests/gitops/test_gitops_first_sync.py plays it)."""
-        meta = auth_labels()
-        selector = selector_labels(meta)
-        common = {"namespace": env.kubernetes.namespace, "labels": meta, "wave": Wave.CONFIG}
-        manifest(
-            self,
-            "auth-sa",
-            api_version="v1",
-            kind="ServiceAccount",
-            name=AUTH,
-            **common,
-            body={"automountServiceAccountToken": False},
-        )
-        manifest(
-            self,
-            "auth-deployment",
-            api_version="apps/v1",
-            kind="Deployment",
-            name=AUTH,
-            **common,
-            checkov_skips={**CPU_LIMIT_SKIP, **DIGEST_SKIP},
-            body={
-                "spec": surge_deployment_spec(
-                    replicas=2,
-                    selector=selector,
-                    pod_labels=meta,
-                    pod_spec=_auth_pod_spec(env=env, selector=selector),
-                )
-            },
-        )
-        manifest(
-            self,
-            "auth-service",
-            api_version="v1",
-            kind="Service",
-            name=AUTH,
-            **common,
-            body={
-                "spec": {
-                    "type": "ClusterIP",
-                    "selector": selector,
-                    "ports": [{"name": "http", "port": AUTH_PORT, "targetPort": "http"}],
-                }
-            },
-        )
-        manifest(
-            self,
-            "auth-pdb",
-            api_version="policy/v1",
-            kind="PodDisruptionBudget",
-            name=AUTH,
-            **common,
-            body={"spec": {"minAvailable": 1, "selector": {"matchLabels": selector}}},
-        )
-
-    def _routes(self, *, env: EnvironmentSpec, config: dict[str, Any]) -> None:
+    def _routes(self, *, env: EnvironmentSpec, config: Placement) -> None:
         """One HTTPRoute per pool, matching the model header; the first pool's (by name)
         also matches every `/v1` request without one, the catch-all.
 
@@ -551,155 +365,6 @@ class GatewayChart(Chart):
             body={"spec": _status_route_spec()},
         )
 
-    def _bbr(self, *, env: EnvironmentSpec) -> None:
-        namespace = env.kubernetes.namespace
-        meta = bbr_labels()
-        selector = selector_labels(meta)
-        common = {"namespace": namespace, "labels": meta, "wave": Wave.CONTROLLERS}
-        manifest(
-            self,
-            "bbr-sa",
-            api_version="v1",
-            kind="ServiceAccount",
-            name=BBR,
-            **common,
-            body={"automountServiceAccountToken": False},
-        )
-        manifest(
-            self,
-            "bbr-deployment",
-            api_version="apps/v1",
-            kind="Deployment",
-            name=BBR,
-            **common,
-            checkov_skips={**CPU_LIMIT_SKIP, **DIGEST_SKIP},
-            body={
-                "spec": surge_deployment_spec(
-                    replicas=env.kubernetes.bbr.replicas,
-                    selector=selector,
-                    pod_labels=meta,
-                    pod_spec=_bbr_pod_spec(env=env, selector=selector),
-                    # Adapter → base model comes from the config: roll on change.
-                    annotations={"igw.dev/config-sha256": config_hash(env)},
-                )
-            },
-        )
-        manifest(
-            self,
-            "bbr-service",
-            api_version="v1",
-            kind="Service",
-            name=BBR,
-            **common,
-            body={
-                "spec": {
-                    "type": "ClusterIP",
-                    "selector": selector,
-                    "ports": [
-                        {
-                            "name": "grpc",
-                            "port": BBR_PORT,
-                            "targetPort": "grpc",
-                            "appProtocol": "kubernetes.io/h2c",
-                        }
-                    ],
-                }
-            },
-        )
-        if env.kubernetes.bbr.replicas > 1:  # with one replica a PDB would block drains
-            manifest(
-                self,
-                "bbr-pdb",
-                api_version="policy/v1",
-                kind="PodDisruptionBudget",
-                name=BBR,
-                **common,
-                body={"spec": {"minAvailable": 1, "selector": {"matchLabels": selector}}},
-            )
-
-
-def _bbr_pod_spec(*, env: EnvironmentSpec, selector: dict[str, str]) -> dict[str, Any]:
-    return _gateway_service_pod_spec(
-        env=env,
-        selector=selector,
-        name=BBR,
-        container="bbr",
-        # igw bbr binds loopback unless told, as the picker does: Envoy and the kubelet's
-        # probes reach it on the pod IP (NetworkPolicy limits who).
-        args=[
-            *("bbr", "--host", "0.0.0.0", "--grpc-port", str(BBR_PORT), "--config", CONFIG_PATH),
-            # the picker's limit: a body bbr would pass is one the picker reads
-            *("--max-body-bytes", str(env.kubernetes.max_request_body_bytes)),
-        ],
-        port=("grpc", BBR_PORT),
-        probe={"grpc": {"port": BBR_PORT}},
-        mount=("config", "/etc/igw"),
-        volume={"name": "config", "configMap": {"name": CONFIG_MAP}},
-    )
-
-
-def _auth_pod_spec(*, env: EnvironmentSpec, selector: dict[str, str]) -> dict[str, Any]:
-    auth = env.kubernetes.auth
-    assert auth is not None
-    args = ["auth", "--host", "0.0.0.0", "--port", str(AUTH_PORT)]
-    keys = auth.api_keys_secret_id is not None
-    if keys:
-        args += ["--api-keys", f"/etc/igw-auth/{AUTH_KEYS_FILE}"]
-    args += ["--max-body-bytes", str(env.kubernetes.max_request_body_bytes)]
-    if auth.jwt is not None:
-        args += ["--jwt-issuer", auth.jwt.issuer, "--jwt-jwks", auth.jwt.jwks_uri]
-        args += ["--jwt-client-claim", auth.jwt.client_id_claim]
-        for audience in auth.jwt.audiences:
-            args += ["--jwt-audience", audience]
-        for claim, value in auth.jwt.required_claims.items():
-            args += ["--jwt-claim", f"{claim}={value}"]
-    return _gateway_service_pod_spec(
-        env=env,
-        selector=selector,
-        name=AUTH,
-        container="auth",
-        args=args,
-        port=("http", AUTH_PORT),
-        probe={"httpGet": {"path": "/healthz", "port": "http"}},
-        mount=("keys", "/etc/igw-auth") if keys else None,
-        volume={"name": "keys", "secret": {"secretName": API_KEYS_SECRET}} if keys else None,
-    )
-
-
-def _gateway_service_pod_spec(
-    *,
-    env: EnvironmentSpec,
-    selector: dict[str, str],
-    name: str,
-    container: str,
-    args: list[str],
-    port: tuple[str, int],
-    probe: dict[str, Any],
-    mount: tuple[str, str] | None,
-    volume: dict[str, Any] | None,
-) -> dict[str, Any]:
-    """The pod of a small gateway service (`igw bbr`, `igw auth`): the gateway image, one
-    port with its probes, at most one read-only volume, restricted security, spread over
-    zones."""
-    own = [] if mount is None else [{"name": mount[0], "mountPath": mount[1], "readOnly": True}]
-    spec = gateway_service_container(
-        image=gateway_image(env),
-        name=container,
-        args=args,
-        port=port,
-        probe=probe,
-        mounts=[*own, {"name": "tmp", "mountPath": "/tmp"}],
-    )
-    return {
-        "serviceAccountName": name,
-        "automountServiceAccountToken": False,
-        "enableServiceLinks": False,
-        "securityContext": pod_security_context(),
-        "topologySpreadConstraints": spread(selector),
-        "containers": [spec],
-        "volumes": [*([] if volume is None else [volume]), empty_dir("tmp", size="64Mi")],
-    }
-
 
 def envoy_pod_labels(env: EnvironmentSpec) -> dict[str, str]:
     """The labels Envoy Gateway v1.5 puts on the Envoy pods of Gateway `igw`: its
@@ -730,7 +395,7 @@ def _envoy_proxy_spec(env: EnvironmentSpec) -> dict[str, Any]:
             "kubernetes": {
                 "envoyDeployment": {
                     "replicas": 2,
-                    "pod": {"topologySpreadConstraints": spread(envoy_pod_labels(env))},
+                    "pod": {"topologySpreadConstraints": _spread(envoy_pod_labels(env))},
                 },
                 "envoyPDB": {"minAvailable": 1},
                 "envoyService": {"name": ENVOY_SERVICE, "type": "ClusterIP"},
@@ -753,6 +418,14 @@ def _envoy_proxy_spec(env: EnvironmentSpec) -> dict[str, Any]:
             ],
         }
     return spec
+
+
+def _spread(pod_labels: dict[str, str]) -> list[dict[str, Any]]:
+    """The gateway's own pods' spread (charts/workloads.py), as EnvoyProxy's `pod` takes it
+    (a core/v1 PodSpec field, v1.5 `KubernetesPodSpec.topologySpreadConstraints`)."""
+    spec = k8s.PodSpec(containers=[], topology_spread_constraints=spread(pod_labels))
+    constraints: list[dict[str, Any]] = pod_spec_json(spec)["topologySpreadConstraints"]
+    return constraints
 
 
 def _target_group_binding_spec() -> dict[str, Any]:
@@ -813,23 +486,6 @@ def _route_spec(*, matches: list[dict[str, Any]], pool: str, timeout_s: int) -> 
             }
         ],
     }
-
-
-def _ext_procs(env: EnvironmentSpec) -> list[dict[str, Any]]:
-    """The body-based router only: the picker's ext_proc comes with the InferencePool.
-
-    `failOpen` stays false: Envoy Gateway's CRD forbids `failOpen: true` with a
-    `FullDuplexStreamed` body (CEL rule on ExtProc, v1.5 `ext_proc_types.go`).
-    """
-    return [
-        {
-            "backendRefs": [{"group": "", "kind": "Service", "name": BBR, "port": BBR_PORT}],
-            "backendSettings": {"circuitBreaker": circuit_breaker(env)},
-            "processingMode": {"request": {"body": BBR_BODY_MODE}},
-            "messageTimeout": f"{BBR_MESSAGE_TIMEOUT_S}s",
-            "failOpen": False,
-        },
-    ]
 
 
 def picker_circuit_breaker_runtime(env: EnvironmentSpec) -> dict[str, int]:

@@ -46,15 +46,21 @@ from envspec.global_router import (
     store_secret_names,
 )
 
-from .base import Wave, gateway_image, labels, manifest, selector_labels
+from . import peers
+from .base import Placement, Wave, gateway_image, labels, manifest
+from .component import GatewayComponent, Pod, Rollout
+from .kube import k8s
 from .workloads import (
     CPU_LIMIT_SKIP,
     DIGEST_SKIP,
+    container_port,
     container_security_context,
     empty_dir,
-    pod_security_context,
-    spread,
-    surge_deployment_spec,
+    env_secret,
+    mount,
+    probe,
+    resources,
+    service_port,
 )
 
 __all__ = [
@@ -166,8 +172,8 @@ def _store_secret_spec(env: EnvironmentSpec) -> dict[str, Any]:
 
 
 class GlobalRouterChart(Chart):
-    """ServiceAccount, ConfigMap, SecretStore, ExternalSecret, Deployment, Service,
-    TargetGroupBinding, PDB, NetworkPolicy."""
+    """ConfigMap, SecretStore, ExternalSecret, TargetGroupBinding, and the router component
+    (ServiceAccount, Deployment, Service, PDB, NetworkPolicy)."""
 
     def __init__(
         self,
@@ -182,21 +188,10 @@ class GlobalRouterChart(Chart):
             raise ValueError(f"{region} is not a region of environment {env.name}")
         namespace = env.kubernetes.namespace
         meta = router_labels()
-        selector = selector_labels(meta)
         template = config_template(env, region)
         config_sha = hashlib.sha256(template.encode()).hexdigest()[:16]
-        workload = {"namespace": namespace, "labels": meta, "wave": Wave.WORKLOADS}
-        config = {**workload, "wave": Wave.CONFIG}
+        config: Placement = {"namespace": namespace, "labels": meta, "wave": Wave.CONFIG}
 
-        manifest(
-            self,
-            "sa",
-            api_version="v1",
-            kind="ServiceAccount",
-            name=GLOBAL_ROUTER,
-            **config,
-            body={"automountServiceAccountToken": False},
-        )
         manifest(
             self,
             "config",
@@ -224,45 +219,39 @@ class GlobalRouterChart(Chart):
             **config,
             body={"spec": _store_secret_spec(env)},
         )
-        manifest(
+        port = env.global_router.port
+        GatewayComponent(
             self,
-            "deployment",
-            api_version="apps/v1",
-            kind="Deployment",
+            "router",
             name=GLOBAL_ROUTER,
-            **workload,
+            namespace=namespace,
+            labels=meta,
+            wave=Wave.WORKLOADS,
+            pod=Pod(
+                containers=[_container(env, region=region)],
+                volumes=[
+                    k8s.Volume(
+                        name="config",
+                        secret=k8s.SecretVolumeSource(
+                            secret_name=STORE_SECRET,
+                            items=[k8s.KeyToPath(key=CONFIG_KEY, path=CONFIG_KEY)],
+                        ),
+                    ),
+                    empty_dir("tmp", size="64Mi"),
+                ],
+                # Streams in flight finish (the NLB deregisters first, 120 s delay there).
+                termination_grace_s=60,
+                annotations={"igw.dev/config-sha256": config_sha},
+            ),
+            rollout=Rollout(replicas=env.global_router.replicas),
+            service_ports=[service_port("http", port, protocol="TCP")],
+            min_available=1,
+            ingress=[_ingress(env, region)],
             checkov_skips={
                 **CPU_LIMIT_SKIP,
                 **DIGEST_SKIP,
                 "CKV_K8S_35": "igw global reads the store password from an environment "
                 "variable only (its config's passwordEnv); the value comes from the Secret",
-            },
-            body={
-                "spec": surge_deployment_spec(
-                    replicas=env.global_router.replicas,
-                    selector=selector,
-                    pod_labels=meta,
-                    pod_spec=_pod_spec(env, selector, region=region),
-                    annotations={"igw.dev/config-sha256": config_sha},
-                )
-            },
-        )
-        port = env.global_router.port
-        manifest(
-            self,
-            "service",
-            api_version="v1",
-            kind="Service",
-            name=GLOBAL_ROUTER,
-            **workload,
-            body={
-                "spec": {
-                    "type": "ClusterIP",
-                    "selector": selector,
-                    "ports": [
-                        {"name": "http", "port": port, "targetPort": "http", "protocol": "TCP"}
-                    ],
-                }
             },
         )
         manifest(
@@ -271,7 +260,9 @@ class GlobalRouterChart(Chart):
             api_version="elbv2.k8s.aws/v1beta1",
             kind="TargetGroupBinding",
             name=GLOBAL_ROUTER,
-            **workload,
+            namespace=namespace,
+            labels=meta,
+            wave=Wave.WORKLOADS,
             body={
                 # The target group by ARN, patched in by the region's Application
                 # (envspec/argocd_manifests.py global_application): only the CDK knows it.
@@ -281,59 +272,23 @@ class GlobalRouterChart(Chart):
                 }
             },
         )
-        manifest(
-            self,
-            "pdb",
-            api_version="policy/v1",
-            kind="PodDisruptionBudget",
-            name=GLOBAL_ROUTER,
-            **workload,
-            body={"spec": {"minAvailable": 1, "selector": {"matchLabels": selector}}},
-        )
-        # The NLB's IP targets see the client's address (client IP preservation), so the
-        # clients' CIDRs and the VPC's (the NLB's own health checks) may reach the port;
-        # Prometheus scrapes /metrics on the same port.
-        sources: list[dict[str, Any]] = [
-            {"ipBlock": {"cidr": cidr}}
-            for cidr in sorted({*env.ingress.allowed_cidrs, env.cluster.vpc_cidr_of(region)})
-        ]
-        sources.append(
-            {
-                "namespaceSelector": {
-                    "matchLabels": {
-                        "kubernetes.io/metadata.name": env.kubernetes.monitoring_namespace
-                    }
-                }
-            }
-        )
-        manifest(
-            self,
-            "network-policy",
-            api_version="networking.k8s.io/v1",
-            kind="NetworkPolicy",
-            name=GLOBAL_ROUTER,
-            **workload,
-            body={
-                "spec": {
-                    "podSelector": {"matchLabels": selector},
-                    "policyTypes": ["Ingress"],
-                    "ingress": [{"from": sources, "ports": [{"protocol": "TCP", "port": port}]}],
-                }
-            },
-        )
 
 
-def _secret_env(name: str, key: str) -> dict[str, Any]:
-    return {"name": name, "valueFrom": {"secretKeyRef": {"name": STORE_SECRET, "key": key}}}
+def _ingress(env: EnvironmentSpec, region: str) -> k8s.NetworkPolicyIngressRule:
+    """The NLB's IP targets see the client's address (client IP preservation), so the
+    clients' CIDRs and the VPC's (the NLB's own health checks) may reach the port;
+    Prometheus scrapes /metrics on the same port."""
+    cidrs = sorted({*env.ingress.allowed_cidrs, env.cluster.vpc_cidr_of(region)})
+    sources = [k8s.NetworkPolicyPeer(ip_block=k8s.IpBlock(cidr=cidr)) for cidr in cidrs]
+    return peers.allow([*sources, peers.prometheus(env)], env.global_router.port)
 
 
-def _pod_spec(env: EnvironmentSpec, selector: dict[str, str], *, region: str) -> dict[str, Any]:
+def _container(env: EnvironmentSpec, *, region: str) -> k8s.Container:
     spec = env.global_router
     passwords = [
-        _secret_env(PASSWORD_ENV, STORE_AUTH_KEY),
-        _secret_env(RATE_LIMIT_PASSWORD_ENV, RATE_LIMIT_AUTH_KEY),
+        env_secret(PASSWORD_ENV, secret=STORE_SECRET, key=STORE_AUTH_KEY),
+        env_secret(RATE_LIMIT_PASSWORD_ENV, secret=STORE_SECRET, key=RATE_LIMIT_AUTH_KEY),
     ]
-    http = {"port": "http"}
     args = [
         "global",
         "--config",
@@ -347,65 +302,30 @@ def _pod_spec(env: EnvironmentSpec, selector: dict[str, str], *, region: str) ->
     ]
     if spec.emf_interval_s:
         args += ["--emf-interval", str(spec.emf_interval_s)]
-    return {
-        "serviceAccountName": GLOBAL_ROUTER,
-        # It calls no Kubernetes API; its AWS calls go through Pod Identity, not a token.
-        "automountServiceAccountToken": False,
-        "enableServiceLinks": False,
-        "securityContext": pod_security_context(),
-        "topologySpreadConstraints": spread(selector),
-        # Streams in flight finish (the NLB deregisters first, 120 s delay there).
-        "terminationGracePeriodSeconds": 60,
-        "containers": [
-            {
-                "name": "global-router",
-                # This region's registry (ECR replication copies the release there).
-                "image": gateway_image(env, region=region),
-                "imagePullPolicy": "IfNotPresent",
-                "args": args,
-                "env": passwords,
-                "ports": [{"name": "http", "containerPort": spec.port, "protocol": "TCP"}],
-                # /health is 503 while no cluster is routable: the pod leaves the Service
-                # and the NLB target group, and DNS moves clients to another region.
-                # Liveness reads /metrics, which answers while every cluster is drained,
-                # so a fleet outage never restarts the routers.
-                "startupProbe": {
-                    "httpGet": {"path": "/metrics", **http},
-                    "periodSeconds": 2,
-                    "failureThreshold": 30,
-                },
-                "readinessProbe": {
-                    "httpGet": {"path": "/health", **http},
-                    "periodSeconds": 5,
-                    "failureThreshold": 2,
-                },
-                "livenessProbe": {
-                    "httpGet": {"path": "/metrics", **http},
-                    "periodSeconds": 10,
-                    "failureThreshold": 3,
-                },
-                "resources": {
-                    "requests": {"cpu": "500m", "memory": "256Mi"},
-                    "limits": {"memory": "512Mi"},
-                },
-                "securityContext": container_security_context(),
-                "volumeMounts": [
-                    {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
-                    {"name": "tmp", "mountPath": "/tmp"},
-                ],
-            }
-        ],
-        "volumes": [
-            {
-                "name": "config",
-                "secret": {
-                    "secretName": STORE_SECRET,
-                    "items": [{"key": CONFIG_KEY, "path": CONFIG_KEY}],
-                },
-            },
-            empty_dir("tmp", size="64Mi"),
-        ],
-    }
+    http = k8s.IntOrString.from_string("http")
+    # /health is 503 while no cluster is routable: the pod leaves the Service and the NLB
+    # target group, and DNS moves clients to another region. Liveness reads /metrics,
+    # which answers while every cluster is drained, so a fleet outage never restarts the
+    # routers.
+    metrics = k8s.HttpGetAction(path="/metrics", port=http)
+    health = k8s.HttpGetAction(path="/health", port=http)
+    return k8s.Container(
+        name="global-router",
+        # This region's registry (ECR replication copies the release there).
+        image=gateway_image(env, region=region),
+        image_pull_policy="IfNotPresent",
+        args=args,
+        env=passwords,
+        ports=[container_port("http", spec.port, protocol="TCP")],
+        startup_probe=probe(metrics, period_s=2, failure_threshold=30),
+        readiness_probe=probe(health, period_s=5, failure_threshold=2),
+        liveness_probe=probe(metrics, period_s=10, failure_threshold=3),
+        resources=resources(
+            requests={"cpu": "500m", "memory": "256Mi"}, limits={"memory": "512Mi"}
+        ),
+        security_context=container_security_context(),
+        volume_mounts=[mount("config", CONFIG_DIR, read_only=True), mount("tmp", "/tmp")],
+    )
 
 
 def synth_global_routers(env: EnvironmentSpec, out_root: Path) -> list[Path]:

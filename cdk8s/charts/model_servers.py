@@ -22,7 +22,7 @@ which HyperPod labels itself (`sagemaker.amazonaws.com/...`, `node_terms`).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from constructs import Construct
@@ -41,15 +41,21 @@ from envspec.workloads import (
 )
 
 from .autoscaling import PROMETHEUS_URL, role_scaled_object_spec, scaled_object_spec
-from .base import Wave, manifest, model_server_image, selector_labels
+from .base import Placement, Wave, manifest, model_server_image
+from .component import GatewayComponent, Pod, Rollout, service_account_manifest
+from .kube import k8s
 from .pd import kv_transfer_args, nixl_env, sidecar_container, sidecar_volumes
 from .workloads import (
     CPU_LIMIT_SKIP,
     DIGEST_SKIP,
+    container_port,
     container_security_context,
     empty_dir,
-    pod_security_context,
-    spread,
+    env_value,
+    mount,
+    pre_stop_sleep,
+    probe,
+    resources,
 )
 
 __all__ = [
@@ -140,24 +146,23 @@ def vllm_args(server: ModelServerSpec, role: PdRole | None = None) -> list[str]:
 
 
 class ModelServersChart(Chart):
+    """The shared `vllm` ServiceAccount, and per model server (per role of a P/D server)
+    its component (Deployment, PDB), ScaledObject and Hugging Face token."""
+
     def __init__(self, scope: Construct, construct_id: str, *, env: EnvironmentSpec) -> None:
         super().__init__(scope, construct_id, disable_resource_name_hashes=True)
-        namespace = env.kubernetes.namespace
-        groups = {g.name: g for g in env.node_groups}
-        manifest(
+        service_account_manifest(
             self,
             "sa",
-            api_version="v1",
-            kind="ServiceAccount",
             name=SERVICE_ACCOUNT,
-            namespace=namespace,
+            namespace=env.kubernetes.namespace,
             labels={
                 "app.kubernetes.io/name": "vllm",
                 "app.kubernetes.io/part-of": "inference-gateway",
             },
             wave=Wave.WORKLOADS,
-            body={"automountServiceAccountToken": False},
         )
+        groups = {g.name: g for g in env.node_groups}
         for server in env.model_servers:
             # one Deployment, or a P/D server's prefill and decode Deployments
             for role in model_server_roles(server):
@@ -176,56 +181,47 @@ class ModelServersChart(Chart):
         name = model_server_deployment(server, role)
         pod_labels = model_server_pod_labels(server, gpu=group.gpu, role=role)
         meta = {**pod_labels, "app.kubernetes.io/managed-by": "cdk8s"}
-        selector = selector_labels(pod_labels)
-        common = {"namespace": namespace, "labels": meta, "wave": Wave.WORKLOADS}
+        common: Placement = {"namespace": namespace, "labels": meta, "wave": Wave.WORKLOADS}
         if role is None:
             replicas, scaled = server.replicas, server.max_replicas is not None
         else:
             assert server.disaggregation is not None
             bounds = server.disaggregation.role(role)
             replicas, scaled = bounds.min_replicas, bounds.max_replicas is not None
-        spec: dict[str, Any] = {}
-        if not scaled:
-            spec["replicas"] = replicas
-        spec |= {
-            # Past the startup probe's budget, or a slow first load reads as a failed rollout.
-            "progressDeadlineSeconds": STARTUP_PROBE_S + 600,
-            "revisionHistoryLimit": 5,
-            "selector": {"matchLabels": selector},
-            # GPUs are scarce: with several replicas replace one at a time in place,
-            # with one replica surge so the model never goes dark.
-            "strategy": {
-                "type": "RollingUpdate",
-                "rollingUpdate": (
-                    {"maxSurge": 0, "maxUnavailable": 1}
-                    if replicas > 1
-                    else {"maxSurge": 1, "maxUnavailable": 0}
-                ),
-            },
-            "template": {
-                "metadata": {"labels": pod_labels},
-                "spec": _pod_spec(
-                    server=server,
-                    group=group,
-                    selector=selector,
-                    image=model_server_image(env, image=server.image, digest=server.image_digest),
-                    hyperpod_groups=(
-                        env.cluster.hyperpod.instance_groups if env.cluster.hyperpod.enabled else ()
-                    ),
-                    role=role,
-                    environment=env,
-                ),
-            },
-        }
-        manifest(
+        # GPUs are scarce: with several replicas replace one at a time in place, with one
+        # replica surge so the model never goes dark.
+        surge = replicas <= 1
+        GatewayComponent(
             self,
             name,
-            api_version="apps/v1",
-            kind="Deployment",
             name=name,
-            **common,
+            namespace=namespace,
+            labels=meta,
+            wave=Wave.WORKLOADS,
+            pod=_pod(
+                server=server,
+                group=group,
+                image=model_server_image(env, image=server.image, digest=server.image_digest),
+                hyperpod_groups=(
+                    env.cluster.hyperpod.instance_groups if env.cluster.hyperpod.enabled else ()
+                ),
+                role=role,
+                environment=env,
+                labels=pod_labels,
+            ),
+            rollout=Rollout(
+                # KEDA owns the count of a scaled server
+                replicas=None if scaled else replicas,
+                max_surge=1 if surge else 0,
+                max_unavailable=0 if surge else 1,
+                # Past the startup probe's budget, or a slow first load reads as a failed
+                # rollout.
+                progress_deadline_s=STARTUP_PROBE_S + 600,
+            ),
+            service_account=False,  # the chart's one `vllm` ServiceAccount
+            # a node drain takes one pod of the server at a time
+            max_unavailable=1,
             checkov_skips={**CPU_LIMIT_SKIP, **DIGEST_SKIP},
-            body={"spec": spec},
         )
         if scaled:
             manifest(
@@ -255,15 +251,6 @@ class ModelServersChart(Chart):
                 **common,
                 body={"spec": _hf_token_external_secret(server.hf_token_secret_id, secret)},
             )
-        manifest(
-            self,
-            f"{name}-pdb",
-            api_version="policy/v1",
-            kind="PodDisruptionBudget",
-            name=name,
-            **common,
-            body={"spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector}}},
-        )
 
 
 def _hf_token_external_secret(secret_id: str, secret: str) -> dict[str, Any]:
@@ -285,65 +272,65 @@ HYPERPOD_HEALTH_LABEL = "sagemaker.amazonaws.com/node-health-status"
 
 def node_terms(
     group: NodeGroupSpec, hyperpod_groups: Sequence[HyperPodInstanceGroupSpec]
-) -> list[dict[str, Any]]:
+) -> list[k8s.NodeSelectorTerm]:
     """Where a model server of `group` may run (terms are ORed): the managed node group,
     by the labels the CDK gives it (stacks/parts/gpu_nodes.py: gpu_labels), and every
     HyperPod instance group of the same GPU, by HyperPod's own labels, healthy only."""
-    terms: list[dict[str, Any]] = [
-        {
-            "matchExpressions": [
-                {"key": "igw.dev/gpu", "operator": "In", "values": [group.gpu]},
-                {"key": "igw.dev/node-group", "operator": "In", "values": [group.name]},
+
+    def term(*requirements: tuple[str, list[str]]) -> k8s.NodeSelectorTerm:
+        return k8s.NodeSelectorTerm(
+            match_expressions=[
+                k8s.NodeSelectorRequirement(key=key, operator="In", values=values)
+                for key, values in requirements
             ]
-        }
-    ]
+        )
+
+    terms = [term(("igw.dev/gpu", [group.gpu]), ("igw.dev/node-group", [group.name]))]
     names = sorted(g.name for g in hyperpod_groups if g.gpu == group.gpu)
     if names:
         terms.append(
-            {
-                "matchExpressions": [
-                    {"key": HYPERPOD_COMPUTE_LABEL, "operator": "In", "values": ["hyperpod"]},
-                    {"key": HYPERPOD_GROUP_LABEL, "operator": "In", "values": names},
-                    {"key": HYPERPOD_HEALTH_LABEL, "operator": "In", "values": ["Schedulable"]},
-                ]
-            }
+            term(
+                (HYPERPOD_COMPUTE_LABEL, ["hyperpod"]),
+                (HYPERPOD_GROUP_LABEL, names),
+                (HYPERPOD_HEALTH_LABEL, ["Schedulable"]),
+            )
         )
     return terms
 
 
-def _pod_spec(
+def _pod(
     *,
     server: ModelServerSpec,
     group: NodeGroupSpec,
-    selector: dict[str, str],
     image: str,
     hyperpod_groups: Sequence[HyperPodInstanceGroupSpec] = (),
     role: PdRole | None = None,
     environment: EnvironmentSpec,
-) -> dict[str, Any]:
+    labels: Mapping[str, str],
+) -> Pod:
     gpus = str(server.gpus)
-    health = {"httpGet": {"path": "/health", "port": "http"}}
+    health = k8s.HttpGetAction(path="/health", port=k8s.IntOrString.from_string("http"))
     env = [
         # uid 10001 has no passwd entry in the image: torch 2.8's inductor (imported by
         # `vllm` at start) calls getpass.getuser(), which then needs USER (or LOGNAME),
         # else KeyError before vLLM parses its flags (torch/_inductor/runtime/
         # cache_dir_utils.py default_cache_dir, called unconditionally by codecache.py,
         # so TORCHINDUCTOR_CACHE_DIR does not avoid it); emulator/vllm_startup.py
-        {"name": "USER", "value": SERVICE_ACCOUNT},
-        {"name": "HOME", "value": "/home/vllm"},
-        {"name": "HF_HOME", "value": "/models/huggingface"},
-        {"name": "VLLM_NO_USAGE_STATS", "value": "1"},
-        {"name": "DO_NOT_TRACK", "value": "1"},
+        env_value("USER", SERVICE_ACCOUNT),
+        env_value("HOME", "/home/vllm"),
+        env_value("HF_HOME", "/models/huggingface"),
+        env_value("VLLM_NO_USAGE_STATS", "1"),
+        env_value("DO_NOT_TRACK", "1"),
     ]
     if server.enable_prefix_caching:  # block hashes the picker can reproduce
-        env.append({"name": "PYTHONHASHSEED", "value": KV_HASH_SEED})
+        env.append(env_value("PYTHONHASHSEED", KV_HASH_SEED))
     if role is not None:
         env += nixl_env()
     mounts = [
-        {"name": "shm", "mountPath": "/dev/shm"},
-        {"name": "models", "mountPath": "/models"},
-        {"name": "home", "mountPath": "/home/vllm"},
-        {"name": "tmp", "mountPath": "/tmp"},
+        mount("shm", "/dev/shm"),
+        mount("models", "/models"),
+        mount("home", "/home/vllm"),
+        mount("tmp", "/tmp"),
     ]
     volumes = [
         empty_dir("shm", size=server.shm_size, memory=True),
@@ -354,70 +341,50 @@ def _pod_spec(
     secret = hf_token_secret(server)
     if secret:
         # A file, not an env var: secrets in the environment leak into crash dumps.
-        env.append({"name": "HF_TOKEN_PATH", "value": f"{HF_TOKEN_DIR}/HF_TOKEN"})
-        mounts.append({"name": "hf-token", "mountPath": HF_TOKEN_DIR, "readOnly": True})
-        volumes.append({"name": "hf-token", "secret": {"secretName": secret}})
+        env.append(env_value("HF_TOKEN_PATH", f"{HF_TOKEN_DIR}/HF_TOKEN"))
+        mounts.append(mount("hf-token", HF_TOKEN_DIR, read_only=True))
+        volumes.append(
+            k8s.Volume(name="hf-token", secret=k8s.SecretVolumeSource(secret_name=secret))
+        )
     sidecars = []
     if role == "decode":
         sidecars.append(sidecar_container(environment, drain_seconds=server.drain_seconds))
         volumes += sidecar_volumes()
-    return {
-        "serviceAccountName": SERVICE_ACCOUNT,
-        "automountServiceAccountToken": False,
-        "enableServiceLinks": False,
-        "securityContext": pod_security_context(),
-        "terminationGracePeriodSeconds": server.drain_seconds + 30,
-        "affinity": {
-            "nodeAffinity": {
-                "requiredDuringSchedulingIgnoredDuringExecution": {
-                    "nodeSelectorTerms": node_terms(group, hyperpod_groups)
-                }
-            }
-        },
-        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-        "topologySpreadConstraints": spread(selector),
-        "containers": [
-            {
-                "name": "vllm",
-                "image": image,
-                "imagePullPolicy": "IfNotPresent",
-                "command": ["vllm", "serve"],
-                "args": vllm_args(server, role),
-                "env": env,
-                "ports": [
-                    {"name": "http", "containerPort": vllm_port(role), "protocol": "TCP"},
-                    *(
-                        [{"name": "kv-events", "containerPort": KV_EVENTS_PORT, "protocol": "TCP"}]
-                        if server.enable_prefix_caching
-                        else []
-                    ),
-                ],
-                # Downloading and loading weights takes minutes; up to 30 here.
-                "startupProbe": {
-                    **health,
-                    "periodSeconds": 10,
-                    "failureThreshold": STARTUP_PROBE_S // 10,
-                },
-                "readinessProbe": {**health, "periodSeconds": 5, "failureThreshold": 3},
-                "livenessProbe": {
-                    **health,
-                    "periodSeconds": 10,
-                    "timeoutSeconds": 5,
-                    "failureThreshold": 6,
-                },
-                "lifecycle": {"preStop": {"sleep": {"seconds": server.drain_seconds}}},
-                "resources": {
-                    "requests": {
-                        "cpu": server.cpu,
-                        "memory": server.memory,
-                        "nvidia.com/gpu": gpus,
-                    },
-                    "limits": {"memory": server.memory, "nvidia.com/gpu": gpus},
-                },
-                "securityContext": container_security_context(),
-                "volumeMounts": mounts,
-            },
-            *sidecars,
-        ],
-        "volumes": volumes,
-    }
+    ports = [container_port("http", vllm_port(role), protocol="TCP")]
+    if server.enable_prefix_caching:
+        ports.append(container_port("kv-events", KV_EVENTS_PORT, protocol="TCP"))
+    vllm = k8s.Container(
+        name="vllm",
+        image=image,
+        image_pull_policy="IfNotPresent",
+        command=["vllm", "serve"],
+        args=vllm_args(server, role),
+        env=env,
+        ports=ports,
+        # Downloading and loading weights takes minutes; up to 30 here.
+        startup_probe=probe(health, period_s=10, failure_threshold=STARTUP_PROBE_S // 10),
+        readiness_probe=probe(health, period_s=5, failure_threshold=3),
+        liveness_probe=probe(health, period_s=10, timeout_s=5, failure_threshold=6),
+        lifecycle=pre_stop_sleep(server.drain_seconds),
+        resources=resources(
+            requests={"cpu": server.cpu, "memory": server.memory, "nvidia.com/gpu": gpus},
+            limits={"memory": server.memory, "nvidia.com/gpu": gpus},
+        ),
+        security_context=container_security_context(),
+        volume_mounts=mounts,
+    )
+    return Pod(
+        containers=[vllm, *sidecars],
+        volumes=volumes,
+        service_account=SERVICE_ACCOUNT,
+        termination_grace_s=server.drain_seconds + 30,
+        affinity=k8s.Affinity(
+            node_affinity=k8s.NodeAffinity(
+                required_during_scheduling_ignored_during_execution=k8s.NodeSelector(
+                    node_selector_terms=node_terms(group, hyperpod_groups)
+                )
+            )
+        ),
+        tolerations=[k8s.Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")],
+        labels=labels,
+    )

@@ -22,13 +22,12 @@ disjoint, envspec/network.py).
 
 from __future__ import annotations
 
-from typing import Any
-
 from envspec.disaggregation import DECODER_PORT, KV_TRANSFER_CONFIG, SIDECAR_PORT
 from envspec.environment import EnvironmentSpec
 
 from .base import gateway_image
-from .workloads import empty_dir, gateway_service_container
+from .kube import k8s
+from .workloads import empty_dir, env_field, gateway_service_container, mount, pre_stop_sleep
 
 __all__ = [
     "SIDECAR",
@@ -46,7 +45,9 @@ SIDECAR_TMP = "sidecar-tmp"
 #: The sidecar's own probe path (`igw pd-sidecar` answers it once it listens, and passes
 #: every other path, `/health` and `/metrics` too, to vLLM; whether vLLM can serve is
 #: vLLM's own readiness probe, on the same pod), as `igw auth`'s probes are.
-SIDECAR_PROBE = {"httpGet": {"path": "/healthz", "port": SIDECAR_PORT_NAME}}
+SIDECAR_PROBE = k8s.HttpGetAction(
+    path="/healthz", port=k8s.IntOrString.from_string(SIDECAR_PORT_NAME)
+)
 
 
 def pod_cidrs(env: EnvironmentSpec) -> list[str]:
@@ -58,16 +59,11 @@ def kv_transfer_args() -> list[str]:
     return ["--kv-transfer-config", KV_TRANSFER_CONFIG]
 
 
-def nixl_env() -> list[dict[str, Any]]:
-    return [
-        {
-            "name": "VLLM_NIXL_SIDE_CHANNEL_HOST",
-            "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
-        }
-    ]
+def nixl_env() -> list[k8s.EnvVar]:
+    return [env_field("VLLM_NIXL_SIDE_CHANNEL_HOST", "status.podIP")]
 
 
-def sidecar_container(env: EnvironmentSpec, *, drain_seconds: int) -> dict[str, Any]:
+def sidecar_container(env: EnvironmentSpec, *, drain_seconds: int) -> k8s.Container:
     """`igw pd-sidecar` on the pool's target port, in front of the pod's own vLLM.
 
     It drains as vLLM does (the same preStop sleep), or a rollout would cut the streams
@@ -76,17 +72,16 @@ def sidecar_container(env: EnvironmentSpec, *, drain_seconds: int) -> dict[str, 
     args += ["--decoder", f"http://127.0.0.1:{DECODER_PORT}"]
     for cidr in pod_cidrs(env):
         args += ["--allow-prefill", cidr]
-    container = gateway_service_container(
+    return gateway_service_container(
         image=gateway_image(env),
         name=SIDECAR,
         args=args,
         port=(SIDECAR_PORT_NAME, SIDECAR_PORT),
-        probe=SIDECAR_PROBE,
-        mounts=[{"name": SIDECAR_TMP, "mountPath": "/tmp"}],
+        check=SIDECAR_PROBE,
+        mounts=[mount(SIDECAR_TMP, "/tmp")],
+        lifecycle=pre_stop_sleep(drain_seconds),
     )
-    container["lifecycle"] = {"preStop": {"sleep": {"seconds": drain_seconds}}}
-    return container
 
 
-def sidecar_volumes() -> list[dict[str, Any]]:
+def sidecar_volumes() -> list[k8s.Volume]:
     return [empty_dir(SIDECAR_TMP, size="64Mi")]

@@ -37,16 +37,11 @@ from envspec.environment import EnvironmentSpec
 from envspec.global_router import STORE_AUTH_KEY, STORE_URL_KEY
 from inference_gateway.config.spec import API_GROUP, API_VERSION, parse_config
 
-from .base import (
-    PICKER,
-    ROUTE_TIMEOUT_S,
-    Wave,
-    gateway_image,
-    labels,
-    manifest,
-    selector_labels,
-)
+from . import peers
+from .base import PICKER, ROUTE_TIMEOUT_S, Placement, Wave, gateway_image, labels, manifest
+from .component import GatewayComponent, Pod, Rollout
 from .global_router import STORE_SECRET
+from .kube import k8s
 from .tokenizers import (
     SIDECAR_PROBE_SKIPS,
     apply_precise_prefix_parameters,
@@ -58,11 +53,16 @@ from .tokenizers import (
 from .workloads import (
     CPU_LIMIT_SKIP,
     DIGEST_SKIP,
+    container_port,
     container_security_context,
     empty_dir,
-    pod_security_context,
-    spread,
-    surge_deployment_spec,
+    env_field,
+    env_secret,
+    mount,
+    pre_stop_sleep,
+    probe,
+    resources,
+    service_port,
 )
 
 __all__ = [
@@ -146,23 +146,63 @@ def config_hash(env: EnvironmentSpec) -> str:
 
 
 class PickerChart(Chart):
-    """ServiceAccount, read-only RBAC, ConfigMap, Deployment, Service, PDB."""
+    """Read-only RBAC, ConfigMap, and the picker component (ServiceAccount, Deployment,
+    Service, PDB, NetworkPolicy)."""
 
     def __init__(self, scope: Construct, construct_id: str, *, env: EnvironmentSpec) -> None:
         super().__init__(scope, construct_id, disable_resource_name_hashes=True)
         namespace = env.kubernetes.namespace
         meta = picker_labels()
-        config = config_file(env)
-        common = {"namespace": namespace, "labels": meta, "wave": Wave.CONTROLLERS}
+        common: Placement = {"namespace": namespace, "labels": meta, "wave": Wave.CONTROLLERS}
 
-        manifest(
+        GatewayComponent(
             self,
-            "sa",
-            api_version="v1",
-            kind="ServiceAccount",
+            "picker",
             name=PICKER,
-            **common,
-            body={"automountServiceAccountToken": False},
+            namespace=namespace,
+            labels=meta,
+            wave=Wave.CONTROLLERS,
+            pod=Pod(
+                containers=[_container(env), *sidecars(env)],
+                volumes=[
+                    k8s.Volume(
+                        name="config", config_map=k8s.ConfigMapVolumeSource(name=CONFIG_MAP)
+                    ),
+                    empty_dir("tmp", size="64Mi"),
+                    *volumes(env),
+                ],
+                # The ServiceAccount does not automount; only this pod, which watches the
+                # API, does.
+                automount_token=True,
+                termination_grace_s=TERMINATION_GRACE_S,
+                annotations={"igw.dev/config-sha256": config_hash(env)},
+            ),
+            rollout=Rollout(replicas=env.kubernetes.picker_replicas),
+            service_ports=[
+                service_port("grpc", GRPC_PORT, protocol="TCP", app_protocol="kubernetes.io/h2c"),
+                service_port("metrics", METRICS_PORT, protocol="TCP"),
+            ],
+            # with one replica a PDB blocks every drain
+            min_available=1 if env.kubernetes.picker_replicas > 1 else None,
+            ingress=[
+                peers.allow([peers.envoy(env)], GRPC_PORT),
+                # Envoy: only the `/status` route reaches this port (igw global's heartbeat)
+                peers.allow([peers.envoy(env), peers.prometheus(env)], METRICS_PORT),
+            ],
+            checkov_skips={
+                **CPU_LIMIT_SKIP,
+                **DIGEST_SKIP,
+                "CKV_K8S_38": "the picker watches pods of its pools through the API",
+                **(SIDECAR_PROBE_SKIPS if tokenizer_sources(env) else {}),
+                **(
+                    {
+                        "CKV_K8S_35": "igw picker reads the store password from an environment "
+                        "variable only ($IGW_STORE_PASSWORD); the value comes from the Secret"
+                    }
+                    if env.global_router.enabled
+                    else {}
+                ),
+            },
         )
         manifest(
             self,
@@ -196,84 +236,8 @@ class PickerChart(Chart):
             kind="ConfigMap",
             name=CONFIG_MAP,
             **common,
-            body={"data": {"config.yaml": config}},
+            body={"data": {"config.yaml": config_file(env)}},
         )
-        selector = selector_labels(meta)
-        manifest(
-            self,
-            "deployment",
-            api_version="apps/v1",
-            kind="Deployment",
-            name=PICKER,
-            **common,
-            checkov_skips={
-                **CPU_LIMIT_SKIP,
-                **DIGEST_SKIP,
-                "CKV_K8S_38": "the picker watches pods of its pools through the API",
-                **(SIDECAR_PROBE_SKIPS if tokenizer_sources(env) else {}),
-                **(
-                    {
-                        "CKV_K8S_35": "igw picker reads the store password from an environment "
-                        "variable only ($IGW_STORE_PASSWORD); the value comes from the Secret"
-                    }
-                    if env.global_router.enabled
-                    else {}
-                ),
-            },
-            body={"spec": _deployment_spec(env, meta, selector)},
-        )
-        manifest(
-            self,
-            "service",
-            api_version="v1",
-            kind="Service",
-            name=PICKER,
-            **common,
-            body={
-                "spec": {
-                    "type": "ClusterIP",
-                    "selector": selector,
-                    "ports": [
-                        {
-                            "name": "grpc",
-                            "port": GRPC_PORT,
-                            "targetPort": "grpc",
-                            "protocol": "TCP",
-                            "appProtocol": "kubernetes.io/h2c",
-                        },
-                        {
-                            "name": "metrics",
-                            "port": METRICS_PORT,
-                            "targetPort": "metrics",
-                            "protocol": "TCP",
-                        },
-                    ],
-                }
-            },
-        )
-        if env.kubernetes.picker_replicas > 1:  # with one replica a PDB blocks every drain
-            manifest(
-                self,
-                "pdb",
-                api_version="policy/v1",
-                kind="PodDisruptionBudget",
-                name=PICKER,
-                **common,
-                body={"spec": {"minAvailable": 1, "selector": {"matchLabels": selector}}},
-            )
-
-
-def _deployment_spec(
-    env: EnvironmentSpec, meta: dict[str, str], selector: dict[str, str]
-) -> dict[str, Any]:
-    """The picker's Deployment: a surge rollout (a new pod ready before an old one goes)."""
-    return surge_deployment_spec(
-        replicas=env.kubernetes.picker_replicas,
-        selector=selector,
-        pod_labels=meta,
-        pod_spec=_pod_spec(env=env, selector=selector),
-        annotations={"igw.dev/config-sha256": config_hash(env)},
-    )
 
 
 def _read_rules(*, leases: bool) -> list[dict[str, Any]]:
@@ -318,7 +282,7 @@ def _read_rules(*, leases: bool) -> list[dict[str, Any]]:
     return rules + lease if leases else rules
 
 
-def store_env(env: EnvironmentSpec) -> list[dict[str, Any]]:
+def store_env(env: EnvironmentSpec) -> list[k8s.EnvVar]:
     """`igw picker`'s store flag and password, from the global router's Secret (the region's
     Valkey); none without the global tier, the one in-cluster store. Optional keys: until
     External Secrets has synced the Secret the picker starts alone, and picks the store up
@@ -326,10 +290,7 @@ def store_env(env: EnvironmentSpec) -> list[dict[str, Any]]:
     if not env.global_router.enabled:
         return []
     return [
-        {
-            "name": name,
-            "valueFrom": {"secretKeyRef": {"name": STORE_SECRET, "key": key, "optional": True}},
-        }
+        env_secret(name, secret=STORE_SECRET, key=key, optional=True)
         for name, key in (("IGW_STORE_URL", STORE_URL_KEY), ("IGW_STORE_PASSWORD", STORE_AUTH_KEY))
     ]
 
@@ -344,91 +305,64 @@ def _client_id_args(env: EnvironmentSpec) -> list[str]:
     return ["--client-id-from-auth"] if env.kubernetes.auth is not None else []
 
 
-def _pod_spec(*, env: EnvironmentSpec, selector: dict[str, str]) -> dict[str, Any]:
-    live = {"grpc": {"port": HEALTH_PORT, "service": LIVENESS_SERVICE}}
-    ready = {"grpc": {"port": HEALTH_PORT, "service": READINESS_SERVICE}}
-    return {
-        "serviceAccountName": PICKER,
-        # The ServiceAccount does not automount; only this pod, which watches the API, does.
-        "automountServiceAccountToken": True,
-        "enableServiceLinks": False,
-        "securityContext": pod_security_context(),
-        "topologySpreadConstraints": spread(selector),
-        "terminationGracePeriodSeconds": TERMINATION_GRACE_S,
-        "containers": [
-            {
-                "name": "picker",
-                "image": gateway_image(env),
-                "imagePullPolicy": "IfNotPresent",
-                "args": [
-                    "picker",
-                    # igw picker binds loopback unless told: Envoy, the kubelet's probes
-                    # and Prometheus reach it on the pod IP (NetworkPolicy limits who).
-                    "--host",
-                    "0.0.0.0",
-                    "--grpc-port",
-                    str(GRPC_PORT),
-                    # Envoy AI Gateway's picker cluster speaks TLS without verifying.
-                    "--tls",
-                    "--grpc-health-port",
-                    str(HEALTH_PORT),
-                    "--metrics-port",
-                    str(METRICS_PORT),
-                    "--config",
-                    CONFIG_PATH,
-                    # The records the CDK alarms read (namespace InferenceGateway,
-                    # dimension Cluster = the EKS cluster's name): in the cluster the
-                    # picker is what routes, so it is what reports.
-                    "--emf-interval",
-                    str(EMF_INTERVAL_S),
-                    "--emf-cluster",
-                    env.cluster.name,
-                    "--drain-timeout",
-                    str(DRAIN_TIMEOUT_S),
-                    *_client_id_args(env),
-                    "--max-body-bytes",
-                    str(env.kubernetes.max_request_body_bytes),
-                    *(
-                        ["--leader-elect-status", "--lease-name", LEASE]
-                        if env.kubernetes.picker_leader_election
-                        else []
-                    ),
-                ],
-                "lifecycle": {"preStop": {"sleep": {"seconds": PRESTOP_SLEEP_S}}},
-                "env": [
-                    {
-                        "name": "POD_NAMESPACE",
-                        "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}},
-                    },
-                    *store_env(env),
-                ],
-                "ports": [
-                    {"name": "grpc", "containerPort": GRPC_PORT, "protocol": "TCP"},
-                    {"name": "grpc-health", "containerPort": HEALTH_PORT, "protocol": "TCP"},
-                    {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"},
-                ],
-                # Startup and liveness ask `liveness`: a picker with no fresh pod (a model
-                # outage, a scale from zero) or no lease is alive and must not restart.
-                "startupProbe": {**live, "periodSeconds": 2, "failureThreshold": 30},
-                "readinessProbe": {**ready, "periodSeconds": 5, "failureThreshold": 2},
-                "livenessProbe": {**live, "periodSeconds": 10, "failureThreshold": 3},
-                "resources": {
-                    "requests": {"cpu": "1", "memory": "512Mi"},
-                    "limits": {"memory": "1Gi"},
-                },
-                "securityContext": container_security_context(),
-                "volumeMounts": [
-                    {"name": "config", "mountPath": "/etc/igw", "readOnly": True},
-                    {"name": "tmp", "mountPath": "/tmp"},
-                    *picker_mount(env),
-                ],
-            },
-            # the served models' tokenizer files, for the precise prefix scorer
-            *sidecars(env),
+def _container(env: EnvironmentSpec) -> k8s.Container:
+    live = k8s.GrpcAction(port=HEALTH_PORT, service=LIVENESS_SERVICE)
+    ready = k8s.GrpcAction(port=HEALTH_PORT, service=READINESS_SERVICE)
+    return k8s.Container(
+        name="picker",
+        image=gateway_image(env),
+        image_pull_policy="IfNotPresent",
+        args=[
+            "picker",
+            # igw picker binds loopback unless told: Envoy, the kubelet's probes
+            # and Prometheus reach it on the pod IP (NetworkPolicy limits who).
+            "--host",
+            "0.0.0.0",
+            "--grpc-port",
+            str(GRPC_PORT),
+            # Envoy AI Gateway's picker cluster speaks TLS without verifying.
+            "--tls",
+            "--grpc-health-port",
+            str(HEALTH_PORT),
+            "--metrics-port",
+            str(METRICS_PORT),
+            "--config",
+            CONFIG_PATH,
+            # The records the CDK alarms read (namespace InferenceGateway,
+            # dimension Cluster = the EKS cluster's name): in the cluster the
+            # picker is what routes, so it is what reports.
+            "--emf-interval",
+            str(EMF_INTERVAL_S),
+            "--emf-cluster",
+            env.cluster.name,
+            "--drain-timeout",
+            str(DRAIN_TIMEOUT_S),
+            *_client_id_args(env),
+            "--max-body-bytes",
+            str(env.kubernetes.max_request_body_bytes),
+            *(
+                ["--leader-elect-status", "--lease-name", LEASE]
+                if env.kubernetes.picker_leader_election
+                else []
+            ),
         ],
-        "volumes": [
-            {"name": "config", "configMap": {"name": CONFIG_MAP}},
-            empty_dir("tmp", size="64Mi"),
-            *volumes(env),
+        lifecycle=pre_stop_sleep(PRESTOP_SLEEP_S),
+        env=[env_field("POD_NAMESPACE", "metadata.namespace"), *store_env(env)],
+        ports=[
+            container_port("grpc", GRPC_PORT, protocol="TCP"),
+            container_port("grpc-health", HEALTH_PORT, protocol="TCP"),
+            container_port("metrics", METRICS_PORT, protocol="TCP"),
         ],
-    }
+        # Startup and liveness ask `liveness`: a picker with no fresh pod (a model
+        # outage, a scale from zero) or no lease is alive and must not restart.
+        startup_probe=probe(live, period_s=2, failure_threshold=30),
+        readiness_probe=probe(ready, period_s=5, failure_threshold=2),
+        liveness_probe=probe(live, period_s=10, failure_threshold=3),
+        resources=resources(requests={"cpu": "1", "memory": "512Mi"}, limits={"memory": "1Gi"}),
+        security_context=container_security_context(),
+        volume_mounts=[
+            mount("config", "/etc/igw", read_only=True),
+            mount("tmp", "/tmp"),
+            *picker_mount(env),
+        ],
+    )

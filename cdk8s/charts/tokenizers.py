@@ -33,8 +33,9 @@ from envspec.environment import EnvironmentSpec
 from envspec.workloads import ModelServerSpec
 
 from .base import gateway_image
+from .kube import k8s
 from .model_servers import KV_HASH_SEED, hf_token_secret
-from .workloads import container_security_context, empty_dir
+from .workloads import container_security_context, empty_dir, env_value, mount, resources
 
 __all__ = [
     "SIDECAR_PROBE_SKIPS",
@@ -138,46 +139,42 @@ def _token_mount(index: int) -> str:
     return f"{TOKEN_DIR}/{index}"
 
 
-def sidecars(env: EnvironmentSpec) -> list[dict[str, Any]]:
+def sidecars(env: EnvironmentSpec) -> list[k8s.Container]:
     """One `igw tokenizer fetch --keep-running` container per source."""
     out = []
     for i, source in enumerate(tokenizer_sources(env)):
         args = ["tokenizer", "fetch", source.model, "--dest", source.directory, "--keep-running"]
         if source.revision:
             args += ["--revision", source.revision]
-        mounts = [
-            {"name": VOLUME, "mountPath": TOKENIZERS_DIR},
-            {"name": "tmp", "mountPath": "/tmp"},
-        ]
+        mounts = [mount(VOLUME, TOKENIZERS_DIR), mount("tmp", "/tmp")]
         if source.secret:
             args += ["--token-file", f"{_token_mount(i)}/HF_TOKEN"]
-            mounts.append({"name": f"hf-token-{i}", "mountPath": _token_mount(i), "readOnly": True})
+            mounts.append(mount(f"hf-token-{i}", _token_mount(i), read_only=True))
         out.append(
-            {
-                "name": f"tokenizer-{i}",
-                "image": gateway_image(env),
-                "imagePullPolicy": "IfNotPresent",
-                "args": args,
-                "env": [
+            k8s.Container(
+                name=f"tokenizer-{i}",
+                image=gateway_image(env),
+                image_pull_policy="IfNotPresent",
+                args=args,
+                env=[
                     # the hub client's own state, on the writable scratch volume
-                    {"name": "HF_HOME", "value": "/tmp/huggingface"},
-                    {"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"},
+                    env_value("HF_HOME", "/tmp/huggingface"),
+                    env_value("HF_HUB_DISABLE_TELEMETRY", "1"),
                     # plain HTTP downloads: Xet's chunk cache (gigabytes by default) would
                     # overrun the 64Mi scratch volume, and the kubelet evicts a pod for that
-                    {"name": "HF_HUB_DISABLE_XET", "value": "1"},
+                    env_value("HF_HUB_DISABLE_XET", "1"),
                 ],
-                "resources": {
-                    "requests": {"cpu": "10m", "memory": "64Mi"},
-                    "limits": {"memory": "256Mi"},
-                },
-                "securityContext": container_security_context(),
-                "volumeMounts": mounts,
-            }
+                resources=resources(
+                    requests={"cpu": "10m", "memory": "64Mi"}, limits={"memory": "256Mi"}
+                ),
+                security_context=container_security_context(),
+                volume_mounts=mounts,
+            )
         )
     return out
 
 
-def volumes(env: EnvironmentSpec) -> list[dict[str, Any]]:
+def volumes(env: EnvironmentSpec) -> list[k8s.Volume]:
     """The shared tokenizer directory and each source's token Secret (optional)."""
     sources = tokenizer_sources(env)
     if not sources:
@@ -185,15 +182,18 @@ def volumes(env: EnvironmentSpec) -> list[dict[str, Any]]:
     return [
         empty_dir(VOLUME, size=VOLUME_SIZE),
         *(
-            {"name": f"hf-token-{i}", "secret": {"secretName": s.secret, "optional": True}}
+            k8s.Volume(
+                name=f"hf-token-{i}",
+                secret=k8s.SecretVolumeSource(secret_name=s.secret, optional=True),
+            )
             for i, s in enumerate(sources)
             if s.secret
         ),
     ]
 
 
-def picker_mount(env: EnvironmentSpec) -> list[dict[str, Any]]:
+def picker_mount(env: EnvironmentSpec) -> list[k8s.VolumeMount]:
     """The picker container's read-only view of the tokenizer directory."""
     if not tokenizer_sources(env):
         return []
-    return [{"name": VOLUME, "mountPath": TOKENIZERS_DIR, "readOnly": True}]
+    return [mount(VOLUME, TOKENIZERS_DIR, read_only=True)]

@@ -536,9 +536,15 @@ def test_network_policies_let_only_the_gateway_in(synth, dev_env):
     assert sources[1] == {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "igw-picker"}}}
     assert models[0]["ports"] == [{"protocol": "TCP", "port": 8000}]
     assert models[2] == {"from": [sources[1]], "ports": [{"protocol": "TCP", "port": 5557}]}
-    picker = one(docs, "NetworkPolicy", "igw-picker")["spec"]["ingress"]
+    # each component's own policy comes with it (charts/component.py), selecting its pods
+    picker_docs = synth(PickerChart, dev_env)
+    picker_policy = one(picker_docs, "NetworkPolicy", "igw-picker")["spec"]
+    selector = one(picker_docs, "Deployment", "igw-picker")["spec"]["selector"]
+    assert picker_policy["podSelector"] == selector
+    picker = picker_policy["ingress"]
     assert [s["namespaceSelector"] for s in picker[0]["from"]] == [envoy_ns]
     assert picker[0]["ports"] == [{"protocol": "TCP", "port": 9002}]
+    assert not find(docs, "NetworkPolicy", "igw-picker")
 
 
 def test_observability_scrapes_vllm_and_dashboards_cover_the_engine_metrics(synth, dev_env):

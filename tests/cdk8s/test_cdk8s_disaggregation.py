@@ -26,7 +26,6 @@ import pytest
 import yaml
 
 from charts.app import ENVIRONMENTS_DIR, synth_tree
-from charts.workloads import container_security_context
 from envspec.argocd_manifests import PATCHED_KUSTOMIZATION
 from envspec.environment import load_environment
 from inference_gateway.cli import pd_sidecar
@@ -170,7 +169,9 @@ def test_decode_pods_run_vllm_on_8200_behind_the_sidecar_on_8000(pd_tree, dev_en
     assert sidecar["ports"] == [{"name": "sidecar", "containerPort": 8000}]
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         assert sidecar[probe]["httpGet"] == {"path": "/healthz", "port": "sidecar"}, probe
-    assert sidecar["securityContext"] == container_security_context()
+    # hardened as its pod's vLLM is (charts/workloads.py container_security_context)
+    assert sidecar["securityContext"] == vllm["securityContext"]
+    assert sidecar["securityContext"]["readOnlyRootFilesystem"] is True
     # it drains with vLLM, or a rollout cuts the streams it proxies
     assert sidecar["lifecycle"] == vllm["lifecycle"]
     mounted = {m["name"] for c in pod["spec"]["containers"] for m in c["volumeMounts"]}
