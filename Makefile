@@ -117,10 +117,13 @@ lock:
 	  --strip-extras --no-emit-index-url --no-emit-find-links $(if $(UPGRADE),--upgrade) \
 	  --output-file requirements.lock pyproject.toml
 
+# mypy --strict twice: the gateway package from its own folder, the infrastructure code
+# (stacks/, cdk8s/charts as `charts`, envspec/) from here (pyproject.toml [tool.mypy]).
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	cd gateway_src && ../$(BIN)/mypy --strict inference_gateway
+	$(BIN)/mypy --strict -p stacks -p charts -p envspec
 
 bench: system-deps venv native
 	$(BIN)/python bench/run.py

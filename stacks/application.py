@@ -32,6 +32,7 @@ from .observability import ObservabilityStack, ObservabilityStackProps
 from .parts.alarms import ClusterAlarmsProps, FleetAlarmsProps
 from .parts.argocd import ArgoCdProps
 from .parts.eks_cluster import KUBECTL_LAYERS, InferenceClusterProps
+from .parts.eks_ref import cluster_ref
 from .parts.hyperpod import HyperPodProps
 from .parts.images import (
     DockerHubCacheProps,
@@ -316,7 +317,7 @@ def _region(
                 target_group_arn=ingress.ingress.target_group.target_group_arn,
                 hyperpod=hyperpod is not None,
             ),
-            cluster=cluster.cluster,
+            cluster=cluster_ref(cluster.cluster),
             # Built and pushed once, in the primary region; ECR replication copies it
             # (same digest) into the secondary regions' repositories.
             release=GatewayReleaseProps(repository_name=repository, tag=env.kubernetes.image_tag)

@@ -11,6 +11,7 @@ from aws_cdk import App, Environment
 
 from .global_dns import GlobalDnsStack, GlobalDnsStackProps, RegionalEndpoints
 from .global_tier import GlobalTierStack, GlobalTierStackProps
+from .parts.eks_ref import cluster_ref
 from .parts.global_lb import GlobalRouterLoadBalancerProps, unhealthy_alarm_name
 from .parts.valkey import GlobalStoreProps, StorePeer
 
@@ -82,7 +83,7 @@ def _region(app: App, env: EnvironmentSpec, built: RegionStacks) -> GlobalTierSt
             gitops=env.gitops,
             namespace=env.kubernetes.namespace,
             vpc=built.network.vpc,
-            cluster=cluster,
+            cluster=cluster_ref(cluster),
             cluster_load_balancer=built.ingress.ingress.load_balancer,
         ),
         env=Environment(account=env.aws.account, region=region),

@@ -42,7 +42,7 @@ from envspec.argocd_manifests import (
 from envspec.environment import EnvironmentSpec
 from envspec.names import KARPENTER_NAMESPACE, KARPENTER_SERVICE_ACCOUNT
 
-from .base import PART_OF, Wave, labels, manifest
+from .base import PART_OF, Shared, Wave, labels, manifest
 from .gateway import ENVOY_SERVICE
 
 __all__ = [
@@ -247,7 +247,10 @@ class BootstrapChart(Chart):
     ) -> None:
         super().__init__(scope, construct_id, disable_resource_name_hashes=True)
         repo, revision = repo_of(envs)
-        common = {"namespace": ARGOCD_NAMESPACE, "labels": labels(name=PROJECT, component="gitops")}
+        common: Shared = {
+            "namespace": ARGOCD_NAMESPACE,
+            "labels": labels(name=PROJECT, component="gitops"),
+        }
         sync = {"automated": _AUTOMATED, "retry": _RETRY}
         namespaces = sorted({e.kubernetes.namespace for e in envs})
         egw_namespaces = sorted({e.kubernetes.envoy_gateway_namespace for e in envs})

@@ -15,7 +15,7 @@ from cdk8s import Chart
 from envspec.environment import EnvironmentSpec
 from envspec.workloads import canary_pool
 
-from .base import PICKER, Wave, labels, manifest
+from .base import PICKER, Placement, Wave, labels, manifest
 from .picker import GRPC_PORT, gateway_config_resource
 
 __all__ = ["InferenceChart", "objectives", "rewrite_spec"]
@@ -67,7 +67,7 @@ class InferenceChart(Chart):
     def __init__(self, scope: Construct, construct_id: str, *, env: EnvironmentSpec) -> None:
         super().__init__(scope, construct_id, disable_resource_name_hashes=True)
         namespace = env.kubernetes.namespace
-        common = {
+        common: Placement = {
             "namespace": namespace,
             "labels": labels(name="inference-gateway", component="routing"),
             "wave": Wave.CONFIG,

@@ -17,7 +17,7 @@ from constructs import Construct
 from cdk8s import Chart
 from envspec.environment import EnvironmentSpec
 
-from .base import PART_OF, PICKER, Wave, labels, manifest
+from .base import PART_OF, PICKER, Placement, Shared, Wave, labels, manifest
 from .bootstrap import PROMETHEUS_RELEASE
 
 __all__ = ["ObservabilityChart", "dashboard"]
@@ -148,8 +148,11 @@ class ObservabilityChart(Chart):
         namespace = env.kubernetes.namespace
         meta = labels(name="inference-gateway", component="observability")
         # kube-prometheus-stack's Prometheus selects monitors by its release label.
-        monitor = {"namespace": namespace, "labels": {**meta, "release": PROMETHEUS_RELEASE}}
-        common = {**monitor, "wave": Wave.CONFIG}
+        monitor: Shared = {
+            "namespace": namespace,
+            "labels": {**meta, "release": PROMETHEUS_RELEASE},
+        }
+        common: Placement = {**monitor, "wave": Wave.CONFIG}
         manifest(
             self,
             "vllm-podmonitor",

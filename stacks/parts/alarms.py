@@ -130,7 +130,7 @@ class ClusterAlarms(Construct):
         )
         self.topic = AlarmTopic(self, "Notify", t.email).topic
         above = cw.ComparisonOperator.GREATER_THAN_THRESHOLD
-        spec = [
+        spec: list[tuple[str, cw.Metric | cw.MathExpression, float, cw.ComparisonOperator, str]] = [
             ("KvCacheHigh", m["kv_cache"], t.kv_cache_utilization_max, above, "KV-cache use"),
             ("ErrorRateHigh", error_rate, t.error_rate_max, above, "5xx share"),
             ("TtftP99High", m["ttft"], t.ttft_p99_max_s, above, "P99 TTFT in seconds"),

@@ -23,6 +23,7 @@ from envspec.infra import ClusterSpec, NodeGroupSpec
 
 from .addons import AddOn, CloudWatchObservabilityAddOn, default_addons, install_addons
 from .cluster_nag import acknowledge_cluster, acknowledge_nodegroup
+from .eks_ref import cluster_ref
 from .gpu_nodes import GpuNodeGroup, GpuNodeGroupProps
 from .karpenter import Karpenter, KarpenterProps
 from .pod_identity import cloudwatch_agent_identity
@@ -140,7 +141,9 @@ class InferenceCluster(Construct):
             )
         acknowledge_cluster(self.cluster)
         acknowledge_nodegroup(self.system_nodes)
-        self.addons = install_addons(self, self.cluster, props.addons, after=[self.system_nodes])
+        self.addons = install_addons(
+            self, cluster_ref(self.cluster), props.addons, after=[self.system_nodes]
+        )
         agent = self.addons.get(CloudWatchObservabilityAddOn)
         if agent is not None:
             # The agent reads its credentials when it starts: its Pod Identity association

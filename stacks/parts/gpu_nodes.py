@@ -20,6 +20,7 @@ from envspec.names import GPU_PRODUCTS, GPU_TAINT_KEY, gpu_labels
 
 from ..nag import acknowledge
 from .cluster_nag import acknowledge_nodegroup
+from .eks_ref import cluster_ref
 from .images import pull_through_statement
 from .pod_identity import wildcard_findings
 
@@ -54,7 +55,7 @@ class GpuNodeGroup(Construct):
         self.nodegroup = eks.Nodegroup(
             self,
             "Nodegroup",
-            cluster=cluster,
+            cluster=cluster_ref(cluster),
             nodegroup_name=f"{props.cluster_name}-{spec.name}",
             ami_type=eks.NodegroupAmiType.AL2023_X86_64_NVIDIA,
             capacity_type=_CAPACITY[spec.capacity_type],

@@ -33,7 +33,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_s3_deployment as s3deploy
 from aws_cdk import aws_sagemaker as sagemaker
-from constructs import Construct
+from constructs import Construct, IConstruct
 
 from envspec.infra import HyperPodSpec
 
@@ -263,7 +263,7 @@ class HyperPodCluster(Construct):
 
 
 def _acknowledge_deployment_handler(
-    handler: Construct, stack: Stack, bucket_arn: str, read: list[str]
+    handler: IConstruct, stack: Stack, bucket_arn: str, read: list[str]
 ) -> None:
     """CDK's BucketDeployment Lambda (one per stack) that uploads the lifecycle scripts."""
     acknowledge(

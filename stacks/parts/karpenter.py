@@ -42,6 +42,7 @@ from envspec.names import (
 )
 
 from ..nag import acknowledge
+from .eks_ref import cluster_ref
 from .images import DOCKER_HUB_CACHE_PREFIX
 from .pod_identity import Workload, pod_identity, wildcard_findings
 
@@ -124,7 +125,7 @@ class Karpenter(Construct):
         self.access_entry = eks.AccessEntry(
             self,
             "NodeAccess",
-            cluster=cluster,
+            cluster=cluster_ref(cluster),
             principal=self.node_role_arn,
             access_entry_type=eks.AccessEntryType.EC2_LINUX,
             access_policies=[],

@@ -304,7 +304,7 @@ def _nag_text(value: object) -> str:
         return value
     if isinstance(value, dict) and "Fn::Join" in value:
         sep, parts = value["Fn::Join"]
-        return sep.join(_nag_text(p) for p in parts)
+        return str(sep).join(_nag_text(p) for p in parts)
     if isinstance(value, dict) and "Ref" in value:
         return f"<{value['Ref']}>"
     return str(value)
