@@ -47,13 +47,21 @@ def _alarm_metrics(alarm: dict[str, Any]) -> list[dict[str, Any]]:
     return [q["MetricStat"]["Metric"] for q in props["Metrics"] if "MetricStat" in q]
 
 
-def _picker_args(env_name: str) -> list[str]:
+def _picker(env_name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The rendered picker Deployment and its `picker` container (the pod also runs the
+    tokenizer sidecars of the precise prefix scorer)."""
     path = GITOPS / env_name / "rendered" / "20-picker.k8s.yaml"
     (deployment,) = [
         d for d in yaml.safe_load_all(path.read_text()) if d and d["kind"] == "Deployment"
     ]
-    (container,) = deployment["spec"]["template"]["spec"]["containers"]
-    return container["args"]
+    (container,) = [
+        c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "picker"
+    ]
+    return deployment, container
+
+
+def _picker_args(env_name: str) -> list[str]:
+    return list(_picker(env_name)[1]["args"])
 
 
 def _flag(args: list[str], name: str) -> str:
@@ -163,11 +171,7 @@ def test_the_pickers_emf_lines_reach_cloudwatch_as_metrics(any_synth: Synth) -> 
     sections = _sections(extra["extraFiles"]["igw-emf.conf"])
     by_name = {(kind, body.get("Name")): body for kind, body in sections}
     tail = by_name[("INPUT", "tail")]
-    path = GITOPS / any_synth.name / "rendered" / "20-picker.k8s.yaml"
-    (deployment,) = [
-        d for d in yaml.safe_load_all(path.read_text()) if d and d["kind"] == "Deployment"
-    ]
-    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    deployment, container = _picker(any_synth.name)
     namespace = deployment["metadata"]["namespace"]
     picker_file = (
         f"/var/log/containers/{deployment['metadata']['name']}-7d9f8b6c5d-x2x7k_{namespace}_"
