@@ -8,6 +8,11 @@ route cache so the route of the pool that serves the model matches. The body its
 passes through unchanged. A body without a usable `model` passes through without the
 headers: the default route's picker then answers 400 in OpenAI shape, so there is one
 place that words errors.
+
+Traces: with `tracing.enabled` in its config, each stream is one SERVER span `igw.bbr`
+under the trace context of the stream's gRPC metadata (Envoy's ext_proc span), from the
+request headers until the routing headers are answered, with the model it read
+(`gen_ai.request.model`) and the base model it set.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from inference_gateway.frontends.extproc.wire import (
     headers_response,
     trailers_response,
 )
+from inference_gateway.telemetry.tracing import GEN_AI_REQUEST_MODEL, SpanKind, Tracing
 from inference_gateway.transport.http2_server import (
     Call,
     ConnectionPolicy,
@@ -87,6 +93,7 @@ class _Stream:
         self.mode = mode
         self.response_mode = mode  # its own: Envoy answers 500 to a mode it did not send
         self.body = bytearray()
+        self.routed: dict[str, str] | None = None  # the headers set, once decided
         self.handlers: dict[str, Callable[[Any], list[Any]]] = {
             "request_headers": self.on_request_headers,
             "request_body": self.on_request_body,
@@ -114,7 +121,7 @@ class _Stream:
         if not request.request_body.end_of_stream:
             return []
         body = bytes(self.body)
-        headers = self.router.headers(body)
+        headers = self.routed = self.router.headers(body)
         if self.mode == FULL_DUPLEX:
             return [
                 headers_response(set_headers=headers, clear_route_cache=bool(headers)),
@@ -129,18 +136,40 @@ class _Stream:
         return [body_replacement(None, request=False)]
 
 
-async def serve_call(router: BodyRouter, call: Call, default_mode: int = FULL_DUPLEX) -> None:
+async def serve_call(
+    router: BodyRouter,
+    call: Call,
+    default_mode: int = FULL_DUPLEX,
+    tracing: Tracing | None = None,
+) -> None:
     """One `Process` stream on `Http2GrpcServer`: raw messages in, raw answers out, one
     socket write per batch of answers (the picker's loop, `ExtProcServicer.serve_call`)."""
     stream = _Stream(router, default_mode)
     parse = pb.ProcessingRequest.FromString
-    while True:
-        raw = await call.read()
-        if raw is None:
-            return
-        responses = stream.handle(parse(raw))
-        if responses:
-            call.send([r.SerializeToString() for r in responses])
+    span = None
+    if tracing is not None and tracing.enabled:
+        span = tracing.start("igw.bbr", headers=call.headers, kind=SpanKind.SERVER)
+    try:
+        while True:
+            raw = await call.read()
+            if raw is None:
+                return
+            responses = stream.handle(parse(raw))
+            if responses:
+                call.send([r.SerializeToString() for r in responses])
+            if span is not None and stream.routed is not None:
+                _routed(span, stream.routed)
+                span = None
+    finally:
+        if span is not None:
+            span.end()
+
+
+def _routed(span: Any, headers: dict[str, str]) -> None:
+    if headers:
+        span.set_attribute(GEN_AI_REQUEST_MODEL, headers[MODEL_HEADER])
+        span.set_attribute("igw.base_model", headers[BASE_MODEL_HEADER])
+    span.end()
 
 
 async def start_bbr(
@@ -154,12 +183,13 @@ async def start_bbr(
     """A started server with the body router and a SERVING health service, on the
     picker's own HTTP/2 server (grpc.aio cost about 0.8 ms of CPU per request)."""
     router = BodyRouter(config)
+    tracing = Tracing.build(config.tracing if config else None, "igw-bbr")
     health = HealthService()
     for service in ("", SERVICE_NAME):
         await health.set(service, health_pb2.HealthCheckResponse.SERVING)
 
     async def process(call: Call) -> None:
-        await serve_call(router, call)
+        await serve_call(router, call, tracing=tracing)
 
     handlers = {PROCESS_PATH: Method(process, max_message=MAX_MESSAGE), **health.handlers()}
     server = Http2GrpcServer(handlers, ssl_context=ssl_context, policy=policy)

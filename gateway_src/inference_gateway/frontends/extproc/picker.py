@@ -53,6 +53,12 @@ Past the bound it is released as it stands and streams on. An SSE stream is held
 its first chunk: refused, a 429 as well; admitted, it flows as above. In BUFFERED mode
 the whole JSON gets the same verdict (the headers wait anyway); STREAMED has sent the
 headers before the body, so there a JSON answer passes as it always did.
+
+Traces (telemetry/request_trace.py): an exchange's span `igw.picker` continues the trace
+context of the ext_proc stream's gRPC metadata (Envoy's tracer puts its ext_proc span
+there), else the request's own headers; admission and scheduling are child spans, the
+decision explained. A client listed in `tracing.explain.headerClients` that sends
+`x-igw-explain: true` gets its decision in the `x-igw-explanation` response header.
 """
 
 from __future__ import annotations
@@ -60,7 +66,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,6 +91,11 @@ from inference_gateway.core.request.relay import StreamEnd, end_error, stream_er
 from inference_gateway.core.request.sse import ModelNameRewriter
 from inference_gateway.core.request.usage import UsageScanner
 from inference_gateway.core.scheduling.types import Endpoint
+from inference_gateway.frontends.explain_http import (
+    EXPLAINED_HEADER,
+    explanation_header,
+    may_explain,
+)
 from inference_gateway.frontends.extproc.envoy_failure import (
     SNIFF_BYTES,
     body_says_unreachable,
@@ -102,6 +113,8 @@ from inference_gateway.frontends.extproc.wire import (
     timeout_override,
     trailers_response,
 )
+from inference_gateway.telemetry.request_trace import RequestTrace
+from inference_gateway.telemetry.tracing import TRACEPARENT, Tracing
 from inference_gateway.transport.http2_server import Call
 
 __all__ = ["Exchange", "ExtProcServicer", "PickerOptions", "UsageScanner"]
@@ -158,9 +171,18 @@ class Exchange:
     """One HTTP request's ext_proc stream: state plus one handler per message kind."""
 
     def __init__(
-        self, director: Director, options: PickerOptions, clock: Callable[[], float]
+        self,
+        director: Director,
+        options: PickerOptions,
+        clock: Callable[[], float],
+        tracing: Tracing | None = None,
+        metadata: Mapping[str, str] | None = None,
     ) -> None:
         self.director = director
+        self.tracing = tracing or Tracing.off()
+        self.metadata = metadata  # the stream's gRPC metadata (Envoy's trace context)
+        self.trace: RequestTrace | None = None
+        self.explained: str | None = None  # x-igw-explanation, for the response headers
         self.options = options
         self.clock = clock
         self.started = clock()
@@ -202,6 +224,11 @@ class Exchange:
 
     async def on_request_headers(self, request: pb.ProcessingRequest) -> Responses:
         self.headers = read_headers(request.request_headers)
+        metadata = self.metadata
+        parent = metadata if metadata is not None and TRACEPARENT in metadata else self.headers
+        self.trace = RequestTrace(
+            self.tracing, parent, self.headers.get(":path", ""), name="igw.picker"
+        )
         if request.request_headers.end_of_stream:
             return self._bodiless()
         if self.request_mode == FULL_DUPLEX:
@@ -279,6 +306,11 @@ class Exchange:
             return self._reject(rejection)
         self.life = life
         self.decision = decision = life.decision
+        if self.trace is not None:
+            self.trace.decided(life)
+        config = self.director.state.config
+        if config is not None and may_explain(config.tracing.explain, self.headers):
+            self.explained = explanation_header(life.record())
         self.body = b""
         life.picked(decision.ranked[0])
         destination = ",".join(
@@ -329,6 +361,10 @@ class Exchange:
 
     def _reject(self, rejection: Rejection) -> Responses:
         self.closed = True
+        if self.trace is not None:
+            self.trace.refused(rejection.status, rejection.code)
+            self.trace.finished(status=rejection.status)
+            self.trace = None
         model = self.decision.client_model if self.decision else ""
         self.director.child(self.director.metrics.errors, model, "", str(rejection.status)).inc()
         log.info("rejected %s: %s", rejection.status, rejection.message)
@@ -353,7 +389,8 @@ class Exchange:
             self.finish()
         # A rewritten body changes length: drop content-length, Envoy re-frames it.
         remove = ["content-length"] if self.rewriter is not None else None
-        answer = headers_response(request=False, remove=remove)
+        explained = {EXPLAINED_HEADER: self.explained} if self.explained is not None else None
+        answer = headers_response(request=False, remove=remove, set_headers=explained)
         if self._holds(request):
             self.hold = AnswerHold(answer, self.options.max_usage_scan_bytes)
             return []
@@ -555,10 +592,17 @@ class Exchange:
         """The response ended (or Envoy closed the stream cleanly): report it once."""
         self.hold = None  # nothing held outlives the exchange
         if self.finished:
+            self._end_trace()
             return
         self.finished = True
         if self.life is not None:
             self.life.finished()
+        self._end_trace()
+
+    def _end_trace(self) -> None:
+        trace, self.trace = self.trace, None
+        if trace is not None:
+            trace.finished(self.life, status=self.status or None)
 
     def cancel(self) -> None:
         """The stream broke before the response ended: Envoy or its client went away."""
@@ -567,6 +611,7 @@ class Exchange:
         self.finished = True
         self.hold = None  # a held answer and its body go with the request
         self.held = bytearray()
+        self._end_trace()
 
 
 class ExtProcServicer(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]  # generated
@@ -578,15 +623,18 @@ class ExtProcServicer(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc] 
         options: PickerOptions | None = None,
         *,
         clock: Callable[[], float] = time.perf_counter,
+        tracing: Tracing | None = None,
     ) -> None:
         self.director = director
         self.options = options or PickerOptions()
         self.clock = clock
+        self.tracing = tracing or Tracing.off()
         self.active = 0  # ext_proc streams open now (a drain waits for 0)
         self.opened = 0  # streams ever opened
 
-    def exchange(self) -> Exchange:
-        return Exchange(self.director, self.options, self.clock)
+    def exchange(self, metadata: Mapping[str, str] | None = None) -> Exchange:
+        """A stream's exchange; `metadata`: its gRPC metadata (the trace context)."""
+        return Exchange(self.director, self.options, self.clock, self.tracing, metadata)
 
     async def Process(  # gRPC's method name
         self,
@@ -595,7 +643,8 @@ class ExtProcServicer(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc] 
     ) -> None:
         """Read, handle, write until Envoy half-closes (or an immediate response ends
         it); `context.read`/`write` cost less per message than an async generator."""
-        exchange = self.exchange()
+        metadata = context.invocation_metadata() or ()
+        exchange = self.exchange({str(k): str(v) for k, v in metadata})
         self.active += 1
         self.opened += 1
         try:
@@ -618,7 +667,7 @@ class ExtProcServicer(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc] 
     async def serve_call(self, call: Call) -> None:
         """The same loop on `Http2GrpcServer`: raw bytes in and out, one socket write
         per answer (`Process` is the grpc.aio one)."""
-        exchange = self.exchange()
+        exchange = self.exchange(call.headers)
         self.active += 1
         self.opened += 1
         parse = pb.ProcessingRequest.FromString
