@@ -131,12 +131,15 @@ def build_gateway(
         app, gateway.director, store, cluster=emf_cluster, hourly_cost_usd=hourly_cost_usd
     )
 
-    def may_read_decisions(request: web.Request) -> bool:
-        """Loopback, or an authenticated client the config lets see explanations."""
+    def listed_client(request: web.Request) -> bool:
+        """An authenticated client the config lets see explanations."""
         listed = core.config.tracing.explain.header_clients
-        return loopback_peer(request) or request.headers.get(CLIENT_ID_HEADER, "") in listed
+        return request.headers.get(CLIENT_ID_HEADER, "") in listed
 
-    add_decisions_routes(app, lambda: gateway.director.decisions, allow=may_read_decisions)
+    # with authentication only listed clients (a sidecar proxy makes every caller local),
+    # without it only callers on this machine
+    allow = listed_client if auth is not None else loopback_peer
+    add_decisions_routes(app, lambda: gateway.director.decisions, allow=allow)
     kv_events = subscribe_pods(
         metrics.registry, lambda: store.endpoints, lambda: gateway.director.scheduler
     )

@@ -5,7 +5,8 @@ id, `x-request-id` or trace id is `<id>` (404 when none is kept); `/debug/decisi
 limit=N` the newest N (at most 1,000). `igw explain REQUEST_ID` reads them. They name
 pods and their scores, which stay inside the cluster, so only a caller on loopback is
 answered (`kubectl port-forward` arrives there; so does a local `igw explain`), or, on
-`igw serve`, an authenticated client listed in `tracing.explain.headerClients`; anyone
+an `igw serve` with authentication, only an authenticated client listed in
+`tracing.explain.headerClients` (a sidecar proxy would make every caller local); anyone
 else gets 404, as if the path did not exist. The picker serves them on its metrics port,
 `igw serve` and `igw global` on their one port.
 

@@ -21,7 +21,8 @@ from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExport
 from otlp_receiver import OtlpReceiver, ReceivedSpan, ancestors
 
 from inference_gateway.config.spec import TracingSpec
-from inference_gateway.envoyproxy.settings import Address, Tracing as EnvoyTracing
+from inference_gateway.envoyproxy.settings import Address
+from inference_gateway.envoyproxy.settings import Tracing as EnvoyTracing
 from inference_gateway.telemetry.tracing import Tracing
 
 pytestmark = pytest.mark.asyncio
