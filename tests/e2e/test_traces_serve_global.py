@@ -190,7 +190,7 @@ async def test_untraced_gateway_passes_the_callers_context_to_the_pod(
 
 async def test_the_debug_header_answers_listed_clients_only(otel_env: None) -> None:
     """`x-igw-explain: true` returns the decision to a client `headerClients` lists;
-    another authenticated client asking gets nothing, and neither header reaches a pod."""
+    another authenticated client asking gets nothing, nor may it read /debug/decisions."""
     keys = {
         hashlib.sha256(k.encode()).digest(): Identity(c)
         for k, c in ((KEY, "team-a"), ("other-key", "team-b"))

@@ -42,6 +42,7 @@ SUBCOMMANDS = {
     "demo": "inference_gateway.demo.run",
     "bench": "inference_gateway.backend_bench.cli",
     "validate": "inference_gateway.cli.validate",
+    "explain": "inference_gateway.cli.explain",
 }
 
 #: top-level module → the pinned requirements file that installs it, where that is not
