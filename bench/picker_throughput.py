@@ -61,7 +61,11 @@ MODEL = "llama-3.1-8b"
 
 
 async def serve(
-    port_file: Path, pods: int, transport: str = "http2", tracing: float | None = None
+    port_file: Path,
+    pods: int,
+    transport: str = "http2",
+    tracing: float | None = None,
+    recent: int | None = None,
 ) -> None:
     from inference_gateway.assembly.picker import build_picker
     from inference_gateway.config.spec import parse_config
@@ -77,13 +81,18 @@ async def serve(
     # not how many requests the flow-control thresholds let through per scrape interval.
     # `tracing`: spans sampled at that ratio, exported as the OTEL_* variables say
     # (bench/tracing_overhead.py)
-    traced = {"tracing": {"enabled": True, "samplingRatio": tracing}} if tracing is not None else {}
+    # and `recent`: decisions kept for `igw explain` (None: the default)
+    traced: dict[str, Any] = {}
+    if tracing is not None:
+        traced["enabled"], traced["samplingRatio"] = True, tracing
+    if recent is not None:
+        traced["explain"] = {"recent": recent}
     config = parse_config(
         {
             "flowControl": {
                 "saturation": {"queueThreshold": 1e6, "noncriticalQueueThreshold": 1e6}
             },
-            **traced,
+            "tracing": traced,
         }
     )
     picker = build_picker(
@@ -169,6 +178,7 @@ def serve_main(
     transport: str,
     echo: bool = False,
     tracing: float | None = None,
+    recent: int | None = None,
 ) -> None:
     with contextlib.suppress(AttributeError, OSError):
         os.sched_setaffinity(0, {cpu})
@@ -179,7 +189,9 @@ def serve_main(
     except ImportError:
         pass
     path = Path(port_file)
-    asyncio.run(serve_echo(path, transport) if echo else serve(path, pods, transport, tracing))
+    asyncio.run(
+        serve_echo(path, transport) if echo else serve(path, pods, transport, tracing, recent)
+    )
 
 
 # ---------------------------------------------------------------------- Envoy (client)
@@ -349,6 +361,7 @@ def run_server(
     transport: str,
     src: str | None = None,
     tracing: float | None = None,
+    recent: int | None = None,
 ) -> dict[str, Any]:
     """Start the picker (or an echo floor) pinned to one CPU, drive it, stop it; `src`:
     a source tree whose `gateway_src` the picker runs instead of this one; `tracing`: its
@@ -363,6 +376,8 @@ def run_server(
         command += ["--pods", str(args.pods), "--cpu", str(args.cpu), "--transport", transport]
         if tracing is not None:
             command += ["--tracing", str(tracing)]
+        if recent is not None:
+            command += ["--recent", str(recent)]
         child = subprocess.Popen([*command, *(["--echo"] if echo else [])], env=env)
         try:
             for _ in range(300):  # up to 30 s for imports and the first scrape
@@ -430,6 +445,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpu", type=int, default=0, help="CPU the picker is pinned to")
     parser.add_argument("--echo", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--tracing", type=float, help=argparse.SUPPRESS)
+    parser.add_argument("--recent", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--transport", choices=["http2", "grpcio"], default="http2")
     parser.add_argument(
         "--floors",
@@ -441,7 +457,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2, help="alternations with the baseline")
     args = parser.parse_args(argv)
     if args.serve:
-        serve_main(args.serve, args.pods, args.cpu, args.transport, args.echo, args.tracing)
+        serve_main(
+            args.serve, args.pods, args.cpu, args.transport, args.echo, args.tracing, args.recent
+        )
         return 0
     floors = [] if args.no_floor else [f for f in args.floors.split(",") if f]
     if any(f not in ("http2", "grpcio") for f in floors):

@@ -2,16 +2,17 @@
 
 1. `igw serve` (open loop, bench/gateway_overhead.py's zero-delay pod and way of
    starting gateways): the same requests, interleaved request by request, directly to
-   the pod and through gateways that differ only in their `tracing` section: off (the
-   default), on at 10 % and at 100 % sampling, and, with `--baseline-src DIR`, a gateway
-   from another source tree (a checkout from before tracing existed), so "off adds
-   nothing" is measured against code without the tracing hooks in the same run.
-   Reported: each gateway's added p50 / p99 over the direct path, and the differences
-   that matter: off − baseline, on 10 % − off.
+   the pod and through gateways that differ only in their `tracing` section: off
+   without the decision log (`explain.recent: 0`), off (the default: the last 10,000
+   decisions kept for `igw explain`), on at 10 % and at 100 % sampling, and, with
+   `--baseline-src DIR`, a gateway from another source tree (a checkout from before
+   tracing existed), so "off adds nothing" is measured against code without the
+   tracing hooks in the same run. Reported: each gateway's added p50 / p99 over the
+   direct path, and the differences that matter: off (no log) − baseline, the decision
+   log's own cost (off − off no log), on 10 % − off.
 2. `igw picker` (bench/picker_throughput.py's sequential phase: one ext_proc exchange at
    a time, as Envoy plays it, the picker pinned to one CPU): the route p50 (body sent →
-   routing answer) with tracing off and on at 10 %, (and the baseline tree's), in
-   alternating rounds.
+   routing answer) with the same variants (but 100 %), in alternating rounds.
 
 Spans go over OTLP/gRPC to a receiver in a child process (tests/otlp_receiver.py, built
 from opentelemetry-proto), exported as in production (`BatchSpanProcessor`); the figures
@@ -47,6 +48,7 @@ import gateway_overhead as overhead  # noqa: E402
 import picker_throughput as picker  # noqa: E402
 
 TRACED = "tracing: {{enabled: true, samplingRatio: {ratio}}}\n"
+NO_LOG = "tracing: {explain: {recent: 0}}\n"
 
 
 def start_receiver() -> tuple[subprocess.Popen[bytes], int]:
@@ -80,6 +82,7 @@ async def serve_side_by_side(
     gateways: dict[str, tuple[subprocess.Popen[bytes], int]] = {}
     if baseline_src is not None:
         gateways["baseline"] = overhead.start_gateway(pod_port, src=baseline_src)
+    gateways["off_no_log"] = overhead.start_gateway(pod_port, config=NO_LOG)
     gateways["off"] = overhead.start_gateway(pod_port)
     gateways["on_10pct"] = overhead.start_gateway(pod_port, config=TRACED.format(ratio=0.1))
     gateways["on_100pct"] = overhead.start_gateway(pod_port, config=TRACED.format(ratio=1.0))
@@ -136,9 +139,10 @@ async def serve_side_by_side(
     out["on_10pct_minus_off_p50_ms"] = round(
         out["on_10pct"]["added_p50_ms"] - out["off"]["added_p50_ms"], 4
     )
+    out["log_p50_ms"] = round(out["off"]["added_p50_ms"] - out["off_no_log"]["added_p50_ms"], 4)
     if "baseline" in out:
-        out["off_minus_baseline_p50_ms"] = round(
-            out["off"]["added_p50_ms"] - out["baseline"]["added_p50_ms"], 4
+        out["off_no_log_minus_baseline_p50_ms"] = round(
+            out["off_no_log"]["added_p50_ms"] - out["baseline"]["added_p50_ms"], 4
         )
     return out
 
@@ -155,16 +159,19 @@ def picker_side_by_side(rounds: int, sequential: int, baseline_src: str | None) 
         cpu=0,
         transport="http2",
     )
-    variants: list[tuple[str, str | None, float | None]] = [("off", None, None)]
-    variants.append(("on_10pct", None, 0.1))
+    variants: list[tuple[str, str | None, float | None, int | None]] = [
+        ("off_no_log", None, None, 0),
+        ("off", None, None, None),
+        ("on_10pct", None, 0.1, None),
+    ]
     if baseline_src is not None:
-        variants.insert(0, ("baseline", baseline_src, None))
-    route: dict[str, list[float]] = {name: [] for name, _, _ in variants}
+        variants.insert(0, ("baseline", baseline_src, None, None))
+    route: dict[str, list[float]] = {name: [] for name, *_ in variants}
     for turn in range(max(1, rounds)):
         order = variants if turn % 2 == 0 else variants[::-1]
-        for name, src, tracing in order:
+        for name, src, tracing, recent in order:
             figures = picker.run_server(
-                args, echo=False, transport="http2", src=src, tracing=tracing
+                args, echo=False, transport="http2", src=src, tracing=tracing, recent=recent
             )
             route[name].append(figures["sequential"]["route_p50_ms"])
     out: dict[str, Any] = {
@@ -172,9 +179,10 @@ def picker_side_by_side(rounds: int, sequential: int, baseline_src: str | None) 
         for name, values in route.items()
     }
     out["on_10pct_minus_off_p50_ms"] = round(out["on_10pct"]["median"] - out["off"]["median"], 4)
+    out["log_p50_ms"] = round(out["off"]["median"] - out["off_no_log"]["median"], 4)
     if "baseline" in out:
-        out["off_minus_baseline_p50_ms"] = round(
-            out["off"]["median"] - out["baseline"]["median"], 4
+        out["off_no_log_minus_baseline_p50_ms"] = round(
+            out["off_no_log"]["median"] - out["baseline"]["median"], 4
         )
     return out
 
@@ -215,22 +223,23 @@ def main() -> int:
         return 0
     serve, pick = result["serve"], result["picker"]
     print(f"igw serve, open loop {serve['rate_rps']:g}/s, {serve['requests_each']} each")
-    for name in ("baseline", "off", "on_10pct", "on_100pct"):
+    for name in ("baseline", "off_no_log", "off", "on_10pct", "on_100pct"):
         if name in serve:
             row = serve[name]
             print(
-                f"  {name:10} added p50 {row['added_p50_ms']:.3f} ms  p99 {row['added_p99_ms']:.3f}"
+                f"  {name:11} added p50 {row['added_p50_ms']:.3f} ms, p99 {row['added_p99_ms']:.3f}"
             )
-    print(f"  on 10% - off, p50: {serve['on_10pct_minus_off_p50_ms']:+.3f} ms")
-    if "off_minus_baseline_p50_ms" in serve:
-        print(f"  off - baseline, p50: {serve['off_minus_baseline_p50_ms']:+.3f} ms")
     print("igw picker, sequential exchanges, route p50 (ms) per round")
-    for name in ("baseline", "off", "on_10pct"):
+    for name in ("baseline", "off_no_log", "off", "on_10pct"):
         if name in pick:
-            print(f"  {name:10} {pick[name]['route_p50_ms']}  median {pick[name]['median']}")
-    print(f"  on 10% - off, p50: {pick['on_10pct_minus_off_p50_ms']:+.3f} ms")
-    if "off_minus_baseline_p50_ms" in pick:
-        print(f"  off - baseline, p50: {pick['off_minus_baseline_p50_ms']:+.3f} ms")
+            print(f"  {name:11} {pick[name]['route_p50_ms']}  median {pick[name]['median']}")
+    for label, key in (
+        ("off (no log) - baseline", "off_no_log_minus_baseline_p50_ms"),
+        ("decision log (off - off no log)", "log_p50_ms"),
+        ("on 10% - off", "on_10pct_minus_off_p50_ms"),
+    ):
+        if key in serve:
+            print(f"p50 {label}: serve {serve[key]:+.3f} ms, picker {pick[key]:+.3f} ms")
     return 0
 
 

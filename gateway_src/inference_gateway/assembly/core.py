@@ -209,6 +209,10 @@ def build_core(
         # a refused connection (the proxy's, or Envoy's UF / UH / UC reported to the
         # picker): not picked again until a fresh scrape says the pod is back
         connection_failed=store.connection_failed,
-        decisions=DecisionLog(spec.tracing.explain.recent) if scrape else None,
+        decisions=(
+            DecisionLog(spec.tracing.explain.recent)
+            if scrape and spec.tracing.explain.recent
+            else None
+        ),
     )
     return Core(spec, metrics, series, store, director, client, policy, seed, timed, static_pools)

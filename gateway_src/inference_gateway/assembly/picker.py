@@ -40,6 +40,7 @@ from inference_gateway.background import cancel_and_wait
 from inference_gateway.config.spec import GatewayConfigSpec, load_config
 from inference_gateway.core.endpoints.discovery import load_endpoints_file
 from inference_gateway.core.endpoints.store import Fetch
+from inference_gateway.core.request.decisions import DecisionLog
 from inference_gateway.core.scheduling.types import Endpoint
 from inference_gateway.core.traffic.rewrites import RewriteSet
 from inference_gateway.frontends.explain_http import add_decisions_routes
@@ -158,9 +159,15 @@ class PickerServer:
     async def start(self) -> None:
         for part in self.collaborators:
             await part.start()
-        # traces as the config says once its source has started (a later reload keeps
-        # the tracer it has: tracing settings take effect at start, docs/tracing.md)
-        self.tracing = self.servicer.tracing = Tracing.build(self.core.config.tracing, "igw-picker")
+        # traces and the decision log as the config says once its source has started (a
+        # later reload keeps what it has: tracing settings take effect at start)
+        settings = self.core.config.tracing
+        self.tracing = self.servicer.tracing = Tracing.build(settings, "igw-picker")
+        recent = settings.explain.recent
+        log = self.director.decisions
+        if log is None or log.capacity != recent:
+            self.director.decisions = DecisionLog(recent) if recent else None
+        self.director.explaining = self.director.decisions is not None or self.tracing.enabled
         await self.store.scrape_once()
         self.store.start()
         self.started = True

@@ -124,6 +124,7 @@ def build_gateway(
         prefill_timeout_s=prefill_timeout_s,
         tracing=Tracing.build(core.config.tracing, "igw-serve"),
     )
+    core.director.explaining |= gateway.tracing.enabled  # spans carry the explanation
     app = gateway.app()
     # credentials first: an unauthenticated client never makes the gateway read its body
     app.middlewares.insert(0, auth_middleware(auth))

@@ -315,6 +315,9 @@ class Director:
         self.clock = clock
         self.soon = soon
         self.decisions = decisions
+        # keep each request's scheduling cycle (`LLMRequest.explanation`): for the
+        # decision log, and for traces (the data plane sets it when it traces)
+        self.explaining = decisions is not None
         self._gauged_pools: set[str] = set()  # pools whose gauges /metrics shows
         self._watch_limiter(state)
 
@@ -568,7 +571,7 @@ class Director:
             profile=headers.get(PROFILE_HEADER) or route.profile,
             fairness_id=headers.get(FAIRNESS_HEADER, ""),
             subset=subset_hostports(subset, endpoints),
-            explanation=None if self.decisions is None else Explanation(),
+            explanation=Explanation() if self.explaining else None,
         )
         return Pending(state, intake, model, route, llm, endpoints, self.gate(route), {}, None)
 

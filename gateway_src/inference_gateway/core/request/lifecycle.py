@@ -39,6 +39,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from inference_gateway.core.request.budget import TokenBudget
+from inference_gateway.core.request.decisions import expand_record
 from inference_gateway.core.request.usage import (
     UsageScanner,
     cached_tokens,
@@ -276,34 +277,36 @@ class RequestLifecycle:
                 self.director.clock() - self.started
             )
         if director.decisions is not None:
-            director.decisions.record(self.id, self.client_id, self.trace_id, self.record())
+            director.decisions.record(self.id, self.client_id, self.trace_id, self.compact())
 
-    def record(self) -> dict[str, Any]:
-        """What this request's decision was and how it went: the decision log's record,
-        and the attributes of its trace's spans."""
+    def compact(self) -> list[Any]:
+        """What this request's decision was and how it went, as the decision log keeps it
+        (positional, cheap to build; `decisions.expand_record` names it)."""
         decision = self.decision
         llm = decision.llm
         usage = self.usage_found
-        out: dict[str, Any] = {
-            "model": decision.client_model,
-            "targetModel": decision.target_model,
-            "pool": decision.route.pool,
-            "band": llm.band,
-            "profile": (llm.explanation.profile if llm.explanation is not None else "")
-            or llm.profile
-            or "",
-            "tried": list(self.tried or ()),
-            "prefillPod": decision.prefill[0].name if decision.prefill else None,
-            "outcome": self.outcome,
-            "status": self.status,
-            "queuedS": round(decision.queued_s, 6),
-            "scheduleS": round(decision.schedule_s, 6),
-            "ttftS": round(self.first_byte_at - self.started, 6) if self.first_byte_at else None,
-            "promptTokensEstimate": llm.prompt_tokens,
-            "inputTokens": input_tokens(usage) if usage is not None else None,
-            "outputTokens": output_tokens(usage) if usage is not None else None,
-            "cachedTokens": cached_tokens(usage) if usage is not None else None,
-        }
-        if llm.explanation is not None:
-            out["explanation"] = llm.explanation.summary()
-        return out
+        explanation = llm.explanation
+        return [
+            decision.client_model,
+            decision.target_model,
+            decision.route.pool,
+            llm.band,
+            (explanation.profile if explanation is not None else "") or llm.profile or "",
+            self.tried or [],
+            decision.prefill[0].name if decision.prefill else None,
+            self.outcome,
+            self.status,
+            decision.queued_s,
+            decision.schedule_s,
+            self.first_byte_at - self.started if self.first_byte_at else None,
+            llm.prompt_tokens,
+            input_tokens(usage) if usage is not None else None,
+            output_tokens(usage) if usage is not None else None,
+            cached_tokens(usage) if usage is not None else None,
+            explanation.compact() if explanation is not None else None,
+        ]
+
+    def record(self) -> dict[str, Any]:
+        """`compact`, named: the attributes of the request's trace spans and what the
+        debug header returns, the same as `igw explain` shows."""
+        return expand_record(self.compact())

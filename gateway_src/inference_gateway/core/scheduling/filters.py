@@ -25,7 +25,10 @@ def explain_ineligible(
     """Record why `eligible` left each pod out (its first failing rule, in its order)."""
     subset = request.subset
     model = request.model
+    kept = set(map(id, eligible(request, endpoints)))
     for e in endpoints:
+        if id(e) in kept:
+            continue
         if e.stale:
             explanation.excluded.append((e.name, "stale"))
         elif not e.serves(model):

@@ -66,15 +66,12 @@ class SchedulingProfile:
             scores = scorer.score(request, candidates)
             if timer:
                 timer("scorer", scorer.name, time.perf_counter() - start)
-            if explanation is None:
-                totals = [
-                    t + weight * (0.0 if s < 0 else 1.0 if s > 1 else s)
-                    for t, s in zip(totals, scores, strict=True)
-                ]
-                continue
-            clamped = [0.0 if s < 0 else 1.0 if s > 1 else s for s in scores]
-            totals = [t + weight * s for t, s in zip(totals, clamped, strict=True)]
-            kept_scores.append((scorer.name, weight, clamped))
+            totals = [
+                t + weight * (0.0 if s < 0 else 1.0 if s > 1 else s)
+                for t, s in zip(totals, scores, strict=True)
+            ]
+            if explanation is not None:  # as returned: the summary clamps what it shows
+                kept_scores.append((scorer.name, weight, scores))
         start = time.perf_counter() if timer else 0.0
         ranked = self.picker.pick(request, candidates, totals)
         if timer:

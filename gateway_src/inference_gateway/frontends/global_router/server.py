@@ -158,7 +158,7 @@ class GlobalRouter:
         self.body_timeout_s = BODY_TIMEOUT_S  # a request body must arrive within this
         self.in_flight = 0  # completions being answered: what a stop signal drains
         self.tracing = Tracing.build(spec.tracing, "igw-global")
-        self.decisions = DecisionLog(spec.tracing.explain.recent)
+        self.decisions = DecisionLog(spec.tracing.explain.recent, expand=dict)
 
     def _open_store(self, store: StoreSpec, component: str) -> tuple[Redis, StoreHealth]:
         """A client and its own health state (`igw_store_up{component=...}`), so a regional

@@ -85,7 +85,7 @@ def test_a_summary_stays_small_however_large_the_pool() -> None:
         "count": 100,
         "pods": [f"pod-{i}" for i in range(NAMED_PER_REASON)],
     }
-    log = DecisionLog(10)
+    log = DecisionLog(10, expand=dict)
     log.record("igw-1", "x" * 10_000, "ab" * 16, {"explanation": summary})
     [record] = list(log)
     assert len(record.client_id) == 128  # a client's id is cut, not kept whole
@@ -104,7 +104,7 @@ def test_the_log_answers_for_its_last_capacity_requests_and_forgets_older_ones()
     internal id, request id or trace id), the 10,001st-newest is not, and the ring's
     size is what its records hold (bench/decision_log_memory.py measures the process)."""
     summary = explained(pods(64, stale=4))[0].summary()
-    log = DecisionLog(10_000)
+    log = DecisionLog(10_000, expand=dict)
     for i in range(10_050):
         log.record(f"igw-{i}", f"req-{i}", f"{i:032x}", {"explanation": summary})
     assert len(log) == 10_000
@@ -118,7 +118,7 @@ def test_the_log_answers_for_its_last_capacity_requests_and_forgets_older_ones()
 
 
 def test_two_requests_with_one_request_id_are_both_answered() -> None:
-    log = DecisionLog(5)
+    log = DecisionLog(5, expand=dict)
     log.record("igw-1", "same", "", {"n": 1})
     log.record("igw-2", "same", "", {"n": 2})
     assert [r["n"] for r in log.find("same")] == [2, 1]
