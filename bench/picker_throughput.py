@@ -92,7 +92,7 @@ async def serve(
             "flowControl": {
                 "saturation": {"queueThreshold": 1e6, "noncriticalQueueThreshold": 1e6}
             },
-            "tracing": traced,
+            **({"tracing": traced} if traced else {}),  # an older tree has no such key
         }
     )
     picker = build_picker(

@@ -15,7 +15,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from inference_gateway.cli.process import start_server_process
+from inference_gateway.cli.process import (
+    add_tracing_argument,
+    start_server_process,
+    tracing_from_args,
+)
 from inference_gateway.errors import ConfigError
 from inference_gateway.frontends.auth import Authenticator, JwtSettings, load_api_keys
 from inference_gateway.frontends.authz import MAX_BODY_BYTES
@@ -108,6 +112,7 @@ def register(subparsers: Any) -> None:
         metavar="SECONDS",
         help="with a JWKS URL: how often the keys are fetched again (default %(default)s)",
     )
+    add_tracing_argument(parser)
     parser.set_defaults(handler=run)
 
 
@@ -130,7 +135,8 @@ async def _serve(args: argparse.Namespace, auth: Authenticator) -> int:
     from inference_gateway.transport.listen import listening_socket
 
     sock = listening_socket(args.host, args.port)  # a ListenError before anything starts
-    runner = web.AppRunner(authz_app(auth, max_body_bytes=args.max_body_bytes))
+    tracing = tracing_from_args(args, "igw-auth")
+    runner = web.AppRunner(authz_app(auth, max_body_bytes=args.max_body_bytes, tracing=tracing))
     await runner.setup()
     site = web.SockSite(runner, sock)
     await site.start()
@@ -148,4 +154,5 @@ async def _serve(args: argparse.Namespace, auth: Authenticator) -> int:
     if refresher is not None:
         refresher.cancel()
     await runner.cleanup()
+    await tracing.close()
     return 0

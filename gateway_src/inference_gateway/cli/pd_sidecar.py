@@ -11,8 +11,10 @@ from typing import Any
 
 from inference_gateway.cli.process import (
     add_drain_argument,
+    add_tracing_argument,
     positive_seconds,
     start_server_process,
+    tracing_from_args,
 )
 from inference_gateway.frontends.pd_exchange import PREFILL_TIMEOUT_S
 from inference_gateway.transport.ports import DEFAULTS
@@ -62,6 +64,7 @@ def register(subparsers: Any) -> None:
         "(default %(default)s)",
     )
     add_drain_argument(parser)
+    add_tracing_argument(parser)
     parser.set_defaults(handler=run)
 
 
@@ -74,7 +77,12 @@ def run(args: argparse.Namespace) -> int:
     try:
         host, port = parse_listen(args.listen)
         allowlist = PrefillAllowlist.parse(args.allow_prefill)
-        sidecar = Sidecar(args.decoder, allowlist, prefill_timeout_s=args.prefill_timeout)
+        sidecar = Sidecar(
+            args.decoder,
+            allowlist,
+            prefill_timeout_s=args.prefill_timeout,
+            tracing=tracing_from_args(args, "igw-pd-sidecar"),
+        )
     except ValueError as error:
         print(f"igw pd-sidecar: {error}", file=sys.stderr)
         return 2

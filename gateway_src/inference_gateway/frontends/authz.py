@@ -31,6 +31,8 @@ from aiohttp import web
 
 from inference_gateway.core.request.director import CLIENT_ID_HEADER, FAIRNESS_HEADER
 from inference_gateway.frontends.auth import Authenticator, admit
+from inference_gateway.frontends.tracing_http import server_span
+from inference_gateway.telemetry.tracing import Tracing
 
 __all__ = [
     "AUTHZ_PATH_PREFIX",
@@ -52,10 +54,16 @@ REMOVE_HEADER = "x-envoy-auth-headers-to-remove"
 MAX_BODY_BYTES = 4 * 2**20
 
 
-def authz_app(auth: Authenticator, *, max_body_bytes: int) -> web.Application:
+def authz_app(
+    auth: Authenticator, *, max_body_bytes: int, tracing: Tracing | None = None
+) -> web.Application:
     """The check endpoint under `AUTHZ_PATH_PREFIX` (any method: Envoy forwards the
-    original one) and `/healthz` for probes."""
-    app = web.Application(client_max_size=max_body_bytes)
+    original one) and `/healthz` for probes. With `tracing`, each check is a span
+    `igw.auth` under the trace context Envoy's ext_authz client sends."""
+    middlewares = (
+        [server_span(tracing, "igw.auth", skip=frozenset({"/healthz"}))] if tracing else []
+    )
+    app = web.Application(client_max_size=max_body_bytes, middlewares=middlewares)
 
     async def check(request: web.Request) -> web.StreamResponse:
         verdict = await admit(
