@@ -65,6 +65,7 @@ from .base import (
     selector_labels,
 )
 from .picker import CONFIG_MAP, CONFIG_PATH, GRPC_PORT, METRICS_PORT, config_hash
+from .tracing import envoy_tracing, otel_env
 from .workloads import (
     CPU_LIMIT_SKIP,
     DIGEST_SKIP,
@@ -608,6 +609,7 @@ def _bbr_pod_spec(*, env: EnvironmentSpec, selector: dict[str, str]) -> dict[str
         probe={"grpc": {"port": BBR_PORT}},
         mount=("config", "/etc/igw"),
         volume={"name": "config", "configMap": {"name": CONFIG_MAP}},
+        env_vars=otel_env(env, "igw-bbr"),
     )
 
 
@@ -622,6 +624,8 @@ def _auth_pod_spec(*, env: EnvironmentSpec, selector: dict[str, str]) -> dict[st
         args += ["--jwt-client-claim", auth.jwt.client_id_claim]
         for audience in auth.jwt.audiences:
             args += ["--jwt-audience", audience]
+    if env.kubernetes.tracing is not None:  # Envoy's sampling decides (parent-based)
+        args += ["--trace-sampling", "0"]
     return _gateway_service_pod_spec(
         env=env,
         selector=selector,
@@ -632,6 +636,7 @@ def _auth_pod_spec(*, env: EnvironmentSpec, selector: dict[str, str]) -> dict[st
         probe={"httpGet": {"path": "/healthz", "port": "http"}},
         mount=("keys", "/etc/igw-auth"),
         volume={"name": "keys", "secret": {"secretName": API_KEYS_SECRET}},
+        env_vars=otel_env(env, "igw-auth"),
     )
 
 
@@ -646,6 +651,7 @@ def _gateway_service_pod_spec(
     probe: dict[str, Any],
     mount: tuple[str, str],
     volume: dict[str, Any],
+    env_vars: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The pod of a small gateway service (`igw bbr`, `igw auth`): the gateway image, one
     port with its probes, one read-only volume, restricted security, spread over zones."""
@@ -660,6 +666,8 @@ def _gateway_service_pod_spec(
             {"name": "tmp", "mountPath": "/tmp"},
         ],
     )
+    if env_vars:
+        spec["env"] = env_vars
     return {
         "serviceAccountName": name,
         "automountServiceAccountToken": False,
@@ -707,6 +715,9 @@ def _envoy_proxy_spec(env: EnvironmentSpec) -> dict[str, Any]:
             },
         }
     }
+    tracing = envoy_tracing(env)
+    if tracing is not None:  # Envoy's spans, one trace per request (charts/tracing.py)
+        spec["telemetry"] = {"tracing": tracing}
     runtime = picker_circuit_breaker_runtime(env)
     if runtime:
         # Into the static layer Envoy Gateway's default bootstrap already has

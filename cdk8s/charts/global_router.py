@@ -47,6 +47,7 @@ from envspec.global_router import (
 )
 
 from .base import Wave, gateway_image, labels, manifest, selector_labels
+from .tracing import otel_env
 from .workloads import (
     CPU_LIMIT_SKIP,
     DIGEST_SKIP,
@@ -113,6 +114,17 @@ def router_config(
         # public roots, which the image's CA bundle holds, so no caFile.
         "store": {"url": store_url, "passwordEnv": PASSWORD_ENV},
         "rateLimitStore": {"url": rate_limit_store_url, "passwordEnv": RATE_LIMIT_PASSWORD_ENV},
+        # the entry point: it starts the traces (docs/tracing.md), as Envoy does in a cluster
+        **(
+            {
+                "tracing": {
+                    "enabled": True,
+                    "samplingRatio": env.kubernetes.tracing.sampling_percent / 100,
+                }
+            }
+            if env.kubernetes.tracing is not None
+            else {}
+        ),
     }
     return config
 
@@ -363,7 +375,7 @@ def _pod_spec(env: EnvironmentSpec, selector: dict[str, str], *, region: str) ->
                 "image": gateway_image(env, region=region),
                 "imagePullPolicy": "IfNotPresent",
                 "args": args,
-                "env": passwords,
+                "env": [*passwords, *otel_env(env, "igw-global")],
                 "ports": [{"name": "http", "containerPort": spec.port, "protocol": "TCP"}],
                 # /health is 503 while no cluster is routable: the pod leaves the Service
                 # and the NLB target group, and DNS moves clients to another region.

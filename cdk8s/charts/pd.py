@@ -28,6 +28,7 @@ from envspec.disaggregation import DECODER_PORT, KV_TRANSFER_CONFIG, SIDECAR_POR
 from envspec.environment import EnvironmentSpec
 
 from .base import gateway_image
+from .tracing import otel_env
 from .workloads import empty_dir, gateway_service_container
 
 __all__ = [
@@ -76,6 +77,8 @@ def sidecar_container(env: EnvironmentSpec, *, drain_seconds: int) -> dict[str, 
     args += ["--decoder", f"http://127.0.0.1:{DECODER_PORT}"]
     for cidr in pod_cidrs(env):
         args += ["--allow-prefill", cidr]
+    if env.kubernetes.tracing is not None:  # the picker's sampling decides (parent-based)
+        args += ["--trace-sampling", "0"]
     container = gateway_service_container(
         image=gateway_image(env),
         name=SIDECAR,
@@ -85,6 +88,9 @@ def sidecar_container(env: EnvironmentSpec, *, drain_seconds: int) -> dict[str, 
         mounts=[{"name": SIDECAR_TMP, "mountPath": "/tmp"}],
     )
     container["lifecycle"] = {"preStop": {"sleep": {"seconds": drain_seconds}}}
+    traces = otel_env(env, "igw-pd-sidecar")
+    if traces:
+        container["env"] = traces
     return container
 
 

@@ -39,6 +39,7 @@ from .base import (
     selector_labels,
 )
 from .global_router import STORE_SECRET
+from .tracing import otel_env
 from .workloads import (
     CPU_LIMIT_SKIP,
     DIGEST_SKIP,
@@ -341,6 +342,7 @@ def _pod_spec(*, env: EnvironmentSpec, selector: dict[str, str]) -> dict[str, An
                         "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}},
                     },
                     *store_env(env),
+                    *otel_env(env, "igw-picker"),
                 ],
                 "ports": [
                     {"name": "grpc", "containerPort": GRPC_PORT, "protocol": "TCP"},
