@@ -32,11 +32,22 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import random
 from collections.abc import Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry.context import Context
-from opentelemetry.trace import INVALID_SPAN, Span, SpanKind, Tracer, set_span_in_context
+from opentelemetry.trace import (
+    INVALID_SPAN,
+    NonRecordingSpan,
+    Span,
+    SpanContext,
+    SpanKind,
+    TraceFlags,
+    Tracer,
+    get_current_span,
+    set_span_in_context,
+)
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from inference_gateway.errors import ConfigError
@@ -80,6 +91,10 @@ GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS = "gen_ai.usage.cache_read.input_tokens"
 # the convention's well-known `gen_ai.operation.name` values, by OpenAI path
 _OPERATIONS = {"/v1/chat/completions": "chat", "/v1/completions": "text_completion"}
 _PROPAGATOR = TraceContextTextMapPropagator()
+_RANDOM = random.Random()  # sampling draws and ids need to be unique, not secret
+_draw = _RANDOM.random
+_bits = _RANDOM.getrandbits
+_UNSAMPLED = TraceFlags(TraceFlags.DEFAULT)
 
 
 def operation_of(path: str) -> str:
@@ -90,10 +105,16 @@ class Tracing:
     """One server's tracer (module docstring); `enabled` says whether spans are made."""
 
     def __init__(
-        self, tracer: Tracer | None = None, provider: TracerProvider | None = None
+        self,
+        tracer: Tracer | None = None,
+        provider: TracerProvider | None = None,
+        root_ratio: float | None = None,
     ) -> None:
+        """`root_ratio`: parent-based sampling whose root decision `start` makes itself
+        (the provider's sampler then records every root it is asked for)."""
         self._tracer = tracer
         self._provider = provider
+        self._root_ratio = root_ratio
         self.enabled = tracer is not None
 
     @classmethod
@@ -119,12 +140,14 @@ class Tracing:
         from opentelemetry.sdk.resources import OTELResourceDetector, Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
-        from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+        from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased, TraceIdRatioBased
 
         from inference_gateway import __version__
 
+        # Parent-based: `start` draws the root decision itself and asks the SDK only for
+        # the spans it records, so an unsampled request costs no SDK span (~10 us each)
         ratio = TraceIdRatioBased(spec.sampling_ratio)
-        sampler = ParentBased(ratio) if spec.parent_based else ratio
+        sampler = ParentBased(ALWAYS_ON) if spec.parent_based else ratio
         resource = Resource.create({"service.name": service, "service.version": __version__}).merge(
             OTELResourceDetector().detect()
         )  # OTEL_SERVICE_NAME / _RESOURCE_ATTRIBUTES win
@@ -137,7 +160,7 @@ class Tracing:
             "parent-based" if spec.parent_based else "root",
             spec.sampling_ratio,
         )
-        return cls(tracer, provider)
+        return cls(tracer, provider, spec.sampling_ratio if spec.parent_based else None)
 
     # ------------------------------------------------------------------ spans
 
@@ -166,6 +189,15 @@ class Tracing:
             context = set_span_in_context(parent)
         elif headers is not None:
             context = _PROPAGATOR.extract(headers)
+        if self._root_ratio is not None:
+            caller = get_current_span(context).get_span_context() if context else None
+            if caller is not None and caller.is_valid:
+                if not caller.trace_flags.sampled:  # the caller's "no" holds, at no cost
+                    return NonRecordingSpan(caller)
+            elif _draw() >= self._root_ratio:  # a new trace, not sampled: its ids only
+                return NonRecordingSpan(
+                    SpanContext(_bits(128), _bits(64), is_remote=False, trace_flags=_UNSAMPLED)
+                )
         return tracer.start_span(
             name, context=context, kind=kind, attributes=attributes, start_time=start_ns
         )

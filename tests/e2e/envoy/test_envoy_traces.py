@@ -12,6 +12,7 @@ Envoy's sampled flag, not their own ratio, decides, so every request is recorded
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any
 
 import aiohttp
@@ -138,3 +139,8 @@ async def test_every_request_is_one_trace_from_envoy_to_the_pod() -> None:
         assert picker.attributes["gen_ai.request.model"] == model
         assert picker.attributes["igw.pool"] in ("plain", "small")
     assert kept and kept[0]["traceId"] == some_trace and kept[0]["explanation"]["top"]
+    picture = os.environ.get("IGW_TRACE_PICTURE")
+    if picture:  # docs/tracing.md's picture: one streamed request's trace
+        from tools.trace_picture import render
+
+        render(traces[some_trace], picture)
