@@ -10,41 +10,23 @@ an `igw serve` with authentication, only an authenticated client listed in
 else gets 404, as if the path did not exist. The picker serves them on its metrics port,
 `igw serve` and `igw global` on their one port.
 
-The header: a request with `x-igw-explain: true` from a client listed in
-`headerClients` (the authenticated `x-igw-client-id`, which `igw serve`'s authentication
-or Envoy Gateway's SecurityPolicy sets and no client can forge) gets its record back in
-`x-igw-explanation` (compact JSON, at most `MAX_HEADER_BYTES`: candidates are dropped
-from the end until it fits). Off by default (an empty list).
+The debug header that returns a request's own decision is explain.py.
 """
 
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 from aiohttp import web
 
-from inference_gateway.config.spec import ExplainSpec
 from inference_gateway.core.request.decisions import DecisionLog
-from inference_gateway.core.request.director import CLIENT_ID_HEADER
 
-__all__ = [
-    "DECISIONS_PATH",
-    "EXPLAINED_HEADER",
-    "EXPLAIN_HEADER",
-    "MAX_HEADER_BYTES",
-    "add_decisions_routes",
-    "explanation_header",
-    "loopback_peer",
-    "may_explain",
-]
+__all__ = ["DECISIONS_PATH", "add_decisions_routes", "loopback_peer"]
 
 DECISIONS_PATH = "/debug/decisions"
-EXPLAIN_HEADER = "x-igw-explain"
-EXPLAINED_HEADER = "x-igw-explanation"
-MAX_HEADER_BYTES = 8192
 MAX_LIMIT = 1000
 Allow = Callable[[web.Request], bool]
 
@@ -56,33 +38,6 @@ def loopback_peer(request: web.Request) -> bool:
         return ipaddress.ip_address(peer.split("%", 1)[0]).is_loopback
     except ValueError:
         return False
-
-
-def may_explain(spec: ExplainSpec, headers: Mapping[str, str]) -> bool:
-    """The debug header's rule: asked for, by a listed, authenticated client."""
-    if not spec.header_clients or headers.get(EXPLAIN_HEADER, "").lower() != "true":
-        return False
-    return headers.get(CLIENT_ID_HEADER, "") in spec.header_clients
-
-
-def explanation_header(record: dict[str, Any]) -> str:
-    """A record as one header value, within `MAX_HEADER_BYTES`."""
-    record = dict(record)
-    explanation = record.get("explanation")
-    while True:
-        value = orjson.dumps(record).decode()
-        if len(value) <= MAX_HEADER_BYTES:
-            return value
-        if isinstance(explanation, dict) and explanation.get("top"):
-            explanation = record["explanation"] = {
-                **explanation,
-                "top": explanation["top"][:-1],
-            }
-            continue
-        record.pop("explanation", None)
-        explanation = None
-        if len(orjson.dumps(record)) > MAX_HEADER_BYTES:
-            return orjson.dumps({"id": record.get("id"), "truncated": True}).decode()
 
 
 def add_decisions_routes(

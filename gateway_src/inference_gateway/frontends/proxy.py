@@ -75,7 +75,7 @@ from inference_gateway.core.request.sse import ModelNameRewriter
 from inference_gateway.core.scheduling.types import Endpoint
 from inference_gateway.core.traffic.routing import ModelRouter, Route
 from inference_gateway.frontends.client_stream import LazyClientStream
-from inference_gateway.frontends.explain_http import (
+from inference_gateway.frontends.explain import (
     EXPLAINED_HEADER,
     explanation_header,
     may_explain,

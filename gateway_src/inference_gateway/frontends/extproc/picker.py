@@ -91,7 +91,7 @@ from inference_gateway.core.request.relay import StreamEnd, end_error, stream_er
 from inference_gateway.core.request.sse import ModelNameRewriter
 from inference_gateway.core.request.usage import UsageScanner
 from inference_gateway.core.scheduling.types import Endpoint
-from inference_gateway.frontends.explain_http import (
+from inference_gateway.frontends.explain import (
     EXPLAINED_HEADER,
     explanation_header,
     may_explain,
