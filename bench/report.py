@@ -20,7 +20,15 @@ from typing import Any
 import jinja2
 import markupsafe
 
-__all__ = ["Section", "cdf_figure", "sections", "summary_markdown", "write_reports"]
+__all__ = [
+    "Section",
+    "cdf_figure",
+    "markdown",
+    "published_sections",
+    "sections",
+    "summary_markdown",
+    "write_reports",
+]
 
 BANDS = ("critical", "standard", "sheddable")
 COLUMNS = [
@@ -116,7 +124,7 @@ def sections(doc: dict[str, Any]) -> list[Section]:
             ],
         )
     )  # fmt: skip
-    out += _published(doc)
+    out += published_sections(doc)
     for case in _of_kind(doc, "scenario").values():
         out.append(
             Section(
@@ -180,8 +188,13 @@ def sections(doc: dict[str, Any]) -> list[Section]:
 
 def summary_markdown(doc: dict[str, Any]) -> str:
     """Every table of the report, in Markdown."""
+    return markdown(sections(doc))
+
+
+def markdown(chosen: list[Section]) -> str:
+    """SECTIONS in Markdown: headings, paragraphs, tables, notes."""
     parts: list[str] = []
-    for section in sections(doc):
+    for section in chosen:
         if section.heading:
             parts += ["", f"### {section.heading}"]
         for paragraph in section.paragraphs:
@@ -218,7 +231,7 @@ def _triple(changes: dict[str, Any] | None, first: str = "p95") -> str:
     return " / ".join(_pct(changes[k]) for k in [*keys, "throughput"])
 
 
-def _published(doc: dict[str, Any]) -> list[Section]:
+def published_sections(doc: dict[str, Any]) -> list[Section]:
     """The published benchmark beside ours, row by row, and where and why we differ.
 
     Every figure but the published column comes from this run's `cases`."""

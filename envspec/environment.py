@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from envspec.convert import is_managed_environment, to_native
 from envspec.disaggregation import PD_ROLES, pd_gateway_config
 from envspec.global_router import GlobalRouterSpec, global_problems
 from envspec.infra import AlarmSpec, AwsSpec, ClusterSpec, GitOpsSpec, IngressSpec, NodeGroupSpec
@@ -31,10 +32,11 @@ from envspec.workloads import (
     model_server_node_group,
     workload_problems,
 )
+from inference_gateway.config.convert import translate_problems
 from inference_gateway.config.spec import GatewayConfigSpec, format_validation_error, parse_config
 from inference_gateway.errors import ConfigError
 
-__all__ = ["ENVIRONMENTS_DIR", "EnvironmentSpec", "load_environment"]
+__all__ = ["ENVIRONMENTS_DIR", "EnvironmentSpec", "load_environment", "validate_environment"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 ENVIRONMENTS_DIR = REPO_ROOT / "gitops" / "environments"
@@ -63,7 +65,7 @@ class EnvironmentSpec(BaseModel):
         """The Secrets Manager secrets (primary region) External Secrets copies into the
         cluster: prerequisites, made by hand (docs/first-deploy.md)."""
         ids = [s.hf_token_secret_id for s in self.model_servers if s.hf_token_secret_id]
-        if self.kubernetes.auth is not None:
+        if self.kubernetes.auth is not None and self.kubernetes.auth.api_keys_secret_id:
             ids.append(self.kubernetes.auth.api_keys_secret_id)
         return tuple(sorted(set(ids)))
 
@@ -105,6 +107,11 @@ class EnvironmentSpec(BaseModel):
             canaries=self.canaries,
             gpu_of_node_group={g.name: g.gpu for g in self.node_groups},
         )
+        if not self.kubernetes.bbr.enabled and len(self.gateway.pools) > 1:
+            problems.append(
+                "kubernetes.bbr.enabled: the body-based router is what tells the pools' "
+                f"models apart; it must run with {len(self.gateway.pools)} pools"
+            )
         problems += _picker_config_problems(self)
         problems += _idle_gpu_problems(self)
         problems += global_problems(self)
@@ -183,7 +190,19 @@ def load_environment(name_or_path: str | Path) -> EnvironmentSpec:
         raise ConfigError(str(path), [f"<file>: no such environment (known: {known})"]) from None
     except yaml.YAMLError as error:
         raise ConfigError(str(path), [f"<yaml>: {error}"]) from None
+    return validate_environment(data, str(path))
+
+
+def validate_environment(data: Any, source: str = "<environment>") -> EnvironmentSpec:
+    """An environment mapping, validated. A `gateway:` in the managed add-on's shape is
+    converted on the way in (envspec/convert.py); a problem the native checks find in
+    what one of its schedulers became is shown at the scheduler's path."""
+    schedulers = 0
+    if is_managed_environment(data):
+        schedulers = len(((data["gateway"].get("spec") or {}).get("schedulers")) or [])
+        data, _ = to_native(data, source)
     try:
         return EnvironmentSpec.model_validate(data)
     except ValidationError as error:
-        raise ConfigError(str(path), format_validation_error(error)) from None
+        problems = format_validation_error(error)
+        raise ConfigError(source, translate_problems(problems, schedulers, "gateway.")) from None

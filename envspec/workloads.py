@@ -14,9 +14,9 @@ place, because both the validation and the charts must agree on them.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from envspec.disaggregation import (
     DECODER_PORT,
@@ -32,8 +32,12 @@ if TYPE_CHECKING:
     from inference_gateway.config.spec import GatewayConfigSpec, LabelSelector
 
 __all__ = [
+    "ROUTE_TIMEOUT_S",
+    "AuthSpec",
+    "BbrSpec",
     "CanarySpec",
     "CanaryTargetSpec",
+    "JwtSpec",
     "KubernetesSpec",
     "ModelServerSpec",
     "canary_pool",
@@ -58,6 +62,11 @@ class JwtSpec(_Section):
     issuer: str = Field(pattern=r"^https://")
     jwks_uri: str = Field(pattern=r"^https://")
     audiences: list[str] = Field(default_factory=list)
+    required_claims: dict[Annotated[str, Field(min_length=1)], str] = Field(
+        default_factory=dict,
+        description="Claim -> value a token must carry (a list or space-separated claim "
+        "matches any element); the managed add-on's requiredClaims.",
+    )
     client_id_claim: str = Field(
         default="sub", description="Claim copied into x-igw-client-id (the fairness id)."
     )
@@ -65,13 +74,31 @@ class JwtSpec(_Section):
 
 class AuthSpec(_Section):
     """Credentials live in AWS Secrets Manager; External Secrets copies them into a Secret
-    in the cluster (never into environment.yaml)."""
+    in the cluster (never into environment.yaml). API keys, JWTs or both."""
 
-    api_keys_secret_id: str = Field(
+    api_keys_secret_id: str | None = Field(
+        default=None,
         pattern=r"^[A-Za-z0-9/_+=.@-]{1,512}$",
         description="Secrets Manager secret holding a JSON object client-id -> API key.",
     )
     jwt: JwtSpec | None = None
+
+    @model_validator(mode="after")
+    def _some_credential(self) -> AuthSpec:
+        if self.api_keys_secret_id is None and self.jwt is None:
+            raise ValueError("set api_keys_secret_id, jwt or both (or leave auth out)")
+        return self
+
+
+class BbrSpec(_Section):
+    """The body-based router (`igw bbr`) in front of the pools' routes."""
+
+    enabled: bool = Field(
+        default=True,
+        description="Off only with one pool: every request then takes that pool's route "
+        "and the picker reads the model from the body itself.",
+    )
+    replicas: int = Field(default=2, ge=1)
 
 
 class TracingEnvSpec(_Section):
@@ -114,8 +141,26 @@ class KubernetesSpec(_Section):
         description="Digest of the released gateway image; when set, pods pull by digest.",
     )
     picker_replicas: int = Field(
-        default=2, ge=2, description="Active-active; two so a drained node never stops routing."
+        default=2,
+        ge=1,
+        description="Two or more so a drained node never stops routing (one gives that up: "
+        "no PodDisruptionBudget then).",
     )
+    picker_leader_election: bool = Field(
+        default=False,
+        description="The replicas elect one holder of the Lease igw-picker, which alone "
+        "writes the InferenceGatewayConfig's status (igw picker --leader-elect-status), as "
+        "the managed add-on's schedulers elect a leader above one replica; every replica "
+        "still routes. Off: each replica writes the status when it changes.",
+    )
+    max_request_body_bytes: int = Field(
+        default=4 * 2**20,
+        ge=1024,
+        le=64 * 2**20,
+        description="Largest request body the gateway takes (413 beyond): the picker's and "
+        "the auth service's limit; the managed add-on's bbr.maxRequestBodyBytes.",
+    )
+    bbr: BbrSpec = BbrSpec()
     envoy_gateway_namespace: str = Field(default="envoy-gateway-system", pattern=_DNS_LABEL)
     monitoring_namespace: str = Field(
         default="monitoring", pattern=_DNS_LABEL, description="Where Prometheus runs."
@@ -148,6 +193,13 @@ class ModelServerSpec(_Section):
         "for the reader only).",
     )
     model: str = Field(description="Hugging Face id or path the server loads.")
+    revision: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$",
+        description="The model repository's revision (a commit hash pins it): vLLM's "
+        "--revision (its tokenizer revision too) and where the picker's copy of the "
+        "tokenizer files comes from; unpinned, both read the branch head at their start.",
+    )
     served_model_name: str | None = None
     replicas: int = Field(default=1, ge=0)
     max_replicas: int | None = Field(
@@ -173,6 +225,17 @@ class ModelServerSpec(_Section):
     max_model_len: int = Field(default=8192, ge=256)
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
     enable_prefix_caching: bool = True
+    block_size: Literal[8, 16, 32, 64, 128] = Field(
+        default=16,
+        description="vLLM's --block-size (tokens per KV block; 16 is vLLM's CUDA default, "
+        "MLA models force 64 or 128): the picker's precise prefix scorer hashes blocks of "
+        "the same size.",
+    )
+    prefix_caching_hash_algo: Literal["sha256", "sha256_cbor"] = Field(
+        default="sha256",
+        description="vLLM's --prefix-caching-hash-algo (v0.11.0's choices); the picker "
+        "hashes prompts the same way.",
+    )
     max_loras: int = Field(default=0, ge=0)
     adapters: list[str] = Field(
         default_factory=list,
@@ -289,6 +352,45 @@ def _shown(selector: LabelSelector) -> dict[str, Any]:
     return selector.model_dump(by_alias=True)
 
 
+def _block_hashing_problems(model_servers: Sequence[ModelServerSpec]) -> list[str]:
+    """The picker has one precise prefix scorer for every pool: the servers that cache
+    prefixes must hash blocks alike, each served name must come from one model (its
+    tokenizer), and each adapter must have one place in `adapters` (vLLM keys its
+    blocks by that place's number)."""
+    problems: list[str] = []
+    first: tuple[int, ModelServerSpec] | None = None
+    source: dict[str, tuple[int, str, str | None]] = {}
+    place: dict[str, tuple[int, int]] = {}
+    for i, server in enumerate(model_servers):
+        if not server.enable_prefix_caching:
+            continue
+        where = f"model_servers[{i}]"
+        if first is None:
+            first = (i, server)
+        for field in ("block_size", "prefix_caching_hash_algo"):
+            if getattr(server, field) != getattr(first[1], field):
+                problems.append(
+                    f"{where}.{field}: {getattr(server, field)!r} differs from "
+                    f"model_servers[{first[0]}]'s {getattr(first[1], field)!r}, and the "
+                    "picker's precise prefix scorer hashes every pool's blocks one way"
+                )
+        seen = source.setdefault(server.served_name, (i, server.model, server.revision))
+        if seen[1:] != (server.model, server.revision):
+            problems.append(
+                f"{where}.model: {server.served_name!r} is served from "
+                f"model_servers[{seen[0]}]'s files too, so model and revision must match"
+            )
+        for j, adapter in enumerate(server.adapters):
+            at = place.setdefault(adapter, (i, j))
+            if at[1] != j:
+                problems.append(
+                    f"{where}.adapters[{j}]: {adapter!r} is adapters[{at[1]}] of "
+                    f"model_servers[{at[0]}]: vLLM numbers adapters by place (its LoRA "
+                    "id keys the adapter's cache blocks), so list it at the same place"
+                )
+    return problems
+
+
 def workload_problems(
     *,
     gateway: GatewayConfigSpec,
@@ -359,6 +461,7 @@ def workload_problems(
 
     problems += _picker_wiring_problems(gateway)
     problems += _disaggregation_problems(gateway, model_servers)
+    problems += _block_hashing_problems(model_servers)
     for i, pool in enumerate(gateway.pools):
         where = f"gateway.pools[{i}].selector"
         if pool.selector.selects_everything:
@@ -414,6 +517,12 @@ def workload_problems(
     return problems
 
 
+#: The model routes' request timeout (HTTPRoute `timeouts.request`): the longest a
+#: completion stream may run, so also how long a picker being replaced keeps serving the
+#: streams it is in (`igw picker --drain-timeout`, terminationGracePeriodSeconds). A
+#: pool's own `routeTimeoutS` may be shorter, never longer (the drain covers this one).
+ROUTE_TIMEOUT_S = 600
+
 #: What Envoy AI Gateway v0.4, the controller that turns an InferencePool backendRef into
 #: Envoy config, puts on the picker's ext_proc filter (`buildHTTPFilterForInferencePool`
 #: in its `internal/extensionserver/inferencepool.go`): fail closed, 300 s per message.
@@ -434,6 +543,11 @@ def _picker_wiring_problems(gateway: GatewayConfigSpec) -> list[str]:
                 f"gateway.pools[{i}].failureMode: FailOpen is not honoured in the cluster "
                 "(the InferencePool's ext_proc filter fails closed; docs/infrastructure.md, "
                 "'When the picker is unreachable')"
+            )
+        if pool.route_timeout_s is not None and pool.route_timeout_s > ROUTE_TIMEOUT_S:
+            problems.append(
+                f"gateway.pools[{i}].routeTimeoutS: {pool.route_timeout_s} s is longer than "
+                f"the {ROUTE_TIMEOUT_S} s a replaced picker keeps serving its streams"
             )
     limit = PICKER_EXT_PROC_MESSAGE_TIMEOUT_S - 5
     for band, spec in gateway.flow_control.bands.items():

@@ -16,6 +16,7 @@ from constructs import Construct
 
 from cdk8s import ApiObject, ApiObjectMetadata, JsonPatch
 from envspec.environment import EnvironmentSpec
+from envspec.workloads import ROUTE_TIMEOUT_S  # the routes' timeout; a pool may set less
 
 __all__ = [
     "BBR",
@@ -26,6 +27,7 @@ __all__ = [
     "PART_OF",
     "PICKER",
     "PROXY_CONFIG",
+    "ROUTE_TIMEOUT_S",
     "SKIP_DRY_RUN",
     "Wave",
     "ecr_registry",
@@ -44,10 +46,6 @@ GATEWAY_CLASS = "igw-envoy"
 PROXY_CONFIG = "igw-proxy"
 PICKER = "igw-picker"
 BBR = "igw-bbr"
-#: The model routes' request timeout (HTTPRoute `timeouts.request`): the longest a
-#: completion stream may run, so also how long a picker being replaced keeps serving the
-#: streams it is in (`igw picker --drain-timeout`, terminationGracePeriodSeconds).
-ROUTE_TIMEOUT_S = 600
 #: On every custom resource: Argo CD must not fail the whole sync's dry run while the
 #: resource's CRD (installed earlier in the sync, or by another Application) is not
 #: established yet (Argo CD docs, "Sync Options": SkipDryRunOnMissingResource).

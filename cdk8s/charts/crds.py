@@ -21,6 +21,7 @@ from constructs import Construct
 from cdk8s import Chart
 from envspec.environment import EnvironmentSpec
 from inference_gateway.config.spec import API_GROUP, API_VERSION, openapi_v3_schema
+from inference_gateway.kubernetes.config_status import ROLLOUT_STATES
 
 from .base import Wave, labels, manifest
 
@@ -83,6 +84,20 @@ def gateway_config_status_schema() -> dict[str, Any]:
                         "total": count,
                     },
                 },
+            },
+            # the managed add-on's per-scheduler rollout state (a pool is a scheduler)
+            "schedulers": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["name", "rolloutState"],
+                    "properties": {
+                        "name": {"type": "string"},
+                        "rolloutState": {"type": "string", "enum": list(ROLLOUT_STATES)},
+                    },
+                },
+                "x-kubernetes-list-type": "map",
+                "x-kubernetes-list-map-keys": ["name"],
             },
             "readyPods": count,
             "stalePods": count,

@@ -42,6 +42,7 @@ from constructs import Construct
 
 from cdk8s import Chart
 from envspec.environment import EnvironmentSpec
+from inference_gateway.config.spec import PoolSpec
 from inference_gateway.envoyproxy.settings import (
     Address,
     CircuitBreaker,
@@ -49,7 +50,7 @@ from inference_gateway.envoyproxy.settings import (
     PoolRoute,
     ResponseOverride,
 )
-from inference_gateway.frontends.authz import AUTHZ_PATH_PREFIX, MAX_BODY_BYTES, UPSTREAM_HEADERS
+from inference_gateway.frontends.authz import AUTHZ_PATH_PREFIX, UPSTREAM_HEADERS
 
 from .base import (
     BBR,
@@ -79,7 +80,6 @@ from .workloads import (
 __all__ = [
     "AUTH",
     "AUTH_HEADERS_TO_BACKEND",
-    "AUTH_MAX_BODY_BYTES",
     "AUTH_PATH",
     "AUTH_PORT",
     "BBR_PORT",
@@ -115,7 +115,6 @@ AUTH = f"{GATEWAY}-auth"
 AUTH_PORT = 9010
 AUTH_PATH = AUTHZ_PATH_PREFIX
 AUTH_HEADERS_TO_BACKEND = UPSTREAM_HEADERS
-AUTH_MAX_BODY_BYTES = MAX_BODY_BYTES
 #: The runtime-key limits (Envoy `circuit_breakers.<cluster>.<priority>.<limit>`) and the
 #: CircuitBreaker fields of Envoy Gateway that set the same four thresholds.
 _RUNTIME_LIMITS = ("max_connections", "max_pending_requests", "max_requests", "max_retries")
@@ -161,7 +160,7 @@ def envoy_settings(env: EnvironmentSpec) -> GatewaySettings:
             picker=picker,
             models=tuple(by_pool[p.name]),
             namespace=namespace,
-            timeout_s=ROUTE_TIMEOUT_S,
+            timeout_s=route_timeout_s(p),
             catch_all=p.name == first,
         )
         for p in env.gateway.pools
@@ -169,7 +168,7 @@ def envoy_settings(env: EnvironmentSpec) -> GatewaySettings:
     limit = env.kubernetes.max_parallel_requests
     return GatewaySettings(
         routes=tuple(pool_routes),
-        bbr=Address(BBR, BBR_PORT),
+        bbr=Address(BBR, BBR_PORT) if env.kubernetes.bbr.enabled else None,
         gateway=GATEWAY,
         namespace=namespace,
         listener=LISTENER,
@@ -183,6 +182,12 @@ def envoy_settings(env: EnvironmentSpec) -> GatewaySettings:
         response_override=ResponseOverride(),
         picker_circuit_breaker=limit,
     )
+
+
+def route_timeout_s(pool: PoolSpec) -> int:
+    """A pool's route timeout: its own (the managed add-on's per-scheduler
+    routeTimeout), else the chart's, which is also the longest a picker drains."""
+    return pool.route_timeout_s or ROUTE_TIMEOUT_S
 
 
 def response_override(settings: GatewaySettings) -> list[dict[str, Any]]:
@@ -314,22 +319,8 @@ class GatewayChart(Chart):
             body={"spec": _target_group_binding_spec()},
         )
         self._routes(env=env, config=config)
-        manifest(
-            self,
-            "ext-proc",
-            api_version=ENVOY_GATEWAY_API,
-            kind="EnvoyExtensionPolicy",
-            name=f"{GATEWAY}-ext-proc",
-            **config,
-            body={
-                "spec": {
-                    "targetRefs": [
-                        {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": GATEWAY}
-                    ],
-                    "extProc": _ext_procs(env),
-                }
-            },
-        )
+        if env.kubernetes.bbr.enabled:
+            self._bbr_policy(env=env, config=config)
         manifest(
             self,
             "route-traffic",
@@ -350,7 +341,27 @@ class GatewayChart(Chart):
         )
         if env.kubernetes.auth is not None:
             self._auth(env=env, config=config)
-        self._bbr(env=env)
+        if env.kubernetes.bbr.enabled:
+            self._bbr(env=env)
+
+    def _bbr_policy(self, *, env: EnvironmentSpec, config: dict[str, Any]) -> None:
+        """The body-based router on the Gateway: an ext_proc before route selection."""
+        manifest(
+            self,
+            "ext-proc",
+            api_version=ENVOY_GATEWAY_API,
+            kind="EnvoyExtensionPolicy",
+            name=f"{GATEWAY}-ext-proc",
+            **config,
+            body={
+                "spec": {
+                    "targetRefs": [
+                        {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": GATEWAY}
+                    ],
+                    "extProc": _ext_procs(env),
+                }
+            },
+        )
 
     def _auth(self, *, env: EnvironmentSpec, config: dict[str, Any]) -> None:
         """Who may call: a SecurityPolicy on every inference route whose one check is
@@ -369,6 +380,14 @@ class GatewayChart(Chart):
         """
         auth = env.kubernetes.auth
         assert auth is not None
+        if auth.api_keys_secret_id is not None:
+            self._api_keys(auth.api_keys_secret_id, config=config)
+        self._auth_service(env=env)
+        self._security_policy(env=env, config=config)
+
+    def _api_keys(self, secret_id: str, *, config: dict[str, Any]) -> None:
+        """The key file `igw auth` mounts: External Secrets keeps it in sync with the
+        Secrets Manager secret (digests only)."""
         manifest(
             self,
             "api-keys",
@@ -382,13 +401,12 @@ class GatewayChart(Chart):
                     "secretStoreRef": {"kind": "ClusterSecretStore", "name": "aws-secrets-manager"},
                     "target": {"name": API_KEYS_SECRET, "creationPolicy": "Owner"},
                     # The secret's value is igw's key file (`keys: [{client, sha256, models?}]`).
-                    "data": [
-                        {"secretKey": AUTH_KEYS_FILE, "remoteRef": {"key": auth.api_keys_secret_id}}
-                    ],
+                    "data": [{"secretKey": AUTH_KEYS_FILE, "remoteRef": {"key": secret_id}}],
                 }
             },
         )
-        self._auth_service(env=env)
+
+    def _security_policy(self, *, env: EnvironmentSpec, config: dict[str, Any]) -> None:
         spec: dict[str, Any] = {
             # The inference routes, not the Gateway: the heartbeat route (`/status`, read
             # by `igw global` of every region) carries no credential, and a policy on
@@ -407,7 +425,7 @@ class GatewayChart(Chart):
                 },
                 # The model check reads the body (a credential may be limited to models);
                 # the picker's own body limit, so no request the picker takes is refused here.
-                "bodyToExtAuth": {"maxRequestBytes": AUTH_MAX_BODY_BYTES},
+                "bodyToExtAuth": {"maxRequestBytes": env.kubernetes.max_request_body_bytes},
                 "failOpen": False,
             },
         }
@@ -502,7 +520,7 @@ class GatewayChart(Chart):
         by_pool = routes(env)
         first = min((p.name for p in env.gateway.pools), default=None)
         for pool in env.gateway.pools:
-            matches = [
+            matches: list[dict[str, Any]] = [
                 {
                     "path": {"type": "PathPrefix", "value": "/v1"},
                     "headers": [{"type": "Exact", "name": MODEL_HEADER, "value": model}],
@@ -518,7 +536,11 @@ class GatewayChart(Chart):
                 kind="HTTPRoute",
                 name=pool_route_name(pool.name),
                 **config,
-                body={"spec": _route_spec(matches=matches, pool=pool.name)},
+                body={
+                    "spec": _route_spec(
+                        matches=matches, pool=pool.name, timeout_s=route_timeout_s(pool)
+                    )
+                },
             )
         manifest(
             self,
@@ -554,7 +576,7 @@ class GatewayChart(Chart):
             checkov_skips={**CPU_LIMIT_SKIP, **DIGEST_SKIP},
             body={
                 "spec": surge_deployment_spec(
-                    replicas=2,
+                    replicas=env.kubernetes.bbr.replicas,
                     selector=selector,
                     pod_labels=meta,
                     pod_spec=_bbr_pod_spec(env=env, selector=selector),
@@ -585,15 +607,16 @@ class GatewayChart(Chart):
                 }
             },
         )
-        manifest(
-            self,
-            "bbr-pdb",
-            api_version="policy/v1",
-            kind="PodDisruptionBudget",
-            name=BBR,
-            **common,
-            body={"spec": {"minAvailable": 1, "selector": {"matchLabels": selector}}},
-        )
+        if env.kubernetes.bbr.replicas > 1:  # with one replica a PDB would block drains
+            manifest(
+                self,
+                "bbr-pdb",
+                api_version="policy/v1",
+                kind="PodDisruptionBudget",
+                name=BBR,
+                **common,
+                body={"spec": {"minAvailable": 1, "selector": {"matchLabels": selector}}},
+            )
 
 
 def _bbr_pod_spec(*, env: EnvironmentSpec, selector: dict[str, str]) -> dict[str, Any]:
@@ -604,7 +627,11 @@ def _bbr_pod_spec(*, env: EnvironmentSpec, selector: dict[str, str]) -> dict[str
         container="bbr",
         # igw bbr binds loopback unless told, as the picker does: Envoy and the kubelet's
         # probes reach it on the pod IP (NetworkPolicy limits who).
-        args=["bbr", "--host", "0.0.0.0", "--grpc-port", str(BBR_PORT), "--config", CONFIG_PATH],
+        args=[
+            *("bbr", "--host", "0.0.0.0", "--grpc-port", str(BBR_PORT), "--config", CONFIG_PATH),
+            # the picker's limit: a body bbr would pass is one the picker reads
+            *("--max-body-bytes", str(env.kubernetes.max_request_body_bytes)),
+        ],
         port=("grpc", BBR_PORT),
         probe={"grpc": {"port": BBR_PORT}},
         mount=("config", "/etc/igw"),
@@ -617,13 +644,17 @@ def _auth_pod_spec(*, env: EnvironmentSpec, selector: dict[str, str]) -> dict[st
     auth = env.kubernetes.auth
     assert auth is not None
     args = ["auth", "--host", "0.0.0.0", "--port", str(AUTH_PORT)]
-    args += ["--api-keys", f"/etc/igw-auth/{AUTH_KEYS_FILE}"]
-    args += ["--max-body-bytes", str(AUTH_MAX_BODY_BYTES)]
+    keys = auth.api_keys_secret_id is not None
+    if keys:
+        args += ["--api-keys", f"/etc/igw-auth/{AUTH_KEYS_FILE}"]
+    args += ["--max-body-bytes", str(env.kubernetes.max_request_body_bytes)]
     if auth.jwt is not None:
         args += ["--jwt-issuer", auth.jwt.issuer, "--jwt-jwks", auth.jwt.jwks_uri]
         args += ["--jwt-client-claim", auth.jwt.client_id_claim]
         for audience in auth.jwt.audiences:
             args += ["--jwt-audience", audience]
+        for claim, value in auth.jwt.required_claims.items():
+            args += ["--jwt-claim", f"{claim}={value}"]
     if env.kubernetes.tracing is not None:  # Envoy's sampling decides (parent-based)
         args += ["--trace-sampling", "0"]
     return _gateway_service_pod_spec(
@@ -634,8 +665,8 @@ def _auth_pod_spec(*, env: EnvironmentSpec, selector: dict[str, str]) -> dict[st
         args=args,
         port=("http", AUTH_PORT),
         probe={"httpGet": {"path": "/healthz", "port": "http"}},
-        mount=("keys", "/etc/igw-auth"),
-        volume={"name": "keys", "secret": {"secretName": API_KEYS_SECRET}},
+        mount=("keys", "/etc/igw-auth") if keys else None,
+        volume={"name": "keys", "secret": {"secretName": API_KEYS_SECRET}} if keys else None,
         env_vars=otel_env(env, "igw-auth"),
     )
 
@@ -649,22 +680,21 @@ def _gateway_service_pod_spec(
     args: list[str],
     port: tuple[str, int],
     probe: dict[str, Any],
-    mount: tuple[str, str],
-    volume: dict[str, Any],
+    mount: tuple[str, str] | None,
+    volume: dict[str, Any] | None,
     env_vars: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The pod of a small gateway service (`igw bbr`, `igw auth`): the gateway image, one
-    port with its probes, one read-only volume, restricted security, spread over zones."""
+    port with its probes, at most one read-only volume, restricted security, spread over
+    zones."""
+    own = [] if mount is None else [{"name": mount[0], "mountPath": mount[1], "readOnly": True}]
     spec = gateway_service_container(
         image=gateway_image(env),
         name=container,
         args=args,
         port=port,
         probe=probe,
-        mounts=[
-            {"name": mount[0], "mountPath": mount[1], "readOnly": True},
-            {"name": "tmp", "mountPath": "/tmp"},
-        ],
+        mounts=[*own, {"name": "tmp", "mountPath": "/tmp"}],
     )
     if env_vars:
         spec["env"] = env_vars
@@ -675,7 +705,7 @@ def _gateway_service_pod_spec(
         "securityContext": pod_security_context(),
         "topologySpreadConstraints": spread(selector),
         "containers": [spec],
-        "volumes": [volume, empty_dir("tmp", size="64Mi")],
+        "volumes": [*([] if volume is None else [volume]), empty_dir("tmp", size="64Mi")],
     }
 
 
@@ -780,7 +810,7 @@ def _status_route_spec() -> dict[str, Any]:
     }
 
 
-def _route_spec(*, matches: list[dict[str, Any]], pool: str) -> dict[str, Any]:
+def _route_spec(*, matches: list[dict[str, Any]], pool: str, timeout_s: int) -> dict[str, Any]:
     """The backend is the pool itself, as GIE documents (`backendRefs` to an
     InferencePool; no port, the pool's `targetPorts` say it)."""
     return {
@@ -790,7 +820,7 @@ def _route_spec(*, matches: list[dict[str, Any]], pool: str) -> dict[str, Any]:
                 "matches": matches,
                 "backendRefs": [{"group": POOL_GROUP, "kind": "InferencePool", "name": pool}],
                 # Streams of long completions must not be cut by a default timeout.
-                "timeouts": {"request": f"{ROUTE_TIMEOUT_S}s"},
+                "timeouts": {"request": f"{timeout_s}s"},
             }
         ],
     }

@@ -116,12 +116,17 @@ def vllm_args(server: ModelServerSpec, role: PdRole | None = None) -> list[str]:
         str(server.gpu_memory_utilization),
         "--disable-uvicorn-access-log",
     ]
+    if server.revision:
+        args += ["--revision", server.revision]  # the tokenizer's too (vLLM's default)
     if server.model.startswith("s3://"):
         # Weights streamed straight from S3 (vLLM's Run:ai model streamer).
         args += ["--load-format", "runai_streamer"]
     if server.enable_prefix_caching:
-        # and publish what the cache holds, for the picker's precise prefix scorer
+        # and publish what the cache holds, for the picker's precise prefix scorer, which
+        # hashes with the same block size and algorithm (charts/tokenizers.py)
         args += ["--enable-prefix-caching", "--kv-events-config", KV_EVENTS_CONFIG]
+        args += ["--block-size", str(server.block_size)]
+        args += ["--prefix-caching-hash-algo", server.prefix_caching_hash_algo]
     if server.max_loras:
         args += ["--enable-lora", "--max-loras", str(server.max_loras)]
         if server.adapters:

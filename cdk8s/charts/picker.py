@@ -1,7 +1,15 @@
 """The endpoint picker (`igw picker`): the ext_proc server Envoy asks for every request.
 
 Active-active: every replica discovers the pool's pods by label selector and scrapes
-them itself, so no leader election; Envoy spreads the ext_proc streams over the replicas.
+them itself; Envoy spreads the ext_proc streams over the replicas. With
+`kubernetes.picker_leader_election` (the managed add-on's schedulers elect a leader above
+one replica) the replicas elect a holder of the Lease `igw-picker`, which alone writes the
+InferenceGatewayConfig's status (`igw picker --leader-elect-status`, handed over as the
+holder starts draining); every replica stays ready and routes, as the managed schedulers'
+replicas do (docs/managed-gateway.md). Readiness gated on the lease (`--leader-elect`,
+active-passive) is not rendered: a standby is never ready, so Argo CD would hold the
+Deployment Progressing, then Degraded past its progress deadline, and every node drain
+would wait on the one ready pod.
 Where the environment's global tier is enabled, the replicas also share their dispatch
 view (`--store`, from `$IGW_STORE_URL` and `$IGW_STORE_PASSWORD`) through the region's
 Valkey, so N replicas pick like one: the manifests are the same in every region, so the
@@ -39,6 +47,14 @@ from .base import (
     selector_labels,
 )
 from .global_router import STORE_SECRET
+from .tokenizers import (
+    SIDECAR_PROBE_SKIPS,
+    apply_precise_prefix_parameters,
+    picker_mount,
+    sidecars,
+    tokenizer_sources,
+    volumes,
+)
 from .tracing import otel_env
 from .workloads import (
     CPU_LIMIT_SKIP,
@@ -57,6 +73,7 @@ __all__ = [
     "EMF_INTERVAL_S",
     "GRPC_PORT",
     "HEALTH_PORT",
+    "LEASE",
     "LIVENESS_SERVICE",
     "METRICS_PORT",
     "PRESTOP_SLEEP_S",
@@ -70,6 +87,8 @@ __all__ = [
 ]
 
 GRPC_PORT = 9002
+#: The Lease the replicas elect their holder with (`kubernetes.picker_leader_election`).
+LEASE = PICKER
 #: Plain-text gRPC health (grpc.health.v1): the kubelet's gRPC probe speaks no TLS, and the
 #: ext_proc port does (Envoy AI Gateway dials the picker over TLS), as upstream's EPP
 #: splits `-grpcPort` / `-grpcHealthPort`.
@@ -109,9 +128,10 @@ def gateway_config_resource(env: EnvironmentSpec) -> dict[str, Any]:
 
 
 def picker_spec(env: EnvironmentSpec) -> dict[str, Any]:
-    """`gateway` with the P/D pools' filters, decider, handler and profiles, as the
-    gateway's parser writes it back (every default spelled out, as for `gateway`)."""
-    spec = pd_gateway_config(env.gateway, env.model_servers)
+    """`gateway` with the P/D pools' filters, decider, handler and profiles and the
+    precise prefix scorer's hashing parameters (charts/tokenizers.py), as the gateway's
+    parser writes it back (every default spelled out, as for `gateway`)."""
+    spec = apply_precise_prefix_parameters(pd_gateway_config(env.gateway, env.model_servers), env)
     return parse_config(spec, "picker config").model_dump(
         mode="json", by_alias=True, exclude_none=True
     )
@@ -152,7 +172,7 @@ class PickerChart(Chart):
             kind="Role",
             name=PICKER,
             **common,
-            body={"rules": _read_rules()},
+            body={"rules": _read_rules(leases=env.kubernetes.picker_leader_election)},
         )
         manifest(
             self,
@@ -191,6 +211,7 @@ class PickerChart(Chart):
                 **CPU_LIMIT_SKIP,
                 **DIGEST_SKIP,
                 "CKV_K8S_38": "the picker watches pods of its pools through the API",
+                **(SIDECAR_PROBE_SKIPS if tokenizer_sources(env) else {}),
                 **(
                     {
                         "CKV_K8S_35": "igw picker reads the store password from an environment "
@@ -200,15 +221,7 @@ class PickerChart(Chart):
                     else {}
                 ),
             },
-            body={
-                "spec": surge_deployment_spec(
-                    replicas=env.kubernetes.picker_replicas,
-                    selector=selector,
-                    pod_labels=meta,
-                    pod_spec=_pod_spec(env=env, selector=selector),
-                    annotations={"igw.dev/config-sha256": config_hash(env)},
-                )
-            },
+            body={"spec": _deployment_spec(env, meta, selector)},
         )
         manifest(
             self,
@@ -239,21 +252,49 @@ class PickerChart(Chart):
                 }
             },
         )
-        manifest(
-            self,
-            "pdb",
-            api_version="policy/v1",
-            kind="PodDisruptionBudget",
-            name=PICKER,
-            **common,
-            body={"spec": {"minAvailable": 1, "selector": {"matchLabels": selector}}},
-        )
+        if env.kubernetes.picker_replicas > 1:  # with one replica a PDB blocks every drain
+            manifest(
+                self,
+                "pdb",
+                api_version="policy/v1",
+                kind="PodDisruptionBudget",
+                name=PICKER,
+                **common,
+                body={"spec": {"minAvailable": 1, "selector": {"matchLabels": selector}}},
+            )
 
 
-def _read_rules() -> list[dict[str, Any]]:
-    """What the picker reads; the only write is an Event about a config it rejects."""
+def _deployment_spec(
+    env: EnvironmentSpec, meta: dict[str, str], selector: dict[str, str]
+) -> dict[str, Any]:
+    """The picker's Deployment: a surge rollout (a new pod ready before an old one goes)."""
+    return surge_deployment_spec(
+        replicas=env.kubernetes.picker_replicas,
+        selector=selector,
+        pod_labels=meta,
+        pod_spec=_pod_spec(env=env, selector=selector),
+        annotations={"igw.dev/config-sha256": config_hash(env)},
+    )
+
+
+def _read_rules(*, leases: bool) -> list[dict[str, Any]]:
+    """What the picker reads; it writes only an Event about a config it rejects, its
+    resource's status and, electing a leader, the Lease `igw-picker`."""
     read = ["get", "list", "watch"]
-    return [
+    lease = [
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "verbs": ["create"],
+        },
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": [LEASE],
+            "verbs": ["get", "update"],
+        },
+    ]
+    rules = [
         {"apiGroups": [""], "resources": ["pods"], "verbs": read},
         {
             "apiGroups": ["inference.networking.k8s.io"],
@@ -275,6 +316,7 @@ def _read_rules() -> list[dict[str, Any]]:
         # A rejected config is reported as a Warning Event on the resource.
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
     ]
+    return rules + lease if leases else rules
 
 
 def store_env(env: EnvironmentSpec) -> list[dict[str, Any]]:
@@ -291,6 +333,16 @@ def store_env(env: EnvironmentSpec) -> list[dict[str, Any]]:
         }
         for name, key in (("IGW_STORE_URL", STORE_URL_KEY), ("IGW_STORE_PASSWORD", STORE_AUTH_KEY))
     ]
+
+
+def _client_id_args(env: EnvironmentSpec) -> list[str]:
+    """With authentication on, the SecurityPolicy's ext_authz (`igw auth`) sets
+    x-igw-client-id on every request that reaches the picker (Envoy's ext_authz
+    `allowed_upstream_headers`, which Envoy Gateway makes of `headersToBackend`,
+    overwrite a header the client sent: envoy `source/extensions/filters/http/ext_authz/
+    ext_authz.cc`, Envoy Gateway `internal/xds/translator/extauth.go`), so the picker may
+    key rate limits on it. Without a policy nothing sets it and the picker ignores it."""
+    return ["--client-id-from-auth"] if env.kubernetes.auth is not None else []
 
 
 def _pod_spec(*, env: EnvironmentSpec, selector: dict[str, str]) -> dict[str, Any]:
@@ -334,6 +386,14 @@ def _pod_spec(*, env: EnvironmentSpec, selector: dict[str, str]) -> dict[str, An
                     env.cluster.name,
                     "--drain-timeout",
                     str(DRAIN_TIMEOUT_S),
+                    *_client_id_args(env),
+                    "--max-body-bytes",
+                    str(env.kubernetes.max_request_body_bytes),
+                    *(
+                        ["--leader-elect-status", "--lease-name", LEASE]
+                        if env.kubernetes.picker_leader_election
+                        else []
+                    ),
                 ],
                 "lifecycle": {"preStop": {"sleep": {"seconds": PRESTOP_SLEEP_S}}},
                 "env": [
@@ -362,11 +422,15 @@ def _pod_spec(*, env: EnvironmentSpec, selector: dict[str, str]) -> dict[str, An
                 "volumeMounts": [
                     {"name": "config", "mountPath": "/etc/igw", "readOnly": True},
                     {"name": "tmp", "mountPath": "/tmp"},
+                    *picker_mount(env),
                 ],
-            }
+            },
+            # the served models' tokenizer files, for the precise prefix scorer
+            *sidecars(env),
         ],
         "volumes": [
             {"name": "config", "configMap": {"name": CONFIG_MAP}},
             empty_dir("tmp", size="64Mi"),
+            *volumes(env),
         ],
     }

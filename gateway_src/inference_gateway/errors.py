@@ -22,6 +22,8 @@
     │                        (kubernetes.discovery)
     ├── PodStoppedError      an emulated pod was stopped under a request
     │                        (emulator.realtime)
+    ├── PatchError           a conversion's restoring patch (the igw.dev/native
+    │                        annotation) does not apply (config.patch)
     ├── PrefillRefused       a P/D prefill target the sidecar may not dial (SSRF
     │                        allowlist; frontends.pd_sidecar)
     └── BackendError         one backend of `igw backend-bench` failed
@@ -60,6 +62,9 @@ class ConfigError(InferenceGatewayError):
         self.source = source
         self.problems = problems
         super().__init__(f"{source}: " + "; ".join(problems))
+
+    def __reduce__(self) -> tuple[type[ConfigError], tuple[str, list[str]]]:
+        return ConfigError, (self.source, self.problems)  # pickles (config/reloader.py)
 
 
 class EnvoyError(InferenceGatewayError):

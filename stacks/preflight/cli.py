@@ -144,14 +144,20 @@ def render_preflight(report: PreflightReport, console: Console) -> None:
 
 
 def render_prerequisites(checks: Sequence[PrerequisiteCheck], console: Console) -> None:
-    table = Table(title="Prerequisites", title_justify="left")
-    for column in ("kind", "region", "id", "needed for", "verdict"):
-        table.add_column(column)
+    rows = []
     for c in checks:
         p = c.prerequisite
         verdict = f"[{_STYLE[c.verdict]}]{c.verdict}[/]"
-        table.add_row(p.kind, p.region, p.ident, p.needed_for, verdict)
-    console.print(table)
+        rows.append([p.kind, p.region, p.ident, p.needed_for, verdict])
+    name = {"text": True, "wrap": False}
+    columns = [
+        Column("kind", **name),
+        Column("region", **name),
+        Column("id", text=True),
+        Column("needed for", text=True),
+        Column("verdict", **name),
+    ]
+    print_table(console, "Prerequisites", columns, rows, keys=1)
     for c in checks:
         for reason in c.reasons:
             console.print(f"[{_STYLE[c.verdict]}]{c.prerequisite.ident}[/]: {reason}")

@@ -15,6 +15,7 @@ from charts.model_servers import ModelServersChart, vllm_args
 from charts.network import NetworkPoliciesChart
 from charts.observability import ObservabilityChart
 from charts.picker import PickerChart
+from charts.tokenizers import precise_prefix_parameters
 from envspec.environment import EnvironmentSpec
 from envspec.workloads import ModelServerSpec
 from inference_gateway.config.spec import parse_config
@@ -287,6 +288,7 @@ class TestModelServers:
             "--kv-events-config",
             '{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:5557",'
             '"topic":"kv-events"}',
+            "--block-size", "16", "--prefix-caching-hash-algo", "sha256",
             "--enable-lora", "--max-loras", "2",
             "--lora-modules", "sql-lora=Kawon/llama3.1-food-finetune_v14_r8",
             "--enable-auto-tool-choice", "--tool-call-parser", "llama3_json",
@@ -323,6 +325,9 @@ class TestModelServers:
             "--enable-auto-tool-choice",
             "--enable-prefix-caching",
             "--kv-events-config",
+            "--block-size",
+            "--prefix-caching-hash-algo",
+            "--revision",
         ):
             assert flag not in args
 
@@ -402,7 +407,7 @@ class TestPicker:
         docs = synth(PickerChart, dev_env)
         deployment = one(docs, "Deployment", "igw-picker")
         assert deployment["spec"]["replicas"] == 2
-        (container,) = pod_spec(deployment)["containers"]
+        container, *_sidecars = pod_spec(deployment)["containers"]
         assert container["args"] == [
             "picker",
             "--host", "0.0.0.0",
@@ -414,10 +419,24 @@ class TestPicker:
             "--emf-interval", "60",
             "--emf-cluster", "igw-dev",
             "--drain-timeout", "600",
+            "--client-id-from-auth",  # dev has kubernetes.auth: ext_authz sets the header
+            "--max-body-bytes", str(4 * 2**20),
         ]  # fmt: skip
         registry = f"{dev_env.aws.account}.dkr.ecr.{dev_env.aws.region}.amazonaws.com"
         assert container["image"] == f"{registry}/igw-dev/gateway:0.1.0"
         assert one(docs, "PodDisruptionBudget", "igw-picker")["spec"]["minAvailable"] == 1
+
+    def test_without_a_security_policy_the_picker_ignores_a_client_id(self, synth, dev_env):
+        """No `kubernetes.auth`: no SecurityPolicy sets x-igw-client-id, so a client's
+        own would be believed; the picker runs without --client-id-from-auth."""
+        env = dev_env.model_copy(
+            update={"kubernetes": dev_env.kubernetes.model_copy(update={"auth": None})}
+        )
+        docs = synth(PickerChart, env)
+        containers = pod_spec(one(docs, "Deployment", "igw-picker"))["containers"]
+        (container,) = [c for c in containers if c["name"] == "picker"]  # (beside: tokenizers)
+        assert "--client-id-from-auth" not in container["args"]
+        assert not [d for d in synth(GatewayChart, env) if d["kind"] == "SecurityPolicy"]
 
     def test_a_rollout_keeps_streams_for_the_route_timeout(self, synth, dev_env):
         """A replaced picker is in every stream it routed until the response ends, so it
@@ -427,7 +446,7 @@ class TestPicker:
         counts from the deletion, preStop included; `lifecycle.preStop.sleep` is GA in
         the 1.32 clusters this project builds)."""
         pod = pod_spec(one(synth(PickerChart, dev_env), "Deployment"))
-        (container,) = pod["containers"]
+        container, *_sidecars = pod["containers"]
         args = container["args"]
         drain = int(args[args.index("--drain-timeout") + 1])
         routes = [
@@ -449,7 +468,11 @@ class TestPicker:
     def test_config_file_is_the_environment_gateway_and_rolls_the_pods(self, synth, dev_env):
         docs = synth(PickerChart, dev_env)
         text = one(docs, "ConfigMap", "igw-picker-config")["data"]["config.yaml"]
-        assert parse_config(yaml.safe_load(text)) == dev_env.gateway
+        config = yaml.safe_load(text)
+        for plugin in config["spec"]["plugins"]:  # hashing as the pods do: test_cdk8s_tokenizers
+            if plugin["type"] == "precise-prefix-cache-scorer":
+                assert plugin.pop("parameters") == precise_prefix_parameters(dev_env)
+        assert parse_config(config) == dev_env.gateway
         template = one(docs, "Deployment")["spec"]["template"]["metadata"]
         expected = hashlib.sha256(text.encode()).hexdigest()[:16]
         assert template["annotations"]["igw.dev/config-sha256"] == expected
@@ -481,7 +504,14 @@ class TestPicker:
             "9004",
             "--config",
             "/etc/igw/config.yaml",
+            "--max-body-bytes",
+            str(dev_env.kubernetes.max_request_body_bytes),
         ]
+        # one body limit for both ext_proc servers: a body bbr passes, the picker reads
+        (picker_container, *_) = pod_spec(picker)["containers"]
+        args = picker_container["args"]
+        limit = args[args.index("--max-body-bytes") + 1]
+        assert container["args"][-1] == limit
         volumes = {v["name"]: v for v in pod_spec(bbr)["volumes"]}
         assert volumes["config"] == {"name": "config", "configMap": {"name": "igw-picker-config"}}
         hash_key = "igw.dev/config-sha256"

@@ -237,7 +237,7 @@ def test_committed_region_folders_match_a_fresh_synth(rendered_root: Path):
 def _picker_env(env: EnvironmentSpec) -> dict[str, Doc]:
     docs = cdk8s.Testing.synth(PickerChart(cdk8s.Testing.app(), "picker", env=env))
     (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
-    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    container, *_sidecars = deployment["spec"]["template"]["spec"]["containers"]
     return {e["name"]: e for e in container["env"]}
 
 

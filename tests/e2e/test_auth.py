@@ -182,3 +182,66 @@ def test_bad_key_files_name_the_field(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump({"keys": [{"client": "a", "key": "sk-plain"}]}))
     with pytest.raises(ConfigError, match="key"):  # plain keys are refused outright
         load_api_keys(path)
+
+
+@pytest.mark.parametrize(
+    ("models", "allowed"),
+    [
+        ([], False),  # an empty list grants nothing (as `models: []` in the key file)
+        ("", False),
+        (f"other {MODEL}", True),  # a string is space-separated names (OAuth `scope`)
+        (MODEL, True),  # one name: not iterated by character
+        ("other", False),
+        (None, False),  # any other type grants nothing
+        (7, False),
+    ],
+)
+async def test_a_jwt_models_claim_reads_as_the_key_files_models(
+    gateway_on: Any, signing_key: tuple[Any, Path], models: Any, allowed: bool
+) -> None:
+    key, jwks = signing_key
+    auth = Authenticator(jwt=JwtSettings(ISSUER, ("igw",), jwks))
+    async with (
+        EmulatedFleet(FLEET) as fleet,
+        gateway_on(fleet, config=parse_config(CONFIG), auth=auth) as (url, _, _),
+    ):
+        bearer = token(key, models=models)
+        if allowed:
+            assert (await ask(url, bearer)).choices
+        else:
+            with pytest.raises(openai.NotFoundError) as hidden:
+                await ask(url, bearer)
+            assert hidden.value.code == "model_not_found"
+        assert (await ask(url, token(key))).choices  # no claim: every model
+
+
+async def test_a_numeric_string_exp_and_large_credentials_get_openais_401(
+    gateway_on: Any, key_file: Path, signing_key: tuple[Any, Path]
+) -> None:
+    """RFC 7519 NumericDate is a JSON number: `"exp": "9999999999"` is refused (PyJWT
+    alone would read it as a date). A 10 KiB bearer token is read and refused 401 in
+    OpenAI's shape (aiohttp's default limit answered a plain-text 400 quoting it)."""
+    key, jwks = signing_key
+    auth = Authenticator(load_api_keys(key_file), JwtSettings(ISSUER, ("igw",), jwks))
+    async with (
+        EmulatedFleet(FLEET) as fleet,
+        gateway_on(fleet, config=parse_config(CONFIG), auth=auth) as (url, _, _),
+    ):
+        with pytest.raises(openai.AuthenticationError) as refused:
+            await ask(url, token(key, exp="9999999999"))
+        assert refused.value.code == "invalid_api_key"
+        big = "sk-" + "7" * 10_240
+        with pytest.raises(openai.AuthenticationError) as refused:
+            await ask(url, big)
+        assert refused.value.code == "invalid_api_key"
+        assert "777777" not in refused.value.response.text
+        with pytest.raises(openai.AuthenticationError):  # over the 16 KiB token cap
+            await ask(url, "sk-" + "8" * 16_500)
+        with pytest.raises(openai.APIStatusError) as too_large:  # over the header limit
+            await ask(url, "sk-" + "9" * 20_000)
+        assert too_large.value.status_code == 431
+        assert too_large.value.code == "request_header_fields_too_large"
+        assert "999999" not in too_large.value.response.text
+        large_jwt = token(key, groups=["g" * 40] * 200)  # an IdP's token with many groups
+        assert len(large_jwt) > 10 * 1024
+        assert (await ask(url, large_jwt)).choices

@@ -340,6 +340,7 @@ async def envoy_with_igw_auth(
             "--api-keys", str(credentials["keys"]), "--jwt-issuer", ISSUER,
             "--jwt-audience", "igw",
             "--jwt-jwks", f"http://127.0.0.1:{issuer_port}/.well-known/jwks.json",
+            "--jwks-allow-loopback-http",  # the issuer stand-in is on loopback, plain http
         ]  # fmt: skip
         auth = await asyncio.create_subprocess_exec(*command)
         try:

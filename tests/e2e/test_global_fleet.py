@@ -42,7 +42,7 @@ import yaml
 from aiohttp import web
 
 from inference_gateway.assembly.serve import build_gateway
-from inference_gateway.core.request.director import prompt_estimate, prompt_text
+from inference_gateway.core.request.prompt_cost import prompt_estimate
 from inference_gateway.core.scheduling.types import Endpoint
 from inference_gateway.emulator.fleet import EmulatedFleet
 from inference_gateway.frontends.auth import Authenticator, Identity
@@ -648,9 +648,7 @@ async def test_openai_sdk_through_the_global_router() -> None:
                     used = reply.usage.total_tokens + chunks[-1].usage.total_tokens
                     remaining = int(raw.headers["x-ratelimit-remaining-tokens"])
                     # this one charged as tier 1 charges: prompt estimate + output bound
-                    prompt = prompt_estimate(
-                        prompt_text({"messages": [{"role": "user", "content": "x"}]})
-                    )
+                    prompt = prompt_estimate({"messages": [{"role": "user", "content": "x"}]})
                     assert remaining == 5000 - used - (prompt + 600)
                     with pytest.raises(openai.RateLimitError) as refused:
                         await client.chat.completions.create(

@@ -102,7 +102,7 @@ async def test_canary_split_rewrites_back_and_reloads_live(
         rules.write_text(yaml.safe_dump(rewrite_doc(0, 100)))  # promote the canary
         watcher = app[WATCHER]
         await asyncio.sleep(0.05)
-        assert watcher.check() or watcher.reloads >= 1
+        assert await watcher.check() or watcher.reloads >= 1
         for _ in range(5):
             reply = await client.with_raw_response.completions.create(
                 model="chat", prompt="x", max_tokens=1
@@ -111,7 +111,7 @@ async def test_canary_split_rewrites_back_and_reloads_live(
 
         rules.write_text(yaml.safe_dump(rewrite_doc(0, 0)))  # invalid: weights sum to zero
         await asyncio.sleep(0.05)
-        assert not watcher.check() and watcher.failures == 1
+        assert not await watcher.check() and watcher.failures == 1
         reply = await client.with_raw_response.completions.create(
             model="chat", prompt="x", max_tokens=1
         )

@@ -129,6 +129,36 @@ class KVEventsCollector(Collector):
             for pod in sub.pods():
                 blocks.add_metric([pod], index.blocks(pod))
         yield blocks
+        yield from _match_metrics(index, self.feed.scorer())
+
+
+def _match_metrics(index: KVBlockIndex | None, scorer: PrecisePrefixScorer | None) -> Iterator[Any]:
+    """Whether each pod's events carry the blocks the scorer hashes (`KVBlockIndex`
+    `check`), and whether each tokenizer the scorer names is loaded."""
+    outcomes = {
+        outcome: CounterMetricFamily(
+            f"igw_kv_events_{outcome}",
+            f"Requests prefilled on the pod whose last prompt block its KV events {text} "
+            "when they finished (only unmatched ones: it tokenizes or hashes differently)",
+            labels=["pod"],
+        )
+        for outcome, text in (("matched", "held"), ("unmatched", "did not hold"))
+    }
+    ready = GaugeMetricFamily(
+        "igw_kv_tokenizer_ready",
+        "1 when the precise prefix scorer's tokenizer is loaded (0: its files have not "
+        "arrived, and its models are scored with the approximate index)",
+        labels=["tokenizer"],
+    )
+    if index is not None:
+        for pod, (matched, unmatched) in sorted(index.match_counts().items()):
+            outcomes["matched"].add_metric([pod], matched)
+            outcomes["unmatched"].add_metric([pod], unmatched)
+    if scorer is not None:
+        for spec, source in scorer.tokenizers.items():
+            ready.add_metric([spec], 1.0 if source.ready or spec == "none" else 0.0)
+    yield from outcomes.values()
+    yield ready
 
 
 def subscribe_pods(

@@ -12,11 +12,16 @@ in its band's queue until a pod is ready or the band's TTL passes: scale from ze
 an Argo CD sync wave or a KEDA scale-up never waits on the picker waiting on the pods
 (upstream's EPP is SERVING once its datastore has synced the pool, pods or not).
 
-Stopping drains: readiness goes NOT_SERVING at once (the Service drops the replica, so
-Envoy opens new streams on the others), the listener stays open for what still
-arrives, and `stop(grace_s)` waits until the last ext_proc stream ends, up to the
-grace; a stream is a request's whole life, response included, so the grace is the
-route's timeout (the chart sets both). The log says how many streams it waited for.
+Stopping drains: readiness goes NOT_SERVING at once (the Service drops the replica) and
+every HTTP/2 connection gets a graceful GOAWAY (`Http2GrpcServer.drain`): Envoy keeps
+one long-lived connection per worker to the picker Service, which kube-proxy pinned to
+this pod, so without it Envoy would go on opening every new stream here for the whole
+grace period, and the pod could exit only by cutting them. The streams in flight run on
+to their end; the listener stays open for what still arrives (a connection made before
+the Service dropped the pod), and `drain(grace_s)` waits until the last ext_proc stream
+ends, up to the grace; a stream is a request's whole life, response included, so the
+grace is the route's timeout (the chart sets both). The log says how many streams it
+waited for. (The grpcio transport has no GOAWAY short of stopping: it drains as before.)
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import logging
 import ssl
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import grpc
 from aiohttp import web
@@ -45,6 +50,7 @@ from inference_gateway.core.scheduling.types import Endpoint
 from inference_gateway.core.traffic.rewrites import RewriteSet
 from inference_gateway.frontends.explain_http import add_decisions_routes
 from inference_gateway.frontends.extproc.picker import ExtProcServicer, PickerOptions
+from inference_gateway.frontends.extproc.stream import max_message
 from inference_gateway.frontends.status import add_status_route
 from inference_gateway.telemetry.tracing import Tracing
 from inference_gateway.transport.http2_server import (
@@ -83,12 +89,19 @@ READINESS_NAMES = ("", SERVICE_NAME, READINESS_SERVICE)
 PROCESS_PATH = f"/{SERVICE_NAME}/Process"
 # `http2`: our own HTTP/2 server (extproc_http2.py), the fast path; `grpcio`: grpc.aio.
 TRANSPORTS = ("http2", "grpcio")
-MESSAGE_OVERHEAD = 64 * 1024  # headers, metadata and framing around a body in one message
 
 
 class Lifecycle(Protocol):
     async def start(self) -> None: ...
     async def stop(self) -> None: ...
+
+
+@runtime_checkable
+class Handover(Protocol):
+    """A collaborator that hands something over when the picker starts draining (the
+    Lease of leader election: a standby takes over while this replica drains)."""
+
+    async def release(self) -> None: ...
 
 
 class PickerServer:
@@ -193,11 +206,9 @@ class PickerServer:
         self._server = server
 
     def _max_message(self) -> int:
-        return self.servicer.options.max_body_bytes + MESSAGE_OVERHEAD
+        return max_message(self.servicer.options.max_body_bytes)
 
     async def _start_grpcio(self) -> None:
-        from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
-
         # The same limits as the http2 transport, where grpc core has them.
         policy = self.policy or ConnectionPolicy()
         server = grpc.aio.server(
@@ -210,7 +221,14 @@ class PickerServer:
                 ("grpc.max_connection_idle_ms", int(policy.idle_timeout_s * 1000)),
             ]
         )
-        pb_grpc.add_ExternalProcessorServicer_to_server(self.servicer, server)
+        # Raw bytes in and out (no (de)serializers): the shared driver parses them, as on
+        # the http2 transport.
+        process: grpc.RpcMethodHandler[bytes, bytes] = grpc.stream_stream_rpc_method_handler(
+            self.servicer.Process
+        )
+        server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler(SERVICE_NAME, {"Process": process}),)
+        )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         address = f"{self.host}:{self.grpc_port}"
         check_free(self.host, self.grpc_port)  # grpcio says little when it cannot bind
@@ -297,9 +315,14 @@ class PickerServer:
         it waited for."""
         self.draining = True
         await self.update_health()
+        if isinstance(self._server, Http2GrpcServer):
+            self._server.drain()  # Envoy opens its next streams on another connection
+        for part in self.collaborators:
+            if isinstance(part, Handover):
+                await part.release()
         servicer = self.servicer
         opened = servicer.opened
-        log.info("draining: readiness NOT_SERVING (up to %g s)", grace_s)
+        log.info("draining: readiness NOT_SERVING, GOAWAY sent (up to %g s)", grace_s)
         drained = await drain(lambda: servicer.active, grace_s)
         log_drained("igw picker", drained)
         if servicer.opened != opened:

@@ -5,6 +5,7 @@ decisions (`/debug/decisions`) around it."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -13,14 +14,12 @@ from aiohttp import web
 
 from inference_gateway.assembly.core import build_core
 from inference_gateway.assembly.kv_events import subscribe_pods
-from inference_gateway.config.reloader import FileWatcher
+from inference_gateway.config.reloader import FileWatcher, load_off_loop
 from inference_gateway.config.spec import GatewayConfigSpec, load_config
-from inference_gateway.config.watch import guard_reload
+from inference_gateway.config.watch import guard_reload, load_files
 from inference_gateway.core.endpoints.discovery import load_endpoints_file
 from inference_gateway.core.request.director import CLIENT_ID_HEADER
 from inference_gateway.core.scheduling.types import Endpoint
-from inference_gateway.core.traffic.rewrites import RewriteSet, load_rewrites
-from inference_gateway.core.traffic.routing import ModelRouter
 from inference_gateway.frontends.auth import Authenticator, auth_middleware
 from inference_gateway.frontends.explain_http import add_decisions_routes, loopback_peer
 from inference_gateway.frontends.pd_exchange import PREFILL_TIMEOUT_S
@@ -31,7 +30,11 @@ from inference_gateway.shared_store.ratelimit import SharedLimits
 from inference_gateway.telemetry.emf import EmfEmitter
 from inference_gateway.telemetry.metrics import GatewayMetrics
 from inference_gateway.telemetry.tracing import Tracing
-from inference_gateway.transport.http_settings import BODY_TIMEOUT_S
+from inference_gateway.transport.http_settings import (
+    BODY_TIMEOUT_S,
+    GatewayAppRunner,
+    server_settings,
+)
 
 __all__ = ["RUN_OPTIONS", "WATCHER", "app_runner", "build_gateway"]
 
@@ -43,8 +46,9 @@ RUN_OPTIONS = {"handler_cancellation": True, "access_log": None}
 
 
 def app_runner(app: web.Application) -> web.AppRunner:
-    """A runner for the gateway app with `RUN_OPTIONS` (tests and embedders use this)."""
-    return web.AppRunner(app, **RUN_OPTIONS)  # type: ignore[arg-type]
+    """A runner for the gateway app as `igw serve` runs it, `RUN_OPTIONS` and the
+    server settings (tests and embedders use this)."""
+    return GatewayAppRunner(app, **RUN_OPTIONS, **server_settings())  # type: ignore[arg-type]
 
 
 def build_gateway(
@@ -102,19 +106,18 @@ def build_gateway(
     )
     store = core.store
 
-    def known_models() -> set[str] | None:
-        if isinstance(config, GatewayConfigSpec) and config.models:
-            return set(ModelRouter(config).models([]))
-        return {m for e in endpoints for m in e.models} or None
+    load = functools.partial(
+        load_files,
+        config_path,
+        rewrites,
+        config=config,
+        models={m for e in endpoints for m in e.models} or None,
+        seed=seed,
+    )
 
-    def load_state() -> tuple[GatewayConfigSpec | None, RewriteSet]:
-        current = load_config(config_path) if config_path is not None else config
-        if rewrites is None:
-            return current, RewriteSet.empty()
-        return current, load_rewrites(rewrites, known_models=known_models(), seed=seed)
-
-    def reload() -> None:
-        core.apply_config(*load_state())
+    async def reload() -> None:
+        """Read and validate off the event loop (config/reloader.py), swap in on it."""
+        core.apply_config(*await load_off_loop(load))
 
     gateway = Gateway(
         store,
@@ -128,6 +131,10 @@ def build_gateway(
     app = gateway.app()
     # credentials first: an unauthenticated client never makes the gateway read its body
     app.middlewares.insert(0, auth_middleware(auth))
+    gateway.director.trusted_client_id = True  # the middleware sets it, or strips a caller's
+    gateway.director.ask_stream_usage = True  # the proxy strips what the client did not ask
+    if auth is not None:  # igw_auth_refusals_total, beside the request metrics
+        metrics.registry.register(auth.refusals_collector())
     add_status_route(
         app, gateway.director, store, cluster=emf_cluster, hourly_cost_usd=hourly_cost_usd
     )
@@ -152,7 +159,7 @@ def build_gateway(
         await store.scrape_once()
         store.start()
         await kv_events.start()
-        reload()  # rewrites need the pods' model names
+        core.apply_config(*load())  # before serving, in place: rewrites need the pods' models
         if watched:
             watcher = FileWatcher(watched, guard_reload(reload, metrics))
             app[WATCHER] = watcher

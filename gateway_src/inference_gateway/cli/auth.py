@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -74,9 +73,16 @@ def authenticator(
             if not sep or not name:
                 raise ConfigError(command, [f"--jwt-claim[{i}]: expected NAME=VALUE"])
             claims[name] = value
-        is_url = args.jwt_jwks.startswith(("https://", "http://"))
+        is_url = "://" in args.jwt_jwks
         if is_url and not jwks_url_allowed:
             raise ConfigError(command, ["--jwt-jwks: a JSON file here, not a URL"])
+        if is_url:
+            from inference_gateway.frontends.authz import jwks_url
+
+            try:
+                jwks_url(args.jwt_jwks, allow_loopback_http=args.jwks_allow_loopback_http)
+            except ValueError as error:
+                raise ConfigError(command, [f"--jwt-jwks: {error}"]) from None
         jwt = JwtSettings(
             issuer=args.jwt_issuer,
             audiences=tuple(args.jwt_audience),
@@ -106,6 +112,12 @@ def register(subparsers: Any) -> None:
     )
     add_auth_arguments(parser, jwks_help="the issuer's JWKS: a JSON file or an https URL")
     parser.add_argument(
+        "--jwks-allow-loopback-http",
+        action="store_true",
+        help="accept a plain http:// JWKS URL to a loopback address (tests, a local "
+        "issuer); any other JWKS URL must be https",
+    )
+    parser.add_argument(
         "--jwks-refresh",
         type=float,
         default=300.0,
@@ -129,30 +141,34 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _serve(args: argparse.Namespace, auth: Authenticator) -> int:
-    from aiohttp import web
-
     from inference_gateway.frontends.authz import authz_app, keep_jwks_fresh
-    from inference_gateway.transport.listen import listening_socket
+    from inference_gateway.transport.http_settings import server_settings
+    from inference_gateway.transport.signals import serve_http
 
-    sock = listening_socket(args.host, args.port)  # a ListenError before anything starts
     tracing = tracing_from_args(args, "igw-auth")
-    runner = web.AppRunner(authz_app(auth, max_body_bytes=args.max_body_bytes, tracing=tracing))
-    await runner.setup()
-    site = web.SockSite(runner, sock)
-    await site.start()
     refresher = None
     if auth.jwt is not None and auth.jwt.jwks_path is None:
         refresher = asyncio.create_task(
             keep_jwks_fresh(auth, args.jwt_jwks, interval_s=args.jwks_refresh)
         )
-    print(f"igw auth: ext_authz on http://{args.host}:{args.port}/authz", flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    if refresher is not None:
-        refresher.cancel()
-    await runner.cleanup()
-    await tracing.close()
+
+    def listening(port: int) -> None:
+        print(f"igw auth: ext_authz on http://{args.host}:{port}/authz", flush=True)
+
+    try:
+        await serve_http(
+            authz_app(auth, max_body_bytes=args.max_body_bytes, tracing=tracing),
+            name="igw auth",
+            host=args.host,
+            port=args.port,
+            in_flight=lambda: 0,  # a check is one quick answer: nothing to wait for
+            grace_s=1.0,
+            on_listening=listening,
+            access_log=None,  # no line per check: refusals are counted on /metrics
+            **server_settings(),
+        )
+    finally:
+        if refresher is not None:
+            refresher.cancel()
+        await tracing.close()
     return 0

@@ -6,7 +6,12 @@ import argparse
 import asyncio
 from typing import Any
 
-from inference_gateway.cli.picker import add_tls_arguments, server_ssl_context
+from inference_gateway.cli.picker import (
+    add_body_limit_argument,
+    add_tls_arguments,
+    body_limit,
+    server_ssl_context,
+)
 from inference_gateway.cli.process import add_drain_argument, start_server_process
 from inference_gateway.transport.ports import DEFAULTS
 
@@ -29,6 +34,7 @@ def register(subparsers: Any) -> None:
         "where Envoy reaches the router over the network (the Kubernetes chart does)",
     )
     parser.add_argument("--grpc-port", type=int, default=DEFAULTS["igw bbr", "--grpc-port"])
+    add_body_limit_argument(parser)
     add_drain_argument(parser, "exchanges")
     add_tls_arguments(parser)
     parser.set_defaults(handler=run)
@@ -47,7 +53,11 @@ async def _serve(args: argparse.Namespace) -> int:
     stopped = stop_signals("igw bbr")  # SIGTERM, SIGINT and SIGHUP alike (transport/signals.py)
     config = load_config(args.config) if args.config else None
     server, port = await start_bbr(
-        config, host=args.host, port=args.grpc_port, ssl_context=server_ssl_context(args)
+        config,
+        host=args.host,
+        port=args.grpc_port,
+        ssl_context=server_ssl_context(args),
+        max_body_bytes=body_limit(args),
     )
     print(f"igw bbr: ext_proc on {args.host}:{port}", flush=True)
     await stopped

@@ -2,6 +2,10 @@
 
 `igw global drain CLUSTER… | --region R  --config GLOBAL.yaml` (and `undrain`, `drained`)
 changes the planned drain set the running routers read every poll interval (drains.py).
+A drain that would leave no cluster out of the set is refused without `--force` (every
+request would get 503); one whose remaining clusters all fail to answer `GET /status`
+from where the command runs goes ahead with a warning (they may only be unreachable
+from here, which the routers see differently).
 """
 
 from __future__ import annotations
@@ -38,6 +42,11 @@ def register(subparsers: Any) -> None:
         "through the store or drainFile); drained: list the planned drain set",
     )
     parser.add_argument("clusters", nargs="*", help="cluster names (drain, undrain)")
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="drain: go ahead even when no cluster would be left to route to",
+    )
     parser.add_argument(
         "--region", action="append", default=[], help="every cluster of this region (repeatable)"
     )
@@ -138,7 +147,7 @@ def change_drains(spec: Any, args: argparse.Namespace) -> int:
         print("igw global: planned drains need a `store` or a `drainFile`", file=sys.stderr)
         return 2
 
-    async def apply() -> tuple[str, frozenset[str]]:
+    async def apply() -> tuple[str, frozenset[str]] | None:
         redis = connect(spec.store) if spec.store is not None else None
         # its own metrics registry: the CLI exports nothing
         health = (
@@ -149,6 +158,10 @@ def change_drains(spec: Any, args: argparse.Namespace) -> int:
         drains = PlannedDrains(spec, redis, health)
         try:
             where = ""
+            if args.action == "drain" and not args.force:
+                before = await drains.current(strict=spec.drain_file is None)
+                if not await may_drain(spec, before | names):
+                    return None
             if args.action != "drained":
                 where = await drains.change(frozenset(names), drain=args.action == "drain")
             return where, await drains.current(strict=args.action == "drained")
@@ -157,7 +170,10 @@ def change_drains(spec: Any, args: argparse.Namespace) -> int:
                 await redis.aclose()
 
     try:
-        where, current = asyncio.run(apply())
+        outcome = asyncio.run(apply())
+        if outcome is None:
+            return 2
+        where, current = outcome
     except StoreUnavailable as error:
         if args.action == "drained":
             print(
@@ -173,3 +189,57 @@ def change_drains(spec: Any, args: argparse.Namespace) -> int:
         print(f"igw global: {args.action} {', '.join(sorted(names))} ({where})")
     print(f"planned drain set: {', '.join(sorted(current)) or '(empty)'}")
     return 0
+
+
+STATUS_PROBE_TIMEOUT_S = 2.0
+
+
+async def may_drain(spec: Any, after: frozenset[str]) -> bool:
+    """Whether a drain that leaves `after` drained may go ahead without --force: False
+    (said on stderr) when no cluster would be left; a warning when none of those left
+    answers `GET /status` from here (module docstring)."""
+    left = sorted(c.name for c in spec.clusters if c.name not in after)
+    if not left:
+        every = ", ".join(sorted(c.name for c in spec.clusters))
+        print(
+            f"igw global drain: refused: that drains every cluster ({every}), so every "
+            "request would be answered 503; pass --force to drain them all anyway",
+            file=sys.stderr,
+        )
+        return False
+    urls = [c.base_url for c in spec.clusters if c.name in left]
+    answers = await _answering(urls)
+    if not any(answers):
+        print(
+            f"igw global drain: warning: no cluster left ({', '.join(left)}) answered GET "
+            f"/status from here within {STATUS_PROBE_TIMEOUT_S:g} s; if they are down, "
+            "every request gets 503 (`igw global undrain` lifts the drain)",
+            file=sys.stderr,
+        )
+    return True
+
+
+async def _answering(urls: list[str]) -> list[bool]:
+    """Whether each cluster gateway answers a valid `GET /status` within the timeout."""
+    import asyncio
+
+    import aiohttp
+    from pydantic import ValidationError
+
+    from inference_gateway.frontends.global_router.clusters import MAX_STATUS_BYTES, ClusterStatus
+
+    timeout = aiohttp.ClientTimeout(total=STATUS_PROBE_TIMEOUT_S)
+
+    async def one(session: aiohttp.ClientSession, url: str) -> bool:
+        try:
+            async with session.get(url + "/status") as response:
+                raw = await response.content.read(MAX_STATUS_BYTES + 1)
+                if response.status != 200 or len(raw) > MAX_STATUS_BYTES:
+                    return False
+            ClusterStatus.model_validate_json(raw)
+        except (aiohttp.ClientError, OSError, TimeoutError, ValidationError):
+            return False
+        return True
+
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        return list(await asyncio.gather(*(one(session, url) for url in urls)))

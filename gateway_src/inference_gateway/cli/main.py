@@ -39,10 +39,12 @@ SUBCOMMANDS = {
     "bbr": "inference_gateway.cli.bbr",
     "auth": "inference_gateway.cli.auth",
     "pd-sidecar": "inference_gateway.cli.pd_sidecar",
+    "tokenizer": "inference_gateway.cli.tokenizer",
     "demo": "inference_gateway.demo.run",
     "bench": "inference_gateway.backend_bench.cli",
     "validate": "inference_gateway.cli.validate",
     "explain": "inference_gateway.cli.explain",
+    "convert": "inference_gateway.cli.convert",
 }
 
 #: top-level module → the pinned requirements file that installs it, where that is not

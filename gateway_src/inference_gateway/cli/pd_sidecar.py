@@ -1,6 +1,7 @@
 """`igw pd-sidecar --listen 0.0.0.0:8000 --decoder http://127.0.0.1:8200
---allow-prefill CIDR [--allow-prefill CIDR ...]`: the decode pod's P/D routing sidecar
-(frontends/pd_sidecar.py; llm-d's routing-sidecar convention)."""
+--allow-prefill CIDR [--allow-prefill CIDR ...] [--nixl-side-channel-ports 5600[-5607]]`:
+the decode pod's P/D routing sidecar (frontends/pd_sidecar.py; llm-d's routing-sidecar
+convention)."""
 
 from __future__ import annotations
 
@@ -16,10 +17,13 @@ from inference_gateway.cli.process import (
     start_server_process,
     tracing_from_args,
 )
+from inference_gateway.core.request.pd_body import NIXL_SIDE_CHANNEL_PORT
 from inference_gateway.frontends.pd_exchange import PREFILL_TIMEOUT_S
 from inference_gateway.transport.ports import DEFAULTS
 
-__all__ = ["parse_listen", "register", "run"]
+__all__ = ["parse_listen", "parse_ports", "register", "run"]
+
+MAX_SIDE_CHANNEL_PORTS = 256
 
 
 def parse_listen(value: str) -> tuple[str, int]:
@@ -28,6 +32,22 @@ def parse_listen(value: str) -> tuple[str, int]:
     if not sep or not port.isascii() or not port.isdigit() or not 0 <= int(port) < 65536:
         raise ValueError(f"--listen must be HOST:PORT, got {value!r}")
     return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def parse_ports(value: str) -> range:
+    """PORT or LOW-HIGH (at most 256 ports); ValueError otherwise."""
+    low, _, high = value.partition("-")
+    try:
+        first, last = int(low), int(high or low)
+    except ValueError:
+        message = f"--nixl-side-channel-ports must be PORT or LOW-HIGH, got {value!r}"
+        raise ValueError(message) from None
+    if not 0 < first <= last < 65536 or last - first >= MAX_SIDE_CHANNEL_PORTS:
+        raise ValueError(
+            f"--nixl-side-channel-ports: {value!r} is not 1-65535 or spans over "
+            f"{MAX_SIDE_CHANNEL_PORTS} ports"
+        )
+    return range(first, last + 1)
 
 
 def register(subparsers: Any) -> None:
@@ -63,6 +83,15 @@ def register(subparsers: Any) -> None:
         help="a prefill leg slower than this is given up and served aggregated "
         "(default %(default)s)",
     )
+    parser.add_argument(
+        "--nixl-side-channel-ports",
+        default=str(NIXL_SIDE_CHANNEL_PORT),
+        metavar="PORT[-PORT]",
+        help="where prefill pods' NIXL handshake listens (vLLM's VLLM_NIXL_SIDE_CHANNEL_PORT, "
+        "plus the data-parallel rank: a range for DP > 1); a prefill answer naming another "
+        "port, or another host than the pod dialled, is served aggregated (default "
+        "%(default)s)",
+    )
     add_drain_argument(parser)
     add_tracing_argument(parser)
     parser.set_defaults(handler=run)
@@ -82,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
             allowlist,
             prefill_timeout_s=args.prefill_timeout,
             tracing=tracing_from_args(args, "igw-pd-sidecar"),
+            side_channel_ports=parse_ports(args.nixl_side_channel_ports),
         )
     except ValueError as error:
         print(f"igw pd-sidecar: {error}", file=sys.stderr)

@@ -85,6 +85,7 @@ def register(subparsers: Any) -> None:
         "x-gateway-destination-endpoint (Envoy AI Gateway, GIE's own Envoy config): one "
         "address per request, so --fallbacks must be 0 (default: on)",
     )
+    add_body_limit_argument(parser)
     parser.add_argument(
         "--drain-timeout",
         type=float,
@@ -100,6 +101,14 @@ def register(subparsers: Any) -> None:
         default="full-duplex",
         help="body mode assumed when Envoy sends no protocol_config",
     )
+    parser.add_argument(
+        "--client-id-from-auth",
+        action="store_true",
+        help="x-igw-client-id on every request is set by the authenticating filter in front "
+        "(Envoy Gateway's SecurityPolicy extAuth to igw auth: its headersToBackend "
+        "override a client's), so rate limits may key on it; without this flag a client's "
+        "x-igw-client-id is ignored (the charts pass it with kubernetes.auth)",
+    )
     add_cluster_arguments(parser)
     add_store_argument(parser)
     k8s = parser.add_argument_group("Kubernetes (when no --endpoints is given)")
@@ -109,7 +118,14 @@ def register(subparsers: Any) -> None:
     k8s.add_argument("--api-server", help="API server URL without credentials (dev, tests)")
     k8s.add_argument("--config-name", default="igw", help="InferenceGatewayConfig to watch")
     k8s.add_argument("--no-watch-api", action="store_true", help="do not watch config resources")
-    k8s.add_argument("--leader-elect", action="store_true", help="active-passive via a Lease")
+    elect = k8s.add_mutually_exclusive_group()
+    elect.add_argument("--leader-elect", action="store_true", help="active-passive via a Lease")
+    elect.add_argument(
+        "--leader-elect-status",
+        action="store_true",
+        help="elect the Lease's holder as the one replica that writes the "
+        "InferenceGatewayConfig's status; every replica stays ready and routes",
+    )
     k8s.add_argument("--lease-name", default="igw-picker")
     k8s.add_argument(
         "--status-interval",
@@ -180,6 +196,29 @@ def add_store_argument(parser: argparse.ArgumentParser) -> None:
         "replicas pick like one, and (igw serve) rate limits exact across replicas; the local "
         "view while it is unreachable (default $IGW_STORE_URL; none: this replica alone)",
     )
+
+
+def add_body_limit_argument(parser: argparse.ArgumentParser) -> None:
+    """`--max-body-bytes`, one limit for both ext_proc servers (the picker and bbr)."""
+    parser.add_argument(
+        "--max-body-bytes",
+        type=int,
+        metavar="BYTES",
+        help="answer 413 to a request body larger than this (default 4 MiB; the chart "
+        "passes kubernetes.max_request_body_bytes)",
+    )
+
+
+def body_limit(args: argparse.Namespace) -> int:
+    """The `--max-body-bytes` given, else the ext_proc driver's default; a ConfigError
+    (exit 2) below 1 KiB."""
+    from inference_gateway.errors import ConfigError
+    from inference_gateway.frontends.extproc.stream import MAX_BODY_BYTES
+
+    limit: int = MAX_BODY_BYTES if args.max_body_bytes is None else args.max_body_bytes
+    if limit < 1024:
+        raise ConfigError("--max-body-bytes", ["<value>: must be 1024 or more"])
+    return limit
 
 
 def add_tls_arguments(parser: argparse.ArgumentParser) -> None:
@@ -284,8 +323,12 @@ def server_options(args: argparse.Namespace) -> dict[str, Any]:
         if args.body_mode == "buffered"
         else ProcessingMode.FULL_DUPLEX_STREAMED
     )
+    limit = body_limit(args)
     options = PickerOptions(
-        fallbacks=args.fallbacks, request_body_mode=mode, response_body_mode=mode
+        fallbacks=args.fallbacks,
+        max_body_bytes=limit,
+        request_body_mode=mode,
+        response_body_mode=mode,
     )
     return {
         "options": options,
@@ -313,7 +356,8 @@ def kubernetes_options(args: argparse.Namespace) -> Any:
         rewrites=args.rewrites,
         config_name=args.config_name,
         watch_api=not args.no_watch_api,
-        leader_elect=args.leader_elect,
+        leader_elect=args.leader_elect or args.leader_elect_status,
+        leader_gates_readiness=not args.leader_elect_status,
         lease_name=args.lease_name,
         status_interval_s=args.status_interval,
     )
@@ -356,6 +400,7 @@ async def _serve(args: argparse.Namespace) -> int:
     else:
         mode = await KubernetesMode.connect(kubernetes_options(args))
         picker = mode.server(observers(args, mode.core), **server)
+    picker.core.director.trusted_client_id = args.client_id_from_auth
     from inference_gateway.transport.signals import stop_signals
 
     stopped = stop_signals("igw picker")  # SIGTERM, SIGINT and SIGHUP alike (transport/signals.py)

@@ -76,6 +76,11 @@ def _is_config(docs: list[Any]) -> bool:
     return "kind" not in doc and bool(doc) and set(doc) <= fields
 
 
+def _is_global(docs: list[Any]) -> bool:
+    """`igw global`'s config: clusters, or the managed Global Inference Gateway's members."""
+    return _has("clusters", without=("workload",))(docs) or _has("gateways")(docs)
+
+
 def _is_rewrites(docs: list[Any]) -> bool:
     return bool(docs) and all(
         isinstance(d, dict) and d.get("kind") == "InferenceModelRewrite" for d in docs
@@ -226,7 +231,7 @@ KINDS = [
         _load_fleet_scenario,
     ),
     Kind("scenario", "igw simulate", _has("fleet", "workload"), _load_scenario),
-    Kind("global", "igw global --config", _has("clusters", without=("workload",)), _load_global),
+    Kind("global", "igw global --config", _is_global, _load_global),
     Kind("config", "igw serve/picker/bbr --config", _is_config, _load_config),
     Kind("manifests", "igw picker and igw global in the cluster", _is_manifests, _load_manifests),
 ]

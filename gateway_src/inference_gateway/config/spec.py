@@ -55,6 +55,8 @@ from inference_gateway.errors import ConfigError
 __all__ = [
     "API_GROUP",
     "API_VERSION",
+    "MAX_CONFIG_BYTES",
+    "SAFE_LOADER",
     "SCORER_NAMES",
     "BandSpec",
     "ConfigError",
@@ -78,8 +80,19 @@ __all__ = [
     "load_config",
     "openapi_v3_schema",
     "parse_config",
+    "read_capped",
     "read_yaml",
+    "weigh_profile",
 ]
+
+#: LibYAML's parser when PyYAML was built with it (the wheels are): the same safe subset
+#: as `yaml.SafeLoader`, about eight times faster on a large file.
+SAFE_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+#: The largest config or rewrites file read: what one ConfigMap can hold (Kubernetes
+#: caps a ConfigMap's data at 1 MiB), so no real mount is refused, and a runaway file
+#: can neither hold a reload for seconds nor the memory of its parse.
+MAX_CONFIG_BYTES = 2**20
 
 API_GROUP = "inference.igw.dev"
 API_VERSION = "v1alpha1"
@@ -261,6 +274,13 @@ class PoolSpec(Spec):
     gpu: str | None = Field(default=None, description="GPU profile name, e.g. H100.")
     hourly_usd: float | None = Field(default=None, ge=0, description="Price of one pod.")
     failure_mode: Literal["FailOpen", "FailClose"] = "FailClose"
+    route_timeout_s: int | None = Field(
+        default=None,
+        ge=1,
+        description="In the cluster: the longest a request to this pool may take, first "
+        "byte to last (its HTTPRoute's timeouts.request); default the chart's route "
+        "timeout. The managed add-on's per-scheduler routeTimeout.",
+    )
 
 
 class ModelSpec(Spec):
@@ -422,6 +442,7 @@ def default_scheduling() -> tuple[list[PluginSpec], list[SchedulingProfileSpec]]
         PluginSpec(type="lora-affinity-scorer"),
         PluginSpec(type="running-requests-size-scorer"),
         PluginSpec(type="predicted-ttft-scorer"),
+        PluginSpec(type="no-hit-lru-scorer"),
         PluginSpec(type="max-score-picker"),
     ]
     ref = PluginRef
@@ -455,7 +476,11 @@ def default_scheduling() -> tuple[list[PluginSpec], list[SchedulingProfileSpec]]
 
 #: The names `weights:` accepts, each to the plugin type it weighs: our type names, and the
 #: short camelCase names a team migrating from the managed add-on writes for the same
-#: scorers (table in docs/picker.md).
+#: scorers (table in docs/picker.md). The managed schedulers' own weight names (`queue`,
+#: `kvCache`, `prefix`, `lru`, `loraAffinity`, `runningRequests`, `predictedLatency`)
+#: are all here, so their `weights` carry over verbatim (docs/managed-gateway.md): `prefix`
+#: is the default profile's prefix scorer, the precise one (which is the approximate
+#: index for pods that publish no KV events), so `prefix: 0` turns prefix affinity off.
 SCORER_NAMES: dict[str, str] = {
     "queue-scorer": "queue-scorer",
     "queue": "queue-scorer",
@@ -467,12 +492,16 @@ SCORER_NAMES: dict[str, str] = {
     "prefixCache": "prefix-cache-scorer",
     "precise-prefix-cache-scorer": "precise-prefix-cache-scorer",
     "precisePrefixCache": "precise-prefix-cache-scorer",
+    "prefix": "precise-prefix-cache-scorer",
     "lora-affinity-scorer": "lora-affinity-scorer",
     "loraAffinity": "lora-affinity-scorer",
     "running-requests-size-scorer": "running-requests-size-scorer",
     "runningRequests": "running-requests-size-scorer",
     "predicted-ttft-scorer": "predicted-ttft-scorer",
     "predictedTtft": "predicted-ttft-scorer",
+    "predictedLatency": "predicted-ttft-scorer",
+    "no-hit-lru-scorer": "no-hit-lru-scorer",
+    "lru": "no-hit-lru-scorer",
 }
 # A Literal, so an unknown name fails with its path and the CRD lists the names (built
 # from the table; a type checker sees the str it is).
@@ -482,7 +511,9 @@ else:
     ScorerName = Literal[tuple(SCORER_NAMES)]
 
 
-def _weigh(profile: SchedulingProfileSpec, weights: Mapping[str, float]) -> SchedulingProfileSpec:
+def weigh_profile(
+    profile: SchedulingProfileSpec, weights: Mapping[str, float]
+) -> SchedulingProfileSpec:
     """`profile` under `weights:`: a named scorer takes its weight, a weight of 0 drops it,
     a named scorer the profile lacks joins it (before the picker); the rest stay."""
     wanted = {SCORER_NAMES[name]: weight for name, weight in weights.items()}
@@ -591,7 +622,7 @@ class GatewayConfigSpec(Spec):
         default = info.data.get("default_profile", "")
         builtin = {p.name: p for p in _default_profiles()}.get(default)
         if builtin is not None and not any(
-            kind_of(r.plugin_ref) == "scorer" for r in _weigh(builtin, weights).plugins
+            kind_of(r.plugin_ref) == "scorer" for r in weigh_profile(builtin, weights).plugins
         ):
             raise ValueError(f"every scorer of profile {builtin.name!r} is weighted 0")
         return weights
@@ -619,7 +650,7 @@ class GatewayConfigSpec(Spec):
                         "drop this entry so `weights` applies to the built-in "
                         f"{default!r}"
                     )
-            builtins = [_weigh(p, weights) if p.name == default else p for p in builtins]
+            builtins = [weigh_profile(p, weights) if p.name == default else p for p in builtins]
         return given + [p for p in builtins if p.name not in own]
 
     @model_validator(mode="after")
@@ -673,9 +704,18 @@ class GatewayConfigSpec(Spec):
 
 
 def parse_config(data: Mapping[str, Any], source: str = "<config>") -> GatewayConfigSpec:
-    """Validate a mapping: either a bare spec or a whole `InferenceGatewayConfig` resource."""
+    """Validate a mapping: either a bare spec or a whole `InferenceGatewayConfig` resource,
+    this project's or the managed add-on's (`config.managed`, converted on the way in by
+    `config.convert`: its routing part; its deployment settings are the cluster's, which
+    `make synth` renders from environment.yaml)."""
     if not isinstance(data, Mapping):
         raise ConfigError(source, ["<root>: expected a mapping"])
+    from inference_gateway.config.managed import is_managed
+
+    if is_managed(data):
+        from inference_gateway.config.convert import convert_resource
+
+        data, _ = convert_resource(data, "native", source)
     prefix = ""
     if data.get("kind") == "InferenceGatewayConfig":
         data, prefix = data.get("spec") or {}, "spec"
@@ -685,14 +725,29 @@ def parse_config(data: Mapping[str, Any], source: str = "<config>") -> GatewayCo
         raise ConfigError(source, format_validation_error(error, prefix)) from None
 
 
-def read_yaml(path: str | Path, *, documents: bool = False) -> Any:
-    """One YAML document from a file (every one, as a list, with `documents`); an
-    unreadable file, bytes that are not UTF-8 or bad YAML is a ConfigError."""
+def read_capped(path: str | Path, max_bytes: int) -> bytes:
+    """A file's bytes, or a ConfigError when it holds more than `max_bytes` (read no
+    further than that, whatever the file grows to meanwhile) or cannot be read."""
     try:
-        text = Path(path).read_bytes().decode("utf-8")
+        with open(path, "rb") as f:
+            data = f.read(max_bytes + 1)
+    except OSError as error:
+        raise ConfigError(str(path), [f"<root>: cannot read file: {error.strerror}"]) from None
+    if len(data) > max_bytes:
+        raise ConfigError(str(path), [f"<root>: the file is over the limit of {max_bytes} bytes"])
+    return data
+
+
+def read_yaml(path: str | Path, max_bytes: int | None = None, *, documents: bool = False) -> Any:
+    """One YAML document from a file (every one, as a list, with `documents`; at most
+    `max_bytes`, when given); an unreadable or oversized file, bytes that are not UTF-8 or
+    bad YAML is a ConfigError."""
+    try:
+        data = Path(path).read_bytes() if max_bytes is None else read_capped(path, max_bytes)
+        text = data.decode("utf-8")
         if documents:
-            return [d for d in yaml.safe_load_all(text) if d is not None]
-        return yaml.safe_load(text)
+            return [d for d in yaml.load_all(text, Loader=SAFE_LOADER) if d is not None]
+        return yaml.load(text, Loader=SAFE_LOADER)
     except OSError as error:
         raise ConfigError(str(path), [f"<root>: cannot read file: {error.strerror}"]) from None
     except UnicodeDecodeError as error:
@@ -704,10 +759,11 @@ def read_yaml(path: str | Path, *, documents: bool = False) -> Any:
 
 
 def load_config(path: str | Path) -> GatewayConfigSpec:
-    """Read and validate a YAML config file. An empty or comment-only file is an error
-    (it would silently drop every model, rate limit and objective, as a truncated write
-    or a botched ConfigMap edit does); the document `{}` asks for the defaults on purpose."""
-    data = read_yaml(path)
+    """Read and validate a YAML config file of at most `MAX_CONFIG_BYTES`. An empty or
+    comment-only file is an error (it would silently drop every model, rate limit and
+    objective, as a truncated write or a botched ConfigMap edit does); the document `{}`
+    asks for the defaults on purpose."""
+    data = read_yaml(path, MAX_CONFIG_BYTES)
     if data is None:
         raise ConfigError(
             str(path),

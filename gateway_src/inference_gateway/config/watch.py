@@ -8,7 +8,8 @@ Event on the offending resource so `kubectl describe` shows it — and the last 
 state keeps serving.
 
     FileConfigSource        a config file and a rewrites file or folder (ConfigMap
-                            mounts), polled every second by `config.reloader`
+                            mounts), polled every second by `config.reloader`, read
+                            and validated off the event loop
     KubernetesConfigSource  reflectors on InferenceGatewayConfig, InferenceObjective and
                             InferenceModelRewrite of one namespace
 
@@ -25,8 +26,9 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import functools
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +53,7 @@ __all__ = [
     "KubernetesConfigSource",
     "guard_reload",
     "known_models",
+    "load_files",
     "merge_objectives",
 ]
 
@@ -68,16 +71,35 @@ def known_models(config: GatewayConfigSpec | None) -> set[str] | None:
     return set(ModelRouter(config).models([]))
 
 
+def load_files(
+    config_path: Path | None,
+    rewrites_path: str | Path | None,
+    *,
+    config: GatewayConfigSpec | None = None,
+    models: set[str] | None = None,
+    seed: int | None = None,
+) -> tuple[GatewayConfigSpec | None, RewriteSet]:
+    """The state a config file and a rewrites file (or folder) describe, validated:
+    `config` stands in when there is no config file, and a rewrite may target the
+    config's models, else `models` (None: any). Pure, so a reload runs it in a process
+    of its own (`config.reloader.load_off_loop`)."""
+    current = load_config(config_path) if config_path is not None else config
+    if rewrites_path is None:
+        return current, RewriteSet.empty()
+    targets = known_models(current) or models
+    return current, load_rewrites(rewrites_path, known_models=targets, seed=seed)
+
+
 def guard_reload(
-    reload: Callable[[], None], metrics: GatewayMetrics | None, source: str = "file"
-) -> Callable[[], None]:
+    reload: Callable[[], Awaitable[None]], metrics: GatewayMetrics | None, source: str = "file"
+) -> Callable[[], Awaitable[None]]:
     """`reload` as a file watcher's callback: counted as applied or rejected, and any
     exception turned into a `ConfigError` with its reason, the one kind the watcher
     catches (logs and survives); the last good state keeps serving."""
 
-    def guarded() -> None:
+    async def guarded() -> None:
         try:
-            reload()
+            await reload()
         except ConfigError:
             _count(metrics, source, "rejected")
             raise
@@ -137,21 +159,19 @@ class FileConfigSource:
         self._task: asyncio.Task[None] | None = None
 
     def load(self) -> tuple[GatewayConfigSpec | None, RewriteSet]:
-        config = load_config(self.config_path) if self.config_path else None
-        rewrites = (
-            load_rewrites(self.rewrites_path, known_models=known_models(config))
-            if self.rewrites_path
-            else RewriteSet.empty()
-        )
-        return config, rewrites
+        return load_files(self.config_path, self.rewrites_path)
 
-    def reload(self) -> None:
-        self.apply(*self.load())
+    async def reload(self) -> None:
+        """Read and validate off the event loop (`load_off_loop`), swap in on it."""
+        from inference_gateway.config.reloader import load_off_loop
+
+        load = functools.partial(load_files, self.config_path, self.rewrites_path)
+        self.apply(*await load_off_loop(load))
 
     async def start(self) -> None:
         from inference_gateway.config.reloader import FileWatcher
 
-        self.reload()
+        self.apply(*self.load())  # before serving: in place
         paths = [p for p in (self.config_path, self.rewrites_path) if p is not None]
         if paths:
             reload = guard_reload(self.reload, self.metrics)

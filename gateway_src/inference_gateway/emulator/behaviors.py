@@ -81,13 +81,17 @@ _OP_OF = dict(COMPARISON_PHRASES)
 
 
 class PodBehavior(BaseModel):
-    """Deliberate imperfections of one pod (fleet file key `behavior`); all off by default."""
+    """Deliberate imperfections of one pod (fleet file key `behavior`); all off by default.
+    `stream_interval` is vLLM's `--stream-interval` (`OutputProcessor`): a stream's event
+    carries that many tokens (the last event what is left), as with speculative decoding,
+    which a gateway counting one token per event would under-count."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     tool_call_miss_rate: float = Field(default=0.0, ge=0, le=1)
     tool_call_error_rate: float = Field(default=0.0, ge=0, le=1)
     temperature0_jitter: float = Field(default=0.0, ge=0, le=1)
+    stream_interval: int = Field(default=1, ge=1, le=1024)
     seed: int = 0
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import orjson
 
+from inference_gateway.core.scheduling.block_hashing import HASH_ALGOS
 from inference_gateway.emulator.fleet import EmulatedFleet, FleetSpec, load_fleet, parse_fleet
 from inference_gateway.emulator.kv_publisher import parse_kv_events_config
 from inference_gateway.errors import ConfigError
@@ -59,6 +60,19 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--max-num-batched-tokens", type=int, default=None)
     parser.add_argument("--served-model-name", default=None)
     parser.add_argument(
+        "--tokenizer",
+        default=None,
+        metavar="DIR",
+        help="vLLM's flag: a directory with the model's tokenizer files (tokenizer.json, "
+        "tokenizer_config.json); the pod counts and hashes their token ids",
+    )
+    parser.add_argument(
+        "--prefix-caching-hash-algo",
+        default=None,
+        choices=HASH_ALGOS,
+        help="vLLM's flag: how prefix-cache blocks are hashed (default sha256)",
+    )
+    parser.add_argument(
         "--kv-events-config",
         default=None,
         metavar="JSON",
@@ -71,6 +85,12 @@ def register(subparsers: Any) -> None:
         ("--temperature0-jitter", "fraction of temperature-0 replies that vary per request"),
     ):
         parser.add_argument(flag, type=float, default=None, help=text + " (default 0)")
+    parser.add_argument(
+        "--stream-interval",
+        type=int,
+        default=None,
+        help="vLLM's flag: tokens per streamed event (default 1)",
+    )
     parser.add_argument(
         "--kv-transfer-config",
         metavar="JSON",
@@ -97,9 +117,12 @@ def build_spec(args: argparse.Namespace) -> tuple[FleetSpec, str]:
         "--max-num-batched-tokens": args.max_num_batched_tokens,
         "--served-model-name": args.served_model_name,
         "--kv-events-config": args.kv_events_config,
+        "--tokenizer": args.tokenizer,
+        "--prefix-caching-hash-algo": args.prefix_caching_hash_algo,
         "--tool-call-miss-rate": args.tool_call_miss_rate,
         "--tool-call-error-rate": args.tool_call_error_rate,
         "--temperature0-jitter": args.temperature0_jitter,
+        "--stream-interval": args.stream_interval,
         "--kv-transfer-config": args.kv_transfer_config,
     }
     if args.fleet:
@@ -127,12 +150,15 @@ def build_spec(args: argparse.Namespace) -> tuple[FleetSpec, str]:
         "kv_events_config": (
             parse_kv_events_config(args.kv_events_config) if args.kv_events_config else None
         ),
+        "tokenizer": args.tokenizer,
+        "prefix_caching_hash_algo": args.prefix_caching_hash_algo or "sha256",
         "behavior": {
             key: value
             for key, value in (
                 ("tool_call_miss_rate", args.tool_call_miss_rate),
                 ("tool_call_error_rate", args.tool_call_error_rate),
                 ("temperature0_jitter", args.temperature0_jitter),
+                ("stream_interval", args.stream_interval),
             )
             if value is not None
         },

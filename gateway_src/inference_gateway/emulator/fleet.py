@@ -36,6 +36,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from inference_gateway.config.spec import format_validation_error, read_yaml
+from inference_gateway.core.scheduling.block_hashing import HashAlgo
 from inference_gateway.emulator.behaviors import PodBehavior
 from inference_gateway.emulator.kv_publisher import (
     KVEventsConfig,
@@ -89,6 +90,14 @@ class PodGroupSpec(BaseModel):
     )
     hash_seed: str | None = Field(
         default=None, description="vLLM's PYTHONHASHSEED for block hashes (default: the env's)."
+    )
+    prefix_caching_hash_algo: HashAlgo = Field(
+        default="sha256", description="vLLM's --prefix-caching-hash-algo (v0.11.0 choices)."
+    )
+    tokenizer: str | None = Field(
+        default=None,
+        description="vLLM's --tokenizer: a directory with the model's tokenizer files, whose "
+        "ids the pods count and hash (default: the emulator's 4-bytes-per-token rule).",
     )
     kv_transfer_config: KVTransferConfig | None = Field(
         default=None,
@@ -230,6 +239,8 @@ class EmulatedFleet:
                     hash_seed=group.hash_seed,
                     kv_transfer=_replica_kv_transfer(group, replica),
                     tracing=tracing,
+                    tokenizer=group.tokenizer,
+                    hash_algo=group.prefix_caching_hash_algo,
                 )
                 if port:
                     port += 1

@@ -130,7 +130,10 @@ class ZmqKVPublisher:
         self.config = config
         self.block_size = block_size
         self.flush_interval_s = flush_interval_s
-        self._info: OrderedDict[Hashable, tuple[int | None, tuple[int, ...]]] = OrderedDict()
+        # block → (parent, token ids, LoRA int id) until the pool reports it stored
+        self._info: OrderedDict[Hashable, tuple[int | None, tuple[int, ...], int | None]] = (
+            OrderedDict()
+        )
         self._info_cap = max(1024, 2 * capacity_blocks)
         self._pending: deque[BlockStored | BlockRemoved] = deque()
         self._buffer: deque[tuple[int, bytes]] = deque(maxlen=config.buffer_steps)
@@ -172,13 +175,15 @@ class ZmqKVPublisher:
 
     # ------------------------------------------------------------------ engine side
 
-    def register(self, hashes: Sequence[Hashable], token_ids: Sequence[int]) -> None:
-        """Remember each block's parent and tokens until the pool reports it stored."""
+    def register(
+        self, hashes: Sequence[Hashable], token_ids: Sequence[int], lora_id: int | None = None
+    ) -> None:
+        """Remember each block's parent, tokens and adapter until the pool reports it stored."""
         info, size = self._info, self.block_size
         parent: int | None = None
         for i, h in enumerate(hashes):
             if h not in info:
-                info[h] = (parent, tuple(token_ids[i * size : (i + 1) * size]))
+                info[h] = (parent, tuple(token_ids[i * size : (i + 1) * size]), lora_id)
             parent = h  # type: ignore[assignment]  # the pool's keys are the int hashes
         while len(info) > self._info_cap:
             info.popitem(last=False)
@@ -188,26 +193,29 @@ class ZmqKVPublisher:
         run: list[int] = []
         tokens: list[int] = []
         parent: int | None = None
+        lora_id: int | None = None
         for h in hashes:
-            parent_h, ids = info.pop(h, (None, ()))
+            parent_h, ids, lora = info.pop(h, (None, (), None))
             if run and parent_h != run[-1]:  # not a continuation: a new event
-                self._store(run, parent, tokens)
+                self._store(run, parent, tokens, lora_id)
                 run, tokens = [], []
             if not run:
-                parent = parent_h
+                parent, lora_id = parent_h, lora
             run.append(h)  # type: ignore[arg-type]
             tokens.extend(ids)
         if run:
-            self._store(run, parent, tokens)
+            self._store(run, parent, tokens, lora_id)
 
-    def _store(self, run: list[int], parent: int | None, tokens: list[int]) -> None:
+    def _store(
+        self, run: list[int], parent: int | None, tokens: list[int], lora_id: int | None
+    ) -> None:
         self._pending.append(
             BlockStored(
                 block_hashes=run,
                 parent_block_hash=parent,
                 token_ids=tokens,
                 block_size=self.block_size,
-                lora_id=None,
+                lora_id=lora_id,  # vLLM: `request.lora_request.id` (the adapter's int id)
                 medium=MEDIUM_GPU,
             )
         )

@@ -12,9 +12,15 @@ Shapes follow vLLM's OpenAI server where a client or router can see them:
 * `GET /v1/models` lists the base model and each adapter with `parent` set to the base.
 
 Token counts and output text come from `tokens.py`; prefix-cache blocks are hashed from
-token ids as vLLM hashes them (`scheduling.block_hashing`, seeded like vLLM from
-`PYTHONHASHSEED` unless the pod is given `hash_seed`), and with `kv_events` the pod
-publishes vLLM's KV events (`kv_publisher`). One deliberate simplification: `n` must be
+token ids as vLLM hashes them (`scheduling.block_hashing`: `hash_algo` is vLLM's
+`--prefix-caching-hash-algo`, the seed is `PYTHONHASHSEED` unless the pod is given
+`hash_seed`, an adapter's blocks carry its int id, numbered 1, 2, … in the order the
+adapters are listed as vLLM numbers `--lora-modules`, and a request's `cache_salt`
+salts its first block), and with `kv_events` the pod publishes vLLM's KV events
+(`kv_publisher`). Given `tokenizer` (vLLM's `--tokenizer`: a directory with a model's
+tokenizer files) the pod counts and hashes that tokenizer's ids of the request, as a
+real pod of that model does (`scheduling.hf_tokenizer`); without one, the emulator's
+4-bytes-per-token rule. One deliberate simplification: `n` must be
 1. A client that disconnects aborts its request, as vLLM does (its OpenAI server aborts
 the engine request when the connection closes, streaming or not): the engine drops it at
 once, so its KV blocks and batch slot free, the running count falls, and it is counted
@@ -50,10 +56,12 @@ from aiohttp import web
 
 from inference_gateway.core.scheduling.block_hashing import (
     block_hashes,
+    hash_function,
     none_hash,
     seed_from_env,
     to_external,
 )
+from inference_gateway.core.scheduling.hf_tokenizer import HFTokenizer
 from inference_gateway.core.scheduling.prompt_tokens import text_ids
 from inference_gateway.emulator.behaviors import Jitter, PodBehavior, ToolCall, decide_tool_call
 from inference_gateway.emulator.disagg import Disaggregation
@@ -125,6 +133,8 @@ class PodApp:
         kv_events: KVEventsConfig | None = None,
         hash_seed: str | None = None,
         kv_transfer: KVTransferConfig | None = None,
+        tokenizer: str | None = None,
+        hash_algo: str = "sha256",
         max_model_len: int | None = None,
         prefix_caching: bool = True,
         auto_tool_choice: bool = True,
@@ -162,9 +172,12 @@ class PodApp:
                 "swap_space_bytes": "0",
             },
         )
-        # vLLM: sha256(PYTHONHASHSEED) when set; newer releases derive it from a fixed
-        # default for sha256, so processes agree unconfigured: "0" here (the scorer's default)
-        self._hash_root = none_hash(hash_seed if hash_seed is not None else seed_from_env() or "0")
+        # vLLM: hash(PYTHONHASHSEED) when set, else random per process; unset here, "0"
+        # (the scorer's default), so an emulated fleet agrees with a default picker
+        seed = hash_seed if hash_seed is not None else seed_from_env() or "0"
+        self._hash_fn = hash_function(hash_algo)
+        self._hash_root = none_hash(seed, hash_algo)
+        self.tokenizer = HFTokenizer(tokenizer) if tokenizer else None
         self.publisher: ZmqKVPublisher | None = None
         if kv_events is not None and kv_events.publishes:
             self.publisher = ZmqKVPublisher(
@@ -183,16 +196,32 @@ class PodApp:
         if self.publisher is not None:
             self.publisher.close()
 
-    def _block_hashes(self, text: str, adapter: str | None) -> list[int]:
-        """vLLM's block hashes of the prompt (the adapter's name in every block's key)."""
-        ids = text_ids(text)
-        extra = (adapter,) if adapter else None
-        hashes = [
-            to_external(h)
-            for h in block_hashes(ids, self._hash_root, block_size=BLOCK_SIZE, extra_keys=extra)
-        ]
+    def _prompt_ids(self, body: dict[str, Any], text: str) -> list[int]:
+        """The request's token ids: the model's tokenizer's, or the emulator's rule's."""
+        if self.tokenizer is None:
+            return text_ids(text)
+        ids = self.tokenizer.prompt_ids(body)
+        if not ids:
+            raise _BadRequest(400, "the prompt cannot be tokenized (media parts, a template error)")
+        return ids
+
+    def _block_hashes(self, ids: list[int], adapter: str | None, body: dict[str, Any]) -> list[int]:
+        """vLLM's block hashes of the prompt (an adapter's int id in every block's key)."""
+        lora_id = self.adapters.index(adapter) + 1 if adapter else None
+        salt = body.get("cache_salt")
+        if salt is not None and (not isinstance(salt, str) or not salt):
+            raise _BadRequest(400, "Parameter 'cache_salt' must be a non-empty string if provided.")
+        hashed = block_hashes(
+            ids,
+            self._hash_root,
+            block_size=BLOCK_SIZE,
+            lora_id=lora_id,
+            cache_salt=salt,
+            hash_fn=self._hash_fn,
+        )
+        hashes = [to_external(h) for h in hashed]
         if self.publisher is not None:
-            self.publisher.register(hashes, ids)
+            self.publisher.register(hashes, ids, lora_id)
         return hashes
 
     def app(self) -> web.Application:
@@ -262,11 +291,13 @@ class PodApp:
             text = self._prompt_text(body, chat=chat)
             if chat:
                 self._check_tool_choice(body)
+            ids = self._prompt_ids(body, text)
             stream, include_usage, max_tokens = self._options(body, chat=chat)
             remote, keep_for_decode = self._disagg_leg(body)
+            hashes = self._block_hashes(ids, adapter, body)
         except _BadRequest as error:
             return _error(error.status, str(error), error.kind)
-        prompt_tokens = count_tokens(text)
+        prompt_tokens = count_tokens(text) if self.tokenizer is None else len(ids)
         limit = self.max_model_len
         if prompt_tokens >= limit or (max_tokens and prompt_tokens + max_tokens > limit):
             return _error(
@@ -283,7 +314,6 @@ class PodApp:
             output_tokens = min(count_tokens(tool_call.arguments), max_tokens or limit)
         else:
             output_tokens = max_tokens or min(default_output_tokens(seed), limit - prompt_tokens)
-        hashes = self._block_hashes(text, adapter)
         pinned: Sequence[Hashable] = ()
         if remote is not None and self.disagg is not None:  # a decode leg: read the KV first
             async with self.disagg.session() as session:
@@ -345,15 +375,17 @@ class PodApp:
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         )
         engine_request, driver = reply.request, self.driver
+        interval = self.behavior.stream_interval  # vLLM's --stream-interval
         sent = 0
         try:
             await response.prepare(request)
             while True:
                 finished = engine_request.finish_time is not None
                 ready = engine_request.generated(driver.engine.clock)
-                if ready > sent:
-                    await response.write(reply.token_chunks(sent, ready))
-                    sent = ready
+                upto = ready if finished else sent + (ready - sent) // interval * interval
+                if upto > sent:
+                    await response.write(reply.token_chunks(sent, upto, interval))
+                    sent = upto
                 if finished:
                     break
                 await driver.next_step()
@@ -505,12 +537,16 @@ class _Reply:
             b'"finish_reason":null}]}\n\n'
         )
 
-    def token_chunks(self, start: int, stop: int) -> bytes:
-        """SSE events for output tokens `start` .. `stop − 1` (the role chunk first)."""
+    def token_chunks(self, start: int, stop: int, per_event: int = 1) -> bytes:
+        """SSE events for output tokens `start` .. `stop − 1`, `per_event` tokens an event
+        (the role chunk first)."""
         parts = [self._role] if self.chat and start == 0 else []
         last = self.request.output_tokens - 1
-        for i, token in enumerate(filler_tokens(self.seed, start, stop), start):
-            parts += (self._head, token, self._last_tail if i == last else self._tail)
+        tokens = filler_tokens(self.seed, start, stop)
+        for i in range(0, len(tokens), per_event):
+            group = tokens[i : i + per_event]
+            end = start + i + len(group) - 1
+            parts += (self._head, b"".join(group), self._last_tail if end == last else self._tail)
         return b"".join(parts)
 
     def usage(self) -> dict[str, Any]:
@@ -578,6 +614,8 @@ class EmulatedPod:
         kv_events: KVEventsConfig | None = None,
         hash_seed: str | None = None,
         kv_transfer: KVTransferConfig | None = None,
+        tokenizer: str | None = None,
+        hash_algo: str = "sha256",
         max_model_len: int | None = None,
         prefix_caching: bool = True,
         auto_tool_choice: bool = True,
@@ -589,6 +627,8 @@ class EmulatedPod:
         self.prefix_caching = prefix_caching
         self.auto_tool_choice = auto_tool_choice
         self.kv_transfer = kv_transfer
+        self.tokenizer = tokenizer
+        self.hash_algo = hash_algo
         self.profile = profile
         self.behavior = behavior
         self.kv_events = kv_events
@@ -620,6 +660,8 @@ class EmulatedPod:
             kv_events=self.kv_events,
             hash_seed=self.hash_seed,
             kv_transfer=self.kv_transfer,
+            tokenizer=self.tokenizer,
+            hash_algo=self.hash_algo,
             max_model_len=self.max_model_len,
             prefix_caching=self.prefix_caching,
             auto_tool_choice=self.auto_tool_choice,

@@ -21,6 +21,7 @@ import signal
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from inference_gateway.emulator import vllm_startup
@@ -72,6 +73,8 @@ EMULATED = frozenset(
         "max_num_seqs",
         "kv_transfer_config",
         "kv_events_config",
+        "prefix_caching_hash_algo",
+        "tokenizer",
     }
 )
 
@@ -91,6 +94,8 @@ class PodSettings:
     auto_tool_choice: bool = False
     kv_events: KVEventsConfig | None = None
     kv_transfer: KVTransferConfig | None = None
+    hash_algo: str = "sha256"
+    tokenizer: str | None = None
 
 
 def pod_settings(options: argparse.Namespace, argv: Sequence[str] = ()) -> PodSettings:
@@ -136,6 +141,8 @@ def pod_settings(options: argparse.Namespace, argv: Sequence[str] = ()) -> PodSe
         auto_tool_choice=options.enable_auto_tool_choice,
         kv_events=_kv_events(options.kv_events_config),
         kv_transfer=_kv_transfer(options.kv_transfer_config),
+        hash_algo=options.prefix_caching_hash_algo,
+        tokenizer=_tokenizer(options.tokenizer),
         plan=vllm_startup.StartPlan(
             model=model_arg,
             adapters=tuple(m.path for m in options.lora_modules or []),
@@ -234,6 +241,12 @@ def _max_model_len(given: int | None, profile: PodProfile) -> int:
     return length
 
 
+def _tokenizer(given: str | None) -> str | None:
+    """vLLM's `--tokenizer` as the emulated pod can use it: a local directory with the
+    model's tokenizer files (a hub name cannot be read here: the emulator's rule)."""
+    return given if given and (Path(given) / "tokenizer.json").is_file() else None
+
+
 def _kv_events(config: dict[str, Any] | None) -> KVEventsConfig | None:
     return None if config is None else parse_kv_events_config(config)
 
@@ -278,6 +291,8 @@ async def _serve(settings: PodSettings) -> None:
         max_model_len=settings.max_model_len,
         prefix_caching=settings.prefix_caching,
         auto_tool_choice=settings.auto_tool_choice,
+        hash_algo=settings.hash_algo,
+        tokenizer=settings.tokenizer,
     )
     await pod.start()
     try:

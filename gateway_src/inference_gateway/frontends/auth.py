@@ -15,15 +15,25 @@ is touched, the same checks Envoy Gateway's `SecurityPolicy` makes in the cluste
   JWKS (a file, as a mounted ConfigMap or the issuer's keys copied at deploy time):
   signature (RS/ES/PS algorithms only: a shared-secret HS token could be forged by
   anyone holding the public JWKS), `iss`, `aud` (one of the configured audiences),
-  `exp` / `nbf`, and any required claim values. The client id is the `sub` claim
-  (or another claim, configured), and a `models` claim, when present, restricts models.
+  `exp` / `nbf` (numbers, as RFC 7519's NumericDate is: `"exp": "9999999999"` is
+  refused), and any required claim values. The client id is the `sub` claim (or
+  another claim, configured). A `models` claim, when present, is the list of models
+  the token may use, as `models` in the key file is: a JSON list of names, or one
+  string of space-separated names (as OAuth's `scope` is written, RFC 6749 §3.3); an
+  empty list or string grants no model, and any other value (a number, null, an
+  object) grants none either. Without the claim every model is allowed.
 
 The authenticated client id replaces whatever the caller sent as its fairness id and
 becomes the key of per-client rate limits (`rateLimits[].client`), so one client cannot
 spend another's share; the caller's credential is not forwarded to the model servers.
 Unknown credentials get an OpenAI-shaped 401; a model the credential may not use gets
 404 `model_not_found`, as OpenAI answers for a model a key has no access to (a 403 would
-confirm that the model exists). No credential is ever logged.
+confirm that the model exists). No credential is ever logged or echoed: a refusal is
+counted by reason (`igw_auth_refusals_total{reason}`) and summed into at most one log
+line per 10 s (telemetry/tally.py), since any client can cause one at will. A bearer
+token longer than `MAX_TOKEN_CHARS` (16 KiB: large identity-provider JWTs fit) is
+refused like an unknown one; the servers read header values up to a little more
+(transport/http_settings.py) and answer a larger one 431 without echoing it.
 """
 
 from __future__ import annotations
@@ -42,14 +52,18 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from inference_gateway.config.spec import read_yaml
 from inference_gateway.core.request.director import CLIENT_ID_HEADER, FAIRNESS_HEADER
 from inference_gateway.errors import ConfigError
+from inference_gateway.telemetry.tally import Tally
 
 __all__ = [
+    "MAX_TOKEN_CHARS",
+    "REFUSALS_METRIC",
     "Authenticator",
     "Identity",
     "JwtSettings",
     "admit",
     "auth_middleware",
     "load_api_keys",
+    "models_claim",
 ]
 
 log = logging.getLogger(__name__)
@@ -58,6 +72,13 @@ log = logging.getLogger(__name__)
 # heartbeat, the same operational numbers /metrics shows).
 OPEN_PATHS = frozenset({"/health", "/healthz", "/ready", "/metrics", "/status"})
 ASYMMETRIC_ALGORITHMS = ["RS256", "RS384", "RS512", "ES256", "ES384", "ES512", "PS256", "PS384"]
+#: The longest bearer token looked at (identity providers' JWTs with many groups run to
+#: a few KiB; 16 KiB is what Envoy Gateway's and most proxies' header limits leave).
+MAX_TOKEN_CHARS = 16 * 1024
+#: The counter of refused credentials, by reason (`Authenticator.refusals`).
+REFUSALS_METRIC = "igw_auth_refusals"
+#: RFC 7519 §2 NumericDate claims: JSON numbers, never strings.
+_DATE_CLAIMS = ("exp", "nbf", "iat")
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +145,8 @@ class Authenticator:
         self.api_keys = dict(api_keys or {})
         self.jwt = jwt
         self._jwks: Any = None  # no keys yet: every JWT is refused
+        # every refusal by reason (a fixed set of words, never what the client sent)
+        self.refusals = Tally(log, "refused credentials")
         if jwt is not None and jwt.jwks_path is not None:
             source = f"JWKS {jwt.jwks_path}"
             try:
@@ -146,24 +169,40 @@ class Authenticator:
             raise ValueError(str(error)) from None
 
     def identify(self, authorization: str | None) -> Identity | None:
-        """The caller's identity, or None for a missing or unknown credential."""
-        if not authorization or authorization[:7].lower() != "bearer ":
+        """The caller's identity, or None for a missing or unknown credential (counted
+        in `refusals` by reason)."""
+        verdict = self._identify(authorization)
+        if isinstance(verdict, str):
+            self.refusals.record(verdict)
             return None
+        return verdict
+
+    def refusals_collector(self) -> Any:
+        """`igw_auth_refusals_total{reason}`, for the server's metrics registry."""
+        return self.refusals.collector(REFUSALS_METRIC, "Credentials refused, by reason.")
+
+    def _identify(self, authorization: str | None) -> Identity | str:
+        if not authorization:
+            return "missing"
+        if authorization[:7].lower() != "bearer ":
+            return "not_bearer"
         token = authorization[7:].strip()
-        if not token or len(token) > 16_384:
-            return None
+        if not token:
+            return "missing"
+        if len(token) > MAX_TOKEN_CHARS:
+            return "too_large"
         if self.jwt is not None and token.count(".") == 2:
             return self._verify_jwt(token)
-        return self.api_keys.get(hashlib.sha256(token.encode("utf-8", "replace")).digest())
+        identity = self.api_keys.get(hashlib.sha256(token.encode("utf-8", "replace")).digest())
+        return identity if identity is not None else "unknown_key"
 
-    def _verify_jwt(self, token: str) -> Identity | None:
+    def _verify_jwt(self, token: str) -> Identity | str:
         import jwt as pyjwt
 
         settings = self.jwt
         assert settings is not None
         if self._jwks is None:
-            log.info("rejected a bearer token: the issuer's keys are not loaded yet")
-            return None
+            return "jwks_not_loaded"
         try:
             header = pyjwt.get_unverified_header(token)
             key = self._jwks[header["kid"]] if "kid" in header else self._only_key()
@@ -176,27 +215,52 @@ class Authenticator:
                 leeway=settings.leeway_s,
                 options={"require": ["exp", "iss", "aud", settings.client_claim]},
             )
-        except (pyjwt.PyJWTError, KeyError, TypeError, ValueError) as error:
-            log.info("rejected a bearer token: %s", type(error).__name__)
-            return None
+        except pyjwt.ExpiredSignatureError:
+            return "jwt_expired"
+        except pyjwt.InvalidSignatureError:
+            return "jwt_bad_signature"
+        except (pyjwt.InvalidAudienceError, pyjwt.InvalidIssuerError):
+            return "jwt_wrong_issuer_or_audience"
+        except (pyjwt.PyJWTError, KeyError, TypeError, ValueError):
+            return "jwt_invalid"
+        if not isinstance(claims, dict):
+            return "jwt_invalid"
+        # PyJWT reads a numeric string as a date (`int("9999999999")`); RFC 7519 does not
+        if any(_not_a_number(claims[name]) for name in _DATE_CLAIMS if name in claims):
+            return "jwt_invalid"
         for name, wanted in (settings.required_claims or {}).items():
             value = claims.get(name)
             values = value if isinstance(value, list) else str(value or "").split()
             if wanted not in values:
-                log.info("rejected a bearer token: claim %r lacks the required value", name)
-                return None
+                return "jwt_claim_missing"
         client = claims.get(settings.client_claim)
         if not isinstance(client, str) or not client:
-            return None
-        models = claims.get("models")
-        allowed = frozenset(m for m in models if isinstance(m, str)) if models else None
-        return Identity(client, allowed)
+            return "jwt_invalid"
+        return Identity(client, models_claim(claims))
 
     def _only_key(self) -> Any:
         keys = self._jwks.keys
         if len(keys) != 1:
             raise KeyError("a token without kid needs a JWKS of exactly one key")
         return keys[0]
+
+
+def models_claim(claims: Mapping[str, Any]) -> frozenset[str] | None:
+    """The models a token's `models` claim allows (module docstring): None (every model)
+    only when the claim is absent; a list's strings, or a string's space-separated
+    names; nothing for an empty list or string or a value of any other type."""
+    if "models" not in claims:
+        return None
+    value = claims["models"]
+    if isinstance(value, str):
+        return frozenset(value.split())
+    if isinstance(value, list):
+        return frozenset(m for m in value if isinstance(m, str) and m)
+    return frozenset()
+
+
+def _not_a_number(value: Any) -> bool:
+    return isinstance(value, bool) or not isinstance(value, int | float)
 
 
 def _error(

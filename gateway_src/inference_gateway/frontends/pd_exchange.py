@@ -6,12 +6,14 @@
 returns what the decode pod must be sent: the client's body with the prefill pod's
 `kv_transfer_params`, or, when the leg fails, the client's body alone, which the decode
 pod then serves aggregated (it prefills the prompt itself). The leg fails on a connect
-error, an answer other than 200, an answer without `kv_transfer_params`, a broken or
-unreadable answer, or no answer within `timeout_s`; each failure is logged (one line)
-and counted by reason (`counts`, and the `on_outcome` hook the owner turns into a
-metric). vLLM's toy proxy (vllm `tests/v1/kv_connector/nixl_integration/
-toy_proxy_server.py`) raises on a failed prefill and llm-d's sidecar answers the
-prefill pod's status (llm-d/llm-d-routing-sidecar `internal/proxy/connector_nixlv2.go`);
+error, an answer other than 200, an answer without `kv_transfer_params`, params a
+decode pod must not get (`bad_params`: not naming the pod the leg went to, too many
+block ids, wrong types: `pd_body.checked_params`), a broken or unreadable answer, or no
+answer within `timeout_s`; each failure is logged (one line) and counted by reason
+(`counts`, and the `on_outcome` hook the owner turns into a metric). vLLM's toy proxy
+(vllm `tests/v1/kv_connector/nixl_integration/toy_proxy_server.py`) raises on a failed
+prefill and llm-d's sidecar answers the prefill pod's status
+(llm-d/llm-d-routing-sidecar `internal/proxy/connector_nixlv2.go`);
 we serve the request aggregated instead, since the decode pod can always do the whole
 request, and a client should not see an error for a pod it never chose.
 
@@ -27,13 +29,16 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from inference_gateway.core.request.pd_body import (
+    NIXL_SIDE_CHANNEL_PORT,
+    BadParams,
+    checked_params,
     decode_body,
     prefill_body,
     prefill_params,
@@ -82,10 +87,14 @@ class PrefillExchange:
         timeout_s: float = PREFILL_TIMEOUT_S,
         connect_timeout_s: float = 5.0,
         on_outcome: Callable[[str], None] | None = None,
+        side_channel_ports: Collection[int] = (NIXL_SIDE_CHANNEL_PORT,),
     ) -> None:
+        """`side_channel_ports`: where the prefill pods' NIXL handshake may listen
+        (`remote_port`; the pod's own serving port is always allowed)."""
         if not timeout_s > 0:
             raise ValueError("the prefill timeout must be positive")
         self.timeout_s = timeout_s
+        self.side_channel_ports = frozenset(side_channel_ports)
         self.upstream = Upstream(
             connect_timeout_s=min(connect_timeout_s, timeout_s),
             read_timeout_s=timeout_s,
@@ -151,7 +160,13 @@ class PrefillExchange:
         if response.status != 200:
             return None, f"http_{response.status}"
         params = prefill_params(answer)
-        return (params, OK) if params is not None else (None, "no_params")
+        if params is None:
+            return None, "no_params"
+        try:
+            return checked_params(params, host, port, self.side_channel_ports), OK
+        except BadParams as refusal:
+            log.warning("prefill pod %s:%d: kv_transfer_params refused: %s", host, port, refusal)
+            return None, "bad_params"
 
     def _done(
         self, body: bytes, outcome: str, started: float, host: str, port: int

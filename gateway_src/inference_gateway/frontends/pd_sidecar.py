@@ -17,7 +17,18 @@ the one prefill exchange (`frontends/pd_exchange.py`, the same object `igw serve
   target not allowed by SSRF protection"), with an OpenAI-shaped body; it is never
   dialled. llm-d takes the first of comma-separated values; so do we.
 * The header (and llm-d's older `x-prefiller-url`) never reaches the decoder, nor do a
-  client's `kv_transfer_params` (pd_body.py), with or without a prefill leg.
+  client's `kv_transfer_params` (pd_body.py), with or without a prefill leg. The prefill
+  pod's params reach it only when they name that pod (`remote_host` the address dialled,
+  `remote_port` its port or a NIXL side-channel port, `--nixl-side-channel-ports`) and
+  hold sane values (pd_body.checked_params); anything else is served aggregated, so a
+  prefill pod cannot steer the decoder past the allowlist. A decoder that still answers
+  400 to the params (a version skew) gets the request again without them, aggregated.
+* Before a prefill leg the decoder's `/health` must answer 200 (a success is trusted for
+  `DECODER_CHECK_TTL_S`): a prefill pod keeps a finished leg's KV blocks until a decoder
+  reads them, and vLLM offers no call that frees them (only a decoder's NIXL read or
+  notification does, or `VLLM_NIXL_ABORT_REQUEST_TIMEOUT`, 480 s, vllm PRs #19223,
+  #20139), so a leg whose decoder is down would pin them for minutes. A decoder that is
+  down gets no prefill leg; the request goes to it as is and the client gets its 502.
 * Every other path (`/metrics`, `/health`, `/v1/models`, ...) passes through to the
   decoder, so the picker scrapes the decode engine at the pod's one port.
   `/healthz` and `/readyz` are the sidecar's own probes (200 once it listens; the
@@ -26,9 +37,11 @@ the one prefill exchange (`frontends/pd_exchange.py`, the same object `igw serve
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import logging
 import re
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -38,6 +51,7 @@ from aiohttp import web
 from inference_gateway.core.request.contracts import openai_error
 from inference_gateway.core.request.pd_body import (
     LEGACY_PREFILL_HEADER,
+    NIXL_SIDE_CHANNEL_PORT,
     PREFILL_HEADER,
     without_client_params,
 )
@@ -67,6 +81,10 @@ log = logging.getLogger(__name__)
 
 COMPLETION_PATHS = ("/v1/chat/completions", "/v1/completions")
 MAX_BODY_BYTES = 4 * 2**20  # the picker's own request limit
+#: How long a decoder's good `/health` is trusted before a prefill leg (one loopback GET
+#: a second at most, whatever the request rate); a failed check is never cached.
+DECODER_CHECK_TTL_S = 1.0
+DECODER_CHECK_TIMEOUT_S = 1.0
 #: Never forwarded: hop-by-hop (RFC 9110 §7.6.1), framing the client re-sets, and the
 #: P/D headers the sidecar consumes.
 _DROPPED = frozenset(
@@ -145,6 +163,7 @@ class Sidecar:
         *,
         prefill_timeout_s: float = PREFILL_TIMEOUT_S,
         read_timeout_s: float = 300.0,
+        side_channel_ports: Iterable[int] = (NIXL_SIDE_CHANNEL_PORT,),
         tracing: Tracing | None = None,
     ) -> None:
         self.tracing = tracing or Tracing.off()
@@ -155,11 +174,15 @@ class Sidecar:
         self.allowlist = allowlist
         self.prefill_timeout_s = prefill_timeout_s
         self.read_timeout_s = read_timeout_s
+        self.side_channel_ports = tuple(side_channel_ports)
         self.relay = StreamRelay()
         self.exchange: PrefillExchange | None = None
         self.upstream: Upstream | None = None
         self.refused = 0  # headers refused by the allowlist, since start
+        self.decoder_down = 0  # prefill legs not run: the decoder's /health failed
+        self.params_refused = 0  # decode legs retried aggregated after a 400
         self.active = 0  # requests in flight (a drain waits for 0)
+        self._decoder_good_until = 0.0
 
     def app(self) -> web.Application:
         traced = server_span(self.tracing, "igw.pd-sidecar", skip=frozenset(_PROBES))
@@ -177,7 +200,9 @@ class Sidecar:
 
     async def _startup(self, app: web.Application) -> None:
         self.upstream = Upstream(read_timeout_s=self.read_timeout_s)
-        self.exchange = PrefillExchange(timeout_s=self.prefill_timeout_s)
+        self.exchange = PrefillExchange(
+            timeout_s=self.prefill_timeout_s, side_channel_ports=self.side_channel_ports
+        )
 
     async def _cleanup(self, app: web.Application) -> None:
         for part in (self.upstream, self.exchange):
@@ -216,9 +241,29 @@ class Sidecar:
                     "invalid_request_error",
                     "prefill_target_forbidden",
                 )
-            leg = await self.exchange.run(host, port, request.path, raw, headers)
-            raw = leg.body
+            if await self._decoder_ready():
+                leg = await self.exchange.run(host, port, request.path, raw, headers)
+                if leg.ok:  # a decoder that refuses the params gets the request without
+                    return await self._decode(request, leg.body, headers, aggregated=raw)
+                raw = leg.body
+            else:
+                self.decoder_down += 1
+                log.warning("the decoder is not healthy: no prefill leg (it would pin KV)")
         return await self._decode(request, raw, headers)
+
+    async def _decoder_ready(self) -> bool:
+        """The decoder's `/health` answers 200 (module docstring)."""
+        assert self.upstream is not None
+        if time.monotonic() < self._decoder_good_until:
+            return True
+        host, port = self.decoder
+        try:
+            async with asyncio.timeout(DECODER_CHECK_TIMEOUT_S):
+                await self.upstream.get_text(host, port, "/health", limit=64 * 1024)
+        except (TimeoutError, UpstreamError):
+            return False
+        self._decoder_good_until = time.monotonic() + DECODER_CHECK_TTL_S
+        return True
 
     async def passthrough(self, request: web.Request) -> web.StreamResponse:
         body = await request.read() if request.body_exists else None
@@ -227,10 +272,19 @@ class Sidecar:
         )
 
     async def _decode(
-        self, request: web.Request, body: bytes, headers: dict[str, str]
+        self,
+        request: web.Request,
+        body: bytes,
+        headers: dict[str, str],
+        *,
+        aggregated: bytes | None = None,
     ) -> web.StreamResponse:
+        """The decode leg; with `aggregated` (the body without the prefill pod's params),
+        a 400 to the params is answered by sending that instead."""
         headers["content-type"] = "application/json"
-        return await self._forward(request, "POST", request.path_qs, body, headers)
+        return await self._forward(
+            request, "POST", request.path_qs, body, headers, aggregated=aggregated
+        )
 
     async def _forward(
         self,
@@ -239,6 +293,8 @@ class Sidecar:
         path: str,
         body: bytes | None,
         headers: dict[str, str],
+        *,
+        aggregated: bytes | None = None,
     ) -> web.StreamResponse:
         assert self.upstream is not None
         host, port = self.decoder
@@ -258,6 +314,11 @@ class Sidecar:
         except BaseException:
             pending.abandon()
             raise
+        if aggregated is not None and answer.status == 400:
+            answer.release()  # not reusable unread: the connection closes
+            self.params_refused += 1
+            log.warning("the decoder refused the prefill pod's params: serving aggregated")
+            return await self._forward(request, method, path, aggregated, headers)
         try:
             return await self._relay(request, answer)
         finally:

@@ -12,7 +12,9 @@ event rather than a silent truncation: streams go through the gateway's one answ
 (`StreamRelay`, core/request/relay.py), which `igw global` uses too. Responses stream
 through chunk by chunk; with token limits each chunk is counted before it is relayed
 (core/request/budget.py), and a stream the window has no more room for ends with the
-rate-limit SSE error event.
+rate-limit SSE error event. Every stream asks the engine for its `usage` (the director's
+`ask_stream_usage`), which settles the charge exactly; where the client did not ask,
+that event is taken out of its stream (core/request/sse.py).
 
 A client that leaves (the handler is cancelled: run the app with
 `handler_cancellation=True`, as `server.app_runner` and `igw serve` do, or a write to
@@ -71,7 +73,7 @@ from inference_gateway.core.request.relay import (
     is_event_stream,
 )
 from inference_gateway.core.request.retry import RetryPolicy
-from inference_gateway.core.request.sse import ModelNameRewriter
+from inference_gateway.core.request.sse import ModelNameRewriter, UsageEventFilter, chained
 from inference_gateway.core.scheduling.types import Endpoint
 from inference_gateway.core.traffic.routing import ModelRouter, Route
 from inference_gateway.frontends.client_stream import LazyClientStream
@@ -426,11 +428,14 @@ class Gateway:
             status=upstream.status, headers=self._answer_headers(headers, content_type, endpoint)
         )
         budget = life.budget
+        # the usage event the gateway asked for is its own (read by the lifecycle)
+        usage_filter = UsageEventFilter(life.chunk) if life.decision.strip_usage else None
+        transform, flush = chained(usage_filter, rewriter)
         relayed = await self.relay.pump(
             upstream.chunks(),
             LazyClientStream(request, response, life.first_byte),
-            transform=None if rewriter is None else rewriter.stream_chunk,
-            flush=None if rewriter is None else rewriter.flush,
+            transform=transform,
+            flush=flush,
             sent=life.chunk,
             admit=None if budget is None else budget.admit,
         )

@@ -10,8 +10,17 @@ lastTransitionTime, observedGeneration), as the managed add-on's status does:
 * `Degraded`: a pool whose selector matches no pod, or whose pods are all stale.
 
 `status.pools` carries per-pool `ready` / `stale` / `total` counts for the printer
-columns. Only the leader writes (with leader election), and only when something changed,
-so a fleet of pickers does not flood the API server: a merge patch on the `status`
+columns, and `status.schedulers` each pool's `rolloutState` under the managed add-on's
+name for it (a pool is what the managed shape calls a scheduler) and with its values:
+
+* `Pending`: nothing to route to yet: no pod matches, or the pool is in the resource but
+  not yet served (a config the picker has not accepted);
+* `Progressing`: some of its pods have a fresh scrape, some not (a rollout, a scale-up);
+* `Available`: every pod of the pool has a fresh scrape;
+* `Degraded`: it has pods and none has a fresh scrape.
+
+Only the leader writes (with leader election), and only when something changed, so a
+fleet of pickers does not flood the API server: a merge patch on the `status`
 subresource, which the API server applies to `.status` alone.
 """
 
@@ -27,7 +36,17 @@ from typing import Any
 from inference_gateway.background import cancel_and_wait
 from inference_gateway.core.scheduling.types import Endpoint
 
-__all__ = ["ConfigStatusWriter", "PoolCounts", "build_status", "pool_counts"]
+__all__ = [
+    "ROLLOUT_STATES",
+    "ConfigStatusWriter",
+    "PoolCounts",
+    "build_status",
+    "pool_counts",
+    "rollout_state",
+]
+
+#: The managed add-on's per-scheduler `rolloutState` values.
+ROLLOUT_STATES = ("Pending", "Progressing", "Available", "Degraded")
 
 log = logging.getLogger(__name__)
 
@@ -55,14 +74,27 @@ def pool_counts(pools: Mapping[str, list[Endpoint]], declared: list[str]) -> lis
     return out
 
 
+def rollout_state(counts: PoolCounts) -> str:
+    """A served pool's rolloutState from its pod counts (module docstring)."""
+    if counts.total == 0:
+        return "Pending"
+    if counts.ready == counts.total:
+        return "Available"
+    return "Progressing" if counts.ready else "Degraded"
+
+
 def _condition(kind: str, ok: bool, reason: str, message: str) -> dict[str, Any]:
     return {"type": kind, "status": "True" if ok else "False", "reason": reason, "message": message}
 
 
 def build_status(
-    counts: list[PoolCounts], config_error: str | None, generation: int | None
+    counts: list[PoolCounts],
+    config_error: str | None,
+    generation: int | None,
+    unserved: list[str] | None = None,
 ) -> dict[str, Any]:
-    """The status object, without transition times (the writer stamps those)."""
+    """The status object, without transition times (the writer stamps those).
+    `unserved`: pools the resource declares that the served config lacks (Pending)."""
     empty = [c.name for c in counts if c.total == 0]
     all_stale = [c.name for c in counts if c.total > 0 and c.ready == 0]
     if config_error is None:
@@ -94,6 +126,13 @@ def build_status(
         "conditions": conditions,
         "pools": [
             {"name": c.name, "ready": c.ready, "stale": c.stale, "total": c.total} for c in counts
+        ],
+        "schedulers": [
+            {"name": name, "rolloutState": state}
+            for name, state in sorted(
+                [(c.name, rollout_state(c)) for c in counts]
+                + [(n, "Pending") for n in unserved or [] if n not in {c.name for c in counts}]
+            )
         ],
         "readyPods": sum(c.ready for c in counts),
         "stalePods": sum(c.stale for c in counts),
@@ -165,7 +204,9 @@ class ConfigStatusWriter:
         if not name:
             return False
         counts = pool_counts(self.pools(), self.declared())
-        status = build_status(counts, self.config_error(), meta.get("generation"))
+        status = build_status(
+            counts, self.config_error(), meta.get("generation"), _resource_pools(resource)
+        )
         if name == self._written_for and status == _unstamped(self._written):
             return False
         previous = self._written if name == self._written_for else resource.get("status")
@@ -205,6 +246,14 @@ class ConfigStatusWriter:
     async def stop(self) -> None:
         await cancel_and_wait(self._task)
         self._task = None
+
+
+def _resource_pools(resource: Mapping[str, Any]) -> list[str]:
+    """The pool names the resource's spec declares (whether or not it was accepted)."""
+    pools = (resource.get("spec") or {}).get("pools")
+    if not isinstance(pools, list):
+        return []
+    return [p["name"] for p in pools if isinstance(p, Mapping) and isinstance(p.get("name"), str)]
 
 
 def _unstamped(status: Mapping[str, Any] | None) -> dict[str, Any] | None:

@@ -577,6 +577,37 @@ class LeaderElector:
         duration = int(spec.get("leaseDurationSeconds") or self.lease_s)
         return (self.clock() - at).total_seconds() > duration
 
+    async def release(self) -> None:
+        """Give the lease up at once (a holder that starts draining): stop renewing and,
+        holding it, mark it expired a second from now (client-go's ReleaseOnCancel), so a
+        standby takes over on its next round instead of after `lease_s`, while this
+        replica, no longer ready, finishes its streams."""
+        await cancel_and_wait(self._task)
+        self._task = None
+        if not self.leading:
+            return
+        self.leading = False
+        try:
+            status, current = await _call(
+                self.api.read_namespaced_lease(self.name, self.namespace, _preload_content=False)
+            )
+            spec = current.get("spec") or {}
+            if status != 200 or spec.get("holderIdentity") != self.identity:
+                return
+            current["spec"] = {
+                **spec,
+                "leaseDurationSeconds": 1,
+                "renewTime": _micro(self.clock()),
+            }
+            status, _ = await _call(
+                self.api.replace_namespaced_lease(
+                    self.name, self.namespace, cast(Any, current), _preload_content=False
+                )
+            )
+            _written(status)
+        except Exception as error:  # the lease then expires by itself after lease_s
+            log.warning("releasing lease %s: %r", self.name, error)
+
     async def run(self) -> None:
         while True:
             try:

@@ -58,6 +58,9 @@ class KubernetesOptions:
     config_name: str = "igw"
     watch_api: bool = True
     leader_elect: bool = False
+    # with leader election: only the holder is ready (active-passive), or, False, every
+    # replica stays ready and routes and the holder alone writes the status
+    leader_gates_readiness: bool = True
     lease_name: str = "igw-picker"
     identity: str = ""  # this replica in the Lease (default: $POD_NAME, else the host name)
     status_interval_s: float = 5.0
@@ -155,10 +158,11 @@ class KubernetesMode:
     def server(self, extra: Sequence[Lifecycle] = (), **server_kwargs: Any) -> PickerServer:
         """The picker over this mode's core: its parts start first (config, discovery,
         lease, status), then `extra` (EMF records, the shared dispatch view)."""
+        gated = self.options.leader_gates_readiness
         return PickerServer(
             self.core,
             collaborators=[*self.parts, *extra],
-            is_leader=self.is_leader,
+            is_leader=self.is_leader if gated else lambda: True,
             synced=self.synced,
             **server_kwargs,
         )

@@ -16,7 +16,10 @@ them, and everything one read causes goes out in one write.
 What it implements: the client preface and SETTINGS, HEADERS + CONTINUATION, DATA with
 gRPC length-prefixed messages, flow control in both directions (a stream's receive
 window reopens only when its reader takes a message: `read_message`), PING, RST_STREAM,
-GOAWAY both ways, `grpc-timeout` (reported, the caller keeps the timer), the
+GOAWAY both ways (a graceful `drain` in two steps, as RFC 9113 §6.8 advises and grpc-go
+and nghttp2 do: GOAWAY with the largest stream id and a PING, then, once the PING is
+answered, GOAWAY with the last stream really taken, so no stream the peer sent
+meanwhile is refused), `grpc-timeout` (reported, the caller keeps the timer), the
 per-method message limit (RESOURCE_EXHAUSTED before a larger message is buffered) and
 every budget of `ConnectionPolicy` (past one: GOAWAY ENHANCE_YOUR_CALM). Not
 implemented: message compression (UNIMPLEMENTED), server push, priorities (ignored).
@@ -35,6 +38,7 @@ from inference_gateway.transport.h2_frames import (
     DATA,
     DEFAULT_FRAME,
     DEFAULT_WINDOW,
+    DRAIN_PING,
     END_HEADERS,
     END_STREAM,
     ENHANCE_YOUR_CALM,
@@ -140,7 +144,9 @@ class H2Connection:
         self.header_block = bytearray()
         self.continuations = 0
         self.blocked: dict[int, Stream] = {}  # streams waiting for window
-        self.going_away = False
+        self.drain_ping_at: float | None = None  # `drain`'s PING went out then, unanswered
+        self.goaway_sent = False  # our last GOAWAY (not `drain`'s first) went out
+        self.going_away = False  # either side sent GOAWAY: no new streams
         self.closed = False
         self.resets = Ration(*policy.resets, now)
         self.pings = Ration(*policy.pings, now)
@@ -284,11 +290,23 @@ class H2Connection:
         """Stop the call without answering (server shutdown)."""
         self._cancel(stream)
 
+    def drain(self, now: float) -> None:
+        """Graceful, in two steps: GOAWAY with the largest stream id (the peer opens no
+        new stream here, and the ones it already sent are still taken) and a PING; once
+        the PING is answered (or a keepalive timeout passed), `goaway()` names the last
+        stream taken. Streams in flight run to their end meanwhile."""
+        if self.closed or self.goaway_sent or self.drain_ping_at is not None:
+            return
+        self.drain_ping_at = now
+        payload = MAX_WINDOW.to_bytes(4, "big") + NO_ERROR.to_bytes(4, "big")
+        self._write([frame(GOAWAY, 0, 0, payload), frame(PING, 0, 0, DRAIN_PING)])
+
     def goaway(self) -> None:
         """Graceful: no new streams; `ConnectionDone` once the last one ends."""
-        if self.closed:
+        if self.closed or self.goaway_sent:
             return
-        self.going_away = True
+        self.drain_ping_at = None
+        self.goaway_sent = self.going_away = True
         payload = self.last_stream.to_bytes(4, "big") + NO_ERROR.to_bytes(4, "big")
         self._write([frame(GOAWAY, 0, 0, payload)])
         if not self.streams:
@@ -324,6 +342,9 @@ class H2Connection:
             return self._drop(f"peer stopped reading for {now - self.write_paused_at:.0f} s")
         if self.ping_sent_at and now - self.ping_sent_at >= policy.keepalive_timeout_s:
             return self._drop("peer did not answer a keepalive PING")
+        drained_at = self.drain_ping_at
+        if drained_at is not None and now - drained_at >= policy.keepalive_timeout_s:
+            self.goaway()  # the drain's PING went unanswered: end the drain anyway
         if self.streams:
             self.last_active = now
         elif now - self.last_active >= policy.idle_timeout_s:
@@ -465,6 +486,8 @@ class H2Connection:
         elif flags & ACK:
             if payload == KEEPALIVE_PING:
                 self.ping_sent_at = 0.0
+            elif payload == DRAIN_PING and self.drain_ping_at is not None:
+                self.goaway()  # every stream the peer opened before our GOAWAY is here
         elif not self.sent_since_ping and not self.pings.take(self.last_read):
             self._calm("too many PINGs")
         else:

@@ -46,6 +46,7 @@ DEFAULT_FRAME = 16_384
 DEFAULT_MAX_MESSAGE = 4 * 2**20  # gRPC's own default receive limit
 HEADER_TABLE_SIZE = 4_096  # the HPACK table we let the peer use (the protocol default)
 KEEPALIVE_PING = b"igw-kpal"
+DRAIN_PING = b"igw-drai"  # the PING between a graceful drain's two GOAWAYs
 
 
 class GrpcCode:

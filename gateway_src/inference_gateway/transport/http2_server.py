@@ -275,6 +275,8 @@ class _Connection(asyncio.Protocol):
             self.transport.abort()
 
     def _start(self, call: Call, timeout_s: float | None) -> None:
+        if self.server.draining:  # a late connection: its first calls, then elsewhere
+            self.h2.drain(self.loop.time())
         method = self.server.methods[call.headers[":path"]]
         if timeout_s is not None:
             call.deadline = self.loop.call_later(timeout_s, self._expire, call)
@@ -361,11 +363,12 @@ class _Connection(asyncio.Protocol):
         if again:
             self._schedule_tick()
 
-    def goaway(self) -> None:
-        """Graceful: no new streams; the connection closes when the last one ends."""
+    def drain(self) -> None:
+        """Graceful: the peer opens no new stream here (two GOAWAYs, `H2Connection.drain`);
+        the connection closes when the last one ends."""
         if self.transport is None:
             return
-        self.h2.goaway()
+        self.h2.drain(self.loop.time())
         self.pump()
 
 
@@ -424,6 +427,7 @@ class Http2GrpcServer:
         self.policy = policy or ConnectionPolicy()
         self.ssl_context = ssl_context
         self.connections: set[_Connection] = set()
+        self.draining = False  # `drain()` was called: every connection is told to go
         self._server: asyncio.Server | None = None
         self._stopped = asyncio.Event()
 
@@ -444,14 +448,23 @@ class Http2GrpcServer:
         """Calls open on every connection (what a drain waits for)."""
         return sum(len(c.h2.streams) for c in self.connections)
 
+    def drain(self) -> None:
+        """Tell every client to open its next calls elsewhere (GOAWAY, graceful: the calls
+        in flight run on). Keep listening, so a client with nowhere else to go is still
+        served: a connection made from now on is told the same once its first call has
+        started (a Kubernetes Service sends new connections to ready replicas once this
+        one is NOT_SERVING; until then each lands here and gets its first calls served)."""
+        self.draining = True
+        for conn in list(self.connections):
+            conn.drain()
+
     async def stop(self, grace_s: float | None = 0) -> Drained:
         """Stop accepting, GOAWAY every connection, wait up to `grace_s` for the calls
         in flight (`signals.drain`), cancel the rest; what the drain saw."""
         if self._server is None:
             return Drained(0, 0, 0.0)
         self._server.close()
-        for conn in list(self.connections):
-            conn.goaway()
+        self.drain()
         drained = await drain(lambda: self.active_calls, grace_s or 0.0, poll_s=0.02)
         tasks = []
         for conn in list(self.connections):

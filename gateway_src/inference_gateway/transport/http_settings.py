@@ -25,9 +25,19 @@ which cost about 3% of a proxied request's CPU. A body over the app's
 Logs. aiohttp logs a traceback for every malformed request (`BadHttpMessage`) and for
 every handler that writes to a client that has gone (a hang-up mid-stream): thousands
 of lines for a burst of either, and neither is the server's fault. `ClientErrorLog`
-writes one line for a malformed request (INFO, with the peer and the parser's reason)
-and one DEBUG line for a client that left (any `ConnectionError`); every other
-exception keeps its traceback.
+counts malformed requests by the parser's error class and writes at most one INFO
+line per 10 s summing them (telemetry/tally.py: a client can send them at will), and
+one DEBUG line for a client that left (any `ConnectionError`); every other exception
+keeps its traceback. The parser's own message is never logged: it quotes the bytes it
+choked on, an `Authorization` header's first hundred characters among them.
+
+Request heads. A header value may be up to `MAX_HEADER_VALUE_BYTES` (17 KiB: a 16 KiB
+bearer token, which identity providers' JWTs with many groups reach, and its scheme;
+aiohttp's default is 8,190). aiohttp answers a head it cannot parse with a plain-text
+400 quoting the offending bytes; `GatewayAppRunner` (the runner every `igw` HTTP
+server uses, `signals.serve_http`) answers it in OpenAI's error shape with a fixed
+text instead: 431 for a header line too long (RFC 6585), 400 otherwise, the
+connection closed.
 
 SSE errors: a stream that cannot go on ends with the event of the one answer relay
 (core/request/relay.py `stream_error_event`), whose texts are fixed.
@@ -43,17 +53,24 @@ from typing import Any
 
 import orjson
 from aiohttp import web
-from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.http_exceptions import HttpProcessingError, LineTooLong
+from aiohttp.web_protocol import RequestHandler
+from aiohttp.web_request import BaseRequest
 
+from inference_gateway.telemetry.tally import Tally
 from inference_gateway.transport.defaults import BODY_TIMEOUT_S, HEADER_TIMEOUT_S
 
 __all__ = [
     "BODY_TIMEOUT_S",
     "HEADER_TIMEOUT_S",
+    "MAX_HEADER_VALUE_BYTES",
     "ClientErrorLog",
+    "GatewayAppRunner",
     "body_deadline",
     "server_settings",
 ]
+
+MAX_HEADER_VALUE_BYTES = 17 * 1024
 
 
 log = logging.getLogger("inference_gateway.transport.http")
@@ -64,14 +81,17 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 class ClientErrorLog(logging.LoggerAdapter):  # type: ignore[type-arg]
     """The logger aiohttp's request handler writes through (its `logger` setting)."""
 
+    def __init__(self, logger: logging.Logger, extra: Any = None) -> None:
+        super().__init__(logger, extra or {})
+        self.malformed = Tally(logger, "malformed requests")
+
     def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, Any]:
         return msg, kwargs
 
     def exception(self, msg: object, *args: object, **kwargs: Any) -> None:
         error = kwargs.get("exc_info")
         if isinstance(error, HttpProcessingError):
-            reason = " ".join(str(error.message).split())[:200]
-            self.logger.info("malformed request (%s): %s", error.code, reason)
+            self.malformed.record(f"{error.code} {type(error).__name__}")
         elif isinstance(error, ConnectionError):
             self.logger.debug("the client left before its response was written: %s", error)
         else:
@@ -79,10 +99,57 @@ class ClientErrorLog(logging.LoggerAdapter):  # type: ignore[type-arg]
 
 
 def server_settings(header_timeout_s: float = HEADER_TIMEOUT_S) -> dict[str, Any]:
-    """Keyword arguments for `aiohttp.web.AppRunner` (or `run_app`)."""
+    """Keyword arguments for `GatewayAppRunner` (or `aiohttp.web.AppRunner`)."""
     if header_timeout_s <= 0:
         raise ValueError("the header timeout must be positive")
-    return {"keepalive_timeout": header_timeout_s, "logger": ClientErrorLog(log, {})}
+    return {
+        "keepalive_timeout": header_timeout_s,
+        "logger": ClientErrorLog(log),
+        "max_field_size": MAX_HEADER_VALUE_BYTES,
+    }
+
+
+class _QuietRequestHandler(RequestHandler):
+    """aiohttp's connection handler, answering what it cannot parse without quoting it."""
+
+    __slots__ = ()
+
+    def handle_error(
+        self,
+        request: BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        super().handle_error(request, status, exc, None)  # logs; raises once bytes went out
+        if isinstance(exc, LineTooLong):
+            status, text = 431, "A request header is too large."
+        elif status < 500:
+            text = "The request could not be parsed."
+        else:
+            text = "The server failed to handle the request."
+        code = "request_header_fields_too_large" if status == 431 else f"http_{status}"
+        body = {"error": {"message": text, "type": "invalid_request_error", "param": None}}
+        body["error"]["code"] = code
+        response = web.Response(status=status, body=orjson.dumps(body))
+        response.content_type = "application/json"
+        response.force_close()
+        return response
+
+
+class _QuietServer(web.Server):
+    def __call__(self) -> RequestHandler:
+        return _QuietRequestHandler(self, loop=self._loop, **self._kwargs)
+
+
+class GatewayAppRunner(web.AppRunner):
+    """`aiohttp.web.AppRunner` whose connections answer an unparsable request in OpenAI's
+    error shape, never quoting it (module docstring)."""
+
+    async def _make_server(self) -> web.Server:
+        server = await super()._make_server()
+        server.__class__ = _QuietServer  # the same object; only its handler class differs
+        return server
 
 
 async def _refuse(

@@ -19,7 +19,7 @@ The shared parts:
     log_drained("igw serve", drained)                # one line: waited for, finished, cut
 
 and for aiohttp apps all of it in one call, `serve_http` (used by `igw serve`,
-`igw global` and `igw pd-sidecar`). The gRPC servers drain through the same `drain`:
+`igw global`, `igw pd-sidecar` and `igw auth`). The gRPC servers drain through the same `drain`:
 `igw picker` (`assembly/picker.py`, after readiness NOT_SERVING) and `igw bbr`
 (`Http2GrpcServer.stop`, after GOAWAY), and log the same `log_drained` line.
 A second signal during the drain is ignored (the grace period bounds it;
@@ -131,12 +131,15 @@ async def serve_http(
     (new connections are refused), idle keep-alive connections close, requests in
     flight get `grace_s` to finish and are cancelled after it. The socket is bound
     before the app starts (a taken port is a `ListenError` and nothing ran);
-    `on_listening(port)` runs once it serves; `runner_options` go to `web.AppRunner`."""
+    `on_listening(port)` runs once it serves; `runner_options` go to the runner
+    (`http_settings.GatewayAppRunner`)."""
     stopped = stop_signals(name)  # before anything starts: no signal may kill the start
     from aiohttp import web
 
+    from inference_gateway.transport.http_settings import GatewayAppRunner
+
     sock = listening_socket(host, port)  # a ListenError before the app starts anything
-    runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=grace_s, **runner_options)
+    runner = GatewayAppRunner(app, handle_signals=False, shutdown_timeout=grace_s, **runner_options)
     try:
         await runner.setup()
     except BaseException:

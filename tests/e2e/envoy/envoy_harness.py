@@ -270,6 +270,7 @@ class EnvoyStack:
         if self.with_bbr:
             self.bbr = IgwProcess("bbr", ["--config", str(config)], env=self.env)
             await self.bbr.start()
+        await self.before_envoy()
         self.envoy = EnvoyProcess(self.settings(), concurrency=self.envoy_concurrency)
         await self.envoy.start()
 
@@ -280,9 +281,16 @@ class EnvoyStack:
         await self.fleet.start()
         self.fleet.write_endpoints(endpoints)
 
-    def settings(self) -> GatewaySettings:
+    async def before_envoy(self) -> None:
+        """What a subclass starts once the picker runs, before Envoy (nothing here)."""
+
+    def picker_address(self) -> Address:
+        """Where Envoy reaches the picker (a subclass may put a Service in front)."""
         assert self.picker is not None
-        picker = Address("127.0.0.1", self.picker.port)
+        return Address("127.0.0.1", self.picker.port)
+
+    def settings(self) -> GatewaySettings:
+        picker = self.picker_address()
         values: dict[str, Any] = {
             "routes": routes_from_config(self.config, picker),
             "bbr": Address("127.0.0.1", self.bbr.port) if self.bbr else None,

@@ -21,7 +21,9 @@ from collections.abc import Callable
 
 import aiohttp
 import openai
-from envoy_harness import CONFIG, EnvoyStack
+from envoy_harness import CONFIG, FLEET, EnvoyStack, IgwProcess, free_port
+
+from inference_gateway.envoyproxy.settings import Address
 
 CHAT = "/v1/chat/completions"
 MODEL = "llama-3.1-8b"
@@ -56,16 +58,91 @@ async def until(condition: Callable[[], object], timeout_s: float, what: str) ->
 RUNNING = f'inference_objective_running_requests{{model_name="{MODEL}"}}'
 
 
-async def test_a_picker_sigterm_during_four_long_streams_lets_all_four_finish(
-    envoy_stack: Callable[..., EnvoyStack],
-) -> None:
-    async with (
-        envoy_stack(picker_args=["--drain-timeout", "120"]) as stack,
-        aiohttp.ClientSession() as http,
-    ):
+class Service:
+    """A Kubernetes Service in front of the picker replicas, as kube-proxy makes one: each
+    new TCP connection goes to the replica `target` names then, and stays there (TLS and
+    HTTP/2 pass through untouched). Envoy keeps one HTTP/2 connection per worker to the
+    picker Service, so every stream it opens follows the replica that connection reached."""
+
+    def __init__(self, target: int) -> None:
+        self.target = target
+        self.port = 0
+        self.connections: dict[int, int] = {}  # replica port -> connections made to it
+        self._server: asyncio.Server | None = None
+        self._pipes: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        target = self.target
+        self.connections[target] = self.connections.get(target, 0) + 1
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", target)
+        for source, sink in ((reader, up_writer), (up_reader, writer)):
+            pipe = asyncio.create_task(self._pipe(source, sink))
+            self._pipes.add(pipe)
+            pipe.add_done_callback(self._pipes.discard)
+
+    @staticmethod
+    async def _pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+        try:
+            while data := await source.read(65536):
+                sink.write(data)
+                await sink.drain()
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            sink.close()
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for pipe in list(self._pipes):
+            pipe.cancel()
+        await asyncio.gather(*self._pipes, return_exceptions=True)
+
+
+class RolloutStack(EnvoyStack):
+    """Two picker replicas, `picker` (the old one) and `new`, behind one `Service`."""
+
+    service: Service
+    new: IgwProcess
+
+    async def before_envoy(self) -> None:
+        assert self.picker is not None
+        args = list(self.picker.args)
+        args[args.index("--metrics-port") + 1] = str(free_port())
+        self.new = IgwProcess(self.picker.command, args)
+        await self.new.start()
+        self.service = Service(self.picker.port)
+        await self.service.start()
+
+    def picker_address(self) -> Address:
+        return Address("127.0.0.1", self.service.port)
+
+    async def stop(self) -> None:
+        if hasattr(self, "service"):
+            await self.service.stop()
+        await super().stop()
+        if hasattr(self, "new"):
+            await self.new.stop()
+
+
+async def test_a_picker_rollout_moves_envoy_off_the_old_replica_and_every_stream_finishes() -> None:
+    """Issue 31 finding 1. The old replica gets SIGTERM (`--drain-timeout 600`, as the
+    prod chart runs it) with four long streams in flight while clients keep sending:
+    its graceful GOAWAY makes Envoy open its next streams on a new connection, which the
+    Service gives the new replica; the four streams run to their end on the old one,
+    which then exits by itself, long before its drain timeout. Before, Envoy kept
+    opening every new stream on the old replica's connection, so it never got to zero
+    streams and could exit only by cutting them at the timeout."""
+    stack = RolloutStack(FLEET, CONFIG, picker_args=["--drain-timeout", "600"])
+    async with stack, aiohttp.ClientSession() as http:
         assert stack.picker is not None
+        old, new = stack.picker, stack.new
         picker_url = f"http://127.0.0.1:{stack.metrics_port}"
-        client = stack.client(timeout=120.0)
+        client = stack.client(timeout=60.0)
 
         async def stream() -> tuple[int, str | None]:
             chunks, finish = 0, None
@@ -84,17 +161,37 @@ async def test_a_picker_sigterm_during_four_long_streams_lets_all_four_finish(
             return await sample(http, picker_url, RUNNING) == 4
 
         await until(four_running, 20, "the four streams never all started")
-        signalled = time.monotonic()
-        await stack.picker.signal(signal.SIGTERM)
-        async with asyncio.timeout(120):
+        stack.service.target = new.port  # the old pod leaves the Service's endpoints
+        await old.signal(signal.SIGTERM)
+        answered: list[str] = []
+
+        async def keep_sending() -> None:  # clients do not stop for a rollout
+            while old.running:
+                try:
+                    reply = await client.chat.completions.create(  # type: ignore[call-overload]
+                        **chat(max_tokens=40), stream=True
+                    )
+                    async for _ in reply:
+                        pass
+                    answered.append("ok")
+                except openai.APIError as error:
+                    answered.append(repr(error))
+
+        senders = [asyncio.create_task(keep_sending()) for _ in range(3)]
+        async with asyncio.timeout(60):
             results = await asyncio.gather(*streams)
-        assert time.monotonic() - signalled > 5.0  # past the old hard-coded 5 s drain
         for chunks, finish in results:
             assert finish == "length" and chunks >= 1200, (chunks, finish)
-        assert await stack.picker.wait(30) == 0
-        assert any("waited for 4 in flight, 4 finished" in line for line in stack.picker.log), (
-            stack.picker.log[-10:]
+        try:
+            assert await old.wait(20) == 0  # by itself, its streams done: not at 600 s
+        finally:
+            for sender in senders:
+                sender.cancel()
+        assert any("waited for 4 in flight" in line and "0 cut" in line for line in old.log), (
+            old.log[-10:]
         )
+        assert answered and set(answered) == {"ok"}, set(answered)
+        assert stack.service.connections.get(new.port, 0) >= 1  # Envoy moved over
         await client.close()
 
 

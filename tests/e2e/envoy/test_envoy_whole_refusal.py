@@ -39,7 +39,7 @@ LIMITED = {**CONFIG, "rateLimits": [{"tokensPerMinute": LIMIT}]}
 ONE_POD = {"base_port": 0, "pods": [{"name": "plain", "gpu": "H100", "model": MODEL}]}
 LONG = next(p for p in (f"tell story {i}" for i in range(400))
             if default_output_tokens(prompt_seed(p)) >= 3 * LIMIT)  # fmt: skip
-# A prompt estimated at the whole limit (len // 4 + 1 tokens, director.prompt_estimate):
+# A prompt estimated at the whole limit (bytes // 4 + 1 tokens, prompt_cost.prompt_estimate):
 # admitted with no room left for output, so the stream's first token is over the window.
 FULL_PROMPT = "word " * ((LIMIT - 1) * 4 // 5) + "w" * ((LIMIT - 1) * 4 % 5)
 TIMEOUT_S = 30.0

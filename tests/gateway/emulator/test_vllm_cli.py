@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from model_files import write_model_files
 from rendered_model_servers import RenderedVllm, container_params
 
 from inference_gateway.emulator import vllm_startup
@@ -167,6 +168,7 @@ def test_the_rendered_flags_map_onto_the_pod(
         assert list(settings.adapters) == names
     assert (settings.kv_events is not None) == ("--kv-events-config" in args)
     assert settings.auto_tool_choice == ("--enable-auto-tool-choice" in args)
+    assert settings.hash_algo == args[args.index("--prefix-caching-hash-algo") + 1]
     assert (settings.host, settings.port) == ("0.0.0.0", int(args[args.index("--port") + 1]))
 
 
@@ -246,6 +248,16 @@ def test_a_model_path_ending_in_a_known_repository_maps(pod_env: Path) -> None:
     settings = pod_settings(parse_serve_args(argv).options, argv)
     assert settings.profile.model.name == "llama-3.1-8b"
     assert settings.served_model_name == f"s3://weights/{MODEL}"  # vLLM's default name
+
+
+def test_the_hash_algo_and_a_tokenizer_directory_reach_the_pod(pod_env: Path) -> None:
+    """What the pod's KV events hash: vLLM's --prefix-caching-hash-algo, and the token
+    ids of --tokenizer when it names a local directory (a hub name cannot be read)."""
+    model = write_model_files(pod_env / "tokenizer")
+    settings = _settings("--prefix-caching-hash-algo", "sha256_cbor", "--tokenizer", str(model))
+    assert (settings.hash_algo, settings.tokenizer) == ("sha256_cbor", str(model))
+    settings = _settings("--tokenizer", "meta-llama/Llama-3.1-8B-Instruct")
+    assert (settings.hash_algo, settings.tokenizer) == ("sha256", None)
 
 
 # --------------------------------------------------------------------------- serving

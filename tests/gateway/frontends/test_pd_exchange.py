@@ -22,7 +22,17 @@ from aiohttp import web
 
 from inference_gateway.frontends.pd_exchange import PrefillExchange
 
-PARAMS = {"do_remote_prefill": True, "remote_block_ids": [3], "remote_host": "127.0.0.1"}
+# what vLLM's NixlConnector answers (its side channel on vLLM's default port, 5600)
+PARAMS = {
+    "do_remote_prefill": True,
+    "do_remote_decode": False,
+    "remote_block_ids": [3],
+    "remote_engine_id": "engine-p",
+    "remote_request_id": "cmpl-1",
+    "remote_host": "127.0.0.1",
+    "remote_port": 5600,
+    "tp_size": 1,
+}
 CLIENT = {
     "model": "m",
     "prompt": "hello",
@@ -127,3 +137,34 @@ async def test_a_body_that_is_no_json_object_goes_on_unchanged() -> None:
     finally:
         await exchange.close()
     assert leg.outcome == "malformed_body" and leg.body == b"[1, 2]"  # the pod answers 400
+
+
+@pytest.mark.parametrize(
+    ("changes", "ports", "ok"),
+    [
+        ({}, (5600,), True),  # vLLM's answer, its side channel on the default port
+        ({"remote_port": 8000}, (), True),  # the pod's own serving port (the emulator's)
+        ({"remote_port": 5603}, range(5600, 5608), True),  # data-parallel rank 3
+        ({"remote_port": 5603}, (5600,), False),
+        ({"remote_block_ids": [[0, 1], [7]]}, (5600,), True),  # one list per KV-cache group
+        ({"remote_block_ids": [[0, 1], 7]}, (5600,), False),
+        ({"remote_request_id": None}, (5600,), True),  # older NixlConnector versions
+        ({"dcp_size": 1, "remote_num_tokens": 48}, (5600,), True),  # newer scalar fields
+        ({"remote_host": "::ffff:127.0.0.1"}, (5600,), False),
+        ({"remote_block_ids": [2**31]}, (5600,), False),
+        ({"do_remote_decode": True}, (5600,), False),
+        ({"remote_engine_id": "a\nb"}, (5600,), False),
+    ],
+)
+def test_a_prefill_pods_params_are_checked_before_a_decode_pod_gets_them(
+    changes: dict[str, Any], ports: Any, ok: bool
+) -> None:
+    """pd_body.checked_params on vLLM NixlConnector shapes (`request_finished`)."""
+    from inference_gateway.core.request.pd_body import BadParams, checked_params
+
+    params = {**PARAMS, **changes}
+    if ok:
+        assert checked_params(params, "127.0.0.1", 8000, ports) is params
+    else:
+        with pytest.raises(BadParams):
+            checked_params(params, "127.0.0.1", 8000, ports)

@@ -16,7 +16,7 @@ every connection it gets; the tests assert it never gets one.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import aiohttp
@@ -230,3 +230,141 @@ async def test_the_decoder_never_sees_the_p_d_headers_or_a_clients_params() -> N
     finally:
         await runner.cleanup()
         await decoder.cleanup()
+
+
+def _answer(params: Callable[[int], dict[str, Any]]) -> web.Application:
+    """A prefill pod (inside the allowlist) whose leg answers `params(its own port)`."""
+
+    async def complete(request: web.Request) -> web.Response:
+        await request.read()
+        assert request.transport is not None
+        port = request.transport.get_extra_info("sockname")[1]
+        answer = {"id": "cmpl-p", "choices": [], "kv_transfer_params": params(port)}
+        return web.json_response(answer)
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", complete)
+    return app
+
+
+def _nixl(pod_port: int, **changes: Any) -> dict[str, Any]:
+    """vLLM NixlConnector's answer for a pod on 127.0.0.1:`pod_port`, then `changes`."""
+    return {
+        "do_remote_prefill": True,
+        "do_remote_decode": False,
+        "remote_block_ids": [0, 1, 2],
+        "remote_engine_id": "engine-p",
+        "remote_request_id": "cmpl-p",
+        "remote_host": "127.0.0.1",
+        "remote_port": pod_port,
+        "tp_size": 1,
+        **changes,
+    }
+
+
+async def _through_sidecar(decoder: str, prefill: web.Application) -> tuple[Sidecar, int, int]:
+    """One streamed completion through a sidecar, prefilled on `prefill`: the sidecar,
+    the status and the number of events."""
+    runner, prefill_port = await _serve(prefill)
+    sidecar, sidecar_runner, url = await _sidecar(decoder)
+    try:
+        async with aiohttp.ClientSession() as session:
+            header = {PREFILL_HEADER: f"127.0.0.1:{prefill_port}"}
+            status, events = await _completion(session, url, header, stream=True)
+    finally:
+        await sidecar_runner.cleanup()
+        await runner.cleanup()
+    return sidecar, status, len(events)
+
+
+# (pod's port, a loopback witness's port, a 127.0.0.2 witness's port) → the answer's changes
+Steer = Callable[[int, int, int], dict[str, Any]]
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        pytest.param(lambda pod, near, far: {"remote_port": near}, id="another-port"),
+        pytest.param(
+            lambda pod, near, far: {"remote_host": "127.0.0.2", "remote_port": far},
+            id="another-host",
+        ),
+        pytest.param(
+            lambda pod, near, far: {"remote_host": "localhost", "remote_port": near},
+            id="a-name",
+        ),
+        pytest.param(
+            lambda pod, near, far: {"remote_block_ids": list(range(400_000))}, id="400k-ids"
+        ),
+        pytest.param(lambda pod, near, far: {"remote_port": str(pod)}, id="port-string"),
+        pytest.param(lambda pod, near, far: {"remote_block_ids": [0, -1]}, id="negative-id"),
+        pytest.param(
+            lambda pod, near, far: {"extra": {"remote_host": "127.0.0.2"}}, id="nested-value"
+        ),
+        pytest.param(lambda pod, near, far: {"remote_engine_id": "e" * 10_000}, id="10kb-id"),
+    ],
+)
+async def test_a_prefill_pod_cannot_steer_the_decoder(
+    pods: tuple[EmulatedPod, EmulatedPod], changes: Steer
+) -> None:
+    """The prefill pod's answer reaches the decoder only when it names that pod and holds
+    sane values (pd_body.checked_params); otherwise the request is served aggregated.
+    Witnesses on 127.0.0.1 (another service on the decode pod's loopback) and 127.0.0.2
+    count every connection the decoder would make where a hostile answer points it
+    (before: the decoder dialled them, past `--allow-prefill`; 400,000 ids or a string
+    port made the client's answer the decoder's 400)."""
+    _, decode = pods
+    recorder = Recorder()
+    near, near_port = await recorder.witness("127.0.0.1")
+    far, far_port = await recorder.witness("127.0.0.2")
+    hostile = _answer(lambda pod: _nixl(pod, **changes(pod, near_port, far_port)))
+    try:
+        sidecar, status, events = await _through_sidecar(decode.url, hostile)
+    finally:
+        near.close()
+        far.close()
+    assert status == 200 and events == 6
+    await asyncio.sleep(0.05)
+    assert recorder.connections == 0  # the decoder dialled nothing it was pointed at
+    assert decode.pod_app is not None and decode.pod_app.disagg is not None
+    assert decode.pod_app.disagg.pulls == 0  # served aggregated: it prefilled itself
+    assert sidecar.exchange is not None and sidecar.exchange.counts == {"bad_params": 1}
+
+
+async def test_a_decoder_that_refuses_the_params_serves_the_request_aggregated(
+    pods: tuple[EmulatedPod, EmulatedPod],
+) -> None:
+    """70,000 block ids pass the sidecar's cap (a long prompt) but not the emulated
+    decoder's (65,536), as a decoder of another version might refuse a field: its 400
+    is not the client's answer; the request goes again without the params."""
+    _, decode = pods
+    prefill = _answer(lambda pod: _nixl(pod, remote_block_ids=list(range(70_000))))
+    sidecar, status, events = await _through_sidecar(decode.url, prefill)
+    assert status == 200 and events == 6
+    assert sidecar.params_refused == 1
+    assert sidecar.exchange is not None and sidecar.exchange.counts == {"ok": 1}
+
+
+async def test_a_decoder_that_is_down_gets_no_prefill_leg(
+    pods: tuple[EmulatedPod, EmulatedPod],
+) -> None:
+    """A prefill pod keeps a finished leg's blocks until a decoder reads them (vLLM frees
+    them otherwise only after VLLM_NIXL_ABORT_REQUEST_TIMEOUT, 480 s): with the decoder
+    down, the sidecar runs no leg, so nothing is pinned (before: one prompt's blocks
+    pinned per request, the client answered 502 all the same)."""
+    prefill, _ = pods
+    closed = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    dead_port = closed.sockets[0].getsockname()[1]
+    closed.close()
+    await closed.wait_closed()
+    sidecar, runner, url = await _sidecar(f"http://127.0.0.1:{dead_port}")
+    try:
+        async with aiohttp.ClientSession() as session:
+            target = {PREFILL_HEADER: f"{prefill.host}:{prefill.port}"}
+            status, answers = await _completion(session, url, target, stream=True)
+        assert status == 502 and answers[0]["error"]["code"] == "decoder_down"
+        assert sidecar.decoder_down == 1
+    finally:
+        await runner.cleanup()
+    assert prefill.pod_app is not None and prefill.pod_app.disagg is not None
+    assert prefill.pod_app.disagg.sends.pinned == {}  # no blocks kept for a decoder

@@ -11,7 +11,12 @@ from test_config_watch import CONFIGS, SPEC, Applied, gateway_config, until
 
 from inference_gateway.config.watch import KubernetesConfigSource
 from inference_gateway.core.scheduling.types import Endpoint
-from inference_gateway.kubernetes.config_status import ConfigStatusWriter, build_status, pool_counts
+from inference_gateway.kubernetes.config_status import (
+    ConfigStatusWriter,
+    build_status,
+    pool_counts,
+    rollout_state,
+)
 
 
 def pods(pool: str, fresh: int, stale: int) -> list[Endpoint]:
@@ -48,6 +53,35 @@ def test_status_names_what_is_wrong_per_pool() -> None:
     invalid = build_status(pool_counts({}, []), "models[0].pool: unknown pool 'x'", 2)
     assert conditions(invalid)["Accepted"] == ("False", "Invalid")
     assert conditions(invalid)["Ready"] == ("False", "NoPools")
+
+
+def test_each_pool_has_the_managed_add_ons_rollout_state() -> None:
+    """`status.schedulers[].rolloutState` with the managed add-on's values (its
+    troubleshooting guide: Pending, Progressing, Available, Degraded), beside the
+    conditions; a pool of the resource that the served config lacks is Pending."""
+    counts = pool_counts(
+        {
+            "up": pods("up", 2, 0),
+            "rolling": pods("rolling", 1, 1),
+            "down": pods("down", 0, 2),
+        },
+        ["up", "rolling", "down", "empty"],
+    )
+    assert {c.name: rollout_state(c) for c in counts} == {
+        "up": "Available",
+        "rolling": "Progressing",
+        "down": "Degraded",
+        "empty": "Pending",
+    }
+    status = build_status(counts, "models[1].pool: unknown pool", 3, ["up", "new"])
+    assert status["schedulers"] == [
+        {"name": "down", "rolloutState": "Degraded"},
+        {"name": "empty", "rolloutState": "Pending"},
+        {"name": "new", "rolloutState": "Pending"},
+        {"name": "rolling", "rolloutState": "Progressing"},
+        {"name": "up", "rolloutState": "Available"},
+    ]
+    assert [c["type"] for c in status["conditions"]] == ["Accepted", "Ready", "Degraded"]
 
 
 async def test_picker_writes_status_on_change_only_and_only_when_leading(
@@ -87,6 +121,7 @@ async def test_picker_writes_status_on_change_only_and_only_when_leading(
         status = apiserver.collections[CONFIGS]["igw"]["status"]
         assert conditions(status)["Degraded"] == ("True", "AllPodsStale")
         assert status["pools"] == [{"name": "chat", "ready": 0, "stale": 1, "total": 1}]
+        assert status["schedulers"] == [{"name": "chat", "rolloutState": "Degraded"}]
         assert apiserver.collections[CONFIGS]["igw"]["spec"] == SPEC
 
         bad = {**SPEC, "models": [{"name": "llama", "pool": "nowhere"}]}

@@ -208,3 +208,53 @@ async def test_leader_election_one_leader_and_takeover_after_expiry(
     lease = apiserver.collections["/apis/coordination.k8s.io/v1/namespaces/igw/leases"]
     spec = lease["igw-picker"]["spec"]
     assert spec["holderIdentity"] == "pod-2" and spec["leaseTransitions"] == 1
+
+
+async def test_a_draining_leader_hands_the_lease_over_at_once(
+    apiserver: FakeApiServer, client: Any
+) -> None:
+    """client-go's ReleaseOnCancel, as upstream's EPP releases its lease on SIGTERM: the
+    lease is marked expired a second on, so the standby takes it on its next round, not
+    `lease_s` later, and the holder that released it is no longer leading."""
+    now = [datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)]
+    first = LeaderElector(client, "igw", "igw-picker", "pod-1", lease_s=10, clock=lambda: now[0])
+    second = LeaderElector(client, "igw", "igw-picker", "pod-2", lease_s=10, clock=lambda: now[0])
+    assert await first.try_acquire()
+    await first.release()
+    assert not first.is_leader()
+    now[0] += datetime.timedelta(seconds=2)  # well inside the 10 s lease
+    assert await second.try_acquire()
+    await second.release()
+    await second.release()  # releasing twice, or not leading, does nothing
+    lease = apiserver.collections["/apis/coordination.k8s.io/v1/namespaces/igw/leases"]
+    assert lease["igw-picker"]["spec"]["holderIdentity"] == "pod-2"
+
+
+class Lease:
+    """A collaborator that hands over on drain (`assembly.picker.Handover`)."""
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+
+    async def start(self) -> None:
+        self.events.append("start")
+
+    async def stop(self) -> None:
+        self.events.append("stop")
+
+    async def release(self) -> None:
+        self.events.append("release")
+
+
+async def test_the_picker_hands_over_when_it_starts_draining_not_when_it_stops() -> None:
+    from inference_gateway.assembly.picker import build_picker
+
+    lease = Lease()
+    picker = build_picker([], None, grpc_port=0, metrics_port=None, collaborators=[lease])
+    await picker.start()
+    try:
+        await picker.drain(0.05)
+        assert lease.events == ["start", "release"] and not picker.ready()
+    finally:
+        await picker.stop(0)
+    assert lease.events == ["start", "release", "stop"]

@@ -133,3 +133,50 @@ async def test_readiness_is_serving_with_zero_pods_once_the_pools_are_listed(
     finally:
         await picker.stop(grace_s=0)
         await mode.close()
+
+
+async def test_leader_elect_status_keeps_every_replica_ready_and_one_status_writer(
+    apiserver: FakeApiServer, tmp_path: Path
+) -> None:
+    """`--leader-elect-status` (the chart's rendering of the managed schedulers' leader
+    election): a replica that does not hold the Lease is still ready and routes; only the
+    holder is the status writer. `--leader-elect` (active-passive) gates readiness."""
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "pools": [{"name": "chat", "selector": {"app": "vllm"}, "targetPort": 8000}],
+                "models": [{"name": "llama-3.1-8b", "pool": "chat"}],
+            }
+        )
+    )
+    leases = "/apis/coordination.k8s.io/v1/namespaces/igw/leases"
+    apiserver.put(
+        leases,
+        {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": "igw-picker", "namespace": "igw"},
+            "spec": {
+                "holderIdentity": "another-replica",
+                "leaseDurationSeconds": 3600,
+                "renewTime": "2099-01-01T00:00:00.000000Z",
+            },
+        },
+    )
+    for flag, ready in (("--leader-elect-status", True), ("--leader-elect", False)):
+        argv = ["picker", "--config", str(config), "--api-server", apiserver.url, flag]
+        argv += ["--namespace", "igw", "--host", "127.0.0.1", "--grpc-port", "0"]
+        argv += ["--metrics-port", "0"]
+        args = build_parser("picker").parse_args(argv)
+        mode = await KubernetesMode.connect(kubernetes_options(args))
+        picker = mode.server(**server_options(args))
+        await picker.start()
+        try:
+            await until(picker.synced)
+            await picker.update_health()
+            assert not mode.is_leader()  # another replica holds the lease
+            assert picker.ready() is ready, flag
+        finally:
+            await picker.stop(grace_s=0)
+            await mode.close()

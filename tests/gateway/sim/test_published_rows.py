@@ -123,7 +123,7 @@ def test_evaluate_published_compares_each_row_with_round_robin(bench: Any) -> No
     chat = rows["chat-headline"]
     assert chat["quantile"] == "p50" and chat["published_headline"] == -0.82
     assert chat["gateway_vs_round_robin"]["p50"] == pytest.approx(-0.9) and chat["meets"]
-    text = "\n".join(report.published_markdown({"published": list(rows.values())}))
+    text = report.markdown(report.published_sections({"published": list(rows.values())}))
     assert "| Qwen3-32B | `qwen3-32b-mixed` (6 pods, 600 s) |" in text
     assert "-98 % / -98 % / +50 %" in text  # P95 / P99 / throughput, from the cases
     assert "**Qwen3-235B**: ours P99 -50 % against round-robin" in text

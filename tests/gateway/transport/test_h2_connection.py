@@ -374,6 +374,52 @@ def test_graceful_goaway_waits_for_the_last_call() -> None:
     assert (trailers.kind, trailers.stream, trailers.flags & 0x1) == (HEADERS, stream, 1)
 
 
+def test_drain_takes_every_stream_sent_before_it_then_names_the_last() -> None:
+    """drain(): GOAWAY with the largest stream id and a PING (RFC 9113 §6.8); a stream
+    the peer sent before seeing it is still taken; the PING's answer brings the GOAWAY
+    naming the last stream taken, after which new streams are refused; the streams in
+    flight finish, then ConnectionDone."""
+    peer = Peer()
+    first = peer.call()
+    (started,) = peer.exchange()
+    peer.server.drain(0.0)
+    goaway, ping = frames(peer.server.data_to_send())
+    assert (goaway.kind, goaway.code) == (GOAWAY, NO_ERROR)
+    assert int.from_bytes(goaway.payload[:4], "big") == 2**31 - 1
+    assert ping.kind == PING and not ping.flags
+    crossed = peer.call()  # HEADERS the peer sent before our GOAWAY reached it
+    assert crossed == first + 2
+    peer.server.receive_data(peer.client.data_to_send(), 0.0)
+    (taken,) = events(peer.server)
+    assert isinstance(taken, CallStarted) and taken.stream.id == crossed
+    peer.server.receive_data(raw(PING, 0x1, 0, ping.payload), 0.0)  # the PING's answer
+    assert events(peer.server) == []
+    (last,) = frames(peer.server.data_to_send())
+    assert (last.kind, int.from_bytes(last.payload[:4], "big")) == (GOAWAY, crossed)
+    late = peer.call()
+    peer.server.receive_data(peer.client.data_to_send(), 0.0)
+    assert events(peer.server) == []
+    (refused,) = frames(peer.server.data_to_send())
+    assert (refused.kind, refused.stream, refused.code) == (RST_STREAM, late, 0x7)
+    peer.server.finish(started.stream)
+    assert events(peer.server) == []  # one stream still runs
+    peer.server.finish(taken.stream)
+    assert [type(e) for e in events(peer.server)] == [ConnectionDone]
+
+
+def test_a_drain_whose_ping_goes_unanswered_ends_at_the_keepalive_timeout() -> None:
+    policy = ConnectionPolicy(keepalive_s=100, keepalive_timeout_s=5, idle_timeout_s=100)
+    peer = Peer(policy)
+    peer.exchange()
+    peer.server.drain(0.0)
+    peer.server.data_to_send()
+    assert peer.server.tick(4.0) and peer.server.data_to_send() == b""
+    peer.server.tick(5.0)
+    (last,) = frames(peer.server.data_to_send())
+    assert last.kind == GOAWAY and int.from_bytes(last.payload[:4], "big") == 0
+    assert [type(e) for e in events(peer.server)] == [ConnectionDone]
+
+
 def test_connection_errors_are_goaway_with_their_code() -> None:
     """A frame over our SETTINGS_MAX_FRAME_SIZE is FRAME_SIZE_ERROR; a bad preface and an
     even client stream id are PROTOCOL_ERROR (RFC 9113 §4.2, §3.4, §5.1.1)."""

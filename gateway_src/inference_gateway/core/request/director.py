@@ -30,6 +30,7 @@ import asyncio
 import dataclasses
 import logging
 import random
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -49,6 +50,9 @@ from inference_gateway.core.request.budget import (
 from inference_gateway.core.request.contracts import RoutingState, SchedulerLike, openai_error
 from inference_gateway.core.request.decisions import DecisionLog
 from inference_gateway.core.request.lifecycle import RequestLifecycle, new_internal_id
+from inference_gateway.core.request.prompt_cost import prompt_estimate
+from inference_gateway.core.request.sse import ask_for_usage
+from inference_gateway.core.request.subset_hint import hinted_hostports
 from inference_gateway.core.scheduling.explain import Explanation
 from inference_gateway.core.scheduling.plugins.prefix import prompt_block_hashes
 from inference_gateway.core.scheduling.types import Endpoint, LLMRequest
@@ -78,14 +82,18 @@ __all__ = [
     "SchedulerLike",
     "Series",
     "api_key_of",
+    "check_model",
     "output_bound",
     "prompt_estimate",
     "prompt_text",
-    "subset_hostports",
 ]
 
 log = logging.getLogger(__name__)
 
+# The longest `model`: an HTTPRoute header match's longest value (Gateway API v1.3
+# HTTPHeaderMatch.value maxLength, cdk8s/crds/external/gateway-api.yaml).
+MAX_MODEL_BYTES = 4096
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # Output bounds past this are refused (400): no model's context comes near it, and a
 # bound is what a token limit charges up front.
 MAX_OUTPUT_TOKENS = 2**21
@@ -103,7 +111,8 @@ DEFAULT_FLOW_CONTROL = FlowControlSpec()  # frozen: one instance serves every re
 
 
 def prompt_text(body: dict[str, Any]) -> str:
-    """The text the prefix index and token estimate see: messages or prompt, in order."""
+    """The text the prefix index sees: messages or prompt, in order (the token estimate
+    counts more: prompt_cost.py)."""
     messages = body.get("messages")
     if isinstance(messages, list):
         parts = []
@@ -167,6 +176,9 @@ class Decision:
     prefill: list[Endpoint] = field(default_factory=list)
     queued_s: float = 0.0  # the wait for admission (0: admitted at once)
     schedule_s: float = 0.0  # ranking the pods (every profile the request ran)
+    # the body asks the engine for the stream's usage for the gateway's own count: the
+    # data plane takes the usage event out of the client's stream (sse.UsageEventFilter)
+    strip_usage: bool = False
 
     @property
     def target_model(self) -> str:
@@ -201,7 +213,7 @@ class Intake:
         text = prompt_text(body)
         return cls(
             body["model"],
-            prompt_estimate(text),
+            prompt_estimate(body),
             bound,
             lambda model: prompt_block_hashes(model, text),
             body,
@@ -229,26 +241,15 @@ class Pending:
         return self.intake.model
 
 
-def api_key_of(headers: Mapping[str, str]) -> str:
-    """The authenticated client id, else the bearer token, else "anonymous" (limits
-    without a client or apiKey apply to each caller separately)."""
-    client = headers.get(CLIENT_ID_HEADER)
+def api_key_of(headers: Mapping[str, str], trusted_client_id: bool = False) -> str:
+    """The authenticated client id (`trusted_client_id`: the header was set by an
+    authenticating filter, `Director.trusted_client_id`), else the bearer token, else
+    "anonymous" (limits without a client or apiKey apply to each caller separately)."""
+    client = headers.get(CLIENT_ID_HEADER) if trusted_client_id else None
     if client:
         return client
     auth = headers.get("authorization", "")
     return auth[7:].strip() if auth.lower().startswith("bearer ") else "anonymous"
-
-
-def subset_hostports(hint: list[str] | None, endpoints: list[Endpoint]) -> frozenset[str] | None:
-    """Envoy's subset hint as `ip:port`s; an entry without a port allows every port of
-    that address (the protocol lets a data plane send bare IPs). None: no hint."""
-    if hint is None:
-        return None
-    out = {h for h in hint if ":" in h}
-    bare = {h for h in hint if ":" not in h}
-    if bare:
-        out.update(e.hostport for e in endpoints if e.address in bare)
-    return frozenset(out)
 
 
 class Series:
@@ -319,6 +320,15 @@ class Director:
         # decision log, and for traces (the data plane sets it when it traces)
         self.explaining = decisions is not None
         self._gauged_pools: set[str] = set()  # pools whose gauges /metrics shows
+        # Whether the data plane takes the usage event out of a stream whose client did
+        # not ask for it (igw serve does): then every stream asks the engine for usage,
+        # which settles its token charge exactly (sse.ask_for_usage).
+        self.ask_stream_usage = False
+        # Whether a request's `x-igw-client-id` was set by an authenticating filter in
+        # front (igw serve's auth middleware sets or strips it; in the cluster Envoy
+        # Gateway's ext_authz sets it, `igw picker --client-id-from-auth`). Otherwise a
+        # client could name itself `team-a` and spend team-a's limits: it is ignored.
+        self.trusted_client_id = False
         self._watch_limiter(state)
 
     def _watch_limiter(self, state: RoutingState) -> None:
@@ -533,8 +543,17 @@ class Director:
         if pending.model != client_model and body is not None:
             body["model"] = pending.model
             raw = orjson.dumps(body)
+        asked = ask_for_usage(raw, body) if self.ask_stream_usage and body else None
         decision = Decision(
-            llm, ranked, client_model, pending.route, raw, gate, pending.headers, prefill
+            llm,
+            ranked,
+            client_model,
+            pending.route,
+            raw if asked is None else asked,
+            gate,
+            pending.headers,
+            prefill,
+            strip_usage=asked is not None,
         )
         decision.schedule_s = time.perf_counter() - started
         if llm.explanation is not None:
@@ -570,7 +589,7 @@ class Director:
             band=band_for(state.config, headers.get(OBJECTIVE_HEADER), route.model),
             profile=headers.get(PROFILE_HEADER) or route.profile,
             fairness_id=headers.get(FAIRNESS_HEADER, ""),
-            subset=subset_hostports(subset, endpoints),
+            subset=_allowed(subset, endpoints),
             explanation=Explanation() if self.explaining else None,
         )
         return Pending(state, intake, model, route, llm, endpoints, self.gate(route), {}, None)
@@ -584,7 +603,7 @@ class Director:
         output_bound = pending.intake.output_bound
         if not state.limiter.rules:  # nothing to charge (the common case): no headers
             return {}, None
-        api_key = api_key_of(headers)
+        api_key = api_key_of(headers, self.trusted_client_id)
         limit = state.limiter.check(
             api_key,
             client_model,
@@ -613,7 +632,7 @@ class Director:
         output_bound = pending.intake.output_bound
         if not state.limiter.rules:
             return {}, None
-        api_key = api_key_of(headers)
+        api_key = api_key_of(headers, self.trusted_client_id)
         limiter = self.shared_limits.limiter(state.limiter.rules)
         admission = await limiter.check_shared(
             api_key,
@@ -762,13 +781,31 @@ def _parse(raw: bytes) -> dict[str, Any]:
             "invalid_request_error",
             "missing_model",
         )
+    check_model(body["model"])
     return body
 
 
-def prompt_estimate(text: str) -> int:
-    """A prompt's tokens, estimated (4 characters a token): what a token limit charges up
-    front, the same at tier 1 and tier 2."""
-    return len(text) // 4 + 1
+def _allowed(hint: list[str] | None, endpoints: list[Endpoint]) -> frozenset[str] | None:
+    """Envoy's subset hint as the `ip:port`s it allows (None: no hint)."""
+    hostports = hinted_hostports(hint, endpoints)
+    return None if hostports is None else frozenset(hostports)
+
+
+def check_model(model: str) -> str:
+    """`model` as a client may send it, else a 400 that does not echo it: at most
+    `MAX_MODEL_BYTES` of UTF-8 and no control character. The body-based router carries
+    the name in a header, and Envoy answers 500 to a header with CR, LF or NUL or past
+    its 60 KiB header limit; no HTTPRoute can match a longer value anyway. One rule for
+    every front end (`igw serve`, the picker, `igw bbr`)."""
+    if len(model) > MAX_MODEL_BYTES or len(model.encode()) > MAX_MODEL_BYTES:
+        problem = f"at most {MAX_MODEL_BYTES} bytes long"
+    elif _CONTROL.search(model):
+        problem = "free of control characters"
+    else:
+        return model
+    raise Rejection(
+        400, f"`model` must be {problem}.", "invalid_request_error", "invalid_value", param="model"
+    )
 
 
 class OutputBound(NamedTuple):

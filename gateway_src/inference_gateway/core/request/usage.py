@@ -48,7 +48,7 @@ class UsageScanner:
         self._partial = data[cut + 1 :]
         if data.find(b'"usage"', 0, cut) >= 0:  # no copy of the chunk to look
             for line in data[:cut].split(b"\n"):
-                if b'"usage"' in line and line.startswith(b"data:"):
+                if b'"usage"' in line and line.startswith(b"data:") and not _null(line):
                     self._take(line[5:])
 
     def close(self) -> dict[str, Any] | None:
@@ -67,6 +67,12 @@ class UsageScanner:
         usage = usage_of(event)
         if usage is not None:
             self.usage = usage
+
+
+def _null(line: bytes) -> bool:
+    """vLLM (and OpenAI) put `"usage": null` in every chunk of a stream that asked for
+    usage; only the last event carries it: the rest are not parsed."""
+    return b'"usage":null' in line or b'"usage": null' in line
 
 
 def usage_of(event: Any) -> dict[str, Any] | None:

@@ -27,7 +27,8 @@ benchmarks). The live picker reads what it cannot trust lazily (`decode_view`): 
 batch's events stay one undecoded msgpack slice until split (`event_views`), each event
 is decoded on its own when applied (`decode_event`), its block hashes only once their
 count (`hash_count`, read from the array header) is known to fit, and its token ids
-never (the index does not use them). So a payload costs memory in proportion to what
+never whole: the index reads one block's worth (`leading_ints`), and only to say why a
+pod's events do not match the picker's hashes. So a payload costs memory in proportion to what
 the index will keep, not to what a publisher chose to send
 (`kv_index.KVBlockIndex.ingest_view`).
 """
@@ -56,6 +57,7 @@ __all__ = [
     "encode_batch",
     "event_views",
     "hash_count",
+    "leading_ints",
 ]
 
 END_SEQ = (-1).to_bytes(8, "big", signed=True)  # the replay socket's end marker
@@ -176,3 +178,37 @@ def hash_count(hashes: Sequence[int] | msgspec.Raw) -> int:
 
 def decode_hashes(hashes: Sequence[int] | msgspec.Raw) -> Sequence[int]:
     return _HASHES.decode(hashes) if isinstance(hashes, msgspec.Raw) else hashes
+
+
+# msgpack's int markers (after fixints): uint8..uint64 0xcc-0xcf, int8..int64 0xd0-0xd3
+_INT_WIDTHS = {0xCC: 1, 0xCD: 2, 0xCE: 4, 0xCF: 8, 0xD0: 1, 0xD1: 2, 0xD2: 4, 0xD3: 8}
+
+
+def leading_ints(values: Sequence[int] | msgspec.Raw, n: int) -> list[int] | None:
+    """The first `n` ints of a msgpack int array (None when it holds fewer, or another
+    value comes first), read without decoding the rest: a publisher's array of token ids
+    costs what is read, not what was sent."""
+    if not isinstance(values, msgspec.Raw):
+        return list(values[:n]) if len(values) >= n else None
+    try:
+        if array_length(values) < n:
+            return None
+    except msgspec.DecodeError:
+        return None
+    data = memoryview(values)
+    at = 1 + {0xDC: 2, 0xDD: 4}.get(data[0], 0)  # past the array header
+    out: list[int] = []
+    for _ in range(n):
+        if at >= len(data):
+            return None
+        kind = data[at]
+        if kind <= 0x7F or kind >= 0xE0:  # positive and negative fixints
+            out.append(kind if kind <= 0x7F else kind - 0x100)
+            at += 1
+            continue
+        width = _INT_WIDTHS.get(kind)
+        if width is None or at + 1 + width > len(data):
+            return None
+        out.append(int.from_bytes(data[at + 1 : at + 1 + width], "big", signed=kind >= 0xD0))
+        at += 1 + width
+    return out

@@ -41,12 +41,29 @@ A pod's events are *stale* when the picker has sent it uncached blocks (`expect`
 no event came within `stale_after_s`: an idle pod publishes nothing and stays fresh, a
 pod whose publisher died is found out by its next few requests. For a stale pod the
 scorer falls back to the approximate index until events flow again.
+
+Events that flow but never carry the blocks the picker hashed are worse than none: the
+pod's prompts were tokenized or hashed differently (another tokenizer or chat template,
+`--prefix-caching-hash-algo`, `PYTHONHASHSEED`, `--block-size`), so every precise match
+would be 0. The scorer therefore asks, for each request that reached its first token
+(the pod has prefilled and stored its prompt), whether the request's last full block is
+in the pod's events when the request finishes (`check`: a running request's blocks
+cannot be evicted, so they are held then unless their event is still on its way), or
+else `CHECK_GRACE_S` later (held, or evicted and remembered as lost, counts). Each
+answer is counted per pod (exported as `igw_kv_events_matched_total` /
+`igw_kv_events_unmatched_total`);
+`MISMATCH_RUN` misses in a row mark the pod's events as not matching: it is scored
+like a stale pod (the approximate index) until a request matches again, and a warning
+names the pod and, from a chain-start block it stored after a miss (hash and token ids:
+only that block's are read, `kv_events.leading_ints`, and only from a pod that missed),
+the likely cause: block size, hash algorithm or seed, or the token ids themselves.
 """
 
 from __future__ import annotations
 
+import logging
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from inference_gateway.core.scheduling.kv_events import (
@@ -62,21 +79,40 @@ from inference_gateway.core.scheduling.kv_events import (
     decode_hashes,
     event_views,
     hash_count,
+    leading_ints,
 )
 
 __all__ = ["KVBlockIndex"]
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BLOCKS = 1 << 20  # the most any pod may claim (~16 M tokens of 16)
 UNKNOWN_CAPACITY = 1 << 16  # a pod whose scrape has not said (1 M tokens, ~26 MB)
 SLICE_BLOCKS = 2048  # blocks of work between two yields of `ingest_slices` (~1-2 ms)
 EVENT_ALLOWANCE = 1024  # events a step may carry beyond one per stored or evicted block
+MAX_BLOCK_SIZE = 1024  # the largest block the scorer hashes (so the most a sample reads)
 RECOMPUTE_DECAY = 0.99  # weight of history per pick: the share follows the last ~100 picks
+CHECK_GRACE_S = 2.0  # after a first token, the pod's event for the prompt is due within this
+MISMATCH_RUN = 8  # misses in a row that mark a pod's events as not matching the picker's
+MAX_CHECKS = 4096  # pending checks kept (the oldest dropped first)
+#: (hash, token ids, block size) of a stored chain's first block: what the diagnosis rehashes
+Sample = tuple[int, Sequence[int], int]
 
 Event = BlockStored | BlockRemoved | AllBlocksCleared | BlockStoredView | BlockRemovedView
 
 
 class _Pod:
-    __slots__ = ("alone", "blocks", "capacity", "expected_at", "last_event")
+    __slots__ = (
+        "alone",
+        "blocks",
+        "capacity",
+        "expected_at",
+        "last_event",
+        "matched",
+        "run",
+        "sample",
+        "unmatched",
+    )
 
     def __init__(self, name: str, capacity: int) -> None:
         self.alone = (name,)  # the holders of a block this pod alone holds
@@ -84,6 +120,10 @@ class _Pod:
         self.capacity = capacity
         self.last_event = float("-inf")
         self.expected_at: float | None = None  # first pick with new blocks since the last event
+        self.matched = 0  # checks whose block was in the pod's events
+        self.unmatched = 0  # and whose block was not
+        self.run = 0  # misses since the last match
+        self.sample: Sample | None = None
 
 
 class KVBlockIndex:
@@ -108,6 +148,12 @@ class KVBlockIndex:
         self._capacity = 0  # Σ the pods' capacities: the bound of `_evicted`
         self._recomputed = 0.0  # decayed Σ tokens picks recompute that the fleet evicted
         self._computed = 0.0  # decayed Σ tokens picks compute
+        # (due, pod, block hash, pick time): blocks a pod's events should show by `due`
+        self._checks: deque[tuple[float, str, int, float]] = deque(maxlen=MAX_CHECKS)
+        # the scorer's hash of one block's token ids (None: another block size), and its
+        # hashing parameters in words: what the mismatch warning compares and names
+        self.rehash: Callable[[Sequence[int], int], int | None] | None = None
+        self.hashing = ""
 
     # ------------------------------------------------------------------ feeding
 
@@ -150,6 +196,7 @@ class KVBlockIndex:
         of work; a batch past one engine step's reach is refused there (module docstring)."""
         state = self._pod(pod)
         stored_left = removed_left = state.capacity
+        sampling = state.run > 0  # a pod that missed a check: keep a block to diagnose by
         work = 0
         for event in events:
             if isinstance(event, AllBlocksCleared):
@@ -167,6 +214,8 @@ class KVBlockIndex:
                     removed_left -= count
                 apply = self.stored if is_store else self.removed
                 hashes = decode_hashes(event.block_hashes)
+                if sampling and count and isinstance(event, (BlockStored, BlockStoredView)):
+                    self._sample(state, event, hashes[0])
                 for start in range(0, count, SLICE_BLOCKS):
                     apply(pod, hashes[start : start + SLICE_BLOCKS], state)
                     work += min(SLICE_BLOCKS, count - start)
@@ -179,6 +228,23 @@ class KVBlockIndex:
                 work = 0
                 yield
         self.heard(pod, state)
+        if self._checks:
+            self.settle()
+
+    @staticmethod
+    def _sample(state: _Pod, event: BlockStored | BlockStoredView, first: int) -> None:
+        """Keep the first block of a chain the pod stored (no adapter): its token ids
+        and hash tell the mismatch warning why (`_diagnosis`). Only the block's own
+        token ids are read, and only from a block no larger than the scorer's largest."""
+        if event.parent_block_hash is not None or event.lora_id is not None:
+            return
+        size = event.block_size
+        if not 0 < size <= MAX_BLOCK_SIZE:
+            state.sample = (first, (), size)  # a size the scorer cannot have: enough to say
+            return
+        tokens = leading_ints(event.token_ids, size)
+        if tokens is not None:
+            state.sample = (first, tokens, size)
 
     def heard(self, pod: str, state: _Pod | None = None) -> None:
         """The pod's stream is alive now (a batch, or a replay that answered)."""
@@ -293,10 +359,77 @@ class KVBlockIndex:
     def fresh(self, pod: str) -> bool:
         """Whether the pod's events can be trusted (see the module docstring)."""
         state = self._pods.get(pod)
-        if state is None or state.last_event == float("-inf"):
+        if state is None or state.last_event == float("-inf") or state.run >= MISMATCH_RUN:
             return False
         expected = state.expected_at
         return expected is None or self.clock() - expected <= self.stale_after_s
+
+    # ------------------------------------------------------------------ matching
+
+    def check(self, pod: str, block_hash: int, picked_at: float) -> None:
+        """A request picked for `pod` at `picked_at` (this index's clock), prefilled
+        there, has finished: its last full block `block_hash` should be in the pod's
+        events now, or within `CHECK_GRACE_S` (see the module docstring)."""
+        state = self._pods.get(pod)
+        if state is not None and block_hash in state.blocks:
+            state.matched += 1
+            state.run = 0
+            return
+        self._checks.append((self.clock() + CHECK_GRACE_S, pod, block_hash, picked_at))
+
+    def settle(self) -> None:
+        """Answer the checks that are due (see the module docstring)."""
+        checks, now = self._checks, self.clock()
+        while checks and checks[0][0] <= now:
+            _, pod, block_hash, picked_at = checks.popleft()
+            state = self._pods.get(pod)
+            if state is None or state.last_event < picked_at:
+                continue  # nothing heard since the pick: the staleness rule's business
+            if block_hash in state.blocks or block_hash in self._evicted:
+                state.matched += 1
+                state.run = 0
+                continue
+            state.unmatched += 1
+            state.run += 1
+            if state.run == MISMATCH_RUN:
+                log.warning(
+                    "kv events: pod %s: none of the last %d requests it served has its "
+                    "blocks in the pod's KV events: %s. Its prefix scores use the "
+                    "approximate index until they match (igw_kv_events_unmatched_total; "
+                    "the scorer hashes with %s)",
+                    pod,
+                    MISMATCH_RUN,
+                    self._diagnosis(state),
+                    self.hashing or "its defaults",
+                )
+
+    def _diagnosis(self, state: _Pod) -> str:
+        sample, rehash = state.sample, self.rehash
+        if sample is None or rehash is None:
+            return "no first block of a chain seen from the pod yet to tell why"
+        block_hash, tokens, size = sample
+        ours = rehash(tokens, size)
+        if ours is None:
+            return f"the pod stores blocks of {size} tokens, the scorer's blockSize differs"
+        if ours != block_hash:
+            return (
+                "the pod hashes its own token ids differently: the scorer's hashAlgo or "
+                "hashSeed differs from the pod's --prefix-caching-hash-algo or PYTHONHASHSEED"
+            )
+        return (
+            "the pod hashes token ids as the scorer does, so its token ids differ: the "
+            "scorer's tokenizer files or chat template are not the served model's"
+        )
+
+    def match_counts(self) -> dict[str, tuple[int, int]]:
+        """Per pod: checks (matched, unmatched) so far (`settle` first)."""
+        self.settle()
+        return {pod: (s.matched, s.unmatched) for pod, s in self._pods.items()}
+
+    def matching(self, pod: str) -> bool:
+        """False once the pod's events missed `MISMATCH_RUN` checks in a row."""
+        state = self._pods.get(pod)
+        return state is None or state.run < MISMATCH_RUN
 
     def heard_from(self, pod: str) -> bool:
         """Whether the pod's events ever reached this index (subscribed and alive once)."""

@@ -8,11 +8,9 @@ text into ids. Two implementations of one small interface:
   the id the 4 bytes read big-endian; chat template `<|role|>\\n{content}\\n` per message,
   then `<|assistant|>\\n`). The emulator's HTTP server tokenizes with it, so a picker in
   front of emulated pods hashes exactly what they cache.
-* `HFTokenizer`: a real model's files, loaded from a local directory only (never from a
-  hub): `tokenizer.json` through the `tokenizers` library and the Jinja chat template
-  of `tokenizer_config.json`, rendered in a sandbox with `add_generation_prompt=True`
-  as vLLM's chat endpoint does; the rendered chat is encoded without special tokens (the
-  template writes them), a plain completion prompt with them, as vLLM does.
+* `hf_tokenizer.HFTokenizer`: a real model's files, loaded from a local directory only
+  (never from a hub), the chat template applied and the text tokenized as the pinned
+  vLLM release does (that module's docstring says how, source by source).
 
 A body this cannot read (no messages, a malformed content part) gives `None`: the
 scorer then falls back to the approximate index for that request.
@@ -20,13 +18,11 @@ scorer then falls back to the approximate index for that request.
 
 from __future__ import annotations
 
-import json
 import struct
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any, Protocol
 
-__all__ = ["EmulatorTokenizer", "HFTokenizer", "PromptTokenizer", "render_chat", "text_ids"]
+__all__ = ["EmulatorTokenizer", "PromptTokenizer", "render_chat", "text_ids"]
 
 BYTES_PER_TOKEN = 4
 
@@ -90,46 +86,3 @@ class EmulatorTokenizer:
         except ValueError:
             return None
         return text_ids(text) if text else None
-
-
-class HFTokenizer:
-    """A model's own tokenizer files from `directory` (see the module docstring)."""
-
-    def __init__(self, directory: str | Path) -> None:
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
-        from tokenizers import Tokenizer
-
-        path = Path(directory)
-        try:
-            self.tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
-            config = json.loads((path / "tokenizer_config.json").read_text())
-        except Exception as error:  # OSError, bad JSON, or the tokenizers library's own
-            raise ValueError(f"tokenizer: cannot load {path}: {error}") from None
-        template = config.get("chat_template")
-        if isinstance(template, list):  # named templates: the default one
-            named = (t.get("template") for t in template if t.get("name") == "default")
-            template = next(named, None)
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-        self.template = env.from_string(template) if isinstance(template, str) else None
-        self.specials = {
-            key: value if isinstance(value, str) else (value or {}).get("content", "")
-            for key, value in config.items()
-            if key in ("bos_token", "eos_token")
-        }
-
-    def prompt_ids(self, body: Mapping[str, Any]) -> list[int] | None:
-        messages = body.get("messages")
-        if isinstance(messages, list):
-            if self.template is None:
-                return None
-            try:
-                text = self.template.render(
-                    messages=messages, add_generation_prompt=True, **self.specials
-                )
-            except Exception:  # a template error on hostile input: no precise hashes
-                return None
-            return list(self.tokenizer.encode(text, add_special_tokens=False).ids)
-        prompt = _prompt(body)
-        if prompt is None:
-            return None
-        return list(self.tokenizer.encode(prompt, add_special_tokens=True).ids)

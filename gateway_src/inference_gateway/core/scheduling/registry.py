@@ -25,6 +25,7 @@ from inference_gateway.core.scheduling.plugins import (
     kv_cache,
     lora,
     max_score,
+    no_hit_lru,
     precise_prefix,
     predicted_ttft,
     prefix,
@@ -168,6 +169,12 @@ register_scorer(
     predicted_ttft.PredictedTTFTParams,
     predicted_ttft.build,
     uses_prefix_index=True,
+)
+register_scorer(
+    no_hit_lru.TYPE,
+    no_hit_lru.NoHitLRUParams,
+    no_hit_lru.build,
+    uses_prefix_index=True,  # cold = no leading block found in it
 )
 register_picker(max_score.TYPE, max_score.MaxScoreParams, max_score.build)
 register_filter(pd.PREFILL_FILTER_TYPE, pd.RoleParams, pd.build_prefill_filter)

@@ -29,7 +29,12 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
-from inference_gateway.config.spec import format_validation_error
+from inference_gateway.config.spec import (
+    MAX_CONFIG_BYTES,
+    SAFE_LOADER,
+    format_validation_error,
+    read_capped,
+)
 from inference_gateway.errors import ConfigError
 
 __all__ = ["RewriteSet", "load_rewrites", "parse_rewrites"]
@@ -170,15 +175,22 @@ def parse_rewrites(
 def load_rewrites(
     path: str | Path, *, known_models: set[str] | None, seed: int | None = None
 ) -> RewriteSet:
-    """Read every YAML document of a file (or every *.yaml file of a folder)."""
+    """Read every YAML document of a file (or every *.yaml file of a folder), at most
+    `MAX_CONFIG_BYTES` in all (one ConfigMap's worth)."""
     path = Path(path)
     files = sorted(path.glob("*.yaml")) if path.is_dir() else [path]
     documents: list[Any] = []
+    total = 0
     for file in files:
+        data = read_capped(file, MAX_CONFIG_BYTES)
+        total += len(data)
+        if total > MAX_CONFIG_BYTES:
+            raise ConfigError(
+                str(path), [f"<root>: the files are over the limit of {MAX_CONFIG_BYTES} bytes"]
+            )
         try:
-            documents += [d for d in yaml.safe_load_all(file.read_text()) if d]
-        except OSError as error:
-            raise ConfigError(str(file), [f"<root>: cannot read file: {error.strerror}"]) from None
+            text = data.decode("utf-8")
+            documents += [d for d in yaml.load_all(text, Loader=SAFE_LOADER) if d]
         except yaml.YAMLError as error:
             raise ConfigError(str(file), [f"<yaml>: {error}"]) from None
     return parse_rewrites(documents, known_models=known_models, source=str(path), seed=seed)

@@ -68,12 +68,10 @@ import random
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import grpc
 from envoy.extensions.filters.http.ext_proc.v3.processing_mode_pb2 import ProcessingMode
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
-from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
 from inference_gateway.config.spec import GatewayConfigSpec
 from inference_gateway.core.request.director import Decision, Director, Rejection
@@ -89,6 +87,7 @@ from inference_gateway.core.request.pd_body import (
 )
 from inference_gateway.core.request.relay import StreamEnd, end_error, stream_error_event
 from inference_gateway.core.request.sse import ModelNameRewriter
+from inference_gateway.core.request.subset_hint import hinted_hostports
 from inference_gateway.core.request.usage import UsageScanner
 from inference_gateway.core.scheduling.types import Endpoint
 from inference_gateway.frontends.explain import (
@@ -101,12 +100,21 @@ from inference_gateway.frontends.extproc.envoy_failure import (
     body_says_unreachable,
     flags_say_unreachable,
 )
+from inference_gateway.frontends.extproc.stream import (
+    MAX_BODY_BYTES,
+    BodyBudget,
+    CallChannel,
+    Channel,
+    ContextChannel,
+    Processor,
+    Responses,
+    drive,
+)
 from inference_gateway.frontends.extproc.wire import (
     body_chunks,
     body_replacement,
     endpoint_address,
     headers_response,
-    hinted_hostports,
     immediate_response,
     read_headers,
     read_subset,
@@ -124,10 +132,6 @@ log = logging.getLogger(__name__)
 FULL_DUPLEX = ProcessingMode.FULL_DUPLEX_STREAMED
 BUFFERED = ProcessingMode.BUFFERED
 STREAMED = ProcessingMode.STREAMED
-Responses = list[pb.ProcessingResponse]
-MESSAGE_KINDS = frozenset(
-    f"{side}_{part}" for side in ("request", "response") for part in ("headers", "body", "trailers")
-)
 
 
 @dataclass(slots=True)
@@ -153,7 +157,7 @@ class PickerOptions:
     """Per-server settings; body modes apply when Envoy sends no `protocol_config`."""
 
     fallbacks: int = 0  # extra ranked pods after the primary in the destination value
-    max_body_bytes: int = 4 * 2**20
+    max_body_bytes: int = MAX_BODY_BYTES
     request_body_mode: int = FULL_DUPLEX
     response_body_mode: int = FULL_DUPLEX
     max_usage_scan_bytes: int = 4 * 2**20  # JSON kept to read `usage` from
@@ -167,58 +171,51 @@ def admission_wait_s(director: Director) -> float:
     return max((band.ttl_s for band in bands if band.max_queue), default=0.0)
 
 
-class Exchange:
-    """One HTTP request's ext_proc stream: state plus one handler per message kind."""
+class Exchange(Processor):
+    """One HTTP request's ext_proc stream: state plus one handler per message kind (the
+    loop, the body modes and the body cap are the shared driver's, `stream.py`)."""
 
     def __init__(
         self,
         director: Director,
         options: PickerOptions,
         clock: Callable[[], float],
+        budget: BodyBudget | None = None,
         tracing: Tracing | None = None,
         metadata: Mapping[str, str] | None = None,
     ) -> None:
+        super().__init__(
+            budget or BodyBudget(),
+            options.max_body_bytes,
+            options.request_body_mode,
+            options.response_body_mode,
+        )
         self.director = director
-        self.tracing = tracing or Tracing.off()
-        self.metadata = metadata  # the stream's gRPC metadata (Envoy's trace context)
-        self.trace: RequestTrace | None = None
-        self.explained: str | None = None  # x-igw-explanation, for the response headers
         self.options = options
         self.clock = clock
         self.started = clock()
-        self.request_mode = options.request_body_mode
-        self.response_mode = options.response_body_mode
         self.headers: dict[str, str] = {}
         self.subset: list[str] | None = None
-        self.body: bytes | bytearray = b""  # the request body collected so far
         self.decision: Decision | None = None
         self.life: RequestLifecycle | None = None  # everything the request holds
-        self.closed = False  # an immediate response ended the exchange
         self.finished = False
         self.first_byte = False
         self.status = 0
         self.streaming = False
         self.rewriter: ModelNameRewriter | None = None
-        self.held = bytearray()  # a JSON response held for the model rewrite
+        self.held_json = bytearray()  # a JSON response held for the model rewrite
         self.sniff: bytearray | None = None  # a 503's first bytes: Envoy's own reply?
         self.cut = False  # the token budget ended the response (STREAMED: drop the rest)
         self.hold: AnswerHold | None = None  # the response headers' answer, held
+        self.tracing = tracing or Tracing.off()
+        self.metadata = metadata  # the stream's gRPC metadata (Envoy's trace context)
+        self.trace: RequestTrace | None = None
+        self.explained: str | None = None  # x-igw-explanation, for the response headers
 
     async def handle(self, request: pb.ProcessingRequest) -> Responses:
-        if request.HasField("protocol_config"):
-            config = request.protocol_config
-            self.request_mode = config.request_body_mode or self.request_mode
-            self.response_mode = config.response_body_mode or self.response_mode
         if request.HasField("metadata_context") and self.subset is None:
             self.subset = read_subset(request)
-        kind = request.WhichOneof("request")
-        # By name, not a dict of bound methods: that dict would make every Exchange a
-        # reference cycle, left for the cyclic GC instead of freed when the stream ends.
-        handler = getattr(self, f"on_{kind}", None) if kind in MESSAGE_KINDS else None
-        if handler is None:
-            return []
-        answers: list[Any] = await handler(request)
-        return answers
+        return await super().handle(request)
 
     # ------------------------------------------------------------------ request
 
@@ -237,33 +234,21 @@ class Exchange:
 
     async def on_request_body(self, request: pb.ProcessingRequest) -> Responses:
         part = request.request_body
-        if not self.body and part.end_of_stream:
-            self.body = part.body  # the usual case, the whole body at once: no copies
-        else:
-            if not isinstance(self.body, bytearray):
-                self.body = bytearray(self.body)
-            self.body += part.body
-        if len(self.body) > self.options.max_body_bytes:
-            return self._reject(
-                Rejection(
-                    413,
-                    f"Request body exceeds {self.options.max_body_bytes} bytes.",
-                    "invalid_request_error",
-                    "request_too_large",
-                )
-            )
-        if not part.end_of_stream:
-            if self.request_mode == STREAMED:
-                # One answer per chunk: hold it (clear it from the stream) and send the
-                # whole body with the last one. Envoy has routed by then, so STREAMED
-                # cannot steer; BUFFERED and FULL_DUPLEX_STREAMED are the picking modes.
-                return [body_replacement(b"", clear=True)]
-            return []
-        return await self._decide()
+        body = self.collect(part.body, part.end_of_stream)
+        if body is None:
+            # STREAMED: the chunk is cleared and the whole body goes with the last one.
+            # Envoy has routed by then, so STREAMED cannot steer; BUFFERED and
+            # FULL_DUPLEX_STREAMED are the picking modes.
+            return self.pending()
+        return await self._decide(body)
 
     async def on_request_trailers(self, request: pb.ProcessingRequest) -> Responses:
         # The body ended without end_of_stream (trailers follow): say none either.
-        out = [] if self.decision is not None else await self._decide(end_of_stream=False)
+        out: Responses = []
+        if self.decision is None:
+            body = self.collect(b"", True)
+            assert body is not None  # `end`: the whole body
+            out = await self._decide(body, end_of_stream=False)
         if self.closed:
             return out
         return [*out, trailers_response()]
@@ -275,14 +260,14 @@ class Exchange:
             allowed = set(hinted_hostports(self.subset, ready) or ())
             ready = [e for e in ready if e.hostport in allowed]
         if not ready:
-            return self._reject(
+            return self.reject(
                 Rejection(503, "No ready model server.", "service_unavailable", "no_ready_endpoint")
             )
         chosen = random.choice(ready)
         destination = endpoint_address(chosen.address, chosen.port)
         return [headers_response(clear_route_cache=True, destination=destination)]
 
-    def timeout_override(self, request: pb.ProcessingRequest) -> pb.ProcessingResponse | None:
+    def early(self, request: pb.ProcessingRequest) -> pb.ProcessingResponse | None:
         """Before a BUFFERED body is decided: extend Envoy's message timer (200 ms by
         default) to the longest admission wait, or a queued request ends in 504."""
         if (
@@ -294,16 +279,13 @@ class Exchange:
         wait = admission_wait_s(self.director)
         return timeout_override(wait + 1.0) if wait else None
 
-    async def _decide(self, end_of_stream: bool = True) -> Responses:
-        try:
-            life = await self.director.decide(
-                self.body if isinstance(self.body, bytes) else bytes(self.body),
-                self.headers,
-                client_request_id=self.headers.get("x-request-id", ""),
-                subset=hinted_hostports(self.subset, self.director.endpoints()),
-            )
-        except Rejection as rejection:
-            return self._reject(rejection)
+    async def _decide(self, body: bytes, end_of_stream: bool = True) -> Responses:
+        life = await self.director.decide(  # a Rejection is answered by `handle`
+            body,
+            self.headers,
+            client_request_id=self.headers.get("x-request-id", ""),
+            subset=self.subset,  # the director reads the hint (core/request/subset_hint.py)
+        )
         self.life = life
         self.decision = decision = life.decision
         if self.trace is not None:
@@ -311,7 +293,6 @@ class Exchange:
         config = self.director.state.config
         if config is not None and may_explain(config.tracing.explain, self.headers):
             self.explained = explanation_header(life.record())
-        self.body = b""
         life.picked(decision.ranked[0])
         destination = ",".join(
             endpoint_address(e.address, e.port)
@@ -359,20 +340,16 @@ class Exchange:
             LEGACY_PREFILL_HEADER
         ]
 
-    def _reject(self, rejection: Rejection) -> Responses:
-        self.closed = True
+    def reject(self, rejection: Rejection) -> Responses:
+        """The driver's refusal, counted and logged as every picker refusal is."""
+        model = self.decision.client_model if self.decision else ""
+        self.director.child(self.director.metrics.errors, model, "", str(rejection.status)).inc()
+        log.info("rejected %s: %s", rejection.status, rejection.message)
         if self.trace is not None:
             self.trace.refused(rejection.status, rejection.code)
             self.trace.finished(status=rejection.status)
             self.trace = None
-        model = self.decision.client_model if self.decision else ""
-        self.director.child(self.director.metrics.errors, model, "", str(rejection.status)).inc()
-        log.info("rejected %s: %s", rejection.status, rejection.message)
-        return [
-            immediate_response(
-                rejection.status, rejection.body(), rejection.headers, details=rejection.code
-            )
-        ]
+        return super().reject(rejection)
 
     # ------------------------------------------------------------------ response
 
@@ -557,7 +534,7 @@ class Exchange:
         if self.streaming:
             tail = self.rewriter.flush()
         else:
-            whole, self.held = bytes(self.held), bytearray()
+            whole, self.held_json = bytes(self.held_json), bytearray()
             tail = self.rewriter.json_body(whole) if whole else b""
         if not tail:
             return []
@@ -574,10 +551,10 @@ class Exchange:
             return out + self.rewriter.flush() if eos else out
         if self.response_mode == STREAMED:
             return chunk  # one answer per chunk: a JSON body cannot be held
-        self.held += chunk
+        self.held_json += chunk
         if not eos and self.response_mode != BUFFERED:  # BUFFERED: one message, whole
             return None
-        whole, self.held = bytes(self.held), bytearray()
+        whole, self.held_json = bytes(self.held_json), bytearray()
         return self.rewriter.json_body(whole)
 
     def _first_byte(self) -> None:
@@ -591,6 +568,7 @@ class Exchange:
     def finish(self) -> None:
         """The response ended (or Envoy closed the stream cleanly): report it once."""
         self.hold = None  # nothing held outlives the exchange
+        self.release()
         if self.finished:
             self._end_trace()
             return
@@ -610,12 +588,15 @@ class Exchange:
             self.life.cancelled(CLIENT_CANCELLED)
         self.finished = True
         self.hold = None  # a held answer and its body go with the request
-        self.held = bytearray()
+        self.held_json = bytearray()
+        self.release()
         self._end_trace()
 
 
-class ExtProcServicer(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]  # generated
-    """`envoy.service.ext_proc.v3.ExternalProcessor` over a `Director`."""
+class ExtProcServicer:
+    """`envoy.service.ext_proc.v3.ExternalProcessor/Process` over a `Director`, on either
+    gRPC server: `serve_call` for `Http2GrpcServer`, `Process` for grpc.aio (registered
+    with raw bytes, `assembly.picker`). Both run the shared driver (`stream.drive`)."""
 
     def __init__(
         self,
@@ -623,72 +604,44 @@ class ExtProcServicer(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc] 
         options: PickerOptions | None = None,
         *,
         clock: Callable[[], float] = time.perf_counter,
+        budget: BodyBudget | None = None,
         tracing: Tracing | None = None,
     ) -> None:
         self.director = director
         self.options = options or PickerOptions()
         self.clock = clock
         self.tracing = tracing or Tracing.off()
+        self.budget = budget or BodyBudget()  # request bodies still arriving, all streams
         self.active = 0  # ext_proc streams open now (a drain waits for 0)
         self.opened = 0  # streams ever opened
 
     def exchange(self, metadata: Mapping[str, str] | None = None) -> Exchange:
         """A stream's exchange; `metadata`: its gRPC metadata (the trace context)."""
-        return Exchange(self.director, self.options, self.clock, self.tracing, metadata)
+        return Exchange(
+            self.director, self.options, self.clock, self.budget, self.tracing, metadata
+        )
+
+    async def serve_call(self, call: Call) -> None:
+        """One stream on `Http2GrpcServer`: one socket write per batch of answers."""
+        await self.process(CallChannel(call), call.headers)
 
     async def Process(  # gRPC's method name
         self,
-        request_iterator: AsyncIterator[pb.ProcessingRequest],
-        context: grpc.aio.ServicerContext[Any, Any],
+        request_iterator: AsyncIterator[bytes],
+        context: grpc.aio.ServicerContext[bytes, bytes],
     ) -> None:
-        """Read, handle, write until Envoy half-closes (or an immediate response ends
-        it); `context.read`/`write` cost less per message than an async generator."""
+        """One stream on grpc.aio (`context.read`/`write` cost less per message than an
+        async generator)."""
         metadata = context.invocation_metadata() or ()
-        exchange = self.exchange({str(k): str(v) for k, v in metadata})
-        self.active += 1
-        self.opened += 1
-        try:
-            while not exchange.closed:
-                request = await context.read()
-                if request is grpc.aio.EOF:
-                    return
-                early = exchange.timeout_override(request)
-                if early is not None:
-                    await context.write(early)
-                for response in await exchange.handle(request):
-                    await context.write(response)
-        except BaseException:
-            exchange.cancel()
-            raise
-        finally:
-            self.active -= 1
-            exchange.finish()
+        await self.process(ContextChannel(context), {str(k): str(v) for k, v in metadata})
 
-    async def serve_call(self, call: Call) -> None:
-        """The same loop on `Http2GrpcServer`: raw bytes in and out, one socket write
-        per answer (`Process` is the grpc.aio one)."""
-        exchange = self.exchange(call.headers)
+    async def process(self, channel: Channel, metadata: Mapping[str, str] | None = None) -> None:
         self.active += 1
         self.opened += 1
-        parse = pb.ProcessingRequest.FromString
         try:
-            while not exchange.closed:
-                raw = await call.read()
-                if raw is None:
-                    return
-                request = parse(raw)
-                early = exchange.timeout_override(request)
-                if early is not None:
-                    call.send([early.SerializeToString()])
-                responses = await exchange.handle(request)
-                if responses:
-                    call.send([r.SerializeToString() for r in responses])
-        except BaseException:
-            exchange.cancel()
-            raise
+            await drive(self.exchange(metadata), channel)
         finally:
             self.active -= 1
-            exchange.finish()
 
     def endpoints_ready(self) -> list[Endpoint]:
         return [e for e in self.director.endpoints() if not e.stale]

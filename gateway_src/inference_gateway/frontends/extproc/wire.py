@@ -9,19 +9,17 @@ Protocol facts kept here (Gateway API Inference Extension, endpoint picker proto
 * the chosen pods travel both as the request header `x-gateway-destination-endpoint`
   and as dynamic metadata `envoy.lb` / `x-gateway-destination-endpoint`;
 * the data plane may restrict the choice with filter metadata
-  `envoy.lb.subset_hint` / `x-gateway-destination-endpoint-subset` (a list of strings);
+  `envoy.lb.subset_hint` / `x-gateway-destination-endpoint-subset` (a list of strings,
+  read here, matched by `core/request/subset_hint.py`);
 * a streamed body mutation is sent in chunks of at most 62,000 bytes, the last one
   flagged `end_of_stream`;
 * an endpoint is written `ip:port`, `[ip]:port` for IPv6 (upstream joins them with Go's
-  `net.JoinHostPort`); the subset hint is matched by IP, its ports ignored (upstream's
-  subset filter), and its entries may be bare IPs of either family.
+  `net.JoinHostPort`).
 """
 
 from __future__ import annotations
 
-import ipaddress
-from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from collections.abc import Iterator, Mapping
 
 from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
@@ -39,11 +37,9 @@ __all__ = [
     "header_map",
     "header_mutation",
     "headers_response",
-    "hinted_hostports",
     "immediate_response",
     "read_headers",
     "read_subset",
-    "subset_addresses",
     "timeout_override",
     "trailers_response",
 ]
@@ -82,40 +78,6 @@ def read_subset(request: pb.ProcessingRequest) -> list[str] | None:
 def endpoint_address(address: str, port: int) -> str:
     """`ip:port` as Envoy parses it: an IPv6 address in brackets (RFC 3986 3.2.2)."""
     return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
-
-
-def _canonical(address: str) -> str:
-    """One spelling per IP (`fd00:0::1` and `FD00::1` are one address); names as given."""
-    try:
-        return ipaddress.ip_address(address).compressed
-    except ValueError:
-        return address
-
-
-def subset_addresses(hint: Iterable[str]) -> frozenset[str]:
-    """The IPs a subset hint allows: `ip:port`, `[ipv6]:port`, `[ipv6]`, bare IPv4 or
-    bare IPv6 (several colons and no brackets: an address, not `host:port`)."""
-    out = set()
-    for entry in hint:
-        entry = entry.strip()
-        if entry.startswith("["):
-            address = entry[1 : entry.find("]")] if "]" in entry else entry[1:]
-        elif entry.count(":") == 1:
-            address = entry.split(":", 1)[0]
-        else:
-            address = entry
-        if address:
-            out.add(_canonical(address))
-    return frozenset(out)
-
-
-def hinted_hostports(hint: list[str] | None, endpoints: Iterable[Any]) -> list[str] | None:
-    """The `address:port` of every endpoint whose IP the hint names (None: no hint), as
-    upstream matches the subset by IP whatever port the data plane wrote."""
-    if hint is None:
-        return None
-    allowed = subset_addresses(hint)
-    return [e.hostport for e in endpoints if _canonical(e.address) in allowed]
 
 
 def timeout_override(seconds: float) -> pb.ProcessingResponse:

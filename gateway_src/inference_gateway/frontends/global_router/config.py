@@ -20,6 +20,23 @@
     auth: {apiKeysFile: /etc/igw/keys.yaml}   # optional; as igw serve --api-keys / --jwt-*
     rateLimits: {rules: [{requestsPerMinute: 600}], windowS: 60}
 
+The managed Global Inference Gateway's terms are accepted too (its API,
+CreateGlobalInferenceGateway; docs/managed-gateway.md): members listed as it lists them,
+and its routing weights, which then are the `latency` profile's:
+
+    routing:
+      weights: {KVHeadroom: 0.4, QueueDepth: 0.3, RegionProximity: 0.2, ErrorRate: 0.1}
+    gateways:                        # 1 to 10 members, instead of `clusters`
+      - {name: igw, namespace: igw, clusterArn: "arn:aws:sagemaker:us-east-1:…:cluster/…",
+         endpoint: "https://us-east-1.inference.example.com"}
+
+Each weight is 0 to 1, all four or none, summing to 1 within 0.001 (the API's rules); they
+weigh this router's signals of the same meaning (`choice.py`: free KV cache, queued
+requests, the caller's region, recent errors) and cost weighs 0. A member becomes a
+cluster: its region from its cluster's ARN, its name the member's name (qualified by the
+cluster's id when two members share one); `endpoint` is this router's own addition,
+since the managed service finds a member's load balancer itself.
+
 Unknown keys are errors; every problem is reported with its field path (`ConfigError`,
 exit 2 from the CLI), the rules between fields (`cross_field_problems`: unique cluster
 names, `homeRegion` one of the clusters' regions, `staleAfterMs` at least twice
@@ -51,8 +68,11 @@ from inference_gateway.shared_store.ratelimit import GlobalRateLimitSpec
 __all__ = [
     "AuthSpec",
     "ClusterSpec",
+    "GatewayMember",
     "GlobalRouterSpec",
     "JwtSpec",
+    "ManagedRouting",
+    "ManagedRoutingWeights",
     "ProfileName",
     "WeightsSpec",
     "cross_field_problems",
@@ -107,6 +127,80 @@ class WeightsSpec(_Spec):
     cost: float = Field(default=0.0, ge=0)
 
 
+class ManagedRoutingWeights(BaseModel):
+    """The managed Global Inference Gateway's weights (GlobalInferenceGatewayRoutingWeights),
+    by its names: each 0 to 1; all four together sum to 1 within 0.001."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    KVHeadroom: float = Field(ge=0, le=1, description="Free KV cache capacity.")
+    QueueDepth: float = Field(ge=0, le=1, description="Requests waiting.")
+    RegionProximity: float = Field(ge=0, le=1, description="Closeness to the caller.")
+    ErrorRate: float = Field(ge=0, le=1, description="Recent error rate.")
+
+    @model_validator(mode="after")
+    def _sum_to_one(self) -> ManagedRoutingWeights:
+        total = self.KVHeadroom + self.QueueDepth + self.RegionProximity + self.ErrorRate
+        if abs(total - 1.0) > 0.001:
+            raise ValueError(f"the four weights must sum to 1.0 within 0.001, not {total:g}")
+        return self
+
+    def as_profile(self) -> WeightsSpec:
+        """The same weights on this router's signals of the same meaning; cost off."""
+        return WeightsSpec(
+            kv_headroom=self.KVHeadroom,
+            queue=self.QueueDepth,
+            proximity=self.RegionProximity,
+            errors=self.ErrorRate,
+            cost=0.0,
+        )
+
+
+class ManagedRouting(_Spec):
+    weights: ManagedRoutingWeights | None = None
+
+
+_CLUSTER_ARN = r"^arn:aws[a-z-]*:sagemaker:[a-z0-9-]+:[0-9]{12}:cluster/[a-z0-9]+$"
+
+
+class GatewayMember(_Spec):
+    """A member as the managed API lists it (GlobalInferenceGatewayMember: the
+    InferenceGatewayConfig's name and namespace and its HyperPod cluster's ARN), with
+    where this router reaches it and the cluster fields of `clusters`."""
+
+    name: str = Field(min_length=1, max_length=253)
+    namespace: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)
+    cluster_arn: str = Field(pattern=_CLUSTER_ARN)
+    endpoint: str = Field(pattern=r"^https?://[^/\s]+/?$")
+    priority: int = Field(default=0, ge=0)
+    hourly_cost_usd: float = Field(default=0.0, ge=0)
+    capacity_tokens_per_second: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+
+    @property
+    def region(self) -> str:
+        return self.cluster_arn.split(":")[3]
+
+    @property
+    def cluster_id(self) -> str:
+        return self.cluster_arn.rsplit("/", 1)[1]
+
+
+def _member_clusters(members: list[GatewayMember]) -> list[ClusterSpec]:
+    names = [m.name for m in members]
+    shared = {n for n in names if names.count(n) > 1}
+    return [
+        ClusterSpec(
+            name=f"{m.name}.{m.cluster_id}" if m.name in shared else m.name,
+            region=m.region,
+            endpoint=m.endpoint,
+            priority=m.priority,
+            hourly_cost_usd=m.hourly_cost_usd,
+            capacity_tokens_per_second=m.capacity_tokens_per_second,
+        )
+        for m in members
+    ]
+
+
 DEFAULT_PROFILES: dict[ProfileName, WeightsSpec] = {
     "latency": WeightsSpec(kv_headroom=2, queue=2, proximity=3, errors=2, cost=0.25),
     "cost": WeightsSpec(kv_headroom=0.5, queue=0.5, proximity=0.5, errors=1, cost=6),
@@ -136,7 +230,15 @@ class AuthSpec(_Spec):
 
 
 class GlobalRouterSpec(_Spec):
-    clusters: list[ClusterSpec] = Field(min_length=1)
+    clusters: list[ClusterSpec] = Field(default_factory=list)
+    gateways: list[GatewayMember] = Field(
+        default_factory=list,
+        max_length=10,
+        description="The managed API's members (1 to 10), instead of clusters.",
+    )
+    routing: ManagedRouting | None = Field(
+        default=None, description="The managed API's routing weights: the latency profile."
+    )
     home_region: str | None = None
     profile: ProfileName = "latency"
     profiles: dict[ProfileName, WeightsSpec] = Field(default_factory=dict)
@@ -180,6 +282,26 @@ class GlobalRouterSpec(_Spec):
     tracing: TracingSpec = Field(default_factory=TracingSpec)  # docs/tracing.md
 
     @model_validator(mode="after")
+    def _members_are_clusters(self) -> GlobalRouterSpec:
+        """`gateways` (the managed members) or `clusters`, one of them; members become
+        clusters, so the rest of the router reads `clusters` only."""
+        if self.gateways and self.clusters:
+            raise ValueError("list the clusters as `clusters` or as `gateways`, not both")
+        if self.gateways:
+            clusters = _member_clusters(self.gateways)
+            for i, cluster in enumerate(clusters):
+                if len(cluster.name) > 63:
+                    raise ValueError(f"gateways[{i}].name: {cluster.name!r} is too long a name")
+            object.__setattr__(self, "clusters", clusters)  # frozen: set once, here
+        if not self.clusters:
+            raise ValueError("clusters: list at least one cluster (or 1 to 10 `gateways`)")
+        if self.routing is not None and self.routing.weights and "latency" in self.profiles:
+            raise ValueError(
+                "routing.weights and profiles.latency both set the latency profile; keep one"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _cross_checks(self, info: ValidationInfo) -> GlobalRouterSpec:
         """The rules between fields, for a spec built in code; `parse_router_config` has
         already checked them on the raw file (with the field errors) and says so."""
@@ -195,6 +317,8 @@ class GlobalRouterSpec(_Spec):
         return self.rate_limit_store if self.rate_limit_store is not None else self.store
 
     def weights(self, profile: ProfileName) -> WeightsSpec:
+        if profile == "latency" and self.routing is not None and self.routing.weights:
+            return self.routing.weights.as_profile()
         return self.profiles.get(profile) or DEFAULT_PROFILES[profile]
 
     @property
@@ -235,6 +359,7 @@ def cross_field_problems(data: Mapping[str, Any]) -> list[str]:
     clusters = [c for c in raw_clusters if isinstance(c, Mapping)] if isinstance(
         raw_clusters, list
     ) else []  # fmt: skip
+    clusters += _raw_member_clusters(_get(data, "gateways"))
     names = [c["name"] for c in clusters if isinstance(c.get("name"), str)]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
@@ -257,6 +382,17 @@ def cross_field_problems(data: Mapping[str, Any]) -> list[str]:
             "shared through it)"
         )
     return problems
+
+
+def _raw_member_clusters(raw: Any) -> list[dict[str, Any]]:
+    """The region of each raw member that has a well-formed cluster ARN (for homeRegion)."""
+    out = []
+    for member in raw if isinstance(raw, list) else []:
+        arn = member.get("clusterArn") if isinstance(member, Mapping) else None
+        parts = arn.split(":") if isinstance(arn, str) else []
+        if len(parts) >= 6:
+            out.append({"region": parts[3]})
+    return out
 
 
 def parse_router_config(data: Any, source: str = "<global router config>") -> GlobalRouterSpec:

@@ -57,13 +57,9 @@ from redis.asyncio import Redis
 from inference_gateway.core.request.attempts import AttemptPlan, Failure
 from inference_gateway.core.request.budget import TokenBudget, store_budget
 from inference_gateway.core.request.decisions import DecisionLog
-from inference_gateway.core.request.director import (
-    Rejection,
-    output_bound,
-    prompt_estimate,
-    prompt_text,
-)
+from inference_gateway.core.request.director import Rejection, output_bound
 from inference_gateway.core.request.lifecycle import new_internal_id
+from inference_gateway.core.request.prompt_cost import prompt_estimate
 from inference_gateway.core.request.relay import (
     StreamEnd,
     StreamRelay,
@@ -71,6 +67,7 @@ from inference_gateway.core.request.relay import (
     is_event_stream,
     stream_error_event,
 )
+from inference_gateway.core.request.sse import UsageEventFilter, ask_for_usage
 from inference_gateway.core.request.usage import UsageScanner, total_tokens
 from inference_gateway.frontends.explain_http import add_decisions_routes
 from inference_gateway.frontends.global_router.choice import Choice, RequestTraits, rank_clusters
@@ -153,6 +150,8 @@ class GlobalRouter:
         if redis is not None or spec.drain_file is not None:
             self.registry.planned = PlannedDrains(spec, redis, health).current
         self.auth = build_authenticator(spec.auth)
+        if self.auth is not None:  # igw_auth_refusals_total, as igw serve and igw auth
+            self.metrics.registry.register(self.auth.refusals_collector())
         self._rng = random.Random(seed)
         self._session: aiohttp.ClientSession | None = None
         self.body_timeout_s = BODY_TIMEOUT_S  # a request body must arrive within this
@@ -279,7 +278,7 @@ class GlobalRouter:
                 "invalid_request_error",
                 "missing_model",
             )
-        client = api_key_of(request.headers)
+        client = api_key_of(request.headers)  # a caller's own x-igw-client-id counts for nothing
         if self.auth is not None:
             identity = self.auth.identify(request.headers.get("authorization"))
             if identity is None:
@@ -309,7 +308,7 @@ class GlobalRouter:
             admission = await self.limiter.check(
                 client,
                 body["model"],
-                prompt_estimate(prompt_text(body)),
+                prompt_estimate(body),
                 bound.tokens,
                 request_id=request_id,
                 bounded=bound.explicit,
@@ -339,9 +338,17 @@ class GlobalRouter:
                 self.limiter, admission, request_id, client, body["model"], self._settling
             )
         used: int | None = None
+        asked = ask_for_usage(raw, body)  # the stream's usage settles its charge exactly
         try:
             response, used = await self._forward(
-                request, raw, extra, body.get("stream") is True, budget, trace, body["model"]
+                request,
+                raw if asked is None else asked,
+                extra,
+                body.get("stream") is True,
+                budget,
+                trace,
+                body["model"],
+                strip_usage=asked is not None,
             )
         finally:
             if budget is not None:
@@ -357,6 +364,8 @@ class GlobalRouter:
         budget: TokenBudget | None = None,
         trace: RequestTrace | None = None,
         model: str = "",
+        *,
+        strip_usage: bool = False,
     ) -> tuple[web.StreamResponse, int | None]:
         assert self._session is not None
         trace = trace or RequestTrace(self.tracing, request.headers, request.path)
@@ -382,7 +391,17 @@ class GlobalRouter:
                 )
         try:
             return await self._attempts(
-                request, raw, extra, stream, budget, trace, traits, choice, tried_clusters, model
+                request,
+                raw,
+                extra,
+                stream,
+                budget,
+                trace,
+                traits,
+                choice,
+                tried_clusters,
+                model,
+                strip_usage=strip_usage,
             )
         finally:
             if explanation is not None:
@@ -405,6 +424,8 @@ class GlobalRouter:
         choice: Choice,
         tried_clusters: list[str],
         model: str,
+        *,
+        strip_usage: bool = False,
     ) -> tuple[web.StreamResponse, int | None]:
         """Try the ranked clusters in turn (module docstring)."""
         headers = {"content-type": "application/json"}
@@ -456,7 +477,7 @@ class GlobalRouter:
                     continue
                 cross = "true" if state.spec.region != traits.home_region else "false"
                 result = await self._relay(
-                    request, upstream, first, state, cross, started, extra, budget
+                    request, upstream, first, state, cross, started, extra, budget, strip_usage
                 )
                 complete = True
                 return result
@@ -536,10 +557,13 @@ class GlobalRouter:
         started: float,
         extra: dict[str, str],
         budget: TokenBudget | None = None,
+        strip_usage: bool = False,
     ) -> tuple[web.StreamResponse, int | None]:
         """Relay an answer whose first byte is in (`first`): nothing is retried from here.
         `budget` follows its tokens: a stream that outgrows the client's window ends with
-        the rate-limit SSE error event, a whole answer larger than what is left is a 429."""
+        the rate-limit SSE error event, a whole answer larger than what is left is a 429.
+        `strip_usage`: the usage event was asked for by the router, not the client: it
+        is read, not relayed."""
         name = state.name
         status = upstream.status
         content_type = upstream.headers.get("content-type", "application/json")
@@ -583,10 +607,13 @@ class GlobalRouter:
             await response.prepare(request)
         except ConnectionError:
             return response, None
+        own = UsageEventFilter(None if usage is None else usage.feed) if strip_usage else None
         relayed = await self.relay.pump(
             upstream.content.iter_any(),
             response,
             first=first,
+            transform=None if own is None else own.stream_chunk,
+            flush=None if own is None else own.flush,
             sent=None if usage is None else usage.feed,
             admit=None if budget is None or status != 200 else budget.admit,
         )

@@ -10,13 +10,9 @@ import pytest
 from inference_gateway.config.spec import GatewayConfigSpec
 from inference_gateway.core.scheduling import Endpoint, LLMRequest, PodMetrics, Scheduler
 from inference_gateway.core.scheduling.block_hashing import block_hashes, none_hash, to_external
+from inference_gateway.core.scheduling.hf_tokenizer import HFTokenizer
 from inference_gateway.core.scheduling.plugins.precise_prefix import PrecisePrefixScorer
-from inference_gateway.core.scheduling.prompt_tokens import (
-    EmulatorTokenizer,
-    HFTokenizer,
-    render_chat,
-    text_ids,
-)
+from inference_gateway.core.scheduling.prompt_tokens import EmulatorTokenizer, render_chat, text_ids
 from inference_gateway.core.scheduling.registry import build_plugin, validation_context
 
 
@@ -76,7 +72,8 @@ def test_a_stale_pod_falls_back_to_the_approximate_index_and_is_counted() -> Non
 
 
 def test_hashes_of_a_chat_body_are_vllms_over_the_emulators_token_ids() -> None:
-    scorer = build_plugin("precise-prefix-cache-scorer", "p", {}, validation_context())
+    params = {"models": {"sql": {"tokenizer": "emulator", "loraId": 1}}}
+    scorer = build_plugin("precise-prefix-cache-scorer", "p", params, validation_context())
     assert isinstance(scorer, PrecisePrefixScorer)
     body = {"messages": [{"role": "user", "content": "x" * 300}]}
     req = LLMRequest("r", "m", prompt_tokens=80, prompt_body=body)
@@ -84,7 +81,11 @@ def test_hashes_of_a_chat_body_are_vllms_over_the_emulators_token_ids() -> None:
     want = [to_external(h) for h in block_hashes(ids, none_hash("0"))]
     assert scorer.request_hashes(req) == want and len(want) == len(ids) // 16
     adapter = LLMRequest("r", "sql", prompt_tokens=80, prompt_body=body, adapter="sql")
-    assert scorer.request_hashes(adapter)[0] != want[0]  # the adapter is in every key
+    with_id = [to_external(h) for h in block_hashes(ids, none_hash("0"), lora_id=1)]
+    assert scorer.request_hashes(adapter) == with_id != want  # its int id in every key
+    # an adapter whose vLLM id the scorer is not told gets no hashes, not wrong ones
+    unknown = LLMRequest("r", "other", prompt_tokens=80, prompt_body=body, adapter="other")
+    assert scorer.request_hashes(unknown) == []
     assert EmulatorTokenizer().prompt_ids({"messages": "nope"}) is None
 
 

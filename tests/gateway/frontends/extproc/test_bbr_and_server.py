@@ -85,6 +85,23 @@ async def test_bbr_sets_model_headers_and_passes_the_body(
     assert out.upstream_body == body
 
 
+async def test_bbr_refuses_a_body_over_its_limit_and_passes_one_at_it() -> None:
+    """`--max-body-bytes` (the chart passes the picker's value): a body bbr would pass is
+    one the picker reads, a larger one is a 413 from bbr itself, before Envoy buffers it."""
+    limit = 4096
+    server, port = await start_bbr(None, host="127.0.0.1", port=0, max_body_bytes=limit)
+    head = b'{"model": "llama-3.1-8b", "prompt": "'
+    at_limit = head + b"x" * (limit - len(head) - 2) + b'"}'
+    try:
+        async with FakeEnvoy(f"127.0.0.1:{port}") as envoy:
+            over = await envoy.send_request(envoy.open(), "/v1/completions", at_limit + b" ")
+            fits = await envoy.send_request(envoy.open(), "/v1/completions", at_limit)
+    finally:
+        await server.stop(0)
+    assert over.immediate is not None and over.immediate.status.code == 413
+    assert fits.immediate is None and fits.upstream_body == at_limit
+
+
 async def test_bbr_without_a_model_passes_through_untouched() -> None:
     server, port = await start_bbr(None, host="127.0.0.1", port=0)
     try:

@@ -20,12 +20,13 @@ from fake_envoy import FakeEnvoy, request_headers_message
 from inference_gateway.assembly.picker import build_picker
 from inference_gateway.config.spec import parse_config
 from inference_gateway.core.request.director import Director
+from inference_gateway.core.request.subset_hint import hinted_hostports
 from inference_gateway.core.request.usage import UsageScanner
 from inference_gateway.core.scheduling.types import Endpoint
 from inference_gateway.core.traffic.rewrites import RewriteSet, parse_rewrites
 from inference_gateway.frontends.bbr import start_bbr
 from inference_gateway.frontends.extproc.picker import Exchange, PickerOptions
-from inference_gateway.frontends.extproc.wire import header_map, hinted_hostports
+from inference_gateway.frontends.extproc.wire import header_map
 
 FULL_DUPLEX = ProcessingMode.FULL_DUPLEX_STREAMED
 BUFFERED = ProcessingMode.BUFFERED
@@ -201,12 +202,12 @@ async def test_buffered_mode_extends_envoys_message_timeout_before_admission() -
     )
     exchange = Exchange(director, PickerOptions(), time.perf_counter)
     await exchange.handle(request_headers_message("/v1/chat/completions", mode=BUFFERED))
-    override = exchange.timeout_override(body_message(chat()))
+    override = exchange.early(body_message(chat()))
     assert override is not None and override.WhichOneof("response") is None
     assert override.override_message_timeout.ToTimedelta().total_seconds() >= 7
     duplex = Exchange(director, PickerOptions(), time.perf_counter)
     await duplex.handle(request_headers_message("/v1/chat/completions"))
-    assert duplex.timeout_override(body_message(chat())) is None
+    assert duplex.early(body_message(chat())) is None
 
 
 async def test_buffered_override_reaches_envoy_before_the_body_answer(

@@ -20,7 +20,7 @@ CLUSTER = {"name": "a", "region": "r1", "endpoint": "http://127.0.0.1:1", "hourl
     [
         ({"clusters": [{**CLUSTER, "weight": 3}]}, "clusters[0].weight: Extra inputs"),
         ({"clusters": "a,b"}, "clusters: Input should be a valid list"),
-        ({"clusters": []}, "clusters: List should have at least 1 item"),
+        ({"clusters": []}, "clusters: list at least one cluster (or 1 to 10 `gateways`)"),
         ({"clusters": [{"name": "a"}]}, "clusters[0].region: Field required"),
         ({"clusters": [{**CLUSTER, "endpoint": "ftp://x"}]}, "clusters[0].endpoint"),
         ({"clusters": [{**CLUSTER, "hourlyCostUsd": -1}]}, "clusters[0].hourlyCostUsd"),

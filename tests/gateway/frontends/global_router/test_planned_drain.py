@@ -108,3 +108,39 @@ def test_drain_cli_with_the_store_down_and_no_file_exits_1(
 ) -> None:
     path = write(tmp_path, config(fake_clusters, store={"url": "redis://127.0.0.1:1/0"}))
     assert main(["global", "drain", "a", "--config", path]) == 1
+
+
+async def test_draining_the_last_cluster_is_refused_without_force(
+    fake_clusters: list[FakeCluster], tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """With a and b drained, draining c would turn every request into a 503: refused
+    (exit 2, the set unchanged) unless `--force` says it is meant."""
+    drained = tmp_path / "drained"
+    path = write(tmp_path, config(fake_clusters, drainFile=str(drained)))
+
+    def names() -> list[str]:
+        return [n for n in drained.read_text().splitlines() if not n.startswith("#")]
+
+    assert await igw("drain", "a", "b", "--config", path) == 0
+    assert await igw("drain", "c", "--config", path) == 2
+    assert "drains every cluster" in capfd.readouterr().err
+    assert names() == ["a", "b"]
+    assert await igw("drain", "--region", "r2", "--config", path) == 2  # c, by its region
+    assert await igw("drain", "c", "--force", "--config", path) == 0
+    assert names() == ["a", "b", "c"]
+
+
+async def test_a_drain_leaving_only_silent_clusters_warns(
+    fake_clusters: list[FakeCluster], tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The clusters left do not answer `GET /status` from here: the drain goes ahead
+    (they may only be unreachable from this machine) and says so."""
+    path = write(tmp_path, config(fake_clusters, drainFile=str(tmp_path / "drained")))
+    fake_clusters[2].status_body = b"not a status"
+    await fake_clusters[1].stop()
+    assert await igw("drain", "a", "--config", path) == 0
+    err = capfd.readouterr().err
+    assert "warning: no cluster left (b, c) answered GET /status" in err
+    fake_clusters[2].status_body = None
+    assert await igw("drain", "b", "--config", path) == 0
+    assert "warning" not in capfd.readouterr().err  # c answers: no warning

@@ -410,6 +410,8 @@ async def test_a_pod_closing_before_any_answer_byte_is_retried() -> None:
         (b'{"prompt": "no model"}', 400, "missing_model", None),
         (body(prompt="x" * (4 * 2**20)), 413, "request_too_large", None),
         (body(model="nope"), 404, "model_not_found", None),
+        (body(model="m" * 4097), 400, "invalid_value", "model"),  # no route could match it
+        (body(model="llama\r\nx-injected: 1"), 400, "invalid_value", "model"),
         (body(max_tokens=-1000), 400, "invalid_value", "max_tokens"),
         (body(max_tokens=10**12), 400, "invalid_value", "max_tokens"),
         (body(max_tokens="9"), 400, "invalid_value", "max_tokens"),
