@@ -60,7 +60,13 @@ MODEL = "llama-3.1-8b"
 # ---------------------------------------------------------------------- picker (child)
 
 
-async def serve(port_file: Path, pods: int, transport: str = "http2") -> None:
+async def serve(
+    port_file: Path,
+    pods: int,
+    transport: str = "http2",
+    tracing: float | None = None,
+    recent: int | None = None,
+) -> None:
     from inference_gateway.assembly.picker import build_picker
     from inference_gateway.config.spec import parse_config
     from inference_gateway.core.scheduling.types import Endpoint
@@ -73,8 +79,21 @@ async def serve(port_file: Path, pods: int, transport: str = "http2") -> None:
 
     # Admission stays in the path but never binds: this measures the picker's own cost,
     # not how many requests the flow-control thresholds let through per scrape interval.
+    # `tracing`: spans sampled at that ratio, exported as the OTEL_* variables say
+    # (bench/tracing_overhead.py)
+    # and `recent`: decisions kept for `igw explain` (None: the default)
+    traced: dict[str, Any] = {}
+    if tracing is not None:
+        traced["enabled"], traced["samplingRatio"] = True, tracing
+    if recent is not None:
+        traced["explain"] = {"recent": recent}
     config = parse_config(
-        {"flowControl": {"saturation": {"queueThreshold": 1e6, "noncriticalQueueThreshold": 1e6}}}
+        {
+            "flowControl": {
+                "saturation": {"queueThreshold": 1e6, "noncriticalQueueThreshold": 1e6}
+            },
+            **({"tracing": traced} if traced else {}),  # an older tree has no such key
+        }
     )
     picker = build_picker(
         endpoints,
@@ -152,7 +171,15 @@ async def serve_echo(port_file: Path, transport: str) -> None:
     await server.stop(0)
 
 
-def serve_main(port_file: str, pods: int, cpu: int, transport: str, echo: bool = False) -> None:
+def serve_main(
+    port_file: str,
+    pods: int,
+    cpu: int,
+    transport: str,
+    echo: bool = False,
+    tracing: float | None = None,
+    recent: int | None = None,
+) -> None:
     with contextlib.suppress(AttributeError, OSError):
         os.sched_setaffinity(0, {cpu})
     try:
@@ -162,7 +189,9 @@ def serve_main(port_file: str, pods: int, cpu: int, transport: str, echo: bool =
     except ImportError:
         pass
     path = Path(port_file)
-    asyncio.run(serve_echo(path, transport) if echo else serve(path, pods, transport))
+    asyncio.run(
+        serve_echo(path, transport) if echo else serve(path, pods, transport, tracing, recent)
+    )
 
 
 # ---------------------------------------------------------------------- Envoy (client)
@@ -326,10 +355,17 @@ async def drive(port: int, args: argparse.Namespace, pid: int) -> dict[str, Any]
 
 
 def run_server(
-    args: argparse.Namespace, *, echo: bool, transport: str, src: str | None = None
+    args: argparse.Namespace,
+    *,
+    echo: bool,
+    transport: str,
+    src: str | None = None,
+    tracing: float | None = None,
+    recent: int | None = None,
 ) -> dict[str, Any]:
     """Start the picker (or an echo floor) pinned to one CPU, drive it, stop it; `src`:
-    a source tree whose `gateway_src` the picker runs instead of this one."""
+    a source tree whose `gateway_src` the picker runs instead of this one; `tracing`: its
+    sampling ratio with tracing on."""
     env = dict(os.environ)
     if src:
         source = str(Path(src).resolve() / "gateway_src")
@@ -338,6 +374,10 @@ def run_server(
         port_file = Path(tmp) / "port"
         command = [sys.executable, __file__, "--serve", str(port_file)]
         command += ["--pods", str(args.pods), "--cpu", str(args.cpu), "--transport", transport]
+        if tracing is not None:
+            command += ["--tracing", str(tracing)]
+        if recent is not None:
+            command += ["--recent", str(recent)]
         child = subprocess.Popen([*command, *(["--echo"] if echo else [])], env=env)
         try:
             for _ in range(300):  # up to 30 s for imports and the first scrape
@@ -404,6 +444,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--serve", metavar="PORT_FILE", help=argparse.SUPPRESS)
     parser.add_argument("--cpu", type=int, default=0, help="CPU the picker is pinned to")
     parser.add_argument("--echo", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--tracing", type=float, help=argparse.SUPPRESS)
+    parser.add_argument("--recent", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--transport", choices=["http2", "grpcio"], default="http2")
     parser.add_argument(
         "--floors",
@@ -415,7 +457,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2, help="alternations with the baseline")
     args = parser.parse_args(argv)
     if args.serve:
-        serve_main(args.serve, args.pods, args.cpu, args.transport, args.echo)
+        serve_main(
+            args.serve, args.pods, args.cpu, args.transport, args.echo, args.tracing, args.recent
+        )
         return 0
     floors = [] if args.no_floor else [f for f in args.floors.split(",") if f]
     if any(f not in ("http2", "grpcio") for f in floors):

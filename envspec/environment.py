@@ -116,9 +116,24 @@ class EnvironmentSpec(BaseModel):
         problems += _idle_gpu_problems(self)
         problems += global_problems(self)
         problems += network_problems(self)
+        problems += _tracing_problems(self)
         if problems:
             raise ValueError("; ".join(problems))
         return self
+
+
+def _tracing_problems(env: EnvironmentSpec) -> list[str]:
+    """The cluster's tracing and the gateway's must agree: a collector with nothing but
+    Envoy's spans, or spans with no collector to take them, is a half-configured trace."""
+    tracing = env.kubernetes.tracing
+    problems = []
+    if tracing is not None and not env.gateway.tracing.enabled:
+        problems.append("kubernetes.tracing: needs gateway.tracing.enabled: true")
+    if tracing is None and env.gateway.tracing.enabled:
+        problems.append("gateway.tracing.enabled: needs kubernetes.tracing (the collector)")
+    if tracing is not None and (tracing.exporter == "otlp") != bool(tracing.otlp_endpoint):
+        problems.append("kubernetes.tracing.otlp_endpoint: set it exactly with exporter otlp")
+    return problems
 
 
 def _idle_gpu_problems(env: EnvironmentSpec) -> list[str]:

@@ -101,6 +101,31 @@ class BbrSpec(_Section):
     replicas: int = Field(default=2, ge=1)
 
 
+class TracingEnvSpec(_Section):
+    """Traces in the cluster (docs/tracing.md): Envoy's OpenTelemetry tracer (EnvoyProxy
+    `telemetry.tracing`), the gateway's own spans (the `gateway.tracing` config), and an
+    OpenTelemetry Collector that receives both and exports them."""
+
+    sampling_percent: int = Field(
+        default=1,
+        ge=0,
+        le=100,
+        description="Share of requests Envoy starts a trace for (EnvoyProxy samplingRate); "
+        "the picker and the body-based router follow Envoy's decision.",
+    )
+    exporter: Literal["xray", "otlp"] = Field(
+        default="xray",
+        description="xray: AWS X-Ray in the cluster's region (the collector's Pod Identity "
+        "may write trace segments); otlp: the OTLP/gRPC backend `otlp_endpoint` names.",
+    )
+    otlp_endpoint: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9.-]+:[0-9]{1,5}$",
+        description="host:port of an OTLP/gRPC backend (exporter otlp).",
+    )
+    namespace: str = Field(default="observability", pattern=_DNS_LABEL, max_length=63)
+
+
 class KubernetesSpec(_Section):
     """Settings of the gateway's own workloads in the cluster."""
 
@@ -149,6 +174,9 @@ class KubernetesSpec(_Section):
     )
     auth: AuthSpec | None = Field(
         default=None, description="Who may call: API keys (and JWT) via a SecurityPolicy."
+    )
+    tracing: TracingEnvSpec | None = Field(
+        default=None, description="Traces through Envoy, the routers and a collector."
     )
 
 

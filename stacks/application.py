@@ -254,6 +254,12 @@ def _region(
                 secrets_region=env.aws.region,
                 model_sources=_model_sources(env),
                 global_store=env.global_router.enabled,
+                xray_collector_namespace=(
+                    tracing.namespace
+                    if (tracing := env.kubernetes.tracing) is not None
+                    and tracing.exporter == "xray"
+                    else None
+                ),
             )
         ),
         **kw("Pod Identity roles"),

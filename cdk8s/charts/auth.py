@@ -30,6 +30,7 @@ from . import peers
 from .base import GATEWAY, Wave, gateway_image, labels, manifest
 from .component import GatewayComponent, Pod, Rollout, gateway_service_pod
 from .kube import k8s
+from .tracing import otel_env
 from .workloads import CPU_LIMIT_SKIP, DIGEST_SKIP, service_port
 
 __all__ = [
@@ -162,6 +163,8 @@ def _pod(env: EnvironmentSpec, auth: AuthSpec) -> Pod:
             args += ["--jwt-audience", audience]
         for claim, value in auth.jwt.required_claims.items():
             args += ["--jwt-claim", f"{claim}={value}"]
+    if env.kubernetes.tracing is not None:  # Envoy's sampling decides (parent-based)
+        args += ["--trace-sampling", "0"]
     key_file = k8s.Volume(name="keys", secret=k8s.SecretVolumeSource(secret_name=API_KEYS_SECRET))
     return gateway_service_pod(
         image=gateway_image(env),
@@ -170,4 +173,5 @@ def _pod(env: EnvironmentSpec, auth: AuthSpec) -> Pod:
         port=("http", AUTH_PORT),
         check=k8s.HttpGetAction(path="/healthz", port=k8s.IntOrString.from_string("http")),
         volume=("/etc/igw-auth", key_file) if keys else None,
+        env=otel_env(env, "igw-auth"),
     )

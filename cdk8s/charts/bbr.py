@@ -21,6 +21,7 @@ from .base import BBR, GATEWAY, Wave, gateway_image, labels, manifest
 from .component import GatewayComponent, Rollout, gateway_service_pod
 from .kube import k8s
 from .picker import CONFIG_MAP, CONFIG_PATH, config_hash
+from .tracing import otel_env
 from .workloads import CPU_LIMIT_SKIP, DIGEST_SKIP, service_port
 
 __all__ = [
@@ -94,6 +95,7 @@ class BodyBasedRouter(Construct):
                 ],
                 port=("grpc", BBR_PORT),
                 check=k8s.GrpcAction(port=BBR_PORT),
+                env=otel_env(env, "igw-bbr"),
                 volume=(
                     "/etc/igw",
                     k8s.Volume(

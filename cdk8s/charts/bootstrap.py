@@ -44,6 +44,7 @@ from envspec.names import KARPENTER_NAMESPACE, KARPENTER_SERVICE_ACCOUNT
 
 from .base import PART_OF, Shared, Wave, labels, manifest
 from .gateway import ENVOY_SERVICE
+from .tracing import COLLECTOR_CHART, COLLECTOR_CHART_REPO, collector_applicationset, traced
 
 __all__ = [
     "ADDONS",
@@ -293,10 +294,17 @@ class BootstrapChart(Chart):
             body={
                 "spec": {
                     "description": "Cluster add-ons from upstream Helm charts, pinned.",
-                    "sourceRepos": sorted({repo, *(a.repo for a in ADDONS)}),
+                    "sourceRepos": sorted(
+                        {repo, *(a.repo for a in ADDONS)}
+                        | ({COLLECTOR_CHART_REPO} if traced(envs) else set())
+                    ),
                     "destinations": [
                         {"server": "*", "namespace": ns}
-                        for ns in sorted({a.namespace for a in ADDONS} | {"kube-system"})
+                        for ns in sorted(
+                            {a.namespace for a in ADDONS}
+                            | {"kube-system"}
+                            | {e.kubernetes.tracing.namespace for e in traced(envs)}  # type: ignore[union-attr]
+                        )
                     ],
                     # Controllers bring CRDs, webhooks, cluster roles, API services.
                     "clusterResourceWhitelist": [{"group": "*", "kind": "*"}],
@@ -342,6 +350,20 @@ class BootstrapChart(Chart):
             **common,
             body={"spec": _karpenter(sync=sync)},
         )
+        collector = collector_applicationset(
+            envs, project=ADDONS_PROJECT, sync=sync, env_label=ENV_LABEL
+        )
+        if collector is not None:  # docs/tracing.md
+            manifest(
+                self,
+                COLLECTOR_CHART,
+                api_version=ARGO_API,
+                kind="ApplicationSet",
+                name=COLLECTOR_CHART,
+                wave=Wave.CONTROLLERS,
+                **common,
+                body={"spec": collector},
+            )
         manifest(
             self,
             "hyperpod-project",

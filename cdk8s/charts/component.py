@@ -87,6 +87,7 @@ def gateway_service_pod(
     check: ProbeAction,
     volume: tuple[str, k8s.Volume] | None = None,
     annotations: Mapping[str, str] | None = None,
+    env: Sequence[k8s.EnvVar] = (),
 ) -> Pod:
     """The pod of a small gateway service (`igw bbr`, `igw auth`): the gateway image, one
     port with its probes, at most one read-only volume (`volume`: where it is mounted,
@@ -99,6 +100,7 @@ def gateway_service_pod(
         port=port,
         check=check,
         mounts=[*own, mount("tmp", "/tmp")],
+        env=env,
     )
     return Pod(
         containers=[spec],

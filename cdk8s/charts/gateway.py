@@ -68,6 +68,7 @@ from .base import (
 from .bbr import BBR_BODY_MODE, BBR_MESSAGE_TIMEOUT_S, BBR_POLICY, BBR_PORT, BodyBasedRouter
 from .kube import k8s, pod_spec_json
 from .picker import GRPC_PORT, METRICS_PORT
+from .tracing import envoy_tracing
 from .workloads import spread
 
 __all__ = [
@@ -402,6 +403,9 @@ def _envoy_proxy_spec(env: EnvironmentSpec) -> dict[str, Any]:
             },
         }
     }
+    tracing = envoy_tracing(env)
+    if tracing is not None:  # Envoy's spans, one trace per request (charts/tracing.py)
+        spec["telemetry"] = {"tracing": tracing}
     runtime = picker_circuit_breaker_runtime(env)
     if runtime:
         # Into the static layer Envoy Gateway's default bootstrap already has

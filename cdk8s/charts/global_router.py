@@ -50,6 +50,7 @@ from . import peers
 from .base import Placement, Wave, gateway_image, labels, manifest
 from .component import GatewayComponent, Pod, Rollout
 from .kube import k8s
+from .tracing import otel_env
 from .workloads import (
     CPU_LIMIT_SKIP,
     DIGEST_SKIP,
@@ -119,6 +120,17 @@ def router_config(
         # public roots, which the image's CA bundle holds, so no caFile.
         "store": {"url": store_url, "passwordEnv": PASSWORD_ENV},
         "rateLimitStore": {"url": rate_limit_store_url, "passwordEnv": RATE_LIMIT_PASSWORD_ENV},
+        # the entry point: it starts the traces (docs/tracing.md), as Envoy does in a cluster
+        **(
+            {
+                "tracing": {
+                    "enabled": True,
+                    "samplingRatio": env.kubernetes.tracing.sampling_percent / 100,
+                }
+            }
+            if env.kubernetes.tracing is not None
+            else {}
+        ),
     }
     return config
 
@@ -315,7 +327,7 @@ def _container(env: EnvironmentSpec, *, region: str) -> k8s.Container:
         image=gateway_image(env, region=region),
         image_pull_policy="IfNotPresent",
         args=args,
-        env=passwords,
+        env=[*passwords, *otel_env(env, "igw-global")],
         ports=[container_port("http", spec.port, protocol="TCP")],
         startup_probe=probe(metrics, period_s=2, failure_threshold=30),
         readiness_probe=probe(health, period_s=5, failure_threshold=2),

@@ -27,6 +27,7 @@ from envspec.environment import EnvironmentSpec
 
 from .base import gateway_image
 from .kube import k8s
+from .tracing import otel_env
 from .workloads import empty_dir, env_field, gateway_service_container, mount, pre_stop_sleep
 
 __all__ = [
@@ -72,6 +73,8 @@ def sidecar_container(env: EnvironmentSpec, *, drain_seconds: int) -> k8s.Contai
     args += ["--decoder", f"http://127.0.0.1:{DECODER_PORT}"]
     for cidr in pod_cidrs(env):
         args += ["--allow-prefill", cidr]
+    if env.kubernetes.tracing is not None:  # the picker's sampling decides (parent-based)
+        args += ["--trace-sampling", "0"]
     return gateway_service_container(
         image=gateway_image(env),
         name=SIDECAR,
@@ -80,6 +83,7 @@ def sidecar_container(env: EnvironmentSpec, *, drain_seconds: int) -> k8s.Contai
         check=SIDECAR_PROBE,
         mounts=[mount(SIDECAR_TMP, "/tmp")],
         lifecycle=pre_stop_sleep(drain_seconds),
+        env=otel_env(env, "igw-pd-sidecar"),
     )
 
 

@@ -50,6 +50,7 @@ from .tokenizers import (
     tokenizer_sources,
     volumes,
 )
+from .tracing import otel_env
 from .workloads import (
     CPU_LIMIT_SKIP,
     DIGEST_SKIP,
@@ -347,7 +348,11 @@ def _container(env: EnvironmentSpec) -> k8s.Container:
             ),
         ],
         lifecycle=pre_stop_sleep(PRESTOP_SLEEP_S),
-        env=[env_field("POD_NAMESPACE", "metadata.namespace"), *store_env(env)],
+        env=[
+            env_field("POD_NAMESPACE", "metadata.namespace"),
+            *store_env(env),
+            *otel_env(env, "igw-picker"),
+        ],
         ports=[
             container_port("grpc", GRPC_PORT, protocol="TCP"),
             container_port("grpc-health", HEALTH_PORT, protocol="TCP"),

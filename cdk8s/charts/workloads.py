@@ -168,6 +168,7 @@ def gateway_service_container(
     check: ProbeAction,
     mounts: Sequence[k8s.VolumeMount],
     lifecycle: k8s.Lifecycle | None = None,
+    env: Sequence[k8s.EnvVar] = (),
 ) -> k8s.Container:
     """A small gateway service's container (`igw bbr`, `igw auth`, `igw pd-sidecar`): the
     gateway image, one port with its probes (`check`), a small bounded footprint, hardened."""
@@ -176,6 +177,7 @@ def gateway_service_container(
         image=image,
         image_pull_policy="IfNotPresent",
         args=list(args),
+        env=list(env) or None,
         ports=[container_port(*port)],
         startup_probe=probe(check, period_s=2, failure_threshold=30),
         readiness_probe=probe(check, period_s=5),

@@ -11,6 +11,9 @@ What each role may do is what that workload uses, and no more:
   secrets the environment names (API keys, Hugging Face tokens), nothing else;
 * model servers — read the S3 prefixes their `s3://` weights and adapters live under
   (GetObject there, ListBucket conditioned on those prefixes), nothing else;
+* trace collector — write trace segments to X-Ray (`xray:PutTraceSegments`,
+  `PutTelemetryRecords`: no resource-level permissions exist for them), where the
+  environment exports traces there (`kubernetes.tracing`, docs/tracing.md);
 * CloudWatch agent — write Container Insights logs of this cluster's log groups and
   publish metrics into the agent's namespaces; describe EC2 instances/volumes/tags to
   label them (those Describe calls have no resource-level permissions). Its role and
@@ -62,10 +65,14 @@ CLOUDWATCH_AGENT = Workload("cloudwatch_agent", "amazon-cloudwatch", "cloudwatch
 EXTERNAL_SECRETS = Workload("external_secrets", "external-secrets", "external-secrets")
 
 
-def workloads(gateway_namespace: str) -> dict[str, Workload]:
+def workloads(
+    gateway_namespace: str, tracing_namespace: str = "observability"
+) -> dict[str, Workload]:
     """Service accounts of the cdk8s charts (`igw-picker`, `vllm` in the gateway
-    namespace) and of the External Secrets add-on."""
+    namespace), of the External Secrets add-on and of the trace collector (its chart's
+    `fullnameOverride`, cdk8s/charts/tracing.py)."""
     return {
+        "trace_collector": Workload("trace_collector", tracing_namespace, "otel-collector"),
         "picker": Workload("picker", gateway_namespace, "igw-picker"),
         "global_router": Workload("global_router", gateway_namespace, GLOBAL_ROUTER),
         "external_secrets": EXTERNAL_SECRETS,
@@ -87,6 +94,8 @@ class PodIdentityProps:
     #: The global tier is on: External Secrets also reads this region's own store secrets
     #: (the router's and the pickers' store Secret, stacks/parts/valkey.py).
     global_store: bool = False
+    #: The namespace of the trace collector that exports to X-Ray; None: no such export.
+    xray_collector_namespace: str | None = None
 
 
 def _put_metric_data(namespaces: tuple[str, ...]) -> iam.PolicyStatement:
@@ -197,7 +206,8 @@ def pod_identity(
             reason
             or "Wildcards only where AWS offers no narrower resource: cloudwatch:"
             "PutMetricData (no resource type; scoped by the cloudwatch:namespace "
-            "condition), ec2:Describe* (read-only, no resource type), the log "
+            "condition), ec2:Describe* (read-only, no resource type), the X-Ray trace "
+            "writes (no resource type), the log "
             "groups/streams and SSM parameters under this cluster's own prefixes, the "
             "six random characters Secrets Manager appends to a secret's ARN, and the "
             "objects under the model servers' named S3 prefixes.",
@@ -272,9 +282,18 @@ class PodIdentities(Construct):
             statements["external_secrets"] = external_secrets
         if props.model_sources:
             statements["model_server"] = _read_s3(stack.partition, props.model_sources)
+        if props.xray_collector_namespace is not None:
+            statements["trace_collector"] = [
+                iam.PolicyStatement(
+                    sid="WriteTraces",
+                    actions=["xray:PutTraceSegments", "xray:PutTelemetryRecords"],
+                    resources=["*"],  # X-Ray defines no resource type for these
+                )
+            ]
         self.roles: dict[str, iam.Role] = {}
         self.associations: dict[str, eks.CfnPodIdentityAssociation] = {}
-        for key, workload in workloads(props.gateway_namespace).items():
+        tracing_namespace = props.xray_collector_namespace or "observability"
+        for key, workload in workloads(props.gateway_namespace, tracing_namespace).items():
             if key not in statements:
                 continue
             self.roles[key], self.associations[key] = pod_identity(

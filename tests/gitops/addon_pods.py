@@ -173,6 +173,7 @@ def addon_inventory(
     Karpenter ApplicationSet, `cloudwatch_tolerations` the CloudWatch add-on's
     configuration, `argocd_node_selector` the CDK's Argo CD values."""
     device_plugin = bootstrap_values.get("nvidia-device-plugin", {})
+    collector = bootstrap_values.get("opentelemetry-collector", {})
     karpenter_labels = {
         "app.kubernetes.io/name": "karpenter",
         "app.kubernetes.io/instance": "karpenter",
@@ -417,6 +418,28 @@ def addon_inventory(
                     "external-secrets-webhook",
                     "external-secrets-cert-controller",
                 )
+            ),
+        ),
+        AddOn(
+            "opentelemetry-collector",
+            "0.170.0",
+            "open-telemetry/opentelemetry-helm-charts opentelemetry-collector-0.170.0 "
+            "charts/opentelemetry-collector/values.yaml: resources {}, replicaCount 1, "
+            "nodeSelector {}; mode, replicas, resources and nodeSelector from the "
+            "ApplicationSet's values (cdk8s/charts/tracing.py)",
+            (
+                Workload(
+                    "Deployment",
+                    "otel-collector",
+                    "observability",
+                    replicas=int(collector.get("replicaCount", 1)),
+                    containers=(
+                        {"resources": {"requests": dict(collector["resources"]["requests"])}}
+                        if collector.get("resources")
+                        else {},
+                    ),
+                    node_selector=dict(collector.get("nodeSelector", {})),
+                ),
             ),
         ),
         AddOn("karpenter-crd", "1.6.6", "CRDs only", ()),

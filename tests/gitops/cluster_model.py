@@ -130,6 +130,7 @@ CHART_KINDS: dict[str, set[tuple[str, str]]] = {
     },
     "karpenter-crd": {("karpenter.sh", "NodePool"), ("karpenter.k8s.aws", "EC2NodeClass")},
     "karpenter": set(),
+    "opentelemetry-collector": set(),  # a Deployment, Service, ConfigMap: no CRDs
     "cert-manager": {("cert-manager.io", k) for k in ("Certificate", "Issuer", "ClusterIssuer")},
     # SageMaker HyperPod's chart (aws/sagemaker-hyperpod-cli helm_chart/HyperPodHelmChart):
     # the training operators' and HyperPod's kinds, none of which this tree creates.

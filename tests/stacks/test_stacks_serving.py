@@ -5,7 +5,7 @@ registry, Karpenter's AWS half."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -147,6 +147,45 @@ def test_model_servers_read_only_their_s3_prefixes() -> None:
     }
     # No secrets named, so no External Secrets role.
     assert accounts == {"igw-picker", "igw-global-router", "vllm"}
+
+
+def test_the_trace_collector_may_write_to_xray_only_where_traces_go_there() -> None:
+    """The collector's `awsxray` exporter calls PutTraceSegments and PutTelemetryRecords
+    (opentelemetry-collector-contrib exporter/awsxrayexporter; X-Ray defines no resource
+    type for them): its service account (cdk8s/charts/tracing.py `fullnameOverride`) gets
+    exactly those, and no role exists where the environment does not export to X-Ray."""
+    from aws_cdk import App, Environment, Stack
+    from aws_cdk.assertions import Template
+
+    from stacks.parts.pod_identity import PodIdentities, PodIdentityProps
+
+    def resources(namespace: str | None) -> dict[str, Any]:
+        stack = Stack(App(), "T", env=Environment(account="111111111111", region="us-east-1"))
+        props = PodIdentityProps(
+            environment="dev",
+            cluster_name="igw-dev",
+            regions=("us-east-1",),
+            xray_collector_namespace=namespace,
+        )
+        PodIdentities(stack, "PodIdentities", props)
+        out: dict[str, Any] = Template.from_stack(stack).to_json()["Resources"]
+        return out
+
+    traced = resources("observability")
+    (policy,) = [
+        r for lid, r in traced.items() if lid.startswith("PodIdentitiesTraceCollectorPolicy")
+    ]
+    (statement,) = policy["Properties"]["PolicyDocument"]["Statement"]
+    assert statement["Action"] == ["xray:PutTraceSegments", "xray:PutTelemetryRecords"]
+    (association,) = [
+        r["Properties"]
+        for r in traced.values()
+        if r["Type"] == "AWS::EKS::PodIdentityAssociation"
+        and r["Properties"]["ServiceAccount"] == "otel-collector"
+    ]
+    assert association["Namespace"] == "observability"
+    untraced = resources(None)
+    assert not [lid for lid in untraced if lid.startswith("PodIdentitiesTraceCollector")]
 
 
 # --- images from the region's own registry ------------------------------------------------

@@ -24,6 +24,7 @@ from inference_gateway.config.spec import GatewayConfigSpec
 from inference_gateway.core.endpoints.discovery import assign_pools, label_pools
 from inference_gateway.core.endpoints.store import EndpointStore, Fetch
 from inference_gateway.core.request.contracts import RoutingState, SchedulerLike
+from inference_gateway.core.request.decisions import DecisionLog
 from inference_gateway.core.request.director import Director, Series
 from inference_gateway.core.scheduling import Scheduler
 from inference_gateway.core.scheduling.baseline import RoundRobinScheduler
@@ -172,7 +173,9 @@ def build_core(
     driver records scrapes itself (the simulator). A static list's pods take the first
     pool of the config whose selector matches them, else the pool they were given, else
     `default`. `timed`: the scheduler reports each plugin's
-    time to the metrics (a real server; the simulator's would time nothing real).
+    time to the metrics (a real server; the simulator's would time nothing real). A
+    server that scrapes keeps its recent decisions (`tracing.explain.recent`) for traces
+    and `igw explain`; the simulator (`scrape` False) keeps none.
     """
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {POLICIES}, not {policy!r}")
@@ -206,5 +209,10 @@ def build_core(
         # a refused connection (the proxy's, or Envoy's UF / UH / UC reported to the
         # picker): not picked again until a fresh scrape says the pod is back
         connection_failed=store.connection_failed,
+        decisions=(
+            DecisionLog(spec.tracing.explain.recent)
+            if scrape and spec.tracing.explain.recent
+            else None
+        ),
     )
     return Core(spec, metrics, series, store, director, client, policy, seed, timed, static_pools)

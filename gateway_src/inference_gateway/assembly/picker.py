@@ -45,11 +45,14 @@ from inference_gateway.background import cancel_and_wait
 from inference_gateway.config.spec import GatewayConfigSpec, load_config
 from inference_gateway.core.endpoints.discovery import load_endpoints_file
 from inference_gateway.core.endpoints.store import Fetch
+from inference_gateway.core.request.decisions import DecisionLog
 from inference_gateway.core.scheduling.types import Endpoint
 from inference_gateway.core.traffic.rewrites import RewriteSet
+from inference_gateway.frontends.explain_http import add_decisions_routes
 from inference_gateway.frontends.extproc.picker import ExtProcServicer, PickerOptions
 from inference_gateway.frontends.extproc.stream import max_message
 from inference_gateway.frontends.status import add_status_route
+from inference_gateway.telemetry.tracing import Tracing
 from inference_gateway.transport.http2_server import (
     ConnectionPolicy,
     HealthService,
@@ -132,7 +135,8 @@ class PickerServer:
         if transport == "http2" and credentials is not None:
             raise ValueError("the http2 transport takes TLS as ssl_context, not gRPC credentials")
         self.transport = transport
-        self.servicer = ExtProcServicer(director, options)
+        self.tracing = Tracing.off()  # built at start, from the config synced by then
+        self.servicer = ExtProcServicer(director, options, tracing=self.tracing)
         self.health: Any = HealthServicer() if transport == "grpcio" else HealthService()
         self.host = host
         self.grpc_port = grpc_port
@@ -168,6 +172,15 @@ class PickerServer:
     async def start(self) -> None:
         for part in self.collaborators:
             await part.start()
+        # traces and the decision log as the config says once its source has started (a
+        # later reload keeps what it has: tracing settings take effect at start)
+        settings = self.core.config.tracing
+        self.tracing = self.servicer.tracing = Tracing.build(settings, "igw-picker")
+        recent = settings.explain.recent
+        log = self.director.decisions
+        if log is None or log.capacity != recent:
+            self.director.decisions = DecisionLog(recent) if recent else None
+        self.director.explaining = self.director.decisions is not None or self.tracing.enabled
         await self.store.scrape_once()
         self.store.start()
         self.started = True
@@ -285,6 +298,8 @@ class PickerServer:
         app.router.add_get("/metrics", metrics)
         if self.status is not None:  # the global router's heartbeat (frontends/status.py)
             add_status_route(app, self.director, self.store, **self.status)
+        # `igw explain` (loopback: kubectl port-forward), frontends/explain_http.py
+        add_decisions_routes(app, lambda: self.director.decisions)
         self._runner = web.AppRunner(app, access_log=None, **server_settings())
         await self._runner.setup()
         assert self.metrics_port is not None
@@ -333,6 +348,7 @@ class PickerServer:
         await self.core.close()
         for part in reversed(self.collaborators):
             await part.stop()
+        await self.tracing.close()
 
     async def wait(self) -> None:
         if isinstance(self._server, grpc.aio.Server):

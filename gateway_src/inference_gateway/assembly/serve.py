@@ -1,5 +1,6 @@
 """`igw serve`'s app: the core (`assembly.core.build_core`) behind the proxy, with file
-reloads, authentication, the status heartbeat and EMF records around it."""
+reloads, authentication, the status heartbeat, EMF records, traces and the recent
+decisions (`/debug/decisions`) around it."""
 
 from __future__ import annotations
 
@@ -17,8 +18,10 @@ from inference_gateway.config.reloader import FileWatcher, load_off_loop
 from inference_gateway.config.spec import GatewayConfigSpec, load_config
 from inference_gateway.config.watch import guard_reload, load_files
 from inference_gateway.core.endpoints.discovery import load_endpoints_file
+from inference_gateway.core.request.director import CLIENT_ID_HEADER
 from inference_gateway.core.scheduling.types import Endpoint
 from inference_gateway.frontends.auth import Authenticator, auth_middleware
+from inference_gateway.frontends.explain_http import add_decisions_routes, loopback_peer
 from inference_gateway.frontends.pd_exchange import PREFILL_TIMEOUT_S
 from inference_gateway.frontends.proxy import Gateway
 from inference_gateway.frontends.status import add_status_route
@@ -26,6 +29,7 @@ from inference_gateway.shared_store.client import StoreHealth, StoreSpec, connec
 from inference_gateway.shared_store.ratelimit import SharedLimits
 from inference_gateway.telemetry.emf import EmfEmitter
 from inference_gateway.telemetry.metrics import GatewayMetrics
+from inference_gateway.telemetry.tracing import Tracing
 from inference_gateway.transport.http_settings import (
     BODY_TIMEOUT_S,
     GatewayAppRunner,
@@ -121,7 +125,9 @@ def build_gateway(
         expose_endpoints=expose_endpoints,
         body_timeout_s=body_timeout_s,
         prefill_timeout_s=prefill_timeout_s,
+        tracing=Tracing.build(core.config.tracing, "igw-serve"),
     )
+    core.director.explaining |= gateway.tracing.enabled  # spans carry the explanation
     app = gateway.app()
     # credentials first: an unauthenticated client never makes the gateway read its body
     app.middlewares.insert(0, auth_middleware(auth))
@@ -132,6 +138,16 @@ def build_gateway(
     add_status_route(
         app, gateway.director, store, cluster=emf_cluster, hourly_cost_usd=hourly_cost_usd
     )
+
+    def listed_client(request: web.Request) -> bool:
+        """An authenticated client the config lets see explanations."""
+        listed = core.config.tracing.explain.header_clients
+        return request.headers.get(CLIENT_ID_HEADER, "") in listed
+
+    # with authentication only listed clients (a sidecar proxy makes every caller local),
+    # without it only callers on this machine
+    allow = listed_client if auth is not None else loopback_peer
+    add_decisions_routes(app, lambda: gateway.director.decisions, allow=allow)
     kv_events = subscribe_pods(
         metrics.registry, lambda: store.endpoints, lambda: gateway.director.scheduler
     )

@@ -14,7 +14,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from inference_gateway.cli.process import start_server_process
+from inference_gateway.cli.process import (
+    add_tracing_argument,
+    start_server_process,
+    tracing_from_args,
+)
 from inference_gateway.errors import ConfigError
 from inference_gateway.frontends.auth import Authenticator, JwtSettings, load_api_keys
 from inference_gateway.frontends.authz import MAX_BODY_BYTES
@@ -120,6 +124,7 @@ def register(subparsers: Any) -> None:
         metavar="SECONDS",
         help="with a JWKS URL: how often the keys are fetched again (default %(default)s)",
     )
+    add_tracing_argument(parser)
     parser.set_defaults(handler=run)
 
 
@@ -140,6 +145,7 @@ async def _serve(args: argparse.Namespace, auth: Authenticator) -> int:
     from inference_gateway.transport.http_settings import server_settings
     from inference_gateway.transport.signals import serve_http
 
+    tracing = tracing_from_args(args, "igw-auth")
     refresher = None
     if auth.jwt is not None and auth.jwt.jwks_path is None:
         refresher = asyncio.create_task(
@@ -151,7 +157,7 @@ async def _serve(args: argparse.Namespace, auth: Authenticator) -> int:
 
     try:
         await serve_http(
-            authz_app(auth, max_body_bytes=args.max_body_bytes),
+            authz_app(auth, max_body_bytes=args.max_body_bytes, tracing=tracing),
             name="igw auth",
             host=args.host,
             port=args.port,
@@ -164,4 +170,5 @@ async def _serve(args: argparse.Namespace, auth: Authenticator) -> int:
     finally:
         if refresher is not None:
             refresher.cancel()
+        await tracing.close()
     return 0

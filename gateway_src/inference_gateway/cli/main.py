@@ -43,6 +43,7 @@ SUBCOMMANDS = {
     "demo": "inference_gateway.demo.run",
     "bench": "inference_gateway.backend_bench.cli",
     "validate": "inference_gateway.cli.validate",
+    "explain": "inference_gateway.cli.explain",
     "convert": "inference_gateway.cli.convert",
 }
 

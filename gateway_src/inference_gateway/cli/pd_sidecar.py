@@ -12,8 +12,10 @@ from typing import Any
 
 from inference_gateway.cli.process import (
     add_drain_argument,
+    add_tracing_argument,
     positive_seconds,
     start_server_process,
+    tracing_from_args,
 )
 from inference_gateway.core.request.pd_body import NIXL_SIDE_CHANNEL_PORT
 from inference_gateway.frontends.pd_exchange import PREFILL_TIMEOUT_S
@@ -91,6 +93,7 @@ def register(subparsers: Any) -> None:
         "%(default)s)",
     )
     add_drain_argument(parser)
+    add_tracing_argument(parser)
     parser.set_defaults(handler=run)
 
 
@@ -107,6 +110,7 @@ def run(args: argparse.Namespace) -> int:
             args.decoder,
             allowlist,
             prefill_timeout_s=args.prefill_timeout,
+            tracing=tracing_from_args(args, "igw-pd-sidecar"),
             side_channel_ports=parse_ports(args.nixl_side_channel_ports),
         )
     except ValueError as error:

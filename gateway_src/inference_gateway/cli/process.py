@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+from typing import Any
 
 import uvloop
 
@@ -16,8 +17,10 @@ __all__ = [
     "LOG_FORMAT",
     "add_drain_argument",
     "add_slow_client_arguments",
+    "add_tracing_argument",
     "positive_seconds",
     "start_server_process",
+    "tracing_from_args",
 ]
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
@@ -70,3 +73,29 @@ def add_drain_argument(parser: argparse.ArgumentParser, in_flight: str = "reques
         help=f"on SIGTERM, SIGINT or SIGHUP: stop listening, let {in_flight} in flight "
         "finish for at most this long, then exit (default %(default)s)",
     )
+
+
+def add_tracing_argument(parser: argparse.ArgumentParser) -> None:
+    """`--trace-sampling RATIO` of the servers without a config file (`igw auth`,
+    `igw pd-sidecar`; the others take `tracing` from theirs)."""
+    parser.add_argument(
+        "--trace-sampling",
+        type=float,
+        metavar="RATIO",
+        help="export OpenTelemetry spans (OTEL_EXPORTER_OTLP_* variables), following the "
+        "caller's sampling decision and sampling RATIO (0-1) of requests without one; "
+        "default off",
+    )
+
+
+def tracing_from_args(args: argparse.Namespace, service: str) -> Any:
+    """The `Tracing` `--trace-sampling` asks for (off without it)."""
+    from inference_gateway.config.spec import TracingSpec
+    from inference_gateway.telemetry.tracing import Tracing
+
+    ratio = args.trace_sampling
+    if ratio is None:
+        return Tracing.off()
+    if not 0 <= ratio <= 1:
+        raise ValueError(f"--trace-sampling must be from 0 to 1, got {ratio:g}")
+    return Tracing.build(TracingSpec(enabled=True, sampling_ratio=ratio), service)

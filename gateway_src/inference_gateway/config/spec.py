@@ -60,6 +60,7 @@ __all__ = [
     "SCORER_NAMES",
     "BandSpec",
     "ConfigError",
+    "ExplainSpec",
     "FlowControlSpec",
     "GatewayConfigSpec",
     "LabelSelector",
@@ -73,6 +74,7 @@ __all__ = [
     "SaturationSpec",
     "SchedulingProfileSpec",
     "ScrapeSpec",
+    "TracingSpec",
     "default_scheduling",
     "format_validation_error",
     "load_config",
@@ -534,6 +536,42 @@ def _default_profiles() -> list[SchedulingProfileSpec]:
     return default_scheduling()[1]
 
 
+class ExplainSpec(Spec):
+    """Decision explanations without a tracing backend (docs/tracing.md)."""
+
+    recent: int = Field(
+        default=10_000,
+        ge=0,
+        le=1_000_000,
+        description="Decisions each replica keeps for `igw explain` and /debug/decisions "
+        "(about 1 KiB each); 0 keeps none.",
+    )
+    header_clients: list[str] = Field(
+        default_factory=list,
+        max_length=100,
+        description="Authenticated client ids (x-igw-client-id) whose requests with "
+        "`x-igw-explain: true` get the decision back in `x-igw-explanation`; empty: none.",
+    )
+
+
+class TracingSpec(Spec):
+    """OpenTelemetry traces (docs/tracing.md). The exporter's endpoint, headers and the
+    resource come from the standard OTEL_* environment variables."""
+
+    enabled: bool = Field(default=False, description="Export spans over OTLP/gRPC.")
+    sampling_ratio: float = Field(
+        default=0.1,
+        ge=0,
+        le=1,
+        description="Share of new traces recorded (requests that arrive without a sampled parent).",
+    )
+    parent_based: bool = Field(
+        default=True,
+        description="Follow the caller's sampling decision when the request carries one.",
+    )
+    explain: ExplainSpec = ExplainSpec()
+
+
 class GatewayConfigSpec(Spec):
     """`InferenceGatewayConfig.spec`: models, pools, scheduling, flow control, limits."""
 
@@ -562,6 +600,7 @@ class GatewayConfigSpec(Spec):
     scrape: ScrapeSpec = ScrapeSpec()
     flow_control: FlowControlSpec = FlowControlSpec()
     rate_limits: list[RateLimitSpec] = Field(default_factory=list)
+    tracing: TracingSpec = TracingSpec()
 
     @field_validator("plugins", mode="after")
     @classmethod

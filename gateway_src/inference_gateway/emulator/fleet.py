@@ -47,6 +47,7 @@ from inference_gateway.emulator.kvtransfer import KVTransferConfig
 from inference_gateway.emulator.profiles import PodProfile, pod_profile
 from inference_gateway.emulator.server import EmulatedPod
 from inference_gateway.errors import ConfigError
+from inference_gateway.telemetry.tracing import Tracing
 
 __all__ = [
     "POOL_LABEL",
@@ -190,7 +191,15 @@ def _replica_kv_transfer(group: PodGroupSpec, replica: int) -> KVTransferConfig 
 class EmulatedFleet:
     """The pods of a fleet spec; profiles are built (and validated) at construction."""
 
-    def __init__(self, spec: FleetSpec | Mapping[str, Any], *, source: str = "<fleet>") -> None:
+    def __init__(
+        self,
+        spec: FleetSpec | Mapping[str, Any],
+        *,
+        source: str = "<fleet>",
+        tracing: Tracing | None = None,
+    ) -> None:
+        """`tracing`: every pod's `llm_request` spans (server.py), as vLLM's
+        `--otlp-traces-endpoint` makes them."""
         self.spec = spec if isinstance(spec, FleetSpec) else parse_fleet(spec, source)
         self.pods: dict[str, EmulatedPod] = {}
         port = self.spec.base_port
@@ -229,6 +238,7 @@ class EmulatedFleet:
                     kv_events=events,
                     hash_seed=group.hash_seed,
                     kv_transfer=_replica_kv_transfer(group, replica),
+                    tracing=tracing,
                     tokenizer=group.tokenizer,
                     hash_algo=group.prefix_caching_hash_algo,
                 )

@@ -30,6 +30,13 @@ step; a plain request through aiohttp's handler cancellation.
 With vLLM's `--kv-transfer-config` (NixlConnector) a request's `kv_transfer_params` make
 it the prefill or the decode leg of disaggregated serving (`kvtransfer.py`, `disagg.py`).
 
+With a `Tracing` (vLLM's `--otlp-traces-endpoint`) each completion is one SERVER span
+named `llm_request` under the request's `traceparent`, with the attributes vLLM's
+(vllm/tracing.py `SpanAttributes`, output_processor.py `do_tracing`) gives it:
+`gen_ai.request.id`, `gen_ai.response.model`, `gen_ai.usage.prompt_tokens`,
+`gen_ai.usage.completion_tokens`, `gen_ai.request.max_tokens`,
+`gen_ai.latency.time_to_first_token` and `gen_ai.latency.e2e`.
+
 A stopped pod (`EmulatedPod.stop`) aborts its open connections, so clients see what a
 crashed pod gives them: a stream cut without `[DONE]`, or a reset connection.
 """
@@ -78,6 +85,7 @@ from inference_gateway.emulator.tokens import (
     prompt_seed,
     render_chat,
 )
+from inference_gateway.telemetry.tracing import SpanKind, Tracing
 from inference_gateway.transport.listen import binding
 
 __all__ = ["EmulatedPod", "PodApp"]
@@ -130,7 +138,9 @@ class PodApp:
         max_model_len: int | None = None,
         prefix_caching: bool = True,
         auto_tool_choice: bool = True,
+        tracing: Tracing | None = None,
     ) -> None:
+        self.tracing = tracing or Tracing.off()
         if adapters and not profile.max_loras:
             raise ValueError("adapters need LoRA slots: build the profile with max_loras >= 1")
         self.profile = profile
@@ -260,6 +270,21 @@ class PodApp:
         return await self._complete(request, chat=False)
 
     async def _complete(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
+        if not self.tracing.enabled:
+            return await self._answer(request, chat=chat)
+        span = self.tracing.start("llm_request", headers=request.headers, kind=SpanKind.SERVER)
+        started = time.perf_counter()
+        try:
+            response = await self._answer(request, chat=chat, span=span)
+            span.set_attribute("http.response.status_code", response.status)
+            return response
+        finally:
+            span.set_attribute("gen_ai.latency.e2e", time.perf_counter() - started)
+            span.end()
+
+    async def _answer(
+        self, request: web.Request, *, chat: bool, span: Any = None
+    ) -> web.StreamResponse:
         try:
             body = await self._read_body(request)
             model, adapter = self._resolve_model(body.get("model"))
@@ -308,6 +333,16 @@ class PodApp:
             finish_reason="tool_calls" if tool_call else "length" if max_tokens else "stop",
             tool_call=tool_call,
         )
+        if span is not None and span.is_recording():
+            span.set_attributes(
+                {
+                    "gen_ai.request.id": reply.id,
+                    "gen_ai.response.model": model,
+                    "gen_ai.usage.prompt_tokens": prompt_tokens,
+                    "gen_ai.usage.completion_tokens": output_tokens,
+                    "gen_ai.request.max_tokens": max_tokens or 0,
+                }
+            )
         try:
             ticket = self.driver.submit(engine_request, finish_reason=reply.finish_reason)
         except PodStoppedError:
@@ -584,8 +619,10 @@ class EmulatedPod:
         max_model_len: int | None = None,
         prefix_caching: bool = True,
         auto_tool_choice: bool = True,
+        tracing: Tracing | None = None,
     ) -> None:
         self.name = name
+        self.tracing = tracing
         self.max_model_len = max_model_len
         self.prefix_caching = prefix_caching
         self.auto_tool_choice = auto_tool_choice
@@ -628,6 +665,7 @@ class EmulatedPod:
             max_model_len=self.max_model_len,
             prefix_caching=self.prefix_caching,
             auto_tool_choice=self.auto_tool_choice,
+            tracing=self.tracing,
         )
         runner = web.AppRunner(
             pod_app.app(),

@@ -30,12 +30,14 @@ from inference_gateway.envoyproxy.settings import (
     GatewaySettings,
     PoolRoute,
     ResponseOverride,
+    Tracing,
 )
 
 __all__ = [
     "ACCESS_LOG_FIELDS",
     "DESTINATION_HEADER",
     "MODEL_HEADER",
+    "TRACING_CLUSTER",
     "bbr_cluster_name",
     "bbr_filter_name",
     "custom_response_filter_name",
@@ -56,6 +58,8 @@ HTTP_OPTIONS_KEY = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 #: Envoy's default per-connection buffer, which Envoy Gateway sets on every listener
 #: (gateway v1.5.0 `internal/xds/translator/listener.go`: tcpListenerPerConnectionBufferLimit)
 BUFFER_LIMIT = 32768
+#: gateway v1.5.0 `internal/gatewayapi/listener.go` processTracing: `destName := "tracing"`
+TRACING_CLUSTER = "tracing"
 
 
 def picker_cluster_name(pool: str, namespace: str) -> str:
@@ -217,7 +221,39 @@ def _hcm(s: GatewaySettings) -> dict[str, Any]:
     }
     if s.access_log is not None:
         hcm["access_log"] = [_access_log(s.access_log)]
+    if s.tracing is not None:
+        hcm["tracing"] = _tracing(s, s.tracing)
     return hcm
+
+
+def _tracing(s: GatewaySettings, tracing: Tracing) -> dict[str, Any]:
+    """gateway v1.5.0 `internal/xds/translator/tracing.go` buildHCMTracing with the
+    OpenTelemetry provider: client and overall sampling 100 %, random sampling the
+    EnvoyProxy's rate, the service name `<gateway>.<namespace>` (`naming.ServiceName`)
+    unless the provider names one, the custom tags sorted by name, and an upstream span
+    per request to the pod (`spawn_upstream_span`)."""
+    return {
+        "client_sampling": {"value": 100.0},
+        "overall_sampling": {"value": 100.0},
+        "random_sampling": {"value": tracing.sampling_percent},
+        "provider": {
+            "name": "envoy.tracers.opentelemetry",
+            "typed_config": {
+                "@type": _T + "envoy.config.trace.v3.OpenTelemetryConfig",
+                "grpc_service": {
+                    "envoy_grpc": {
+                        "cluster_name": TRACING_CLUSTER,
+                        "authority": tracing.collector.host,
+                    }
+                },
+                "service_name": tracing.service_name or f"{s.gateway}.{s.namespace}",
+            },
+        },
+        "custom_tags": [
+            {"tag": tag, "literal": {"value": value}} for tag, value in sorted(tracing.literal_tags)
+        ],
+        "spawn_upstream_span": True,
+    }
 
 
 #: Which pod served, as the picker named it and as Envoy connected, and Envoy's verdict.
@@ -438,6 +474,8 @@ def _clusters(s: GatewaySettings) -> list[dict[str, Any]]:
             clusters.append(_picker_cluster(s, route))
     if s.bbr is not None:
         clusters.append(_bbr_cluster(s, s.bbr))
+    if s.tracing is not None:
+        clusters.append(_tracing_cluster(s.tracing.collector))
     return clusters
 
 
@@ -511,6 +549,19 @@ def _bbr_cluster(s: GatewaySettings, bbr: Address) -> dict[str, Any]:
         "load_assignment": _assignment(name, bbr),
         "typed_extension_protocol_options": _http2_options(),
         "circuit_breakers": {"thresholds": [_thresholds(s.circuit_breaker)]},
+    }
+
+
+def _tracing_cluster(collector: Address) -> dict[str, Any]:
+    """gateway v1.5.0 `tracing.go` processClusterForTracing: the collector's cluster,
+    gRPC (`destinationSettingFromHostAndPort` sets protocol GRPC), so HTTP/2."""
+    return {
+        "name": TRACING_CLUSTER,
+        "type": "STATIC" if _is_ip(collector.host) else "STRICT_DNS",
+        "lb_policy": "LEAST_REQUEST",
+        "connect_timeout": "10s",
+        "load_assignment": _assignment(TRACING_CLUSTER, collector),
+        "typed_extension_protocol_options": _http2_options(),
     }
 
 

@@ -16,6 +16,7 @@ __all__ = [
     "GatewaySettings",
     "PoolRoute",
     "ResponseOverride",
+    "Tracing",
 ]
 
 
@@ -78,6 +79,18 @@ class ResponseOverride:
 
 
 @dataclass(frozen=True)
+class Tracing:
+    """EnvoyProxy `spec.telemetry.tracing` with the OpenTelemetry provider: where spans go
+    (the collector's OTLP/gRPC Service), the share of new traces sampled (`samplingRate`,
+    percent) and the `customTags`, here literal ones only."""
+
+    collector: Address
+    sampling_percent: float = 100.0
+    service_name: str | None = None  # default: `<gateway>.<namespace>`, as Envoy Gateway
+    literal_tags: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
 class GatewaySettings:
     """Everything `bootstrap.render` needs: the Gateway, its routes and policies.
 
@@ -111,6 +124,8 @@ class GatewaySettings:
     listener_tls: tuple[str, str] | None = None
     #: a file for one JSON line per request (Envoy Gateway logs the same fields to stdout)
     access_log: str | None = None
+    #: EnvoyProxy telemetry.tracing (None: no tracing, Envoy Gateway's default)
+    tracing: Tracing | None = None
 
     def pools(self) -> list[str]:
         """The distinct pools, in route order (one picker filter each)."""

@@ -44,6 +44,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from inference_gateway.core.request.director import CLIENT_ID_HEADER, FAIRNESS_HEADER
 from inference_gateway.frontends.auth import Authenticator, admit
+from inference_gateway.frontends.tracing_http import server_span
+from inference_gateway.telemetry.tracing import Tracing
 
 __all__ = [
     "AUTHZ_PATH_PREFIX",
@@ -93,12 +95,19 @@ def _loopback(host: str) -> bool:
 
 
 def authz_app(
-    auth: Authenticator, *, max_body_bytes: int, registry: CollectorRegistry | None = None
+    auth: Authenticator,
+    *,
+    max_body_bytes: int,
+    registry: CollectorRegistry | None = None,
+    tracing: Tracing | None = None,
 ) -> web.Application:
     """The check endpoint under `AUTHZ_PATH_PREFIX` (any method: Envoy forwards the
     original one), `/healthz` for probes and `/metrics` (the refusal counter, in
-    `registry` or a registry of its own)."""
-    app = web.Application(client_max_size=max_body_bytes)
+    `registry` or a registry of its own). With `tracing`, each check is a span
+    `igw.auth` under the trace context Envoy's ext_authz client sends."""
+    skip = frozenset({"/healthz", "/metrics"})
+    middlewares = [server_span(tracing, "igw.auth", skip=skip)] if tracing else []
+    app = web.Application(client_max_size=max_body_bytes, middlewares=middlewares)
     metrics = registry if registry is not None else CollectorRegistry()
     metrics.register(auth.refusals_collector())
 

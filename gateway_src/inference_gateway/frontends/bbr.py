@@ -15,11 +15,17 @@ could carry (too long, control characters: `director.check_model`, the rule the 
 and `igw serve` apply) is answered here with the same OpenAI-shaped 400, and the body is
 collected by the shared ext_proc driver (`extproc/stream.py`): the picker's cap (413),
 one budget for all streams (503), nothing kept once a stream ends.
+
+Traces: with `tracing.enabled` in its config, each stream is one SERVER span `igw.bbr`
+under the trace context of the stream's gRPC metadata (Envoy's ext_proc span), from the
+request headers until the routing headers are answered, with the model it read
+(`gen_ai.request.model`) and the base model it set.
 """
 
 from __future__ import annotations
 
 import ssl
+from typing import Any
 
 import orjson
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
@@ -43,6 +49,7 @@ from inference_gateway.frontends.extproc.wire import (
     headers_response,
     trailers_response,
 )
+from inference_gateway.telemetry.tracing import GEN_AI_REQUEST_MODEL, SpanKind, Tracing
 from inference_gateway.transport.http2_server import (
     Call,
     ConnectionPolicy,
@@ -97,11 +104,17 @@ class _Exchange(Processor):
     """One request's stream: the body collected by the driver, then the headers."""
 
     def __init__(
-        self, router: BodyRouter, budget: BodyBudget, mode: int, max_body_bytes: int
+        self,
+        router: BodyRouter,
+        budget: BodyBudget,
+        mode: int,
+        max_body_bytes: int,
+        span: Any = None,
     ) -> None:
         super().__init__(budget, max_body_bytes, mode, mode)
         self.router = router
         self.routed = False  # the headers answer went out
+        self.span = span  # this stream's `igw.bbr` span, ended once routed
 
     async def on_request_headers(self, request: pb.ProcessingRequest) -> Responses:
         if request.request_headers.end_of_stream or self.request_mode != FULL_DUPLEX:
@@ -122,12 +135,22 @@ class _Exchange(Processor):
     def _route(self, body: bytes, end_of_stream: bool) -> Responses:
         headers = self.router.headers(body)  # a Rejection is answered by `handle`
         self.routed = True
+        self.end_span(headers)
         if self.request_mode == FULL_DUPLEX:
             return [
                 headers_response(set_headers=headers, clear_route_cache=bool(headers)),
                 *body_chunks(body, end_of_stream=end_of_stream),
             ]
         return [body_replacement(None, set_headers=headers, clear_route_cache=bool(headers))]
+
+    def end_span(self, headers: dict[str, str] | None = None) -> None:
+        span, self.span = self.span, None
+        if span is None:
+            return
+        if headers:
+            span.set_attribute(GEN_AI_REQUEST_MODEL, headers[MODEL_HEADER])
+            span.set_attribute("igw.base_model", headers[BASE_MODEL_HEADER])
+        span.end()
 
     async def on_response_headers(self, request: pb.ProcessingRequest) -> Responses:
         return [headers_response(request=False)]
@@ -148,10 +171,17 @@ async def serve_call(
     default_mode: int = FULL_DUPLEX,
     budget: BodyBudget | None = None,
     max_body_bytes: int = MAX_BODY_BYTES,
+    tracing: Tracing | None = None,
 ) -> None:
     """One `Process` stream on `Http2GrpcServer`, run by the shared ext_proc driver."""
-    exchange = _Exchange(router, budget or BodyBudget(), default_mode, max_body_bytes)
-    await drive(exchange, CallChannel(call))
+    span = None
+    if tracing is not None and tracing.enabled:
+        span = tracing.start("igw.bbr", headers=call.headers, kind=SpanKind.SERVER)
+    exchange = _Exchange(router, budget or BodyBudget(), default_mode, max_body_bytes, span)
+    try:
+        await drive(exchange, CallChannel(call))
+    finally:
+        exchange.end_span()
 
 
 async def start_bbr(
@@ -169,13 +199,16 @@ async def start_bbr(
     `budget`: what its streams may hold at once of bodies still arriving; a body over
     `max_body_bytes` is a 413, the picker's own limit."""
     router = BodyRouter(config)
+    tracing = Tracing.build(config.tracing if config else None, "igw-bbr")
     budget = budget or BodyBudget()
     health = HealthService()
     for service in ("", SERVICE_NAME):
         await health.set(service, health_pb2.HealthCheckResponse.SERVING)
 
     async def process(call: Call) -> None:
-        await serve_call(router, call, budget=budget, max_body_bytes=max_body_bytes)
+        await serve_call(
+            router, call, budget=budget, max_body_bytes=max_body_bytes, tracing=tracing
+        )
 
     handlers = {
         PROCESS_PATH: Method(process, max_message=max_message(max_body_bytes)),

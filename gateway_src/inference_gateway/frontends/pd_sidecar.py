@@ -59,6 +59,8 @@ from inference_gateway.core.request.relay import StreamEnd, StreamRelay, is_even
 from inference_gateway.errors import InferenceGatewayError
 from inference_gateway.frontends.client_stream import LazyClientStream
 from inference_gateway.frontends.pd_exchange import PREFILL_TIMEOUT_S, PrefillExchange
+from inference_gateway.frontends.tracing_http import SPAN, server_span
+from inference_gateway.telemetry.tracing import Tracing
 from inference_gateway.transport.http1_client import (
     Upstream,
     UpstreamError,
@@ -104,6 +106,7 @@ _ANSWER_DROPPED = frozenset(
     {"connection", "keep-alive", "transfer-encoding", "content-length", "date", "server"}
 )
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+_PROBES = ("/healthz", "/readyz")
 _PORT = re.compile(r"[0-9]{1,5}")
 
 
@@ -161,7 +164,9 @@ class Sidecar:
         prefill_timeout_s: float = PREFILL_TIMEOUT_S,
         read_timeout_s: float = 300.0,
         side_channel_ports: Iterable[int] = (NIXL_SIDE_CHANNEL_PORT,),
+        tracing: Tracing | None = None,
     ) -> None:
+        self.tracing = tracing or Tracing.off()
         url = urlsplit(decoder)
         if url.scheme != "http" or not url.hostname or url.path not in ("", "/"):
             raise ValueError(f"--decoder must be http://HOST:PORT, got {decoder!r}")
@@ -180,8 +185,9 @@ class Sidecar:
         self._decoder_good_until = 0.0
 
     def app(self) -> web.Application:
+        traced = server_span(self.tracing, "igw.pd-sidecar", skip=frozenset(_PROBES))
         app = web.Application(
-            client_max_size=MAX_BODY_BYTES, middlewares=[self._count, body_deadline()]
+            client_max_size=MAX_BODY_BYTES, middlewares=[self._count, traced, body_deadline()]
         )
         for path in COMPLETION_PATHS:
             app.router.add_post(path, self.completions)
@@ -202,6 +208,7 @@ class Sidecar:
         for part in (self.upstream, self.exchange):
             if part is not None:
                 await part.close()
+        await self.tracing.close()
 
     @web.middleware
     async def _count(self, request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -217,7 +224,10 @@ class Sidecar:
     async def completions(self, request: web.Request) -> web.StreamResponse:
         assert self.exchange is not None
         raw = without_client_params(await request.read())
-        headers = _forward_headers(request.headers)
+        headers = _forward_headers(request.headers)  # traceparent and tracestate pass on
+        span = request.get(SPAN)
+        if span is not None:  # this server's span is the legs' parent
+            self.tracing.inject(span, headers)
         value = request.headers.get(PREFILL_HEADER, "").strip()
         if value:
             try:

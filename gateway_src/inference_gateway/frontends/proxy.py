@@ -32,6 +32,13 @@ request above, its body carrying the prefill pod's `kv_transfer_params`; a faile
 prefill leg leaves the body as the client sent it, served aggregated. A client's own
 `kv_transfer_params` never reach a pod (core/request/pd_body.py).
 
+Traces (telemetry/request_trace.py): the request's server span continues the caller's
+`traceparent`, admission and scheduling are spans with the decision explained, and each
+attempt and the prefill leg is a CLIENT span whose context reaches the pod; with
+tracing off the caller's own `traceparent` / `tracestate` pass through to the pod. A
+client listed in `tracing.explain.headerClients` that sends `x-igw-explain: true` gets
+the decision back in `x-igw-explanation` (frontends/explain_http.py).
+
 Outbound requests go through `Upstream` (upstream.py), a lean keep-alive HTTP/1.1 client:
 the gateway's own cost per request is what the overhead benchmark
 (bench/gateway_overhead.py) holds to <= 1 ms at p50. For the same reason a response is
@@ -70,7 +77,14 @@ from inference_gateway.core.request.sse import ModelNameRewriter, UsageEventFilt
 from inference_gateway.core.scheduling.types import Endpoint
 from inference_gateway.core.traffic.routing import ModelRouter, Route
 from inference_gateway.frontends.client_stream import LazyClientStream
+from inference_gateway.frontends.explain import (
+    EXPLAINED_HEADER,
+    explanation_header,
+    may_explain,
+)
 from inference_gateway.frontends.pd_exchange import PREFILL_TIMEOUT_S, PrefillExchange
+from inference_gateway.telemetry.request_trace import PREFILL, RequestTrace
+from inference_gateway.telemetry.tracing import Tracing
 from inference_gateway.transport.http1_client import (
     Upstream,
     UpstreamConnectError,
@@ -130,8 +144,10 @@ class Gateway:
         expose_endpoints: bool = False,
         body_timeout_s: float = BODY_TIMEOUT_S,
         prefill_timeout_s: float = PREFILL_TIMEOUT_S,
+        tracing: Tracing | None = None,
     ) -> None:
         self.store = store
+        self.tracing = tracing or Tracing.off()
         self.body_timeout_s = body_timeout_s
         # parse → rewrite → route → band → limits → admission → rank: shared with the picker
         self.director = director
@@ -175,6 +191,7 @@ class Gateway:
         for client in (self.upstream, self.prefill):
             if client is not None:
                 await client.close()
+        await self.tracing.close()
 
     @property
     def scheduler(self) -> SchedulerLike:
@@ -225,9 +242,12 @@ class Gateway:
         client_id = request.headers.get("x-request-id") or new_request_id()
         headers = {"x-request-id": client_id}
         raw = await request.read()  # read by `body_deadline` already (408 / 413 there)
+        trace = RequestTrace(self.tracing, request.headers, request.path)
         try:
             life = await self.director.decide(raw, request.headers, client_request_id=client_id)
         except Rejection as rejection:
+            trace.refused(rejection.status, rejection.code)
+            trace.finished(status=rejection.status)
             return error_response(
                 rejection.status,
                 rejection.message,
@@ -236,12 +256,16 @@ class Gateway:
                 {**headers, **rejection.headers},
                 rejection.param,
             )
+        trace.decided(life)
         headers.update(life.decision.headers)
+        config = self.director.state.config
+        if config is not None and may_explain(config.tracing.explain, request.headers):
+            headers[EXPLAINED_HEADER] = explanation_header(life.record())
         task = asyncio.current_task()
         if task is not None:
             life.on_expire = task.cancel
         try:
-            return await self._forward(request, life, headers)
+            return await self._forward(request, life, headers, trace)
         except asyncio.CancelledError:
             life.cancelled(CLIENT_CANCELLED)  # a no-op when the watchdog ended it
             raise
@@ -250,25 +274,39 @@ class Gateway:
             raise
         finally:
             life.finished()  # every path reports its outcome; this only backs them up
+            trace.finished(life)
 
     async def _forward(
-        self, request: web.Request, life: RequestLifecycle, headers: dict[str, str]
+        self,
+        request: web.Request,
+        life: RequestLifecycle,
+        headers: dict[str, str],
+        trace: RequestTrace | None = None,
     ) -> web.StreamResponse:
         assert self.upstream is not None
+        trace = trace or RequestTrace(self.tracing, request.headers, request.path)
         decision = life.decision
         rewriter = ModelNameRewriter(decision.client_model) if decision.rewritten else None
         forward_headers = {"content-type": "application/json", **headers}
+        forward_headers.pop(EXPLAINED_HEADER, None)  # the client's, never the pod's
         auth = request.headers.get("authorization")
         if auth:
             forward_headers["authorization"] = auth
         path = request.path
         body = without_client_params(decision.body)  # a client's are hostile (pd_body.py)
         if decision.prefill:
-            body = await self._prefill_leg(life, path, body, forward_headers)
+            body = await self._prefill_leg(life, path, body, forward_headers, trace)
         attempts = self.retry.attempts(decision.ranked)
         last = attempts[-1]
         failures: list[str] = []
         for endpoint in attempts:
+            trace.attempt(
+                endpoint.name,
+                endpoint.address,
+                endpoint.port,
+                decision.target_model,
+                forward_headers,
+            )
             # sent at once on a warm connection; the bookkeeping below overlaps the pod
             pending = self.upstream.post(
                 endpoint.address, endpoint.port, path, body, forward_headers
@@ -282,6 +320,7 @@ class Gateway:
                 else:
                     life.attempt_failed()
                 failures.append(f"{endpoint.name}: {error}")
+                trace.attempt_ended(error=type(error).__name__)
                 if isinstance(error, UpstreamTimeout):
                     return self._timeout(life, headers, error)
                 if endpoint is not last and self.retry.retry_error(error):
@@ -294,6 +333,7 @@ class Gateway:
                 upstream.release()
                 life.attempt_failed()
                 failures.append(f"{endpoint.name}: HTTP {upstream.status}")
+                trace.attempt_ended(upstream.status)
                 continue
             try:
                 return await self._relay(request, upstream, life, endpoint, headers, rewriter)
@@ -316,7 +356,12 @@ class Gateway:
         )
 
     async def _prefill_leg(
-        self, life: RequestLifecycle, path: str, body: bytes, headers: dict[str, str]
+        self,
+        life: RequestLifecycle,
+        path: str,
+        body: bytes,
+        headers: dict[str, str],
+        trace: RequestTrace,
     ) -> bytes:
         """P/D: the prefill leg on the best prefill pod (the one exchange `igw pd-sidecar`
         runs too, pd_exchange.py); the decode leg's body, aggregated when the leg failed.
@@ -325,12 +370,17 @@ class Gateway:
         assert self.prefill is not None
         target = life.decision.prefill[0]
         life.prefill_picked(target)
+        leg_headers = dict(headers)
+        span = trace.leg(PREFILL, leg_headers, {"igw.target": target.name})
         try:
-            leg = await self.prefill.run(target.address, target.port, path, body, headers)
+            leg = await self.prefill.run(target.address, target.port, path, body, leg_headers)
         except BaseException:  # the client left during the leg
             life.prefill_ended(None)
+            span.end()
             raise
         life.prefill_ended(leg.seconds if leg.ok else None)
+        span.set_attribute("igw.outcome", leg.outcome)
+        span.end()
         if leg.outcome == "connect_error":
             self.director.connection_failed(target)
         return leg.body

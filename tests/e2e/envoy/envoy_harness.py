@@ -93,8 +93,10 @@ class IgwProcess:
         port_flag: str | None = "--grpc-port",
         ready: re.Pattern[bytes] = _BOUND,
         port: int = 0,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.command = command
+        self.env = env or {}
         self.args = args
         self.port_flag = port_flag
         self.ready = ready
@@ -115,7 +117,7 @@ class IgwProcess:
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
         )
         bound = asyncio.get_running_loop().create_future()
         self._reader = asyncio.get_running_loop().create_task(self._read(self.process, bound))
@@ -203,8 +205,12 @@ class EnvoyStack:
         picker_args: list[str] | None = None,
         tls: bool = True,
         envoy_concurrency: int = 1,
+        env: dict[str, str] | None = None,
+        pod_tracing: Any = None,
         **settings: Any,
     ) -> None:
+        """`env`: extra environment of the picker and the body-based router (their
+        OTEL_* settings); `pod_tracing`: the emulated pods' `Tracing`."""
         self.fleet_spec = fleet
         self.config = config
         self.with_bbr = bbr
@@ -212,6 +218,8 @@ class EnvoyStack:
         self.tls = tls
         self.envoy_concurrency = envoy_concurrency
         self.settings_overrides = settings
+        self.env = env
+        self.pod_tracing = pod_tracing
         self.fleet: EmulatedFleet | None = None
         self.picker: IgwProcess | None = None
         self.bbr: IgwProcess | None = None
@@ -256,10 +264,11 @@ class EnvoyStack:
                 *tls,
                 *self.picker_args,
             ],
+            env=self.env,
         )
         await self.picker.start()
         if self.with_bbr:
-            self.bbr = IgwProcess("bbr", ["--config", str(config)])
+            self.bbr = IgwProcess("bbr", ["--config", str(config)], env=self.env)
             await self.bbr.start()
         await self.before_envoy()
         self.envoy = EnvoyProcess(self.settings(), concurrency=self.envoy_concurrency)
@@ -268,7 +277,7 @@ class EnvoyStack:
     async def start_pods(self, endpoints: Path) -> None:
         """Start the pods and write the endpoints file the picker reads (a subclass may
         put other processes in front of them, as a P/D sidecar)."""
-        self.fleet = EmulatedFleet(self.fleet_spec)
+        self.fleet = EmulatedFleet(self.fleet_spec, tracing=self.pod_tracing)
         await self.fleet.start()
         self.fleet.write_endpoints(endpoints)
 

@@ -48,10 +48,12 @@ from inference_gateway.core.request.budget import (
     store_budget,
 )
 from inference_gateway.core.request.contracts import RoutingState, SchedulerLike, openai_error
+from inference_gateway.core.request.decisions import DecisionLog
 from inference_gateway.core.request.lifecycle import RequestLifecycle, new_internal_id
 from inference_gateway.core.request.prompt_cost import prompt_estimate
 from inference_gateway.core.request.sse import ask_for_usage
 from inference_gateway.core.request.subset_hint import hinted_hostports
+from inference_gateway.core.scheduling.explain import Explanation
 from inference_gateway.core.scheduling.plugins.prefix import prompt_block_hashes
 from inference_gateway.core.scheduling.types import Endpoint, LLMRequest
 from inference_gateway.core.traffic.flow_control import BANDS, FlowController, Waiter
@@ -172,6 +174,8 @@ class Decision:
     headers: dict[str, str] = field(default_factory=dict)  # e.g. rate-limit state
     # P/D: ranked prefill pods for a prefill leg before `ranked[0]` decodes; [] = aggregated
     prefill: list[Endpoint] = field(default_factory=list)
+    queued_s: float = 0.0  # the wait for admission (0: admitted at once)
+    schedule_s: float = 0.0  # ranking the pods (every profile the request ran)
     # the body asks the engine for the stream's usage for the gateway's own count: the
     # data plane takes the usage event out of the client's stream (sse.UsageEventFilter)
     strip_usage: bool = False
@@ -287,13 +291,16 @@ class Director:
         soon: Callable[[Callable[[], Any]], Any] | None = None,
         shared_limits: SharedLimits | None = None,
         connection_failed: Callable[[Endpoint], None] | None = None,
+        decisions: DecisionLog | None = None,
     ) -> None:
         """`max_lifetime_s` None: no watchdog (the simulator ends every request itself).
         `clock` and `soon` are the admission gates' (see `PoolGate`); `clock` also times
         lifecycles and rate limits. `shared_limits` (igw serve --store): the token
         buckets live in the store. `connection_failed`: where a data plane's report that
         a pod could not be reached goes (the endpoint store's `connection_failed`, one
-        rule for both)."""
+        rule for both). `decisions`: every request is explained (its scheduling cycle
+        kept, `LLMRequest.explanation`) and its record kept there when it ends, for
+        traces and `igw explain`; None: nothing is kept (the simulator)."""
         self.endpoints = endpoints
         self.connection_failed = connection_failed or (lambda endpoint: None)
         self.scheduler = scheduler
@@ -308,6 +315,10 @@ class Director:
         self.shared_limits = shared_limits
         self.clock = clock
         self.soon = soon
+        self.decisions = decisions
+        # keep each request's scheduling cycle (`LLMRequest.explanation`): for the
+        # decision log, and for traces (the data plane sets it when it traces)
+        self.explaining = decisions is not None
         self._gauged_pools: set[str] = set()  # pools whose gauges /metrics shows
         # Whether the data plane takes the usage event out of a stream whose client did
         # not ask for it (igw serve does): then every stream asks the engine for usage,
@@ -451,6 +462,7 @@ class Director:
         else:
             pending = self._route(intake, headers, subset)
             pending.headers, pending.budget = await self._charge_shared(pending, headers)
+        arrived = self.clock()
         try:
             await pending.gate.admit(
                 pending.llm.band,
@@ -463,7 +475,9 @@ class Director:
             if pending.budget is not None:
                 pending.budget.close(0)
             raise
-        return self.start(pending, raw, client_request_id)
+        life = self.start(pending, raw, client_request_id)
+        life.decision.queued_s = self.clock() - arrived - life.decision.schedule_s
+        return life
 
     def begin(
         self, intake: Intake, headers: Mapping[str, str], subset: list[str] | None = None
@@ -503,6 +517,7 @@ class Director:
         ready). `raw` is the client's body, re-encoded when a rewrite changed the model."""
         gate, llm, client_model = pending.gate, pending.llm, pending.client_model
         budget = pending.budget
+        started = time.perf_counter()
         try:
             ranked, prefill = self._rank(pending.state, llm, pending.route, pending.endpoints)
         except BaseException:
@@ -540,6 +555,9 @@ class Director:
             prefill,
             strip_usage=asked is not None,
         )
+        decision.schedule_s = time.perf_counter() - started
+        if llm.explanation is not None:
+            llm.explanation.picked = ranked[0].name
         return RequestLifecycle(self, decision, client_request_id, budget=pending.budget)
 
     # ------------------------------------------------------------------ steps
@@ -572,6 +590,7 @@ class Director:
             profile=headers.get(PROFILE_HEADER) or route.profile,
             fairness_id=headers.get(FAIRNESS_HEADER, ""),
             subset=_allowed(subset, endpoints),
+            explanation=Explanation() if self.explaining else None,
         )
         return Pending(state, intake, model, route, llm, endpoints, self.gate(route), {}, None)
 

@@ -23,6 +23,11 @@ simulator's virtual one), so a simulated request's TTFT is what a served one's w
 Internal state is keyed by `id`, an id this process made; the client's `x-request-id`
 (`client_id`) is only logged and echoed, so two requests that send the same one cannot
 overwrite each other's bookkeeping.
+
+With a decision log (`Director.decisions`) the lifecycle also keeps the names of the pods
+it was sent to, and when it ends it leaves its record there (`record`: the route, band,
+profile, pods tried, outcome, timings, usage and the scheduling explanation), which
+`igw explain` and the trace glue (telemetry/request_trace.py) read.
 """
 
 from __future__ import annotations
@@ -31,10 +36,17 @@ import itertools
 import logging
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from inference_gateway.core.request.budget import TokenBudget
-from inference_gateway.core.request.usage import UsageScanner, output_tokens, total_tokens
+from inference_gateway.core.request.decisions import expand_record
+from inference_gateway.core.request.usage import (
+    UsageScanner,
+    cached_tokens,
+    input_tokens,
+    output_tokens,
+    total_tokens,
+)
 from inference_gateway.core.scheduling.types import Endpoint
 
 if TYPE_CHECKING:
@@ -77,7 +89,10 @@ class RequestLifecycle:
         "scheduler",
         "started",
         "status",
+        "trace_id",
+        "tried",
         "usage",
+        "usage_found",
     )
 
     def __init__(
@@ -103,6 +118,10 @@ class RequestLifecycle:
         self.input_counted = False
         self.outcome: str | None = None  # set once: "ok" or why it ended early
         self.on_expire: Callable[[], object] | None = None
+        self.trace_id = ""  # the request's trace (hex), set by a data plane that traces
+        # pods sent to, in order (kept only when the director logs decisions)
+        self.tried: list[str] | None = [] if director.decisions is not None else None
+        self.usage_found: dict[str, Any] | None = None  # the answer's usage, once ended
         # inference_objective_running_requests: up now, down exactly once in `_end`
         self.running = director.child(director.metrics.running, decision.client_model)
         self.running.inc()
@@ -123,6 +142,8 @@ class RequestLifecycle:
                 self.director.metrics.input_tokens, decision.client_model, decision.target_model
             ).observe(decision.llm.prompt_tokens)
         self.endpoint = endpoint
+        if self.tried is not None:
+            self.tried.append(endpoint.name)
         self.scheduler.on_picked(decision.llm, endpoint, self.director.clock())
 
     def prefill_picked(self, endpoint: Endpoint) -> None:
@@ -244,6 +265,7 @@ class RequestLifecycle:
         decision.gate.on_completion()
         labels = (decision.client_model, decision.target_model)
         usage = self.usage.close() if self.usage is not None and outcome == "ok" else None
+        self.usage_found = usage
         if usage is not None:
             completion = output_tokens(usage)
             if completion is not None:
@@ -254,3 +276,37 @@ class RequestLifecycle:
             director.child(director.metrics.duration, *labels).observe(
                 self.director.clock() - self.started
             )
+        if director.decisions is not None:
+            director.decisions.record(self.id, self.client_id, self.trace_id, self.compact())
+
+    def compact(self) -> list[Any]:
+        """What this request's decision was and how it went, as the decision log keeps it
+        (positional, cheap to build; `decisions.expand_record` names it)."""
+        decision = self.decision
+        llm = decision.llm
+        usage = self.usage_found
+        explanation = llm.explanation
+        return [
+            decision.client_model,
+            decision.target_model,
+            decision.route.pool,
+            llm.band,
+            (explanation.profile if explanation is not None else "") or llm.profile or "",
+            self.tried or [],
+            decision.prefill[0].name if decision.prefill else None,
+            self.outcome,
+            self.status,
+            decision.queued_s,
+            decision.schedule_s,
+            self.first_byte_at - self.started if self.first_byte_at else None,
+            llm.prompt_tokens,
+            input_tokens(usage) if usage is not None else None,
+            output_tokens(usage) if usage is not None else None,
+            cached_tokens(usage) if usage is not None else None,
+            explanation.compact() if explanation is not None else None,
+        ]
+
+    def record(self) -> dict[str, Any]:
+        """`compact`, named: the attributes of the request's trace spans and what the
+        debug header returns, the same as `igw explain` shows."""
+        return expand_record(self.compact())

@@ -7,7 +7,15 @@ from typing import Any
 
 import orjson
 
-__all__ = ["UsageScanner", "body_output_tokens", "output_tokens", "total_tokens", "usage_of"]
+__all__ = [
+    "UsageScanner",
+    "body_output_tokens",
+    "cached_tokens",
+    "input_tokens",
+    "output_tokens",
+    "total_tokens",
+    "usage_of",
+]
 
 
 class UsageScanner:
@@ -90,6 +98,21 @@ def output_tokens(usage: dict[str, Any]) -> int | None:
     """Generated tokens: `completion_tokens` (chat/completions) or `output_tokens`
     (Responses API)."""
     return _count(usage, "completion_tokens", "output_tokens")
+
+
+def input_tokens(usage: dict[str, Any]) -> int | None:
+    """Prompt tokens: `prompt_tokens` (chat/completions) or `input_tokens` (Responses)."""
+    return _count(usage, "prompt_tokens", "input_tokens")
+
+
+def cached_tokens(usage: dict[str, Any]) -> int | None:
+    """Prompt tokens the engine served from its prefix cache, where it says
+    (`prompt_tokens_details.cached_tokens`; vLLM with `--enable-prompt-tokens-details`)."""
+    for key in ("prompt_tokens_details", "input_tokens_details"):
+        details = usage.get(key)
+        if isinstance(details, dict):
+            return _count(details, "cached_tokens")
+    return None
 
 
 def total_tokens(usage: dict[str, Any]) -> int | None:

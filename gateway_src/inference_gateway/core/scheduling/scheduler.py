@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, cast
 
-from inference_gateway.core.scheduling.filters import eligible
+from inference_gateway.core.scheduling.explain import Explanation
+from inference_gateway.core.scheduling.filters import eligible, explain_ineligible
 from inference_gateway.core.scheduling.gpu_priors import gpu_priors
 from inference_gateway.core.scheduling.kv_index import KVBlockIndex
 from inference_gateway.core.scheduling.pd import PDProfileHandler, PrefixBasedPDDecider
@@ -145,6 +146,11 @@ class Scheduler:
     def schedule(self, request: LLMRequest, endpoints: list[Endpoint]) -> list[Endpoint]:
         """Ranked candidates, best first; `NoEndpointError` when none is eligible."""
         candidates = eligible(request, endpoints)
+        explanation = request.explanation
+        if explanation is not None:
+            explanation.considered = len(endpoints)
+            if len(candidates) != len(endpoints):
+                explain_ineligible(explanation, request, endpoints)
         if not candidates:
             raise NoEndpointError(f"no ready endpoint serves model {request.model!r}")
         profile = self.profile_for(request)
@@ -176,7 +182,15 @@ class Scheduler:
         precise = self._precise.get(name)
         if precise is not None:
             precise.prepare(request, candidates)
-        ranked = self.profiles[name].run(request, candidates)
+        decode_explanation = request.explanation
+        if decode_explanation is not None:  # the prefill cycle explains itself apart
+            request.explanation = Explanation(considered=len(candidates))
+        try:
+            ranked = self.profiles[name].run(request, candidates)
+        finally:
+            if decode_explanation is not None:
+                decode_explanation.prefill = request.explanation
+                request.explanation = decode_explanation
         request.prefill_pod = ranked[0].name if ranked else None
         return ranked
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    from inference_gateway.core.scheduling.explain import Explanation
     from inference_gateway.core.scheduling.kv_index import KVBlockIndex
     from inference_gateway.core.scheduling.plugins.prefix import PrefixIndex
 
@@ -121,6 +122,9 @@ class LLMRequest:
     # the pod a P/D request's prefill leg runs on (`Scheduler.schedule_prefill`); None:
     # aggregated, or the prefill leg failed and the decode pod prefills after all
     prefill_pod: str | None = None
+    # what the scheduling cycle saw, kept for traces and `igw explain` (explain.py);
+    # None: nobody asks (the simulator), and the cycle keeps nothing
+    explanation: Explanation | None = None
 
     @property
     def remote_prefill(self) -> bool:

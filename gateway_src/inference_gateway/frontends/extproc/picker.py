@@ -53,6 +53,12 @@ Past the bound it is released as it stands and streams on. An SSE stream is held
 its first chunk: refused, a 429 as well; admitted, it flows as above. In BUFFERED mode
 the whole JSON gets the same verdict (the headers wait anyway); STREAMED has sent the
 headers before the body, so there a JSON answer passes as it always did.
+
+Traces (telemetry/request_trace.py): an exchange's span `igw.picker` continues the trace
+context of the ext_proc stream's gRPC metadata (Envoy's tracer puts its ext_proc span
+there), else the request's own headers; admission and scheduling are child spans, the
+decision explained. A client listed in `tracing.explain.headerClients` that sends
+`x-igw-explain: true` gets its decision in the `x-igw-explanation` response header.
 """
 
 from __future__ import annotations
@@ -60,7 +66,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 
 import grpc
@@ -84,6 +90,11 @@ from inference_gateway.core.request.sse import ModelNameRewriter
 from inference_gateway.core.request.subset_hint import hinted_hostports
 from inference_gateway.core.request.usage import UsageScanner
 from inference_gateway.core.scheduling.types import Endpoint
+from inference_gateway.frontends.explain import (
+    EXPLAINED_HEADER,
+    explanation_header,
+    may_explain,
+)
 from inference_gateway.frontends.extproc.envoy_failure import (
     SNIFF_BYTES,
     body_says_unreachable,
@@ -110,6 +121,8 @@ from inference_gateway.frontends.extproc.wire import (
     timeout_override,
     trailers_response,
 )
+from inference_gateway.telemetry.request_trace import RequestTrace
+from inference_gateway.telemetry.tracing import TRACEPARENT, Tracing
 from inference_gateway.transport.http2_server import Call
 
 __all__ = ["Exchange", "ExtProcServicer", "PickerOptions", "UsageScanner"]
@@ -168,6 +181,8 @@ class Exchange(Processor):
         options: PickerOptions,
         clock: Callable[[], float],
         budget: BodyBudget | None = None,
+        tracing: Tracing | None = None,
+        metadata: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(
             budget or BodyBudget(),
@@ -192,6 +207,10 @@ class Exchange(Processor):
         self.sniff: bytearray | None = None  # a 503's first bytes: Envoy's own reply?
         self.cut = False  # the token budget ended the response (STREAMED: drop the rest)
         self.hold: AnswerHold | None = None  # the response headers' answer, held
+        self.tracing = tracing or Tracing.off()
+        self.metadata = metadata  # the stream's gRPC metadata (Envoy's trace context)
+        self.trace: RequestTrace | None = None
+        self.explained: str | None = None  # x-igw-explanation, for the response headers
 
     async def handle(self, request: pb.ProcessingRequest) -> Responses:
         if request.HasField("metadata_context") and self.subset is None:
@@ -202,6 +221,11 @@ class Exchange(Processor):
 
     async def on_request_headers(self, request: pb.ProcessingRequest) -> Responses:
         self.headers = read_headers(request.request_headers)
+        metadata = self.metadata
+        parent = metadata if metadata is not None and TRACEPARENT in metadata else self.headers
+        self.trace = RequestTrace(
+            self.tracing, parent, self.headers.get(":path", ""), name="igw.picker"
+        )
         if request.request_headers.end_of_stream:
             return self._bodiless()
         if self.request_mode == FULL_DUPLEX:
@@ -264,6 +288,11 @@ class Exchange(Processor):
         )
         self.life = life
         self.decision = decision = life.decision
+        if self.trace is not None:
+            self.trace.decided(life)
+        config = self.director.state.config
+        if config is not None and may_explain(config.tracing.explain, self.headers):
+            self.explained = explanation_header(life.record())
         life.picked(decision.ranked[0])
         destination = ",".join(
             endpoint_address(e.address, e.port)
@@ -316,6 +345,10 @@ class Exchange(Processor):
         model = self.decision.client_model if self.decision else ""
         self.director.child(self.director.metrics.errors, model, "", str(rejection.status)).inc()
         log.info("rejected %s: %s", rejection.status, rejection.message)
+        if self.trace is not None:
+            self.trace.refused(rejection.status, rejection.code)
+            self.trace.finished(status=rejection.status)
+            self.trace = None
         return super().reject(rejection)
 
     # ------------------------------------------------------------------ response
@@ -333,7 +366,8 @@ class Exchange(Processor):
             self.finish()
         # A rewritten body changes length: drop content-length, Envoy re-frames it.
         remove = ["content-length"] if self.rewriter is not None else None
-        answer = headers_response(request=False, remove=remove)
+        explained = {EXPLAINED_HEADER: self.explained} if self.explained is not None else None
+        answer = headers_response(request=False, remove=remove, set_headers=explained)
         if self._holds(request):
             self.hold = AnswerHold(answer, self.options.max_usage_scan_bytes)
             return []
@@ -536,10 +570,17 @@ class Exchange(Processor):
         self.hold = None  # nothing held outlives the exchange
         self.release()
         if self.finished:
+            self._end_trace()
             return
         self.finished = True
         if self.life is not None:
             self.life.finished()
+        self._end_trace()
+
+    def _end_trace(self) -> None:
+        trace, self.trace = self.trace, None
+        if trace is not None:
+            trace.finished(self.life, status=self.status or None)
 
     def cancel(self) -> None:
         """The stream broke before the response ended: Envoy or its client went away."""
@@ -549,6 +590,7 @@ class Exchange(Processor):
         self.hold = None  # a held answer and its body go with the request
         self.held_json = bytearray()
         self.release()
+        self._end_trace()
 
 
 class ExtProcServicer:
@@ -563,20 +605,25 @@ class ExtProcServicer:
         *,
         clock: Callable[[], float] = time.perf_counter,
         budget: BodyBudget | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.director = director
         self.options = options or PickerOptions()
         self.clock = clock
+        self.tracing = tracing or Tracing.off()
         self.budget = budget or BodyBudget()  # request bodies still arriving, all streams
         self.active = 0  # ext_proc streams open now (a drain waits for 0)
         self.opened = 0  # streams ever opened
 
-    def exchange(self) -> Exchange:
-        return Exchange(self.director, self.options, self.clock, self.budget)
+    def exchange(self, metadata: Mapping[str, str] | None = None) -> Exchange:
+        """A stream's exchange; `metadata`: its gRPC metadata (the trace context)."""
+        return Exchange(
+            self.director, self.options, self.clock, self.budget, self.tracing, metadata
+        )
 
     async def serve_call(self, call: Call) -> None:
         """One stream on `Http2GrpcServer`: one socket write per batch of answers."""
-        await self.process(CallChannel(call))
+        await self.process(CallChannel(call), call.headers)
 
     async def Process(  # gRPC's method name
         self,
@@ -585,13 +632,14 @@ class ExtProcServicer:
     ) -> None:
         """One stream on grpc.aio (`context.read`/`write` cost less per message than an
         async generator)."""
-        await self.process(ContextChannel(context))
+        metadata = context.invocation_metadata() or ()
+        await self.process(ContextChannel(context), {str(k): str(v) for k, v in metadata})
 
-    async def process(self, channel: Channel) -> None:
+    async def process(self, channel: Channel, metadata: Mapping[str, str] | None = None) -> None:
         self.active += 1
         self.opened += 1
         try:
-            await drive(self.exchange(), channel)
+            await drive(self.exchange(metadata), channel)
         finally:
             self.active -= 1
 

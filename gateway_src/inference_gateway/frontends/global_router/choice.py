@@ -45,7 +45,14 @@ from inference_gateway.frontends.global_router.config import (
     WeightsSpec,
 )
 
-__all__ = ["ERROR_RATE_BEHIND", "Choice", "RequestTraits", "rank_clusters", "score"]
+__all__ = [
+    "ERROR_RATE_BEHIND",
+    "Choice",
+    "RequestTraits",
+    "cost_basis",
+    "rank_clusters",
+    "score",
+]
 
 ERROR_RATE_BEHIND = 0.5  # a cluster failing this share of attempts goes behind the rest
 
@@ -95,6 +102,14 @@ def score(
     return total
 
 
+def cost_basis(routable: list[ClusterState]) -> tuple[float, bool]:
+    """The cheapest candidate's cost and whether every one has a capacity set (then costs
+    are per million tokens at capacity, else hourly): what `score` compares against."""
+    at_capacity = all(s.cost_per_million() is not None for s in routable)
+    cheapest = min((_cost_key(s, at_capacity) for s in routable), default=0.0)
+    return cheapest, at_capacity
+
+
 def rank_clusters(
     spec: GlobalRouterSpec,
     routable: list[ClusterState],
@@ -104,8 +119,7 @@ def rank_clusters(
 ) -> Choice:
     profile: ProfileName = "cost" if traits.sheddable else traits.profile
     weights = spec.weights(profile)
-    at_capacity = all(s.cost_per_million() is not None for s in routable)
-    cheapest = min((_cost_key(s, at_capacity) for s in routable), default=0.0)
+    cheapest, at_capacity = cost_basis(routable)
     budget_s = traits.latency_budget_s or spec.latency_budget_ms / 1000
 
     def tier(state: ClusterState) -> int:

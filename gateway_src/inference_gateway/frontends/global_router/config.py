@@ -60,7 +60,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from inference_gateway.config.spec import format_validation_error, read_yaml
+from inference_gateway.config.spec import TracingSpec, format_validation_error, read_yaml
 from inference_gateway.errors import ConfigError
 from inference_gateway.shared_store.client import StoreSpec
 from inference_gateway.shared_store.ratelimit import GlobalRateLimitSpec
@@ -279,6 +279,7 @@ class GlobalRouterSpec(_Spec):
     )
     auth: AuthSpec | None = None
     rate_limits: GlobalRateLimitSpec = Field(default_factory=GlobalRateLimitSpec)
+    tracing: TracingSpec = Field(default_factory=TracingSpec)  # docs/tracing.md
 
     @model_validator(mode="after")
     def _members_are_clusters(self) -> GlobalRouterSpec:

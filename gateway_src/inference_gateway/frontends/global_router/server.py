@@ -28,6 +28,13 @@ credential is forwarded, so every cluster gateway checks it again. Client-suppli
 are checked before use: `x-igw-client-region` counts only when it names a configured
 region, `x-igw-routing-profile` only when it names a profile, `x-igw-latency-budget-ms`
 only as whole milliseconds up to 600,000.
+
+Traces and explanations (docs/tracing.md): the request's server span continues the
+caller's `traceparent`; `igw.route` carries the clusters ranked with every signal behind
+their scores (explain.py); each attempt is a CLIENT span whose context goes to the
+cluster gateway, so tier 1's spans join the same trace (with tracing off the caller's
+own context passes through). The last `tracing.explain.recent` decisions answer
+`/debug/decisions` (frontends/explain_http.py, loopback callers only).
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ import random
 import time
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import orjson
@@ -48,6 +56,7 @@ from redis.asyncio import Redis
 
 from inference_gateway.core.request.attempts import AttemptPlan, Failure
 from inference_gateway.core.request.budget import TokenBudget, store_budget
+from inference_gateway.core.request.decisions import DecisionLog
 from inference_gateway.core.request.director import Rejection, output_bound
 from inference_gateway.core.request.lifecycle import new_internal_id
 from inference_gateway.core.request.prompt_cost import prompt_estimate
@@ -60,10 +69,12 @@ from inference_gateway.core.request.relay import (
 )
 from inference_gateway.core.request.sse import UsageEventFilter, ask_for_usage
 from inference_gateway.core.request.usage import UsageScanner, total_tokens
+from inference_gateway.frontends.explain_http import add_decisions_routes
 from inference_gateway.frontends.global_router.choice import Choice, RequestTraits, rank_clusters
 from inference_gateway.frontends.global_router.clusters import ClusterRegistry, ClusterState
 from inference_gateway.frontends.global_router.config import GlobalRouterSpec, ProfileName
 from inference_gateway.frontends.global_router.drains import PlannedDrains
+from inference_gateway.frontends.global_router.explain import explain_choice
 from inference_gateway.frontends.global_router.metrics import FleetEmfEmitter, GlobalMetrics
 from inference_gateway.frontends.global_router.requests import (
     api_key_of,
@@ -73,6 +84,8 @@ from inference_gateway.frontends.global_router.requests import (
 )
 from inference_gateway.shared_store.client import StoreHealth, StoreSpec, connect
 from inference_gateway.shared_store.ratelimit import GlobalRateLimiter
+from inference_gateway.telemetry.request_trace import RequestTrace
+from inference_gateway.telemetry.tracing import Tracing
 from inference_gateway.transport.http_settings import (
     BODY_TIMEOUT_S,
     HEADER_TIMEOUT_S,
@@ -143,6 +156,8 @@ class GlobalRouter:
         self._session: aiohttp.ClientSession | None = None
         self.body_timeout_s = BODY_TIMEOUT_S  # a request body must arrive within this
         self.in_flight = 0  # completions being answered: what a stop signal drains
+        self.tracing = Tracing.build(spec.tracing, "igw-global")
+        self.decisions = DecisionLog(spec.tracing.explain.recent, expand=dict)
 
     def _open_store(self, store: StoreSpec, component: str) -> tuple[Redis, StoreHealth]:
         """A client and its own health state (`igw_store_up{component=...}`), so a regional
@@ -165,6 +180,7 @@ class GlobalRouter:
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/health", self.health)
         app.router.add_get("/metrics", self.prometheus)
+        add_decisions_routes(app, lambda: self.decisions)
         app.on_startup.append(self._startup)
         app.on_cleanup.append(self._cleanup)
         return app
@@ -188,6 +204,7 @@ class GlobalRouter:
             await asyncio.gather(*self._settling, return_exceptions=True)
         for redis in self._stores:
             await redis.aclose()
+        await self.tracing.close()
 
     async def health(self, request: web.Request) -> web.Response:
         routable = [s.name for s in self.registry.routable()]
@@ -234,12 +251,19 @@ class GlobalRouter:
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         self.in_flight += 1
+        trace = RequestTrace(self.tracing, request.headers, request.path)
+        status: int | None = None
         try:
-            return await self._complete(request)
+            response = await self._complete(request, trace)
+            status = response.status
+            return response
         finally:
             self.in_flight -= 1
+            trace.finished(status=status)
 
-    async def _complete(self, request: web.Request) -> web.StreamResponse:
+    async def _complete(
+        self, request: web.Request, trace: RequestTrace | None = None
+    ) -> web.StreamResponse:
         raw = await request.read()  # read by `body_deadline` already (408 / 413 there)
         try:
             body = orjson.loads(raw)
@@ -322,6 +346,8 @@ class GlobalRouter:
                 extra,
                 body.get("stream") is True,
                 budget,
+                trace,
+                body["model"],
                 strip_usage=asked is not None,
             )
         finally:
@@ -336,12 +362,72 @@ class GlobalRouter:
         extra: dict[str, str],
         stream: bool = False,
         budget: TokenBudget | None = None,
+        trace: RequestTrace | None = None,
+        model: str = "",
         *,
         strip_usage: bool = False,
     ) -> tuple[web.StreamResponse, int | None]:
         assert self._session is not None
+        trace = trace or RequestTrace(self.tracing, request.headers, request.path)
         traits = self._traits(request.headers)
+        ranking = time.perf_counter()
         choice = self._ranked(traits)
+        took = time.perf_counter() - ranking
+        tried_clusters: list[str] = []
+        explanation: dict[str, Any] | None = None
+        if trace.recording or self.decisions.capacity:
+            routable = self.registry.routable()
+            explanation = explain_choice(self.spec, routable, choice, traits, time.monotonic())
+            if trace.recording:
+                trace.routed(
+                    "igw.route",
+                    model,
+                    {
+                        "igw.profile": choice.profile,
+                        "igw.clusters": [s.name for s in choice.ranked],
+                        "igw.explanation": orjson.dumps(explanation).decode(),
+                    },
+                    took,
+                )
+        try:
+            return await self._attempts(
+                request,
+                raw,
+                extra,
+                stream,
+                budget,
+                trace,
+                traits,
+                choice,
+                tried_clusters,
+                model,
+                strip_usage=strip_usage,
+            )
+        finally:
+            if explanation is not None:
+                self.decisions.record(
+                    new_internal_id(),
+                    request.headers.get("x-request-id", ""),
+                    trace.trace_id,
+                    {"model": model, "tried": tried_clusters, "explanation": explanation},
+                )
+
+    async def _attempts(
+        self,
+        request: web.Request,
+        raw: bytes,
+        extra: dict[str, str],
+        stream: bool,
+        budget: TokenBudget | None,
+        trace: RequestTrace,
+        traits: RequestTraits,
+        choice: Choice,
+        tried_clusters: list[str],
+        model: str,
+        *,
+        strip_usage: bool = False,
+    ) -> tuple[web.StreamResponse, int | None]:
+        """Try the ranked clusters in turn (module docstring)."""
         headers = {"content-type": "application/json"}
         for name in _FORWARDED:
             value = request.headers.get(name)
@@ -361,9 +447,15 @@ class GlobalRouter:
             ).inc()
             made += 1
             started = time.perf_counter()
+            tried_clusters.append(name)
+            url = urlsplit(state.spec.base_url)
+            trace.attempt(
+                name, url.hostname or "", url.port or 0, model, headers, {"igw.cluster": name}
+            )
             try:
                 upstream, first = await self._open(state, request.path, raw, headers, stream)
             except _Skip as skip:
+                trace.attempt_ended(error=skip.failure.value)
                 verdict = plan.after_failure(skip.failure)
                 self.registry.learn(name, verdict, skip.failure.value)
                 tried.append(f"{name}: {skip.failure.value}")
@@ -377,6 +469,7 @@ class GlobalRouter:
                 answer = plan.after_status(upstream.status)
                 after = plan.next_index(ranked, index, made, _routable) if answer.retry else None
                 if after is not None:
+                    trace.attempt_ended(upstream.status)
                     self.registry.learn(name, answer, str(upstream.status))
                     self.metrics.retries.labels(name, str(upstream.status)).inc()
                     tried.append(f"{name}: HTTP {upstream.status}")

@@ -180,6 +180,8 @@ class PredictedTTFTScorer:
             predictions.append(base + speed.sum_ttft / speed.sum_tokens * (ahead + own * price))
         if not predictions:
             return []
+        if request.explanation is not None:
+            request.explanation.predicted_ttft_s[self.name] = predictions
         best = min(predictions)
         return [best / p for p in predictions]
 
