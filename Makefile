@@ -12,6 +12,9 @@ STAMP   := $(VENV)/.installed
 # under its pins as constraints, so the tests run on exactly what ships. `make lock`
 # regenerates it from gateway_src/pyproject.toml's ranges.
 LOCK    := gateway_src/requirements.lock
+# the lock's entries installed again after it (two wheels own the same files:
+# tools/lock_last.py says which and why)
+LAST_LOCK := gateway_src/requirements-last.lock
 LOCK_PINS := $(VENV)/lock-pins.txt
 REQS    := $(filter-out requirements/lock-tools.txt,$(wildcard requirements/*.txt))
 # The gateway alone (what `make demo` needs): a quicker first bootstrap than the IaC tools.
@@ -21,6 +24,7 @@ PIP     := $(BIN)/pip --disable-pip-version-check -q
 # The lock's pins without their hashes: a constraints file (pip refuses hashes there).
 define install_lock
 	@$(PIP) install --require-hashes --no-deps -r $(LOCK) 2>&1 | $(QUIET)
+	@$(PIP) install --require-hashes --no-deps --force-reinstall -r $(LAST_LOCK) 2>&1 | $(QUIET)
 	@sed -nE 's/^([A-Za-z0-9][^ ]*==[^ ]*).*/\1/p' $(LOCK) > $(LOCK_PINS)
 endef
 # The machine's pip config names a local index that may be absent; drop that noise only.
@@ -70,7 +74,7 @@ $(NATIVE_STAMP): $(STAMP) $(NATIVE_SRCS)
 	       test "$(NATIVE)" != required; }
 	@touch $(NATIVE_STAMP)
 
-$(CORE_STAMP): $(LOCK) $(CORE_REQS) gateway_src/pyproject.toml
+$(CORE_STAMP): $(LOCK) $(LAST_LOCK) $(CORE_REQS) gateway_src/pyproject.toml
 	@echo "==> bootstrapping $(VENV) with the gateway's locked requirements"
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(install_lock)
@@ -78,7 +82,7 @@ $(CORE_STAMP): $(LOCK) $(CORE_REQS) gateway_src/pyproject.toml
 	@$(PIP) install --no-deps -e gateway_src 2>&1 | $(QUIET)
 	@touch $(CORE_STAMP)
 
-$(STAMP): $(LOCK) $(REQS) pyproject.toml gateway_src/pyproject.toml
+$(STAMP): $(LOCK) $(LAST_LOCK) $(REQS) pyproject.toml gateway_src/pyproject.toml
 	@echo "==> bootstrapping $(VENV) from pinned requirements (first run takes a few minutes)"
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(install_lock)
@@ -102,7 +106,7 @@ test: system-deps venv native cdk-cli image-env
 IMAGE_ENV   := .image
 IMAGE_STAMP := $(IMAGE_ENV)/.built
 image-env: $(IMAGE_STAMP)
-$(IMAGE_STAMP): $(STAMP) tools/image_env.py gateway_src/Dockerfile $(LOCK) gateway_src/pyproject.toml \
+$(IMAGE_STAMP): $(STAMP) tools/image_env.py gateway_src/Dockerfile $(LOCK) $(LAST_LOCK) gateway_src/pyproject.toml \
                 $(shell find gateway_src/inference_gateway -name '*.py' -o -name '*.yaml' -o -name '*.j2')
 	@$(BIN)/python tools/image_env.py --dockerfile gateway_src/Dockerfile --python $(BIN)/python --out $(IMAGE_ENV)
 	@touch $(IMAGE_STAMP)
@@ -116,6 +120,7 @@ lock:
 	cd gateway_src && ../$(LOCK_TOOLS)/bin/pip-compile --quiet --generate-hashes --allow-unsafe \
 	  --strip-extras --no-emit-index-url --no-emit-find-links $(if $(UPGRADE),--upgrade) \
 	  --output-file requirements.lock pyproject.toml
+	$(BIN)/python tools/lock_last.py $(LOCK)
 
 # mypy --strict twice: the gateway package from its own folder, the infrastructure code
 # (stacks/, cdk8s/charts as `charts`, envspec/) from here (pyproject.toml [tool.mypy]).

