@@ -26,6 +26,8 @@
     │                        annotation) does not apply (config.patch)
     ├── PrefillRefused       a P/D prefill target the sidecar may not dial (SSRF
     │                        allowlist; frontends.pd_sidecar)
+    ├── BadParams            a prefill pod's kv_transfer_params that must not reach a
+    │                        decode pod (core.request.pd_body)
     └── BackendError         one backend of `igw backend-bench` failed
                              (backend_bench.client)
 

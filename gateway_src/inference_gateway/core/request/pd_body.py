@@ -55,6 +55,8 @@ from typing import Any
 
 import orjson
 
+from inference_gateway.errors import InferenceGatewayError
+
 __all__ = [
     "KV_TRANSFER_PARAMS",
     "LEGACY_PREFILL_HEADER",
@@ -151,7 +153,7 @@ def prefill_params(answer: bytes) -> dict[str, Any] | None:
     return params
 
 
-class BadParams(ValueError):
+class BadParams(InferenceGatewayError):
     """A prefill pod's `kv_transfer_params` that must not reach a decode pod."""
 
 
