@@ -12,8 +12,9 @@ from aiohttp import web
 
 from inference_gateway.assembly.serve import build_gateway
 from inference_gateway.core.scheduling.types import Endpoint
-from inference_gateway.demo.run import Outcome, demo_text, kv_events_fleet
+from inference_gateway.demo.run import kv_events_fleet
 from inference_gateway.demo.sessions import make_sessions, replay_sessions
+from inference_gateway.demo.trace import Outcome, demo_text
 from inference_gateway.emulator.fleet import EmulatedFleet
 
 
