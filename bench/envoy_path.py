@@ -18,9 +18,9 @@
    the requests each handled; the picker's includes its background scrapes of one pod).
    The machine is shared: the repeats give ranges, the load average is recorded.
 2. Verdict (`ttft`): the demo's mixed fleet (4 H100 + 4 A10G emulated pods) and bursty
-   trace through Envoy + picker and through Envoy balancing least request (Envoy
-   Gateway's default), each on a fresh fleet (demo/envoy.py), P99 TTFT of each and
-   their ratio (the simulator's verdict must hold through the real proxy).
+   trace through Envoy + picker and through Envoy round robin, each on a fresh fleet
+   (demo/envoy.py), P99 TTFT of each and their ratio (the simulator's verdict must hold
+   through the real proxy).
 
 Run: `.venv/bin/python bench/envoy_path.py [--json] [--rate R] [--requests N] [--repeats K]`.
 The processes are started with the real-Envoy test harness (tests/e2e/envoy/envoy_harness.py).
@@ -181,7 +181,7 @@ def _ranges(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 async def ttft_verdict(duration: float, rate: float, seed: int) -> dict[str, Any]:
-    """The demo's fleet and trace through Envoy + picker and Envoy's least request."""
+    """The demo's fleet and trace through Envoy + picker and Envoy round robin."""
     from inference_gateway.demo.envoy import envoy_policies
 
     return await envoy_policies(duration=duration, rate=rate, seed=seed)
@@ -223,9 +223,8 @@ def _table(out: dict[str, Any]) -> str:
     if "ttft" in out:
         t = out["ttft"]
         lines.append(
-            f"P99 TTFT: envoy+picker {t['envoy_picker']['ttft_p99_s']:.3f} s, envoy least "
-            f"request {t['envoy_least_request']['ttft_p99_s']:.3f} s, ratio "
-            f"{t['ratio_p99_ttft']:.3f}"
+            f"P99 TTFT: envoy+picker {t['envoy_picker']['ttft_p99_s']:.3f} s, envoy round robin "
+            f"{t['envoy_round_robin']['ttft_p99_s']:.3f} s, ratio {t['ratio_p99_ttft']:.3f}"
         )
     return "\n".join(lines)
 

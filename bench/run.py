@@ -48,7 +48,7 @@ OVERHEAD_TIMEOUT_S = {"simulator_speed": 400}  # one simulated hour plus a side-
 OVERHEAD_TIMEOUT_S["scrape_cost"] = 240  # six idle pickers (4, 32, 128 pods; current and legacy)
 OVERHEAD_TIMEOUT_S["gateway_overhead"] = 240  # open loop, picker, closed loop (3 paths)
 # the in-cluster path through real Envoy 1.40: five paths side by side, 3 repeats, and the
-# demo's fleet and trace through Envoy + picker and Envoy least request (bench/envoy_path.py)
+# demo's fleet and trace through Envoy + picker and Envoy round robin (bench/envoy_path.py)
 OVERHEAD_SCRIPTS += ["envoy_path"]
 OVERHEAD_TIMEOUT_S["envoy_path"] = 420
 DEFAULT_OVERHEAD_TIMEOUT_S = 120

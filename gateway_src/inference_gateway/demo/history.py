@@ -21,7 +21,11 @@ from typing import Any
 __all__ = ["PAIRS", "Spread", "ratios", "record", "spread"]
 
 #: (picker, baseline): the comparisons the demo makes, by data plane
-PAIRS = (("gateway", "round-robin"), ("envoy+picker", "envoy-least-request"))
+PAIRS = (
+    ("gateway", "round-robin"),
+    ("envoy+picker", "envoy-round-robin"),
+    ("envoy+picker", "envoy-least-request"),
+)
 KEEP = 10  # runs with the same settings the spread covers, newest first
 FILE = "runs.jsonl"
 

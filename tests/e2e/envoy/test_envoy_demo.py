@@ -1,15 +1,16 @@
-"""`igw demo --dataplane envoy`: the demo's trace through real Envoy, both policies, each
+"""`igw demo --dataplane envoy`: the demo's trace through real Envoy, every policy, each
 on a fresh fleet, with Envoy, the picker and the body-based router processes apart from
 the pods and from the client (demo/envoy.py, demo/stack.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 from inference_gateway.demo.envoy import (
     least_request_bootstrap,
-    least_request_plane,
     picker_plane,
+    round_robin_plane,
 )
 from inference_gateway.demo.stack import POOL, run_policy
 from inference_gateway.demo.trace import MODEL, Outcome, make_trace, replay
@@ -24,7 +25,8 @@ FLEET = {
          "labels": {"igw.dev/pool": POOL}},
     ],
 }  # fmt: skip
-TRACE = make_trace(duration=3.0, rate=3.0, seed=1)[:8]
+#: eight of the demo's requests, all at once (the trace's timing is not what is tested)
+TRACE = [dataclasses.replace(i, t=0.0) for i in make_trace(duration=3.0, rate=3.0, seed=1)[:8]]
 
 
 class Quiet:
@@ -39,7 +41,7 @@ async def drive(url: str) -> Outcome:
 async def test_the_demo_trace_runs_through_envoy_with_and_without_the_picker() -> None:
     for policy, plane, processes in (
         ("envoy+picker", picker_plane, {"envoy", "igw picker", "igw bbr"}),
-        ("envoy-least-request", least_request_plane, {"envoy"}),
+        ("envoy-round-robin", round_robin_plane, {"envoy"}),
     ):
         run = await run_policy(policy, plane, drive, fleet_spec=FLEET)
         assert run.outcome.errors == 0
@@ -50,8 +52,9 @@ async def test_the_demo_trace_runs_through_envoy_with_and_without_the_picker() -
         assert len(pids) == len(processes) + 2  # every one its own process
 
 
-def test_the_baseline_balances_as_envoy_gateway_does_by_default() -> None:
-    """Envoy Gateway: "If `loadBalancer` is not specified in BackendTrafficPolicy, the
+def test_the_least_request_baseline_balances_as_envoy_gateway_does_by_default() -> None:
+    """`--envoy-baseline least-request` (the same plane as round robin but for this
+    field). Envoy Gateway: "If `loadBalancer` is not specified in BackendTrafficPolicy, the
     default load balancing policy is `Least Request`" (envoyproxy/gateway
     site/content/en/latest/tasks/traffic/load-balancing.md)."""
     route = PoolRoute(route="r", pool=POOL, picker=Address("127.0.0.1", 1), models=(MODEL,))
