@@ -86,10 +86,11 @@ def render_report(
     policies: Mapping[str, str] | None = None,
     provenance: Sequence[str] = (),
     ratios: Mapping[str, str] | None = None,
+    machine: str = "",
 ) -> str:
     """The page: `trace` describes the requests, `policies` what each row is,
     `provenance` how each policy's run started (fleet, processes), `ratios` the P99
-    ratio lines with their spread over runs (demo/history.py)."""
+    ratio lines with their spread over runs (demo/history.py), `machine` its load."""
     from jinja2 import Environment, select_autoescape
 
     env = Environment(autoescape=select_autoescape(default=True, default_for_string=True))
@@ -102,6 +103,7 @@ def render_report(
         policies=policies or {},
         provenance=provenance,
         ratios=ratios or {},
+        machine=machine,
         legend=LEGEND,
         chart=ttft_cdf_svg(ttft_samples),
     )
@@ -152,6 +154,7 @@ same requests at the same times.</p>
 run is kept in <code>runs.jsonl</code> beside this page, and each ratio is shown with the
 range it took over the recent runs with the same settings.</p>
 <ul>{% for line in ratios.values() %}<li>{{ line }}</li>{% endfor %}</ul>{% endif %}
+{% if machine %}<p>{{ machine }}.</p>{% endif %}
 {% if provenance %}<h2>How each run started</h2>
 <ul>{% for line in provenance %}<li>{{ line }}</li>{% endfor %}</ul>{% endif %}
 <h2>What the figures mean</h2>

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import sys
 from collections.abc import Mapping
@@ -57,10 +58,24 @@ POLICIES = {
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("demo", help="emulated fleet + gateway vs round-robin")
-    parser.add_argument("--duration", type=float, default=25.0, help="seconds per policy")
-    parser.add_argument("--rate", type=float, default=8.0, help="mean requests/s")
-    parser.add_argument("--out", default="demo-out", help="report folder (and runs.jsonl)")
+    parser = subparsers.add_parser(
+        "demo",
+        help="emulated fleet + gateway vs round-robin",
+        description="Replay one bursty chat trace through each policy, each on a fleet of "
+        "emulated pods started for it alone (empty caches, checked from the pods' metrics) "
+        "with its data plane in processes of its own; print a side-by-side table, the P99 "
+        "TTFT ratios with their spread over earlier runs (OUT/runs.jsonl), and write "
+        "OUT/report.html.",
+    )
+    parser.add_argument(
+        "--duration", type=float, default=22.0, help="seconds per policy (default %(default)s)"
+    )
+    parser.add_argument(
+        "--rate", type=float, default=8.0, help="mean requests/s (default %(default)s)"
+    )
+    parser.add_argument(
+        "--out", default="demo-out", help="report folder, and runs.jsonl (default %(default)s)"
+    )
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument(
         "--dataplane",
@@ -231,6 +246,7 @@ async def _run(args: argparse.Namespace) -> int:
     from inference_gateway.demo.stack import PolicyRun, run_policy
 
     console = Console()
+    load_before = os.getloadavg()[0]
     trace = make_trace(args.duration, args.rate, args.seed)
     policies = [p.format(baseline=args.envoy_baseline) for p in DATAPLANES[args.dataplane]]
     if args.sessions:
@@ -272,6 +288,8 @@ async def _run(args: argparse.Namespace) -> int:
     console.print(_table(results, runs))
     for line in _ratio_lines(results, spreads).values():
         console.print(line)
+    machine = machine_line(load_before, os.getloadavg()[0], os.cpu_count() or 1)
+    console.print(machine)
     html = render_report(
         results,
         {name: run.outcome.ttft for name, run in runs.items()},
@@ -282,6 +300,7 @@ async def _run(args: argparse.Namespace) -> int:
         policies={name: POLICIES[name] for name in runs},
         provenance=[_provenance(run) for run in runs.values()],
         ratios=_ratio_lines(results, spreads),
+        machine=machine,
     )
     path = write_report(out, html)
     console.print(f"report: {path}")
@@ -354,6 +373,18 @@ def _ratio_lines(
             )
         lines[pair] = text
     return lines
+
+
+def machine_line(before: float, after: float, cores: int) -> str:
+    """The machine's load around the run: every process here is real and shares the
+    CPUs, so on a busy machine latencies include waiting for one."""
+    line = f"machine: load average {before:.1f} before, {after:.1f} after, {cores} CPUs"
+    if max(before, after) > cores:
+        line += (
+            "; busier than its CPUs: latencies include waiting for a CPU, the more so "
+            "the more processes a request crosses (Envoy + picker: four)"
+        )
+    return line
 
 
 def _provenance(run: Any) -> str:

@@ -38,9 +38,9 @@ __all__ = [
 ]
 
 SYSTEM_PROMPTS = 8
-LEAD_IN_S = 8.0
+LEAD_IN_S = 7.0
 BURST_S = 5.0
-PERIOD_S = 12.0
+PERIOD_S = 10.0
 BURST_FACTOR = 3.0
 MODEL = "llama-3.1-8b"
 #: a model no pod serves: the warm-up's requests are refused before any engine sees them
