@@ -17,6 +17,7 @@ import re
 import signal
 import sys
 import time
+from collections.abc import Iterable
 from types import TracebackType
 from typing import Self
 
@@ -116,18 +117,20 @@ class IgwProcess:
 
 
 async def metric_values(
-    session: aiohttp.ClientSession, url: str, name: str
-) -> dict[tuple[tuple[str, str], ...], float]:
-    """Every sample of metric family `name` at `url` (Prometheus text), by its labels."""
-    async with session.get(url, timeout=aiohttp.ClientTimeout(total=5)) as response:
+    session: aiohttp.ClientSession, url: str, names: Iterable[str], timeout_s: float = 5.0
+) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+    """Every sample of each metric in `names` at `url` (Prometheus text), by its labels;
+    one GET for all of them."""
+    wanted = set(names)
+    async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as response:
         response.raise_for_status()
         text = await response.text()
-    return {
-        tuple(sorted(sample.labels.items())): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if sample.name == name
-    }
+    out: dict[str, dict[tuple[tuple[str, str], ...], float]] = {name: {} for name in wanted}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in wanted:
+                out[sample.name][tuple(sorted(sample.labels.items()))] = sample.value
+    return out
 
 
 async def wait_for_metric(
@@ -142,7 +145,7 @@ async def wait_for_metric(
             if process.process is not None and process.process.returncode is not None:
                 raise RuntimeError(f"`igw {process.command}` exited:\n{process.tail()}")
             with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-                seen = await metric_values(session, url, name)
+                seen = (await metric_values(session, url, [name]))[name]
                 if expected in seen.values():
                     return
             await asyncio.sleep(0.1)
