@@ -389,11 +389,10 @@ def machine_line(before: float, after: float, cores: int) -> str:
 
 def _provenance(run: Any) -> str:
     processes = ", ".join(f"{name} (pid {pid})" for name, pid in run.plane_pids.items())
-    pods = ", ".join(map(str, run.fleet_pids))
     return (
-        f"{run.policy}: {len(run.start)} pods started for it (pids {pods}), fresh (0 "
-        f"prefix-cache lookups, 0 KV blocks in use, 0 requests); {processes}; client pid "
-        f"{run.demo_pid}"
+        f"{run.policy}: fleet pid {run.fleet_pid}, {len(run.start)} pods fresh "
+        f"(0 prefix-cache lookups, 0 KV blocks in use, 0 requests); {processes}; "
+        f"client pid {run.demo_pid}"
     )
 
 

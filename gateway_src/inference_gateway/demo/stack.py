@@ -10,14 +10,13 @@ Fairness rules this module keeps, so that the policies differ only in how they r
   use, no request in flight. Reusing one fleet would hand each policy the caches the
   policies before it had filled (the demo used to, and its round-robin row then
   measured whatever the previous run had left behind).
-* **Processes apart, as in a cluster.** Each pod, each gateway, the picker and the
+* **Processes apart, as in a cluster.** The pods, each gateway, the picker and the
   body-based router are separate processes (`processes.IgwProcess`, Envoy its own
   binary), none of them the demo's, which only drives the client.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import tempfile
@@ -43,7 +42,6 @@ __all__ = [
     "PodState",
     "PolicyRun",
     "check_fresh",
-    "one_pod_fleets",
     "proxy_plane",
     "run_policy",
 ]
@@ -87,60 +85,30 @@ class PodState:
     served: float  # requests finished
 
 
-def one_pod_fleets(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """`spec` as one fleet spec per pod, each pod named as `igw emulate --fleet` would
-    name it (`GROUP-i`, or `GROUP` for a group of one)."""
-    out = []
-    for group in spec["pods"]:
-        for i in range(group["replicas"]):
-            name = group["name"] if group["replicas"] == 1 else f"{group['name']}-{i}"
-            pod = {**group, "name": name, "replicas": 1}
-            out.append({**spec, "base_port": 0, "pods": [pod]})
-    return out
-
-
 class Fleet:
-    """The emulated pods, each an `igw emulate --fleet` process of its own: in a cluster
-    every pod has its own machine, and pods sharing one process would share one event
-    loop and one CPU, a burst on one delaying the tokens of all. `hook(folder, spec)`
-    may adjust each pod's one-pod spec (the KV-events sockets); `endpoints` is the
-    file the data planes read (the upstream file-discovery shape)."""
+    """The emulated pods (`igw emulate --fleet`) in a process of their own; `endpoints`
+    is the file it wrote (the upstream file-discovery shape the data planes read)."""
 
-    def __init__(
-        self,
-        folder: Path,
-        spec: Mapping[str, Any],
-        hook: Callable[[Path, Mapping[str, Any]], Mapping[str, Any]] | None = None,
-    ) -> None:
+    def __init__(self, folder: Path, spec: Mapping[str, Any]) -> None:
         self.folder = folder
+        self.spec = spec
         self.endpoints = folder / "endpoints.yaml"
-        self.processes: list[tuple[IgwProcess, Path]] = []
-        for one in one_pod_fleets(spec):
-            name = one["pods"][0]["name"]
-            spec_file, written = folder / f"{name}.yaml", folder / f"{name}-endpoints.yaml"
-            one = dict(hook(folder, one)) if hook else one
-            spec_file.write_text(yaml.safe_dump(one, sort_keys=False))
-            process = IgwProcess(
-                "emulate",
-                ["--fleet", str(spec_file), "--write-endpoints", str(written)],
-                ready=r"pod\(s\) ready",
-            )
-            self.processes.append((process, written))
+        fleet_file = folder / "fleet.yaml"
+        fleet_file.write_text(yaml.safe_dump(dict(spec), sort_keys=False))
+        self.process = IgwProcess(
+            "emulate",
+            ["--fleet", str(fleet_file), "--write-endpoints", str(self.endpoints)],
+            ready=r"pod\(s\) ready",
+        )
         self.pods: list[dict[str, Any]] = []
 
     @property
-    def pids(self) -> list[int]:
-        return [process.pid for process, _ in self.processes]
+    def pid(self) -> int:
+        return self.process.pid
 
     async def __aenter__(self) -> Self:
-        try:
-            await asyncio.gather(*(process.start() for process, _ in self.processes))
-        except BaseException:
-            await self.stop()
-            raise
-        for _, written in self.processes:
-            self.pods += yaml.safe_load(written.read_text())["endpoints"]
-        self.endpoints.write_text(yaml.safe_dump({"endpoints": self.pods}, sort_keys=False))
+        await self.process.start()
+        self.pods = yaml.safe_load(self.endpoints.read_text())["endpoints"]
         return self
 
     async def __aexit__(
@@ -149,10 +117,7 @@ class Fleet:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        await self.stop()
-
-    async def stop(self) -> None:
-        await asyncio.gather(*(process.stop() for process, _ in self.processes))
+        await self.process.stop()
 
     async def state(self) -> list[PodState]:
         """Every pod's state, read from its `/metrics` (vLLM's names); not on any
@@ -225,7 +190,7 @@ class PolicyRun:
 
     policy: str
     outcome: Outcome
-    fleet_pids: list[int]
+    fleet_pid: int
     plane_pids: dict[str, int]
     start: list[PodState]
     end: list[PodState]
@@ -251,18 +216,16 @@ async def run_policy(
     """Start a fresh fleet and `plane` for it, warm the data plane up without touching a
     pod (`trace.warm_up`), check the pods are fresh, `drive` the data plane's base URL
     (the replay), then stop everything. `fleet_hook(folder, spec)`
-    may adjust each pod's spec for this run's folder (the KV-events sockets)."""
+    may adjust the spec for this run's folder (the KV-events sockets)."""
     with tempfile.TemporaryDirectory(prefix="igw-demo-") as name:
         folder = Path(name)
         config_file = folder / "config.yaml"
         config_file.write_text(yaml.safe_dump(dict(config), sort_keys=False))
-        async with (
-            Fleet(folder, fleet_spec, fleet_hook) as fleet,
-            plane(fleet, config_file) as running,
-        ):
+        spec = fleet_hook(folder, fleet_spec) if fleet_hook else fleet_spec
+        async with Fleet(folder, spec) as fleet, plane(fleet, config_file) as running:
             await warm_up(running.url)
             start = await fleet.state()
             check_fresh(start)
             outcome = await drive(running.url)
             end = await fleet.state()
-        return PolicyRun(policy, outcome, fleet.pids, running.pids, start, end)
+        return PolicyRun(policy, outcome, fleet.pid, running.pids, start, end)

@@ -48,8 +48,8 @@ async def test_the_demo_trace_runs_through_envoy_with_and_without_the_picker() -
         assert len(run.outcome.ttft) == len(TRACE) and run.outcome.tokens > 0
         assert sum(run.served_by_gpu().values()) == len(TRACE)
         assert set(run.plane_pids) == processes
-        pids = {*run.fleet_pids, os.getpid(), *run.plane_pids.values()}
-        assert len(pids) == len(processes) + 3  # two pods, the data plane, the client
+        pids = {run.fleet_pid, os.getpid(), *run.plane_pids.values()}
+        assert len(pids) == len(processes) + 2  # every one its own process
 
 
 def test_the_least_request_baseline_balances_as_envoy_gateway_does_by_default() -> None:

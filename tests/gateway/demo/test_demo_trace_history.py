@@ -71,15 +71,3 @@ def test_ratio_lines_name_the_spread_once_there_is_one() -> None:
         "last 3 runs with these settings: 0.020-0.025, highest/lowest 1.25"
         in (later["gateway/round-robin"])
     )
-
-
-def test_a_fleet_spec_splits_into_one_pod_per_process_named_as_igw_emulate_names_them() -> None:
-    from inference_gateway.demo.stack import FLEET, one_pod_fleets
-
-    fleets = one_pod_fleets(FLEET)
-    names = [f["pods"][0]["name"] for f in fleets]
-    assert names == [f"h100-{i}" for i in range(4)] + [f"a10g-{i}" for i in range(4)]
-    assert all(len(f["pods"]) == 1 and f["pods"][0]["replicas"] == 1 for f in fleets)
-    assert all(f["pods"][0]["labels"] == {"igw.dev/pool": "llama-8b"} for f in fleets)
-    single = {"pods": [{"name": "solo", "gpu": "L4", "model": "m", "replicas": 1}]}
-    assert one_pod_fleets(single)[0]["pods"][0]["name"] == "solo"
