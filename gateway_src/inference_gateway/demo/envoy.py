@@ -7,8 +7,13 @@ filters, each its own process. The baselines are the same Envoy, listener and ro
 no ext_proc filter and the pods as each route's cluster:
 
 * `round_robin_plane` (the demo's default baseline): round robin, as a Kubernetes
-  Service spreads requests. Its order is fixed, so from run to run its P99 moves only
-  with the machine, which makes it the yardstick the demo's spread is measured on.
+  Service spreads requests. Envoy starts its rotation at a random pod (the round-robin
+  balancer first picks `seed_ % hosts` times, `seed_` drawn at random: envoyproxy/envoy
+  source/extensions/load_balancing_policies/common/load_balancer_impl.cc,
+  `EdfLoadBalancerBase`), which decides which requests meet an A10G: on this trace that
+  alone moves its P99 TTFT between 3.5 and 6.8 s. `align_rotation` starts it where
+  `igw serve`'s round robin starts, at the first pod, so both baselines hand the same
+  requests to the same pods in every run.
 * `least_request_plane` (`--envoy-baseline least-request`): what Envoy Gateway gives a
   Service backend when no BackendTrafficPolicy says otherwise ("If `loadBalancer` is
   not specified in BackendTrafficPolicy, the default load balancing policy is `Least
@@ -25,15 +30,18 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+
 from inference_gateway.demo.processes import IgwProcess, wait_for_metric
 from inference_gateway.demo.stack import POOL, READY_PODS, Fleet, Plane, run_policy
-from inference_gateway.demo.trace import MODEL, make_trace, replay, summarise
+from inference_gateway.demo.trace import MODEL, make_trace, replay, summarise, warm_up
 from inference_gateway.envoyproxy.bootstrap import render_round_robin
 from inference_gateway.envoyproxy.process import EnvoyProcess
 from inference_gateway.envoyproxy.settings import Address, GatewaySettings, PoolRoute
 from inference_gateway.shared_store.local_server import free_port
 
 __all__ = [
+    "align_rotation",
     "envoy_policies",
     "least_request_bootstrap",
     "least_request_plane",
@@ -95,18 +103,59 @@ def least_request_bootstrap(settings: GatewaySettings, pods: list[Address]) -> d
 
 @contextlib.asynccontextmanager
 async def _plain_plane(
-    fleet: Fleet, render: Callable[[GatewaySettings, list[Address]], dict[str, Any]]
+    fleet: Fleet,
+    render: Callable[[GatewaySettings, list[Address]], dict[str, Any]],
+    *,
+    align: bool = False,
 ) -> AsyncIterator[Plane]:
-    """Envoy alone on the bootstrap `render` makes from the routes and the fleet's pods."""
+    """Envoy alone on the bootstrap `render` makes from the routes and the fleet's pods;
+    `align`: its round robin starts at the first pod (`align_rotation`)."""
     settings = _settings(picker=1, bbr=None)  # the picker's address goes unused
     pods = [Address(pod["address"], pod["port"]) for pod in fleet.pods]
     async with EnvoyProcess(settings, bootstrap=render(settings, pods)) as envoy:
-        yield Plane(envoy.url + "/v1", {"envoy": envoy.pid})
+        url = envoy.url + "/v1"
+        order = [f"{pod.host}:{pod.port}" for pod in pods]
+        before = (lambda: align_rotation(envoy, url, order)) if align else None
+        yield Plane(url, {"envoy": envoy.pid}, before_replay=before)
 
 
 def round_robin_plane(fleet: Fleet, config: Path) -> contextlib.AbstractAsyncContextManager[Plane]:
-    """Envoy alone, round robin over the fleet's pods (nothing reads `config`)."""
-    return _plain_plane(fleet, render_round_robin)
+    """Envoy alone, round robin over the fleet's pods from the first one (nothing reads
+    `config`)."""
+    return _plain_plane(fleet, render_round_robin, align=True)
+
+
+async def align_rotation(envoy: EnvoyProcess, base_url: str, pods: list[str]) -> None:
+    """Send requests for a model no pod serves (each refused by a pod, `trace.warm_up`)
+    until the last of `pods` (`host:port`, in Envoy's order) took one, as Envoy's
+    per-host request counters say: the next request goes to the first pod."""
+    after: dict[str, int] = {}
+    for _ in range(len(pods) + 1):
+        before = await _requests_by_host(envoy)
+        await warm_up(base_url, requests=1)
+        after = await _requests_by_host(envoy)
+        took = [pod for pod in pods if after.get(pod, 0) > before.get(pod, 0)]
+        if took == pods[-1:]:
+            return
+    raise RuntimeError(f"Envoy's round robin never reached {pods[-1]} (counters: {after})")
+
+
+async def _requests_by_host(envoy: EnvoyProcess) -> dict[str, int]:
+    """`rq_total` per upstream host (`host:port`), over every cluster (admin `/clusters`)."""
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(envoy.admin + "/clusters?format=json") as response,
+    ):
+        data: dict[str, Any] = await response.json(content_type=None)
+    out: dict[str, int] = {}
+    for cluster in data.get("cluster_statuses", []):
+        for host in cluster.get("host_statuses", []):
+            socket = host.get("address", {}).get("socket_address", {})
+            key = f"{socket.get('address')}:{socket.get('port_value')}"
+            stats = host.get("stats", [])
+            total = sum(int(s.get("value", 0)) for s in stats if s.get("name") == "rq_total")
+            out[key] = out.get(key, 0) + total
+    return out
 
 
 def least_request_plane(

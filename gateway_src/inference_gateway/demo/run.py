@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import random
 import sys
@@ -312,6 +313,11 @@ def _driver(args: argparse.Namespace, trace: list[Any], policy: str) -> Any:
     records its answers as it goes, so each policy needs its own copy)."""
 
     async def drive(url: str) -> Outcome:
+        # the instrument must not stall: a full collection of this process's heap (the
+        # client library, rich, numpy: ~0.1 s on a busy machine) would delay every
+        # stream in flight; what exists now is kept out of the collector's scans
+        gc.collect()
+        gc.freeze()
         if not args.sessions:
             with _Progress(policy, len(trace)) as progress:
                 return await replay(url, trace, progress)

@@ -155,10 +155,12 @@ def check_fresh(pods: list[PodState]) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Plane:
-    """A running data plane: its base URL for the `openai` SDK and its processes."""
+    """A running data plane: its base URL for the `openai` SDK, its processes, and what
+    it must do last before the replay, after the warm-up (`envoy.align_rotation`)."""
 
     url: str
     pids: dict[str, int]
+    before_replay: Callable[[], Awaitable[None]] | None = None
 
 
 #: a data plane for a fleet, given the demo's config file
@@ -224,6 +226,8 @@ async def run_policy(
         spec = fleet_hook(folder, fleet_spec) if fleet_hook else fleet_spec
         async with Fleet(folder, spec) as fleet, plane(fleet, config_file) as running:
             await warm_up(running.url)
+            if running.before_replay is not None:
+                await running.before_replay()
             start = await fleet.state()
             check_fresh(start)
             outcome = await drive(running.url)
