@@ -18,13 +18,14 @@ import signal
 import sys
 import time
 from collections.abc import Iterable
+from pathlib import Path
 from types import TracebackType
 from typing import Self
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-__all__ = ["IgwProcess", "metric_values", "wait_for_metric"]
+__all__ = ["IgwProcess", "cpu_wait_s", "metric_values", "wait_for_metric"]
 
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
@@ -150,3 +151,18 @@ async def wait_for_metric(
                     return
             await asyncio.sleep(0.1)
     raise TimeoutError(f"{url}: {name} never read {expected} (last: {seen})\n{process.tail()}")
+
+
+def cpu_wait_s(pids: Iterable[int]) -> float | None:
+    """Seconds the threads of `pids` have spent ready to run but waiting for a CPU (the
+    run-queue wait in `/proc/PID/task/TID/schedstat`), or None where Linux's scheduler
+    statistics are not there. The difference over a replay says how much of its
+    latency was the machine's, not the policy's."""
+    total = 0
+    try:
+        for pid in pids:
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                total += int((task / "schedstat").read_text().split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+    return total / 1e9

@@ -136,8 +136,10 @@ TABLE_LEGEND = (
     "TTFT: time to first token (request sent to first streamed token); E2E: request sent "
     "to last token; p50/p95/p99: 50%, 95%, 99% of requests stay under it; seconds. "
     "tok/s: output tokens per second, all requests together. {slow}: share of the "
-    "requests its pods served. Each policy ran once, on a fleet started for it (empty KV "
-    "caches, checked), its data plane in processes of its own. Pods are emulated."
+    "requests its pods served. CPU wait: seconds the run's processes (pods, data plane, "
+    "client) were ready but waiting for a CPU during the replay, the machine's share of "
+    "the latencies. Each policy ran once, on a fleet started for it (empty KV caches, "
+    "checked), its data plane in processes of its own. Pods are emulated."
 )
 
 
@@ -346,14 +348,16 @@ def _table(results: Mapping[str, Mapping[str, float]], runs: Mapping[str, Any]) 
     slow = _slow_gpu()
     table = compact_table(
         "Same trace, each policy on a fresh emulated fleet (seconds)",
-        ["policy", *(label for _, label in COLUMNS), f"{slow}\nshare"],
+        ["policy", *(label for _, label in COLUMNS), f"{slow}\nshare", "CPU\nwait"],
         caption=TABLE_LEGEND.format(slow=slow),
         names=list(results),
     )
     for policy, row in results.items():
         served = runs[policy].served_by_gpu()
         share = served.get(slow, 0.0) / max(sum(served.values()), 1.0)
-        table.add_row(policy, *[_cell(k, row[k]) for k, _ in COLUMNS], f"{share:.0%}")
+        wait = runs[policy].cpu_wait
+        waited = "n/a" if wait is None else f"{wait:.1f}"
+        table.add_row(policy, *[_cell(k, row[k]) for k, _ in COLUMNS], f"{share:.0%}", waited)
     return table
 
 
@@ -399,6 +403,7 @@ def _provenance(run: Any) -> str:
         f"{run.policy}: fleet pid {run.fleet_pid}, {len(run.start)} pods fresh "
         f"(0 prefix-cache lookups, 0 KV blocks in use, 0 requests); {processes}; "
         f"client pid {run.demo_pid}"
+        + ("" if run.cpu_wait is None else f"; waited {run.cpu_wait:.1f} s for a CPU")
     )
 
 

@@ -29,7 +29,12 @@ from typing import Any, Self
 import aiohttp
 import yaml
 
-from inference_gateway.demo.processes import IgwProcess, metric_values, wait_for_metric
+from inference_gateway.demo.processes import (
+    IgwProcess,
+    cpu_wait_s,
+    metric_values,
+    wait_for_metric,
+)
 from inference_gateway.demo.trace import MODEL, Outcome, warm_up
 from inference_gateway.shared_store.local_server import free_port
 
@@ -196,6 +201,7 @@ class PolicyRun:
     plane_pids: dict[str, int]
     start: list[PodState]
     end: list[PodState]
+    cpu_wait: float | None = None  # seconds its processes waited for a CPU in the replay
     demo_pid: int = field(default_factory=os.getpid)
 
     def served_by_gpu(self) -> dict[str, float]:
@@ -230,6 +236,10 @@ async def run_policy(
                 await running.before_replay()
             start = await fleet.state()
             check_fresh(start)
+            pids = [fleet.pid, os.getpid(), *running.pids.values()]
+            waited = cpu_wait_s(pids)
             outcome = await drive(running.url)
+            waited_after = cpu_wait_s(pids)
             end = await fleet.state()
-        return PolicyRun(policy, outcome, fleet.pid, running.pids, start, end)
+        wait = None if waited is None or waited_after is None else waited_after - waited
+        return PolicyRun(policy, outcome, fleet.pid, running.pids, start, end, wait)

@@ -67,6 +67,7 @@ async def test_each_policy_runs_on_a_fresh_fleet_in_processes_of_its_own() -> No
         # the same counters the freshness check read saw this run's requests: it can fail
         assert run.served_by_gpu() == {"H100": float(len(TRACE))}
         assert run.end[0].prefix_queries > 0
+        assert run.cpu_wait is not None and run.cpu_wait >= 0  # Linux's scheduler stats
         pids = {run.fleet_pid, run.plane_pids["igw serve"], os.getpid()}
         assert len(pids) == 3 and 0 not in pids  # pods, gateway, client: three processes
         assert gone(run.fleet_pid) and gone(run.plane_pids["igw serve"])

@@ -71,3 +71,13 @@ def test_ratio_lines_name_the_spread_once_there_is_one() -> None:
         "last 3 runs with these settings: 0.020-0.025, highest/lowest 1.25"
         in (later["gateway/round-robin"])
     )
+
+
+def test_cpu_wait_sums_the_threads_of_live_processes_and_is_none_for_gone_ones() -> None:
+    import os
+
+    from inference_gateway.demo.processes import cpu_wait_s
+
+    waited = cpu_wait_s([os.getpid()])
+    assert waited is not None and waited >= 0
+    assert cpu_wait_s([2**22 + 1]) is None  # above any pid_max: no such process
