@@ -137,8 +137,8 @@ TABLE_LEGEND = (
     "to last token; p50/p95/p99: 50%, 95%, 99% of requests stay under it; seconds. "
     "tok/s: output tokens per second, all requests together. {slow}: share of the "
     "requests its pods served. CPU wait: seconds the run's processes (pods, data plane, "
-    "client) were ready but waiting for a CPU during the replay, the machine's share of "
-    "the latencies. Each policy ran once, on a fleet started for it (empty KV caches, "
+    "client) were ready but waiting for a CPU during the replay (a busy machine's mark "
+    "on the latencies). Each policy ran once, on a fleet started for it (empty KV caches, "
     "checked), its data plane in processes of its own. Pods are emulated."
 )
 
