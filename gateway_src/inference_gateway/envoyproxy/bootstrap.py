@@ -108,9 +108,10 @@ def render(settings: GatewaySettings) -> dict[str, Any]:
 
 
 def render_round_robin(settings: GatewaySettings, pods: list[Address]) -> dict[str, Any]:
-    """The baseline a cluster without the inference extension has: the same listener and
-    routes, no ext_proc, each route's cluster the pods themselves, round robin (what a
-    Service backend gets from Envoy Gateway). For benchmarks and the demo's comparison."""
+    """A cluster without the inference extension: the same listener and routes, no
+    ext_proc, each route's cluster the pods themselves, round robin. (Envoy Gateway's own
+    default for a Service backend is least request; `demo.envoy.least_request_bootstrap`
+    derives that one from this.) For benchmarks and the demo's comparison."""
     plain = replace(settings, bbr=None, response_override=None)
     bootstrap = render(plain)
     hcm = bootstrap["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]

@@ -27,8 +27,26 @@ def _samples() -> dict[str, list[float]]:
 def test_report_has_the_ttft_cdf_per_policy_a_legend_and_its_provenance(tmp_path: Path) -> None:
     args = argparse.Namespace(duration=10.0, rate=4.0)
     html = render_report(
-        RESULTS, _samples(), requests=50, fleet=["4 H100 pods of llama-3.1-8b"], args=args
+        RESULTS,
+        _samples(),
+        requests=50,
+        fleet=["4 H100 pods of llama-3.1-8b"],
+        args=args,
+        trace="50 chat requests over 10 s",
+        policies={"gateway": "igw serve", "round-robin": "igw serve, round robin"},
+        provenance=["gateway: fleet pid 11, 4 pods fresh", "round-robin: fleet pid 12"],
+        ratios={"gateway/round-robin": "gateway P99 TTFT = 0.020 x round-robin's"},
+        machine="machine: load average 0.5 before, 0.7 after, 2 CPUs",
     )
+    for text in (
+        "50 chat requests over 10 s",
+        "<dt>round-robin</dt>",
+        "fleet pid 12",
+        "0.020 x round-robin",
+        "load average 0.5 before",
+        "same state",
+    ):
+        assert text in html  # what was compared, from which state, how spread, how busy
     assert "<svg" in html
     assert "gateway (50 requests)" in html and "round-robin (50 requests)" in html
     assert "<strong>emulated</strong> vLLM pods" in html and "4 H100 pods of llama-3.1-8b" in html

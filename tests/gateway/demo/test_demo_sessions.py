@@ -12,8 +12,9 @@ from aiohttp import web
 
 from inference_gateway.assembly.serve import build_gateway
 from inference_gateway.core.scheduling.types import Endpoint
-from inference_gateway.demo.run import Outcome, demo_text, kv_events_fleet
+from inference_gateway.demo.run import kv_events_fleet
 from inference_gateway.demo.sessions import make_sessions, replay_sessions
+from inference_gateway.demo.trace import Outcome, demo_text
 from inference_gateway.emulator.fleet import EmulatedFleet
 
 
@@ -30,6 +31,9 @@ async def test_sessions_carry_their_answers_and_the_gateway_reads_the_pods_event
     systems, words = demo_text(random.Random(3))
     sessions = make_sessions(3.0, 1.0, 3, systems, words)[:2]
     assert sessions and all(len(s.turns) >= 2 for s in sessions)
+    for session in sessions:  # at once: a person's think time is not what is tested
+        session.start = 0.0
+        session.turns = [(message, tokens, 0.0) for message, tokens, _ in session.turns]
     async with EmulatedFleet(kv_events_fleet(str(tmp_path), small)) as fleet:
         endpoints = [
             Endpoint(e.name, e.host, e.port, pool="p", labels={**e.labels, "igw.dev/pool": "p"})
