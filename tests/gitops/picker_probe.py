@@ -17,6 +17,7 @@ takes the rule as a parameter:
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import Any
 
 import grpc
@@ -46,7 +47,14 @@ def picker_config(cluster: Cluster) -> dict[str, Any] | None:
     config_map = cluster.find("ConfigMap", CONFIG_MAP)
     if config_map is None:
         return None
-    document: dict[str, Any] = yaml.safe_load(config_map["data"]["config.yaml"])
+    return _parsed(config_map["data"]["config.yaml"])
+
+
+@functools.lru_cache(maxsize=8)
+def _parsed(text: str) -> dict[str, Any]:
+    """The config text parsed once (the play asks every step; the text rarely changes).
+    Callers only read it."""
+    document: dict[str, Any] = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     return document
 
 

@@ -33,7 +33,7 @@ from typing import Any
 
 from .eks_nodes import Resources
 
-__all__ = ["Node", "Pod", "Placement", "parse_cpu_m", "parse_memory", "pod_requests"]
+__all__ = ["Node", "Placement", "Pod", "parse_cpu_m", "parse_memory", "pod_requests"]
 
 Obj = dict[str, Any]
 

@@ -302,8 +302,9 @@ def test_model_servers_can_start(gitops_dir):
 def test_the_gateway_authenticates_before_any_pod(gitops_dir):
     """Envoy Gateway `SecurityPolicy` (v1.5 extAuth to `igw auth`) on every inference
     route, the key file from a Secret External Secrets syncs from Secrets Manager, never
-    from environment.yaml, mounted into `igw auth`, whose Service the policy names. Only the heartbeat route (`GET /status` to the picker's metrics
-    port, read by `igw global` without a credential) is left out: a SecurityPolicy whose
+    from environment.yaml, mounted into `igw auth`, whose Service the policy names. Only
+    the heartbeat route (`GET /status` to the picker's metrics port, read by `igw global`
+    without a credential) is left out: a SecurityPolicy whose
     targetRef is the Gateway applies to every route attached to it (Envoy Gateway docs,
     "Policy Attachment" / SecurityPolicy `targetRefs`: Gateway, HTTPRoute, GRPCRoute)."""
     for name in environment_names():
