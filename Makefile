@@ -97,8 +97,11 @@ demo: venv-core
 # The tests need the compiled simulator modules (test_native.py checks them), so a failed
 # build is an error here.
 test: NATIVE := required
+# Two pytest-xdist workers (tests/conftest.py says why and how tests are grouped);
+# TEST_WORKERS=0 runs the suite in this process.
+TEST_WORKERS ?= 2
 test: system-deps venv native cdk-cli image-env
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
 
 # The gateway image's Python environment, built on this machine from gateway_src/Dockerfile's
 # own steps (tools/image_env.py replays them; no Docker engine needed): .image/usr-local is

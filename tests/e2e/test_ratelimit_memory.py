@@ -28,6 +28,9 @@ CONFIG = {
     "pools": [{"name": "p"}],
     "models": [{"name": MODEL, "pool": "p"}],
     "rateLimits": [{"requestsPerMinute": 5, "tokensPerMinute": 100_000, "windowS": 10}],
+    # the decision log (igw explain) is bounded too: as many as the warm-up sends, so it
+    # is full before the measure and must not grow past its bound during it
+    "tracing": {"explain": {"recent": 1000}},
 }
 BODY = b'{"model": "llama-3.1-8b", "prompt": "hi", "max_tokens": 4}'
 ANSWER = {"choices": [{"text": "ok"}], "usage": {"prompt_tokens": 1, "completion_tokens": 1,

@@ -134,8 +134,9 @@ def _policy_of(
 
 def test_pod_identity_roles_trust_only_pod_identity_of_this_cluster(prod_synth: Synth) -> None:
     template = prod_synth.template(PRIMARY, "identity")
-    # picker, global router, External Secrets (prod names secrets; no s3:// weights)
-    template.resource_count_is("AWS::IAM::Role", 3)
+    # picker, global router, External Secrets (prod names secrets; no s3:// weights), and
+    # the OpenTelemetry Collector's X-Ray writer (prod is traced: kubernetes.tracing)
+    template.resource_count_is("AWS::IAM::Role", 4)
     template.all_resources_properties(
         "AWS::IAM::Role",
         {

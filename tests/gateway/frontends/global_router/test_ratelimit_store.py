@@ -21,7 +21,9 @@ from .conftest import FakeCluster, running_router
 from .test_router import config, post
 
 LIMITS = {"rules": [{"requestsPerMinute": 30}], "windowS": 60}
-CALM = {"staleAfterMs": 30_000}  # a slow poll on a loaded machine drains no cluster here
+# a slow poll on a loaded machine drains no cluster here: neither a late heartbeat nor a
+# status answer slower than the default 0.5 s (the fake clusters share the test's loop)
+CALM = {"staleAfterMs": 30_000, "statusTimeoutMs": 5_000}
 
 
 @pytest.fixture
