@@ -19,7 +19,13 @@
    With a zero-delay pod the queue term (scraped waiting + requests sent since the scrape
    without an answer, full at 5) holds most of the 64 in the admission queue while the
    pod idles: that, not the gateway's CPU, caps its closed-loop rate (docs/operations.md).
-3. Picker: one scheduling decision (`latency` profile, prefix hashes of a 2 KB prompt)
+3. Against the Rust router (issue 32): vllm-project/router (`vllm-router`, pinned in
+   requirements/bench.txt) runs beside `igw serve` in front of the same pod, one more path
+   of the open loop (interleaved as above) and of the closed loop, and a last table sets
+   `igw serve` against it: added p50/p99, CPU per request (each router's `/proc` CPU over
+   the loop), requests/s, with issue 32's bar (added latency at most the Rust router's,
+   CPU per request at most 1.2x its). `--no-vllm-router` leaves it out.
+4. Picker: one scheduling decision (`latency` profile, prefix hashes of a 2 KB prompt)
    over 256 endpoints with random metrics, timed in-process.
 
 Run: `.venv/bin/python bench/gateway_overhead.py [--json] [--requests N] [--only-closed-loop]
@@ -86,16 +92,29 @@ def zero_delay_pod() -> web.Application:
         await request.read()
         return web.Response(body=ANSWER, content_type="application/json")
 
+    async def health(_: web.Request) -> web.Response:
+        return web.Response()
+
     app.router.add_get("/metrics", metrics)
+    app.router.add_get("/health", health)  # vllm-router's worker health check
     app.router.add_get("/v1/models", models)
     app.router.add_post("/v1/completions", complete)
     return app
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A port free now and not handed out before in this run: the processes bind theirs
+    only once started, so the kernel may offer a port twice in between."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 async def wait_ready(session: aiohttp.ClientSession, url: str, deadline_s: float = 60) -> None:
@@ -141,30 +160,64 @@ def start_gateway(
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, env=env), port
 
 
+def start_vllm_router(pod_port: int) -> tuple[subprocess.Popen[bytes], int]:
+    """vllm-project/router (PyPI `vllm-router`, pinned in requirements/bench.txt), the Rust
+    router of vLLM's production stack, in front of the same pod: round robin over one
+    worker, its retries and circuit breaker left at their defaults (as a user runs it)."""
+    port = free_port()
+    argv = [str(Path(sys.executable).parent / "vllm-router"), "--host", "127.0.0.1"]
+    argv += ["--port", str(port), "--worker-urls", f"http://127.0.0.1:{pod_port}"]
+    argv += ["--policy", "round_robin", "--log-level", "error"]
+    argv += ["--prometheus-port", str(free_port()), "--prometheus-host", "127.0.0.1"]
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), port
+
+
+def has_vllm_router() -> bool:
+    return (Path(sys.executable).parent / "vllm-router").exists()
+
+
+def quantiles_ms(latencies: list[float], direct: np.ndarray[Any, Any]) -> dict[str, float]:
+    """p50/p99 of a path and what it adds over the direct path's p50/p99, in ms."""
+    v = np.asarray(latencies) * 1000
+    return {
+        "p50_ms": float(np.percentile(v, 50)),
+        "p99_ms": float(np.percentile(v, 99)),
+        "added_p50_ms": float(np.percentile(v, 50) - np.percentile(direct, 50)),
+        "added_p99_ms": float(np.percentile(v, 99) - np.percentile(direct, 99)),
+    }
+
+
 async def proxy_overhead(
-    requests: int, rate: float, baseline_src: str | None = None
-) -> dict[str, float]:
-    """Open loop at `rate`, direct and through the gateway (and, with `baseline_src`,
-    through the baseline tree's gateway too), interleaved request by request."""
+    requests: int, rate: float, baseline_src: str | None = None, vllm_router: bool = False
+) -> dict[str, Any]:
+    """Open loop at `rate`, direct and through the gateway (with `baseline_src`, through
+    the baseline tree's gateway too; with `vllm_router`, through the Rust vllm-router),
+    interleaved request by request. Each router's CPU over the loop, per request, from
+    `/proc` (each process serves only its own path's requests)."""
     pod_port = free_port()
     pod = subprocess.Popen([sys.executable, __file__, "--serve-pod", str(pod_port)])
     gateway, gw_port = start_gateway(pod_port)
-    gateways = [gateway]
+    routers = {"gateway": gateway}
     body = BODY
     load_before = os.getloadavg()[0]
-    direct: list[float] = []
-    via: list[float] = []
-    base: list[float] = []
-    paths = [(pod_port, direct), (gw_port, via)]
+    latencies: dict[str, list[float]] = {"direct": [], "gateway": []}
+    paths = [(pod_port, latencies["direct"]), (gw_port, latencies["gateway"])]
+    ready = {gw_port: "/health"}
     if baseline_src is not None:
-        baseline, base_port = start_gateway(pod_port, src=baseline_src)
-        gateways.append(baseline)
-        paths.append((base_port, base))
+        routers["baseline"], base_port = start_gateway(pod_port, src=baseline_src)
+        latencies["baseline"] = []
+        paths.append((base_port, latencies["baseline"]))
+        ready[base_port] = "/health"
+    if vllm_router:
+        routers["vllm-router"], router_port = start_vllm_router(pod_port)
+        latencies["vllm-router"] = []
+        paths.append((router_port, latencies["vllm-router"]))
+        ready[router_port] = "/v1/models"
     try:
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
             await wait_ready(session, f"http://127.0.0.1:{pod_port}/metrics")
-            for port, _ in paths[1:]:
-                await wait_ready(session, f"http://127.0.0.1:{port}/health")
+            for port, route in ready.items():
+                await wait_ready(session, f"http://127.0.0.1:{port}{route}")
 
             async def call(port: int, out: list[float]) -> None:
                 start = time.perf_counter()
@@ -181,6 +234,7 @@ async def proxy_overhead(
             for _ in range(100):  # warm connections and the picker
                 for port, _ in paths:
                     await call(port, [])
+            cpu_before = {name: process_cpu_s(p.pid) for name, p in routers.items()}
             tasks = []
             start = time.perf_counter()
             for i in range(requests):
@@ -189,32 +243,38 @@ async def proxy_overhead(
                 for port, out in paths[turn:] + paths[:turn]:
                     tasks.append(asyncio.create_task(call(port, out)))
             await asyncio.wait_for(asyncio.gather(*tasks), timeout=300)
+            cpu_ms = {
+                name: (process_cpu_s(p.pid) - cpu_before[name]) * 1000 / requests
+                for name, p in routers.items()
+            }
     finally:
-        for process in (*gateways, pod):
+        for process in (*routers.values(), pod):
             process.terminate()
             process.wait(timeout=10)
-    d, v = np.asarray(direct) * 1000, np.asarray(via) * 1000
-    baseline_figures = {}
-    if base:
-        b = np.asarray(base) * 1000
-        baseline_figures = {
-            "baseline_p50_ms": float(np.percentile(b, 50)),
-            "baseline_p99_ms": float(np.percentile(b, 99)),
-            "baseline_added_p50_ms": float(np.percentile(b, 50) - np.percentile(d, 50)),
-            "baseline_added_p99_ms": float(np.percentile(b, 99) - np.percentile(d, 99)),
+    d = np.asarray(latencies["direct"]) * 1000
+    g = quantiles_ms(latencies["gateway"], d)
+    extra: dict[str, Any] = {}
+    if "baseline" in latencies:
+        b = quantiles_ms(latencies["baseline"], d)
+        extra |= {f"baseline_{key}": value for key, value in b.items()}
+    if "vllm-router" in latencies:
+        extra["vllm_router"] = {
+            **quantiles_ms(latencies["vllm-router"], d),
+            "cpu_ms_per_request": cpu_ms["vllm-router"],
         }
     return {
         "requests_each": requests,
         "rate_rps": rate,
         "direct_p50_ms": float(np.percentile(d, 50)),
         "direct_p99_ms": float(np.percentile(d, 99)),
-        "gateway_p50_ms": float(np.percentile(v, 50)),
-        "gateway_p99_ms": float(np.percentile(v, 99)),
-        "added_p50_ms": float(np.percentile(v, 50) - np.percentile(d, 50)),
-        "added_p99_ms": float(np.percentile(v, 99) - np.percentile(d, 99)),
+        "gateway_p50_ms": g["p50_ms"],
+        "gateway_p99_ms": g["p99_ms"],
+        "added_p50_ms": g["added_p50_ms"],
+        "added_p99_ms": g["added_p99_ms"],
+        "gateway_cpu_ms_per_request": cpu_ms["gateway"],
         "load_1min_before": load_before,
         "load_1min_after": os.getloadavg()[0],
-        **baseline_figures,
+        **extra,
     }
 
 
@@ -247,6 +307,7 @@ async def closed_loop(
     rounds: int,
     max_requests: int,
     gateways: dict[str, tuple[str | None, str | None]],
+    vllm_router: bool = False,
 ) -> dict[str, Any]:
     """`concurrency` clients, each sending its next request as soon as its last answer
     is in, direct to the pod and through each gateway of `gateways` (name: its config YAML
@@ -256,12 +317,15 @@ async def closed_loop(
     so all paths see the same machine. Reported per path: requests/s, and the CPU of the
     pod, the gateway and the client (cores: CPU seconds over wall seconds). During a
     gateway's phases its admission-queue gauge is sampled every 100 ms (mean and peak):
-    requests held there while the pod is idle are the saturation detector's doing."""
+    requests held there while the pod is idle are the saturation detector's doing.
+    `vllm_router`: the Rust vllm-router in front of the same pod is one more path."""
     pod_port = free_port()
     pod = subprocess.Popen([sys.executable, __file__, "--serve-pod", str(pod_port)])
     started = {
         name: start_gateway(pod_port, config, src) for name, (config, src) in gateways.items()
     }
+    if vllm_router:
+        started["vllm-router"] = start_vllm_router(pod_port)
     ports = {"direct": pod_port, **{name: port for name, (_, port) in started.items()}}
     cpu_of = {name: proc for name, (proc, _) in started.items()}
     figures = {
@@ -305,7 +369,7 @@ async def closed_loop(
 
                 before, start = cpu(), time.perf_counter()
                 jobs = [client() for _ in range(concurrency)]
-                jobs += [sampler()] if gateway is not None else []
+                jobs += [sampler()] if path in queues else []
                 await asyncio.wait_for(asyncio.gather(*jobs), timeout=phase_s + 30)
                 figure["wall_s"] += time.perf_counter() - start
                 for key, was, now in zip(("pod", "gw", "client"), before, cpu(), strict=True):
@@ -343,8 +407,9 @@ async def closed_loop(
             "gateway_cores": f["gw"] / wall,
             "client_cores": f["client"] / wall,
         }
-        if path in queues:
+        if path in cpu_of:
             row["cpu_ms_per_request"] = f["gw"] * 1000 / max(1, f["requests"])
+        if path in queues:
             row["admission_queue_mean"] = float(np.mean(queues[path] or [0.0]))
             row["admission_queue_max"] = float(max(queues[path], default=0.0))
         out["paths"][path] = row
@@ -418,6 +483,11 @@ def main() -> int:
     parser.add_argument(
         "--baseline-src", help="source tree whose gateway runs beside this one's, side by side"
     )
+    parser.add_argument(
+        "--no-vllm-router",
+        action="store_true",
+        help="leave out the Rust vllm-router (run beside igw serve when installed)",
+    )
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--serve-pod", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -434,8 +504,9 @@ def main() -> int:
         pass
     result: dict[str, Any] = {}
     baseline = args.baseline_src
+    peer = has_vllm_router() and not args.no_vllm_router
     if not args.only_closed_loop:
-        result["proxy"] = asyncio.run(proxy_overhead(args.requests, args.rate, baseline))
+        result["proxy"] = asyncio.run(proxy_overhead(args.requests, args.rate, baseline, peer))
         if baseline is None:
             result["picker"] = picker_decision(256, 3000)
     gateways: dict[str, tuple[str | None, str | None]] = {"gateway": (None, None)}
@@ -444,8 +515,10 @@ def main() -> int:
     elif not args.no_diagnosis:
         gateways["gateway_no_queue_term"] = (QUEUE_TERM_OFF, None)
     result["closed_loop"] = asyncio.run(
-        closed_loop(args.concurrency, args.phase_s, args.rounds, 100_000, gateways)
+        closed_loop(args.concurrency, args.phase_s, args.rounds, 100_000, gateways, peer)
     )
+    if peer and "proxy" in result:
+        result["versus_vllm_router"] = versus_vllm_router(result)
     if baseline is not None:
         result["versus_baseline"] = versus_baseline(result, baseline)
     if args.json:
@@ -456,7 +529,53 @@ def main() -> int:
     print_closed_loop(result["closed_loop"])
     if "versus_baseline" in result:
         print_versus_baseline(result["versus_baseline"])
+    if "versus_vllm_router" in result:
+        print_versus_vllm_router(result["versus_vllm_router"])
     return 0
+
+
+#: issue 32's bar for `igw serve` against the Rust router, same harness, same run
+ROUTER_BAR = {"open_loop_added_p50_ms": 1.0, "open_loop_added_p99_ms": 1.0}
+ROUTER_BAR |= {"open_loop_cpu_ms_per_request": 1.2}
+
+
+def versus_vllm_router(result: dict[str, Any]) -> dict[str, Any]:
+    """`igw serve` against vllm-router from the same run: (vllm-router, igw serve, ratio)
+    per figure, and whether each ratio is within its bar (ROUTER_BAR: added latency at
+    most the Rust router's, CPU per request at most 1.2x its)."""
+    p, c = result["proxy"], result["closed_loop"]["paths"]
+    r = p["vllm_router"]
+    rows = {
+        "open_loop_added_p50_ms": (r["added_p50_ms"], p["added_p50_ms"]),
+        "open_loop_added_p99_ms": (r["added_p99_ms"], p["added_p99_ms"]),
+        "open_loop_cpu_ms_per_request": (r["cpu_ms_per_request"], p["gateway_cpu_ms_per_request"]),
+        "closed_loop_cpu_ms_per_request": (
+            c["vllm-router"]["cpu_ms_per_request"],
+            c["gateway"]["cpu_ms_per_request"],
+        ),
+        "closed_loop_rps": (c["vllm-router"]["rps"], c["gateway"]["rps"]),
+    }
+    figures: dict[str, Any] = {}
+    for name, (rust, ours) in rows.items():
+        ratio = ours / rust if rust > 0 else None
+        bar = ROUTER_BAR.get(name)
+        # an added latency at or below the direct path's noise counts as met when ours is
+        # no larger in absolute terms
+        held = None if bar is None else (ours <= rust if ratio is None else ratio <= bar)
+        figures[name] = {"vllm_router": rust, "igw_serve": ours, "ratio": ratio, "held": held}
+    return {"rate_rps": p["rate_rps"], "figures": figures}
+
+
+def print_versus_vllm_router(v: dict[str, Any]) -> None:
+    print(
+        "igw serve against vllm-router (Rust, same pod, same run; "
+        f"open loop {v['rate_rps']:.0f} req/s)"
+    )
+    print(f"  {'figure':32} {'vllm-router':>11} {'igw serve':>10} {'ratio':>7}  bar")
+    for name, f in v["figures"].items():
+        ratio = "-" if f["ratio"] is None else f"{f['ratio']:.2f}"
+        held = {None: "", True: "met", False: "MISSED"}[f["held"]]
+        print(f"  {name:32} {f['vllm_router']:11.3f} {f['igw_serve']:10.3f} {ratio:>7}  {held}")
 
 
 def versus_baseline(result: dict[str, Any], src: str) -> dict[str, Any]:
