@@ -87,7 +87,7 @@ LIVENESS_SERVICE = "liveness"
 READINESS_SERVICE = "readiness"
 READINESS_NAMES = ("", SERVICE_NAME, READINESS_SERVICE)
 PROCESS_PATH = f"/{SERVICE_NAME}/Process"
-# `http2`: our own HTTP/2 server (extproc_http2.py), the fast path; `grpcio`: grpc.aio.
+# `http2`: our own HTTP/2 server (transport/http2_server.py), the fast path; `grpcio`: grpc.aio.
 TRANSPORTS = ("http2", "grpcio")
 
 

@@ -6,7 +6,7 @@ results, its own count of what it sent since the last scrape, its own in-flight
 bookkeeping, prefix index and TTFT model.
 
 `POLICY@N` runs the replicas as shipped: they share their dispatch view through the
-store (`scheduling.shared_view`, `store.dispatch`): every `PUBLISH_INTERVAL_S` each
+store (`scheduling.shared_view`, `shared_store.dispatch`): every `PUBLISH_INTERVAL_S` each
 replica, in one store round trip, publishes its own pending requests and prefill tokens
 per pod and the ages of its oldest admission waiters, and reads the others'. Modelled
 honestly: replica i's loop ticks at its own phase; the exchange of a tick at time t
