@@ -139,6 +139,11 @@ ARROWS: dict[str, tuple[set[str], str]] = {
         "a peer's wire format is shared by the router and the emulator, so it depends on "
         "neither, or a mistake in one side's code would be the other's expectation",
     ),
+    "config": (
+        {"inference_gateway.core", "inference_gateway.assembly"},
+        "the config is the schema the core reads; what needs the plugins is checked by "
+        "the core (`core/scheduling/config_checks.py`), so the two rooms form no loop",
+    ),
     "emulator": (
         {"inference_gateway.core"},
         "the emulated vLLM speaks vLLM's formats (`protocols`), never the router's own "
@@ -216,6 +221,8 @@ def test_no_stale_exception() -> None:
         ("emulator", "from inference_gateway.core.scheduling import kv_index", True),
         ("emulator", "from inference_gateway.protocols.vllm import kv_events", False),
         ("transport", "import inference_gateway.core.scheduling.kv_index", True),
+        ("config", "from inference_gateway.core.scheduling.registry import kind_of", True),
+        ("config", "from inference_gateway.config.checks import duplicates", False),
         ("protocols", "def f():\n    from inference_gateway.errors import ConfigError", True),
         ("protocols", "from inference_gateway.protocols.vllm import block_hashing", False),
         ("sim", "from inference_gateway.frontends.global_router.server import x", True),

@@ -380,9 +380,9 @@ def observers(args: argparse.Namespace, core: Any) -> list[Any]:
 
 
 async def _serve(args: argparse.Namespace) -> int:
+    from inference_gateway.assembly.config_watch import FileConfigSource
     from inference_gateway.assembly.core import build_core
     from inference_gateway.assembly.picker import PickerServer
-    from inference_gateway.config.watch import FileConfigSource
     from inference_gateway.core.endpoints.discovery import load_endpoints_file
     from inference_gateway.kubernetes.picker import KubernetesMode
 

@@ -16,7 +16,8 @@ from typing import Any
 
 import yaml
 
-from inference_gateway.config.spec import GatewayConfigSpec, parse_config
+from inference_gateway.config.spec import GatewayConfigSpec
+from inference_gateway.core.scheduling.config_checks import parse_config
 from inference_gateway.errors import ConfigError
 from inference_gateway.sim.capacity import fleet_capacity
 from inference_gateway.sim.driver import run_policy
