@@ -176,7 +176,6 @@ SIM_RUNS_THE_ROUTER = {
     "inference_gateway.frontends.global_router.clusters",
     "inference_gateway.frontends.global_router.config",
     "inference_gateway.frontends.global_router.metrics",
-    "inference_gateway.frontends.status",
 }
 
 

@@ -41,9 +41,11 @@ streaming.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, Literal, Protocol, TypeVar
+
+from inference_gateway.core.scheduling.types import PodMetrics
 
 __all__ = [
     "ERROR_RATE_BEHIND",
@@ -53,6 +55,7 @@ __all__ = [
     "RequestTraits",
     "Rules",
     "cost_basis",
+    "mean_kv_usage",
     "rank_clusters",
     "score",
 ]
@@ -129,6 +132,15 @@ class Candidate(Protocol):
 
 
 C = TypeVar("C", bound=Candidate)
+
+
+def mean_kv_usage(ready: Sequence[PodMetrics]) -> float:
+    """What a cluster reports as its `kvUsage`: the mean KV-cache use of its ready pods;
+    0.0 with none, as the pool's own gauge (`inference_pool_average_kv_cache_utilization`)
+    says, so the cluster-wide figure and the per-pool ones never disagree (`readyPods` 0
+    already says nothing can be served). A cluster gateway's status
+    (`frontends/status.py`) and the fleet simulator's both report it."""
+    return sum(m.kv_usage for m in ready) / len(ready) if ready else 0.0
 
 
 @dataclass(frozen=True, slots=True)
