@@ -226,7 +226,7 @@ def test_no_stale_exception() -> None:
         ("protocols", "from inference_gateway.protocols.vllm import block_hashing", False),
         ("sim", "from inference_gateway.frontends.global_router.server import x", True),
         ("sim", "from inference_gateway.frontends import proxy", True),
-        ("frontends", "import inference_gateway.sim.fleet_tier", True),
+        ("frontends", "import inference_gateway.sim.fleet.tier", True),
     ],
 )
 def test_the_arrow_check_sees_a_wrong_import(

@@ -146,7 +146,7 @@ def _load_scenario(path: Path, _: set[str] | None) -> object:
 
 
 def _load_fleet_scenario(path: Path, _: set[str] | None) -> object:
-    from inference_gateway.sim.global_scenario import load_fleet_scenario
+    from inference_gateway.sim.fleet.scenario import load_fleet_scenario
 
     return load_fleet_scenario(str(path))
 

@@ -21,7 +21,7 @@ from inference_gateway.core.scheduling.config_checks import parse_config
 from inference_gateway.errors import ConfigError
 from inference_gateway.sim.capacity import fleet_capacity
 from inference_gateway.sim.driver import run_policy
-from inference_gateway.sim.fleet import SimPod
+from inference_gateway.sim.pods import SimPod
 from inference_gateway.sim.policies import POLICIES
 from inference_gateway.sim.scenario import Scenario
 

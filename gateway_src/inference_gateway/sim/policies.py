@@ -32,7 +32,7 @@ from inference_gateway.core.scheduling.pd_config import (
 )
 from inference_gateway.errors import ConfigError, NoEndpointError
 from inference_gateway.sim.disagg import Split
-from inference_gateway.sim.fleet import SimPod
+from inference_gateway.sim.pods import SimPod
 from inference_gateway.sim.workload import SimRequest, shared_blocks
 
 __all__ = ["DEFERRED", "POLICIES", "Policy", "make_policy"]

@@ -46,7 +46,7 @@ from inference_gateway.core.scheduling.shared_view import (
 from inference_gateway.core.traffic.flow_control import BANDS, FlowController
 from inference_gateway.errors import ConfigError
 from inference_gateway.sim.disagg import Split
-from inference_gateway.sim.fleet import SimPod
+from inference_gateway.sim.pods import SimPod
 from inference_gateway.sim.policies import DEFERRED, Policy
 from inference_gateway.sim.workload import SimRequest
 

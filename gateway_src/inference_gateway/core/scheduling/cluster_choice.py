@@ -2,7 +2,7 @@
 
 The rule beside the tier-1 scheduler (which pod of a cluster), so both of its drivers
 run this one: `igw global` (`frontends/global_router/server.py`) and the simulator's
-fleet tier (`sim/fleet_tier.py`). It reads a cluster through `Candidate` and the router's
+fleet tier (`sim/fleet/tier.py`). It reads a cluster through `Candidate` and the router's
 config through `Rules`, which the global router's `ClusterState` and `GlobalRouterSpec`
 are, so the core knows neither the router's polling nor its config file.
 

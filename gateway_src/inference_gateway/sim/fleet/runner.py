@@ -8,8 +8,8 @@ from typing import Any
 
 import inference_gateway.frontends.global_router.clusters as clusters_module
 from inference_gateway.sim.capacity import PROBE_REQUESTS, fleet_capacity
-from inference_gateway.sim.fleet_tier import FleetTier
-from inference_gateway.sim.global_scenario import FleetScenario, cluster_hourly_usd
+from inference_gateway.sim.fleet.scenario import FleetScenario, cluster_hourly_usd
+from inference_gateway.sim.fleet.tier import FleetTier
 from inference_gateway.sim.workload import sample_requests
 
 __all__ = ["simulate_fleet"]

@@ -60,14 +60,14 @@ from inference_gateway.frontends.global_router.clusters import ClusterRegistry, 
 from inference_gateway.frontends.global_router.config import GlobalRouterSpec
 from inference_gateway.frontends.global_router.metrics import GlobalMetrics
 from inference_gateway.sim.driver import EventHeap
-from inference_gateway.sim.fleet import SimPod, build_fleet, scrape
-from inference_gateway.sim.fleet_report import FleetRecorder
-from inference_gateway.sim.global_scenario import (
+from inference_gateway.sim.fleet.report import FleetRecorder
+from inference_gateway.sim.fleet.scenario import (
     SHEDDABLE_OBJECTIVE,
     ClusterSimSpec,
     FleetScenario,
     router_spec,
 )
+from inference_gateway.sim.pods import SimPod, build_fleet, scrape
 from inference_gateway.sim.policies import DEFERRED, make_policy
 from inference_gateway.sim.workload import SimRequest, generate, prefix_block_ids
 
