@@ -22,8 +22,8 @@ flagged ratio stays. Sources are the tags of shared/PROFILES-FACTS.md plus [S1]:
 * [S1] databasemart.com/blog/vllm-gpu-benchmark-a40: A40, vLLM, one wave of 50 requests of
   100 input / up to 600 output tokens (22,170 generated: 443 mean) in 21.81 s, 1,016.6
   output tok/s, median TPOT 35.96 ms
-* [L1] github llm-d/llm-d-inference-sim docs/latency-profiles.md: the llm-d project's
-  vLLM latency profiles, 70B TP4 on H100 inter-token latency 25-40 ms (profile
+* [L1] https://github.com/llm-d/llm-d-inference-sim/blob/main/docs/latency-profiles.md:
+  the llm-d project's vLLM latency profiles, 70B TP4 on H100 inter-token latency 25-40 ms (profile
   parameters, not a measurement; its H100-8B figure is 2x the measured [P1])
 
 Deterministic: no clocks, only the engine's virtual time.

@@ -32,22 +32,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gateway_src"))
 
 from inference_gateway.config.spec import GatewayConfigSpec
 from inference_gateway.core.scheduling import Endpoint, LLMRequest, PodMetrics, Scheduler
-from inference_gateway.core.scheduling.block_hashing import (
+from inference_gateway.core.scheduling.kv_index import KVBlockIndex
+from inference_gateway.core.scheduling.plugins.prefix import prompt_block_hashes
+from inference_gateway.emulator.profiles import pod_profile
+from inference_gateway.protocols.vllm.block_hashing import (
     block_hashes,
     none_hash,
     to_external,
 )
-from inference_gateway.core.scheduling.kv_events import (
+from inference_gateway.protocols.vllm.kv_events import (
     BlockRemoved,
     BlockStored,
     KVEventBatch,
     decode_view,
     encode_batch,
 )
-from inference_gateway.core.scheduling.kv_index import KVBlockIndex
-from inference_gateway.core.scheduling.plugins.prefix import prompt_block_hashes
-from inference_gateway.core.scheduling.prompt_tokens import EmulatorTokenizer
-from inference_gateway.emulator.profiles import pod_profile
+from inference_gateway.protocols.vllm.prompt_tokens import EmulatorTokenizer
 from inference_gateway.sim.policies import approximate_gateway_config
 
 PODS = 8

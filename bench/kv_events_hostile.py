@@ -43,7 +43,7 @@ from aiohttp import web
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "gateway_src"))
 
-from inference_gateway.core.scheduling.kv_events import (  # noqa: E402
+from inference_gateway.protocols.vllm.kv_events import (  # noqa: E402
     BlockStored,
     KVEventBatch,
     encode_batch,

@@ -12,7 +12,7 @@ Each role scales on its own (llm-d guides/pd-disaggregation: "tuning the ratio o
 workers to D workers", "P workers with less parallelism and more replicas"), so each
 carries its own bounds and, optionally, its own node group. This module owns the
 Deployment names of a P/D pool and puts the pool's picker config (its profiles and
-plugins: `inference_gateway.config.pd`, the same the simulator measures) into the
+plugins: `inference_gateway.core.scheduling.pd_config`, the same the simulator measures) into the
 environment's (`pd_gateway_config`), so the charts and the validation can never
 disagree.
 """
@@ -24,10 +24,16 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from inference_gateway.core.scheduling.pd import ROLE_LABEL
+
 # The role label and the plugin types, as the picker's scheduler registers them
 # (llm-d-inference-scheduler pkg/plugins/filter/pd_role.go, pkg/plugins/profile/).
-from inference_gateway.config.pd import pd_names, pd_plugins, pd_profiles, role_filters
-from inference_gateway.core.scheduling.pd import ROLE_LABEL
+from inference_gateway.core.scheduling.pd_config import (
+    pd_names,
+    pd_plugins,
+    pd_profiles,
+    role_filters,
+)
 
 if TYPE_CHECKING:
     from envspec.workloads import ModelServerSpec

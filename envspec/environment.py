@@ -33,7 +33,8 @@ from envspec.workloads import (
     workload_problems,
 )
 from inference_gateway.config.convert import translate_problems
-from inference_gateway.config.spec import GatewayConfigSpec, format_validation_error, parse_config
+from inference_gateway.config.spec import GatewayConfigSpec, format_validation_error
+from inference_gateway.core.scheduling.config_checks import parse_config
 from inference_gateway.errors import ConfigError
 
 __all__ = ["ENVIRONMENTS_DIR", "EnvironmentSpec", "load_environment", "validate_environment"]

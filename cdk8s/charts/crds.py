@@ -1,7 +1,7 @@
 """The namespace and the CRD this platform owns (wave `crds`, before anything uses them),
 and the upstream GIE CRDs, rendered apart into `gitops/crds/`.
 
-`InferenceGatewayConfig` is rendered from `inference_gateway.config.openapi_v3_schema()`,
+`InferenceGatewayConfig` is rendered from `inference_gateway.config.spec.openapi_v3_schema()`,
 so the CRD, the picker and the charts share one schema; its `status` is written by the
 picker (conditions, per-pool ready/stale counts) and read with `kubectl get igwc`. The
 upstream inference CRDs are pinned copies under `cdk8s/crds/` (see each file's header for

@@ -8,8 +8,9 @@ itself; a decode pod runs vLLM on `DECODER_PORT` and, on the target port, the ro
 sidecar (`igw pd-sidecar`, the gateway image), which reads the prefill pod the picker
 chose from `x-prefiller-host-port`, runs the prefill leg there, then the decode leg on
 its own vLLM (llm-d-routing-sidecar README: `-port=8000 -vllm-port=...`, the prefill pod
-from `x-prefiller-host-port`; llm-d-inference-scheduler docs/disagg_pd.md: "Decode Worker
-... contains the sidecar for coordination", no sidecar on prefill pods).
+from `x-prefiller-host-port`; llm-d-inference-scheduler's
+https://github.com/llm-d/llm-d-inference-scheduler/blob/main/docs/disagg_pd.md: "Decode
+Worker ... contains the sidecar for coordination", no sidecar on prefill pods).
 
 The sidecar dials only addresses inside `--allow-prefill` (llm-d's sidecar, with its SSRF
 protection on, admits the hosts of its InferencePool's pods, which needs API access; a

@@ -35,7 +35,8 @@ from cdk8s import Chart
 from envspec.disaggregation import pd_gateway_config
 from envspec.environment import EnvironmentSpec
 from envspec.global_router import STORE_AUTH_KEY, STORE_URL_KEY
-from inference_gateway.config.spec import API_GROUP, API_VERSION, parse_config
+from inference_gateway.config.spec import API_GROUP, API_VERSION
+from inference_gateway.core.scheduling.config_checks import parse_config
 
 from . import peers
 from .base import PICKER, ROUTE_TIMEOUT_S, Placement, Wave, gateway_image, labels, manifest

@@ -2,7 +2,7 @@
 parameters from environment.yaml, and the sidecars that bring each model's tokenizer.
 
 The scorer predicts a pod's cache only if it hashes what vLLM hashes (DESIGN §3, the
-picker's `core/scheduling/block_hashing.py`): the pods' `--block-size`,
+picker's `protocols/vllm/block_hashing.py`): the pods' `--block-size`,
 `--prefix-caching-hash-algo`, `PYTHONHASHSEED`, each adapter's LoRA id (its place in
 `--lora-modules`, vLLM numbering from 1), and the served model's own tokenizer and chat
 template. All but the tokenizer are rendered into the scorer's `parameters` from the

@@ -17,7 +17,7 @@
     ├── QueueTimeoutError    a request waited its band's whole TTL (→ 503;
     │                        core.request.admission)
     ├── StoreUnavailable     the shared Redis store is down: use the local view
-    │                        (store.client)
+    │                        (shared_store.client)
     ├── WatchExpired         the Kubernetes API server lost a watch's history, HTTP 410
     │                        (kubernetes.discovery)
     ├── PodStoppedError      an emulated pod was stopped under a request

@@ -18,7 +18,7 @@ from charts.picker import PickerChart
 from charts.tokenizers import precise_prefix_parameters
 from envspec.environment import EnvironmentSpec
 from envspec.workloads import ModelServerSpec
-from inference_gateway.config.spec import parse_config
+from inference_gateway.core.scheduling.config_checks import parse_config
 from inference_gateway.emulator.vllm_startup import USER_VARIABLES
 
 Doc = dict[str, Any]

@@ -30,8 +30,8 @@ from envspec.argocd_manifests import PATCHED_KUSTOMIZATION
 from envspec.environment import load_environment
 from inference_gateway.cli import pd_sidecar
 from inference_gateway.cli.main import build_parser
-from inference_gateway.config.spec import parse_config
 from inference_gateway.core.scheduling import Endpoint, LLMRequest, PodMetrics, Scheduler
+from inference_gateway.core.scheduling.config_checks import parse_config
 from inference_gateway.emulator.kvtransfer import parse_kv_transfer_config
 from inference_gateway.errors import ConfigError
 from inference_gateway.frontends.pd_sidecar import PrefillAllowlist

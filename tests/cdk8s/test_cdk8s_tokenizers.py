@@ -20,7 +20,7 @@ import yaml
 from charts.picker import PickerChart
 from charts.tokenizers import TOKENIZERS_DIR, precise_prefix_parameters
 from envspec.environment import EnvironmentSpec
-from inference_gateway.config.spec import parse_config
+from inference_gateway.core.scheduling.config_checks import parse_config
 from inference_gateway.core.scheduling.registry import build_plugin, validation_context
 
 Doc = dict[str, Any]

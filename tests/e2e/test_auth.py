@@ -17,7 +17,7 @@ import pytest
 import yaml
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from inference_gateway.config.spec import parse_config
+from inference_gateway.core.scheduling.config_checks import parse_config
 from inference_gateway.emulator.fleet import EmulatedFleet
 from inference_gateway.errors import ConfigError
 from inference_gateway.frontends.auth import Authenticator, JwtSettings, load_api_keys

@@ -22,7 +22,7 @@ import openai
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from inference_gateway.config.spec import parse_config
+from inference_gateway.core.scheduling.config_checks import parse_config
 from inference_gateway.emulator.fleet import EmulatedFleet
 from inference_gateway.emulator.server import PodApp
 from inference_gateway.frontends.proxy import Gateway

@@ -17,7 +17,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from inference_gateway.config.spec import parse_config
+from inference_gateway.core.scheduling.config_checks import parse_config
 from inference_gateway.emulator.fleet import EmulatedFleet
 
 FLEET = {

@@ -43,8 +43,8 @@ from inference_gateway.core.endpoints.adapters import parse_metrics
 from inference_gateway.core.request.director import OBJECTIVE_HEADER, Intake
 from inference_gateway.core.scheduling.types import Endpoint
 from inference_gateway.frontends.proxy import Gateway
-from inference_gateway.sim.fleet import build_fleet
 from inference_gateway.sim.gateway import GatewayPolicy, simulated_config
+from inference_gateway.sim.pods import build_fleet
 from inference_gateway.sim.policies import DEFERRED
 from inference_gateway.sim.scenario import PoolSpec
 from inference_gateway.sim.workload import SimRequest

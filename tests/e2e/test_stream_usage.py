@@ -18,7 +18,7 @@ from typing import Any
 import openai
 import pytest
 
-from inference_gateway.config.spec import parse_config
+from inference_gateway.core.scheduling.config_checks import parse_config
 from inference_gateway.emulator.fleet import EmulatedFleet
 
 MODEL = "llama-3.1-8b"

@@ -24,7 +24,8 @@ from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExport
 from otlp_receiver import OtlpReceiver, ReceivedSpan, ancestors
 
 from inference_gateway.assembly.serve import build_gateway
-from inference_gateway.config.spec import TracingSpec, parse_config
+from inference_gateway.config.spec import TracingSpec
+from inference_gateway.core.scheduling.config_checks import parse_config
 from inference_gateway.core.scheduling.types import Endpoint
 from inference_gateway.emulator.fleet import EmulatedFleet
 from inference_gateway.frontends.auth import Authenticator, Identity

@@ -15,7 +15,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from inference_gateway.assembly.serve import WATCHER
-from inference_gateway.config.spec import parse_config
+from inference_gateway.core.scheduling.config_checks import parse_config
 from inference_gateway.emulator.fleet import EmulatedFleet
 
 FLEET = {

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from inference_gateway.config.spec import default_scheduling, parse_config
+from inference_gateway.config.spec import default_scheduling
+from inference_gateway.core.scheduling.config_checks import parse_config
 from inference_gateway.errors import ConfigError
 
 POOLS = {"pools": [{"name": "p", "selector": {"app": "vllm"}}]}

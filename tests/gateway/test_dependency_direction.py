@@ -128,3 +128,110 @@ CHARTS = Path(__file__).resolve().parents[2] / "cdk8s" / "charts"
 @pytest.mark.parametrize("path", sorted(CHARTS.rglob("*.py")), ids=lambda p: p.name)
 def test_the_charts_do_not_import_the_cdk_stacks(path: Path) -> None:
     assert _imported_top_levels(path) & {"stacks", "aws_cdk"} == set()
+
+
+#: Rooms that must not import another room, each with why (issue 36, "Arrows that point
+#: down"). A room is a subpackage of `inference_gateway`; a rule holds for every import of
+#: every module in it, lazy ones included.
+ARROWS: dict[str, tuple[set[str], str]] = {
+    "protocols": (
+        {"inference_gateway"},  # all of it but itself (see `_breaks`)
+        "a peer's wire format is shared by the router and the emulator, so it depends on "
+        "neither, or a mistake in one side's code would be the other's expectation",
+    ),
+    "config": (
+        {"inference_gateway.core", "inference_gateway.assembly"},
+        "the config is the schema the core reads; what needs the plugins is checked by "
+        "the core (`core/scheduling/config_checks.py`), so the two rooms form no loop",
+    ),
+    "emulator": (
+        {"inference_gateway.core"},
+        "the emulated vLLM speaks vLLM's formats (`protocols`), never the router's own "
+        "code: the two are tested against each other",
+    ),
+    "transport": (
+        {"inference_gateway.core"},
+        "a transport moves bytes and hands what it decoded to whoever subscribes; the "
+        "wiring to the core is the assembly's (`assembly/kv_events.py`)",
+    ),
+    "frontends": (
+        {"inference_gateway.sim"},
+        "a driver of the core does not reach into another driver's room; a rule two "
+        "drivers share lives in the core",
+    ),
+    "sim": (
+        {"inference_gateway.frontends"},
+        "the simulator runs the core's rules (the tier-2 choice is "
+        "`core/scheduling/cluster_choice.py`), not a front end's copy of them",
+    ),
+}
+
+
+#: The simulator's fleet tier runs `igw global` itself on the virtual clock (its cluster
+#: registry with heartbeats, drains and ramp-back, its config and its metrics), so that
+#: what is measured is the router that runs in production. These modules are the router,
+#: not a rule the two share; each entry must still be imported (`test_no_stale_exception`),
+#: so the list only shrinks as they move into the core.
+SIM_RUNS_THE_ROUTER = {
+    "inference_gateway.frontends.global_router.clusters",
+    "inference_gateway.frontends.global_router.config",
+    "inference_gateway.frontends.global_router.metrics",
+}
+
+
+def _breaks(room: str, path: Path) -> set[str]:
+    forbidden, _ = ARROWS[room]
+    own = f"inference_gateway.{room}"
+    allowed = SIM_RUNS_THE_ROUTER if room == "sim" else set()
+    return {
+        name
+        for name in _imported_modules(path) - allowed
+        if not (name == own or name.startswith(own + "."))
+        and any(name == f or name.startswith(f + ".") for f in forbidden)
+    }
+
+
+ARROW_MODULES = [
+    (room, path) for room in sorted(ARROWS) for path in sorted((PACKAGE / room).rglob("*.py"))
+]
+
+
+def test_every_room_with_a_rule_has_modules() -> None:
+    assert {room for room, _ in ARROW_MODULES} == set(ARROWS)
+
+
+@pytest.mark.parametrize(
+    ("room", "path"),
+    ARROW_MODULES,
+    ids=lambda v: str(v.relative_to(PACKAGE)) if isinstance(v, Path) else v,
+)
+def test_imports_point_down(room: str, path: Path) -> None:
+    assert _breaks(room, path) == set(), ARROWS[room][1]
+
+
+def test_no_stale_exception() -> None:
+    used = set().union(*(_imported_modules(p) for p in (PACKAGE / "sim").rglob("*.py")))
+    assert used >= SIM_RUNS_THE_ROUTER
+
+
+@pytest.mark.parametrize(
+    ("room", "source", "bad"),
+    [
+        ("emulator", "from inference_gateway.core.scheduling import kv_index", True),
+        ("emulator", "from inference_gateway.protocols.vllm import kv_events", False),
+        ("transport", "import inference_gateway.core.scheduling.kv_index", True),
+        ("config", "from inference_gateway.core.scheduling.registry import kind_of", True),
+        ("config", "from inference_gateway.config.checks import duplicates", False),
+        ("protocols", "def f():\n    from inference_gateway.errors import ConfigError", True),
+        ("protocols", "from inference_gateway.protocols.vllm import block_hashing", False),
+        ("sim", "from inference_gateway.frontends.global_router.server import x", True),
+        ("sim", "from inference_gateway.frontends import proxy", True),
+        ("frontends", "import inference_gateway.sim.fleet.tier", True),
+    ],
+)
+def test_the_arrow_check_sees_a_wrong_import(
+    tmp_path: Path, room: str, source: str, bad: bool
+) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text(source + "\n")
+    assert bool(_breaks(room, sample)) is bad

@@ -81,7 +81,7 @@ def _whatif(console: Console) -> None:
 
 
 def _fleet(console: Console) -> None:
-    from inference_gateway.sim.fleet_cli import print_fleet
+    from inference_gateway.sim.fleet.cli import print_fleet
 
     report = {
         "requests": {"served": 17965, "retried_and_served": 50, "lost_started": 211,

@@ -26,7 +26,7 @@ from model_files import write_model_files
 
 from inference_gateway.cli import tokenizer as cli
 from inference_gateway.cli.main import main
-from inference_gateway.core.scheduling.hf_tokenizer import HFTokenizer
+from inference_gateway.protocols.vllm.hf_tokenizer import HFTokenizer
 
 REPO, REVISION, TOKEN = "example-org/tiny-llama", "0123456789abcdef0123456789abcdef01234567", "t0k"
 

@@ -25,7 +25,7 @@ import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from inference_gateway.assembly.picker import build_picker
-from inference_gateway.config.spec import parse_config
+from inference_gateway.core.scheduling.config_checks import parse_config
 from inference_gateway.core.scheduling.types import Endpoint
 from inference_gateway.emulator.fleet import EmulatedFleet
 

@@ -20,10 +20,10 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from inference_gateway.core.scheduling.kv_events import BatchView
 from inference_gateway.core.scheduling.kv_index import KVBlockIndex
 from inference_gateway.core.scheduling.plugins.precise_prefix import PrecisePrefixScorer
 from inference_gateway.core.scheduling.types import Endpoint
+from inference_gateway.protocols.vllm.kv_events import BatchView
 from inference_gateway.transport.kv_events_zmq import KVEventSubscriber, Publisher
 
 __all__ = ["REPLAY_LABEL", "IndexFeed", "KVEventsCollector", "subscribe_pods"]

@@ -42,10 +42,11 @@ from prometheus_client import generate_latest
 from inference_gateway.assembly.core import Core, build_core
 from inference_gateway.assembly.kv_events import subscribe_pods
 from inference_gateway.background import cancel_and_wait
-from inference_gateway.config.spec import GatewayConfigSpec, load_config
+from inference_gateway.config.spec import GatewayConfigSpec
 from inference_gateway.core.endpoints.discovery import load_endpoints_file
 from inference_gateway.core.endpoints.store import Fetch
 from inference_gateway.core.request.decisions import DecisionLog
+from inference_gateway.core.scheduling.config_checks import load_config
 from inference_gateway.core.scheduling.types import Endpoint
 from inference_gateway.core.traffic.rewrites import RewriteSet
 from inference_gateway.frontends.explain_http import add_decisions_routes
@@ -87,7 +88,7 @@ LIVENESS_SERVICE = "liveness"
 READINESS_SERVICE = "readiness"
 READINESS_NAMES = ("", SERVICE_NAME, READINESS_SERVICE)
 PROCESS_PATH = f"/{SERVICE_NAME}/Process"
-# `http2`: our own HTTP/2 server (extproc_http2.py), the fast path; `grpcio`: grpc.aio.
+# `http2`: our own HTTP/2 server (transport/http2_server.py), the fast path; `grpcio`: grpc.aio.
 TRANSPORTS = ("http2", "grpcio")
 
 

@@ -12,13 +12,14 @@ from pathlib import Path
 
 from aiohttp import web
 
+from inference_gateway.assembly.config_watch import guard_reload, load_files
 from inference_gateway.assembly.core import build_core
 from inference_gateway.assembly.kv_events import subscribe_pods
 from inference_gateway.config.reloader import FileWatcher, load_off_loop
-from inference_gateway.config.spec import GatewayConfigSpec, load_config
-from inference_gateway.config.watch import guard_reload, load_files
+from inference_gateway.config.spec import GatewayConfigSpec
 from inference_gateway.core.endpoints.discovery import load_endpoints_file
 from inference_gateway.core.request.director import CLIENT_ID_HEADER
+from inference_gateway.core.scheduling.config_checks import load_config
 from inference_gateway.core.scheduling.types import Endpoint
 from inference_gateway.frontends.auth import Authenticator, auth_middleware
 from inference_gateway.frontends.explain_http import add_decisions_routes, loopback_peer

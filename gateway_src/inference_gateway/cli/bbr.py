@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _serve(args: argparse.Namespace) -> int:
-    from inference_gateway.config.spec import load_config
+    from inference_gateway.core.scheduling.config_checks import load_config
     from inference_gateway.frontends.bbr import start_bbr
     from inference_gateway.transport.signals import log_drained, stop_signals
 

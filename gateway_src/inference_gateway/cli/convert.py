@@ -51,6 +51,7 @@ def convert_file(path: Path, to: str | None) -> tuple[dict[str, Any], list[str]]
     cannot be read, is neither shape, or holds a field that cannot be accepted."""
     from inference_gateway.config.convert import convert_resource
     from inference_gateway.config.spec import read_yaml
+    from inference_gateway.core.scheduling.config_checks import plugin_problems
 
     doc = read_yaml(path)
     source = str(path)
@@ -76,7 +77,7 @@ def convert_file(path: Path, to: str | None) -> tuple[dict[str, Any], list[str]]
                 "inference.sagemaker.aws.amazon.com) nor an environment file"
             ],
         )
-    return convert_resource(doc, to, source)
+    return convert_resource(doc, to, source, checks=plugin_problems)
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -186,8 +186,9 @@ def emf_emitter(args: argparse.Namespace, registry: Any, refresh: Any) -> Any:
 
 def add_store_argument(parser: argparse.ArgumentParser) -> None:
     """`--store URL` of `igw serve` and `igw picker`: one shared store for the dispatch
-    view (store/dispatch.py) and, in `igw serve`, the rate limits (store/ratelimit.py);
-    `store.client.store_from_flag` parses it, the password comes from $IGW_STORE_PASSWORD."""
+    view (shared_store/dispatch.py) and, in `igw serve`, the rate limits
+    (shared_store/ratelimit.py); `shared_store.client.store_from_flag` parses it, the
+    password comes from $IGW_STORE_PASSWORD."""
     parser.add_argument(
         "--store",
         default=os.environ.get("IGW_STORE_URL") or None,
@@ -379,9 +380,9 @@ def observers(args: argparse.Namespace, core: Any) -> list[Any]:
 
 
 async def _serve(args: argparse.Namespace) -> int:
+    from inference_gateway.assembly.config_watch import FileConfigSource
     from inference_gateway.assembly.core import build_core
     from inference_gateway.assembly.picker import PickerServer
-    from inference_gateway.config.watch import FileConfigSource
     from inference_gateway.core.endpoints.discovery import load_endpoints_file
     from inference_gateway.kubernetes.picker import KubernetesMode
 

@@ -1,7 +1,7 @@
 """`igw tokenizer fetch MODEL --dest DIR [--revision R] [--token-file F] [--keep-running]`.
 
 The picker's precise prefix scorer needs the served model's own tokenizer files
-(`core/scheduling/hf_tokenizer.py`), and in a cluster the only copy of a Hugging Face
+(`protocols/vllm/hf_tokenizer.py`), and in a cluster the only copy of a Hugging Face
 model's files is the hub the model servers download from. This command copies just the
 tokenizer's files (`tokenizer.json` and `tokenizer_config.json`, with
 `special_tokens_map.json` and `chat_template.jinja` where the repository has them) at

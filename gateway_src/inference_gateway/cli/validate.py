@@ -1,7 +1,7 @@
 """`igw validate FILE…`: check config files without starting anything.
 
 Each file is read by the very loader the command that reads it runs (`igw serve
---config` → `config.spec.load_config`, and so on), so a file that passes here starts
+--config` → `config_checks.load_config`, and so on), so a file that passes here starts
 there, and a file that fails prints the same field paths the server would print. What a
 PR check or a pre-commit hook calls (`.pre-commit-hooks.yaml`, `make validate`):
 
@@ -98,7 +98,7 @@ def _is_api_keys(docs: list[Any]) -> bool:
 
 
 def _load_config(path: Path, _: set[str] | None) -> object:
-    from inference_gateway.config.spec import load_config
+    from inference_gateway.core.scheduling.config_checks import load_config
 
     return load_config(path)
 
@@ -146,7 +146,7 @@ def _load_scenario(path: Path, _: set[str] | None) -> object:
 
 
 def _load_fleet_scenario(path: Path, _: set[str] | None) -> object:
-    from inference_gateway.sim.global_scenario import load_fleet_scenario
+    from inference_gateway.sim.fleet.scenario import load_fleet_scenario
 
     return load_fleet_scenario(str(path))
 
@@ -159,7 +159,7 @@ def _load_global(path: Path, _: set[str] | None) -> object:
 
 def _served(config: Any) -> set[str]:
     """The names a rewrite may target (models and adapters), as the servers count them."""
-    from inference_gateway.config.watch import known_models
+    from inference_gateway.assembly.config_watch import known_models
 
     return known_models(config) or set()
 
@@ -184,7 +184,7 @@ def _load_manifests(path: Path, _: set[str] | None) -> Manifests:
     picker's Kubernetes mode) and the configs mounted from ConfigMaps (`igw picker
     --config`, `igw global --config`). A ConfigMap value that is an External Secrets
     template (`{{ … }}`) is the Secret's source, not a config, and is left out."""
-    from inference_gateway.config.spec import parse_config
+    from inference_gateway.core.scheduling.config_checks import parse_config
     from inference_gateway.frontends.global_router.config import parse_router_config
 
     out = Manifests(set(), [], [])

@@ -47,8 +47,9 @@ from inference_gateway.config.spec import (
     API_VERSION,
     SCORER_NAMES,
     LabelSelector,
+    PluginChecks,
     default_scheduling,
-    parse_config,
+    parse_spec,
     weigh_profile,
 )
 from inference_gateway.errors import ConfigError
@@ -354,8 +355,10 @@ def _native_document(doc: Mapping[str, Any]) -> dict[str, Any]:
     return copy.deepcopy(dict(doc))
 
 
-def _to_managed(doc: Mapping[str, Any], source: str) -> tuple[dict[str, Any], Notes]:
-    parse_config(doc, source)  # only a valid config is converted
+def _to_managed(
+    doc: Mapping[str, Any], source: str, checks: PluginChecks | None
+) -> tuple[dict[str, Any], Notes]:
+    parse_spec(doc, source, checks)  # only a valid config is converted
     gateway = _native_document(doc)
     name = str((doc.get("metadata") or {}).get("name") or "igw")
     spec = native_to_managed(gateway, Deployment())
@@ -370,7 +373,9 @@ def _to_managed(doc: Mapping[str, Any], source: str) -> tuple[dict[str, Any], No
     return managed_resource(spec, name, restore), not_carried(restore, where)
 
 
-def _to_native(doc: Mapping[str, Any], source: str) -> tuple[dict[str, Any], Notes]:
+def _to_native(
+    doc: Mapping[str, Any], source: str, checks: PluginChecks | None
+) -> tuple[dict[str, Any], Notes]:
     config = parse_managed(doc, source)
     parts = managed_to_native(config)
     notes = list(parts.notes)
@@ -402,7 +407,7 @@ def _to_native(doc: Mapping[str, Any], source: str) -> tuple[dict[str, Any], Not
         "spec": gateway,
     }
     try:
-        parse_config(native, source)
+        parse_spec(native, source, checks)
     except ConfigError as error:
         problems = translate_problems(error.problems, len(config.spec.schedulers))
         raise ConfigError(source, problems) from None
@@ -410,19 +415,24 @@ def _to_native(doc: Mapping[str, Any], source: str) -> tuple[dict[str, Any], Not
 
 
 def convert_resource(
-    doc: Mapping[str, Any], to: str | None = None, source: str = "<config>"
+    doc: Mapping[str, Any],
+    to: str | None = None,
+    source: str = "<config>",
+    *,
+    checks: PluginChecks | None,
 ) -> tuple[dict[str, Any], Notes]:
     """A config resource (or bare native spec) in the other shape, and the notes naming
     what the target shape does not carry. `to` is `native` or `managed`; None: the other
-    one than the document's own (told from its apiVersion)."""
+    one than the document's own (told from its apiVersion). A native config is validated
+    on the way (with `checks`, the core's that build plugins: `plugin_problems`)."""
     managed = is_managed(doc)
     to = to or ("native" if managed else "managed")
     if to == "native":
         if not managed:
-            parse_config(doc, source)
+            parse_spec(doc, source, checks)
             return copy.deepcopy(dict(doc)), []
-        return _to_native(doc, source)
+        return _to_native(doc, source, checks)
     if managed:
         parse_managed(doc, source)
         return copy.deepcopy(dict(doc)), []
-    return _to_managed(doc, source)
+    return _to_managed(doc, source, checks)

@@ -4,11 +4,13 @@ One schema serves three readers: the gateway at run time (`igw serve --config`),
 cdk8s charts that render the `InferenceGatewayConfig` custom resource, and the CRD's
 `openAPIV3Schema`, which is generated from these models by `openapi_v3_schema()`. A
 config that would route nowhere (a model on an unknown pool, a profile that names an
-unknown plugin, a scorer without a weight, two pickers in a profile) is rejected here with
-its field path, so it never reaches a cluster. Every plugin is built once here, through
-the scheduling registry, so an unknown type or a bad parameter fails at validation
-(`plugins[2].parameters.blockSize: ...`), not when a scheduler starts; what a plugin is
-(filter, scorer or picker) is the registry's record of its type, never its name.
+unknown plugin) is rejected here with its field path, so it never reaches a cluster.
+This module is the schema and imports nothing of the core: what needs the plugins (an
+unknown type, a bad parameter, a scorer without a weight, two pickers in a profile) is
+checked by the core (`core/scheduling/config_checks.py`: every plugin built once,
+through its registry), inside the same validation and with the same error paths
+(`plugins[2].parameters.blockSize: ...`), when a config is read with the core's
+`parse_config` / `load_config`; `parse_spec` / `load_spec` here check the shape alone.
 
 Field names are camelCase on the wire, as Kubernetes resources are; Python code uses the
 snake_case attribute names. The picker part keeps the upstream endpoint-picker names
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -42,22 +44,17 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from inference_gateway.config.checks import (
-    check_pd_handlers,
-    check_plugins,
-    check_profiles,
-    duplicates,
-    format_validation_error,
-)
-from inference_gateway.core.scheduling.registry import kind_of
+from inference_gateway.config.checks import duplicates, format_validation_error
 from inference_gateway.errors import ConfigError
 
 __all__ = [
     "API_GROUP",
     "API_VERSION",
     "MAX_CONFIG_BYTES",
+    "PLUGIN_CHECKS",
     "SAFE_LOADER",
     "SCORER_NAMES",
+    "SCORER_TYPES",
     "BandSpec",
     "ConfigError",
     "ExplainSpec",
@@ -77,13 +74,19 @@ __all__ = [
     "TracingSpec",
     "default_scheduling",
     "format_validation_error",
-    "load_config",
+    "load_spec",
     "openapi_v3_schema",
-    "parse_config",
+    "parse_spec",
     "read_capped",
     "read_yaml",
     "weigh_profile",
 ]
+
+#: Where `parse_spec` puts the checks that build plugins in pydantic's validation context:
+#: the plugin registry is the core's, which imports this module, so the schema cannot
+#: call it; the core hands its checks in (`core.scheduling.config_checks`).
+PLUGIN_CHECKS = "igw.plugin_checks"
+PluginChecks = Callable[["GatewayConfigSpec"], list[str]]
 
 #: LibYAML's parser when PyYAML was built with it (the wheels are): the same safe subset
 #: as `yaml.SafeLoader`, about eight times faster on a large file.
@@ -505,6 +508,7 @@ SCORER_NAMES: dict[str, str] = {
 }
 # A Literal, so an unknown name fails with its path and the CRD lists the names (built
 # from the table; a type checker sees the str it is).
+SCORER_TYPES = frozenset(SCORER_NAMES.values())
 if TYPE_CHECKING:
     ScorerName = str
 else:
@@ -522,8 +526,8 @@ def weigh_profile(
         weight = wanted.pop(ref.plugin_ref, ref.weight)
         if weight != 0:
             refs.append(PluginRef(plugin_ref=ref.plugin_ref, weight=weight))
-    # built-in profiles name plugins by their type: a ref's kind is its type's
-    at = len(refs) - 1 if refs and kind_of(refs[-1].plugin_ref) == "picker" else len(refs)
+    # a built-in profile is scorers of `SCORER_NAMES` (named by their type) and its picker
+    at = len(refs) - 1 if refs and refs[-1].plugin_ref not in SCORER_TYPES else len(refs)
     refs[at:at] = [PluginRef(plugin_ref=t, weight=w) for t, w in wanted.items() if w]
     return SchedulingProfileSpec(name=profile.name, plugins=refs)
 
@@ -622,7 +626,7 @@ class GatewayConfigSpec(Spec):
         default = info.data.get("default_profile", "")
         builtin = {p.name: p for p in _default_profiles()}.get(default)
         if builtin is not None and not any(
-            kind_of(r.plugin_ref) == "scorer" for r in weigh_profile(builtin, weights).plugins
+            r.plugin_ref in SCORER_TYPES for r in weigh_profile(builtin, weights).plugins
         ):
             raise ValueError(f"every scorer of profile {builtin.name!r} is weighted 0")
         return weights
@@ -654,14 +658,13 @@ class GatewayConfigSpec(Spec):
         return given + [p for p in builtins if p.name not in own]
 
     @model_validator(mode="after")
-    def _references_resolve(self) -> GatewayConfigSpec:
+    def _references_resolve(self, info: ValidationInfo) -> GatewayConfigSpec:
         problems: list[str] = []
         problems += duplicates("pools", [p.name for p in self.pools])
         problems += duplicates("models", [m.name for m in self.models])
         problems += duplicates("plugins", [p.instance_name for p in self.plugins])
         problems += duplicates("schedulingProfiles", [p.name for p in self.scheduling_profiles])
         pools = {p.name for p in self.pools}
-        plugins = {p.instance_name: p for p in self.plugins}
         profiles = {p.name for p in self.scheduling_profiles}
         served: dict[str, str] = {}
         for i, model in enumerate(self.models):
@@ -678,9 +681,9 @@ class GatewayConfigSpec(Spec):
                 served[adapter] = model.name
         if self.default_profile not in profiles:
             problems.append(f"defaultProfile: unknown profile {self.default_profile!r}")
-        problems += check_plugins(self.plugins)
-        problems += check_profiles(self.scheduling_profiles, plugins)
-        problems += check_pd_handlers(self.plugins, profiles)
+        checks: PluginChecks | None = (info.context or {}).get(PLUGIN_CHECKS)
+        if checks is not None:
+            problems += checks(self)
         for i, objective in enumerate(self.objectives):
             if objective.pool is not None and objective.pool not in pools:
                 problems.append(f"objectives[{i}].pool: unknown pool {objective.pool!r}")
@@ -703,11 +706,14 @@ class GatewayConfigSpec(Spec):
         raise KeyError(name)
 
 
-def parse_config(data: Mapping[str, Any], source: str = "<config>") -> GatewayConfigSpec:
+def parse_spec(
+    data: Mapping[str, Any], source: str = "<config>", checks: PluginChecks | None = None
+) -> GatewayConfigSpec:
     """Validate a mapping: either a bare spec or a whole `InferenceGatewayConfig` resource,
     this project's or the managed add-on's (`config.managed`, converted on the way in by
     `config.convert`: its routing part; its deployment settings are the cluster's, which
-    `make synth` renders from environment.yaml)."""
+    `make synth` renders from environment.yaml). Its shape only, unless `checks` are
+    given: the core's (`core.scheduling.config_checks.parse_config`) build every plugin."""
     if not isinstance(data, Mapping):
         raise ConfigError(source, ["<root>: expected a mapping"])
     from inference_gateway.config.managed import is_managed
@@ -715,12 +721,12 @@ def parse_config(data: Mapping[str, Any], source: str = "<config>") -> GatewayCo
     if is_managed(data):
         from inference_gateway.config.convert import convert_resource
 
-        data, _ = convert_resource(data, "native", source)
+        data, _ = convert_resource(data, "native", source, checks=checks)
     prefix = ""
     if data.get("kind") == "InferenceGatewayConfig":
         data, prefix = data.get("spec") or {}, "spec"
     try:
-        return GatewayConfigSpec.model_validate(data)
+        return GatewayConfigSpec.model_validate(data, context={PLUGIN_CHECKS: checks})
     except ValidationError as error:
         raise ConfigError(source, format_validation_error(error, prefix)) from None
 
@@ -758,18 +764,18 @@ def read_yaml(path: str | Path, max_bytes: int | None = None, *, documents: bool
         raise ConfigError(str(path), [f"<root>: invalid YAML: {error}"]) from None
 
 
-def load_config(path: str | Path) -> GatewayConfigSpec:
-    """Read and validate a YAML config file of at most `MAX_CONFIG_BYTES`. An empty or
-    comment-only file is an error (it would silently drop every model, rate limit and
-    objective, as a truncated write or a botched ConfigMap edit does); the document `{}`
-    asks for the defaults on purpose."""
+def load_spec(path: str | Path, checks: PluginChecks | None = None) -> GatewayConfigSpec:
+    """Read and validate (`parse_spec`) a YAML config file of at most `MAX_CONFIG_BYTES`.
+    An empty or comment-only file is an error (it would silently drop every model, rate
+    limit and objective, as a truncated write or a botched ConfigMap edit does); the
+    document `{}` asks for the defaults on purpose."""
     data = read_yaml(path, MAX_CONFIG_BYTES)
     if data is None:
         raise ConfigError(
             str(path),
             ["<root>: the file is empty or holds only comments (write `{}` for the defaults)"],
         )
-    return parse_config(data, str(path))
+    return parse_spec(data, str(path), checks)
 
 
 def openapi_v3_schema() -> dict[str, Any]:

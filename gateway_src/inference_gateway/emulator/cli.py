@@ -22,10 +22,10 @@ from typing import Any
 
 import orjson
 
-from inference_gateway.core.scheduling.block_hashing import HASH_ALGOS
 from inference_gateway.emulator.fleet import EmulatedFleet, FleetSpec, load_fleet, parse_fleet
 from inference_gateway.emulator.kv_publisher import parse_kv_events_config
 from inference_gateway.errors import ConfigError
+from inference_gateway.protocols.vllm.block_hashing import HASH_ALGOS
 from inference_gateway.transport.ports import DEFAULTS
 
 __all__ = ["build_spec", "register", "run", "run_loop"]

@@ -36,7 +36,6 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from inference_gateway.config.spec import format_validation_error, read_yaml
-from inference_gateway.core.scheduling.block_hashing import HashAlgo
 from inference_gateway.emulator.behaviors import PodBehavior
 from inference_gateway.emulator.kv_publisher import (
     KVEventsConfig,
@@ -47,6 +46,7 @@ from inference_gateway.emulator.kvtransfer import KVTransferConfig
 from inference_gateway.emulator.profiles import PodProfile, pod_profile
 from inference_gateway.emulator.server import EmulatedPod
 from inference_gateway.errors import ConfigError
+from inference_gateway.protocols.vllm.block_hashing import HashAlgo
 from inference_gateway.telemetry.tracing import Tracing
 
 __all__ = [

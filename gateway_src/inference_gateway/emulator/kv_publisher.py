@@ -36,7 +36,8 @@ import zmq
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from inference_gateway.config.spec import format_validation_error
-from inference_gateway.core.scheduling.kv_events import (
+from inference_gateway.errors import ConfigError
+from inference_gateway.protocols.vllm.kv_events import (
     END_SEQ,
     MEDIUM_GPU,
     BlockRemoved,
@@ -44,7 +45,6 @@ from inference_gateway.core.scheduling.kv_events import (
     KVEventBatch,
     encode_batch,
 )
-from inference_gateway.errors import ConfigError
 
 __all__ = [
     "KVEventsConfig",

@@ -12,14 +12,14 @@ Shapes follow vLLM's OpenAI server where a client or router can see them:
 * `GET /v1/models` lists the base model and each adapter with `parent` set to the base.
 
 Token counts and output text come from `tokens.py`; prefix-cache blocks are hashed from
-token ids as vLLM hashes them (`scheduling.block_hashing`: `hash_algo` is vLLM's
+token ids as vLLM hashes them (`protocols.vllm.block_hashing`: `hash_algo` is vLLM's
 `--prefix-caching-hash-algo`, the seed is `PYTHONHASHSEED` unless the pod is given
 `hash_seed`, an adapter's blocks carry its int id, numbered 1, 2, … in the order the
 adapters are listed as vLLM numbers `--lora-modules`, and a request's `cache_salt`
 salts its first block), and with `kv_events` the pod publishes vLLM's KV events
 (`kv_publisher`). Given `tokenizer` (vLLM's `--tokenizer`: a directory with a model's
 tokenizer files) the pod counts and hashes that tokenizer's ids of the request, as a
-real pod of that model does (`scheduling.hf_tokenizer`); without one, the emulator's
+real pod of that model does (`protocols.vllm.hf_tokenizer`); without one, the emulator's
 4-bytes-per-token rule. One deliberate simplification: `n` must be
 1. A client that disconnects aborts its request, as vLLM does (its OpenAI server aborts
 the engine request when the connection closes, streaming or not): the engine drops it at
@@ -54,15 +54,6 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from inference_gateway.core.scheduling.block_hashing import (
-    block_hashes,
-    hash_function,
-    none_hash,
-    seed_from_env,
-    to_external,
-)
-from inference_gateway.core.scheduling.hf_tokenizer import HFTokenizer
-from inference_gateway.core.scheduling.prompt_tokens import text_ids
 from inference_gateway.emulator.behaviors import Jitter, PodBehavior, ToolCall, decide_tool_call
 from inference_gateway.emulator.disagg import Disaggregation
 from inference_gateway.emulator.engine import EngineRequest
@@ -85,6 +76,15 @@ from inference_gateway.emulator.tokens import (
     prompt_seed,
     render_chat,
 )
+from inference_gateway.protocols.vllm.block_hashing import (
+    block_hashes,
+    hash_function,
+    none_hash,
+    seed_from_env,
+    to_external,
+)
+from inference_gateway.protocols.vllm.hf_tokenizer import HFTokenizer
+from inference_gateway.protocols.vllm.prompt_tokens import text_ids
 from inference_gateway.telemetry.tracing import SpanKind, Tracing
 from inference_gateway.transport.listen import binding
 

@@ -6,12 +6,12 @@ There is no real tokenizer here, so one documented deterministic rule stands in 
   `prompt_tokens = ceil(len(text.encode()) / 4)`, at least 1. English BPE tokenizers
   average about 4 characters per token, so counts land near the real ones.
 * **Prefix blocks** are 16 tokens, as vLLM's block size, hashed from token ids as vLLM
-  hashes them (`scheduling.block_hashing`); the token ids are the 4-byte chunks read
-  big-endian (`scheduling.prompt_tokens.text_ids`), so a picker that tokenizes with the
+  hashes them (`protocols.vllm.block_hashing`); the token ids are the 4-byte chunks read
+  big-endian (`protocols.vllm.prompt_tokens.text_ids`), so a picker that tokenizes with the
   same rule (`EmulatorTokenizer`) predicts this pod's cache exactly; an adapter's name
   is in every block's key, so it never shares cache blocks with its base model.
 * **Chat template**: each message becomes `<|role|>\\n{content}\\n`, then `<|assistant|>\\n`
-  is appended (a generation prompt), in `scheduling.prompt_tokens.render_chat` (the
+  is appended (a generation prompt), in `protocols.vllm.prompt_tokens.render_chat` (the
   picker renders with the same function). Messages are rendered in order, so requests
   that share a system prompt share a token prefix and hit the prefix cache.
 * **Output** is filler: each output token is one space and a three-letter word from a
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import xxhash
 
-from inference_gateway.core.scheduling.prompt_tokens import render_chat
+from inference_gateway.protocols.vllm.prompt_tokens import render_chat
 
 __all__ = [
     "BLOCK_BYTES",

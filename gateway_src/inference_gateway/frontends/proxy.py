@@ -39,8 +39,8 @@ tracing off the caller's own `traceparent` / `tracestate` pass through to the po
 client listed in `tracing.explain.headerClients` that sends `x-igw-explain: true` gets
 the decision back in `x-igw-explanation` (frontends/explain_http.py).
 
-Outbound requests go through `Upstream` (upstream.py), a lean keep-alive HTTP/1.1 client:
-the gateway's own cost per request is what the overhead benchmark
+Outbound requests go through `Upstream` (transport/http1_client.py), a lean keep-alive
+HTTP/1.1 client: the gateway's own cost per request is what the overhead benchmark
 (bench/gateway_overhead.py) holds to <= 1 ms at p50. For the same reason a response is
 written to the client before the bookkeeping that follows it (TTFT and duration
 histograms, usage counting, the scheduler's feedback), which the client does not wait for.

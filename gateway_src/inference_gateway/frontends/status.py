@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -29,12 +29,12 @@ from aiohttp import web
 from inference_gateway.backend_bench.cost import cost_per_million_tokens
 from inference_gateway.core.endpoints.store import EndpointStore
 from inference_gateway.core.request.director import Director
-from inference_gateway.core.scheduling.types import PodMetrics
+from inference_gateway.core.scheduling.cluster_choice import mean_kv_usage
 from inference_gateway.core.traffic.flow_control import BANDS
 from inference_gateway.telemetry.emf import Snapshot, snapshot
 from inference_gateway.telemetry.metrics import GatewayMetrics
 
-__all__ = ["STATUS_PATH", "StatusTracker", "add_status_route", "mean_kv_usage"]
+__all__ = ["STATUS_PATH", "StatusTracker", "add_status_route"]
 
 STATUS_PATH = "/status"
 _TOKEN_SUMS = ("inference_objective_input_tokens_sum", "inference_objective_output_tokens_sum")
@@ -43,14 +43,6 @@ _POOL_GAUGES = (
     "inference_pool_average_kv_cache_utilization",
     "inference_extension_flow_control_queue_size",
 )
-
-
-def mean_kv_usage(ready: Sequence[PodMetrics]) -> float:
-    """The mean KV-cache use of the ready pods; 0.0 with none, as the pool's own gauge
-    (`inference_pool_average_kv_cache_utilization`) says, so the cluster-wide figure and
-    the per-pool ones never disagree (`readyPods` 0 already says nothing can be served).
-    The fleet simulator's status uses it too."""
-    return sum(m.kv_usage for m in ready) / len(ready) if ready else 0.0
 
 
 class StatusTracker:

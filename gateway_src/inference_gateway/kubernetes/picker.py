@@ -23,11 +23,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from inference_gateway.assembly.config_watch import FileConfigSource, KubernetesConfigSource
 from inference_gateway.assembly.core import Core, build_core
 from inference_gateway.assembly.picker import Lifecycle, PickerServer
 from inference_gateway.background import cancel_and_wait
-from inference_gateway.config.spec import GatewayConfigSpec, load_config
-from inference_gateway.config.watch import FileConfigSource, KubernetesConfigSource
+from inference_gateway.config.spec import GatewayConfigSpec
+from inference_gateway.core.scheduling.config_checks import load_config
 from inference_gateway.core.traffic.rewrites import RewriteSet
 from inference_gateway.errors import ConfigError
 from inference_gateway.kubernetes.config_status import ConfigStatusWriter

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from inference_gateway.core.request.latency import time_per_output_token
 from inference_gateway.emulator.engine import Engine, EngineRequest
 from inference_gateway.emulator.profiles import PodProfile
-from inference_gateway.sim.fleet import pool_profile
+from inference_gateway.sim.pods import pool_profile
 from inference_gateway.sim.scenario import PoolSpec, Workload
 from inference_gateway.sim.workload import SimRequest, prefix_block_ids, sample_requests
 

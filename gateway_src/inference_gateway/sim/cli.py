@@ -74,7 +74,7 @@ def print_list() -> None:
     the descriptions wrap at word boundaries to the terminal (80 columns in logs)."""
     from rich.console import Console
 
-    from inference_gateway.sim.global_scenario import shipped_fleet_scenarios
+    from inference_gateway.sim.fleet.scenario import shipped_fleet_scenarios
     from inference_gateway.terminal import Column, print_table
 
     rows = []
@@ -90,7 +90,7 @@ def print_list() -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from inference_gateway.sim.global_scenario import is_fleet_scenario
+    from inference_gateway.sim.fleet.scenario import is_fleet_scenario
 
     if args.list:
         print_list()
@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
         print("igw simulate: --duration must be above 0", file=sys.stderr)
         return 2
     if is_fleet_scenario(args.scenario):  # clusters behind the global router
-        from inference_gateway.sim.fleet_cli import run_fleet
+        from inference_gateway.sim.fleet.cli import run_fleet
 
         return run_fleet(args)
     from inference_gateway.sim.runner import simulate

@@ -16,11 +16,12 @@ from typing import Any
 
 import yaml
 
-from inference_gateway.config.spec import GatewayConfigSpec, parse_config
+from inference_gateway.config.spec import GatewayConfigSpec
+from inference_gateway.core.scheduling.config_checks import parse_config
 from inference_gateway.errors import ConfigError
 from inference_gateway.sim.capacity import fleet_capacity
 from inference_gateway.sim.driver import run_policy
-from inference_gateway.sim.fleet import SimPod
+from inference_gateway.sim.pods import SimPod
 from inference_gateway.sim.policies import POLICIES
 from inference_gateway.sim.scenario import Scenario
 

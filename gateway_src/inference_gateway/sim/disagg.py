@@ -31,7 +31,7 @@ from typing import Any
 from inference_gateway.emulator.engine import EngineRequest
 from inference_gateway.emulator.kvtransfer import link_gbytes_per_s, transfer_seconds
 from inference_gateway.emulator.profiles import BLOCK_SIZE
-from inference_gateway.sim.fleet import SimPod
+from inference_gateway.sim.pods import SimPod
 from inference_gateway.sim.workload import SimRequest, shared_blocks
 
 __all__ = ["PrefillLeg", "Split", "Transfers", "pd_claim", "prompt_blocks"]

@@ -16,9 +16,9 @@ from typing import Any
 
 from inference_gateway.emulator.engine import EngineRequest
 from inference_gateway.sim.disagg import PrefillLeg, Split, Transfers
-from inference_gateway.sim.fleet import SimPod, build_fleet, scrape
 from inference_gateway.sim.kv_feed import FleetKVFeed, SimClock
 from inference_gateway.sim.metrics import Observer
+from inference_gateway.sim.pods import SimPod, build_fleet, scrape
 from inference_gateway.sim.policies import DEFERRED, Policy, make_policy
 from inference_gateway.sim.scenario import Scenario
 from inference_gateway.sim.workload import Sessions, SimRequest, generate, shared_blocks
@@ -31,7 +31,7 @@ DRAIN_FACTOR = 4.0  # stop waiting for stragglers after this many scenario durat
 
 class EventHeap:
     """The simulator's one event queue, for a single cluster (`run_policy`) and the fleet
-    tier (`fleet_tier.FleetTier`) alike: `(time, kind, sequence, payload)`, popped in
+    tier (`fleet.tier.FleetTier`) alike: `(time, kind, sequence, payload)`, popped in
     time order, then by kind (the caller's order at equal times), then in insertion
     order (`itertools.count`), so a run replays identically."""
 

@@ -39,7 +39,7 @@ from inference_gateway.core.traffic.flow_control import BANDS, FlowController
 from inference_gateway.core.traffic.objectives import band_of_priority
 from inference_gateway.core.traffic.routing import Route
 from inference_gateway.sim.disagg import Split
-from inference_gateway.sim.fleet import SimPod
+from inference_gateway.sim.pods import SimPod
 from inference_gateway.sim.policies import DEFERRED
 from inference_gateway.sim.workload import SimRequest, shared_blocks
 
@@ -125,7 +125,7 @@ class GatewayPolicy:
         self.core = build_core(
             [p.endpoint for p in pods],
             simulated_config(config),
-            scrape=False,  # the driver scrapes the pods (`fleet.scrape`)
+            scrape=False,  # the driver scrapes the pods (`pods.scrape`)
             seed=seed,
             timed=False,
             clock=self.clock,

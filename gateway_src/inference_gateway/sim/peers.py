@@ -26,7 +26,7 @@ import math
 import random
 from collections import deque
 
-from inference_gateway.sim.fleet import SimPod
+from inference_gateway.sim.pods import SimPod
 from inference_gateway.sim.workload import (
     BLOCK_TOKENS,
     SimRequest,

@@ -16,7 +16,6 @@ import random
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from inference_gateway.config.pd import pd_names, pd_plugins, pd_profiles, role_filters
 from inference_gateway.config.spec import (
     GatewayConfigSpec,
     PluginRef,
@@ -25,9 +24,15 @@ from inference_gateway.config.spec import (
 )
 from inference_gateway.core.scheduling import LLMRequest, Scheduler
 from inference_gateway.core.scheduling.kv_index import KVBlockIndex
+from inference_gateway.core.scheduling.pd_config import (
+    pd_names,
+    pd_plugins,
+    pd_profiles,
+    role_filters,
+)
 from inference_gateway.errors import ConfigError, NoEndpointError
 from inference_gateway.sim.disagg import Split
-from inference_gateway.sim.fleet import SimPod
+from inference_gateway.sim.pods import SimPod
 from inference_gateway.sim.workload import SimRequest, shared_blocks
 
 __all__ = ["DEFERRED", "POLICIES", "Policy", "make_policy"]
@@ -183,7 +188,7 @@ def approximate_gateway_config() -> GatewayConfigSpec:
 
 def pd_gateway_config(non_cached_tokens: int) -> GatewayConfigSpec:
     """The shipped config plus one P/D pool's plugins and profiles, exactly as the
-    charts render them (`config.pd`), its decode profile the default; the decider's
+    charts render them (`core.scheduling.pd_config`), its decode profile the default; the decider's
     `nonCachedTokens` the scenario's."""
     names = pd_names()
     aggregated = GatewayConfigSpec().default_profile

@@ -6,7 +6,7 @@ results, its own count of what it sent since the last scrape, its own in-flight
 bookkeeping, prefix index and TTFT model.
 
 `POLICY@N` runs the replicas as shipped: they share their dispatch view through the
-store (`scheduling.shared_view`, `store.dispatch`): every `PUBLISH_INTERVAL_S` each
+store (`scheduling.shared_view`, `shared_store.dispatch`): every `PUBLISH_INTERVAL_S` each
 replica, in one store round trip, publishes its own pending requests and prefill tokens
 per pod and the ages of its oldest admission waiters, and reads the others'. Modelled
 honestly: replica i's loop ticks at its own phase; the exchange of a tick at time t
@@ -46,7 +46,7 @@ from inference_gateway.core.scheduling.shared_view import (
 from inference_gateway.core.traffic.flow_control import BANDS, FlowController
 from inference_gateway.errors import ConfigError
 from inference_gateway.sim.disagg import Split
-from inference_gateway.sim.fleet import SimPod
+from inference_gateway.sim.pods import SimPod
 from inference_gateway.sim.policies import DEFERRED, Policy
 from inference_gateway.sim.workload import SimRequest
 

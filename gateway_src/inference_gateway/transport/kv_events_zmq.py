@@ -49,7 +49,7 @@ import msgspec
 import zmq
 import zmq.asyncio
 
-from inference_gateway.core.scheduling.kv_events import BatchView, decode_view
+from inference_gateway.protocols.vllm.kv_events import BatchView, decode_view
 
 __all__ = ["KVEventConsumer", "KVEventSubscriber", "Publisher"]
 

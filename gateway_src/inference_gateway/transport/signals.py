@@ -5,7 +5,7 @@ supervisors' "restart") all mean one thing: stop taking new work, let what is in
 finish within a grace period, cut what is left, exit 0. SIGHUP's default action kills
 the process at once, streams and all, with nothing logged: a server that means to drain
 must catch it like the other two. No server reloads on SIGHUP: configuration files are
-watched and swapped live (config/watch.py).
+watched and swapped live (assembly/config_watch.py).
 
 Each server states its own "in flight" (`igw serve`: live requests; `igw picker`:
 ext_proc streams; `igw global`: requests being relayed) and its own way to stop taking

@@ -19,9 +19,10 @@ import pytest
 import yaml
 from aiohttp import web
 
+from inference_gateway.assembly.config_watch import FileConfigSource
 from inference_gateway.assembly.serve import WATCHER, build_gateway
-from inference_gateway.config.spec import GatewayConfigSpec, load_config
-from inference_gateway.config.watch import FileConfigSource
+from inference_gateway.config.spec import GatewayConfigSpec
+from inference_gateway.core.scheduling.config_checks import load_config
 from inference_gateway.core.scheduling.types import Endpoint
 from inference_gateway.core.traffic.rewrites import RewriteSet
 from inference_gateway.errors import ConfigError

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from inference_gateway.config.spec import LabelSelector, parse_config
+from inference_gateway.config.spec import LabelSelector
+from inference_gateway.core.scheduling.config_checks import parse_config
 from inference_gateway.errors import ConfigError
 
 FULL = {

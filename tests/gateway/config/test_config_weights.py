@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from inference_gateway.config.spec import SCORER_NAMES, default_scheduling, parse_config
+from inference_gateway.config.spec import SCORER_NAMES, default_scheduling
 from inference_gateway.core.scheduling import Scheduler
+from inference_gateway.core.scheduling.config_checks import parse_config
 from inference_gateway.core.scheduling.types import Endpoint, LLMRequest, PodMetrics
 from inference_gateway.errors import ConfigError
 

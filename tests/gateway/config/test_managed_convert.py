@@ -21,7 +21,7 @@ from inference_gateway.config.convert import (
     managed_to_native,
 )
 from inference_gateway.config.managed import parse_managed
-from inference_gateway.config.spec import parse_config
+from inference_gateway.core.scheduling.config_checks import parse_config, plugin_problems
 from inference_gateway.errors import ConfigError
 
 
@@ -86,7 +86,7 @@ def test_the_same_weights_on_every_scheduler_are_the_weights_shortcut() -> None:
     doc = copy.deepcopy(GOOD)
     for s in doc["spec"]["schedulers"]:
         s["weights"] = {"prefix": 0, "queue": 3, "kvCache": 2}
-    native, _ = convert_resource(doc)
+    native, _ = convert_resource(doc, checks=plugin_problems)
     assert native["spec"]["weights"] == {"prefix": 0, "queue": 3, "kvCache": 2}
     assert "schedulingProfiles" not in native["spec"]
     latency = scorer_weights(parse_config(native), "latency")
@@ -133,7 +133,7 @@ RICH: dict[str, Any] = {
 
 
 def test_native_to_managed_to_native_is_the_identity_and_names_what_it_cannot_carry() -> None:
-    managed, notes = convert_resource(RICH, "managed", "rich.yaml")
+    managed, notes = convert_resource(RICH, "managed", "rich.yaml", checks=plugin_problems)
     parse_managed(managed)  # a valid managed resource
     schedulers = managed["spec"]["schedulers"]
     assert [(s["name"], s["modelName"]) for s in schedulers] == [
@@ -159,12 +159,12 @@ def test_native_to_managed_to_native_is_the_identity_and_names_what_it_cannot_ca
         "gateway.rateLimits",
         "gateway.scrape",
     } <= named, notes
-    back, _ = convert_resource(managed, "native", "managed.yaml")
+    back, _ = convert_resource(managed, "native", "managed.yaml", checks=plugin_problems)
     assert back == RICH
 
 
 def test_a_patch_that_cannot_apply_is_refused_with_its_path() -> None:
-    managed, _ = convert_resource(RICH, "managed")
+    managed, _ = convert_resource(RICH, "managed", checks=plugin_problems)
     annotations = managed["metadata"]["annotations"]
     for text, problem in [
         ("{not json", "not JSON"),
@@ -174,7 +174,7 @@ def test_a_patch_that_cannot_apply_is_refused_with_its_path() -> None:
     ]:
         annotations[NATIVE_ANNOTATION] = text
         with pytest.raises(ConfigError) as caught:
-            convert_resource(managed, "native", "m.yaml")
+            convert_resource(managed, "native", "m.yaml", checks=plugin_problems)
         (line,) = caught.value.problems
         assert line.startswith(f"metadata.annotations[{NATIVE_ANNOTATION}]") and problem in line
 
@@ -227,6 +227,6 @@ def test_igw_convert_prints_yaml_names_what_it_drops_and_exits_2_on_a_bad_field(
 
 
 def test_the_annotation_is_json_a_reviewer_can_read() -> None:
-    managed, notes = convert_resource(RICH, "managed")
+    managed, notes = convert_resource(RICH, "managed", checks=plugin_problems)
     ops = json.loads(managed["metadata"]["annotations"][NATIVE_ANNOTATION])
     assert len(ops) == len(notes) and all(op["op"] in ("add", "remove", "replace") for op in ops)

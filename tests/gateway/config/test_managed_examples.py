@@ -18,7 +18,12 @@ import pytest
 
 from inference_gateway.cli.validate import validate_files
 from inference_gateway.config.convert import convert_resource
-from inference_gateway.config.spec import load_config, parse_config, read_yaml
+from inference_gateway.config.spec import read_yaml
+from inference_gateway.core.scheduling.config_checks import (
+    load_config,
+    parse_config,
+    plugin_problems,
+)
 from inference_gateway.sim.configs import run_config, shorten
 from inference_gateway.sim.scenario import load_scenario
 
@@ -49,11 +54,11 @@ def test_every_transcribed_example_is_covered_and_names_its_source() -> None:
 @pytest.mark.parametrize("name", sorted(NATIVE))
 def test_an_example_converts_both_ways_and_validates(name: str, capsys: Any) -> None:
     managed = read_yaml(EXAMPLES / name)
-    native, _ = convert_resource(managed, None, name)
+    native, _ = convert_resource(managed, None, name, checks=plugin_problems)
     assert native["apiVersion"] == "inference.igw.dev/v1alpha1"
     assert parse_config(native) == parse_config(managed) == load_config(EXAMPLES / name)
-    again, _ = convert_resource(native, "managed", name)
-    back, _ = convert_resource(again, "native", name)
+    again, _ = convert_resource(native, "managed", name, checks=plugin_problems)
+    back, _ = convert_resource(again, "native", name, checks=plugin_problems)
     assert back == native
     assert validate_files([EXAMPLES / name]) == 0
     assert "ok (config" in capsys.readouterr().out

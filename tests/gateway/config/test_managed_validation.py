@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from inference_gateway.config.managed import parse_managed
-from inference_gateway.config.spec import parse_config
+from inference_gateway.core.scheduling.config_checks import parse_config
 from inference_gateway.errors import ConfigError
 
 SCHEDULER: dict[str, Any] = {

@@ -1,7 +1,7 @@
 """vLLM's `--tokenizer` and `--prefix-caching-hash-algo` on the emulator: a pod counts
 and hashes the model's own token ids, with vLLM's block hash of choice, its adapters'
-int ids and a request's cache salt (`scheduling.block_hashing`, checked against vLLM
-v0.11.0's definitions in tests/gateway/core/scheduling/test_vllm_block_hashes.py)."""
+int ids and a request's cache salt (`protocols.vllm.block_hashing`, checked against vLLM
+v0.11.0's definitions in tests/gateway/protocols/vllm/test_vllm_block_hashes.py)."""
 
 from __future__ import annotations
 
@@ -11,15 +11,15 @@ import aiohttp
 import pytest
 from model_files import write_model_files
 
-from inference_gateway.core.scheduling.block_hashing import (
+from inference_gateway.emulator.cli import build_spec, register
+from inference_gateway.emulator.fleet import EmulatedFleet
+from inference_gateway.protocols.vllm.block_hashing import (
     block_hashes,
     hash_function,
     none_hash,
     to_external,
 )
-from inference_gateway.core.scheduling.hf_tokenizer import HFTokenizer
-from inference_gateway.emulator.cli import build_spec, register
-from inference_gateway.emulator.fleet import EmulatedFleet
+from inference_gateway.protocols.vllm.hf_tokenizer import HFTokenizer
 
 
 def parse(*argv: str) -> object:

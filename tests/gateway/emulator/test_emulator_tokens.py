@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from inference_gateway.core.scheduling.block_hashing import block_hashes, none_hash
-from inference_gateway.core.scheduling.prompt_tokens import EmulatorTokenizer, text_ids
 from inference_gateway.emulator import tokens
+from inference_gateway.protocols.vllm.block_hashing import block_hashes, none_hash
+from inference_gateway.protocols.vllm.prompt_tokens import EmulatorTokenizer, text_ids
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ from typing import Any
 from fake_apiserver import FakeApiServer
 from test_config_watch import CONFIGS, SPEC, Applied, gateway_config, until
 
-from inference_gateway.config.watch import KubernetesConfigSource
+from inference_gateway.assembly.config_watch import KubernetesConfigSource
 from inference_gateway.core.scheduling.types import Endpoint
 from inference_gateway.kubernetes.config_status import (
     ConfigStatusWriter,

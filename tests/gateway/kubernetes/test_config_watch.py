@@ -14,8 +14,8 @@ from typing import Any
 import yaml
 from fake_apiserver import FakeApiServer
 
+from inference_gateway.assembly.config_watch import FileConfigSource, KubernetesConfigSource
 from inference_gateway.config.spec import GatewayConfigSpec
-from inference_gateway.config.watch import FileConfigSource, KubernetesConfigSource
 from inference_gateway.core.traffic.rewrites import RewriteSet
 
 CONFIGS = "/apis/inference.igw.dev/v1alpha1/namespaces/igw/inferencegatewayconfigs"

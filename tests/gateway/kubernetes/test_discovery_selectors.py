@@ -19,8 +19,9 @@ import orjson
 import pytest
 from fake_apiserver import FakeApiServer, SelectorError, parse_selector, pod
 
-from inference_gateway.config.spec import LabelSelector, parse_config
+from inference_gateway.config.spec import LabelSelector
 from inference_gateway.core.endpoints.store import EndpointStore
+from inference_gateway.core.scheduling.config_checks import parse_config
 from inference_gateway.core.scheduling.types import Endpoint
 from inference_gateway.kubernetes.discovery import (
     PodDiscovery,

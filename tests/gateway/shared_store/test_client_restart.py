@@ -1,4 +1,4 @@
-"""The store client across a real `redis-server` restart (store/client.py `connect`).
+"""The store client across a real `redis-server` restart (shared_store/client.py `connect`).
 
 Issue 23, item 8: after a store restart every pooled socket is dead; the first
 concurrent burst of store calls used to fail on them ("Connection closed by server")

@@ -1,4 +1,4 @@
-"""Active-active replicas through a real `redis-server` on loopback (store/dispatch.py).
+"""Active-active replicas through a real `redis-server` on loopback (shared_store/dispatch.py).
 
 Two in-process directors, each with its own endpoint objects for the same pods, share
 their dispatch view through one redis-server (the `redis_server` fixture: free port,

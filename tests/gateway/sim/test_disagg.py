@@ -23,7 +23,7 @@ from inference_gateway.emulator.kvtransfer import link_gbytes_per_s, transfer_se
 from inference_gateway.emulator.profiles import BLOCK_SIZE
 from inference_gateway.errors import ConfigError
 from inference_gateway.sim.disagg import PrefillLeg, Split, Transfers, pd_claim
-from inference_gateway.sim.fleet import build_fleet
+from inference_gateway.sim.pods import build_fleet
 from inference_gateway.sim.runner import simulate
 from inference_gateway.sim.scenario import Disaggregation, Scenario, load_scenario
 from inference_gateway.sim.workload import SimRequest

@@ -13,14 +13,14 @@ import yaml
 
 from inference_gateway.cli.main import main
 from inference_gateway.frontends.global_router.clusters import ClusterRegistry
-from inference_gateway.sim.fleet_runner import simulate_fleet
-from inference_gateway.sim.fleet_tier import FleetTier
-from inference_gateway.sim.global_scenario import (
+from inference_gateway.sim.fleet.runner import simulate_fleet
+from inference_gateway.sim.fleet.scenario import (
     FleetScenario,
     load_fleet_scenario,
     parse_fleet_scenario,
     shipped_fleet_scenarios,
 )
+from inference_gateway.sim.fleet.tier import FleetTier
 
 RTT_S = 0.062
 TWO_REGIONS: dict[str, Any] = {

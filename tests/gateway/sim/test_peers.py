@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from inference_gateway.errors import ConfigError
-from inference_gateway.sim.fleet import SimPod, build_fleet
 from inference_gateway.sim.peers import DynamoKV, ProductionStackPrefixAware, SGLangCacheAware
+from inference_gateway.sim.pods import SimPod, build_fleet
 from inference_gateway.sim.policies import POLICIES, make_policy
 from inference_gateway.sim.replicas import Replicated, Sharing, parse_replicas
 from inference_gateway.sim.runner import simulate

@@ -12,7 +12,7 @@ import pytest
 from inference_gateway.emulator.engine import Engine
 from inference_gateway.emulator.profiles import pod_profile
 from inference_gateway.sim.capacity import closed_loop
-from inference_gateway.sim.fleet import pool_profile
+from inference_gateway.sim.pods import pool_profile
 from inference_gateway.sim.scenario import Workload, load_scenario, shipped_scenarios
 from inference_gateway.sim.workload import sample_requests
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from inference_gateway.sim.fleet import SimPod, build_fleet, scrape
+from inference_gateway.sim.pods import SimPod, build_fleet, scrape
 from inference_gateway.sim.policies import make_policy
 from inference_gateway.sim.replicas import Replicated, Sharing
 from inference_gateway.sim.runner import simulate

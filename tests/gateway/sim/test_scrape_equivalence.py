@@ -8,7 +8,7 @@ from __future__ import annotations
 from inference_gateway.core.endpoints.adapters import parse_metrics
 from inference_gateway.emulator.engine import Engine, EngineRequest
 from inference_gateway.emulator.metrics_text import PodMetrics as PodMetricsText
-from inference_gateway.sim.fleet import build_fleet, scrape
+from inference_gateway.sim.pods import build_fleet, scrape
 from inference_gateway.sim.scenario import PoolSpec
 
 

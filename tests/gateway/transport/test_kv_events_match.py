@@ -27,17 +27,17 @@ from prometheus_client import CollectorRegistry
 
 from inference_gateway.assembly.kv_events import IndexFeed, KVEventsCollector
 from inference_gateway.core.scheduling import Endpoint, LLMRequest, PodMetrics
-from inference_gateway.core.scheduling.hf_tokenizer import HFTokenizer
-from inference_gateway.core.scheduling.kv_events import (
+from inference_gateway.core.scheduling.kv_index import MISMATCH_RUN
+from inference_gateway.emulator.kv_publisher import parse_kv_events_config
+from inference_gateway.emulator.profiles import pod_profile
+from inference_gateway.emulator.server import EmulatedPod
+from inference_gateway.protocols.vllm.hf_tokenizer import HFTokenizer
+from inference_gateway.protocols.vllm.kv_events import (
     AllBlocksCleared,
     BatchView,
     BlockRemoved,
     BlockStored,
 )
-from inference_gateway.core.scheduling.kv_index import MISMATCH_RUN
-from inference_gateway.emulator.kv_publisher import parse_kv_events_config
-from inference_gateway.emulator.profiles import pod_profile
-from inference_gateway.emulator.server import EmulatedPod
 from inference_gateway.transport.kv_events_zmq import KVEventSubscriber
 
 TEXT = "Answer as the support assistant of a large bank, politely and briefly. " * 8

@@ -28,7 +28,7 @@ from typing import Any
 import msgspec
 import zmq
 
-from inference_gateway.core.scheduling.kv_events import (
+from inference_gateway.protocols.vllm.kv_events import (
     BlockStored,
     KVEventBatch,
     encode_batch,

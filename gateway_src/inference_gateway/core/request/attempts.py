@@ -1,5 +1,5 @@
 """Where a global-router request may go next: one attempt plan for `igw global` and the
-fleet simulator (`sim/fleet_tier.py`), so both follow the same rules.
+fleet simulator (`sim/fleet/tier.py`), so both follow the same rules.
 
 A request is ranked over the clusters once; the plan says, after each attempt, whether
 the next routable cluster of that ranking may be tried, what the cluster's score learns

@@ -1,7 +1,7 @@
 """One request's token budget: what its rate limits reserved, counted as tokens pass.
 
 The director charges a request's prompt and reserves its output bound (the local
-limiter, traffic/ratelimit.py, or the store's, store/ratelimit.py); this object follows
+limiter, traffic/ratelimit.py, or the store's, shared_store/ratelimit.py); this object follows
 the answer. The relay (core/request/relay.py) calls `admit` with each streamed chunk
 BEFORE relaying it (`count`, then `grow` when needed):
 when the tokens counted outgrow the reservation, `grow` asks the limiter for `step` more

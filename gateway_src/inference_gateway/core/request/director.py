@@ -4,7 +4,7 @@ Both data planes need the same steps before a byte goes to a model server — pa
 body (→ 400), apply a canary rewrite, route the model to a pool (→ 404), pick the
 priority band, charge the rate limits (→ 429), pass admission (→ 429 / 503), rank the
 pool's ready pods (→ 503) — and only differ in how they answer. The ext_proc server
-(`extproc.py`) drives them through `Director.decide`; failures come back as one
+(`frontends/extproc/picker.py`) drives them through `Director.decide`; failures come back as one
 exception type, `Rejection`, that carries the HTTP status, the OpenAI error fields and
 the headers (`Retry-After`, rate-limit state), so each data plane renders it in its own
 wire format without a second copy of the rules.

@@ -66,7 +66,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
-from inference_gateway.core.scheduling.kv_events import (
+from inference_gateway.protocols.vllm.kv_events import (
     AllBlocksCleared,
     BatchView,
     BlockRemoved,

@@ -13,7 +13,7 @@ Only absolute counts travel, never increments: a lost or repeated publish change
 nothing, and a replica that stops publishing simply drops out when its entry expires.
 Pods are keyed by `ip:port`, the identity every replica discovers the same way.
 
-The transport lives elsewhere: `store.dispatch` (a Redis-protocol store, in a
+The transport lives elsewhere: `shared_store.dispatch` (a Redis-protocol store, in a
 background loop) and `sim.replicas` (the same exchange on the simulator's clock, with
 the same interval and a store round trip). Nothing here does I/O.
 """

@@ -26,8 +26,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from inference_gateway.core.scheduling.hf_tokenizer import HFTokenizer
-from inference_gateway.core.scheduling.prompt_tokens import EmulatorTokenizer, PromptTokenizer
+from inference_gateway.protocols.vllm.hf_tokenizer import HFTokenizer
+from inference_gateway.protocols.vllm.prompt_tokens import EmulatorTokenizer, PromptTokenizer
 
 __all__ = ["EMULATOR", "NONE", "TokenizerSource"]
 

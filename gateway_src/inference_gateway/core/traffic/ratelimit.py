@@ -1,6 +1,6 @@
 """Local rate limits: requests and tokens per window (a minute unless a rule sets
 `windowS`) per client and model, for one gateway replica (the store's limiter,
-store/ratelimit.py, keeps the same rules exact across replicas, with the same windows).
+shared_store/ratelimit.py, keeps the same rules exact across replicas, with the same windows).
 
 The rule that must hold: no client receives more tokens (or requests) in ANY
 window-long interval than its limit. Three parts make it hold:

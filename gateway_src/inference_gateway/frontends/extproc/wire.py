@@ -1,7 +1,7 @@
 """The ext_proc messages of the endpoint-picker protocol, built and read in one place.
 
 Envoy's `envoy.service.ext_proc.v3` types (generated code from the pinned `xds-protos`)
-are verbose to fill; the handlers in `extproc.py` and `bbr.py` only call these helpers,
+are verbose to fill; the handlers in `picker.py` and `frontends/bbr.py` only call these helpers,
 so every message shape the picker sends is written once and pinned by the tests.
 
 Protocol facts kept here (Gateway API Inference Extension, endpoint picker protocol):

@@ -26,7 +26,8 @@ events (they must not page anyone); `igw_global_cluster_planned_drain` shows the
 Passive errors: every attempt's outcome moves the cluster's error EWMA (weight 0.1; a
 broken or stalled stream is a failure, however its status line began). The EWMA decays
 towards 0 with a half-life of `ERROR_HALF_LIFE_S` while nothing new is seen, so a
-cluster that is ranked behind for its errors (choice.py) is tried again in time.
+cluster that is ranked behind for its errors (`core/scheduling/cluster_choice.py`) is
+tried again in time.
 
 A status is hostile input like any other: it is validated (`ClusterStatus`: types,
 ranges, finite numbers, at most 256 KiB), and a garbage answer drains the cluster

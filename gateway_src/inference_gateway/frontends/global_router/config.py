@@ -31,7 +31,7 @@ and its routing weights, which then are the `latency` profile's:
          endpoint: "https://us-east-1.inference.example.com"}
 
 Each weight is 0 to 1, all four or none, summing to 1 within 0.001 (the API's rules); they
-weigh this router's signals of the same meaning (`choice.py`: free KV cache, queued
+weigh this router's signals of the same meaning (`cluster_choice.py`: free KV cache, queued
 requests, the caller's region, recent errors) and cost weighs 0. A member becomes a
 cluster: its region from its cluster's ARN, its name the member's name (qualified by the
 cluster's id when two members share one); `endpoint` is this router's own addition,
@@ -48,7 +48,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import (
     BaseModel,
@@ -61,6 +61,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from inference_gateway.config.spec import TracingSpec, format_validation_error, read_yaml
+from inference_gateway.core.scheduling.cluster_choice import ProfileName
 from inference_gateway.errors import ConfigError
 from inference_gateway.shared_store.client import StoreSpec
 from inference_gateway.shared_store.ratelimit import GlobalRateLimitSpec
@@ -73,14 +74,11 @@ __all__ = [
     "JwtSpec",
     "ManagedRouting",
     "ManagedRoutingWeights",
-    "ProfileName",
     "WeightsSpec",
     "cross_field_problems",
     "load_router_config",
     "parse_router_config",
 ]
-
-ProfileName = Literal["latency", "cost"]
 
 
 class _Spec(BaseModel):

@@ -1,7 +1,7 @@
 """Tier 2's decision explained: for each cluster ranked, its score, the signal behind
 each weight, and why it sits where it does (the span `igw.route` and `igw explain`).
 
-Each signal is the one `choice.score` weighs, computed by `score` itself with that
+Each signal is the one `cluster_choice.score` weighs, computed by `score` itself with that
 signal's weight alone set to 1, so this module restates no formula.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from inference_gateway.frontends.global_router.choice import (
+from inference_gateway.core.scheduling.cluster_choice import (
     ERROR_RATE_BEHIND,
     Choice,
     RequestTraits,
@@ -29,7 +29,7 @@ _UNIT = {name: WeightsSpec(**{s: 1.0 if s == name else 0.0 for s in SIGNALS}) fo
 def explain_choice(
     spec: GlobalRouterSpec,
     routable: list[ClusterState],
-    choice: Choice,
+    choice: Choice[ClusterState],
     traits: RequestTraits,
     now: float,
 ) -> dict[str, Any]:
@@ -62,7 +62,7 @@ def explain_choice(
 
 
 def _placement(state: ClusterState, now: float, ramp_s: float) -> str:
-    """Why a cluster is where it is beyond its score (choice.py "Order of choice")."""
+    """Why a cluster is where it is beyond its score (cluster_choice.py "Order of choice")."""
     status = state.status
     if status is None or status.readyPods == 0:
         return "behind: no ready pod"

@@ -16,7 +16,7 @@ Prometheus names (stable; dashboards and alarms read them):
     igw_global_cluster_ramp_fraction{cluster}           0..1 share cap while ramping back
     igw_global_cluster_saturation{cluster}              from its /status
     igw_global_cluster_cost_per_million_tokens{cluster}
-    igw_store_up{component}, igw_store_fallback_total{component}   (store/client.py)
+    igw_store_up{component}, igw_store_fallback_total{component}   (shared_store/client.py)
 
 The EMF side writes, every interval, `telemetry.emf.fleet_record` with the deltas of the
 three counters the CDK fleet alarms read (`FLEET_METRICS`: RoutingDecisions,

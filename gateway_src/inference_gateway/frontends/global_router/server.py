@@ -1,7 +1,7 @@
 """`igw global`: one OpenAI-compatible endpoint over several cluster gateways.
 
 Per request: read the body (limit → 413), parse it (→ 400), charge the global rate limit
-(→ 429 with `Retry-After` and `x-ratelimit-*`), rank the clusters (choice.py) and send
+(→ 429 with `Retry-After` and `x-ratelimit-*`), rank the clusters (cluster_choice.py) and send
 it to the first. Which cluster comes next after an attempt that ends before a byte
 reached the client is the `AttemptPlan`'s call (core/request/attempts.py, shared with
 the fleet simulator): a refused connection drains the cluster and moves on, a drain
@@ -69,10 +69,15 @@ from inference_gateway.core.request.relay import (
 )
 from inference_gateway.core.request.sse import UsageEventFilter, ask_for_usage
 from inference_gateway.core.request.usage import UsageScanner, total_tokens
+from inference_gateway.core.scheduling.cluster_choice import (
+    Choice,
+    ProfileName,
+    RequestTraits,
+    rank_clusters,
+)
 from inference_gateway.frontends.explain_http import add_decisions_routes
-from inference_gateway.frontends.global_router.choice import Choice, RequestTraits, rank_clusters
 from inference_gateway.frontends.global_router.clusters import ClusterRegistry, ClusterState
-from inference_gateway.frontends.global_router.config import GlobalRouterSpec, ProfileName
+from inference_gateway.frontends.global_router.config import GlobalRouterSpec
 from inference_gateway.frontends.global_router.drains import PlannedDrains
 from inference_gateway.frontends.global_router.explain import explain_choice
 from inference_gateway.frontends.global_router.metrics import FleetEmfEmitter, GlobalMetrics
@@ -244,7 +249,7 @@ class GlobalRouter:
         sheddable = objective is not None and objective in self.spec.sheddable_objectives
         return RequestTraits(region, profile, sheddable, budget_s(headers.get(BUDGET_HEADER)))
 
-    def _ranked(self, traits: RequestTraits) -> Choice:
+    def _ranked(self, traits: RequestTraits) -> Choice[ClusterState]:
         return rank_clusters(
             self.spec, self.registry.routable(), traits, time.monotonic(), self._rng.random
         )
@@ -421,7 +426,7 @@ class GlobalRouter:
         budget: TokenBudget | None,
         trace: RequestTrace,
         traits: RequestTraits,
-        choice: Choice,
+        choice: Choice[ClusterState],
         tried_clusters: list[str],
         model: str,
         *,

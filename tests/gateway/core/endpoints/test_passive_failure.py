@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import asyncio
 
-from inference_gateway.config.spec import parse_config
 from inference_gateway.core.endpoints.discovery import DEFAULT_POOL, assign_pools, label_pools
 from inference_gateway.core.endpoints.store import EndpointStore
+from inference_gateway.core.scheduling.config_checks import parse_config
 from inference_gateway.core.scheduling.types import Endpoint
 
 PAGE = "vllm:num_requests_waiting 0\nvllm:num_requests_running 0\nvllm:kv_cache_usage_perc 0\n"

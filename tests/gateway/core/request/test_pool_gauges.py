@@ -15,10 +15,10 @@ from __future__ import annotations
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from inference_gateway.config.spec import parse_config
 from inference_gateway.core.request.contracts import RoutingState
 from inference_gateway.core.request.director import Director
 from inference_gateway.core.scheduling import Endpoint, PodMetrics, Scheduler
+from inference_gateway.core.scheduling.config_checks import parse_config
 
 MODEL = "llama-3.1-8b"
 POOL_GAUGES = (

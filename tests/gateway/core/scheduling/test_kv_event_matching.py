@@ -13,14 +13,18 @@ import pytest
 from model_files import picker_scheduler, write_model_files
 
 from inference_gateway.core.scheduling import Endpoint, LLMRequest, PodMetrics, Scheduler
-from inference_gateway.core.scheduling.block_hashing import (
+from inference_gateway.core.scheduling.kv_index import CHECK_GRACE_S, MISMATCH_RUN
+from inference_gateway.core.scheduling.plugins.precise_prefix import PrecisePrefixScorer
+from inference_gateway.core.scheduling.registry import build_plugin, validation_context
+from inference_gateway.core.scheduling.tokenizer_files import TokenizerSource
+from inference_gateway.protocols.vllm.block_hashing import (
     block_hashes,
     hash_function,
     none_hash,
     to_external,
 )
-from inference_gateway.core.scheduling.hf_tokenizer import HFTokenizer
-from inference_gateway.core.scheduling.kv_events import (
+from inference_gateway.protocols.vllm.hf_tokenizer import HFTokenizer
+from inference_gateway.protocols.vllm.kv_events import (
     BlockStored,
     BlockStoredView,
     KVEventBatch,
@@ -30,11 +34,7 @@ from inference_gateway.core.scheduling.kv_events import (
     event_views,
     leading_ints,
 )
-from inference_gateway.core.scheduling.kv_index import CHECK_GRACE_S, MISMATCH_RUN
-from inference_gateway.core.scheduling.plugins.precise_prefix import PrecisePrefixScorer
-from inference_gateway.core.scheduling.prompt_tokens import EmulatorTokenizer
-from inference_gateway.core.scheduling.registry import build_plugin, validation_context
-from inference_gateway.core.scheduling.tokenizer_files import TokenizerSource
+from inference_gateway.protocols.vllm.prompt_tokens import EmulatorTokenizer
 
 TEXT = "Answer as the support assistant of a large bank, politely. " * 12
 

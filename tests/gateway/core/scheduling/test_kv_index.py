@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from inference_gateway.core.scheduling.kv_events import (
+from inference_gateway.core.scheduling.kv_index import (
+    SLICE_BLOCKS,
+    UNKNOWN_CAPACITY,
+    KVBlockIndex,
+)
+from inference_gateway.protocols.vllm.kv_events import (
     AllBlocksCleared,
     BatchView,
     BlockRemoved,
@@ -13,11 +18,6 @@ from inference_gateway.core.scheduling.kv_events import (
     decode_batch,
     decode_view,
     encode_batch,
-)
-from inference_gateway.core.scheduling.kv_index import (
-    SLICE_BLOCKS,
-    UNKNOWN_CAPACITY,
-    KVBlockIndex,
 )
 
 

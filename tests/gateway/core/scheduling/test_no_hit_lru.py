@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from inference_gateway.config.spec import parse_config
 from inference_gateway.core.scheduling import Endpoint, LLMRequest, PodMetrics, Scheduler
+from inference_gateway.core.scheduling.config_checks import parse_config
 from inference_gateway.core.scheduling.plugins.no_hit_lru import NoHitLRUScorer
 from inference_gateway.core.scheduling.plugins.prefix import PrefixIndex
 

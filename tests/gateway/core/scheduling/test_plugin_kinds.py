@@ -14,13 +14,15 @@ from typing import Any
 
 import pytest
 
-from inference_gateway.config.spec import parse_config
+from inference_gateway.config.spec import SCORER_TYPES, default_scheduling, parse_spec
 from inference_gateway.core.scheduling import Endpoint, LLMRequest, PodMetrics, Scheduler
+from inference_gateway.core.scheduling.config_checks import parse_config
 from inference_gateway.core.scheduling.plugins.base import Params
 from inference_gateway.core.scheduling.plugins.prefix import PrefixCacheScorer
 from inference_gateway.core.scheduling.registry import (
     PLUGIN_TYPES,
     build_plugin,
+    kind_of,
     register_filter,
     register_picker,
     register_scorer,
@@ -227,3 +229,23 @@ def test_the_context_reaches_the_factory() -> None:
         two.pick(request, ties, [1.0] * 8)[0].name
         for _ in range(5)  # type: ignore[union-attr]
     ]
+
+
+def test_the_schema_alone_builds_no_plugin_and_the_core_builds_every_one() -> None:
+    """`config/` is the schema (it cannot import the registry): `parse_spec` takes a bad
+    parameter, the core's `parse_config` refuses it with the same error path."""
+    bad = {"plugins": [{"type": "lora-affinity-scorer", "parameters": {"bogus": 1}}]}
+    assert parse_spec(bad).plugins[0].parameters == {"bogus": 1}
+    with pytest.raises(ConfigError, match=r"plugins\[0\]\.parameters\.bogus: Extra inputs"):
+        parse_config(bad)
+
+
+def test_the_schemas_scorer_names_are_the_registrys_scorers() -> None:
+    """`weights:` tells a scorer from the picker by `SCORER_TYPES` (the schema cannot ask
+    the registry): each is a registered scorer, and each built-in profile is those
+    scorers and one picker, last."""
+    assert {kind_of(t) for t in SCORER_TYPES} == {"scorer"}
+    for profile in default_scheduling()[1]:
+        *scorers, picker = (ref.plugin_ref for ref in profile.plugins)
+        assert set(scorers) <= SCORER_TYPES
+        assert kind_of(picker) == "picker"

@@ -9,11 +9,11 @@ import pytest
 
 from inference_gateway.config.spec import GatewayConfigSpec
 from inference_gateway.core.scheduling import Endpoint, LLMRequest, PodMetrics, Scheduler
-from inference_gateway.core.scheduling.block_hashing import block_hashes, none_hash, to_external
-from inference_gateway.core.scheduling.hf_tokenizer import HFTokenizer
 from inference_gateway.core.scheduling.plugins.precise_prefix import PrecisePrefixScorer
-from inference_gateway.core.scheduling.prompt_tokens import EmulatorTokenizer, render_chat, text_ids
 from inference_gateway.core.scheduling.registry import build_plugin, validation_context
+from inference_gateway.protocols.vllm.block_hashing import block_hashes, none_hash, to_external
+from inference_gateway.protocols.vllm.hf_tokenizer import HFTokenizer
+from inference_gateway.protocols.vllm.prompt_tokens import EmulatorTokenizer, render_chat, text_ids
 
 
 def pods(n: int) -> list[Endpoint]:

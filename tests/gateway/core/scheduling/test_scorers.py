@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from inference_gateway.config.spec import GatewayConfigSpec, parse_config
+from inference_gateway.config.spec import GatewayConfigSpec
 from inference_gateway.core.scheduling import Endpoint, LLMRequest, PodMetrics, Scheduler
+from inference_gateway.core.scheduling.config_checks import parse_config
 from inference_gateway.core.scheduling.plugins.kv_cache import KVCacheScorer
 from inference_gateway.core.scheduling.plugins.lora import LoraAffinityScorer
 from inference_gateway.core.scheduling.plugins.prefix import PrefixCacheScorer, PrefixIndex

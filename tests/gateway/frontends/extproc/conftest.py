@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from inference_gateway.assembly.picker import TRANSPORTS, PickerServer, build_picker
-from inference_gateway.config.spec import GatewayConfigSpec, parse_config
+from inference_gateway.config.spec import GatewayConfigSpec
+from inference_gateway.core.scheduling.config_checks import parse_config
 from inference_gateway.core.scheduling.types import Endpoint
 from inference_gateway.core.traffic.rewrites import RewriteSet
 from inference_gateway.emulator.fleet import EmulatedFleet

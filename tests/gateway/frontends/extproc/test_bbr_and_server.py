@@ -19,7 +19,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from fake_envoy import FakeEnvoy, PickerFactory
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from inference_gateway.config.spec import parse_config
+from inference_gateway.core.scheduling.config_checks import parse_config
 from inference_gateway.core.scheduling.types import Endpoint
 from inference_gateway.emulator.fleet import EmulatedFleet
 from inference_gateway.frontends.bbr import start_bbr

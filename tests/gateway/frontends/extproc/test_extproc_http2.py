@@ -1,4 +1,4 @@
-"""The picker's own HTTP/2 gRPC server (`extproc_http2`), below and above the frames.
+"""The picker's own HTTP/2 gRPC server (`transport/http2_server.py`), below and above the frames.
 
 Real gRPC clients (grpcio's C core, as Envoy's role is played elsewhere in these tests)
 check it speaks gRPC; a hand-written HTTP/2 client checks the framing cases a gRPC

@@ -18,10 +18,10 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from fake_envoy import FakeEnvoy, request_headers_message
 
 from inference_gateway.assembly.picker import build_picker
-from inference_gateway.config.spec import parse_config
 from inference_gateway.core.request.director import Director
 from inference_gateway.core.request.subset_hint import hinted_hostports
 from inference_gateway.core.request.usage import UsageScanner
+from inference_gateway.core.scheduling.config_checks import parse_config
 from inference_gateway.core.scheduling.types import Endpoint
 from inference_gateway.core.traffic.rewrites import RewriteSet, parse_rewrites
 from inference_gateway.frontends.bbr import start_bbr

@@ -91,7 +91,7 @@ EXPORTS = {
         "read_inference_pool",
         "selector_query",
     ],
-    "inference_gateway.config.watch": [
+    "inference_gateway.assembly.config_watch": [
         "Apply",
         "FileConfigSource",
         "KubernetesConfigSource",
@@ -114,7 +114,8 @@ def test_public_api(module: str) -> None:
 def test_discovery_and_live_config_import_no_data_plane() -> None:
     """The core never imports a data plane or gRPC (DESIGN §2)."""
     code = (
-        "import sys, inference_gateway.kubernetes.discovery, inference_gateway.config.watch; "
+        "import sys, inference_gateway.kubernetes.discovery; "
+        "import inference_gateway.assembly.config_watch; "
         "bad = [m for m in sys.modules "
         "if m == 'grpc' or m.startswith(('inference_gateway.frontends', "
         "'inference_gateway.transport'))]; "

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
+from inference_gateway.core.scheduling.cluster_choice import RequestTraits, rank_clusters
 from inference_gateway.errors import ConfigError
 from inference_gateway.frontends.global_router import parse_router_config
-from inference_gateway.frontends.global_router.choice import RequestTraits, rank_clusters
 from inference_gateway.frontends.global_router.clusters import ClusterState, ClusterStatus
 from inference_gateway.frontends.global_router.config import load_router_config
 

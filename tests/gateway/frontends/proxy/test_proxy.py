@@ -249,7 +249,7 @@ async def test_a_refused_pod_is_not_picked_again_until_a_fresh_scrape() -> None:
     """Passive failure detection (the endpoint store's one rule, shared with the picker):
     the first refused connection takes the pod out of rotation at once, not when its
     scrape goes stale (60 s here), so only one request pays a retry."""
-    from inference_gateway.config.spec import parse_config
+    from inference_gateway.core.scheduling.config_checks import parse_config
 
     spec = parse_config({"scrape": {"intervalMs": 50, "stalenessMs": 60_000, "timeoutMs": 100}})
     async with pod(ok, waiting=3) as (good, _), aiohttp.ClientSession() as client:
@@ -281,7 +281,7 @@ async def test_serve_holds_a_request_for_an_empty_pool_until_a_pod_is_ready() ->
     it), and the pod that starts a second later answers it."""
     import socket
 
-    from inference_gateway.config.spec import parse_config
+    from inference_gateway.core.scheduling.config_checks import parse_config
     from inference_gateway.emulator.profiles import pod_profile
     from inference_gateway.emulator.server import EmulatedPod
 

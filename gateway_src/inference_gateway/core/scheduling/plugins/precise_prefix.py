@@ -56,18 +56,18 @@ from typing import Any
 
 from pydantic import Field
 
-from inference_gateway.core.scheduling.block_hashing import (
+from inference_gateway.core.scheduling.kv_index import MAX_BLOCK_SIZE, KVBlockIndex
+from inference_gateway.core.scheduling.plugins.base import Params
+from inference_gateway.core.scheduling.plugins.prefix import PrefixIndex
+from inference_gateway.core.scheduling.tokenizer_files import EMULATOR, TokenizerSource
+from inference_gateway.core.scheduling.types import Endpoint, LLMRequest, PluginContext
+from inference_gateway.protocols.vllm.block_hashing import (
     HashAlgo,
     block_hashes,
     hash_function,
     none_hash,
     to_external,
 )
-from inference_gateway.core.scheduling.kv_index import MAX_BLOCK_SIZE, KVBlockIndex
-from inference_gateway.core.scheduling.plugins.base import Params
-from inference_gateway.core.scheduling.plugins.prefix import PrefixIndex
-from inference_gateway.core.scheduling.tokenizer_files import EMULATOR, TokenizerSource
-from inference_gateway.core.scheduling.types import Endpoint, LLMRequest, PluginContext
 
 TYPE = "precise-prefix-cache-scorer"
 

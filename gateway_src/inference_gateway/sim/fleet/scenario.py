@@ -50,12 +50,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from inference_gateway.config.spec import format_validation_error
+from inference_gateway.core.scheduling.cluster_choice import ProfileName
 from inference_gateway.errors import ConfigError
-from inference_gateway.frontends.global_router.config import (
-    ClusterSpec,
-    GlobalRouterSpec,
-    ProfileName,
-)
+from inference_gateway.frontends.global_router.config import ClusterSpec, GlobalRouterSpec
 from inference_gateway.sim.policies import make_policy
 from inference_gateway.sim.scenario import PoolSpec, TraceArrival, Workload
 
@@ -256,7 +253,7 @@ def router_spec(
 def cluster_hourly_usd(cluster: ClusterSimSpec) -> float:
     if cluster.hourly_usd is not None:
         return cluster.hourly_usd
-    from inference_gateway.sim.fleet import pool_profile
+    from inference_gateway.sim.pods import pool_profile
 
     return sum(pool_profile(p).hourly_usd * p.replicas for p in cluster.fleet)
 
@@ -298,7 +295,7 @@ def parse_fleet_scenario(data: Any, source: str) -> FleetScenario:
 
 
 def _shipped_dir() -> Any:
-    return resources.files(__package__).joinpath("scenarios").joinpath(FLEET_DIR)
+    return resources.files("inference_gateway.sim").joinpath("scenarios").joinpath(FLEET_DIR)
 
 
 def shipped_fleet_scenarios() -> dict[str, str]:

@@ -6,10 +6,10 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from inference_gateway.frontends.global_router import clusters as clusters_module
+import inference_gateway.frontends.global_router.clusters as clusters_module
 from inference_gateway.sim.capacity import PROBE_REQUESTS, fleet_capacity
-from inference_gateway.sim.fleet_tier import FleetTier
-from inference_gateway.sim.global_scenario import FleetScenario, cluster_hourly_usd
+from inference_gateway.sim.fleet.scenario import FleetScenario, cluster_hourly_usd
+from inference_gateway.sim.fleet.tier import FleetTier
 from inference_gateway.sim.workload import sample_requests
 
 __all__ = ["simulate_fleet"]

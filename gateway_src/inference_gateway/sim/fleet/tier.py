@@ -49,22 +49,25 @@ from typing import Any
 
 from inference_gateway.config.spec import GatewayConfigSpec
 from inference_gateway.core.request.attempts import AttemptPlan, Failure
+from inference_gateway.core.scheduling.cluster_choice import (
+    RequestTraits,
+    mean_kv_usage,
+    rank_clusters,
+)
 from inference_gateway.core.traffic.flow_control import BANDS, FlowController
 from inference_gateway.emulator.engine import EngineRequest
-from inference_gateway.frontends.global_router.choice import RequestTraits, rank_clusters
 from inference_gateway.frontends.global_router.clusters import ClusterRegistry, ClusterStatus
 from inference_gateway.frontends.global_router.config import GlobalRouterSpec
 from inference_gateway.frontends.global_router.metrics import GlobalMetrics
-from inference_gateway.frontends.status import mean_kv_usage
 from inference_gateway.sim.driver import EventHeap
-from inference_gateway.sim.fleet import SimPod, build_fleet, scrape
-from inference_gateway.sim.fleet_report import FleetRecorder
-from inference_gateway.sim.global_scenario import (
+from inference_gateway.sim.fleet.report import FleetRecorder
+from inference_gateway.sim.fleet.scenario import (
     SHEDDABLE_OBJECTIVE,
     ClusterSimSpec,
     FleetScenario,
     router_spec,
 )
+from inference_gateway.sim.pods import SimPod, build_fleet, scrape
 from inference_gateway.sim.policies import DEFERRED, make_policy
 from inference_gateway.sim.workload import SimRequest, generate, prefix_block_ids
 

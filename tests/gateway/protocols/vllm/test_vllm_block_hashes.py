@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from inference_gateway.core.scheduling import block_hashing
+from inference_gateway.protocols.vllm import block_hashing
 
 
 # ---- the reference, from vLLM v0.11.0 ---------------------------------------------------

@@ -1,4 +1,10 @@
-"""Which cluster a request goes to: filters, then a weighted score, then the ramp.
+"""Tier 2: which cluster a request goes to: filters, then a weighted score, then the ramp.
+
+The rule beside the tier-1 scheduler (which pod of a cluster), so both of its drivers
+run this one: `igw global` (`frontends/global_router/server.py`) and the simulator's
+fleet tier (`sim/fleet/tier.py`). It reads a cluster through `Candidate` and the router's
+config through `Rules`, which the global router's `ClusterState` and `GlobalRouterSpec`
+are, so the core knows neither the router's polling nor its config file.
 
 Signals, each in [0, 1] (1 = best), weighted by the profile (`WeightsSpec`):
 
@@ -35,26 +41,106 @@ streaming.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Generic, Literal, Protocol, TypeVar
 
-from inference_gateway.frontends.global_router.clusters import ClusterState
-from inference_gateway.frontends.global_router.config import (
-    GlobalRouterSpec,
-    ProfileName,
-    WeightsSpec,
-)
+from inference_gateway.core.scheduling.types import PodMetrics
 
 __all__ = [
     "ERROR_RATE_BEHIND",
+    "Candidate",
     "Choice",
+    "ProfileName",
     "RequestTraits",
+    "Rules",
     "cost_basis",
+    "mean_kv_usage",
     "rank_clusters",
     "score",
 ]
 
 ERROR_RATE_BEHIND = 0.5  # a cluster failing this share of attempts goes behind the rest
+
+ProfileName = Literal["latency", "cost"]
+
+
+class Weights(Protocol):
+    """One profile's signal weights (`WeightsSpec`)."""
+
+    @property
+    def kv_headroom(self) -> float: ...
+    @property
+    def queue(self) -> float: ...
+    @property
+    def proximity(self) -> float: ...
+    @property
+    def errors(self) -> float: ...
+    @property
+    def cost(self) -> float: ...
+
+
+class Rules(Protocol):
+    """What the choice reads of the router's config (`GlobalRouterSpec`)."""
+
+    @property
+    def ramp_s(self) -> float: ...
+    @property
+    def latency_budget_ms(self) -> float: ...
+    @property
+    def saturation_max(self) -> float: ...
+    def weights(self, profile: ProfileName) -> Weights: ...
+
+
+class Placement(Protocol):
+    """A cluster's configured place and price (`ClusterSpec`)."""
+
+    @property
+    def region(self) -> str: ...
+    @property
+    def priority(self) -> int: ...
+    @property
+    def hourly_cost_usd(self) -> float: ...
+
+
+class Load(Protocol):
+    """A cluster's last reported status (`ClusterStatus`)."""
+
+    @property
+    def readyPods(self) -> int: ...
+    @property
+    def saturation(self) -> float: ...
+    @property
+    def queued(self) -> float: ...
+
+
+class Candidate(Protocol):
+    """A routable cluster as the router knows it (`ClusterState`)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def spec(self) -> Placement: ...
+    @property
+    def status(self) -> Load | None: ...
+    @property
+    def error_rate(self) -> float: ...
+    @property
+    def ttft_ewma_s(self) -> float | None: ...
+    def ramp_fraction(self, now: float, ramp_s: float) -> float: ...
+    def cost_per_million(self) -> float | None: ...
+
+
+C = TypeVar("C", bound=Candidate)
+
+
+def mean_kv_usage(ready: Sequence[PodMetrics]) -> float:
+    """What a cluster reports as its `kvUsage`: the mean KV-cache use of its ready pods;
+    0.0 with none, as the pool's own gauge (`inference_pool_average_kv_cache_utilization`)
+    says, so the cluster-wide figure and the per-pool ones never disagree (`readyPods` 0
+    already says nothing can be served). A cluster gateway's status
+    (`frontends/status.py`) and the fleet simulator's both report it."""
+    return sum(m.kv_usage for m in ready) / len(ready) if ready else 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,12 +152,12 @@ class RequestTraits:
 
 
 @dataclass(frozen=True, slots=True)
-class Choice:
-    ranked: list[ClusterState]
+class Choice(Generic[C]):
+    ranked: list[C]
     profile: ProfileName
 
 
-def _cost_key(state: ClusterState, at_capacity: bool) -> float:
+def _cost_key(state: Candidate, at_capacity: bool) -> float:
     if at_capacity:
         cost = state.cost_per_million()
         return cost if cost is not None else float("inf")
@@ -79,9 +165,9 @@ def _cost_key(state: ClusterState, at_capacity: bool) -> float:
 
 
 def score(
-    state: ClusterState,
+    state: Candidate,
     traits: RequestTraits,
-    weights: WeightsSpec,
+    weights: Weights,
     cheapest: float,
     at_capacity: bool,
 ) -> float:
@@ -102,7 +188,7 @@ def score(
     return total
 
 
-def cost_basis(routable: list[ClusterState]) -> tuple[float, bool]:
+def cost_basis(routable: list[C]) -> tuple[float, bool]:
     """The cheapest candidate's cost and whether every one has a capacity set (then costs
     are per million tokens at capacity, else hourly): what `score` compares against."""
     at_capacity = all(s.cost_per_million() is not None for s in routable)
@@ -111,18 +197,18 @@ def cost_basis(routable: list[ClusterState]) -> tuple[float, bool]:
 
 
 def rank_clusters(
-    spec: GlobalRouterSpec,
-    routable: list[ClusterState],
+    spec: Rules,
+    routable: list[C],
     traits: RequestTraits,
     now: float,
     rng: Callable[[], float] = random.random,
-) -> Choice:
+) -> Choice[C]:
     profile: ProfileName = "cost" if traits.sheddable else traits.profile
     weights = spec.weights(profile)
     cheapest, at_capacity = cost_basis(routable)
     budget_s = traits.latency_budget_s or spec.latency_budget_ms / 1000
 
-    def tier(state: ClusterState) -> int:
+    def tier(state: Candidate) -> int:
         status = state.status
         if status is None or status.readyPods == 0:
             return 3

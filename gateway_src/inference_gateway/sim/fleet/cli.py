@@ -8,13 +8,13 @@ from typing import Any
 
 import orjson
 
-from inference_gateway.sim.global_scenario import load_fleet_scenario
+from inference_gateway.sim.fleet.scenario import load_fleet_scenario
 
 __all__ = ["run_fleet"]
 
 
 def run_fleet(args: argparse.Namespace) -> int:
-    from inference_gateway.sim.fleet_runner import simulate_fleet
+    from inference_gateway.sim.fleet.runner import simulate_fleet
 
     scenario = load_fleet_scenario(args.scenario)
     profiles = [p.strip() for p in args.policies.split(",")] if args.policies else None

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from inference_gateway.core.request.latency import time_per_output_token
-from inference_gateway.sim.global_scenario import FleetEvent, FleetScenario
+from inference_gateway.sim.fleet.scenario import FleetEvent, FleetScenario
 
 __all__ = ["FleetRecorder"]
 

@@ -18,7 +18,7 @@ Every reload attempt is counted, applied or rejected, in `igw_config_reloads_tot
 reload goes through `guard_reload`, so that no failure, however unexpected (bytes that
 are not UTF-8 in a rewrites file, a bug in a builder), can end the watcher: it is
 turned into a `ConfigError` the watcher logs, and the next edit is read as usual.
-An empty or comment-only config file is rejected (`config.load_config`); `{}` asks for
+An empty or comment-only config file is rejected (`config_checks.load_config`); `{}` asks for
 the defaults on purpose.
 """
 
@@ -33,13 +33,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from inference_gateway.background import cancel_and_wait
-from inference_gateway.config.spec import (
-    API_GROUP,
-    API_VERSION,
-    GatewayConfigSpec,
-    load_config,
-    parse_config,
-)
+from inference_gateway.config.spec import API_GROUP, API_VERSION, GatewayConfigSpec
+from inference_gateway.core.scheduling.config_checks import load_config, parse_config
 from inference_gateway.core.traffic.rewrites import RewriteSet, load_rewrites, parse_rewrites
 from inference_gateway.core.traffic.routing import ModelRouter
 from inference_gateway.errors import ConfigError

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from model_files import BOS, write_model_files
 
-from inference_gateway.core.scheduling.hf_tokenizer import _ENV, HFTokenizer, content_format
+from inference_gateway.protocols.vllm.hf_tokenizer import _ENV, HFTokenizer, content_format
 
 SYSTEM = "You are a helpful assistant."
 HEAD = "<|start_header_id|>{}<|end_header_id|>\n\n"
