@@ -103,6 +103,12 @@ class EndpointStore:
         endpoint.stale = True
         self.connection_failures += 1
 
+    def max_view_age_s(self) -> float:
+        """The oldest view of a routable pod: time since its last good scrape began (0
+        with none routable; a stale pod is not routed to, so its view is used by none)."""
+        now = self.clock()
+        return max((now - e.scraped_at for e in self.endpoints if not e.stale), default=0.0)
+
     def pools(self) -> dict[str, list[Endpoint]]:
         out: dict[str, list[Endpoint]] = {}
         for e in self.endpoints:
