@@ -52,6 +52,10 @@ OVERHEAD_TIMEOUT_S["gateway_overhead"] = 240  # open loop, picker, closed loop (
 # demo's fleet and trace through Envoy + picker and Envoy round robin (bench/envoy_path.py)
 OVERHEAD_SCRIPTS += ["envoy_path"]
 OVERHEAD_TIMEOUT_S["envoy_path"] = 420
+# one picker over a synthetic fleet of 32-1,024 pods and 1-100 pools: cores, RSS, view age,
+# decision latency (bench/scale.py: six points of seconds each)
+OVERHEAD_SCRIPTS += ["scale"]
+OVERHEAD_TIMEOUT_S["scale"] = 300
 DEFAULT_OVERHEAD_TIMEOUT_S = 120
 
 
