@@ -151,3 +151,22 @@ async def test_the_oldest_routable_view_is_exported() -> None:
     now[0] = 103.0
     await store.scrape_once()  # pod-1 is stale now: not routable, not counted
     assert store.endpoints[1].stale and age("igw_scrape_view_age_max_seconds") == 0.0
+
+
+async def test_the_config_sets_the_scrape_cpu_budget_and_a_reload_changes_it() -> None:
+    """`scrape.cpuBudgetCores` (default a quarter of a core) is the store's budget, at
+    build and at every reload."""
+    from inference_gateway.assembly.core import build_core
+    from inference_gateway.config.spec import GatewayConfigSpec
+    from inference_gateway.core.traffic.rewrites import RewriteSet
+
+    async def fetch(endpoint: Endpoint, path: str) -> str:
+        return PAGE
+
+    core = build_core(pods(1), GatewayConfigSpec(), fetch=fetch)
+    assert core.store.max_cpu_fraction == 0.25
+    wider = GatewayConfigSpec.model_validate({"scrape": {"cpuBudgetCores": 1.0}})
+    core.apply_config(wider, RewriteSet.empty())
+    assert core.store.max_cpu_fraction == 1.0
+    with pytest.raises(ValueError):
+        GatewayConfigSpec.model_validate({"scrape": {"cpuBudgetCores": 0}})
