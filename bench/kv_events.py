@@ -188,14 +188,19 @@ def prompts(rnd: random.Random, n: int) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
-def picking(picks: int, rnd: random.Random) -> dict[str, Any]:
+def picking(picks: int, rnd: random.Random, old: type[Any] | None) -> dict[str, Any]:
+    """Per pick: the precise scorer over the shipped index, over the old one (when at
+    hand: `precise_old`), and the approximate scorer."""
     bodies = prompts(rnd, picks)
     figures: dict[str, Any] = {}
-    for name, config in (
-        ("precise", GatewayConfigSpec()),
-        ("approximate", approximate_gateway_config()),
-    ):
-        scheduler = Scheduler(config, seed=1)
+    runs: list[tuple[str, GatewayConfigSpec, type[Any]]] = [
+        ("precise", GatewayConfigSpec(), KVBlockIndex),
+        ("approximate", approximate_gateway_config(), KVBlockIndex),
+    ]
+    if old is not None:
+        runs.insert(1, ("precise_old", GatewayConfigSpec(), old))
+    for name, config, make in runs:
+        scheduler = Scheduler(config, seed=1, kv_index=make())
         pods = endpoints()
         tokenizer, root = EmulatorTokenizer(), none_hash("0")
         for i, body in enumerate(bodies[:200]):  # warm both indexes with the same history
@@ -233,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {
         "ingest": {name: ingest_cpu(random.Random(7), make) for name, make in made.items()},
         "memory": {name: index_memory(make) for name, make in made.items()},
-        "picking": picking(args.picks, rnd),
+        "picking": picking(args.picks, rnd, made.get("old")),
     }
     new = result["memory"]["new"]
     result["memory"]["goal_bytes_per_pair"] = 64
@@ -260,6 +265,8 @@ def main(argv: list[str] | None = None) -> int:
                 "with as many lost blocks (under eviction)"
             )
         p = result["picking"]
+        if "precise_old_us_per_pick" in p:
+            print(f"picking: precise over the old index {p['precise_old_us_per_pick']:.0f} µs")
         print(f"picking: precise {p['precise_us_per_pick']:.0f} µs, approximate "
               f"{p['approximate_us_per_pick']:.0f} µs per pick "
               f"(x{p['precise_over_approximate']:.2f})")  # fmt: skip

@@ -22,7 +22,7 @@ from __future__ import annotations
 import random
 from array import array
 from bisect import bisect_left
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 __all__ = ["LOST", "MASK64", "BlockPairs"]
 
@@ -151,6 +151,35 @@ class BlockPairs:
         while i < n and keys[i] == h:
             out.append(ids[i])
             i += 1
+        return out
+
+    def leading(self, hashes: Sequence[int]) -> dict[int, int]:
+        """Per holder (the lost blocks' aside), how many of `hashes` it holds in a row
+        from the first; holders of none are absent. The decision path's one call."""
+        out: dict[int, int] = {}
+        if not hashes:
+            return out
+        alive = set(self.holders(hashes[0]))
+        alive.discard(LOST)
+        keys_of, ids_of, bucket = self._keys, self._ids, self._bucket
+        for i in range(1, len(hashes)):
+            if not alive:
+                return out
+            h = hashes[i] & MASK64
+            b = bucket(h)
+            keys, ids = keys_of[b], ids_of[b]
+            j, n = bisect_left(keys, h), len(keys)
+            kept = set()
+            while j < n and keys[j] == h:
+                if ids[j] in alive:
+                    kept.add(ids[j])
+                j += 1
+            if len(kept) != len(alive):
+                for holder in alive - kept:
+                    out[holder] = i
+                alive = kept
+        for holder in alive:
+            out[holder] = len(hashes)
         return out
 
     def _split_one(self) -> None:

@@ -473,21 +473,5 @@ class KVBlockIndex:
 
     def matches(self, hashes: Sequence[int]) -> dict[str, int]:
         """Leading blocks of `hashes` each pod holds (pods with none are absent)."""
-        if not hashes:
-            return {}
-        holders, found = self._pairs.holders, {}
-        alive = set(holders(hashes[0]))
-        alive.discard(LOST)
-        if alive:
-            for i in range(1, len(hashes)):
-                kept = alive.intersection(holders(hashes[i]))
-                if len(kept) != len(alive):
-                    for holder in alive - kept:
-                        found[holder] = i
-                    alive = kept
-                    if not kept:
-                        break
-            for holder in alive:
-                found[holder] = len(hashes)
         names = self._names
-        return {names[holder]: n for holder, n in found.items()}
+        return {names[holder]: n for holder, n in self._pairs.leading(hashes).items()}
