@@ -63,6 +63,7 @@ from inference_gateway.sim.policies import approximate_gateway_config
 
 PODS = 8
 FLEET = 4  # pods at a full cache in the memory figure
+LONG_PICKS = 16  # picks of agentic-size prompts (each hashes ~100k tokens)
 MODEL = "llama-3.1-8b"
 OLD_INDEX_COMMIT = "26d2618"  # the last commit with the dict-per-pod index
 INDEX_PATH = "gateway_src/inference_gateway/core/scheduling/kv_index.py"
@@ -188,10 +189,25 @@ def prompts(rnd: random.Random, n: int) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
-def picking(picks: int, rnd: random.Random, old: type[Any] | None) -> dict[str, Any]:
+def long_prompts(rnd: random.Random, n: int) -> list[dict[str, Any]]:
+    """Agentic-size prompts (llm-d's sizing workload: ~95k shared system tokens, ~5k
+    question tokens): four system prompts, each question its own."""
+    systems = [f"Tool {g} documentation, section {{}}. " * 1 for g in range(4)]
+    systems = [" ".join(s.format(k) for k in range(12_000)) for s in systems]
+    return [
+        {"messages": [{"role": "system", "content": rnd.choice(systems)},
+                      {"role": "user", "content": f"step {i} " * 2500}]}
+        for i in range(n)
+    ]  # fmt: skip
+
+
+def picking(
+    picks: int, rnd: random.Random, old: type[Any] | None, long: bool = False
+) -> dict[str, Any]:
     """Per pick: the precise scorer over the shipped index, over the old one (when at
-    hand: `precise_old`), and the approximate scorer."""
-    bodies = prompts(rnd, picks)
+    hand: `precise_old`), and the approximate scorer; `long`: agentic-size prompts."""
+    bodies = long_prompts(rnd, picks) if long else prompts(rnd, picks)
+    warm = 8 if long else 200
     figures: dict[str, Any] = {}
     runs: list[tuple[str, GatewayConfigSpec, type[Any]]] = [
         ("precise", GatewayConfigSpec(), KVBlockIndex),
@@ -203,7 +219,7 @@ def picking(picks: int, rnd: random.Random, old: type[Any] | None) -> dict[str, 
         scheduler = Scheduler(config, seed=1, kv_index=make())
         pods = endpoints()
         tokenizer, root = EmulatorTokenizer(), none_hash("0")
-        for i, body in enumerate(bodies[:200]):  # warm both indexes with the same history
+        for i, body in enumerate(bodies[:warm]):  # warm both indexes with the same history
             pod = pods[i % PODS]
             ids = tokenizer.prompt_ids(body) or []
             scheduler.kv_index.heard(pod.name)
@@ -225,6 +241,7 @@ def picking(picks: int, rnd: random.Random, old: type[Any] | None) -> dict[str, 
     figures["precise_over_approximate"] = (
         figures["precise_us_per_pick"] / figures["approximate_us_per_pick"]
     )
+    figures["prompt_tokens"] = len("".join(m["content"] for m in bodies[0]["messages"])) // 4
     return figures
 
 
@@ -239,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         "ingest": {name: ingest_cpu(random.Random(7), make) for name, make in made.items()},
         "memory": {name: index_memory(make) for name, make in made.items()},
         "picking": picking(args.picks, rnd, made.get("old")),
+        "picking_long": picking(LONG_PICKS, rnd, made.get("old"), long=True),
     }
     new = result["memory"]["new"]
     result["memory"]["goal_bytes_per_pair"] = 64
@@ -265,6 +283,9 @@ def main(argv: list[str] | None = None) -> int:
                 "with as many lost blocks (under eviction)"
             )
         p = result["picking"]
+        lp = result["picking_long"]
+        print(f"picking ~{lp['prompt_tokens']:,} tokens: precise {lp['precise_us_per_pick']:.0f}"
+              f" µs, approximate {lp['approximate_us_per_pick']:.0f} µs per pick")  # fmt: skip
         if "precise_old_us_per_pick" in p:
             print(f"picking: precise over the old index {p['precise_old_us_per_pick']:.0f} µs")
         print(f"picking: precise {p['precise_us_per_pick']:.0f} µs, approximate "

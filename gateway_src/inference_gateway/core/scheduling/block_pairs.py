@@ -169,6 +169,14 @@ class BlockPairs:
             b = bucket(h)
             keys, ids = keys_of[b], ids_of[b]
             j, n = bisect_left(keys, h), len(keys)
+            if len(alive) == 1:  # the usual run: one pod holds the chain
+                (only,) = alive
+                while j < n and keys[j] == h and ids[j] != only:
+                    j += 1
+                if j < n and keys[j] == h:
+                    continue
+                out[only] = i
+                return out
             kept = set()
             while j < n and keys[j] == h:
                 if ids[j] in alive:
