@@ -285,7 +285,8 @@ def main(argv: list[str] | None = None) -> int:
         p = result["picking"]
         lp = result["picking_long"]
         print(f"picking ~{lp['prompt_tokens']:,} tokens: precise {lp['precise_us_per_pick']:.0f}"
-              f" µs, approximate {lp['approximate_us_per_pick']:.0f} µs per pick")  # fmt: skip
+              f" µs (over the old index {lp.get('precise_old_us_per_pick', 0):.0f} µs), "
+              f"approximate {lp['approximate_us_per_pick']:.0f} µs per pick")  # fmt: skip
         if "precise_old_us_per_pick" in p:
             print(f"picking: precise over the old index {p['precise_old_us_per_pick']:.0f} µs")
         print(f"picking: precise {p['precise_us_per_pick']:.0f} µs, approximate "
