@@ -9,7 +9,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-import scale  # noqa: E402
+import scale
 
 
 def test_the_fleet_serves_a_real_size_page_that_changes_and_its_pools_model() -> None:
