@@ -29,6 +29,7 @@ __all__ = ["LOST", "MASK64", "BlockPairs"]
 MASK64 = (1 << 64) - 1
 LOAD = 128  # mean pairs per bucket before the next bucket splits
 FIRST_LEVEL = 4  # 16 buckets to start with
+LEADING_CHUNK = 64  # prompt blocks whose buckets `leading` works out at once
 LOST = 0  # the holder id of a block the fleet lost: its last holder evicted it
 
 
@@ -45,13 +46,20 @@ class BlockPairs:
         self._ids = [array("I") for _ in range(1 << FIRST_LEVEL)]
         self.size = 0
 
+    def _mixes(self, hashes: Iterable[int]) -> list[int]:
+        """The keyed mix of each hash (modulo 2**64): its low bits pick the bucket."""
+        mult = self._mult  # (x ^ x >> 32: the low bits depend on every bit of the hash)
+        return [(x := ((h & MASK64) * mult) & MASK64) ^ (x >> 32) for h in hashes]
+
+    def _buckets(self, hashes: Iterable[int]) -> list[int]:
+        """Each hash's bucket, a batch at a time (one loop: the event and decision paths'
+        cost is mostly this and the bisects)."""
+        low, split = (1 << self._level) - 1, self._split
+        high = 2 * low + 1
+        return [b if (b := x & low) >= split else x & high for x in self._mixes(hashes)]
+
     def _bucket(self, h: int) -> int:
-        x = (h * self._mult) & MASK64
-        x ^= x >> 32  # the low bits now depend on every bit of the hash
-        b = x & ((1 << self._level) - 1)
-        if b < self._split:
-            b = x & ((2 << self._level) - 1)
-        return b
+        return self._buckets((h,))[0]
 
     def add(self, h: int, holder: int) -> bool:
         """Add the pair; False when it was there already."""
@@ -63,10 +71,9 @@ class BlockPairs:
         block the fleet had lost (its one pair is (h, LOST)) becomes the holder's in
         place. Returns (pairs gained by the holder, of which lost before)."""
         added = found = 0
-        keys_of, ids_of, bucket = self._keys, self._ids, self._bucket
-        for h in hashes:
-            h &= MASK64
-            b = bucket(h)
+        keys_of, ids_of = self._keys, self._ids
+        words = [h & MASK64 for h in hashes]
+        for h, b in zip(words, self._buckets(words), strict=True):
             keys, ids = keys_of[b], ids_of[b]
             i, n, lost_at = bisect_left(keys, h), len(keys), -1
             while i < n and keys[i] == h:
@@ -86,18 +93,17 @@ class BlockPairs:
                 keys.insert(i, h)
                 ids.insert(i, holder)
                 self.size += 1
-                if self.size > LOAD * len(keys_of):
-                    self._split_one()
+        while self.size > LOAD * len(keys_of):  # after the batch: its buckets stay put
+            self._split_one()
         return added, found
 
     def evict(self, hashes: Iterable[int], holder: int, lost: array[int]) -> tuple[int, int]:
         """Drop (h, holder) for each hash; a block left with no holder becomes (h, LOST)
         in place, its hash appended to `lost`. Returns (pairs dropped, of which lost)."""
         dropped = became = 0
-        keys_of, ids_of, bucket = self._keys, self._ids, self._bucket
-        for h in hashes:
-            h &= MASK64
-            b = bucket(h)
+        keys_of, ids_of = self._keys, self._ids
+        words = [h & MASK64 for h in hashes]
+        for h, b in zip(words, self._buckets(words), strict=True):
             keys, ids = keys_of[b], ids_of[b]
             start = i = bisect_left(keys, h)
             n = len(keys)
@@ -161,12 +167,15 @@ class BlockPairs:
             return out
         alive = set(self.holders(hashes[0]))
         alive.discard(LOST)
-        keys_of, ids_of, bucket = self._keys, self._ids, self._bucket
+        keys_of, ids_of, buckets = self._keys, self._ids, self._buckets
+        chunk: list[int] = []
         for i in range(1, len(hashes)):
             if not alive:
                 return out
+            if (i - 1) % LEADING_CHUNK == 0:  # buckets a chunk at a time: runs end early
+                chunk = buckets(hashes[i : i + LEADING_CHUNK])
             h = hashes[i] & MASK64
-            b = bucket(h)
+            b = chunk[(i - 1) % LEADING_CHUNK]
             keys, ids = keys_of[b], ids_of[b]
             j, n = bisect_left(keys, h), len(keys)
             if len(alive) == 1:  # the usual run: one pod holds the chain
@@ -192,13 +201,12 @@ class BlockPairs:
 
     def _split_one(self) -> None:
         """Split bucket `_split` by the next bit of the mix (linear hashing)."""
-        s, level, mult = self._split, self._level, self._mult
+        s, level = self._split, self._level
         mask = (2 << level) - 1
         keys, ids = self._keys[s], self._ids[s]
         stay_k, stay_i, move_k, move_i = array("Q"), array("I"), array("Q"), array("I")
-        for h, holder in zip(keys, ids, strict=True):
-            x = (h * mult) & MASK64
-            if (x ^ (x >> 32)) & mask == s:
+        for h, holder, x in zip(keys, ids, self._mixes(keys), strict=True):
+            if x & mask == s:
                 stay_k.append(h)
                 stay_i.append(holder)
             else:
