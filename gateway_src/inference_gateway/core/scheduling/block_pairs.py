@@ -2,7 +2,8 @@
 
 Why not a dict: a dict keyed by block hash costs a Python int object (40 bytes for a
 64-bit hash) and a hash-table slot (30-60 bytes) per block before the holders; one per
-pod (as the KV index had) cost 412 bytes per cached block per pod, about 10 GiB for
+pod (as the KV index had) cost about 190 bytes per cached block per pod (tracemalloc,
+`bench/kv_events.py`; 9.4 MiB a full H100 pod with its lost blocks), gigabytes for
 1,000 full pods. Here a pair is the block's hash (8 bytes in an `array('Q')`) and its
 holder's small id (4 bytes in an `array('I')`), kept sorted by hash inside buckets, so
 a block's holders sit side by side and one bisect finds them all.
