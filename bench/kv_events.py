@@ -1,13 +1,19 @@
 """KV events in the picker: ingest CPU, index memory, added picking latency (a benchmark).
 
+Each of 1 and 2 runs the shipped `KVBlockIndex` ("new": fleet-wide pairs in arrays) and,
+side by side in the same run, the dict-per-pod index it replaced ("old", read from git at
+`OLD_INDEX_COMMIT`; absent when git or that commit is not at hand).
+
 1. Ingest: CPU (process time) per 1,000 KV events decoded from vLLM's wire format and
-   applied to the `KVBlockIndex`, in batches shaped like vLLM's (a `BlockStored` of a
+   applied to the index, in batches shaped like vLLM's (a `BlockStored` of a
    prompt's new blocks with their token ids, `BlockRemoved` of evicted ones), beside the
    CPU of one scrape parse-free scheduling decision in the same run, so the figure reads
    as "events per pick".
-2. Memory: the index's bytes per pod (tracemalloc) with a full cache of an H100 pod of
-   Llama-3.1-8B (its `num_gpu_blocks`), and per block; and the most it holds for a pod
-   under eviction pressure (a full cache plus as many lost blocks, the lost set's bound).
+2. Memory: the index's bytes (tracemalloc: what Python allocated, arrays included) per
+   cached (block, holder) with `FLEET` pods each at a full cache of an H100 pod of
+   Llama-3.1-8B (its `num_gpu_blocks`): every block on one pod ("distinct"), and every
+   block on two pods ("shared"); and the most it holds under eviction pressure (a full
+   cache plus as many lost blocks, the lost set's bound). Goal: at most 64 B a pair.
 3. Picking: time per `Scheduler.schedule` + `on_picked` over 8 pods with the shipped
    `latency` profile, the precise scorer on (hashing the prompt's token ids as vLLM does,
    index full of the pods' real blocks) against the same profile with the approximate
@@ -20,12 +26,16 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib.util
 import json
 import random
+import subprocess
 import sys
 import time
 import tracemalloc
+from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gateway_src"))
@@ -40,6 +50,7 @@ from inference_gateway.protocols.vllm.block_hashing import (
     none_hash,
     to_external,
 )
+from inference_gateway.core.scheduling.block_pairs import MASK64
 from inference_gateway.protocols.vllm.kv_events import (
     BlockRemoved,
     BlockStored,
@@ -51,7 +62,36 @@ from inference_gateway.protocols.vllm.prompt_tokens import EmulatorTokenizer
 from inference_gateway.sim.policies import approximate_gateway_config
 
 PODS = 8
+FLEET = 4  # pods at a full cache in the memory figure
+LONG_PICKS = 16  # picks of agentic-size prompts (each hashes ~100k tokens)
 MODEL = "llama-3.1-8b"
+OLD_INDEX_COMMIT = "26d2618"  # the last commit with the dict-per-pod index
+INDEX_PATH = "gateway_src/inference_gateway/core/scheduling/kv_index.py"
+
+
+def old_index() -> type[Any] | None:
+    """The index as it was at `OLD_INDEX_COMMIT`, loaded from git beside the new one."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        source = subprocess.run(
+            ["git", "show", f"{OLD_INDEX_COMMIT}:{INDEX_PATH}"],
+            cwd=root, capture_output=True, check=True, text=True, timeout=30,
+        ).stdout  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    spec = importlib.util.spec_from_loader("_old_kv_index", loader=None)
+    assert spec is not None
+    module = ModuleType(spec.name)
+    exec(compile(source, f"{OLD_INDEX_COMMIT}:{INDEX_PATH}", "exec"), module.__dict__)
+    return module.KVBlockIndex  # type: ignore[no-any-return]
+
+
+def indexes() -> dict[str, type[Any]]:
+    found: dict[str, type[Any]] = {"new": KVBlockIndex}
+    old = old_index()
+    if old is not None:
+        found["old"] = old
+    return found
 
 
 def payloads(n_batches: int, rnd: random.Random) -> tuple[list[bytes], int]:
@@ -75,9 +115,9 @@ def payloads(n_batches: int, rnd: random.Random) -> tuple[list[bytes], int]:
     return out, events
 
 
-def ingest_cpu(rnd: random.Random) -> dict[str, float]:
-    wire, events = payloads(2000, rnd)
-    index = KVBlockIndex()
+def ingest_cpu(rnd: random.Random, make: type[Any]) -> dict[str, float]:
+    wire, events = payloads(2000, random.Random(rnd.random()))
+    index = make()
     start = time.process_time()
     for seq, payload in enumerate(wire):  # as the live subscriber reads them
         for _ in index.ingest_view(f"pod-{seq % PODS}", decode_view(payload)):
@@ -91,30 +131,44 @@ def ingest_cpu(rnd: random.Random) -> dict[str, float]:
     }
 
 
-def index_memory() -> dict[str, float]:
+def index_memory(make: type[Any]) -> dict[str, float]:
+    """Bytes the index holds per cached (block, holder), by tracemalloc. The hashes
+    are made as they are fed, as decoding makes them: an index that keeps the int
+    objects pays for them, one that copies them into arrays lets them go."""
     blocks = pod_profile("H100", MODEL).num_gpu_blocks
-    gc.collect()
-    tracemalloc.start()
-    before = tracemalloc.get_traced_memory()[0]
-    index = KVBlockIndex()
-    index.set_capacity("pod", blocks)
-    rnd = random.Random(1)
-    cached = [rnd.getrandbits(64) for _ in range(blocks)]
-    index.stored("pod", cached)
-    full = tracemalloc.get_traced_memory()[0]
-    # under pressure: the whole cache evicted (remembered as lost, up to the bound) and
-    # refilled with other blocks, the most the index and its lost set hold for a pod
-    index.removed("pod", cached)
-    index.stored("pod", [rnd.getrandbits(64) for _ in range(blocks)])
-    evicting = tracemalloc.get_traced_memory()[0]
-    tracemalloc.stop()
-    assert index.blocks("pod") == blocks and index.evicted() == blocks
-    return {
-        "blocks": blocks,
-        "mib_per_pod": (full - before) / 2**20,
-        "bytes_per_block": (full - before) / blocks,
-        "mib_per_pod_evicting": (evicting - before) / 2**20,
-    }
+
+    def distinct(p: int) -> Iterator[int]:  # pod p's blocks (a 64-bit odd-multiplier mix)
+        return ((((p << 32) + i) * 0x9E3779B97F4A7C15) & MASK64 for i in range(blocks))
+
+    def refill(p: int) -> Iterator[int]:
+        return distinct(p + FLEET)
+
+    figures: dict[str, float] = {"blocks_per_pod": blocks, "pods": FLEET}
+    for shape in ("distinct", "shared"):
+        gc.collect()
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
+        index = make()
+        for p in range(FLEET):
+            index.set_capacity(f"pod-{p}", blocks)
+            # shared: pods 2k and 2k+1 hold the same blocks (two holders a block)
+            index.stored(f"pod-{p}", distinct(p - p % 2 if shape == "shared" else p))
+        full = tracemalloc.get_traced_memory()[0]
+        if shape == "distinct":
+            # under pressure: each cache evicted (remembered as lost, up to the bound)
+            # and refilled with other blocks: the most the index and its lost set hold
+            for p in range(FLEET):
+                index.removed(f"pod-{p}", distinct(p))
+                index.stored(f"pod-{p}", refill(p))
+            evicting = tracemalloc.get_traced_memory()[0]
+            assert index.evicted() == FLEET * blocks
+            figures["mib_per_pod_evicting"] = (evicting - before) / FLEET / 2**20
+        tracemalloc.stop()
+        assert all(index.blocks(f"pod-{p}") == blocks for p in range(FLEET))
+        figures[f"bytes_per_pair_{shape}"] = (full - before) / (FLEET * blocks)
+        del index
+    figures["mib_per_pod"] = figures["bytes_per_pair_distinct"] * blocks / 2**20
+    return figures
 
 
 def endpoints() -> list[Endpoint]:
@@ -135,17 +189,37 @@ def prompts(rnd: random.Random, n: int) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
-def picking(picks: int, rnd: random.Random) -> dict[str, Any]:
-    bodies = prompts(rnd, picks)
+def long_prompts(rnd: random.Random, n: int) -> list[dict[str, Any]]:
+    """Agentic-size prompts (llm-d's sizing workload: ~95k shared system tokens, ~5k
+    question tokens): four system prompts, each question its own."""
+    systems = [f"Tool {g} documentation, section {{}}. " * 1 for g in range(4)]
+    systems = [" ".join(s.format(k) for k in range(12_000)) for s in systems]
+    return [
+        {"messages": [{"role": "system", "content": rnd.choice(systems)},
+                      {"role": "user", "content": f"step {i} " * 2500}]}
+        for i in range(n)
+    ]  # fmt: skip
+
+
+def picking(
+    picks: int, rnd: random.Random, old: type[Any] | None, long: bool = False
+) -> dict[str, Any]:
+    """Per pick: the precise scorer over the shipped index, over the old one (when at
+    hand: `precise_old`), and the approximate scorer; `long`: agentic-size prompts."""
+    bodies = long_prompts(rnd, picks) if long else prompts(rnd, picks)
+    warm = 8 if long else 200
     figures: dict[str, Any] = {}
-    for name, config in (
-        ("precise", GatewayConfigSpec()),
-        ("approximate", approximate_gateway_config()),
-    ):
-        scheduler = Scheduler(config, seed=1)
+    runs: list[tuple[str, GatewayConfigSpec, type[Any]]] = [
+        ("precise", GatewayConfigSpec(), KVBlockIndex),
+        ("approximate", approximate_gateway_config(), KVBlockIndex),
+    ]
+    if old is not None:
+        runs.insert(1, ("precise_old", GatewayConfigSpec(), old))
+    for name, config, make in runs:
+        scheduler = Scheduler(config, seed=1, kv_index=make())
         pods = endpoints()
         tokenizer, root = EmulatorTokenizer(), none_hash("0")
-        for i, body in enumerate(bodies[:200]):  # warm both indexes with the same history
+        for i, body in enumerate(bodies[:warm]):  # warm both indexes with the same history
             pod = pods[i % PODS]
             ids = tokenizer.prompt_ids(body) or []
             scheduler.kv_index.heard(pod.name)
@@ -167,6 +241,7 @@ def picking(picks: int, rnd: random.Random) -> dict[str, Any]:
     figures["precise_over_approximate"] = (
         figures["precise_us_per_pick"] / figures["approximate_us_per_pick"]
     )
+    figures["prompt_tokens"] = len("".join(m["content"] for m in bodies[0]["messages"])) // 4
     return figures
 
 
@@ -176,28 +251,44 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--picks", type=int, default=3000)
     args = parser.parse_args(argv)
     rnd = random.Random(7)
-    result = {
-        "ingest": ingest_cpu(rnd),
-        "memory": index_memory(),
-        "picking": picking(args.picks, rnd),
+    made = indexes()
+    result: dict[str, Any] = {
+        "ingest": {name: ingest_cpu(random.Random(7), make) for name, make in made.items()},
+        "memory": {name: index_memory(make) for name, make in made.items()},
+        "picking": picking(args.picks, rnd, made.get("old")),
+        "picking_long": picking(LONG_PICKS, rnd, made.get("old"), long=True),
     }
+    new = result["memory"]["new"]
+    result["memory"]["goal_bytes_per_pair"] = 64
+    result["memory"]["new_meets_goal"] = new["bytes_per_pair_distinct"] <= 64
     pick_us = result["picking"]["precise_us_per_pick"]
-    per_event_us = result["ingest"]["cpu_ms_per_1000_events"]  # µs per event
-    result["ingest"]["events_per_pick_cpu"] = pick_us / per_event_us
+    for figures in result["ingest"].values():
+        per_event_us = figures["cpu_ms_per_1000_events"]  # µs per event
+        figures["events_per_pick_cpu"] = pick_us / per_event_us
     if args.json:
         print(json.dumps(result))
     else:
-        i, m, p = result["ingest"], result["memory"], result["picking"]
-        print(
-            f"ingest: {i['cpu_ms_per_1000_events']:.1f} ms CPU per 1,000 events "
-            f"({i['cpu_us_per_block']:.2f} µs per block; one pick = "
-            f"{i['events_per_pick_cpu']:.1f} events)"
-        )
-        print(
-            f"index: {m['mib_per_pod']:.1f} MiB per pod at a full cache of {m['blocks']:,} "
-            f"blocks ({m['bytes_per_block']:.0f} B per block); "
-            f"{m['mib_per_pod_evicting']:.1f} MiB with as many lost blocks (under eviction)"
-        )
+        for name in made:
+            i, m = result["ingest"][name], result["memory"][name]
+            print(
+                f"{name} ingest: {i['cpu_ms_per_1000_events']:.1f} ms CPU per 1,000 events "
+                f"({i['cpu_us_per_block']:.2f} µs per block; one pick = "
+                f"{i['events_per_pick_cpu']:.1f} events)"
+            )
+            print(
+                f"{name} index: {m['bytes_per_pair_distinct']:.0f} B per (block, holder) "
+                f"at {m['pods']:.0f} full caches of {m['blocks_per_pod']:,.0f} blocks "
+                f"({m['mib_per_pod']:.1f} MiB per pod), {m['bytes_per_pair_shared']:.0f} B "
+                f"with two holders a block; {m['mib_per_pod_evicting']:.1f} MiB per pod "
+                "with as many lost blocks (under eviction)"
+            )
+        p = result["picking"]
+        lp = result["picking_long"]
+        print(f"picking ~{lp['prompt_tokens']:,} tokens: precise {lp['precise_us_per_pick']:.0f}"
+              f" µs (over the old index {lp.get('precise_old_us_per_pick', 0):.0f} µs), "
+              f"approximate {lp['approximate_us_per_pick']:.0f} µs per pick")  # fmt: skip
+        if "precise_old_us_per_pick" in p:
+            print(f"picking: precise over the old index {p['precise_old_us_per_pick']:.0f} µs")
         print(f"picking: precise {p['precise_us_per_pick']:.0f} µs, approximate "
               f"{p['approximate_us_per_pick']:.0f} µs per pick "
               f"(x{p['precise_over_approximate']:.2f})")  # fmt: skip

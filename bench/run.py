@@ -44,14 +44,19 @@ OVERHEAD_SCRIPTS = ["picker_throughput", "gateway_overhead", "emulator_streams",
 OVERHEAD_SCRIPTS += ["emulator_speed_check"]  # the emulator against published serving figures
 OVERHEAD_SCRIPTS += ["scrape_cost"]  # a real-size vLLM page's parse; idle picker at 4/32/128 pods
 OVERHEAD_SCRIPTS += ["kv_events"]  # KV-event ingest CPU, index memory, precise vs approximate pick
+OVERHEAD_TIMEOUT_S = {"kv_events": 240}  # old and new index side by side, ~115k-token picks
 OVERHEAD_SCRIPTS += ["kv_events_hostile"]  # a hostile KV-event publisher: /health and RSS
-OVERHEAD_TIMEOUT_S = {"simulator_speed": 400}  # one simulated hour plus a side-by-side slice
+OVERHEAD_TIMEOUT_S["simulator_speed"] = 400  # one simulated hour plus a side-by-side slice
 OVERHEAD_TIMEOUT_S["scrape_cost"] = 240  # six idle pickers (4, 32, 128 pods; current and legacy)
 OVERHEAD_TIMEOUT_S["gateway_overhead"] = 240  # open loop, picker, closed loop (3 paths)
 # the in-cluster path through real Envoy 1.40: five paths side by side, 3 repeats, and the
 # demo's fleet and trace through Envoy + picker and Envoy round robin (bench/envoy_path.py)
 OVERHEAD_SCRIPTS += ["envoy_path"]
 OVERHEAD_TIMEOUT_S["envoy_path"] = 420
+# one picker over a synthetic fleet of 32-1,024 pods and 1-100 pools: cores, RSS, view age,
+# decision latency (bench/scale.py: six points of seconds each)
+OVERHEAD_SCRIPTS += ["scale"]
+OVERHEAD_TIMEOUT_S["scale"] = 300
 DEFAULT_OVERHEAD_TIMEOUT_S = 120
 
 

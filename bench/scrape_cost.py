@@ -89,16 +89,24 @@ def vllm_page(*, lora: bool = False, tick: int = 0) -> str:
         family(f"{name}_created", "gauge", doc)
         lines.append(f"{name}_created{{{labels}}} 1.7330e+09")
 
+    # prometheus_client writes a HELP and a TYPE line before every family, these too
+    family("python_gc_objects_collected", "counter", "Objects collected during gc")
     for gen in range(3):
         lines.append(f'python_gc_objects_collected_total{{generation="{gen}"}} {1234.0 * gen}')
+    family("python_info", "gauge", "Python platform information")
     lines.append('python_info{implementation="CPython",major="3",minor="12",patchlevel="8",'
                  'version="3.12.8"} 1.0')  # fmt: skip
-    lines.append("process_virtual_memory_bytes 9.1e+10")
-    lines.append("process_resident_memory_bytes 3.2e+09")
-    lines.append("process_start_time_seconds 1.733e+09")
-    lines.append(f"process_cpu_seconds_total {1000 + tick * 0.01:.2f}")
-    lines.append("process_open_fds 84.0")
-    lines.append("process_max_fds 1.048576e+06")
+    for name, value in (
+        ("process_virtual_memory_bytes", "9.1e+10"),
+        ("process_resident_memory_bytes", "3.2e+09"),
+        ("process_start_time_seconds", "1.733e+09"),
+        ("process_cpu_seconds_total", f"{1000 + tick * 0.01:.2f}"),
+        ("process_open_fds", "84.0"),
+        ("process_max_fds", "1.048576e+06"),
+    ):
+        kind = "counter" if name.endswith("_total") else "gauge"
+        family(name.removesuffix("_total"), kind, "Process figure.")
+        lines.append(f"{name} {value}")
     family("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.")
     lines.append(f"vllm:num_requests_running{{{labels}}} 3.0")
     family("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.")

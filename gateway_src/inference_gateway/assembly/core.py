@@ -148,6 +148,7 @@ def _scrape_settings(store: EndpointStore, spec: GatewayConfigSpec) -> None:
     store.interval_s = spec.scrape.interval_ms / 1000
     store.timeout_s = spec.scrape.timeout_ms / 1000
     store.staleness_s = spec.scrape.staleness_ms / 1000
+    store.max_cpu_fraction = spec.scrape.cpu_budget_cores
 
 
 def build_core(
@@ -192,6 +193,7 @@ def build_core(
         timeout_s=spec.scrape.timeout_ms / 1000,
         staleness_s=spec.scrape.staleness_ms / 1000,
         clock=clock,
+        max_cpu_fraction=spec.scrape.cpu_budget_cores,
     )
     metrics.watch_scrapes(store)  # the adaptive scrape interval, exported
     series = Series(metrics)

@@ -140,6 +140,13 @@ class ScrapeSpec(Spec):
     interval_ms: int = Field(default=50, ge=5, le=60_000)
     timeout_ms: int = Field(default=1000, ge=5, le=60_000)
     staleness_ms: int = Field(default=2000, ge=10, le=600_000)
+    cpu_budget_cores: float = Field(
+        default=0.25,
+        gt=0,
+        le=64,
+        description="CPU scraping may use, in cores, before the interval stretches to fit "
+        "(docs/sizing.md: about 1 core keeps 1,024 pods' views within 100 ms).",
+    )
 
     @model_validator(mode="after")
     def _staleness_covers_interval(self) -> ScrapeSpec:

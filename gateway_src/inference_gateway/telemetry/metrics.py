@@ -11,6 +11,8 @@ __all__ = ["GatewayMetrics"]
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 TOKEN_BUCKETS = (16, 64, 256, 1024, 4096, 16384, 65536)
+# a view is due every scrape interval (50 ms by default); past `staleness_s` (2 s) it is stale
+VIEW_AGE_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1, 2)
 
 
 class GatewayMetrics:
@@ -142,6 +144,19 @@ class GatewayMetrics:
             "CPU one scrape of every pod takes (lowest of the recent rounds).",
             registry=r,
         )
+        self.view_age = Histogram(
+            "igw_scrape_view_age_seconds",
+            "Age of the picked pod's metrics when a decision used them (time since its "
+            "last good scrape began).",
+            buckets=VIEW_AGE_BUCKETS,
+            registry=r,
+        )
+        self.view_age_max = Gauge(
+            "igw_scrape_view_age_max_seconds",
+            "Oldest metrics of a routable (not stale) pod now: time since its last good "
+            "scrape began.",
+            registry=r,
+        )
         self.ratelimit_buckets = Gauge(
             "igw_ratelimit_buckets",
             "Rate-limit buckets this replica keeps (one per client, rule and kind; idle ones "
@@ -164,9 +179,11 @@ class GatewayMetrics:
         self._plugin_series: dict[tuple[str, str], Any] = {}
 
     def watch_scrapes(self, store: Any) -> None:
-        """Read the endpoint store's scrape interval and round cost at every export."""
+        """Read the endpoint store's scrape interval, round cost and oldest view at every
+        export."""
         self.scrape_interval.set_function(lambda: store.current_interval_s)
         self.scrape_round_cpu.set_function(lambda: store.round_cpu_s)
+        self.view_age_max.set_function(store.max_view_age_s)
 
     def time_plugin(self, kind: str, name: str, seconds: float) -> None:
         """The scheduler's plugin timer; the labelled series are cached, since `labels()`

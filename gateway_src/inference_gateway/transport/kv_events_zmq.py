@@ -60,6 +60,7 @@ REPLAY_TIMEOUT_S = 0.5  # the longest wait for the replay's next message
 REPLAY_BUDGET_S = 2.0  # the longest one replay may take in all
 REPLAY_BACKOFF_S = 10.0  # after a replay failed, that pod's gaps are not replayed this long
 MAX_MESSAGE_BYTES = 4 << 20  # vLLM sends ~5 bytes a computed token: 800k tokens a step
+MAX_SOCKETS = 1 << 15  # sockets the shared context may open: 10,000 pods and their replays
 RCVHWM = 8  # messages queued per socket: at most 32 MiB per pod (RCVHWM x the cap)
 RECONNECT_MIN_MS, RECONNECT_MAX_MS = 200, 10_000
 
@@ -116,7 +117,13 @@ class KVEventSubscriber:
     ) -> None:
         self.publishers = publishers
         self.consumer = consumer
-        self.context = context or zmq.asyncio.Context.instance()
+        if context is None:
+            context = zmq.asyncio.Context.instance()
+            # two sockets a pod (SUB and its monitor) and a replay's DEALER: libzmq's
+            # default of 1,023 sockets a context ran out at 512 pods ("Too many open
+            # files"). It takes effect if set before the context's first socket.
+            context.set(zmq.MAX_SOCKETS, MAX_SOCKETS)
+        self.context = context
         self.sync_interval_s = sync_interval_s
         self.max_message_bytes = max_message_bytes
         self._streams: dict[str, _Stream] = {}

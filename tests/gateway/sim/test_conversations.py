@@ -122,7 +122,9 @@ def test_a_simulated_pickers_index_is_exactly_what_each_pod_caches(
     for pod in pods:
         pool = pod.engine.pool
         held = set(pool._refs) | set(pool._cached)
-        assert held and index._pods[pod.endpoint.name].blocks.keys() == held
+        name = pod.endpoint.name
+        assert held and index.blocks(name) == len(held)
+        assert all(index.holds(name, h) for h in held)
 
 
 @pytest.mark.parametrize("name", ["kv-pressure", "multi-turn-chat"])

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+import zmq
+import zmq.asyncio
 
 from inference_gateway.assembly.kv_events import REPLAY_LABEL, IndexFeed
 from inference_gateway.config.spec import GatewayConfigSpec
@@ -257,3 +259,11 @@ async def test_a_restart_clears_the_pod(tmp_path: Path) -> None:
         peer.publish(stored([9]))  # sequence 0 again: the engine restarted, empty
         assert await wait_for(lambda: f.holds("pod-0", [9]))
         assert f.index.matches([1]) == {} and f.subscriber.gaps == 0
+
+
+def test_the_shared_context_takes_sockets_for_a_thousand_pods_and_more() -> None:
+    """Two sockets a pod: libzmq's default of 1,023 a context ran out at 512 pods
+    (`bench/scale.py` at 1,024 pods failed with "Too many open files")."""
+    feed = IndexFeed(lambda: [], lambda: None)
+    KVEventSubscriber(feed.publishers, feed)
+    assert zmq.asyncio.Context.instance().get(zmq.MAX_SOCKETS) >= 2 * 1024 + 64

@@ -30,7 +30,7 @@ from collections.abc import Iterator
 
 from inference_gateway.core.scheduling.types import PodMetrics
 
-__all__ = ["ENGINES", "parse_metrics"]
+__all__ = ["ENGINES", "PageLayout", "parse_metrics"]
 
 ENGINES = {
     "vllm": {
@@ -62,10 +62,93 @@ _LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?
 _UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
 
 
-def _lines(text: str, name: str) -> Iterator[str]:
+class PageLayout:
+    """Where one pod's page had each family's `# TYPE` line (-1: none), last time, and
+    the families it did not have at all.
+
+    A pod's page keeps its layout from scrape to scrape (only numbers move, and their
+    lengths a little), so a family is looked for first within `WINDOW` characters of
+    where it was: a few KB scanned instead of the page up to it. A family the page did
+    not have is not looked for again until `RECHECK` scrapes later (which families a
+    server exports is fixed at its start: LoRA info with `--enable-lora`, and so on)."""
+
+    WINDOW = 2048
+    RECHECK = 20
+
+    __slots__ = ("absent", "at", "scrapes")
+
+    def __init__(self) -> None:
+        self.at: dict[str, int] = {}
+        self.absent: set[str] = set()
+        self.scrapes = 0
+
+    def due(self) -> bool:
+        """Whether this scrape looks again for what was not there."""
+        return self.scrapes % self.RECHECK == 0
+
+    def find(self, text: str, needle: str) -> int:
+        """`text.find(needle)` at a line start, near where it was last time."""
+        last = self.at.get(needle)
+        if last == -1 and not self.due():
+            return -1
+        at = -1
+        if last is not None and last >= 0:
+            window = self.WINDOW
+            at = text.find(needle, max(0, last - window), last + window + len(needle))
+            if at > 0 and text[at - 1] != "\n":
+                at = -1
+        if at < 0:
+            at = _type_line(text, needle)
+        self.at[needle] = at
+        return at
+
+
+def _type_line(text: str, needle: str) -> int:
+    at = text.find(needle)
+    while at > 0 and text[at - 1] != "\n":  # inside another line (a HELP text)
+        at = text.find(needle, at + 1)
+    return at
+
+
+def _lines(text: str, name: str, layout: PageLayout | None = None) -> Iterator[str]:
     """Every sample line of metric `name` (not of a longer name it is a prefix of, such
-    as vLLM's `…_waiting_by_reason`), in page order. Comment lines start with `#`, so a
-    line start followed by the name is always a sample."""
+    as vLLM's `…_waiting_by_reason`), in page order.
+
+    A family's samples follow its `# TYPE` line as one group (the text format requires
+    it): when the page has that line, only the group is read, found with one `str.find`
+    of a needle that starts with `#` (rare in a page), near where it was last time with
+    the pod's `layout`. Without it (an untyped sample is legal) the page is scanned for
+    line starts followed by the name (comment lines start with `#`, so such a line is
+    always a sample), and a family found neither way is remembered as absent. Every
+    family used to scan a whole real-size vLLM page for `\n<name>`, ~500 line starts,
+    to its end (`bench/scrape_cost.py` has the parse's cost)."""
+    size = len(name)
+    needle = "# TYPE " + name + " "
+    at = layout.find(text, needle) if layout is not None else _type_line(text, needle)
+    if at >= 0:
+        start = text.find("\n", at) + 1
+        if start == 0:  # the TYPE line ends the page: no samples
+            return
+        end = text.find("\n#", start - 1)
+        for line in text[start : end if end >= 0 else len(text)].split("\n"):
+            if line.startswith(name) and line[size : size + 1] in ("{", " ", "\t"):
+                yield line
+        return
+    if layout is not None and name in layout.absent and not layout.due():
+        return
+    found = False
+    for line in _scanned_lines(text, name):
+        found = True
+        yield line
+    if layout is not None:  # (reached only when the caller read every line)
+        if found:
+            layout.absent.discard(name)
+        else:
+            layout.absent.add(name)
+
+
+def _scanned_lines(text: str, name: str) -> Iterator[str]:
+    """`_lines` on a page without the family's `# TYPE` line."""
     needle = "\n" + name
     size = len(name)
     pos = 0 if text.startswith(name) else text.find(needle) + 1
@@ -124,10 +207,10 @@ def _parse_labels(block: str, line: str) -> dict[str, str]:
     return labels
 
 
-def _first(text: str, names: list[str]) -> float:
+def _first(text: str, names: list[str], layout: PageLayout | None) -> float:
     """The first sample of the first name present; 0 when none is."""
     for name in names:
-        for line in _lines(text, name):
+        for line in _lines(text, name, layout):
             value = _value(line)
             if math.isnan(value):
                 raise ValueError(f"{name} is NaN")
@@ -139,8 +222,9 @@ def _split(value: str | None) -> frozenset[str]:
     return frozenset(a for a in (value or "").split(",") if a)
 
 
-def parse_metrics(text: str, engine: str = "vllm") -> PodMetrics:
+def parse_metrics(text: str, engine: str = "vllm", layout: PageLayout | None = None) -> PodMetrics:
     """Parse one scrape. Missing metrics read as 0; unknown engines are a ValueError.
+    `layout`: the pod's, kept by the caller from one scrape to the next (`PageLayout`).
 
     For several samples of one gauge (several label sets) the first in the page counts;
     of several `vllm:lora_requests_info` series the newest (its value is a timestamp),
@@ -151,20 +235,22 @@ def parse_metrics(text: str, engine: str = "vllm") -> PodMetrics:
     lora: dict[str, str] = {}
     if engine == "vllm":
         stamp = float("-inf")
-        for line in _lines(text, LORA_INFO):
+        for line in _lines(text, LORA_INFO, layout):
             value = _value(line)
             if value >= stamp:
                 stamp, lora = value, _labels(line)
     cache: dict[str, str] = {}
     if engine in CACHE_INFO:
-        for line in _lines(text, CACHE_INFO[engine]):
+        for line in _lines(text, CACHE_INFO[engine], layout):
             cache = _labels(line)
     block_size = cache.get("block_size") or cache.get("page_size") or "16"
     blocks = cache.get("num_gpu_blocks") or cache.get("num_pages") or "0"
+    if layout is not None:
+        layout.scrapes += 1
     return PodMetrics(
-        waiting=int(_first(text, names["waiting"])),
-        running=int(_first(text, names["running"])),
-        kv_usage=_first(text, names["kv"]),
+        waiting=int(_first(text, names["waiting"], layout)),
+        running=int(_first(text, names["running"], layout)),
+        kv_usage=_first(text, names["kv"], layout),
         running_adapters=_split(lora.get("running_lora_adapters")),
         waiting_adapters=_split(lora.get("waiting_lora_adapters")),
         max_loras=int(float(lora.get("max_lora") or 0)),

@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable
 import orjson
 
 from inference_gateway.background import cancel_and_wait
-from inference_gateway.core.endpoints.adapters import parse_metrics
+from inference_gateway.core.endpoints.adapters import PageLayout, parse_metrics
 from inference_gateway.core.scheduling.types import Endpoint, PodMetrics
 
 __all__ = ["EndpointStore", "Fetch"]
@@ -78,7 +78,8 @@ class EndpointStore:
         self._said_interval_s = interval_s  # the interval the last log line announced
         self.round_cpu_s = 0.0  # the CPU one scrape cycle costs (lowest of the recent ones)
         self._round_costs: deque[float] = deque(maxlen=COST_WINDOW)
-        self._pages: dict[Endpoint, tuple[str, PodMetrics]] = {}  # last page, its parse
+        # last page, its parse, where its families were (`adapters.PageLayout`)
+        self._pages: dict[Endpoint, tuple[str, PodMetrics, PageLayout]] = {}
         self._fetch_cpu: Callable[[], float] | None = getattr(fetch, "cpu_seconds", None)
         self._own_s = 0.0  # thread CPU of the parsing, timed where it runs
         self.scrapes = 0
@@ -102,6 +103,12 @@ class EndpointStore:
         self._failed[endpoint] = self.clock()
         endpoint.stale = True
         self.connection_failures += 1
+
+    def max_view_age_s(self) -> float:
+        """The oldest view of a routable pod: time since its last good scrape began (0
+        with none routable; a stale pod is not routed to, so its view is used by none)."""
+        now = self.clock()
+        return max((now - e.scraped_at for e in self.endpoints if not e.stale), default=0.0)
 
     def pools(self) -> dict[str, list[Endpoint]]:
         out: dict[str, list[Endpoint]] = {}
@@ -153,11 +160,12 @@ class EndpointStore:
         last = self._pages.get(endpoint)
         if last is not None and last[0] == text:
             return last[1]
-        metrics = parse_metrics(text, self.engine)
+        layout = last[2] if last is not None else PageLayout()
+        metrics = parse_metrics(text, self.engine, layout)
         if len(self._pages) > len(self.endpoints):  # pods were removed: forget theirs
             current = set(self.endpoints)
             self._pages = {e: page for e, page in self._pages.items() if e in current}
-        self._pages[endpoint] = (text, metrics)
+        self._pages[endpoint] = (text, metrics, layout)
         return metrics
 
     def spent_s(self) -> float:

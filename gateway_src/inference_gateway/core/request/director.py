@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import math
 import random
 import re
 import time
@@ -747,6 +748,9 @@ class Director:
             return random.sample(serving, len(serving)), []
         prefill = self.scheduler.schedule_prefill(llm, candidates, ranked[0])
         self.metrics.scheduler_e2e.observe(time.perf_counter() - started)
+        age = self.clock() - ranked[0].scraped_at
+        if 0.0 <= age < math.inf:  # (a pod the driver never scraped has no view to age)
+            self.metrics.view_age.observe(age)
         if prefill is None:
             return ranked, []
         decision = "prefill-decode" if prefill else "decode-only"

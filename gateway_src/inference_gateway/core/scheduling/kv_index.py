@@ -7,15 +7,19 @@ what the pod *kept*: `BlockStored` adds block hashes, `BlockRemoved` drops them,
 live picker's ZMQ subscriber and, on the virtual clock, by the simulator, through the
 same `ingest` calls.
 
-Memory is bounded per pod: at most the pod's KV capacity in blocks (from its
-`vllm:cache_config_info` scrape, set by the subscriber as scrapes come and by each pick;
-`UNKNOWN_CAPACITY` until known, never above `max_blocks_per_pod`), the oldest stored
-block dropped first when an event stream that lost removals would exceed it. A block
-costs one entry in the pod's insertion-ordered dict and one in the hash → pods map,
-whose value is a tuple of pod names: for the usual block, held by one pod, that pod's
-one shared tuple. Nothing per block is a container the garbage collector tracks (a set
-per block was: with a few full pods in the index, a full collection took tens of
-milliseconds more, an event loop held that long).
+Memory grows with what the fleet caches, not with pods times capacity: one
+fleet-wide set of (block hash, holder) pairs in machine-word arrays (`block_pairs`: 12
+bytes a pair, a block's holders side by side), pods interned to small ids (recycled when
+a pod leaves), and per holder a log of the hashes it stored, oldest first (8 bytes an
+entry; entries a removal left behind are dropped when the log grows past twice what the
+pod holds). About 22 bytes per cached (block, holder) in all, against 188 when each pod
+had its own dict (`bench/kv_events.py` measures both); and nothing per block is an
+object the garbage collector tracks or even allocates. Each holder is bounded: at most
+the pod's KV capacity in blocks (from its `vllm:cache_config_info` scrape, set by the
+subscriber as scrapes come and by each pick; `UNKNOWN_CAPACITY` until known, never above
+`max_blocks_per_pod`), the oldest stored block dropped first when an event stream that
+lost removals would exceed it (oldest by its first store: storing a held block again
+does not renew it; a block evicted and stored again may go early, by its first entry).
 
 A pod's publisher is trusted no further than an engine step can go: one step cannot
 store, or evict, more blocks than the pod has, nor carry many more events than that.
@@ -63,9 +67,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import OrderedDict, deque
+from array import array
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
+from inference_gateway.core.scheduling.block_pairs import LOST, BlockPairs
 from inference_gateway.protocols.vllm.kv_events import (
     AllBlocksCleared,
     BatchView,
@@ -103,20 +109,24 @@ Event = BlockStored | BlockRemoved | AllBlocksCleared | BlockStoredView | BlockR
 
 class _Pod:
     __slots__ = (
-        "alone",
-        "blocks",
         "capacity",
+        "count",
         "expected_at",
+        "head",
+        "id",
         "last_event",
+        "log",
         "matched",
         "run",
         "sample",
         "unmatched",
     )
 
-    def __init__(self, name: str, capacity: int) -> None:
-        self.alone = (name,)  # the holders of a block this pod alone holds
-        self.blocks: OrderedDict[int, None] = OrderedDict()
+    def __init__(self, holder: int, capacity: int) -> None:
+        self.id = holder  # its holder id in the pairs
+        self.count = 0  # pairs it holds
+        self.log = array("Q")  # hashes it stored, oldest first from `head` (some gone since)
+        self.head = 0
         self.capacity = capacity
         self.last_event = float("-inf")
         self.expected_at: float | None = None  # first pick with new blocks since the last event
@@ -138,14 +148,16 @@ class KVBlockIndex:
         self.stale_after_s = stale_after_s
         self.clock = clock
         self._pods: dict[str, _Pod] = {}
-        self._holders: dict[int, tuple[str, ...]] = {}  # see the module docstring
+        self._pairs = BlockPairs()  # see the module docstring
+        self._names = [""]  # holder id -> pod name (id 0: the lost blocks)
+        self._free: list[int] = []  # ids of pods that left, for the next pod
         self.events = 0  # events ingested, for the benchmark and /metrics
         self.refused = 0  # batches that went past what one engine step can do (/metrics)
         self.heard_any = False  # no pod's events ever arrived: every pod scores as sent
         self.fallbacks = 0  # scoring decisions that used the approximate index for a pod
         # blocks a pod evicted that no pod holds now, oldest first (see the module docstring)
-        self._evicted: OrderedDict[int, None] = OrderedDict()
-        self._capacity = 0  # Σ the pods' capacities: the bound of `_evicted`
+        self._lost = _Pod(LOST, 0)
+        self._capacity = 0  # Σ the pods' capacities: the bound of `_lost`
         self._recomputed = 0.0  # decayed Σ tokens picks recompute that the fleet evicted
         self._computed = 0.0  # decayed Σ tokens picks compute
         # (due, pod, block hash, pick time): blocks a pod's events should show by `due`
@@ -160,7 +172,14 @@ class KVBlockIndex:
     def _pod(self, pod: str) -> _Pod:
         state = self._pods.get(pod)
         if state is None:
-            state = self._pods[pod] = _Pod(pod, min(UNKNOWN_CAPACITY, self.max_blocks_per_pod))
+            if self._free:
+                holder = self._free.pop()
+                self._names[holder] = pod
+            else:
+                holder = len(self._names)
+                self._names.append(pod)
+            capacity = min(UNKNOWN_CAPACITY, self.max_blocks_per_pod)
+            state = self._pods[pod] = _Pod(holder, capacity)
             self._capacity += state.capacity
         return state
 
@@ -172,7 +191,7 @@ class KVBlockIndex:
         if capacity != state.capacity:
             self._capacity += capacity - state.capacity
             state.capacity = capacity
-            self._trim(pod, state)
+            self._trim(state)
             self._bound_evicted()
 
     def ingest(self, pod: str, batch: KVEventBatch) -> None:
@@ -200,7 +219,7 @@ class KVBlockIndex:
         work = 0
         for event in events:
             if isinstance(event, AllBlocksCleared):
-                yield from self._clear_slices(pod, state)
+                yield from self._clear_slices(state)
             else:
                 count = hash_count(event.block_hashes)
                 is_store = isinstance(event, (BlockStored, BlockStoredView))
@@ -255,83 +274,90 @@ class KVBlockIndex:
 
     def stored(self, pod: str, hashes: Iterable[int], state: _Pod | None = None) -> None:
         state = state or self._pod(pod)
-        blocks, holders, evicted, alone = state.blocks, self._holders, self._evicted, state.alone
-        for h in hashes:
-            if h in blocks:
-                blocks.move_to_end(h)
-                continue
-            blocks[h] = None
-            if evicted:
-                evicted.pop(h, None)
-            owners = holders.get(h)
-            holders[h] = alone if owners is None else (*owners, pod)
-        if len(blocks) > state.capacity:
-            self._trim(pod, state)
+        added, found = self._pairs.store(hashes, state.id, state.log)
+        state.count += added
+        self._lost.count -= found
+        if state.count > state.capacity:
+            self._trim(state)
+        self._compact(state)
 
     def removed(self, pod: str, hashes: Iterable[int], state: _Pod | None = None) -> None:
         """The pod evicted these blocks: a block no pod holds now is remembered as lost."""
-        state = state or self._pod(pod)
-        blocks, holders, evicted = state.blocks, self._holders, self._evicted
-        for h in hashes:
-            if h in blocks:
-                del blocks[h]
-                self._drop_holder(h, pod)
-                if h not in holders:  # (a held block is never in `evicted`: `stored`)
-                    evicted[h] = None
+        state, lost = state or self._pod(pod), self._lost
+        dropped, became = self._pairs.evict(hashes, state.id, lost.log)
+        state.count -= dropped
+        lost.count += became
+        self._compact(lost)
         self._bound_evicted()
 
     def _bound_evicted(self) -> None:
-        evicted, forget = self._evicted, self._evicted.popitem
-        for _ in range(len(evicted) - self._capacity):
-            forget(last=False)
+        self._lost.capacity = self._capacity
+        self._trim(self._lost)
 
     def clear(self, pod: str) -> None:
         state = self._pods.get(pod)
         if state is not None:
-            for _ in self._clear_slices(pod, state):
+            for _ in self._clear_slices(state):
                 pass
 
-    def _clear_slices(self, pod: str, state: _Pod) -> Iterator[None]:
-        blocks, drop = state.blocks, self._drop_holder
-        while blocks:
-            for _ in range(min(SLICE_BLOCKS, len(blocks))):
-                drop(blocks.popitem(last=False)[0], pod)
+    def _clear_slices(self, state: _Pod) -> Iterator[None]:
+        while state.head < len(state.log):
+            self._drop_oldest(state, SLICE_BLOCKS)
             yield
+        state.log, state.head = array("Q"), 0
 
     def forget(self, pod: str) -> None:
-        """The pod left the pool: drop everything about it."""
+        """The pod left the pool: drop everything about it (its id goes to the next pod)."""
         self.clear(pod)
         state = self._pods.pop(pod, None)
         if state is not None:
+            self._names[state.id] = ""
+            self._free.append(state.id)
             self._capacity -= state.capacity
             self._bound_evicted()
 
-    def _drop_holder(self, h: int, pod: str) -> None:
-        owners = self._holders.get(h)
-        if owners is None or pod not in owners:
-            return
-        if len(owners) == 1:
-            del self._holders[h]
-        else:
-            rest = tuple(p for p in owners if p != pod)
-            other = self._pods.get(rest[0]) if len(rest) == 1 else None
-            self._holders[h] = other.alone if other is not None else rest
+    def _drop_oldest(self, state: _Pod, n: int) -> None:
+        """Drop the pod's `n` oldest log entries, and the pairs they still name."""
+        log, head, discard, holder = state.log, state.head, self._pairs.discard, state.id
+        end = min(len(log), head + n)
+        for i in range(head, end):
+            if discard(log[i], holder):
+                state.count -= 1
+        state.head = end
+        if end > len(log) >> 1:
+            del log[:end]
+            state.head = 0
 
-    def _trim(self, pod: str, state: _Pod) -> None:
-        blocks = state.blocks
-        while len(blocks) > state.capacity:
-            h, _ = blocks.popitem(last=False)
-            self._drop_holder(h, pod)
+    def _trim(self, state: _Pod) -> None:
+        while state.count > state.capacity and state.head < len(state.log):
+            self._drop_oldest(state, state.count - state.capacity)
+
+    def _compact(self, state: _Pod) -> None:
+        """Rewrite the log without what is gone, when that is most of it (amortized O(1)
+        a store): each held hash once, in its latest place."""
+        log, head = state.log, state.head
+        if len(log) - head <= 2 * state.count + SLICE_BLOCKS:
+            return
+        has, holder, seen = self._pairs.has, state.id, set()
+        kept = []
+        for i in range(len(log) - 1, head - 1, -1):
+            h = log[i]
+            if h not in seen and has(h, holder):
+                seen.add(h)
+                kept.append(h)
+        kept.reverse()
+        state.log, state.head = array("Q", kept), 0
 
     def note_pick(
         self, hashes: Sequence[int], held: int, computed_tokens: int, block_size: int
     ) -> None:
         """A pick computes `computed_tokens` of a prompt with these block hashes, whose
         first `held` blocks some pod holds: the lost blocks after them are recomputed."""
-        evicted, lost = self._evicted, 0
-        if evicted:
+        lost = 0
+        if self._lost.count:
+            has = self._pairs.has
             for i in range(held, len(hashes)):
-                if hashes[i] not in evicted:
+                if not has(hashes[i], LOST):
                     break
                 lost += 1
         decay = RECOMPUTE_DECAY
@@ -348,7 +374,7 @@ class KVBlockIndex:
 
     def evicted(self) -> int:
         """Lost blocks remembered now (the memory the lost set costs, in entries)."""
-        return len(self._evicted)
+        return self._lost.count
 
     def expect(self, pod: str) -> None:
         """The picker just sent `pod` blocks it does not hold: events should follow."""
@@ -370,8 +396,8 @@ class KVBlockIndex:
         """A request picked for `pod` at `picked_at` (this index's clock), prefilled
         there, has finished: its last full block `block_hash` should be in the pod's
         events now, or within `CHECK_GRACE_S` (see the module docstring)."""
-        state = self._pods.get(pod)
-        if state is not None and block_hash in state.blocks:
+        if self.holds(pod, block_hash):
+            state = self._pods[pod]
             state.matched += 1
             state.run = 0
             return
@@ -385,7 +411,7 @@ class KVBlockIndex:
             state = self._pods.get(pod)
             if state is None or state.last_event < picked_at:
                 continue  # nothing heard since the pick: the staleness rule's business
-            if block_hash in state.blocks or block_hash in self._evicted:
+            if self._pairs.has(block_hash, state.id) or self._pairs.has(block_hash, LOST):
                 state.matched += 1
                 state.run = 0
                 continue
@@ -438,27 +464,14 @@ class KVBlockIndex:
 
     def blocks(self, pod: str) -> int:
         state = self._pods.get(pod)
-        return len(state.blocks) if state is not None else 0
+        return state.count if state is not None else 0
+
+    def holds(self, pod: str, block_hash: int) -> bool:
+        """Whether the pod's events say it holds this block now."""
+        state = self._pods.get(pod)
+        return state is not None and self._pairs.has(block_hash, state.id)
 
     def matches(self, hashes: Sequence[int]) -> dict[str, int]:
         """Leading blocks of `hashes` each pod holds (pods with none are absent)."""
-        out: dict[str, int] = {}
-        if not hashes:
-            return out
-        holders = self._holders
-        first = holders.get(hashes[0])
-        if not first:
-            return out
-        alive = set(first)
-        for i in range(1, len(hashes)):
-            owners = holders.get(hashes[i])
-            kept = alive.intersection(owners) if owners else set()
-            if len(kept) != len(alive):
-                for pod in alive - kept:
-                    out[pod] = i
-                if not kept:
-                    return out
-                alive = kept
-        for pod in alive:
-            out[pod] = len(hashes)
-        return out
+        names = self._names
+        return {names[holder]: n for holder, n in self._pairs.leading(hashes).items()}

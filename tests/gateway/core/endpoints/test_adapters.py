@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from inference_gateway.core.endpoints.adapters import ENGINES, parse_metrics
+from inference_gateway.core.endpoints.adapters import ENGINES, PageLayout, parse_metrics
 from inference_gateway.core.scheduling.types import PodMetrics
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[4] / "bench"))
@@ -114,3 +114,30 @@ def test_a_needed_line_that_does_not_parse_fails_the_scrape(line: str) -> None:
 def test_unknown_engine() -> None:
     with pytest.raises(ValueError, match="unknown engine"):
         parse_metrics("", "nope")
+
+
+def test_a_pods_layout_follows_its_page_as_it_moves_and_grows() -> None:
+    """With the pod's `PageLayout`, each scrape reads what a fresh parse reads: after
+    families moved by more than the window (a longer page before them), and with a HELP
+    text that quotes a TYPE line."""
+    layout = PageLayout()
+    page = vllm_page()
+    assert parse_metrics(page, "vllm", layout) == parse_metrics(page)
+    assert layout.at["# TYPE vllm:cache_config_info "] > 30_000
+    moved = "# HELP x says # TYPE vllm:num_requests_running gauge\n# TYPE x gauge\n"
+    moved += "x 1\n" * 2000 + vllm_page(tick=99).replace("3.0\n", "17.0\n", 1)
+    parsed = parse_metrics(moved, "vllm", layout)
+    assert parsed == parse_metrics(moved) and parsed.running == 17
+    assert parsed.num_gpu_blocks == 26307
+
+
+def test_a_family_a_pod_lacks_is_looked_for_again_every_recheck() -> None:
+    """LoRA info absent at first: not searched on the scrapes after (the page is
+    read where it was), found again at the next recheck once the page has it."""
+    layout = PageLayout()
+    parse_metrics(vllm_page(), "vllm", layout)
+    with_lora = vllm_page(lora=True)
+    seen = [parse_metrics(with_lora, "vllm", layout).max_loras for _ in range(PageLayout.RECHECK)]
+    assert seen == [0] * (PageLayout.RECHECK - 1) + [4]
+    untyped = "# a comment\nvllm:num_requests_running 5\n"  # an untyped sample counts
+    assert parse_metrics(untyped, "vllm", PageLayout()).running == 5

@@ -126,3 +126,47 @@ async def test_an_unchanged_page_is_not_parsed_again() -> None:
     pages["/metrics"] = PAGE
     await store.scrape_once()
     assert list(store._pages) == store.endpoints
+
+
+async def test_the_oldest_routable_view_is_exported() -> None:
+    """`igw_scrape_view_age_max_seconds`: time since the oldest good scrape of a pod that
+    is not stale, read at export; it falls when the pod is scraped again."""
+    now = [100.0]
+    pages = {"/metrics": PAGE, "/v1/models": '{"data": [{"id": "m"}]}'}
+
+    async def fetch(endpoint: Endpoint, path: str) -> str:
+        if endpoint.name == "pod-1" and now[0] > 100.0:
+            raise ConnectionError("down")
+        return pages[path]
+
+    store = EndpointStore(pods(2), fetch, clock=lambda: now[0], staleness_s=2.0)
+    metrics = GatewayMetrics()
+    metrics.watch_scrapes(store)
+    age = metrics.registry.get_sample_value
+    assert age("igw_scrape_view_age_max_seconds") == 0.0  # nothing routable yet
+    await store.scrape_once()
+    now[0] = 101.5
+    await store.scrape_once()  # pod-1 fails: its view is 1.5 s old, pod-0's is new
+    assert age("igw_scrape_view_age_max_seconds") == 1.5
+    now[0] = 103.0
+    await store.scrape_once()  # pod-1 is stale now: not routable, not counted
+    assert store.endpoints[1].stale and age("igw_scrape_view_age_max_seconds") == 0.0
+
+
+async def test_the_config_sets_the_scrape_cpu_budget_and_a_reload_changes_it() -> None:
+    """`scrape.cpuBudgetCores` (default a quarter of a core) is the store's budget, at
+    build and at every reload."""
+    from inference_gateway.assembly.core import build_core
+    from inference_gateway.config.spec import GatewayConfigSpec
+    from inference_gateway.core.traffic.rewrites import RewriteSet
+
+    async def fetch(endpoint: Endpoint, path: str) -> str:
+        return PAGE
+
+    core = build_core(pods(1), GatewayConfigSpec(), fetch=fetch)
+    assert core.store.max_cpu_fraction == 0.25
+    wider = GatewayConfigSpec.model_validate({"scrape": {"cpuBudgetCores": 1.0}})
+    core.apply_config(wider, RewriteSet.empty())
+    assert core.store.max_cpu_fraction == 1.0
+    with pytest.raises(ValueError):
+        GatewayConfigSpec.model_validate({"scrape": {"cpuBudgetCores": 0}})

@@ -144,3 +144,22 @@ async def test_an_exchange_cancelled_while_queued_leaves_the_queue() -> None:
     assert sum(g.controller.queued() for g in d.gates.values()) == 0
     assert held(d) == IDLE and exchange.life is None
     await d.close()
+
+
+async def test_each_decision_observes_the_age_of_the_picked_pods_view() -> None:
+    """`igw_scrape_view_age_seconds`: the director's clock minus the picked pod's last
+    good scrape, once a decision; a fresh scrape brings it back to 0."""
+    now = [10.3]
+    d = director(clock=lambda: now[0])
+    for pod in d.endpoints():
+        pod.scraped_at = 10.0
+    await decided(d, "old")
+    sample = d.metrics.registry.get_sample_value
+    assert sample("igw_scrape_view_age_seconds_count") == 1
+    assert abs(sample("igw_scrape_view_age_seconds_sum") - 0.3) < 1e-9  # type: ignore[operator]
+    assert sample("igw_scrape_view_age_seconds_bucket", {"le": "0.25"}) == 0
+    for pod in d.endpoints():
+        pod.record_scrape(PodMetrics(), 10.3)
+    await decided(d, "fresh")
+    assert sample("igw_scrape_view_age_seconds_bucket", {"le": "0.01"}) == 1
+    assert sample("igw_scrape_view_age_seconds_count") == 2

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from inference_gateway.core.scheduling.kv_index import (
@@ -166,3 +168,47 @@ def test_the_recompute_share_counts_only_lost_blocks_after_the_held_run() -> Non
     capped.ingest("a", batch(BlockRemoved([1, 2], "GPU")))
     capped.note_pick([1, 2], 0, 20, 16)  # 32 lost tokens, but the pick computes 20
     assert capped.recompute_share == 1.0
+
+
+def test_a_pod_that_leaves_frees_its_id_for_the_next_and_keeps_nothing() -> None:
+    index = KVBlockIndex()
+    index.ingest("a", batch(stored(1, 2)))
+    index.ingest("b", batch(stored(1)))
+    index.forget("a")
+    index.ingest("c", batch(stored(2, 3)))  # gets a's id: none of a's blocks come with it
+    assert index.matches([1, 2]) == {"b": 1} and index.matches([2, 3]) == {"c": 2}
+    assert index.blocks("a") == 0 and not index.holds("a", 1) and index.holds("c", 3)
+    assert len(index._names) == 3  # the lost set's id, a's (now c's), b's
+
+
+def test_stores_and_removals_exact_under_churn_and_the_log_stays_bounded() -> None:
+    """A pod that stores, evicts and stores again the same blocks for many rounds: the
+    index holds exactly what it holds, and its log does not grow with the rounds."""
+    rnd, index, held = random.Random(5), KVBlockIndex(), set()
+    index.set_capacity("a", 5000)
+    for _ in range(200):
+        new = {rnd.randrange(3000) for _ in range(40)}
+        index.ingest("a", batch(stored(*new)))
+        held |= new
+        gone = set(rnd.sample(sorted(held), min(len(held), 35)))
+        index.ingest("a", batch(BlockRemoved(sorted(gone), "GPU")))
+        held -= gone
+    assert index.blocks("a") == len(held) and all(index.holds("a", h) for h in held)
+    assert not any(index.holds("a", h) for h in set(range(3000)) - held)
+    state = index._pods["a"]
+    assert len(state.log) - state.head <= 2 * len(held) + SLICE_BLOCKS
+
+
+def test_hostile_hashes_and_unknown_pods_cost_no_more_than_the_bound() -> None:
+    """Hashes outside 64 bits do not raise; a pod never scraped is held to the default
+    capacity; a huge batch is refused whole before it is decoded."""
+    index = KVBlockIndex()
+    index.ingest("ghost", batch(stored(-5, (1 << 64) - 5)))  # one block modulo 2**64
+    assert index.blocks("ghost") == 1 and index.matches([-5]) == {"ghost": 1}
+    index.stored("ghost", ((1 << 80) + i for i in range(UNKNOWN_CAPACITY + 100)))
+    assert index.blocks("ghost") == UNKNOWN_CAPACITY
+    index.set_capacity("small", 10)
+    list(index.ingest_view("small", wire(stored(*range(10_000)))))
+    assert index.refused == 1 and index.blocks("small") == 0
+    index.forget("ghost")
+    assert index._pairs.size == 0  # nothing left behind by the pods that left
