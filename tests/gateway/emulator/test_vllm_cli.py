@@ -15,13 +15,16 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +40,16 @@ from inference_gateway.errors import ConfigError
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 USER_VARIABLES = ("LOGNAME", "USER", "LNAME", "USERNAME")
+
+
+@pytest.fixture
+def tmp_path() -> Iterator[Path]:
+    """A short folder in place of pytest's: the stand-in binds a Unix socket under TMPDIR
+    as vLLM's ZMQ `ipc://` endpoints do, and a socket path has at most 107 bytes (Linux
+    `sockaddr_un`), which pytest's folders under an xdist worker outgrow."""
+    folder = Path(tempfile.mkdtemp(prefix="igw-vllm-"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def _base_env(tmp_path: Path) -> dict[str, str]:
