@@ -5,8 +5,9 @@ concurrent streamed chat requests of 1,000 tokens on 2 emulated pods, each pod i
 event. Every request ends with a `finish_reason` and no error, through the official
 `openai` SDK; its text is byte for byte the text of the same request unbroken at
 temperature 0 (asked of the healthy pod directly), and `usage` counts the prompt once and
-each of the 1,000 completion tokens once, as does the gateway's own output-token count
-(what the token budget settles from). Bounded: one load of 20 requests per fault, each
+each of the 1,000 completion tokens once, as do the gateway's own output-token count and
+its token budget (the limit's remaining tokens fall by exactly the 20 answers' prompts
+and tokens). Bounded: one load of 20 requests per fault, each
 wait under a deadline.
 """
 
@@ -36,7 +37,11 @@ TOKENS = 1000
 CONFIG = {
     "scrape": {"intervalMs": 100, "stalenessMs": 3000, "timeoutMs": 500},
     "migration": {"streamIdleTimeoutMs": 1000, "deadlineMs": 10_000},
+    # a token budget that never refuses here, read for what it was charged
+    "rateLimits": [{"tokensPerMinute": 10_000_000, "windowS": 600}],
 }
+REASONS = {"kill": "connection", "stall": "stall", "error_event": "error_event"}
+PROBE = [{"role": "user", "content": "probe"}]
 
 
 def messages(i: int) -> list[dict[str, str]]:
@@ -160,6 +165,19 @@ async def metric_sum(url: str, name: str, label: str = "") -> float:
     )
 
 
+async def remaining_tokens(api: openai.AsyncOpenAI) -> tuple[int, int]:
+    """The token limit's remaining count after a one-token request, and its usage total."""
+    raw = await api.chat.completions.with_raw_response.create(
+        model=MODEL,
+        messages=PROBE,  # type: ignore[arg-type]
+        max_tokens=1,
+        temperature=0,
+    )
+    reply = raw.parse()
+    assert reply.usage is not None
+    return int(raw.headers["x-ratelimit-remaining-tokens"]), reply.usage.total_tokens
+
+
 async def run_with_fault(tmp_path: Path, fault: str) -> None:
     error_after = ["--stream-error-after-tokens", "300"] if fault == "error_event" else []
     # the error fault: pod-0 ends every stream after 300 tokens with vLLM's error event;
@@ -174,6 +192,7 @@ async def run_with_fault(tmp_path: Path, fault: str) -> None:
             api = openai.AsyncOpenAI(
                 base_url=served.url + "/v1", api_key="unused", max_retries=0, timeout=120
             )
+            remaining_before, probe_total = await remaining_tokens(api)
             outcomes = [Outcome() for _ in range(REQUESTS)]
             tasks = [asyncio.create_task(stream_one(api, i, outcomes[i])) for i in range(REQUESTS)]
             victim_port: int | None = None
@@ -191,7 +210,13 @@ async def run_with_fault(tmp_path: Path, fault: str) -> None:
                 victim = procs[ports.index(victim_port)]
                 victim.send_signal(signal.SIGKILL if fault == "kill" else signal.SIGSTOP)
             await asyncio.wait_for(asyncio.gather(*tasks), timeout=180)
+            # the budget settled each request once: its prompt and its 1,000 tokens
+            remaining_after, _ = await remaining_tokens(api)
             await api.close()
+            charged = remaining_before - remaining_after - probe_total
+            assert charged == sum(
+                count_tokens(render_chat(messages(i))) + TOKENS for i in range(REQUESTS)
+            )
             broken = [o for o in outcomes if o.pod.endswith(f":{victim_port}")]
             assert broken, "no stream was on the pod that failed"
             for i, o in enumerate(outcomes):
@@ -205,12 +230,15 @@ async def run_with_fault(tmp_path: Path, fault: str) -> None:
             url, total = served.url, "igw_request_migrations_total"
             resumed = await metric_sum(url, total, 'outcome="resumed"')
             assert resumed == len(broken) == await metric_sum(url, total)
-            reason = {"kill": "connection", "stall": "stall", "error_event": "error_event"}[fault]
+            reason = REASONS[fault]
             assert await metric_sum(url, total, f'reason="{reason}"') == len(broken)
-            assert await metric_sum(url, "igw_request_resume_gap_seconds_count") == len(broken)
+            gaps = await metric_sum(url, "igw_request_resume_gap_seconds_count")
+            assert gaps == len(broken)
+            gap_s = await metric_sum(url, "igw_request_resume_gap_seconds_sum") / gaps
+            print(f"\n{fault}: {len(broken)}/{REQUESTS} streams resumed, mean gap {gap_s:.3f} s")
             # the gateway's own count of output tokens (what a token budget settles from)
             counted = await metric_sum(url, "inference_objective_output_tokens_sum")
-            assert counted == REQUESTS * TOKENS
+            assert counted == REQUESTS * TOKENS + 2  # and the two probes' one token
 
 
 @pytest.mark.parametrize("fault", ["kill", "stall", "error_event"])

@@ -345,7 +345,8 @@ class Resumer:
         source: AsyncIterable[bytes] = first
         splicer: Splicer | None = None
         resumes = 0
-        gap_from: float | None = None
+        gap_from: float | None = None  # the last chunk before the break
+        last_at = time.monotonic()
         reason = BreakReason.CONNECTION
         try:
             while True:
@@ -358,10 +359,10 @@ class Resumer:
                             self.report(reason, "resumed", time.monotonic() - gap_from)
                             gap_from = None
                         self._keep(out)
+                        last_at = time.monotonic()
                         yield out
                     return
                 except Exception as error:
-                    broke_at = time.monotonic()
                     reason = _reason(error)
                     if not self._kept:
                         raise  # nothing sent: the data plane's own retry rule answers it
@@ -377,11 +378,8 @@ class Resumer:
                         self.report(reason, "failed", None)
                         raise
                     self._opened.append(opened)
-                    source, splicer, gap_from = (
-                        opened.chunks(),
-                        Splicer(delivered, self.chat),
-                        broke_at,
-                    )
+                    source, gap_from = opened.chunks(), last_at
+                    splicer = Splicer(delivered, self.chat)
         finally:
             for opened in self._opened:
                 opened.release()
