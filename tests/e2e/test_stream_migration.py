@@ -155,7 +155,7 @@ async def stream_one(api: openai.AsyncOpenAI, i: int, out: Outcome) -> None:
 
 
 async def metric_sum(url: str, name: str, label: str = "") -> float:
-    """The sum of the samples of `name` on igw serve's /metrics whose labels hold `label`."""
+    """The sum of the samples of `name` on a /metrics page whose labels hold `label`."""
     async with aiohttp.ClientSession() as session, session.get(url + "/metrics") as r:
         text = await r.text()
     return sum(
@@ -200,13 +200,20 @@ async def run_with_fault(tmp_path: Path, fault: str) -> None:
                 victim_port = ports[0]
             else:
                 deadline = time.monotonic() + 60
-                while not all(o.tokens_seen >= 50 for o in outcomes):  # all mid-stream
+                while not all(o.tokens_seen for o in outcomes):  # every stream started
                     assert time.monotonic() < deadline, "the streams did not start"
                     assert not any(t.done() for t in tasks), [o.error for o in outcomes]
                     await asyncio.sleep(0.05)
                 serving = Counter(o.pod for o in outcomes)
                 busiest = serving.most_common(1)[0][0]
                 victim_port = int(busiest.rsplit(":", 1)[1])
+                # the fault must find every one of its streams mid-answer on the pod (a
+                # client on a loaded machine may lag the pod, the rest of an answer
+                # already waiting in socket buffers)
+                running = await metric_sum(
+                    f"http://127.0.0.1:{victim_port}", "vllm:num_requests_running"
+                )
+                assert running == serving[busiest], "the pod finished before the fault"
                 victim = procs[ports.index(victim_port)]
                 victim.send_signal(signal.SIGKILL if fault == "kill" else signal.SIGSTOP)
             await asyncio.wait_for(asyncio.gather(*tasks), timeout=180)

@@ -16,7 +16,8 @@ One home for the rule, used by any data plane that relays a stream (`igw serve` 
   break inside an SSE event (the client holds half an event).
 * `Delivered`: what the client has so far (its text, the completion tokens, the
   response `id`, `model`, `created`, whether the role delta was sent), read from the
-  bytes relayed (kept as they pass, parsed only when a stream breaks).
+  bytes relayed (kept as they pass and read in 64 KiB at a time, so a stream is held as
+  its text, not its SSE framing).
 * `continuation(body, delivered, chat)`: the request that continues the answer, as
   vLLM's OpenAI server continues one: chat: the messages plus an assistant message with
   the text so far, `continue_final_message: true`, `add_generation_prompt: false`;
@@ -42,6 +43,7 @@ of 1 (a pod streaming several tokens an event under-counts them, and the continu
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import (
     AsyncGenerator,
@@ -70,7 +72,8 @@ __all__ = [
 ]
 
 # a stream longer than this is not kept for a resume (nor resumed)
-MAX_KEPT_BYTES = 16 * 2**20
+MAX_KEPT_BYTES = 64 * 2**20
+FOLD_BYTES = 64 * 2**10  # relayed bytes kept before they are read into text
 _ERROR_EVENT_MARKERS = (
     b'data: {"error"',
     b'data:{"error"',
@@ -159,47 +162,53 @@ class Delivered:
     model: str | None = None
     created: int | None = None
     role_sent: bool = False
-    text: str = ""
     tokens: int = 0
     blocker: str | None = None  # why it cannot be continued from here
+    parts: list[str] = field(default_factory=list)  # the text, piece by piece
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
 
     @classmethod
     def read(cls, data: bytes, chat: bool) -> Delivered:
         """Parse the relayed bytes (whole SSE events, as they came)."""
         out = cls()
-        events = data.split(b"\n\n")
-        if events[-1].strip():
+        if out.feed(data, chat).strip():
             out.blocker = "broke inside an event"
-        parts: list[str] = []
+        return out
+
+    def feed(self, data: bytes, chat: bool) -> bytes:
+        """Read the whole events of `data` into this; the partial last event back."""
+        events = data.split(b"\n\n")
         for raw in events[:-1]:
             line = raw.strip()
             if not line.startswith(b"data:"):
                 continue
             payload = line[5:].strip()
             if payload == b"[DONE]":
-                out.blocker = "ended"
+                self.blocker = "ended"
                 continue
             try:
                 event = orjson.loads(payload)
             except orjson.JSONDecodeError:
-                out.blocker = "unreadable event"
+                self.blocker = "unreadable event"
                 continue
             if not isinstance(event, dict):
                 continue
-            out.id = out.id or event.get("id")
-            out.model = out.model or event.get("model")
-            out.created = out.created or event.get("created")
+            self.id = self.id or event.get("id")
+            self.model = self.model or event.get("model")
+            self.created = self.created or event.get("created")
             for choice in event.get("choices") or ():
                 if not isinstance(choice, dict):
                     continue
                 if choice.get("finish_reason") is not None:
-                    out.blocker = "finished"
-                piece = out._piece(choice, chat)
+                    self.blocker = "finished"
+                piece = self._piece(choice, chat)
                 if piece:
-                    parts.append(piece)
-                    out.tokens += 1
-        out.text = "".join(parts)
-        return out
+                    self.parts.append(piece)
+                    self.tokens += 1
+        return events[-1]
 
     def _piece(self, choice: dict[str, Any], chat: bool) -> str | None:
         if not chat:
@@ -336,7 +345,9 @@ class Resumer:
     idle_timeout_s: float | None = None
     max_resumes: int = 2
     deadline_s: float = 30.0
-    _kept: list[bytes] = field(default_factory=list)
+    _delivered: Delivered = field(default_factory=Delivered)  # read so far
+    _kept: list[bytes] = field(default_factory=list)  # relayed, not read yet
+    _unread: int = 0
     _size: int = 0
     _opened: list[Continuation] = field(default_factory=list)
 
@@ -364,9 +375,9 @@ class Resumer:
                     return
                 except Exception as error:
                     reason = _reason(error)
-                    if not self._kept:
+                    if not self._size:
                         raise  # nothing sent: the data plane's own retry rule answers it
-                    delivered = self._delivered()
+                    delivered = self._read()
                     body = self._continuation(delivered)
                     if body is None or resumes >= self.max_resumes:
                         outcome = "exhausted" if body is not None else "not_resumable"
@@ -379,13 +390,18 @@ class Resumer:
                         raise
                     self._opened.append(opened)
                     source, gap_from = opened.chunks(), last_at
-                    splicer = Splicer(delivered, self.chat)
+                    # as of the break: the splicer's counts must not grow with the rest
+                    splicer = Splicer(dataclasses.replace(delivered, parts=[]), self.chat)
         finally:
             for opened in self._opened:
                 opened.release()
 
-    def _delivered(self) -> Delivered:
-        delivered = Delivered.read(b"".join(self._kept), self.chat)
+    def _read(self) -> Delivered:
+        """What the client has so far (its text read in, the relayed bytes let go)."""
+        delivered = self._delivered
+        if delivered.feed(b"".join(self._kept), self.chat).strip():
+            delivered.blocker = "broke inside an event"
+        self._kept, self._unread = [], 0
         if self._size > MAX_KEPT_BYTES:
             delivered.blocker = "too long"
         return delivered
@@ -409,9 +425,16 @@ class Resumer:
             return None
 
     def _keep(self, chunk: bytes) -> None:
+        """Keep a relayed chunk; past `FOLD_BYTES` unread, read the whole events in (a
+        stream is kept as its text, not its SSE framing)."""
         self._size += len(chunk)
-        if self._size <= MAX_KEPT_BYTES:
-            self._kept.append(chunk)
+        if self._size > MAX_KEPT_BYTES:
+            return
+        self._kept.append(chunk)
+        self._unread += len(chunk)
+        if self._unread > FOLD_BYTES:
+            tail = self._delivered.feed(b"".join(self._kept), self.chat)
+            self._kept, self._unread = [tail], len(tail)
 
     async def _watched(self, source: AsyncIterable[bytes]) -> AsyncIterator[bytes]:
         """`source`'s chunks, a silence past `idle_timeout_s` raised as TimeoutError and the

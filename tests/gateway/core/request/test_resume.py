@@ -101,7 +101,7 @@ def test_delivered_reads_what_the_client_got() -> None:
 
 
 def test_chat_continuation_is_vllms_continue_final_message() -> None:
-    delivered = Delivered(text=" the sea", tokens=2)
+    delivered = Delivered(tokens=2, parts=[" the sea"])
     body = {**CHAT, "max_completion_tokens": 8, "min_tokens": 1, "kv_transfer_params": {}}
     out = continuation(body, delivered, chat=True)
     assert out is not None
@@ -121,7 +121,7 @@ def test_chat_continuation_is_vllms_continue_final_message() -> None:
 
 def test_completions_continuation_is_prompt_plus_text() -> None:
     out = continuation(
-        {"prompt": ["once"], "max_tokens": 5}, Delivered(text=" upon", tokens=1), chat=False
+        {"prompt": ["once"], "max_tokens": 5}, Delivered(tokens=1, parts=[" upon"]), chat=False
     )
     assert out == {"prompt": "once upon", "max_tokens": 4}
 
@@ -211,3 +211,25 @@ async def test_resumer_turns_an_error_event_into_a_break_and_gives_up_when_bound
         async for _ in quiet.stream(chunks_of(then=ConnectionResetError())):
             pass
     assert len(reports) == 1
+
+
+async def test_a_long_stream_is_kept_as_its_text() -> None:
+    """Past 64 KiB the relayed events are read into text; what a resume sends is still
+    every token delivered, in order."""
+    bodies: list[dict[str, Any]] = []
+
+    async def open_next(body: bytes, reason: str) -> Opened:
+        bodies.append(orjson.loads(body))
+        return Opened(chunk(" end", finish="length"))
+
+    words = [f" w{i % 10}" for i in range(1500)]  # ~200 KB of events
+    resumer = Resumer(
+        orjson.dumps({**CHAT, "max_tokens": 1501}), True, open_next, lambda r, o, g: None
+    )
+    first = chunks_of(chunk(role=True), *(chunk(w) for w in words), then=ConnectionResetError())
+    stream = resumer.stream(first)
+    _ = [c async for c in stream]
+    await stream.aclose()
+    assert bodies[0]["messages"][-1]["content"] == "".join(words)
+    assert bodies[0]["max_tokens"] == 1
+    assert sum(len(c) for c in resumer._kept) < 70 * 2**10  # text, not events
