@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import time
 from collections.abc import (
     AsyncGenerator,
     AsyncIterable,
@@ -74,12 +73,7 @@ __all__ = [
 # a stream longer than this is not kept for a resume (nor resumed)
 MAX_KEPT_BYTES = 64 * 2**20
 FOLD_BYTES = 64 * 2**10  # relayed bytes kept before they are read into text
-_ERROR_EVENT_MARKERS = (
-    b'data: {"error"',
-    b'data:{"error"',
-    b'"object":"error"',
-    b'"object": "error"',
-)
+_ERROR_MARK = b'"error"'  # in every error event (vLLM's, OpenAI's); parsed only then
 _STRUCTURED = (
     "guided_json",
     "guided_regex",
@@ -352,27 +346,48 @@ class Resumer:
     _opened: list[Continuation] = field(default_factory=list)
 
     async def stream(self, first: AsyncIterable[bytes]) -> AsyncGenerator[bytes, None]:
-        """The client's chunks: the first upstream's, then each continuation's, spliced."""
-        source: AsyncIterable[bytes] = first
+        """The client's chunks: the first upstream's, then each continuation's, spliced.
+        A silence past `idle_timeout_s` while waiting on the upstream is a stall, and the
+        model server's SSE error event a break (what precedes it in its chunk passes)."""
+        loop = asyncio.get_running_loop()
+        idle = _IdleWatch(loop, self.idle_timeout_s) if self.idle_timeout_s else None
+        chunks = aiter(first)
         splicer: Splicer | None = None
         resumes = 0
         gap_from: float | None = None  # the last chunk before the break
-        last_at = time.monotonic()
+        last_at = loop.time()
         reason = BreakReason.CONNECTION
         try:
             while True:
                 try:
-                    async for chunk in self._watched(source):
-                        out = splicer.edit(chunk) if splicer is not None else chunk
-                        if not out:
-                            continue
+                    last_at = loop.time()  # the last chunk was handed on by now
+                    if idle is not None:
+                        idle.since = last_at
+                    try:
+                        chunk = await anext(chunks)
+                    except StopAsyncIteration:
+                        return
+                    except asyncio.CancelledError:
+                        if idle is not None and idle.expired():
+                            raise TimeoutError("the stream went silent") from None
+                        raise
+                    finally:
+                        if idle is not None:
+                            idle.since = None
+                    broke = None
+                    if _ERROR_MARK in chunk:
+                        at = _error_event_start(chunk)
+                        if at is not None:
+                            chunk, broke = chunk[:at], StreamBreak("the pod sent an error event")
+                    out = splicer.edit(chunk) if splicer is not None else chunk
+                    if out:
                         if gap_from is not None:
-                            self.report(reason, "resumed", time.monotonic() - gap_from)
+                            self.report(reason, "resumed", loop.time() - gap_from)
                             gap_from = None
                         self._keep(out)
-                        last_at = time.monotonic()
                         yield out
-                    return
+                    if broke is not None:
+                        raise broke
                 except Exception as error:
                     reason = _reason(error)
                     if not self._size:
@@ -389,10 +404,12 @@ class Resumer:
                         self.report(reason, "failed", None)
                         raise
                     self._opened.append(opened)
-                    source, gap_from = opened.chunks(), last_at
+                    chunks, gap_from = aiter(opened.chunks()), last_at
                     # as of the break: the splicer's counts must not grow with the rest
                     splicer = Splicer(dataclasses.replace(delivered, parts=[]), self.chat)
         finally:
+            if idle is not None:
+                idle.close()
             for opened in self._opened:
                 opened.release()
 
@@ -436,23 +453,39 @@ class Resumer:
             tail = self._delivered.feed(b"".join(self._kept), self.chat)
             self._kept, self._unread = [tail], len(tail)
 
-    async def _watched(self, source: AsyncIterable[bytes]) -> AsyncIterator[bytes]:
-        """`source`'s chunks, a silence past `idle_timeout_s` raised as TimeoutError and the
-        model server's SSE error event as `StreamBreak` (what precedes it passes)."""
-        chunks = aiter(source)
-        while True:
-            try:
-                async with asyncio.timeout(self.idle_timeout_s):
-                    chunk = await anext(chunks)
-            except StopAsyncIteration:
-                return
-            if any(marker in chunk for marker in _ERROR_EVENT_MARKERS):
-                at = _error_event_start(chunk)
-                if at is not None:
-                    if at:
-                        yield chunk[:at]
-                    raise StreamBreak("the model server sent an error event")
-            yield chunk
+
+class _IdleWatch:
+    """The stream idle timeout as one timer per stream, re-armed only when it fires: a
+    timeout per chunk costs every chunk a timer of its own (~5 µs, more than the relay).
+    `since`: when the stream began to wait on its upstream (None: not waiting, say while
+    the client is written to, which the watch never interrupts)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, idle_s: float) -> None:
+        self.loop = loop
+        self.idle_s = idle_s
+        self.task = asyncio.current_task()
+        self.since: float | None = None
+        self.fired = False
+        self.handle = loop.call_at(loop.time() + idle_s, self._check)
+
+    def _check(self) -> None:
+        now, since = self.loop.time(), self.since
+        if since is not None and now - since >= self.idle_s and self.task is not None:
+            self.fired = True
+            self.task.cancel()  # the waiting `anext` raises; `expired` says it was this
+            since = None
+        self.handle = self.loop.call_at((since or now) + self.idle_s, self._check)
+
+    def expired(self) -> bool:
+        """Whether the cancellation being handled was the watch's (then it is taken back;
+        a cancellation of the request's own still stands)."""
+        if not self.fired or self.task is None:
+            return False
+        self.fired = False
+        return self.task.uncancel() == 0
+
+    def close(self) -> None:
+        self.handle.cancel()
 
 
 def _error_event_start(chunk: bytes) -> int | None:

@@ -6,6 +6,7 @@ real async chunk sources (the pods' streams are loopback pods in tests/e2e)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -233,3 +234,39 @@ async def test_a_long_stream_is_kept_as_its_text() -> None:
     assert bodies[0]["messages"][-1]["content"] == "".join(words)
     assert bodies[0]["max_tokens"] == 1
     assert sum(len(c) for c in resumer._kept) < 70 * 2**10  # text, not events
+
+
+async def test_a_silent_upstream_is_a_stall_and_is_resumed() -> None:
+    """No chunk for the idle timeout while waiting on the upstream: a stall (one timer per
+    stream); a stream that keeps talking is never cut."""
+
+    reports: list[tuple[str, str]] = []
+
+    async def open_next(body: bytes, reason: str) -> Opened:
+        return Opened(chunk(" b", finish="length"))
+
+    async def silent_after_one() -> AsyncIterator[bytes]:
+        yield chunk(role=True) + chunk(" a")
+        await asyncio.sleep(30)  # a hung pod
+        yield chunk(" never")
+
+    async def steady() -> AsyncIterator[bytes]:
+        for _ in range(8):
+            await asyncio.sleep(0.02)
+            yield chunk(" x")
+
+    def resumer() -> Resumer:
+        return Resumer(
+            orjson.dumps(CHAT),
+            True,
+            open_next,
+            lambda r, o, g: reports.append((r, o)),
+            idle_timeout_s=0.1,
+        )
+
+    stream = resumer().stream(silent_after_one())
+    async with asyncio.timeout(10):
+        got = Delivered.read(b"".join([c async for c in stream]), chat=True)
+    assert got.text == " a b" and reports == [("stall", "resumed")]
+    calm = resumer().stream(steady())
+    assert len([c async for c in calm]) == 8 and len(reports) == 1
