@@ -339,11 +339,11 @@ class Resumer:
     idle_timeout_s: float | None = None
     max_resumes: int = 2
     deadline_s: float = 30.0
-    _delivered: Delivered = field(default_factory=Delivered)  # read so far
-    _kept: list[bytes] = field(default_factory=list)  # relayed, not read yet
-    _unread: int = 0
-    _size: int = 0
-    _opened: list[Continuation] = field(default_factory=list)
+    _delivered: Delivered = field(default_factory=Delivered, init=False)  # read so far
+    _kept: list[bytes] = field(default_factory=list, init=False)  # relayed, not read yet
+    _unread: int = field(default=0, init=False)
+    _size: int = field(default=0, init=False)
+    _opened: list[Continuation] = field(default_factory=list, init=False)
 
     async def stream(self, first: AsyncIterable[bytes]) -> AsyncGenerator[bytes, None]:
         """The client's chunks: the first upstream's, then each continuation's, spliced.
