@@ -2,8 +2,9 @@
 and restarted, the busiest first (at this load the picker may rightly send everything to
 one or two pods it measured fast: killing only idle pods would test nothing). Nothing is
 lost silently: a request the dead pod never took goes to another, one it had taken ends
-with an OpenAI error (a 502 before the first chunk, an SSE error event after; never run
-twice), and the restarted pods take traffic again within 2 s of their first good scrape.
+with an OpenAI error (a 502 before the first chunk, never run twice) or, after its first
+chunk, is resumed on another pod (docs/migration.md; the SSE error event where it cannot
+be), and the restarted pods take traffic again within 2 s of their first good scrape.
 The load loop is bounded in count and time."""
 
 from __future__ import annotations

@@ -62,6 +62,7 @@ __all__ = [
     "GatewayConfigSpec",
     "LabelSelector",
     "LabelSelectorRequirement",
+    "MigrationSpec",
     "ModelSpec",
     "ObjectiveSpec",
     "PluginRef",
@@ -583,6 +584,30 @@ class TracingSpec(Spec):
     explain: ExplainSpec = ExplainSpec()
 
 
+class MigrationSpec(Spec):
+    """Resume on break (docs/migration.md): a streamed answer whose pod fails after it
+    started goes on from the next-ranked pod, spliced into the same client stream."""
+
+    enabled: bool = Field(default=True, description="Resume streams that break.")
+    max_resumes: int = Field(
+        default=2, ge=0, le=10, description="Continuations at most per request."
+    )
+    deadline_ms: int = Field(
+        default=30_000,
+        ge=100,
+        le=600_000,
+        description="From a break, the longest wait for a continuation to be answered; "
+        "past it the stream ends with the SSE error event.",
+    )
+    stream_idle_timeout_ms: int = Field(
+        default=60_000,
+        ge=100,
+        le=3_600_000,
+        description="The longest silence between two chunks of a started stream that "
+        "may be resumed; past it the pod counts as stalled and the stream is resumed.",
+    )
+
+
 class GatewayConfigSpec(Spec):
     """`InferenceGatewayConfig.spec`: models, pools, scheduling, flow control, limits."""
 
@@ -612,6 +637,7 @@ class GatewayConfigSpec(Spec):
     flow_control: FlowControlSpec = FlowControlSpec()
     rate_limits: list[RateLimitSpec] = Field(default_factory=list)
     tracing: TracingSpec = TracingSpec()
+    migration: MigrationSpec = MigrationSpec()
 
     @field_validator("plugins", mode="after")
     @classmethod

@@ -84,7 +84,9 @@ class PodBehavior(BaseModel):
     """Deliberate imperfections of one pod (fleet file key `behavior`); all off by default.
     `stream_interval` is vLLM's `--stream-interval` (`OutputProcessor`): a stream's event
     carries that many tokens (the last event what is left), as with speculative decoding,
-    which a gateway counting one token per event would under-count."""
+    which a gateway counting one token per event would under-count.
+    `stream_error_after_tokens` (0: off): every stream of the pod ends after that many
+    tokens with vLLM's mid-stream error event, as when its engine fails."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -92,6 +94,7 @@ class PodBehavior(BaseModel):
     tool_call_error_rate: float = Field(default=0.0, ge=0, le=1)
     temperature0_jitter: float = Field(default=0.0, ge=0, le=1)
     stream_interval: int = Field(default=1, ge=1, le=1024)
+    stream_error_after_tokens: int = Field(default=0, ge=0)
     seed: int = 0
 
 

@@ -92,6 +92,13 @@ def register(subparsers: Any) -> None:
         help="vLLM's flag: tokens per streamed event (default 1)",
     )
     parser.add_argument(
+        "--stream-error-after-tokens",
+        type=int,
+        default=None,
+        help="fault injection: every stream ends after this many tokens with vLLM's "
+        "mid-stream error event (default off)",
+    )
+    parser.add_argument(
         "--kv-transfer-config",
         metavar="JSON",
         help="vLLM's flag for disaggregated prefill/decode, e.g. "
@@ -123,6 +130,7 @@ def build_spec(args: argparse.Namespace) -> tuple[FleetSpec, str]:
         "--tool-call-error-rate": args.tool_call_error_rate,
         "--temperature0-jitter": args.temperature0_jitter,
         "--stream-interval": args.stream_interval,
+        "--stream-error-after-tokens": args.stream_error_after_tokens,
         "--kv-transfer-config": args.kv_transfer_config,
     }
     if args.fleet:
@@ -159,6 +167,7 @@ def build_spec(args: argparse.Namespace) -> tuple[FleetSpec, str]:
                 ("tool_call_error_rate", args.tool_call_error_rate),
                 ("temperature0_jitter", args.temperature0_jitter),
                 ("stream_interval", args.stream_interval),
+                ("stream_error_after_tokens", args.stream_error_after_tokens),
             )
             if value is not None
         },

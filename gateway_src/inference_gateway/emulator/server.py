@@ -37,6 +37,13 @@ named `llm_request` under the request's `traceparent`, with the attributes vLLM'
 `gen_ai.usage.completion_tokens`, `gen_ai.request.max_tokens`,
 `gen_ai.latency.time_to_first_token` and `gen_ai.latency.e2e`.
 
+A chat request with `continue_final_message: true` (and `add_generation_prompt` not
+true: both is vLLM's 400) continues its last message, and a completions prompt ending in
+the emulator's filler continues it (tokens.py `output_start`): an answer cut after `k`
+tokens and asked again with its text so far gives, at temperature 0, the unbroken text.
+`PodBehavior.stream_error_after_tokens` makes every stream end after that many tokens
+with vLLM's mid-stream error event and `[DONE]` (fault injection).
+
 A stopped pod (`EmulatedPod.stop`) aborts its open connections, so clients see what a
 crashed pod gives them: a stream cut without `[DONE]`, or a reset connection.
 """
@@ -73,7 +80,7 @@ from inference_gateway.emulator.tokens import (
     default_output_tokens,
     filler_text,
     filler_tokens,
-    prompt_seed,
+    output_start,
     render_chat,
 )
 from inference_gateway.protocols.vllm.block_hashing import (
@@ -84,7 +91,7 @@ from inference_gateway.protocols.vllm.block_hashing import (
     to_external,
 )
 from inference_gateway.protocols.vllm.hf_tokenizer import HFTokenizer
-from inference_gateway.protocols.vllm.prompt_tokens import text_ids
+from inference_gateway.protocols.vllm.prompt_tokens import template_flags, text_ids
 from inference_gateway.telemetry.tracing import SpanKind, Tracing
 from inference_gateway.transport.listen import binding
 
@@ -94,6 +101,12 @@ log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 32 * 2**20  # a 128k-token prompt is ~512 KiB; leave room
 PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
+# what vLLM's OpenAI server streams when the engine fails mid-answer (serving_chat.py
+# `create_streaming_error_response`), before its `[DONE]`
+STREAM_ERROR = (
+    b'data: {"error": {"message": "EngineCore encountered an issue.", '
+    b'"type": "InternalServerError", "param": null, "code": 500}}\n\n'
+)
 
 
 class _BadRequest(Exception):
@@ -307,13 +320,16 @@ class PodApp:
                 f"({prompt_tokens} in the messages, {max_tokens or 0} in the completion).",
                 "BadRequestError",
             )
-        seed = prompt_seed(text)
+        start = output_start(
+            text, body["messages"] if chat else None, continued=self._continued(body, chat)
+        )
         decision = decide_tool_call(body, text, self.behavior) if chat and not stream else None
         tool_call = decision.call if decision else None
         if tool_call is not None:
             output_tokens = min(count_tokens(tool_call.arguments), max_tokens or limit)
         else:
-            output_tokens = max_tokens or min(default_output_tokens(seed), limit - prompt_tokens)
+            left = max(1, default_output_tokens(start.length_seed) - start.done)
+            output_tokens = max_tokens or min(left, limit - prompt_tokens)
         pinned: Sequence[Hashable] = ()
         if remote is not None and self.disagg is not None:  # a decode leg: read the KV first
             async with self.disagg.session() as session:
@@ -328,7 +344,7 @@ class PodApp:
         reply = _Reply(
             chat=chat,
             model=model,
-            seed=self.jitter.output_seed(seed, body.get("temperature")),
+            seed=self.jitter.output_seed(start.seed, body.get("temperature")),
             request=engine_request,
             finish_reason="tool_calls" if tool_call else "length" if max_tokens else "stop",
             tool_call=tool_call,
@@ -376,6 +392,7 @@ class PodApp:
         )
         engine_request, driver = reply.request, self.driver
         interval = self.behavior.stream_interval  # vLLM's --stream-interval
+        fail_at = self.behavior.stream_error_after_tokens or None  # fault injection
         sent = 0
         try:
             await response.prepare(request)
@@ -383,11 +400,18 @@ class PodApp:
                 finished = engine_request.finish_time is not None
                 ready = engine_request.generated(driver.engine.clock)
                 upto = ready if finished else sent + (ready - sent) // interval * interval
+                if fail_at is not None and not finished:
+                    upto = min(upto, fail_at)
                 if upto > sent:
                     await response.write(reply.token_chunks(sent, upto, interval))
                     sent = upto
                 if finished:
                     break
+                if sent == fail_at:  # vLLM's answer to an engine error mid-stream
+                    driver.abort(engine_request)
+                    await response.write(STREAM_ERROR + b"data: [DONE]\n\n")
+                    await response.write_eof()
+                    return response
                 await driver.next_step()
             tail = reply.usage_chunk() if include_usage else b""
             await response.write(tail + b"data: [DONE]\n\n")
@@ -460,7 +484,7 @@ class PodApp:
             if not isinstance(messages, list) or not messages:
                 raise _BadRequest(400, "'messages' must be a non-empty list")
             try:
-                return render_chat(messages)
+                return render_chat(messages, **template_flags(body))
             except ValueError as error:
                 raise _BadRequest(400, f"Invalid 'messages': {error}") from None
         prompt = body.get("prompt")
@@ -474,6 +498,11 @@ class PodApp:
         raise _BadRequest(
             400, "'prompt' must be a string, a list of one string, or a list of token ids"
         )
+
+    @staticmethod
+    def _continued(body: dict[str, Any], chat: bool) -> bool:
+        """A chat request continuing its last message (checked by `_prompt_text`)."""
+        return chat and body.get("continue_final_message") is True
 
     def _options(self, body: dict[str, Any], *, chat: bool) -> tuple[bool, bool, int | None]:
         stream = body.get("stream") or False

@@ -19,9 +19,19 @@ There is no real tokenizer here, so one documented deterministic rule stands in 
   its token count), cycled from a seed derived from the prompt. Length is `max_tokens`
   when the client gives it (as benchmarks' `ignore_eos` runs do), else a deterministic
   length in [16, 256] from the prompt hash.
+* **Continuing** (`output_start`), as vLLM continues: a chat request with
+  `continue_final_message` whose last message is the assistant's answers from where that
+  message's text stops: its words and default length are the ones of the request without
+  that message, from token `k` on (`k` the message's tokens), so an answer interrupted
+  after `k` tokens and resumed gives, at temperature 0, exactly the unbroken text. A
+  completions prompt that ends with a filler token continues the word cycle from it
+  (the prompt plus the text so far resumes it; its default length is the new prompt's).
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
 
 import xxhash
 
@@ -36,6 +46,7 @@ __all__ = [
     "default_output_tokens",
     "filler_text",
     "filler_tokens",
+    "output_start",
     "prompt_seed",
     "render_chat",
 ]
@@ -83,3 +94,34 @@ def filler_tokens(seed: int, start: int, stop: int) -> list[bytes]:
 def filler_text(seed: int, start: int, stop: int) -> str:
     """Output tokens `start` .. `stop - 1` joined as text."""
     return b"".join(filler_tokens(seed, start, stop)).decode()
+
+
+class OutputStart(NamedTuple):
+    """Where an answer starts: token `i` of it is word `(seed + i) % len(WORDS)`; its
+    default length is `default_output_tokens(length_seed) - done` (`done`: tokens of the
+    answer the prompt already holds)."""
+
+    seed: int
+    length_seed: int
+    done: int
+
+
+def output_start(
+    text: str, messages: Sequence[Mapping[str, Any]] | None, *, continued: bool
+) -> OutputStart:
+    """The start of the answer to the rendered prompt `text` (`messages`: a chat request's;
+    `continued`: its `continue_final_message`)."""
+    if messages is not None:
+        last: Mapping[str, Any] = messages[-1] if messages else {}
+        content = last.get("content")
+        if continued and last.get("role") == "assistant" and isinstance(content, str):
+            base = prompt_seed(render_chat(messages[:-1]))
+            done = -(-len(content.encode()) // BYTES_PER_TOKEN)
+            return OutputStart(base + done, base, done)
+        seed = prompt_seed(text)
+        return OutputStart(seed, seed, 0)
+    seed = prompt_seed(text)
+    tail = text.encode()[-BYTES_PER_TOKEN:]
+    if tail in _TOKEN_BYTES:
+        return OutputStart(_TOKEN_BYTES.index(tail) + 1, seed, 0)
+    return OutputStart(seed, seed, 0)

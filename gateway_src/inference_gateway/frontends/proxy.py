@@ -7,9 +7,12 @@ Per request: read the body (within the body deadline → 408, limit → 413: the
 What may go to the next-ranked pod is the `RetryPolicy`'s call (retry.py): only a
 request the engine never started (connection refused, closed before any answer byte, an
 answer of 429/503); a timeout is a 504, never a second generation. Once a byte has
-reached the client nothing is retried, and a stream that breaks ends with an SSE error
-event rather than a silent truncation: streams go through the gateway's one answer relay
-(`StreamRelay`, core/request/relay.py), which `igw global` uses too. Responses stream
+reached the client a stream that breaks (reset, closed, silent past the migration's
+stream idle timeout, the pod's SSE error event) is resumed on the next-ranked pod not
+tried yet, spliced into the same stream (core/request/resume.py, `_resumer` /
+`_continue`: the config's `migration`); one that cannot be resumed ends with an SSE
+error event rather than a silent truncation: streams go through the gateway's one
+answer relay (`StreamRelay`, core/request/relay.py), which `igw global` uses too. Responses stream
 through chunk by chunk; with token limits each chunk is counted before it is relayed
 (core/request/budget.py), and a stream the window has no more room for ends with the
 rate-limit SSE error event. Every stream asks the engine for its `usage` (the director's
@@ -55,6 +58,7 @@ import random
 from aiohttp import web
 from prometheus_client import generate_latest
 
+from inference_gateway.config.spec import MigrationSpec
 from inference_gateway.core.endpoints.store import EndpointStore
 from inference_gateway.core.request.admission import PoolGate
 from inference_gateway.core.request.contracts import RoutingState, SchedulerLike, openai_error
@@ -72,6 +76,7 @@ from inference_gateway.core.request.relay import (
     end_error,
     is_event_stream,
 )
+from inference_gateway.core.request.resume import BreakReason, Resumer, unresumable
 from inference_gateway.core.request.retry import RetryPolicy
 from inference_gateway.core.request.sse import ModelNameRewriter, UsageEventFilter, chained
 from inference_gateway.core.scheduling.types import Endpoint
@@ -104,6 +109,7 @@ __all__ = ["DESTINATION_HEADER", "Gateway", "RoutingState", "SchedulerLike", "er
 log = logging.getLogger(__name__)
 
 DESTINATION_HEADER = "x-gateway-destination-endpoint"
+DEFAULT_MIGRATION = MigrationSpec()
 _request_ids = random.Random()  # ids need to be unique, not secret: no syscall per request
 
 
@@ -299,7 +305,9 @@ class Gateway:
         attempts = self.retry.attempts(decision.ranked)
         last = attempts[-1]
         failures: list[str] = []
+        tried: set[str] = set()  # pods a continuation does not go to (resume.py)
         for endpoint in attempts:
+            tried.add(endpoint.hostport)
             trace.attempt(
                 endpoint.name,
                 endpoint.address,
@@ -335,8 +343,11 @@ class Gateway:
                 failures.append(f"{endpoint.name}: HTTP {upstream.status}")
                 trace.attempt_ended(upstream.status)
                 continue
+            resumer = self._resumer(life, path, body, forward_headers, tried)
             try:
-                return await self._relay(request, upstream, life, endpoint, headers, rewriter)
+                return await self._relay(
+                    request, upstream, life, endpoint, headers, rewriter, resumer
+                )
             finally:
                 upstream.release()
         log.warning(
@@ -415,9 +426,11 @@ class Gateway:
         endpoint: Endpoint,
         headers: dict[str, str],
         rewriter: ModelNameRewriter | None,
+        resumer: Resumer | None = None,
     ) -> web.StreamResponse:
-        """Stream the pod's answer through; a break after the first byte ends the stream
-        with an SSE error event, never a silent truncation."""
+        """Stream the pod's answer through; a break after the first byte is resumed on
+        the next-ranked pod (`resumer`, core/request/resume.py) or ends the stream with
+        an SSE error event, never a silent truncation."""
         content_type = upstream.headers.get("content-type", "application/json")
         if not is_event_stream(content_type):
             return await self._relay_whole(
@@ -431,14 +444,19 @@ class Gateway:
         # the usage event the gateway asked for is its own (read by the lifecycle)
         usage_filter = UsageEventFilter(life.chunk) if life.decision.strip_usage else None
         transform, flush = chained(usage_filter, rewriter)
-        relayed = await self.relay.pump(
-            upstream.chunks(),
-            LazyClientStream(request, response, life.first_byte),
-            transform=transform,
-            flush=flush,
-            sent=life.chunk,
-            admit=None if budget is None else budget.admit,
-        )
+        resumed = None if resumer is None else resumer.stream(upstream.chunks())
+        try:
+            relayed = await self.relay.pump(
+                upstream.chunks() if resumed is None else resumed,
+                LazyClientStream(request, response, life.first_byte),
+                transform=transform,
+                flush=flush,
+                sent=life.chunk,
+                admit=None if budget is None else budget.admit,
+            )
+        finally:
+            if resumed is not None:
+                await resumed.aclose()  # releases its continuations' connections
         if relayed.end is StreamEnd.CLIENT_LEFT:
             life.cancelled(CLIENT_CANCELLED)
         elif relayed.end is StreamEnd.COMPLETE:
@@ -450,6 +468,92 @@ class Gateway:
                 request, response, life, headers, relayed.error, started=relayed.started
             )
         return response
+
+    def _resumer(
+        self,
+        life: RequestLifecycle,
+        path: str,
+        body: bytes,
+        headers: dict[str, str],
+        tried: set[str],
+    ) -> Resumer | None:
+        """The request's resume on break (None: off, or it cannot be resumed)."""
+        config = self.director.state.config
+        spec = config.migration if config is not None else DEFAULT_MIGRATION
+        client_body = life.decision.llm.prompt_body
+        chat = path == "/v1/chat/completions"
+        if (
+            not spec.enabled
+            or spec.max_resumes < 1
+            or not isinstance(client_body, dict)
+            or unresumable(client_body, chat) is not None
+        ):
+            return None
+
+        async def open_next(continued: bytes, reason: str) -> UpstreamResponse | None:
+            return await self._continue(life, path, continued, headers, tried, reason)
+
+        def report(reason: str, outcome: str, gap_s: float | None) -> None:
+            self._series(self.metrics.migrations, "1", reason, outcome).inc()
+            if gap_s is not None:
+                self._series(self.metrics.resume_gap, "1").observe(gap_s)
+            log.warning(
+                "request %s (x-request-id %s): the model server stream broke (%s): %s",
+                life.id,
+                life.client_id,
+                reason,
+                outcome if gap_s is None else f"resumed after {gap_s:.3f} s",
+            )
+
+        return Resumer(
+            body,
+            chat,
+            open_next,
+            report,
+            idle_timeout_s=spec.stream_idle_timeout_ms / 1000,
+            max_resumes=spec.max_resumes,
+            deadline_s=spec.deadline_ms / 1000,
+        )
+
+    async def _continue(
+        self,
+        life: RequestLifecycle,
+        path: str,
+        body: bytes,
+        headers: dict[str, str],
+        tried: set[str],
+        reason: str,
+    ) -> UpstreamResponse | None:
+        """Open the continuation on the next-ranked pod not tried yet (the one that broke
+        is not picked again until a fresh scrape, unless it sent an error event)."""
+        assert self.upstream is not None
+        if reason == BreakReason.ERROR_EVENT:
+            life.attempt_failed()
+        else:
+            life.unreachable()
+        for endpoint in life.decision.ranked:
+            if endpoint.hostport in tried:
+                continue
+            tried.add(endpoint.hostport)
+            life.picked(endpoint)
+            pending = self.upstream.post(endpoint.address, endpoint.port, path, body, headers)
+            try:
+                upstream = await pending.response()
+            except UpstreamError as error:
+                if isinstance(error, UpstreamConnectError):
+                    life.unreachable()
+                else:
+                    life.attempt_failed()
+                continue
+            except BaseException:
+                pending.abandon()
+                raise
+            content_type = upstream.headers.get("content-type", "")
+            if upstream.status == 200 and is_event_stream(content_type):
+                return upstream
+            upstream.release()
+            life.attempt_failed()
+        return None
 
     def _over_budget(
         self, life: RequestLifecycle, headers: dict[str, str], *, started: bool

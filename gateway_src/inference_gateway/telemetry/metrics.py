@@ -176,6 +176,23 @@ class GatewayMetrics:
             ["outcome"],
             registry=r,
         )
+        # resume on break (docs/migration.md): one per stream that broke after it started
+        # and could have been resumed; `tier` 1 is igw serve (pods), 2 igw global
+        self.migrations = Counter(
+            "igw_request_migrations_total",
+            "Streams that broke after their first byte, by tier, reason (connection, "
+            "stall, error_event) and outcome (resumed, failed: no pod took the "
+            "continuation, exhausted: past the attempts, not_resumable).",
+            ["tier", "reason", "outcome"],
+            registry=r,
+        )
+        self.resume_gap = Histogram(
+            "igw_request_resume_gap_seconds",
+            "From the last chunk before a stream broke to the first chunk of its continuation.",
+            ["tier"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
         self._plugin_series: dict[tuple[str, str], Any] = {}
 
     def watch_scrapes(self, store: Any) -> None:

@@ -22,7 +22,13 @@ import struct
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-__all__ = ["EmulatorTokenizer", "PromptTokenizer", "render_chat", "text_ids"]
+__all__ = [
+    "EmulatorTokenizer",
+    "PromptTokenizer",
+    "render_chat",
+    "template_flags",
+    "text_ids",
+]
 
 BYTES_PER_TOKEN = 4
 
@@ -48,18 +54,45 @@ def _content_text(content: Any) -> str:
     raise ValueError("content must be a string or a list of content parts")
 
 
-def render_chat(messages: Sequence[Mapping[str, Any]]) -> str:
-    """The emulator's chat template (prefix-stable: a longer conversation extends it)."""
+def render_chat(
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    add_generation_prompt: bool = True,
+    continue_final_message: bool = False,
+) -> str:
+    """The emulator's chat template (prefix-stable: a longer conversation extends it).
+    `continue_final_message` (vLLM's request field) leaves the last message open, its
+    text the start of what the model continues, with no generation prompt after it:
+    an assistant message so continued renders as the prompt of the answer it began
+    followed by its text."""
     out = []
-    for message in messages:
+    last = len(messages) - 1
+    for i, message in enumerate(messages):
         if not isinstance(message, Mapping):
             raise ValueError("each message must be an object")
         role = message.get("role")
         if not isinstance(role, str) or not role:
             raise ValueError("each message needs a string 'role'")
-        out.append(f"<|{role}|>\n{_content_text(message.get('content'))}\n")
-    out.append("<|assistant|>\n")
+        end = "" if continue_final_message and i == last else "\n"
+        out.append(f"<|{role}|>\n{_content_text(message.get('content'))}{end}")
+    if add_generation_prompt and not continue_final_message:
+        out.append("<|assistant|>\n")
     return "".join(out)
+
+
+def template_flags(body: Mapping[str, Any]) -> dict[str, bool]:
+    """A chat body's `add_generation_prompt` (default true) and `continue_final_message`
+    (default false), as vLLM reads them; ValueError when not booleans or both true
+    (vLLM's ChatCompletionRequest.check_generation_prompt)."""
+    add = body.get("add_generation_prompt", True)
+    cont = body.get("continue_final_message", False)
+    if not isinstance(add, bool) or not isinstance(cont, bool):
+        raise ValueError("'add_generation_prompt' and 'continue_final_message' must be booleans")
+    if add and cont and "add_generation_prompt" in body:
+        raise ValueError(
+            "Cannot set both `continue_final_message` and `add_generation_prompt` to True."
+        )
+    return {"add_generation_prompt": add, "continue_final_message": cont}
 
 
 def text_ids(text: str | bytes) -> list[int]:
@@ -82,7 +115,11 @@ class EmulatorTokenizer:
     def prompt_ids(self, body: Mapping[str, Any]) -> list[int] | None:
         messages = body.get("messages")
         try:
-            text = render_chat(messages) if isinstance(messages, list) else _prompt(body)
+            text = (
+                render_chat(messages, **template_flags(body))
+                if isinstance(messages, list)
+                else _prompt(body)
+            )
         except ValueError:
             return None
         return text_ids(text) if text else None
