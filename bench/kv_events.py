@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gateway_src"))
 
 from inference_gateway.config.spec import GatewayConfigSpec
 from inference_gateway.core.scheduling import Endpoint, LLMRequest, PodMetrics, Scheduler
+from inference_gateway.core.scheduling.block_pairs import MASK64
 from inference_gateway.core.scheduling.kv_index import KVBlockIndex
 from inference_gateway.core.scheduling.plugins.prefix import prompt_block_hashes
 from inference_gateway.emulator.profiles import pod_profile
@@ -50,7 +51,6 @@ from inference_gateway.protocols.vllm.block_hashing import (
     none_hash,
     to_external,
 )
-from inference_gateway.core.scheduling.block_pairs import MASK64
 from inference_gateway.protocols.vllm.kv_events import (
     BlockRemoved,
     BlockStored,
