@@ -56,8 +56,9 @@ from aiohttp import web
 from prometheus_client import generate_latest
 
 from inference_gateway.core.endpoints.store import EndpointStore
+from inference_gateway.core.request import refusals
 from inference_gateway.core.request.admission import PoolGate
-from inference_gateway.core.request.contracts import RoutingState, SchedulerLike, openai_error
+from inference_gateway.core.request.contracts import RoutingState, SchedulerLike
 from inference_gateway.core.request.director import Director, Rejection
 from inference_gateway.core.request.lifecycle import (
     CLIENT_CANCELLED,
@@ -69,7 +70,6 @@ from inference_gateway.core.request.pd_body import without_client_params
 from inference_gateway.core.request.relay import (
     StreamEnd,
     StreamRelay,
-    end_error,
     is_event_stream,
 )
 from inference_gateway.core.request.retry import RetryPolicy
@@ -82,6 +82,7 @@ from inference_gateway.frontends.explain import (
     explanation_header,
     may_explain,
 )
+from inference_gateway.frontends.http_errors import error_response, render
 from inference_gateway.frontends.pd_exchange import PREFILL_TIMEOUT_S, PrefillExchange
 from inference_gateway.telemetry.request_trace import PREFILL, RequestTrace
 from inference_gateway.telemetry.tracing import Tracing
@@ -110,23 +111,6 @@ _request_ids = random.Random()  # ids need to be unique, not secret: no syscall 
 def new_request_id() -> str:
     """32 hex digits, like `uuid4().hex`."""
     return f"{_request_ids.getrandbits(128):032x}"
-
-
-def error_response(
-    status: int,
-    message: str,
-    kind: str,
-    code: str | None = None,
-    headers: dict[str, str] | None = None,
-    param: str | None = None,
-) -> web.Response:
-    """An OpenAI-shaped error (`contracts.openai_error`)."""
-    return web.Response(
-        status=status,
-        body=openai_error(message, kind, code, param),
-        content_type="application/json",
-        headers=headers,
-    )
 
 
 class Gateway:
@@ -248,14 +232,7 @@ class Gateway:
         except Rejection as rejection:
             trace.refused(rejection.status, rejection.code)
             trace.finished(status=rejection.status)
-            return error_response(
-                rejection.status,
-                rejection.message,
-                rejection.kind,
-                rejection.code,
-                {**headers, **rejection.headers},
-                rejection.param,
-            )
+            return render(rejection, headers)
         trace.decided(life)
         headers.update(life.decision.headers)
         config = self.director.state.config
@@ -469,10 +446,7 @@ class Gateway:
         """The 429 of an answer refused for its size before any byte of it was sent,
         with the time until it would fit (`Retry-After`)."""
         assert life.budget is not None
-        end = StreamEnd.OVER_LIMIT
-        message, kind = end_error(end, whole=whole)
-        retry = {**headers, "retry-after": str(life.budget.retry_after_s())}
-        return error_response(429, message, kind, end.value, retry)
+        return render(refusals.over_window(life.budget.retry_after_s(), headers, whole=whole))
 
     async def _broken(
         self,

@@ -8,7 +8,8 @@ all of them, or none. A bucket is a hash of per-slot counts (`slots` slots per w
 server's own clock (`TIME`), so replicas with skewed clocks still agree. A slot counts
 until one whole window has passed since its END, a reservation until it is settled, so
 what any window-long interval delivers is at most the limit. `Retry-After` is the time
-until enough old slots leave the window for this request to fit.
+until enough old slots leave the window for this request to fit (the script measures it
+in milliseconds; core/traffic/retry_after.py makes it the client's whole seconds).
 
 The steps of a request: `check` commits the prompt estimate and reserves the output
 bound (a request bigger than the whole limit is `too_large`, nothing stored); `extend`
@@ -37,7 +38,6 @@ after its last slot (or when its last lease ends).
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from dataclasses import dataclass, field
 
@@ -46,6 +46,7 @@ from pydantic.alias_generators import to_camel
 from redis.asyncio import Redis
 
 from inference_gateway.config.spec import RateLimitSpec
+from inference_gateway.core.traffic import retry_after
 from inference_gateway.core.traffic.ratelimit import (
     DEFAULT_MAX_TOKENS,
     RateLimiter,
@@ -383,7 +384,7 @@ class GlobalRateLimiter:
         wait_ms, now_ms, *used = (int(v) for v in result)
         headers = _headers(buckets, used, wait_ms)
         if wait_ms > 0:
-            return Admission(False, headers, max(1, math.ceil(wait_ms / 1000)))
+            return Admission(False, headers, retry_after.seconds_from_ms(wait_ms))
         tokens = [b for b in buckets if b.kind == "tokens"]
         ticket = Ticket(
             request_id,
@@ -487,5 +488,5 @@ def _headers(buckets: list[_Bucket], used: list[int], wait_ms: int) -> dict[str,
         headers[f"x-ratelimit-limit-{b.kind}"] = str(b.limit)
         headers[f"x-ratelimit-remaining-{b.kind}"] = str(remaining)
         if wait_ms > 0:
-            headers[f"x-ratelimit-reset-{b.kind}"] = f"{math.ceil(wait_ms / 1000)}s"
+            headers[f"x-ratelimit-reset-{b.kind}"] = f"{retry_after.seconds_from_ms(wait_ms)}s"
     return headers

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from inference_gateway.core.request.usage import body_output_tokens
+from inference_gateway.core.traffic import retry_after
 from inference_gateway.core.traffic.ratelimit import RateLimiter
 
 if TYPE_CHECKING:
@@ -102,7 +103,7 @@ class StoreBackend:
         still running can hold longer, as the local limiter's own estimate says)."""
         if self.used_fallback or not self.ticket.windows_ms:
             return self.fallback.retry_after_s(tokens)
-        return max(1, -(-max(self.ticket.windows_ms) // 1000))
+        return retry_after.seconds_from_ms(max(self.ticket.windows_ms))
 
 
 class TokenBudget:
@@ -154,7 +155,7 @@ class TokenBudget:
 
     def retry_after_s(self) -> int:
         """Seconds until the last refused extension would fit (at least 1)."""
-        return max(1, self.backend.retry_after_s(self.refused))
+        return retry_after.seconds(self.backend.retry_after_s(self.refused))
 
     async def admit(self, chunk: bytes) -> bool:
         """The relay's `admit` (core/request/relay.py): count `chunk`, growing the

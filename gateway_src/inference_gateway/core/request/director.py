@@ -30,27 +30,36 @@ import asyncio
 import dataclasses
 import logging
 import random
-import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 import orjson
 
 from inference_gateway.background import cancel_and_wait
 from inference_gateway.config.spec import FlowControlSpec, GatewayConfigSpec
+from inference_gateway.core.request import refusals
 from inference_gateway.core.request.admission import PoolGate, QueueTimeoutError
+from inference_gateway.core.request.body import (
+    CLIENT_ID_HEADER,
+    OutputBound,
+    api_key_of,
+    output_bound,
+    parse_body,
+    prompt_text,
+)
 from inference_gateway.core.request.budget import (
     LocalBackend,
     TokenBudget,
     grow_step,
     store_budget,
 )
-from inference_gateway.core.request.contracts import RoutingState, SchedulerLike, openai_error
+from inference_gateway.core.request.contracts import RoutingState, SchedulerLike
 from inference_gateway.core.request.decisions import DecisionLog
 from inference_gateway.core.request.lifecycle import RequestLifecycle, new_internal_id
 from inference_gateway.core.request.prompt_cost import prompt_estimate
+from inference_gateway.core.request.refusals import Rejection
 from inference_gateway.core.request.sse import ask_for_usage
 from inference_gateway.core.request.subset_hint import hinted_hostports
 from inference_gateway.core.scheduling.explain import Explanation
@@ -58,10 +67,9 @@ from inference_gateway.core.scheduling.plugins.prefix import prompt_block_hashes
 from inference_gateway.core.scheduling.types import Endpoint, LLMRequest
 from inference_gateway.core.traffic.flow_control import BANDS, FlowController, Waiter
 from inference_gateway.core.traffic.objectives import band_for
-from inference_gateway.core.traffic.ratelimit import DEFAULT_MAX_TOKENS, TooLarge
+from inference_gateway.core.traffic.ratelimit import TooLarge
 from inference_gateway.core.traffic.routing import Route
 from inference_gateway.errors import (
-    InferenceGatewayError,
     NoCapacityError,
     NoEndpointError,
     UnknownModelError,
@@ -74,91 +82,20 @@ __all__ = [
     "Decision",
     "Director",
     "Intake",
-    "OutputBound",
     "Pending",
     "Rejection",
     "RequestLifecycle",
     "RoutingState",
     "SchedulerLike",
     "Series",
-    "api_key_of",
-    "check_model",
-    "output_bound",
-    "prompt_estimate",
-    "prompt_text",
 ]
 
 log = logging.getLogger(__name__)
 
-# The longest `model`: an HTTPRoute header match's longest value (Gateway API v1.3
-# HTTPHeaderMatch.value maxLength, cdk8s/crds/external/gateway-api.yaml).
-MAX_MODEL_BYTES = 4096
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-# Output bounds past this are refused (400): no model's context comes near it, and a
-# bound is what a token limit charges up front.
-MAX_OUTPUT_TOKENS = 2**21
-MAX_CHOICES = 128  # `n`: completions generated per request
-OUTPUT_BOUND_FIELDS = ("max_tokens", "max_completion_tokens")
-
 OBJECTIVE_HEADER = "x-gateway-inference-objective"
 FAIRNESS_HEADER = "x-gateway-inference-fairness-id"
-# The authenticated client: set by `igw serve`'s authentication (frontends/auth.py) or by
-# Envoy Gateway's SecurityPolicy (API key `forwardClientIDHeader`, JWT `claimToHeaders`);
-# the key of per-client rate limits.
-CLIENT_ID_HEADER = "x-igw-client-id"
 PROFILE_HEADER = "x-gateway-inference-profile"
 DEFAULT_FLOW_CONTROL = FlowControlSpec()  # frozen: one instance serves every read
-
-
-def prompt_text(body: dict[str, Any]) -> str:
-    """The text the prefix index sees: messages or prompt, in order (the token estimate
-    counts more: prompt_cost.py)."""
-    messages = body.get("messages")
-    if isinstance(messages, list):
-        parts = []
-        for m in messages:
-            if isinstance(m, dict):
-                content = m.get("content")
-                if isinstance(content, list):  # content parts
-                    content = "".join(
-                        str(p.get("text", "")) for p in content if isinstance(p, dict)
-                    )
-                parts.append(f"{m.get('role', '')}:{content or ''}\n")
-        return "".join(parts)
-    prompt = body.get("prompt")
-    if isinstance(prompt, list):
-        return "".join(str(p) for p in prompt)
-    return str(prompt or "")
-
-
-class Rejection(InferenceGatewayError):
-    """A request refused before any pod saw it: an HTTP status and an OpenAI error."""
-
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        kind: str,
-        code: str,
-        *,
-        retry_after_s: int | None = None,
-        headers: Mapping[str, str] | None = None,
-        param: str | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.kind = kind
-        self.code = code
-        self.param = param
-        self.retry_after_s = retry_after_s
-        self.headers = dict(headers or {})
-        if retry_after_s is not None:
-            self.headers["retry-after"] = str(retry_after_s)
-
-    def body(self) -> bytes:
-        """`{"error": {"message", "type", "param", "code"}}`, as the OpenAI API answers."""
-        return openai_error(self.message, self.kind, self.code, self.param)
 
 
 @dataclass(slots=True)
@@ -208,7 +145,7 @@ class Intake:
     @classmethod
     def parse(cls, raw: bytes) -> Intake:
         """The client's body (→ 400 `Rejection` when malformed)."""
-        body = _parse(raw)
+        body = parse_body(raw)
         bound = output_bound(body)
         text = prompt_text(body)
         return cls(
@@ -239,17 +176,6 @@ class Pending:
     @property
     def client_model(self) -> str:
         return self.intake.model
-
-
-def api_key_of(headers: Mapping[str, str], trusted_client_id: bool = False) -> str:
-    """The authenticated client id (`trusted_client_id`: the header was set by an
-    authenticating filter, `Director.trusted_client_id`), else the bearer token, else
-    "anonymous" (limits without a client or apiKey apply to each caller separately)."""
-    client = headers.get(CLIENT_ID_HEADER) if trusted_client_id else None
-    if client:
-        return client
-    auth = headers.get("authorization", "")
-    return auth[7:].strip() if auth.lower().startswith("bearer ") else "anonymous"
 
 
 class Series:
@@ -572,12 +498,7 @@ class Director:
         try:
             route = state.router.route(model, endpoints)
         except UnknownModelError:
-            raise Rejection(
-                404,
-                f"The model `{client_model}` does not exist.",
-                "invalid_request_error",
-                "model_not_found",
-            ) from None
+            raise refusals.model_not_found(client_model) from None
         llm = LLMRequest(
             request_id=new_internal_id(),
             model=route.model,
@@ -676,27 +597,12 @@ class Director:
         self, client_model: str, retry_after_s: int, headers: Mapping[str, str]
     ) -> Rejection:
         self.child(self.metrics.rejected, client_model, "rate_limited").inc()
-        return Rejection(
-            429,
-            f"Rate limit reached for `{client_model}`; retry after {retry_after_s} s.",
-            "rate_limit_exceeded",
-            "rate_limited",
-            retry_after_s=retry_after_s,
-            headers=headers,
-        )
+        return refusals.rate_limited(client_model, retry_after_s, headers)
 
     def _too_large(self, client_model: str, too_large: TooLarge) -> Rejection:
-        """OpenAI's answer to a request bigger than a whole window's limit: 429, type
-        `tokens`, code `rate_limit_exceeded`, and `x-should-retry: false` (the `openai`
-        SDK's retry switch), as waiting can never make it fit."""
+        """OpenAI's answer to a request bigger than a whole window's limit (refusals.py)."""
         self.child(self.metrics.rejected, client_model, "request_too_large").inc()
-        return Rejection(
-            429,
-            too_large.message(client_model),
-            "tokens",
-            "rate_limit_exceeded",
-            headers={"x-should-retry": "false"},
-        )
+        return refusals.request_too_large(too_large.message(client_model))
 
     def _refused(self, pending: Pending, error: NoCapacityError | QueueTimeoutError) -> Rejection:
         """Admission's refusal as the client's answer: 429 with Retry-After for a
@@ -767,74 +673,7 @@ def _fail_open(state: RoutingState, route: Route) -> bool:
     )
 
 
-def _parse(raw: bytes) -> dict[str, Any]:
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as error:
-        raise Rejection(
-            400, f"Malformed JSON body: {error}", "invalid_request_error", "invalid_json"
-        ) from None
-    if not isinstance(body, dict) or not isinstance(body.get("model"), str):
-        raise Rejection(
-            400,
-            "The request body must be a JSON object with a string `model` field.",
-            "invalid_request_error",
-            "missing_model",
-        )
-    check_model(body["model"])
-    return body
-
-
 def _allowed(hint: list[str] | None, endpoints: list[Endpoint]) -> frozenset[str] | None:
     """Envoy's subset hint as the `ip:port`s it allows (None: no hint)."""
     hostports = hinted_hostports(hint, endpoints)
     return None if hostports is None else frozenset(hostports)
-
-
-def check_model(model: str) -> str:
-    """`model` as a client may send it, else a 400 that does not echo it: at most
-    `MAX_MODEL_BYTES` of UTF-8 and no control character. The body-based router carries
-    the name in a header, and Envoy answers 500 to a header with CR, LF or NUL or past
-    its 60 KiB header limit; no HTTPRoute can match a longer value anyway. One rule for
-    every front end (`igw serve`, the picker, `igw bbr`)."""
-    if len(model) > MAX_MODEL_BYTES or len(model.encode()) > MAX_MODEL_BYTES:
-        problem = f"at most {MAX_MODEL_BYTES} bytes long"
-    elif _CONTROL.search(model):
-        problem = "free of control characters"
-    else:
-        return model
-    raise Rejection(
-        400, f"`model` must be {problem}.", "invalid_request_error", "invalid_value", param="model"
-    )
-
-
-class OutputBound(NamedTuple):
-    tokens: int
-    explicit: bool  # the request set it (else the default, which a small limit may cut)
-
-
-def output_bound(body: dict[str, Any]) -> OutputBound:
-    """The most output tokens the engine may generate for this body: the largest of
-    `max_tokens` and `max_completion_tokens` (engines honour one or the other, so a token
-    limit must charge the larger), times `n`. A negative, fractional or absurd value is a
-    400 naming the field, never a credit to a token bucket."""
-    bound = 0
-    for name in OUTPUT_BOUND_FIELDS:
-        value = body.get(name)
-        if value is not None:
-            bound = max(bound, _bounded_int(name, value, 1, MAX_OUTPUT_TOKENS))
-    n = body.get("n")
-    choices = 1 if n is None else _bounded_int("n", n, 1, MAX_CHOICES)
-    return OutputBound((bound or DEFAULT_MAX_TOKENS) * choices, bool(bound))
-
-
-def _bounded_int(name: str, value: object, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise Rejection(
-            400,
-            f"`{name}` must be an integer from {low} to {high}, got {repr(value)[:40]}.",
-            "invalid_request_error",
-            "invalid_value",
-            param=name,
-        )
-    return value

@@ -1,10 +1,11 @@
 """`igw global`: one OpenAI-compatible endpoint over several cluster gateways.
 
-Per request: read the body (limit → 413), parse it (→ 400), charge the global rate limit
-(→ 429 with `Retry-After` and `x-ratelimit-*`), rank the clusters (choice.py) and send
-it to the first. Which cluster comes next after an attempt that ends before a byte
-reached the client is the `AttemptPlan`'s call (core/request/attempts.py, shared with
-the fleet simulator): a refused connection drains the cluster and moves on, a drain
+Per request: read the body (limit → 413), check the credential (→ 401 / 404), parse it
+(→ 400), charge the global rate limit (→ 429 with `Retry-After` and `x-ratelimit-*`), rank
+the clusters (choice.py) and send it to the first. Which cluster comes next after an
+attempt that ends before a byte reached the client is the `AttemptPlan`'s call
+(core/request/attempts.py, shared with the fleet
+simulator): a refused connection drains the cluster and moves on, a drain
 while waiting moves on, a 429/503 refusal moves on; a timeout or a broken answer is
 never retried (the cluster may be generating it: 504 / 502). Once a byte has reached
 the client nothing is retried. A streamed answer is relayed by the shared `StreamRelay`
@@ -22,9 +23,11 @@ cancellation (`server_settings`), so the handler is cancelled and the cluster's
 connection closed, which the cluster gateway sees as a cancel (`igw serve` aborts the
 generation).
 
-With an `auth` section the router checks the credential first (401 / 404 as `igw serve`
-does, with the same code) and keys the rate limits by the authenticated client id; the
-credential is forwarded, so every cluster gateway checks it again. Client-supplied values
+With an `auth` section the router checks the credential first, by `igw serve`'s own rule
+(frontends/auth.py `admit`: 401 / 404, the same bytes, before the body is parsed), and
+keys the rate limits by the authenticated client id; the credential is forwarded, so
+every cluster gateway checks it again. The body is read by the core's body module and
+every refusal is worded by core/request/refusals.py. Client-supplied values
 are checked before use: `x-igw-client-region` counts only when it names a configured
 region, `x-igw-routing-profile` only when it names a profile, `x-igw-latency-budget-ms`
 only as whole milliseconds up to 600,000.
@@ -54,21 +57,23 @@ from aiohttp import web
 from prometheus_client import generate_latest
 from redis.asyncio import Redis
 
+from inference_gateway.core.request import refusals
 from inference_gateway.core.request.attempts import AttemptPlan, Failure
+from inference_gateway.core.request.body import api_key_of, output_bound, parse_body
 from inference_gateway.core.request.budget import TokenBudget, store_budget
 from inference_gateway.core.request.decisions import DecisionLog
-from inference_gateway.core.request.director import Rejection, output_bound
 from inference_gateway.core.request.lifecycle import new_internal_id
 from inference_gateway.core.request.prompt_cost import prompt_estimate
+from inference_gateway.core.request.refusals import Rejection
 from inference_gateway.core.request.relay import (
     StreamEnd,
     StreamRelay,
-    end_error,
     is_event_stream,
     stream_error_event,
 )
 from inference_gateway.core.request.sse import UsageEventFilter, ask_for_usage
 from inference_gateway.core.request.usage import UsageScanner, total_tokens
+from inference_gateway.frontends.auth import admit
 from inference_gateway.frontends.explain_http import add_decisions_routes
 from inference_gateway.frontends.global_router.choice import Choice, RequestTraits, rank_clusters
 from inference_gateway.frontends.global_router.clusters import ClusterRegistry, ClusterState
@@ -76,12 +81,8 @@ from inference_gateway.frontends.global_router.config import GlobalRouterSpec, P
 from inference_gateway.frontends.global_router.drains import PlannedDrains
 from inference_gateway.frontends.global_router.explain import explain_choice
 from inference_gateway.frontends.global_router.metrics import FleetEmfEmitter, GlobalMetrics
-from inference_gateway.frontends.global_router.requests import (
-    api_key_of,
-    budget_s,
-    build_authenticator,
-    error_response,
-)
+from inference_gateway.frontends.global_router.requests import budget_s, build_authenticator
+from inference_gateway.frontends.http_errors import error_response, render
 from inference_gateway.shared_store.client import StoreHealth, StoreSpec, connect
 from inference_gateway.shared_store.ratelimit import GlobalRateLimiter
 from inference_gateway.telemetry.request_trace import RequestTrace
@@ -265,45 +266,22 @@ class GlobalRouter:
         self, request: web.Request, trace: RequestTrace | None = None
     ) -> web.StreamResponse:
         raw = await request.read()  # read by `body_deadline` already (408 / 413 there)
-        try:
-            body = orjson.loads(raw)
-        except orjson.JSONDecodeError as error:
-            return error_response(
-                400, f"Malformed JSON body: {error}", "invalid_request_error", "invalid_json"
-            )
-        if not isinstance(body, dict) or not isinstance(body.get("model"), str):
-            return error_response(
-                400,
-                "The request body must be a JSON object with a string `model` field.",
-                "invalid_request_error",
-                "missing_model",
-            )
         client = api_key_of(request.headers)  # a caller's own x-igw-client-id counts for nothing
-        if self.auth is not None:
-            identity = self.auth.identify(request.headers.get("authorization"))
-            if identity is None:
-                return error_response(
-                    401,
-                    "Incorrect API key provided, or no valid bearer token.",
-                    "invalid_request_error",
-                    "invalid_api_key",
-                    {"WWW-Authenticate": 'Bearer realm="igw"'},
-                )
-            if not identity.may_use(body["model"]):  # 404, as OpenAI answers: no existence leak
-                return error_response(
-                    404,
-                    f"The model `{body['model']}` does not exist.",
-                    "invalid_request_error",
-                    "model_not_found",
-                )
+        if self.auth is not None:  # igw serve's one rule, in its order: credential first
+            identity = await admit(
+                self.auth, request.headers.get("authorization"), request.method, request.read
+            )
+            if isinstance(identity, web.Response):
+                return identity
             client = identity.client
+        try:  # the same body rules, estimate and output bound as tier 1 (core/request/body.py)
+            body = parse_body(raw)
+            bound = output_bound(body)
+        except Rejection as rejection:
+            return render(rejection)
         extra: dict[str, str] = {}
         budget: TokenBudget | None = None
         if self.limiter is not None:
-            try:  # the same estimate and output bound as tier 1 (core/request/director.py)
-                bound = output_bound(body)
-            except Rejection as error:
-                return error_response(error.status, error.message, error.kind, error.code)
             request_id = new_internal_id()
             admission = await self.limiter.check(
                 client,
@@ -316,23 +294,12 @@ class GlobalRouter:
             extra = admission.headers
             if admission.too_large is not None:  # can never fit: OpenAI's answer, no retry
                 self.metrics.rate_limit_hits.labels(admission.scope).inc()
-                return error_response(
-                    429,
-                    admission.too_large.message(body["model"]),
-                    "tokens",
-                    "rate_limit_exceeded",
-                    {"x-should-retry": "false"},
+                return render(
+                    refusals.request_too_large(admission.too_large.message(body["model"]))
                 )
             if not admission.allowed:
                 self.metrics.rate_limit_hits.labels(admission.scope).inc()
-                return error_response(
-                    429,
-                    f"Rate limit reached for `{body['model']}`; "
-                    f"retry after {admission.retry_after_s} s.",
-                    "rate_limit_exceeded",
-                    "rate_limited",
-                    {**extra, "retry-after": str(admission.retry_after_s)},
-                )
+                return render(refusals.rate_limited(body["model"], admission.retry_after_s, extra))
             # follows the answer: counted as it streams, settled once whatever the outcome
             budget = store_budget(
                 self.limiter, admission, request_id, client, body["model"], self._settling
@@ -587,10 +554,7 @@ class GlobalRouter:
             # generated, not delivered past the limit
             if budget is not None and status == 200 and not await budget.admit_whole(body):
                 self._ended(state, cross, str(status), failed=False)
-                end = StreamEnd.OVER_LIMIT
-                message, kind = end_error(end, whole=True)
-                retry = {**extra, "retry-after": str(budget.retry_after_s())}
-                return error_response(429, message, kind, end.value, retry), None
+                return render(refusals.over_window(budget.retry_after_s(), extra, whole=True)), None
             whole = web.Response(status=status, body=body, headers=headers)
             self._ended(state, cross, str(status), failed=status >= 500)
             try:

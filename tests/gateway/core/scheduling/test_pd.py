@@ -21,7 +21,8 @@ from inference_gateway.config.spec import (
     parse_config,
 )
 from inference_gateway.core.request.contracts import RoutingState
-from inference_gateway.core.request.director import Director, Intake, OutputBound
+from inference_gateway.core.request.body import OutputBound
+from inference_gateway.core.request.director import Director, Intake
 from inference_gateway.core.scheduling import Endpoint, LLMRequest, PodMetrics, Scheduler
 from inference_gateway.core.scheduling.pd import ROLE_LABEL
 from inference_gateway.core.scheduling.plugins.prefix import prompt_block_hashes
