@@ -20,8 +20,8 @@ from inference_gateway.config.spec import (
     SaturationSpec,
     parse_config,
 )
-from inference_gateway.core.request.contracts import RoutingState
 from inference_gateway.core.request.body import OutputBound
+from inference_gateway.core.request.contracts import RoutingState
 from inference_gateway.core.request.director import Director, Intake
 from inference_gateway.core.scheduling import Endpoint, LLMRequest, PodMetrics, Scheduler
 from inference_gateway.core.scheduling.pd import ROLE_LABEL
