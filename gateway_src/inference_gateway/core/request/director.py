@@ -1,13 +1,14 @@
 """The director: one request's way from raw body bytes to a ranked list of pods.
 
 Both data planes need the same steps before a byte goes to a model server — parse the
-body (→ 400), apply a canary rewrite, route the model to a pool (→ 404), pick the
-priority band, charge the rate limits (→ 429), pass admission (→ 429 / 503), rank the
-pool's ready pods (→ 503) — and only differ in how they answer. The ext_proc server
-(`extproc.py`) drives them through `Director.decide`; failures come back as one
-exception type, `Rejection`, that carries the HTTP status, the OpenAI error fields and
-the headers (`Retry-After`, rate-limit state), so each data plane renders it in its own
-wire format without a second copy of the rules.
+body (→ 400, body.py), apply a canary rewrite, route the model to a pool (→ 404), pick
+the priority band, charge the rate limits (→ 429), pass admission (→ 429 / 503), rank
+the pool's ready pods (→ 503) — and only differ in how they answer. `igw serve`
+(frontends/proxy.py) and the ext_proc picker (frontends/extproc/picker.py) drive them
+through `Director.decide`; failures come back as one exception type, `Rejection`
+(refusals.py, where every refusal's words live), that carries the HTTP status, the
+OpenAI error fields and the headers (`Retry-After`, rate-limit state), so each data
+plane renders it in its own wire format without a second copy of the rules.
 
 A request that passes gets a `RequestLifecycle` (lifecycle.py): from then on the data
 plane only reports what happens to it, and the lifecycle gives back everything the
@@ -456,14 +457,7 @@ class Director:
             if budget is not None:
                 budget.close(0)
             self.child(self.metrics.rejected, client_model, "no_ready_endpoint").inc()
-            raise Rejection(
-                503,
-                f"No ready model server for `{client_model}`: every pod of the pool is "
-                "stale, outside the subset hint, or none serves the model.",
-                "service_unavailable",
-                "no_ready_endpoint",
-                headers=pending.headers,
-            )
+            raise refusals.no_ready_endpoint(client_model, pending.headers)
         self.child(self.metrics.requests, client_model, pending.route.model).inc()
         body = pending.intake.body
         if pending.model != client_model and body is not None:
@@ -612,24 +606,10 @@ class Director:
             pending.budget.close(0)
         if isinstance(error, NoCapacityError):
             self.child(self.metrics.rejected, client_model, "pool_saturated").inc()
-            return Rejection(
-                429,
-                str(error),
-                "rate_limit_exceeded",
-                "pool_saturated",
-                retry_after_s=error.retry_after_s,
-                headers=extra,
-            )
-        code = "no_ready_endpoint" if error.empty else "queue_timeout"
-        self.child(self.metrics.rejected, client_model, code).inc()
-        return Rejection(
-            503,
-            str(error),
-            "service_unavailable",
-            code,
-            retry_after_s=error.retry_after_s,
-            headers=extra,
-        )
+            return refusals.pool_saturated(str(error), error.retry_after_s, extra)
+        refusal = refusals.queue_timeout(str(error), error.retry_after_s, extra, empty=error.empty)
+        self.child(self.metrics.rejected, client_model, refusal.code).inc()
+        return refusal
 
     def _rank(
         self, state: RoutingState, llm: LLMRequest, route: Route, endpoints: list[Endpoint]

@@ -30,9 +30,14 @@ __all__ = [
     "malformed_json",
     "missing_model",
     "model_not_found",
+    "no_ready_endpoint",
     "over_window",
+    "pool_saturated",
+    "queue_timeout",
+    "queue_timeout_text",
     "rate_limited",
     "request_too_large",
+    "saturated_text",
     "too_large_body",
     "unknown_credential",
 ]
@@ -155,6 +160,53 @@ def over_window(retry_after_s: int, headers: Mapping[str, str], *, whole: bool) 
     end = StreamEnd.OVER_LIMIT
     message, kind = end_error(end, whole=whole)
     return Rejection(429, message, kind, end.value, retry_after_s=retry_after_s, headers=headers)
+
+
+def no_ready_endpoint(
+    model: str | None = None, headers: Mapping[str, str] | None = None
+) -> Rejection:
+    """503: no pod may take the request (`model` None: a request without a body)."""
+    message = (
+        "No ready model server."
+        if model is None
+        else f"No ready model server for `{model}`: every pod of the pool is stale, outside "
+        "the subset hint, or none serves the model."
+    )
+    return Rejection(503, message, "service_unavailable", "no_ready_endpoint", headers=headers)
+
+
+def saturated_text(reason: str, retry_after_s: int) -> str:
+    """Why admission refused a request at once (`reason`: the flow controller's word)."""
+    return f"The pool is saturated ({reason.replace('_', ' ')}); retry after {retry_after_s} s."
+
+
+def queue_timeout_text(band: str, ttl_s: float, *, empty: bool) -> str:
+    """Why a request that waited its band's whole TTL is refused."""
+    reason = "for a ready model server" if empty else "without capacity"
+    return f"Waited {ttl_s:g} s in the {band} queue {reason}."
+
+
+def pool_saturated(message: str, retry_after_s: int, headers: Mapping[str, str]) -> Rejection:
+    """429 for a saturated pool (`message`: `saturated_text`)."""
+    return Rejection(
+        429,
+        message,
+        "rate_limit_exceeded",
+        "pool_saturated",
+        retry_after_s=retry_after_s,
+        headers=headers,
+    )
+
+
+def queue_timeout(
+    message: str, retry_after_s: int, headers: Mapping[str, str], *, empty: bool
+) -> Rejection:
+    """503 for a wait past the band's TTL (`message`: `queue_timeout_text`); `empty`: the
+    pool still had no ready pod (a scale from zero that took too long)."""
+    code = "no_ready_endpoint" if empty else "queue_timeout"
+    return Rejection(
+        503, message, "service_unavailable", code, retry_after_s=retry_after_s, headers=headers
+    )
 
 
 def busy() -> Rejection:

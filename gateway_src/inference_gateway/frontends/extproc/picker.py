@@ -261,9 +261,7 @@ class Exchange(Processor):
             allowed = set(hinted_hostports(self.subset, ready) or ())
             ready = [e for e in ready if e.hostport in allowed]
         if not ready:
-            return self.reject(
-                Rejection(503, "No ready model server.", "service_unavailable", "no_ready_endpoint")
-            )
+            return self.reject(refusals.no_ready_endpoint())
         chosen = random.choice(ready)
         destination = endpoint_address(chosen.address, chosen.port)
         return [headers_response(clear_route_cache=True, destination=destination)]
