@@ -4,9 +4,10 @@ Per request: read the body (within the body deadline → 408, limit → 413: the
 `body_deadline` middleware of transport/http_settings.py), parse it (→ 400), route
 `model` to a pool (→ 404), charge the rate limits (→ 429), rank that pool's ready pods
 (→ 503 when none), and forward to the best pod.
-What may go to the next-ranked pod is the `RetryPolicy`'s call (retry.py): only a
-request the engine never started (connection refused, closed before any answer byte, an
-answer of 429/503); a timeout is a 504, never a second generation. Once a byte has
+What may go to the next-ranked pod is the attempt plan's call (core/request/attempts.py,
+the one `igw global` follows over clusters): only a request the engine never started
+(connection refused, closed before any answer byte, an answer of 429/503); a timeout is
+a 504, never a second generation. Once a byte has
 reached the client nothing is retried, and a stream that breaks ends with an SSE error
 event rather than a silent truncation: streams go through the gateway's one answer relay
 (`StreamRelay`, core/request/relay.py), which `igw global` uses too. Responses stream
@@ -58,6 +59,7 @@ from prometheus_client import generate_latest
 from inference_gateway.core.endpoints.store import EndpointStore
 from inference_gateway.core.request import refusals
 from inference_gateway.core.request.admission import PoolGate
+from inference_gateway.core.request.attempts import AttemptPlan, Failure
 from inference_gateway.core.request.contracts import RoutingState, SchedulerLike
 from inference_gateway.core.request.director import Director, Rejection
 from inference_gateway.core.request.lifecycle import (
@@ -72,7 +74,6 @@ from inference_gateway.core.request.relay import (
     StreamRelay,
     is_event_stream,
 )
-from inference_gateway.core.request.retry import RetryPolicy
 from inference_gateway.core.request.sse import ModelNameRewriter, UsageEventFilter, chained
 from inference_gateway.core.scheduling.types import Endpoint
 from inference_gateway.core.traffic.routing import ModelRouter, Route
@@ -122,7 +123,7 @@ class Gateway:
         director: Director,
         *,
         max_body_bytes: int = 4 * 2**20,
-        retry: RetryPolicy | None = None,
+        plan: AttemptPlan | None = None,
         connect_timeout_s: float = 5.0,
         first_byte_timeout_s: float = 300.0,
         expose_endpoints: bool = False,
@@ -138,7 +139,7 @@ class Gateway:
         self.metrics = director.metrics
         self._series = self.director.child  # cached labelled series
         self.max_body_bytes = max_body_bytes
-        self.retry = retry or RetryPolicy()
+        self.plan = plan or AttemptPlan()
         self.relay = StreamRelay()  # the pod's read timeout bounds its silences
         self.connect_timeout_s = connect_timeout_s
         self.first_byte_timeout_s = first_byte_timeout_s
@@ -273,7 +274,7 @@ class Gateway:
         body = without_client_params(decision.body)  # a client's are hostile (pd_body.py)
         if decision.prefill:
             body = await self._prefill_leg(life, path, body, forward_headers, trace)
-        attempts = self.retry.attempts(decision.ranked)
+        attempts = self.plan.targets(decision.ranked)
         last = attempts[-1]
         failures: list[str] = []
         for endpoint in attempts:
@@ -298,15 +299,16 @@ class Gateway:
                     life.attempt_failed()
                 failures.append(f"{endpoint.name}: {error}")
                 trace.attempt_ended(error=type(error).__name__)
-                if isinstance(error, UpstreamTimeout):
+                failure = self.plan.failure_of(error)
+                if failure is Failure.TIMEOUT:  # the engine may be generating: 504
                     return self._timeout(life, headers, error)
-                if endpoint is not last and self.retry.retry_error(error):
+                if endpoint is not last and self.plan.after_failure(failure).retry:
                     continue
                 break
             except BaseException:
                 pending.abandon()
                 raise
-            if endpoint is not last and self.retry.retry_status(upstream.status):
+            if endpoint is not last and self.plan.after_status(upstream.status).retry:
                 upstream.release()
                 life.attempt_failed()
                 failures.append(f"{endpoint.name}: HTTP {upstream.status}")

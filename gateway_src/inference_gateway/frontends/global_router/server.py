@@ -87,6 +87,7 @@ from inference_gateway.shared_store.client import StoreHealth, StoreSpec, connec
 from inference_gateway.shared_store.ratelimit import GlobalRateLimiter
 from inference_gateway.telemetry.request_trace import RequestTrace
 from inference_gateway.telemetry.tracing import Tracing
+from inference_gateway.transport.aiohttp_errors import OUTBOUND_ERRORS, translate
 from inference_gateway.transport.http_settings import (
     BODY_TIMEOUT_S,
     HEADER_TIMEOUT_S,
@@ -474,7 +475,8 @@ class GlobalRouter:
         ended before: refused (nothing listens, or the connection dropped before an
         answer), drained (the registry drained the cluster meanwhile: it calls back and
         the wait ends at once), timeout (`firstByteTimeoutMs` for a stream, else
-        `readTimeoutMs` of silence) or broken (the answer began and failed)."""
+        `readTimeoutMs` of silence) or broken (the answer began and failed): aiohttp's
+        error in the pod client's tree (transport/aiohttp_errors.py), read by the plan."""
         assert self._session is not None
         name = state.name
         loop = asyncio.get_running_loop()
@@ -487,16 +489,10 @@ class GlobalRouter:
                     upstream = await self._session.post(
                         state.spec.base_url + path, data=raw, headers=headers
                     )
-                    try:
-                        first = await (upstream.content.readany() if stream else upstream.read())
-                    except TimeoutError as error:  # aiohttp's read timeout is one
-                        raise _Skip(Failure.TIMEOUT, str(error)) from error
-                    except aiohttp.ClientError as error:
-                        raise _Skip(Failure.BROKEN, str(error)) from error
-                except aiohttp.SocketTimeoutError as error:  # silent: it may be generating
-                    raise _Skip(Failure.TIMEOUT, str(error)) from error
-                except (aiohttp.ClientConnectionError, OSError) as error:
-                    raise _Skip(Failure.REFUSED, str(error)) from error
+                    first = await (upstream.content.readany() if stream else upstream.read())
+                except OUTBOUND_ERRORS as error:
+                    failure = self.plan.failure_of(translate(error, answered=upstream is not None))
+                    raise _Skip(failure, str(error)) from error
                 except BaseException:
                     if upstream is not None:
                         upstream.close()
@@ -589,7 +585,7 @@ class GlobalRouter:
                     await response.write_eof()
             self._ended(state, cross, str(status), failed=False)
             return response, None
-        if end is StreamEnd.STALLED:
+        if end in (StreamEnd.BROKEN, StreamEnd.STALLED) and self.plan.after_break(end).drain:
             self.registry.drain(name, "stream_stalled")
         if end is not StreamEnd.CLIENT_LEFT:
             failed = end is not StreamEnd.COMPLETE or status >= 500
