@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -53,6 +53,7 @@ from inference_gateway.core.traffic.ratelimit import (
     TooLarge,
     bucket_digest,
 )
+from inference_gateway.core.traffic.shared_limits import Admission, Ticket
 from inference_gateway.shared_store.client import StoreHealth, StoreUnavailable
 
 __all__ = [
@@ -236,29 +237,6 @@ class GlobalRateLimitSpec(BaseModel):
 
 
 @dataclass(frozen=True, slots=True)
-class Ticket:
-    """What a request charged to token buckets, so its course can extend and settle them."""
-
-    request_id: str = ""
-    admitted_ms: int = 0  # the store's clock at admission
-    token_keys: tuple[str, ...] = ()
-    token_limits: tuple[int, ...] = ()
-    windows_ms: tuple[int, ...] = ()
-    charged: int = 0  # committed at admission (the prompt estimate, or the whole charge)
-    reserved: int = 0  # reserved for the output until settled
-
-
-@dataclass(frozen=True, slots=True)
-class Admission:
-    allowed: bool
-    headers: dict[str, str] = field(default_factory=dict)
-    retry_after_s: int = 0
-    scope: str = "global"  # "global" (the store) or "local" (fallback)
-    ticket: Ticket = field(default_factory=Ticket)
-    too_large: TooLarge | None = None  # can never fit: answer 429 "Request too large"
-
-
-@dataclass(frozen=True, slots=True)
 class _Bucket:
     key: str
     kind: str  # "requests" or "tokens"
@@ -269,6 +247,9 @@ class _Bucket:
 
 
 class GlobalRateLimiter:
+    """The store's limits for one rule list: the core's `SharedLimiter`
+    (core/traffic/shared_limits.py, where `Admission` and `Ticket` are defined)."""
+
     def __init__(
         self,
         spec: GlobalRateLimitSpec,
@@ -448,7 +429,8 @@ class GlobalRateLimiter:
 
 
 class SharedLimits:
-    """`igw serve`'s per-minute `rateLimits`, kept in the store for every replica: one
+    """`igw serve`'s per-minute `rateLimits` (the core's `SharedLimitsView`), kept in the
+    store for every replica: one
     `GlobalRateLimiter` per rule list (a config reload that changes the rules builds a
     new one), all on one client and one health state."""
 

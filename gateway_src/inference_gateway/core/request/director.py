@@ -70,12 +70,12 @@ from inference_gateway.core.traffic.flow_control import BANDS, FlowController, W
 from inference_gateway.core.traffic.objectives import band_for
 from inference_gateway.core.traffic.ratelimit import TooLarge
 from inference_gateway.core.traffic.routing import Route
+from inference_gateway.core.traffic.shared_limits import SharedLimitsView
 from inference_gateway.errors import (
     NoCapacityError,
     NoEndpointError,
     UnknownModelError,
 )
-from inference_gateway.shared_store.ratelimit import SharedLimits
 from inference_gateway.telemetry.metrics import GatewayMetrics
 
 __all__ = [
@@ -216,7 +216,7 @@ class Director:
         max_lifetime_s: float | None = 3600.0,
         clock: Callable[[], float] = time.monotonic,
         soon: Callable[[Callable[[], Any]], Any] | None = None,
-        shared_limits: SharedLimits | None = None,
+        shared_limits: SharedLimitsView | None = None,
         connection_failed: Callable[[Endpoint], None] | None = None,
         decisions: DecisionLog | None = None,
     ) -> None:
