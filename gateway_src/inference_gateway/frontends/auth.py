@@ -45,12 +45,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from inference_gateway.config.spec import read_yaml
 from inference_gateway.core.request import refusals
+from inference_gateway.core.request.body import model_of
 from inference_gateway.core.request.director import CLIENT_ID_HEADER, FAIRNESS_HEADER
 from inference_gateway.errors import ConfigError
 from inference_gateway.frontends.http_errors import render
@@ -285,7 +285,7 @@ async def refuse_model(
     if identity.models is None or method != "POST":
         return None
     try:
-        model = _model_of(await read_body())
+        model = model_of(await read_body())
     except web.HTTPRequestEntityTooLarge:
         return render(refusals.too_large_body())
     if model is not None and not identity.may_use(model):
@@ -332,14 +332,3 @@ def auth_middleware(auth: Authenticator | None) -> Any:
         return refusal if refusal is not None else await handler(authed)
 
     return middleware
-
-
-def _model_of(raw: bytes) -> str | None:
-    """The body's `model`, or None when the body cannot say (the handler then answers the
-    malformed body itself: the body read is cached on the request it is handed)."""
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return None
-    model = body.get("model") if isinstance(body, dict) else None
-    return model if isinstance(model, str) else None

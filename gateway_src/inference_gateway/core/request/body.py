@@ -28,6 +28,7 @@ __all__ = [
     "OutputBound",
     "api_key_of",
     "check_model",
+    "model_of",
     "output_bound",
     "parse_body",
     "prompt_text",
@@ -59,6 +60,18 @@ def parse_body(raw: bytes) -> dict[str, Any]:
         raise refusals.missing_model()
     check_model(body["model"])
     return body
+
+
+def model_of(raw: bytes) -> str | None:
+    """The body's `model`, or None when the body cannot say, without refusing anything:
+    for a front end that only looks (authentication's model check, `igw bbr`'s header),
+    where whoever parses the body next answers a malformed one."""
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    model = body.get("model") if isinstance(body, dict) else None
+    return model if isinstance(model, str) else None
 
 
 def check_model(model: str) -> str:

@@ -68,6 +68,7 @@ EXPORTS = {
         "OutputBound",
         "api_key_of",
         "check_model",
+        "model_of",
         "output_bound",
         "parse_body",
         "prompt_text",
