@@ -63,6 +63,8 @@ BAD_BODIES = [
     ("max_completion_tokens_fractional", chat(model=MODEL, max_completion_tokens=1.5)),
     ("n_zero", chat(model=MODEL, n=0)),
     ("n_a_boolean", chat(model=MODEL, n=True)),
+    # just over every front end's default body limit (4 MiB)
+    ("body_too_large", chat(model=MODEL, padding="x" * (4 * 2**20))),
 ]
 
 Answer = tuple[int, bytes, dict[str, str]]
