@@ -73,6 +73,7 @@ from inference_gateway.core.request.relay import (
 )
 from inference_gateway.core.request.sse import UsageEventFilter, ask_for_usage
 from inference_gateway.core.request.usage import UsageScanner, total_tokens
+from inference_gateway.core.traffic import retry_after
 from inference_gateway.frontends.auth import admit
 from inference_gateway.frontends.explain_http import add_decisions_routes
 from inference_gateway.frontends.global_router.choice import Choice, RequestTraits, rank_clusters
@@ -107,7 +108,7 @@ BUDGET_HEADER = "x-igw-latency-budget-ms"
 USAGE_SCAN_BYTES = 4 * 2**20  # a JSON answer larger than this settles at its estimate
 _FORWARDED = ("authorization", OBJECTIVE_HEADER, "x-gateway-inference-fairness-id", "x-request-id")
 _PROFILES: dict[str, ProfileName] = {"latency": "latency", "cost": "cost"}
-_PASSED_BACK = ("x-request-id", "retry-after")  # a cluster's 429 keeps its Retry-After
+_PASSED_BACK = ("x-request-id", retry_after.HEADER)  # a cluster's 429 keeps its Retry-After
 
 
 def _end_now(waiting: asyncio.Timeout, loop: asyncio.AbstractEventLoop) -> None:
