@@ -230,7 +230,7 @@ class GlobalRouter:
                     if upstream.status == 200:
                         body = await upstream.read()
                         return web.Response(body=body, content_type="application/json")
-            except (aiohttp.ClientError, TimeoutError, OSError):
+            except OUTBOUND_ERRORS:
                 self.registry.drain(state.name, "connect_failed")
         return error_response(
             503, "No cluster is routable.", "service_unavailable", "no_routable_cluster"
@@ -542,7 +542,7 @@ class GlobalRouter:
         if not streaming:
             try:  # the rest, when a stream was asked for and JSON came (empty otherwise)
                 body = first + await upstream.content.read()
-            except (aiohttp.ClientError, TimeoutError) as error:
+            except OUTBOUND_ERRORS as error:
                 log.info("cluster %s: the answer broke (%s)", name, error)
                 self._ended(state, cross, StreamEnd.BROKEN.value, failed=True)
                 return error_response(
