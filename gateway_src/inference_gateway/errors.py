@@ -13,7 +13,7 @@
     │   ├── UpstreamConnectError   the request never reached the engine
     │   └── UpstreamTimeout        no byte arrived within the read timeout
     ├── Rejection            a request refused before any pod saw it: an HTTP status
-    │                        and an OpenAI error body (core.request.director)
+    │                        and an OpenAI error body (core.request.refusals)
     ├── QueueTimeoutError    a request waited its band's whole TTL (→ 503;
     │                        core.request.admission)
     ├── StoreUnavailable     the shared Redis store is down: use the local view

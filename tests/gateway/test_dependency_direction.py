@@ -60,8 +60,9 @@ def test_the_check_sees_lazy_imports(tmp_path: Path) -> None:
 
 CORE = PACKAGE / "core"
 #: What the routing core may never import: the front ends and transports that drive it,
-#: the tools beside it, and any web or RPC framework (DESIGN §2: the same core runs in
-#: the proxy, the ext_proc picker and the simulator's virtual clock).
+#: the shared store behind it, the tools beside it, and any web, RPC or store client
+#: (DESIGN §2: the same core runs in the proxy, the ext_proc picker and the simulator's
+#: virtual clock).
 CORE_FORBIDDEN = {
     "inference_gateway.frontends",
     "inference_gateway.transport",
@@ -72,6 +73,9 @@ CORE_FORBIDDEN = {
     "inference_gateway.sim",
     "inference_gateway.demo",
     "inference_gateway.backend_bench",
+    # the store implements interfaces the core defines (core/traffic/shared_limits.py)
+    "inference_gateway.shared_store",
+    "redis",
     "aiohttp",
     "grpc",
     "httptools",

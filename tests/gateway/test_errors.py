@@ -76,7 +76,7 @@ def test_the_drawing_lists_every_public_error_under_its_parent() -> None:
 def test_the_walk_sees_errors_outside_errors_py() -> None:
     found = public_exceptions()
     assert {"Rejection", "QueueTimeoutError", "StoreUnavailable", "WatchExpired"} <= set(found)
-    assert found["Rejection"].__module__ == "inference_gateway.core.request.director"
+    assert found["Rejection"].__module__ == "inference_gateway.core.request.refusals"
 
 
 def test_the_drawing_is_read_as_a_tree() -> None:

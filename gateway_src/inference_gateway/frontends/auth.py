@@ -45,13 +45,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from inference_gateway.config.spec import read_yaml
+from inference_gateway.core.request import refusals
+from inference_gateway.core.request.body import model_of
 from inference_gateway.core.request.director import CLIENT_ID_HEADER, FAIRNESS_HEADER
 from inference_gateway.errors import ConfigError
+from inference_gateway.frontends.http_errors import render
 from inference_gateway.telemetry.tally import Tally
 
 __all__ = [
@@ -263,16 +265,6 @@ def _not_a_number(value: Any) -> bool:
     return isinstance(value, bool) or not isinstance(value, int | float)
 
 
-def _error(
-    status: int, message: str, code: str, headers: dict[str, str] | None = None
-) -> web.Response:
-    body = {"error": {"message": message, "type": "invalid_request_error", "param": None}}
-    body["error"]["code"] = code
-    return web.Response(
-        status=status, body=orjson.dumps(body), content_type="application/json", headers=headers
-    )
-
-
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -281,12 +273,7 @@ BodyReader = Callable[[], Awaitable[bytes]]
 
 def unknown_credential() -> web.Response:
     """401 for a missing or unknown credential, as OpenAI answers a bad API key."""
-    return _error(
-        401,
-        "Incorrect API key provided, or no valid bearer token.",
-        "invalid_api_key",
-        {"WWW-Authenticate": 'Bearer realm="igw"'},
-    )
+    return render(refusals.unknown_credential())
 
 
 async def refuse_model(
@@ -298,15 +285,11 @@ async def refuse_model(
     if identity.models is None or method != "POST":
         return None
     try:
-        model = _model_of(await read_body())
+        model = model_of(await read_body())
     except web.HTTPRequestEntityTooLarge:
-        return _error(413, "The request body is too large.", "request_too_large")
+        return render(refusals.too_large_body())
     if model is not None and not identity.may_use(model):
-        return _error(
-            404,
-            f"The model `{model[:200]}` does not exist or you do not have access to it.",
-            "model_not_found",
-        )
+        return render(refusals.model_not_found(model))
     return None
 
 
@@ -349,14 +332,3 @@ def auth_middleware(auth: Authenticator | None) -> Any:
         return refusal if refusal is not None else await handler(authed)
 
     return middleware
-
-
-def _model_of(raw: bytes) -> str | None:
-    """The body's `model`, or None when the body cannot say (the handler then answers the
-    malformed body itself: the body read is cached on the request it is handed)."""
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return None
-    model = body.get("model") if isinstance(body, dict) else None
-    return model if isinstance(model, str) else None

@@ -11,7 +11,7 @@ place that words errors.
 
 It sits in front of every request and fails closed, so what a client sends must not
 reach Envoy as something it refuses with a 500, nor grow the router: a `model` no route
-could carry (too long, control characters: `director.check_model`, the rule the picker
+could carry (too long, control characters: `body.check_model`, the rule the picker
 and `igw serve` apply) is answered here with the same OpenAI-shaped 400, and the body is
 collected by the shared ext_proc driver (`extproc/stream.py`): the picker's cap (413),
 one budget for all streams (503), nothing kept once a stream ends.
@@ -27,12 +27,11 @@ from __future__ import annotations
 import ssl
 from typing import Any
 
-import orjson
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from grpc_health.v1 import health_pb2
 
 from inference_gateway.config.spec import GatewayConfigSpec
-from inference_gateway.core.request.director import check_model
+from inference_gateway.core.request.body import check_model, model_of
 from inference_gateway.frontends.extproc.stream import (
     FULL_DUPLEX,
     MAX_BODY_BYTES,
@@ -85,12 +84,8 @@ class BodyRouter:
     def headers(self, body: bytes) -> dict[str, str]:
         """The routing headers of a body; none without a `model` string; a 400
         `Rejection` for a `model` no header can carry (`check_model`)."""
-        try:
-            parsed = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            return {}
-        model = parsed.get("model") if isinstance(parsed, dict) else None
-        if not isinstance(model, str) or not model:
+        model = model_of(body)
+        if not model:
             return {}
         check_model(model)
         return {MODEL_HEADER: model, BASE_MODEL_HEADER: self.base.get(model, model)}

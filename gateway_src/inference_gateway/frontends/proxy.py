@@ -4,15 +4,16 @@ Per request: read the body (within the body deadline → 408, limit → 413: the
 `body_deadline` middleware of transport/http_settings.py), parse it (→ 400), route
 `model` to a pool (→ 404), charge the rate limits (→ 429), rank that pool's ready pods
 (→ 503 when none), and forward to the best pod.
-What may go to the next-ranked pod is the `RetryPolicy`'s call (retry.py): only a
-request the engine never started (connection refused, closed before any answer byte, an
-answer of 429/503); a timeout is a 504, never a second generation. Once a byte has
-reached the client a stream that breaks (reset, closed, silent past the migration's
-stream idle timeout, the pod's SSE error event) is resumed on the next-ranked pod not
-tried yet, spliced into the same stream (core/request/resume.py, `_resumer` /
-`_continue`: the config's `migration`); one that cannot be resumed ends with an SSE
-error event rather than a silent truncation: streams go through the gateway's one
-answer relay (`StreamRelay`, core/request/relay.py), which `igw global` uses too. Responses stream
+What may go to the next-ranked pod is the attempt plan's call (core/request/attempts.py,
+the one `igw global` follows over clusters): only a request the engine never started
+(connection refused, closed before any answer byte, an answer of 429/503); a timeout is
+a 504, never a second generation. Once a byte has reached the client a stream that
+breaks (reset, closed, silent past the migration's stream idle timeout, the pod's SSE
+error event) is resumed on the next-ranked pod not tried yet, spliced into the same
+stream (core/request/resume.py, `_resumer` / `_continue`: the config's `migration`); one
+that cannot be resumed ends with an SSE error event rather than a silent truncation:
+streams go through the gateway's one answer relay (`StreamRelay`, core/request/relay.py),
+which `igw global` uses too. Responses stream
 through chunk by chunk; with token limits each chunk is counted before it is relayed
 (core/request/budget.py), and a stream the window has no more room for ends with the
 rate-limit SSE error event. Every stream asks the engine for its `usage` (the director's
@@ -60,8 +61,10 @@ from prometheus_client import generate_latest
 
 from inference_gateway.config.spec import MigrationSpec
 from inference_gateway.core.endpoints.store import EndpointStore
+from inference_gateway.core.request import refusals
 from inference_gateway.core.request.admission import PoolGate
-from inference_gateway.core.request.contracts import RoutingState, SchedulerLike, openai_error
+from inference_gateway.core.request.attempts import AttemptPlan, Failure
+from inference_gateway.core.request.contracts import RoutingState, SchedulerLike
 from inference_gateway.core.request.director import Director, Rejection
 from inference_gateway.core.request.lifecycle import (
     CLIENT_CANCELLED,
@@ -73,11 +76,9 @@ from inference_gateway.core.request.pd_body import without_client_params
 from inference_gateway.core.request.relay import (
     StreamEnd,
     StreamRelay,
-    end_error,
     is_event_stream,
 )
 from inference_gateway.core.request.resume import BreakReason, Resumer, unresumable
-from inference_gateway.core.request.retry import RetryPolicy
 from inference_gateway.core.request.sse import ModelNameRewriter, UsageEventFilter, chained
 from inference_gateway.core.scheduling.types import Endpoint
 from inference_gateway.core.traffic.routing import ModelRouter, Route
@@ -87,6 +88,7 @@ from inference_gateway.frontends.explain import (
     explanation_header,
     may_explain,
 )
+from inference_gateway.frontends.http_errors import error_response, render
 from inference_gateway.frontends.pd_exchange import PREFILL_TIMEOUT_S, PrefillExchange
 from inference_gateway.telemetry.request_trace import PREFILL, RequestTrace
 from inference_gateway.telemetry.tracing import Tracing
@@ -118,23 +120,6 @@ def new_request_id() -> str:
     return f"{_request_ids.getrandbits(128):032x}"
 
 
-def error_response(
-    status: int,
-    message: str,
-    kind: str,
-    code: str | None = None,
-    headers: dict[str, str] | None = None,
-    param: str | None = None,
-) -> web.Response:
-    """An OpenAI-shaped error (`contracts.openai_error`)."""
-    return web.Response(
-        status=status,
-        body=openai_error(message, kind, code, param),
-        content_type="application/json",
-        headers=headers,
-    )
-
-
 class Gateway:
     """The proxy over a core's store and director (`assembly.core.build_core`)."""
 
@@ -144,7 +129,7 @@ class Gateway:
         director: Director,
         *,
         max_body_bytes: int = 4 * 2**20,
-        retry: RetryPolicy | None = None,
+        plan: AttemptPlan | None = None,
         connect_timeout_s: float = 5.0,
         first_byte_timeout_s: float = 300.0,
         expose_endpoints: bool = False,
@@ -160,7 +145,7 @@ class Gateway:
         self.metrics = director.metrics
         self._series = self.director.child  # cached labelled series
         self.max_body_bytes = max_body_bytes
-        self.retry = retry or RetryPolicy()
+        self.plan = plan or AttemptPlan()
         self.relay = StreamRelay()  # the pod's read timeout bounds its silences
         self.connect_timeout_s = connect_timeout_s
         self.first_byte_timeout_s = first_byte_timeout_s
@@ -254,14 +239,7 @@ class Gateway:
         except Rejection as rejection:
             trace.refused(rejection.status, rejection.code)
             trace.finished(status=rejection.status)
-            return error_response(
-                rejection.status,
-                rejection.message,
-                rejection.kind,
-                rejection.code,
-                {**headers, **rejection.headers},
-                rejection.param,
-            )
+            return render(rejection, headers)
         trace.decided(life)
         headers.update(life.decision.headers)
         config = self.director.state.config
@@ -302,7 +280,7 @@ class Gateway:
         body = without_client_params(decision.body)  # a client's are hostile (pd_body.py)
         if decision.prefill:
             body = await self._prefill_leg(life, path, body, forward_headers, trace)
-        attempts = self.retry.attempts(decision.ranked)
+        attempts = self.plan.targets(decision.ranked)
         last = attempts[-1]
         failures: list[str] = []
         tried: set[str] = set()  # pods a continuation does not go to (resume.py)
@@ -329,15 +307,16 @@ class Gateway:
                     life.attempt_failed()
                 failures.append(f"{endpoint.name}: {error}")
                 trace.attempt_ended(error=type(error).__name__)
-                if isinstance(error, UpstreamTimeout):
+                failure = self.plan.failure_of(error)
+                if failure is Failure.TIMEOUT:  # the engine may be generating: 504
                     return self._timeout(life, headers, error)
-                if endpoint is not last and self.retry.retry_error(error):
+                if endpoint is not last and self.plan.after_failure(failure).retry:
                     continue
                 break
             except BaseException:
                 pending.abandon()
                 raise
-            if endpoint is not last and self.retry.retry_status(upstream.status):
+            if endpoint is not last and self.plan.after_status(upstream.status).retry:
                 upstream.release()
                 life.attempt_failed()
                 failures.append(f"{endpoint.name}: HTTP {upstream.status}")
@@ -525,7 +504,10 @@ class Gateway:
         reason: str,
     ) -> UpstreamResponse | None:
         """Open the continuation on the next-ranked pod not tried yet (the one that broke
-        is not picked again until a fresh scrape, unless it sent an error event)."""
+        is not picked again until a fresh scrape, unless it sent an error event). Each
+        continuation attempt follows the attempt plan as a first attempt does: only one
+        no engine started goes on to the next pod; a silent one (`Failure.TIMEOUT`: it may
+        be generating) ends the resume."""
         assert self.upstream is not None
         if reason == BreakReason.ERROR_EVENT:
             life.attempt_failed()
@@ -544,6 +526,8 @@ class Gateway:
                     life.unreachable()
                 else:
                     life.attempt_failed()
+                if not self.plan.after_error(error).retry:
+                    return None
                 continue
             except BaseException:
                 pending.abandon()
@@ -573,10 +557,7 @@ class Gateway:
         """The 429 of an answer refused for its size before any byte of it was sent,
         with the time until it would fit (`Retry-After`)."""
         assert life.budget is not None
-        end = StreamEnd.OVER_LIMIT
-        message, kind = end_error(end, whole=whole)
-        retry = {**headers, "retry-after": str(life.budget.retry_after_s())}
-        return error_response(429, message, kind, end.value, retry)
+        return render(refusals.over_window(life.budget.retry_after_s(), headers, whole=whole))
 
     async def _broken(
         self,

@@ -8,7 +8,8 @@ all of them, or none. A bucket is a hash of per-slot counts (`slots` slots per w
 server's own clock (`TIME`), so replicas with skewed clocks still agree. A slot counts
 until one whole window has passed since its END, a reservation until it is settled, so
 what any window-long interval delivers is at most the limit. `Retry-After` is the time
-until enough old slots leave the window for this request to fit.
+until enough old slots leave the window for this request to fit (the script measures it
+in milliseconds; core/traffic/retry_after.py makes it the client's whole seconds).
 
 The steps of a request: `check` commits the prompt estimate and reserves the output
 bound (a request bigger than the whole limit is `too_large`, nothing stored); `extend`
@@ -37,21 +38,22 @@ after its last slot (or when its last lease ends).
 from __future__ import annotations
 
 import asyncio
-import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 from redis.asyncio import Redis
 
 from inference_gateway.config.spec import RateLimitSpec
+from inference_gateway.core.traffic import retry_after
 from inference_gateway.core.traffic.ratelimit import (
     DEFAULT_MAX_TOKENS,
     RateLimiter,
     TooLarge,
     bucket_digest,
 )
+from inference_gateway.core.traffic.shared_limits import Admission, Ticket
 from inference_gateway.shared_store.client import StoreHealth, StoreUnavailable
 
 __all__ = [
@@ -235,29 +237,6 @@ class GlobalRateLimitSpec(BaseModel):
 
 
 @dataclass(frozen=True, slots=True)
-class Ticket:
-    """What a request charged to token buckets, so its course can extend and settle them."""
-
-    request_id: str = ""
-    admitted_ms: int = 0  # the store's clock at admission
-    token_keys: tuple[str, ...] = ()
-    token_limits: tuple[int, ...] = ()
-    windows_ms: tuple[int, ...] = ()
-    charged: int = 0  # committed at admission (the prompt estimate, or the whole charge)
-    reserved: int = 0  # reserved for the output until settled
-
-
-@dataclass(frozen=True, slots=True)
-class Admission:
-    allowed: bool
-    headers: dict[str, str] = field(default_factory=dict)
-    retry_after_s: int = 0
-    scope: str = "global"  # "global" (the store) or "local" (fallback)
-    ticket: Ticket = field(default_factory=Ticket)
-    too_large: TooLarge | None = None  # can never fit: answer 429 "Request too large"
-
-
-@dataclass(frozen=True, slots=True)
 class _Bucket:
     key: str
     kind: str  # "requests" or "tokens"
@@ -268,6 +247,9 @@ class _Bucket:
 
 
 class GlobalRateLimiter:
+    """The store's limits for one rule list: the core's `SharedLimiter`
+    (core/traffic/shared_limits.py, where `Admission` and `Ticket` are defined)."""
+
     def __init__(
         self,
         spec: GlobalRateLimitSpec,
@@ -383,7 +365,7 @@ class GlobalRateLimiter:
         wait_ms, now_ms, *used = (int(v) for v in result)
         headers = _headers(buckets, used, wait_ms)
         if wait_ms > 0:
-            return Admission(False, headers, max(1, math.ceil(wait_ms / 1000)))
+            return Admission(False, headers, retry_after.seconds_from_ms(wait_ms))
         tokens = [b for b in buckets if b.kind == "tokens"]
         ticket = Ticket(
             request_id,
@@ -447,7 +429,8 @@ class GlobalRateLimiter:
 
 
 class SharedLimits:
-    """`igw serve`'s per-minute `rateLimits`, kept in the store for every replica: one
+    """`igw serve`'s per-minute `rateLimits` (the core's `SharedLimitsView`), kept in the
+    store for every replica: one
     `GlobalRateLimiter` per rule list (a config reload that changes the rules builds a
     new one), all on one client and one health state."""
 
@@ -487,5 +470,5 @@ def _headers(buckets: list[_Bucket], used: list[int], wait_ms: int) -> dict[str,
         headers[f"x-ratelimit-limit-{b.kind}"] = str(b.limit)
         headers[f"x-ratelimit-remaining-{b.kind}"] = str(remaining)
         if wait_ms > 0:
-            headers[f"x-ratelimit-reset-{b.kind}"] = f"{math.ceil(wait_ms / 1000)}s"
+            headers[f"x-ratelimit-reset-{b.kind}"] = f"{retry_after.seconds_from_ms(wait_ms)}s"
     return headers

@@ -25,11 +25,11 @@ from typing import Any
 
 from inference_gateway.assembly.core import build_core
 from inference_gateway.config.spec import GatewayConfigSpec, ObjectiveSpec
+from inference_gateway.core.request.body import OutputBound
 from inference_gateway.core.request.director import (
     OBJECTIVE_HEADER,
     PROFILE_HEADER,
     Intake,
-    OutputBound,
     Pending,
     Rejection,
 )

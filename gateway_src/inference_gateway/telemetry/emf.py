@@ -90,7 +90,7 @@ _REJECTED = "inference_objective_request_rejected_total"
 _TTFT = "inference_objective_request_ttft_seconds"
 _POOL_KV = "inference_pool_average_kv_cache_utilization"
 _POOL_READY = "inference_pool_ready_pods"
-#: Rejection reasons by the status the client gets (core/request/director.py).
+#: Rejection reasons by the status the client gets (core/request/refusals.py).
 _REJECTED_429 = frozenset({"rate_limited", "pool_saturated"})
 _REJECTED_5XX = frozenset({"no_ready_endpoint", "queue_timeout"})
 

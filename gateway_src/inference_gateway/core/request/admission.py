@@ -37,6 +37,7 @@ from typing import Any
 
 from inference_gateway.background import cancel_and_wait
 from inference_gateway.config.spec import FlowControlSpec
+from inference_gateway.core.request import refusals
 from inference_gateway.core.scheduling.types import Endpoint
 from inference_gateway.core.traffic.flow_control import FlowController, SlotCounter, Waiter
 from inference_gateway.errors import InferenceGatewayError, NoCapacityError
@@ -111,11 +112,7 @@ class PoolGate:
             if empty:
                 return None  # nothing to hold it in: scheduling answers 503 at once
             retry = self.controller.retry_after(now, self.pool_waiting())
-            raise NoCapacityError(
-                f"The pool is saturated ({decision.reason.replace('_', ' ')}); "
-                f"retry after {retry} s.",
-                retry,
-            )
+            raise NoCapacityError(refusals.saturated_text(decision.reason, retry), retry)
         return decision.waiter
 
     def resumed(self, waiter: Waiter, released: bool) -> None:
@@ -134,9 +131,8 @@ class PoolGate:
         """What a waiter whose band's TTL passed answers."""
         ttl = self.controller.bands[band].ttl_s
         empty = not self.has_ready()
-        reason = "for a ready model server" if empty else "without capacity"
         return QueueTimeoutError(
-            f"Waited {ttl:g} s in the {band} queue {reason}.",
+            refusals.queue_timeout_text(band, ttl, empty=empty),
             self.controller.retry_after(self.clock(), self.pool_waiting()),
             empty=empty,
         )

@@ -1,31 +1,47 @@
-"""Where a global-router request may go next: one attempt plan for `igw global` and the
-fleet simulator (`sim/fleet/tier.py`), so both follow the same rules.
+"""Where a request may go next: one attempt plan over ranked targets, pods (`igw serve`,
+frontends/proxy.py) or clusters (`igw global` and the fleet simulator, sim/fleet/tier.py),
+so every tier follows the same rules.
 
-A request is ranked over the clusters once; the plan says, after each attempt, whether
-the next routable cluster of that ranking may be tried, what the cluster's score learns
-and what the client is told when it ends there. The rule is the one the proxy's
-`RetryPolicy` applies to pods: a retry is safe only when the cluster cannot be
-generating the answer, because a second cluster would otherwise generate it again for
-the same client (or for nobody).
+A request is ranked once; the plan says, after each attempt, whether the next target of
+that ranking may be tried, what the target's score learns and what the client is told
+when it ends there. A retry is safe only when the target cannot be generating the
+answer: a second target would otherwise generate it again for the same client (or for
+nobody), and a generation longer than the read timeout would run once per attempt.
+
+Both outbound clients raise one error tree (errors.py `UpstreamError`): the lean HTTP/1.1
+client for pods raises it itself (transport/http1_client.py), aiohttp's errors for
+clusters are translated into it in one place (transport/aiohttp_errors.py). `failure_of`
+reads that tree, so "never started, may be retried" is decided here and only here.
 
     what happened (before a byte reached the client)   retry  drain  failure  client
-    refused: connect refused or failed, or closed        yes    yes    yes     502
-      before any byte of an answer
+    refused: connect refused, failed or timed out, or    yes    yes    yes     502
+      closed before any byte of an answer
+      (`UpstreamConnectError`, `before_response`)
     drained: the router drained the cluster while        yes    -      -       502
       waiting for its first byte (and closed the
       connection, so a cluster still alive aborts)
-    timeout: silent past firstByteTimeoutMs / readTimeoutMs  no   -    yes     504
-    broken: the answer began and broke before its         no     -      yes     502
-      first byte was relayed
+    timeout: silent past firstByteTimeoutMs /            no     -      yes     504
+      readTimeoutMs (`UpstreamTimeout`)
+    broken: the answer began and broke before its        no     -      yes     502
+      first byte was relayed (any other `UpstreamError`)
     a refusal status (429, 503: admission said no)       yes    -    5xx only  as is*
     any other status                                       no     -    5xx only  as is
 
     * the last attempt's refusal is relayed to the client as it came (its Retry-After
-      too); a refusal with another cluster left is retried.
+      too); a refusal with another target left is retried.
 
-After the first byte reached the client nothing is retried (relay.py ends a stream
-that breaks or stalls with an SSE error event). With no routable cluster at all the
-client gets 503 `no_routable_cluster`.
+After the first byte reached the client the plan's word is `after_break` (relay.py ends
+a stream that breaks or stalls with an SSE error event). At tier 1 `igw serve` resumes
+such a stream instead where the config's `migration` allows it (core/request/resume.py:
+which requests can be continued faithfully, and how); each continuation attempt follows
+this plan as a first attempt does (`after_error`). Tier 2 does not resume yet: there
+nothing is retried after the first byte. With no routable cluster at all the client gets
+503 `no_routable_cluster`.
+
+Behind Envoy the picker only names fallback pods (`PickerOptions.fallbacks`); Envoy's own
+retry policy decides when to use them, and should be set to the same rule
+(`connect-failure`, `refused-stream`, `reset-before-request`; no `5xx`, no per-try
+timeout retries).
 """
 
 from __future__ import annotations
@@ -35,9 +51,12 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TypeVar
 
+from inference_gateway.core.request.relay import StreamEnd
+from inference_gateway.errors import UpstreamConnectError, UpstreamError, UpstreamTimeout
+
 __all__ = ["REFUSAL_STATUSES", "AttemptPlan", "Failure", "Verdict"]
 
-REFUSAL_STATUSES = frozenset({429, 503})  # "not started here": the proxy's RetryPolicy too
+REFUSAL_STATUSES = frozenset({429, 503})  # "not started here, try elsewhere"
 T = TypeVar("T")
 
 
@@ -53,8 +72,8 @@ class Failure(Enum):
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """What one attempt's end means: `retry` the next cluster; `drain` this one now (it is
-    gone); count it as a `failed` attempt in the cluster's error score; the `status` and
+    """What one attempt's end means: `retry` the next target; `drain` this one now (it is
+    gone); count it as a `failed` attempt in the target's error score; the `status` and
     `code` the client gets when the request ends with it."""
 
     retry: bool
@@ -75,7 +94,8 @@ NO_ROUTABLE = Verdict(False, False, False, 503, "no_routable_cluster")
 
 @dataclass(frozen=True, slots=True)
 class AttemptPlan:
-    """`max_attempts` clusters at most per request (the config's `maxAttempts`)."""
+    """`max_attempts` targets at most per request (`igw global`'s `maxAttempts`; 3 pods
+    for `igw serve`); `refusal_statuses` are the answers that mean "not started here"."""
 
     max_attempts: int = 3
     refusal_statuses: frozenset[int] = REFUSAL_STATUSES
@@ -84,10 +104,15 @@ class AttemptPlan:
         if self.max_attempts < 1:
             raise ValueError(f"max_attempts must be at least 1, got {self.max_attempts}")
 
+    def targets(self, ranked: Sequence[T]) -> list[T]:
+        """The targets to try, in order, when none can leave the ranking meanwhile (pods:
+        a pod found unreachable is marked by the endpoint store, not skipped here)."""
+        return list(ranked[: self.max_attempts])
+
     def next_index(
         self, ranked: Sequence[T], after: int, made: int, routable: Callable[[T], bool]
     ) -> int | None:
-        """The place in `ranked` of the next cluster to try after place `after` (-1: the
+        """The place in `ranked` of the next target to try after place `after` (-1: the
         first) when `made` attempts were made: the next one still routable (drained since
         the ranking was made: skipped, no timeout spent on it), within `max_attempts`."""
         if made >= self.max_attempts:
@@ -95,14 +120,40 @@ class AttemptPlan:
         return next((i for i in range(after + 1, len(ranked)) if routable(ranked[i])), None)
 
     @staticmethod
+    def failure_of(error: UpstreamError) -> Failure:
+        """What an outbound error means for the attempt: the one reading of "never
+        started" (a timeout never counts as that: the engine may be generating)."""
+        if isinstance(error, UpstreamTimeout):
+            return Failure.TIMEOUT
+        if isinstance(error, UpstreamConnectError) or error.before_response:
+            return Failure.REFUSED
+        return Failure.BROKEN
+
+    @staticmethod
     def after_failure(failure: Failure) -> Verdict:
         return _FAILURES[failure]
+
+    def after_error(self, error: UpstreamError) -> Verdict:
+        """`after_failure` of an outbound error (`failure_of`)."""
+        return self.after_failure(self.failure_of(error))
 
     def after_status(self, status: int) -> Verdict:
         """An answer's status line: a refusal may go elsewhere, anything else is the answer."""
         return Verdict(
             status in self.refusal_statuses, False, status >= 500, status, "cluster_answer"
         )
+
+    @staticmethod
+    def after_break(end: StreamEnd) -> Verdict:
+        """An answer that broke or stalled (`end`) after its first byte reached the
+        client: counted as a failed attempt, a stalled target drained; never retried
+        (`retry` False), since the client already holds part of the answer.
+
+        Tier 2's word today. Resuming there (DESIGN.md §7, issue 33) answers `retry` True
+        here for the ends it resumes, and the relay re-issues to the next-ranked target
+        with the text already delivered, as tier 1's resume.py does for pods."""
+        stalled = end is StreamEnd.STALLED
+        return Verdict(False, stalled, True, 502, end.value)
 
     @staticmethod
     def nothing_routable() -> Verdict:

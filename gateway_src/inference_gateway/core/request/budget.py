@@ -1,7 +1,8 @@
 """One request's token budget: what its rate limits reserved, counted as tokens pass.
 
 The director charges a request's prompt and reserves its output bound (the local
-limiter, traffic/ratelimit.py, or the store's, shared_store/ratelimit.py); this object follows
+limiter, traffic/ratelimit.py, or the store's, through the view the core defines and
+shared_store/ratelimit.py implements, traffic/shared_limits.py); this object follows
 the answer. The relay (core/request/relay.py) calls `admit` with each streamed chunk
 BEFORE relaying it (`count`, then `grow` when needed):
 when the tokens counted outgrow the reservation, `grow` asks the limiter for `step` more
@@ -23,13 +24,12 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from inference_gateway.core.request.usage import body_output_tokens
+from inference_gateway.core.traffic import retry_after
 from inference_gateway.core.traffic.ratelimit import RateLimiter
-
-if TYPE_CHECKING:
-    from inference_gateway.shared_store.ratelimit import Admission, GlobalRateLimiter, Ticket
+from inference_gateway.core.traffic.shared_limits import Admission, SharedLimiter, Ticket
 
 __all__ = ["LocalBackend", "StoreBackend", "TokenBudget", "grow_step", "store_budget"]
 
@@ -77,7 +77,7 @@ class StoreBackend:
     `pending` holds those writes, for the owner to await at shutdown."""
 
     pending: set[asyncio.Task[None]]
-    limiter: GlobalRateLimiter
+    limiter: SharedLimiter
     ticket: Ticket
     fallback: LocalBackend
     used_fallback: bool = field(default=False)
@@ -102,7 +102,7 @@ class StoreBackend:
         still running can hold longer, as the local limiter's own estimate says)."""
         if self.used_fallback or not self.ticket.windows_ms:
             return self.fallback.retry_after_s(tokens)
-        return max(1, -(-max(self.ticket.windows_ms) // 1000))
+        return retry_after.seconds_from_ms(max(self.ticket.windows_ms))
 
 
 class TokenBudget:
@@ -154,7 +154,7 @@ class TokenBudget:
 
     def retry_after_s(self) -> int:
         """Seconds until the last refused extension would fit (at least 1)."""
-        return max(1, self.backend.retry_after_s(self.refused))
+        return retry_after.seconds(self.backend.retry_after_s(self.refused))
 
     async def admit(self, chunk: bytes) -> bool:
         """The relay's `admit` (core/request/relay.py): count `chunk`, growing the
@@ -183,7 +183,7 @@ class TokenBudget:
 
 
 def store_budget(
-    limiter: GlobalRateLimiter,
+    limiter: SharedLimiter,
     admission: Admission,
     request_id: str,
     client: str,

@@ -1,13 +1,14 @@
 """The director: one request's way from raw body bytes to a ranked list of pods.
 
 Both data planes need the same steps before a byte goes to a model server — parse the
-body (→ 400), apply a canary rewrite, route the model to a pool (→ 404), pick the
-priority band, charge the rate limits (→ 429), pass admission (→ 429 / 503), rank the
-pool's ready pods (→ 503) — and only differ in how they answer. The ext_proc server
-(`frontends/extproc/picker.py`) drives them through `Director.decide`; failures come back as one
-exception type, `Rejection`, that carries the HTTP status, the OpenAI error fields and
-the headers (`Retry-After`, rate-limit state), so each data plane renders it in its own
-wire format without a second copy of the rules.
+body (→ 400, body.py), apply a canary rewrite, route the model to a pool (→ 404), pick
+the priority band, charge the rate limits (→ 429), pass admission (→ 429 / 503), rank
+the pool's ready pods (→ 503) — and only differ in how they answer. `igw serve`
+(frontends/proxy.py) and the ext_proc picker (frontends/extproc/picker.py) drive them
+through `Director.decide`; failures come back as one exception type, `Rejection`
+(refusals.py, where every refusal's words live), that carries the HTTP status, the
+OpenAI error fields and the headers (`Retry-After`, rate-limit state), so each data
+plane renders it in its own wire format without a second copy of the rules.
 
 A request that passes gets a `RequestLifecycle` (lifecycle.py): from then on the data
 plane only reports what happens to it, and the lifecycle gives back everything the
@@ -31,27 +32,36 @@ import dataclasses
 import logging
 import math
 import random
-import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 import orjson
 
 from inference_gateway.background import cancel_and_wait
 from inference_gateway.config.spec import FlowControlSpec, GatewayConfigSpec
+from inference_gateway.core.request import refusals
 from inference_gateway.core.request.admission import PoolGate, QueueTimeoutError
+from inference_gateway.core.request.body import (
+    CLIENT_ID_HEADER,
+    OutputBound,
+    api_key_of,
+    output_bound,
+    parse_body,
+    prompt_text,
+)
 from inference_gateway.core.request.budget import (
     LocalBackend,
     TokenBudget,
     grow_step,
     store_budget,
 )
-from inference_gateway.core.request.contracts import RoutingState, SchedulerLike, openai_error
+from inference_gateway.core.request.contracts import RoutingState, SchedulerLike
 from inference_gateway.core.request.decisions import DecisionLog
 from inference_gateway.core.request.lifecycle import RequestLifecycle, new_internal_id
 from inference_gateway.core.request.prompt_cost import prompt_estimate
+from inference_gateway.core.request.refusals import Rejection
 from inference_gateway.core.request.sse import ask_for_usage
 from inference_gateway.core.request.subset_hint import hinted_hostports
 from inference_gateway.core.scheduling.explain import Explanation
@@ -59,15 +69,14 @@ from inference_gateway.core.scheduling.plugins.prefix import prompt_block_hashes
 from inference_gateway.core.scheduling.types import Endpoint, LLMRequest
 from inference_gateway.core.traffic.flow_control import BANDS, FlowController, Waiter
 from inference_gateway.core.traffic.objectives import band_for
-from inference_gateway.core.traffic.ratelimit import DEFAULT_MAX_TOKENS, TooLarge
+from inference_gateway.core.traffic.ratelimit import TooLarge
 from inference_gateway.core.traffic.routing import Route
+from inference_gateway.core.traffic.shared_limits import SharedLimitsView
 from inference_gateway.errors import (
-    InferenceGatewayError,
     NoCapacityError,
     NoEndpointError,
     UnknownModelError,
 )
-from inference_gateway.shared_store.ratelimit import SharedLimits
 from inference_gateway.telemetry.metrics import GatewayMetrics
 
 __all__ = [
@@ -75,91 +84,20 @@ __all__ = [
     "Decision",
     "Director",
     "Intake",
-    "OutputBound",
     "Pending",
     "Rejection",
     "RequestLifecycle",
     "RoutingState",
     "SchedulerLike",
     "Series",
-    "api_key_of",
-    "check_model",
-    "output_bound",
-    "prompt_estimate",
-    "prompt_text",
 ]
 
 log = logging.getLogger(__name__)
 
-# The longest `model`: an HTTPRoute header match's longest value (Gateway API v1.3
-# HTTPHeaderMatch.value maxLength, cdk8s/crds/external/gateway-api.yaml).
-MAX_MODEL_BYTES = 4096
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-# Output bounds past this are refused (400): no model's context comes near it, and a
-# bound is what a token limit charges up front.
-MAX_OUTPUT_TOKENS = 2**21
-MAX_CHOICES = 128  # `n`: completions generated per request
-OUTPUT_BOUND_FIELDS = ("max_tokens", "max_completion_tokens")
-
 OBJECTIVE_HEADER = "x-gateway-inference-objective"
 FAIRNESS_HEADER = "x-gateway-inference-fairness-id"
-# The authenticated client: set by `igw serve`'s authentication (frontends/auth.py) or by
-# Envoy Gateway's SecurityPolicy (API key `forwardClientIDHeader`, JWT `claimToHeaders`);
-# the key of per-client rate limits.
-CLIENT_ID_HEADER = "x-igw-client-id"
 PROFILE_HEADER = "x-gateway-inference-profile"
 DEFAULT_FLOW_CONTROL = FlowControlSpec()  # frozen: one instance serves every read
-
-
-def prompt_text(body: dict[str, Any]) -> str:
-    """The text the prefix index sees: messages or prompt, in order (the token estimate
-    counts more: prompt_cost.py)."""
-    messages = body.get("messages")
-    if isinstance(messages, list):
-        parts = []
-        for m in messages:
-            if isinstance(m, dict):
-                content = m.get("content")
-                if isinstance(content, list):  # content parts
-                    content = "".join(
-                        str(p.get("text", "")) for p in content if isinstance(p, dict)
-                    )
-                parts.append(f"{m.get('role', '')}:{content or ''}\n")
-        return "".join(parts)
-    prompt = body.get("prompt")
-    if isinstance(prompt, list):
-        return "".join(str(p) for p in prompt)
-    return str(prompt or "")
-
-
-class Rejection(InferenceGatewayError):
-    """A request refused before any pod saw it: an HTTP status and an OpenAI error."""
-
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        kind: str,
-        code: str,
-        *,
-        retry_after_s: int | None = None,
-        headers: Mapping[str, str] | None = None,
-        param: str | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.kind = kind
-        self.code = code
-        self.param = param
-        self.retry_after_s = retry_after_s
-        self.headers = dict(headers or {})
-        if retry_after_s is not None:
-            self.headers["retry-after"] = str(retry_after_s)
-
-    def body(self) -> bytes:
-        """`{"error": {"message", "type", "param", "code"}}`, as the OpenAI API answers."""
-        return openai_error(self.message, self.kind, self.code, self.param)
 
 
 @dataclass(slots=True)
@@ -209,7 +147,7 @@ class Intake:
     @classmethod
     def parse(cls, raw: bytes) -> Intake:
         """The client's body (→ 400 `Rejection` when malformed)."""
-        body = _parse(raw)
+        body = parse_body(raw)
         bound = output_bound(body)
         text = prompt_text(body)
         return cls(
@@ -240,17 +178,6 @@ class Pending:
     @property
     def client_model(self) -> str:
         return self.intake.model
-
-
-def api_key_of(headers: Mapping[str, str], trusted_client_id: bool = False) -> str:
-    """The authenticated client id (`trusted_client_id`: the header was set by an
-    authenticating filter, `Director.trusted_client_id`), else the bearer token, else
-    "anonymous" (limits without a client or apiKey apply to each caller separately)."""
-    client = headers.get(CLIENT_ID_HEADER) if trusted_client_id else None
-    if client:
-        return client
-    auth = headers.get("authorization", "")
-    return auth[7:].strip() if auth.lower().startswith("bearer ") else "anonymous"
 
 
 class Series:
@@ -290,7 +217,7 @@ class Director:
         max_lifetime_s: float | None = 3600.0,
         clock: Callable[[], float] = time.monotonic,
         soon: Callable[[Callable[[], Any]], Any] | None = None,
-        shared_limits: SharedLimits | None = None,
+        shared_limits: SharedLimitsView | None = None,
         connection_failed: Callable[[Endpoint], None] | None = None,
         decisions: DecisionLog | None = None,
     ) -> None:
@@ -531,14 +458,7 @@ class Director:
             if budget is not None:
                 budget.close(0)
             self.child(self.metrics.rejected, client_model, "no_ready_endpoint").inc()
-            raise Rejection(
-                503,
-                f"No ready model server for `{client_model}`: every pod of the pool is "
-                "stale, outside the subset hint, or none serves the model.",
-                "service_unavailable",
-                "no_ready_endpoint",
-                headers=pending.headers,
-            )
+            raise refusals.no_ready_endpoint(client_model, pending.headers)
         self.child(self.metrics.requests, client_model, pending.route.model).inc()
         body = pending.intake.body
         if pending.model != client_model and body is not None:
@@ -573,12 +493,7 @@ class Director:
         try:
             route = state.router.route(model, endpoints)
         except UnknownModelError:
-            raise Rejection(
-                404,
-                f"The model `{client_model}` does not exist.",
-                "invalid_request_error",
-                "model_not_found",
-            ) from None
+            raise refusals.model_not_found(client_model) from None
         llm = LLMRequest(
             request_id=new_internal_id(),
             model=route.model,
@@ -677,27 +592,12 @@ class Director:
         self, client_model: str, retry_after_s: int, headers: Mapping[str, str]
     ) -> Rejection:
         self.child(self.metrics.rejected, client_model, "rate_limited").inc()
-        return Rejection(
-            429,
-            f"Rate limit reached for `{client_model}`; retry after {retry_after_s} s.",
-            "rate_limit_exceeded",
-            "rate_limited",
-            retry_after_s=retry_after_s,
-            headers=headers,
-        )
+        return refusals.rate_limited(client_model, retry_after_s, headers)
 
     def _too_large(self, client_model: str, too_large: TooLarge) -> Rejection:
-        """OpenAI's answer to a request bigger than a whole window's limit: 429, type
-        `tokens`, code `rate_limit_exceeded`, and `x-should-retry: false` (the `openai`
-        SDK's retry switch), as waiting can never make it fit."""
+        """OpenAI's answer to a request bigger than a whole window's limit (refusals.py)."""
         self.child(self.metrics.rejected, client_model, "request_too_large").inc()
-        return Rejection(
-            429,
-            too_large.message(client_model),
-            "tokens",
-            "rate_limit_exceeded",
-            headers={"x-should-retry": "false"},
-        )
+        return refusals.request_too_large(too_large.message(client_model))
 
     def _refused(self, pending: Pending, error: NoCapacityError | QueueTimeoutError) -> Rejection:
         """Admission's refusal as the client's answer: 429 with Retry-After for a
@@ -707,24 +607,10 @@ class Director:
             pending.budget.close(0)
         if isinstance(error, NoCapacityError):
             self.child(self.metrics.rejected, client_model, "pool_saturated").inc()
-            return Rejection(
-                429,
-                str(error),
-                "rate_limit_exceeded",
-                "pool_saturated",
-                retry_after_s=error.retry_after_s,
-                headers=extra,
-            )
-        code = "no_ready_endpoint" if error.empty else "queue_timeout"
-        self.child(self.metrics.rejected, client_model, code).inc()
-        return Rejection(
-            503,
-            str(error),
-            "service_unavailable",
-            code,
-            retry_after_s=error.retry_after_s,
-            headers=extra,
-        )
+            return refusals.pool_saturated(str(error), error.retry_after_s, extra)
+        refusal = refusals.queue_timeout(str(error), error.retry_after_s, extra, empty=error.empty)
+        self.child(self.metrics.rejected, client_model, refusal.code).inc()
+        return refusal
 
     def _rank(
         self, state: RoutingState, llm: LLMRequest, route: Route, endpoints: list[Endpoint]
@@ -771,74 +657,7 @@ def _fail_open(state: RoutingState, route: Route) -> bool:
     )
 
 
-def _parse(raw: bytes) -> dict[str, Any]:
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as error:
-        raise Rejection(
-            400, f"Malformed JSON body: {error}", "invalid_request_error", "invalid_json"
-        ) from None
-    if not isinstance(body, dict) or not isinstance(body.get("model"), str):
-        raise Rejection(
-            400,
-            "The request body must be a JSON object with a string `model` field.",
-            "invalid_request_error",
-            "missing_model",
-        )
-    check_model(body["model"])
-    return body
-
-
 def _allowed(hint: list[str] | None, endpoints: list[Endpoint]) -> frozenset[str] | None:
     """Envoy's subset hint as the `ip:port`s it allows (None: no hint)."""
     hostports = hinted_hostports(hint, endpoints)
     return None if hostports is None else frozenset(hostports)
-
-
-def check_model(model: str) -> str:
-    """`model` as a client may send it, else a 400 that does not echo it: at most
-    `MAX_MODEL_BYTES` of UTF-8 and no control character. The body-based router carries
-    the name in a header, and Envoy answers 500 to a header with CR, LF or NUL or past
-    its 60 KiB header limit; no HTTPRoute can match a longer value anyway. One rule for
-    every front end (`igw serve`, the picker, `igw bbr`)."""
-    if len(model) > MAX_MODEL_BYTES or len(model.encode()) > MAX_MODEL_BYTES:
-        problem = f"at most {MAX_MODEL_BYTES} bytes long"
-    elif _CONTROL.search(model):
-        problem = "free of control characters"
-    else:
-        return model
-    raise Rejection(
-        400, f"`model` must be {problem}.", "invalid_request_error", "invalid_value", param="model"
-    )
-
-
-class OutputBound(NamedTuple):
-    tokens: int
-    explicit: bool  # the request set it (else the default, which a small limit may cut)
-
-
-def output_bound(body: dict[str, Any]) -> OutputBound:
-    """The most output tokens the engine may generate for this body: the largest of
-    `max_tokens` and `max_completion_tokens` (engines honour one or the other, so a token
-    limit must charge the larger), times `n`. A negative, fractional or absurd value is a
-    400 naming the field, never a credit to a token bucket."""
-    bound = 0
-    for name in OUTPUT_BOUND_FIELDS:
-        value = body.get(name)
-        if value is not None:
-            bound = max(bound, _bounded_int(name, value, 1, MAX_OUTPUT_TOKENS))
-    n = body.get("n")
-    choices = 1 if n is None else _bounded_int("n", n, 1, MAX_CHOICES)
-    return OutputBound((bound or DEFAULT_MAX_TOKENS) * choices, bool(bound))
-
-
-def _bounded_int(name: str, value: object, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise Rejection(
-            400,
-            f"`{name}` must be an integer from {low} to {high}, got {repr(value)[:40]}.",
-            "invalid_request_error",
-            "invalid_value",
-            param=name,
-        )
-    return value

@@ -1,4 +1,5 @@
-"""Model routing, canary splits, priority bands, admission and rate limits (no I/O)."""
+"""Model routing, canary splits, priority bands, admission, rate limits (the store's seen
+through the view defined here) and the one Retry-After policy (no I/O)."""
 
 from inference_gateway.core.traffic.flow_control import FlowController
 from inference_gateway.core.traffic.objectives import band_for

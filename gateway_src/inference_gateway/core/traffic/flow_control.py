@@ -56,6 +56,7 @@ from typing import Any
 
 from inference_gateway.config.spec import FlowControlSpec, SaturationSpec
 from inference_gateway.core.scheduling.types import Endpoint
+from inference_gateway.core.traffic import retry_after
 
 __all__ = [
     "BANDS",
@@ -449,13 +450,14 @@ class FlowController:
 
     def retry_after(self, now: float, pool_waiting: int = 0) -> int:
         """Seconds until the work ahead of a new request should have drained:
-        `(queued here + waiting at the pods + 1) / drain rate`, clamped."""
+        `(queued here + waiting at the pods + 1) / drain rate`, clamped to the configured
+        range (retry_after.py rounds it)."""
         lo, hi = self.spec.retry_after_min_s, self.spec.retry_after_max_s
         rate = self.drain_rate(now)
         if rate <= 0:
             return hi
         ahead = self.queued() + pool_waiting + 1
-        return int(min(hi, max(lo, math.ceil(ahead / rate))))
+        return retry_after.seconds(ahead / rate, low=lo, high=hi)
 
     def _reject(self, status: int, reason: str) -> Admission:
         self.rejected[reason] = self.rejected.get(reason, 0) + 1

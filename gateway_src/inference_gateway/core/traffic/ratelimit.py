@@ -44,6 +44,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from inference_gateway.config.spec import RateLimitSpec
+from inference_gateway.core.traffic import retry_after
 
 __all__ = [
     "DEFAULT_MAX_TOKENS",
@@ -274,7 +275,7 @@ class RateLimiter:
         headers = _headers(windows, now)
         self._cap()
         if not allowed:
-            return LimitDecision(False, headers, max(1, math.ceil(wait)))
+            return LimitDecision(False, headers, retry_after.seconds(wait))
         return LimitDecision(True, headers, reserved=output_tokens if tokens else 0)
 
     def extend(self, request_id: str, client: str, model: str, more: int, now: float) -> bool:
@@ -292,7 +293,7 @@ class RateLimiter:
         least 1): the Retry-After of an answer refused for its size."""
         windows = [w for w in self._windows(client, model, now, create=False) if w.shape.tokens]
         wait = max((w.seconds_until(0, tokens, now) for w in windows), default=0.0)
-        return max(1, math.ceil(wait))
+        return retry_after.seconds(wait)
 
     def settle(self, request_id: str, client: str, model: str, delivered: int, now: float) -> None:
         """The request ended: its reservation goes, and `delivered` (output tokens, plus

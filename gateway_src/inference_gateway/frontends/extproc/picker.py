@@ -74,6 +74,7 @@ from envoy.extensions.filters.http.ext_proc.v3.processing_mode_pb2 import Proces
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
 from inference_gateway.config.spec import GatewayConfigSpec
+from inference_gateway.core.request import refusals
 from inference_gateway.core.request.director import Decision, Director, Rejection
 from inference_gateway.core.request.lifecycle import (
     CLIENT_CANCELLED,
@@ -85,7 +86,7 @@ from inference_gateway.core.request.pd_body import (
     PREFILL_HEADER,
     without_client_params,
 )
-from inference_gateway.core.request.relay import StreamEnd, end_error, stream_error_event
+from inference_gateway.core.request.relay import StreamEnd, stream_error_event
 from inference_gateway.core.request.sse import ModelNameRewriter
 from inference_gateway.core.request.subset_hint import hinted_hostports
 from inference_gateway.core.request.usage import UsageScanner
@@ -260,9 +261,7 @@ class Exchange(Processor):
             allowed = set(hinted_hostports(self.subset, ready) or ())
             ready = [e for e in ready if e.hostport in allowed]
         if not ready:
-            return self.reject(
-                Rejection(503, "No ready model server.", "service_unavailable", "no_ready_endpoint")
-            )
+            return self.reject(refusals.no_ready_endpoint())
         chosen = random.choice(ready)
         destination = endpoint_address(chosen.address, chosen.port)
         return [headers_response(clear_route_cache=True, destination=destination)]
@@ -476,17 +475,10 @@ class Exchange(Processor):
         """The 429 of an answer refused before any byte of it went out (Envoy still
         holds the response headers), with `Retry-After` as `igw serve` sends it."""
         assert self.life is not None and self.life.budget is not None
-        end = StreamEnd.OVER_LIMIT
-        message, kind = end_error(end, whole=whole)
-        refusal = Rejection(
-            429,
-            message,
-            kind,
-            end.value,
-            retry_after_s=self.life.budget.retry_after_s(),
-            headers=self.life.decision.headers,
+        refusal = refusals.over_window(
+            self.life.budget.retry_after_s(), self.life.decision.headers, whole=whole
         )
-        return immediate_response(429, refusal.body(), refusal.headers, details=end.value)
+        return immediate_response(429, refusal.body(), refusal.headers, details=refusal.code)
 
     async def _admit(self, out: bytes) -> bool:
         """The token budget's word on a 200 SSE chunk (True when no budget applies)."""

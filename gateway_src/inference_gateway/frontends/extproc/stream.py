@@ -39,7 +39,8 @@ import grpc
 from envoy.extensions.filters.http.ext_proc.v3.processing_mode_pb2 import ProcessingMode
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
-from inference_gateway.core.request.director import Rejection
+from inference_gateway.core.request import refusals
+from inference_gateway.core.request.refusals import Rejection
 from inference_gateway.frontends.extproc.wire import body_replacement, immediate_response
 from inference_gateway.transport.http2_server import Call
 
@@ -190,11 +191,11 @@ class Processor:
             size = len(self.body) + len(chunk)
             if size > self.max_body_bytes:
                 self.release()
-                raise too_large(self.max_body_bytes)
+                raise refusals.too_large_body(self.max_body_bytes)
             if not end:
                 if not self.budget.take(len(chunk)):
                     self.release()
-                    raise busy()
+                    raise refusals.busy()
                 self.held += len(chunk)
             if not isinstance(self.body, bytearray):
                 self.body = bytearray(self.body)
@@ -204,7 +205,7 @@ class Processor:
             whole = bytes(self.body)
             self.release()
         if len(whole) > self.max_body_bytes:
-            raise too_large(self.max_body_bytes)
+            raise refusals.too_large_body(self.max_body_bytes)
         return whole
 
     def pending(self) -> Responses:
@@ -235,22 +236,6 @@ class Processor:
     def cancel(self) -> None:
         """The stream broke before its exchange ended (`finish` follows)."""
         self.release()
-
-
-def too_large(limit: int) -> Rejection:
-    return Rejection(
-        413, f"Request body exceeds {limit} bytes.", "invalid_request_error", "request_too_large"
-    )
-
-
-def busy() -> Rejection:
-    return Rejection(
-        503,
-        "The gateway is receiving too many request bodies at once; retry shortly.",
-        "service_unavailable",
-        "server_busy",
-        retry_after_s=1,
-    )
 
 
 async def drive(processor: Processor, channel: Channel) -> None:

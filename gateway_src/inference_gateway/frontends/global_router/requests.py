@@ -1,6 +1,7 @@
-"""What a request to `igw global` carries, checked: its credential and client id, its
-latency budget, its token estimate (charged up front), and the OpenAI-shaped error the
-router answers with. The answer's `usage`, which settles the charge, is read by the
+"""What a request to `igw global` carries, checked: its credential (the cluster gateways'
+own `Authenticator`) and its latency budget. Its body, model, output bound and client id
+are read by the core's one body module (core/request/body.py), its refusals worded by
+core/request/refusals.py, and the answer's `usage`, which settles the charge, by the
 gateway's one usage parser (core/request/usage.py), as at tier 1.
 
 Every value here comes from a client or a cluster and is hostile until checked: a
@@ -9,39 +10,12 @@ malformed number, a wrong type or a boolean where a count belongs reads as absen
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
-
-import orjson
-from aiohttp import web
 
 from inference_gateway.frontends.auth import Authenticator, JwtSettings, load_api_keys
 from inference_gateway.frontends.global_router.config import AuthSpec
 
-__all__ = [
-    "api_key_of",
-    "budget_s",
-    "build_authenticator",
-    "error_response",
-]
-
-
-def error_response(
-    status: int, message: str, kind: str, code: str, headers: Mapping[str, str] | None = None
-) -> web.Response:
-    body = {"error": {"message": message, "type": kind, "code": code}}
-    return web.Response(
-        status=status,
-        body=orjson.dumps(body),
-        content_type="application/json",
-        headers=dict(headers or {}),
-    )
-
-
-def api_key_of(headers: Mapping[str, str]) -> str:
-    """The bearer key: the client's id for rate limits where nothing authenticates."""
-    auth = headers.get("authorization", "")
-    return auth[7:].strip() if auth[:7].lower() == "bearer " else ""
+__all__ = ["budget_s", "build_authenticator"]
 
 
 def build_authenticator(spec: AuthSpec | None) -> Authenticator | None:

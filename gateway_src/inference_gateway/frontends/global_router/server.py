@@ -1,10 +1,11 @@
 """`igw global`: one OpenAI-compatible endpoint over several cluster gateways.
 
-Per request: read the body (limit → 413), parse it (→ 400), charge the global rate limit
-(→ 429 with `Retry-After` and `x-ratelimit-*`), rank the clusters (cluster_choice.py) and send
-it to the first. Which cluster comes next after an attempt that ends before a byte
-reached the client is the `AttemptPlan`'s call (core/request/attempts.py, shared with
-the fleet simulator): a refused connection drains the cluster and moves on, a drain
+Per request: read the body (limit → 413), check the credential (→ 401 / 404), parse it
+(→ 400), charge the global rate limit (→ 429 with `Retry-After` and `x-ratelimit-*`),
+rank the clusters (core/scheduling/cluster_choice.py) and send it to the first. Which
+cluster comes next after an attempt that ends before a byte reached the client is the
+`AttemptPlan`'s call (core/request/attempts.py, shared with the fleet simulator): a
+refused connection drains the cluster and moves on, a drain
 while waiting moves on, a 429/503 refusal moves on; a timeout or a broken answer is
 never retried (the cluster may be generating it: 504 / 502). Once a byte has reached
 the client nothing is retried. A streamed answer is relayed by the shared `StreamRelay`
@@ -22,9 +23,11 @@ cancellation (`server_settings`), so the handler is cancelled and the cluster's
 connection closed, which the cluster gateway sees as a cancel (`igw serve` aborts the
 generation).
 
-With an `auth` section the router checks the credential first (401 / 404 as `igw serve`
-does, with the same code) and keys the rate limits by the authenticated client id; the
-credential is forwarded, so every cluster gateway checks it again. Client-supplied values
+With an `auth` section the router checks the credential first, by `igw serve`'s own rule
+(frontends/auth.py `admit`: 401 / 404, the same bytes, before the body is parsed), and
+keys the rate limits by the authenticated client id; the credential is forwarded, so
+every cluster gateway checks it again. The body is read by the core's body module and
+every refusal is worded by core/request/refusals.py. Client-supplied values
 are checked before use: `x-igw-client-region` counts only when it names a configured
 region, `x-igw-routing-profile` only when it names a profile, `x-igw-latency-budget-ms`
 only as whole milliseconds up to 600,000.
@@ -54,16 +57,17 @@ from aiohttp import web
 from prometheus_client import generate_latest
 from redis.asyncio import Redis
 
+from inference_gateway.core.request import refusals
 from inference_gateway.core.request.attempts import AttemptPlan, Failure
+from inference_gateway.core.request.body import api_key_of, output_bound, parse_body
 from inference_gateway.core.request.budget import TokenBudget, store_budget
 from inference_gateway.core.request.decisions import DecisionLog
-from inference_gateway.core.request.director import Rejection, output_bound
 from inference_gateway.core.request.lifecycle import new_internal_id
 from inference_gateway.core.request.prompt_cost import prompt_estimate
+from inference_gateway.core.request.refusals import Rejection
 from inference_gateway.core.request.relay import (
     StreamEnd,
     StreamRelay,
-    end_error,
     is_event_stream,
     stream_error_event,
 )
@@ -75,22 +79,21 @@ from inference_gateway.core.scheduling.cluster_choice import (
     RequestTraits,
     rank_clusters,
 )
+from inference_gateway.core.traffic import retry_after
+from inference_gateway.frontends.auth import admit
 from inference_gateway.frontends.explain_http import add_decisions_routes
 from inference_gateway.frontends.global_router.clusters import ClusterRegistry, ClusterState
 from inference_gateway.frontends.global_router.config import GlobalRouterSpec
 from inference_gateway.frontends.global_router.drains import PlannedDrains
 from inference_gateway.frontends.global_router.explain import explain_choice
 from inference_gateway.frontends.global_router.metrics import FleetEmfEmitter, GlobalMetrics
-from inference_gateway.frontends.global_router.requests import (
-    api_key_of,
-    budget_s,
-    build_authenticator,
-    error_response,
-)
+from inference_gateway.frontends.global_router.requests import budget_s, build_authenticator
+from inference_gateway.frontends.http_errors import error_response, render
 from inference_gateway.shared_store.client import StoreHealth, StoreSpec, connect
 from inference_gateway.shared_store.ratelimit import GlobalRateLimiter
 from inference_gateway.telemetry.request_trace import RequestTrace
 from inference_gateway.telemetry.tracing import Tracing
+from inference_gateway.transport.aiohttp_errors import OUTBOUND_ERRORS, translate
 from inference_gateway.transport.http_settings import (
     BODY_TIMEOUT_S,
     HEADER_TIMEOUT_S,
@@ -110,7 +113,7 @@ BUDGET_HEADER = "x-igw-latency-budget-ms"
 USAGE_SCAN_BYTES = 4 * 2**20  # a JSON answer larger than this settles at its estimate
 _FORWARDED = ("authorization", OBJECTIVE_HEADER, "x-gateway-inference-fairness-id", "x-request-id")
 _PROFILES: dict[str, ProfileName] = {"latency": "latency", "cost": "cost"}
-_PASSED_BACK = ("x-request-id", "retry-after")  # a cluster's 429 keeps its Retry-After
+_PASSED_BACK = ("x-request-id", retry_after.HEADER)  # a cluster's 429 keeps its Retry-After
 
 
 def _end_now(waiting: asyncio.Timeout, loop: asyncio.AbstractEventLoop) -> None:
@@ -232,7 +235,7 @@ class GlobalRouter:
                     if upstream.status == 200:
                         body = await upstream.read()
                         return web.Response(body=body, content_type="application/json")
-            except (aiohttp.ClientError, TimeoutError, OSError):
+            except OUTBOUND_ERRORS:
                 self.registry.drain(state.name, "connect_failed")
         return error_response(
             503, "No cluster is routable.", "service_unavailable", "no_routable_cluster"
@@ -270,45 +273,22 @@ class GlobalRouter:
         self, request: web.Request, trace: RequestTrace | None = None
     ) -> web.StreamResponse:
         raw = await request.read()  # read by `body_deadline` already (408 / 413 there)
-        try:
-            body = orjson.loads(raw)
-        except orjson.JSONDecodeError as error:
-            return error_response(
-                400, f"Malformed JSON body: {error}", "invalid_request_error", "invalid_json"
-            )
-        if not isinstance(body, dict) or not isinstance(body.get("model"), str):
-            return error_response(
-                400,
-                "The request body must be a JSON object with a string `model` field.",
-                "invalid_request_error",
-                "missing_model",
-            )
         client = api_key_of(request.headers)  # a caller's own x-igw-client-id counts for nothing
-        if self.auth is not None:
-            identity = self.auth.identify(request.headers.get("authorization"))
-            if identity is None:
-                return error_response(
-                    401,
-                    "Incorrect API key provided, or no valid bearer token.",
-                    "invalid_request_error",
-                    "invalid_api_key",
-                    {"WWW-Authenticate": 'Bearer realm="igw"'},
-                )
-            if not identity.may_use(body["model"]):  # 404, as OpenAI answers: no existence leak
-                return error_response(
-                    404,
-                    f"The model `{body['model']}` does not exist.",
-                    "invalid_request_error",
-                    "model_not_found",
-                )
+        if self.auth is not None:  # igw serve's one rule, in its order: credential first
+            identity = await admit(
+                self.auth, request.headers.get("authorization"), request.method, request.read
+            )
+            if isinstance(identity, web.Response):
+                return identity
             client = identity.client
+        try:  # the same body rules, estimate and output bound as tier 1 (core/request/body.py)
+            body = parse_body(raw)
+            bound = output_bound(body)
+        except Rejection as rejection:
+            return render(rejection)
         extra: dict[str, str] = {}
         budget: TokenBudget | None = None
         if self.limiter is not None:
-            try:  # the same estimate and output bound as tier 1 (core/request/director.py)
-                bound = output_bound(body)
-            except Rejection as error:
-                return error_response(error.status, error.message, error.kind, error.code)
             request_id = new_internal_id()
             admission = await self.limiter.check(
                 client,
@@ -321,23 +301,12 @@ class GlobalRouter:
             extra = admission.headers
             if admission.too_large is not None:  # can never fit: OpenAI's answer, no retry
                 self.metrics.rate_limit_hits.labels(admission.scope).inc()
-                return error_response(
-                    429,
-                    admission.too_large.message(body["model"]),
-                    "tokens",
-                    "rate_limit_exceeded",
-                    {"x-should-retry": "false"},
+                return render(
+                    refusals.request_too_large(admission.too_large.message(body["model"]))
                 )
             if not admission.allowed:
                 self.metrics.rate_limit_hits.labels(admission.scope).inc()
-                return error_response(
-                    429,
-                    f"Rate limit reached for `{body['model']}`; "
-                    f"retry after {admission.retry_after_s} s.",
-                    "rate_limit_exceeded",
-                    "rate_limited",
-                    {**extra, "retry-after": str(admission.retry_after_s)},
-                )
+                return render(refusals.rate_limited(body["model"], admission.retry_after_s, extra))
             # follows the answer: counted as it streams, settled once whatever the outcome
             budget = store_budget(
                 self.limiter, admission, request_id, client, body["model"], self._settling
@@ -512,7 +481,8 @@ class GlobalRouter:
         ended before: refused (nothing listens, or the connection dropped before an
         answer), drained (the registry drained the cluster meanwhile: it calls back and
         the wait ends at once), timeout (`firstByteTimeoutMs` for a stream, else
-        `readTimeoutMs` of silence) or broken (the answer began and failed)."""
+        `readTimeoutMs` of silence) or broken (the answer began and failed): aiohttp's
+        error in the pod client's tree (transport/aiohttp_errors.py), read by the plan."""
         assert self._session is not None
         name = state.name
         loop = asyncio.get_running_loop()
@@ -525,16 +495,10 @@ class GlobalRouter:
                     upstream = await self._session.post(
                         state.spec.base_url + path, data=raw, headers=headers
                     )
-                    try:
-                        first = await (upstream.content.readany() if stream else upstream.read())
-                    except TimeoutError as error:  # aiohttp's read timeout is one
-                        raise _Skip(Failure.TIMEOUT, str(error)) from error
-                    except aiohttp.ClientError as error:
-                        raise _Skip(Failure.BROKEN, str(error)) from error
-                except aiohttp.SocketTimeoutError as error:  # silent: it may be generating
-                    raise _Skip(Failure.TIMEOUT, str(error)) from error
-                except (aiohttp.ClientConnectionError, OSError) as error:
-                    raise _Skip(Failure.REFUSED, str(error)) from error
+                    first = await (upstream.content.readany() if stream else upstream.read())
+                except OUTBOUND_ERRORS as error:
+                    failure = self.plan.failure_of(translate(error, answered=upstream is not None))
+                    raise _Skip(failure, str(error)) from error
                 except BaseException:
                     if upstream is not None:
                         upstream.close()
@@ -583,7 +547,7 @@ class GlobalRouter:
         if not streaming:
             try:  # the rest, when a stream was asked for and JSON came (empty otherwise)
                 body = first + await upstream.content.read()
-            except (aiohttp.ClientError, TimeoutError) as error:
+            except OUTBOUND_ERRORS as error:
                 log.info("cluster %s: the answer broke (%s)", name, error)
                 self._ended(state, cross, StreamEnd.BROKEN.value, failed=True)
                 return error_response(
@@ -592,10 +556,7 @@ class GlobalRouter:
             # generated, not delivered past the limit
             if budget is not None and status == 200 and not await budget.admit_whole(body):
                 self._ended(state, cross, str(status), failed=False)
-                end = StreamEnd.OVER_LIMIT
-                message, kind = end_error(end, whole=True)
-                retry = {**extra, "retry-after": str(budget.retry_after_s())}
-                return error_response(429, message, kind, end.value, retry), None
+                return render(refusals.over_window(budget.retry_after_s(), extra, whole=True)), None
             whole = web.Response(status=status, body=body, headers=headers)
             self._ended(state, cross, str(status), failed=status >= 500)
             try:
@@ -630,7 +591,7 @@ class GlobalRouter:
                     await response.write_eof()
             self._ended(state, cross, str(status), failed=False)
             return response, None
-        if end is StreamEnd.STALLED:
+        if end in (StreamEnd.BROKEN, StreamEnd.STALLED) and self.plan.after_break(end).drain:
             self.registry.drain(name, "stream_stalled")
         if end is not StreamEnd.CLIENT_LEFT:
             failed = end is not StreamEnd.COMPLETE or status >= 500

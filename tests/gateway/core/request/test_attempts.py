@@ -1,5 +1,5 @@
-"""The tier-2 attempt plan (core/request/attempts.py): the table `igw global` and the fleet
-simulator both follow, read row by row."""
+"""The attempt plan (core/request/attempts.py): the table `igw serve` (over pods), `igw
+global` and the fleet simulator (over clusters) all follow, read row by row."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ from inference_gateway.core.request.attempts import (
     Failure,
     Verdict,
 )
-from inference_gateway.core.request.retry import RetryPolicy
+from inference_gateway.core.request.relay import StreamEnd
+from inference_gateway.core.scheduling.types import Endpoint
+from inference_gateway.errors import UpstreamConnectError, UpstreamError, UpstreamTimeout
 
 
 @pytest.mark.parametrize(
@@ -48,9 +50,48 @@ def test_statuses(status: int, retry: bool, failed: bool) -> None:
     )
 
 
-def test_the_refusals_are_the_proxys() -> None:
-    """Tier 1 and tier 2 agree on what "refused, not started" means."""
-    assert RetryPolicy().refusal_statuses == REFUSAL_STATUSES == frozenset({429, 503})
+def test_the_refusals_are_429_and_503() -> None:
+    """What "refused, not started" means by status, for pods and clusters alike."""
+    assert AttemptPlan().refusal_statuses == REFUSAL_STATUSES == frozenset({429, 503})
+
+
+@pytest.mark.parametrize(
+    ("error", "failure", "retried"),
+    [
+        (UpstreamConnectError("refused"), Failure.REFUSED, True),
+        (UpstreamError("closed before answering", before_response=True), Failure.REFUSED, True),
+        (UpstreamError("closed mid-answer"), Failure.BROKEN, False),
+        (UpstreamTimeout("no first byte", before_response=True), Failure.TIMEOUT, False),
+        (UpstreamTimeout("stalled mid-answer"), Failure.TIMEOUT, False),
+    ],
+)
+def test_only_errors_before_the_engine_started_are_retried(
+    error: UpstreamError, failure: Failure, retried: bool
+) -> None:
+    """One reading of the outbound tree for both clients (a timeout never retries: the
+    engine may be generating)."""
+    plan = AttemptPlan()
+    assert plan.failure_of(error) is failure
+    assert plan.after_error(error).retry is retried
+
+
+def test_targets_are_bounded() -> None:
+    pods = [Endpoint(f"p{i}", "127.0.0.1", 8000 + i) for i in range(5)]
+    assert AttemptPlan(max_attempts=2).targets(pods) == pods[:2]
+    assert AttemptPlan(max_attempts=9).targets(pods) == pods
+
+
+@pytest.mark.parametrize(("end", "drain"), [(StreamEnd.BROKEN, False), (StreamEnd.STALLED, True)])
+def test_nothing_is_retried_after_a_break(end: StreamEnd, drain: bool) -> None:
+    """The migration seam's rule today: a broken or stalled answer is a failed attempt,
+    never a second one (the client holds part of it); a stalled target is drained."""
+    verdict = AttemptPlan().after_break(end)
+    assert (verdict.retry, verdict.drain, verdict.failed, verdict.code) == (
+        False,
+        drain,
+        True,
+        end.value,
+    )
 
 
 def test_next_index_skips_the_unroutable_and_stops_at_max_attempts() -> None:

@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 
 from inference_gateway.config.spec import FlowControlSpec, GatewayConfigSpec, SaturationSpec
+from inference_gateway.core.request.body import OutputBound
 from inference_gateway.core.request.contracts import RoutingState
-from inference_gateway.core.request.director import Director, Intake, OutputBound
+from inference_gateway.core.request.director import Director, Intake
 from inference_gateway.core.scheduling import Endpoint, LLMRequest, PodMetrics, Scheduler
 from inference_gateway.core.scheduling.config_checks import parse_config
 from inference_gateway.core.scheduling.pd import ROLE_LABEL
