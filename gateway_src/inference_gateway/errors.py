@@ -11,7 +11,9 @@
     ├── UnknownModelError    no pool serves the requested model (→ HTTP 404)
     ├── UpstreamError        a model server could not be reached or its answer broke
     │   ├── UpstreamConnectError   the request never reached the engine
-    │   └── UpstreamTimeout        no byte arrived within the read timeout
+    │   ├── UpstreamTimeout        no byte arrived within the read timeout
+    │   └── StreamBreak            the pod's SSE error event ended a stream mid-answer
+    │                              (core/request/resume.py)
     ├── Rejection            a request refused before any pod saw it: an HTTP status
     │                        and an OpenAI error body (core.request.refusals)
     ├── QueueTimeoutError    a request waited its band's whole TTL (→ 503;

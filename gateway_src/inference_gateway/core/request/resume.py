@@ -57,7 +57,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from inference_gateway.errors import UpstreamTimeout
+from inference_gateway.errors import UpstreamError, UpstreamTimeout
 
 __all__ = [
     "BreakReason",
@@ -91,8 +91,9 @@ class BreakReason:
     ERROR_EVENT = "error_event"  # the model server's SSE error event
 
 
-class StreamBreak(Exception):
-    """The upstream's stream ended before its answer did (its SSE error event)."""
+class StreamBreak(UpstreamError):
+    """The upstream's stream ended before its answer did (its SSE error event): an
+    answer that broke, in the one error tree of outbound calls."""
 
 
 class Continuation(Protocol):
