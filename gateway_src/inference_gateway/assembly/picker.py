@@ -138,6 +138,9 @@ class PickerServer:
         self.transport = transport
         self.tracing = Tracing.off()  # built at start, from the config synced by then
         self.servicer = ExtProcServicer(director, options, tracing=self.tracing)
+        # every stream asks the engine for `usage`; the exchange takes the usage event out
+        # of a stream whose client did not ask (picker.py), as igw serve does
+        director.ask_stream_usage = True
         self.health: Any = HealthServicer() if transport == "grpcio" else HealthService()
         self.host = host
         self.grpc_port = grpc_port

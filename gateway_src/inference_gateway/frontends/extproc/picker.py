@@ -15,7 +15,11 @@ body response. A refusal is an `ImmediateResponse` with the OpenAI-shaped error.
 
 Response side: SSE streams flow through chunk by chunk (the `model` of each event
 written back to the client's name when it was rewritten); a JSON body is held only when
-it must be rewritten. The request's `RequestLifecycle` (lifecycle.py) does the
+it must be rewritten. Every stream asks the engine for its `usage` (the request body gets
+`stream_options.include_usage`, core/request/sse.py), so the token charge settles from
+what the engine generated, not one token per event; where the client did not ask, the
+usage event is taken out of its stream (issue 31, finding 9, as `igw serve` does). The
+request's `RequestLifecycle` (lifecycle.py) does the
 bookkeeping: the first response byte reports the TTFT to the scheduler, `usage` is
 counted into the gateway metrics, and a stream that ends before the response did (Envoy
 or its client gone) counts as a client cancel and frees what the request held.
@@ -87,7 +91,7 @@ from inference_gateway.core.request.pd_body import (
     without_client_params,
 )
 from inference_gateway.core.request.relay import StreamEnd, stream_error_event
-from inference_gateway.core.request.sse import ModelNameRewriter
+from inference_gateway.core.request.sse import ModelNameRewriter, UsageEventFilter
 from inference_gateway.core.request.subset_hint import hinted_hostports
 from inference_gateway.core.request.usage import UsageScanner
 from inference_gateway.core.scheduling.types import Endpoint
@@ -204,6 +208,9 @@ class Exchange(Processor):
         self.status = 0
         self.streaming = False
         self.rewriter: ModelNameRewriter | None = None
+        # the usage event the picker asked the engine for, taken out of the client's
+        # stream (read by the lifecycle: the token charge settles from it)
+        self.usage_filter: UsageEventFilter | None = None
         self.held_json = bytearray()  # a JSON response held for the model rewrite
         self.sniff: bytearray | None = None  # a 503's first bytes: Envoy's own reply?
         self.cut = False  # the token budget ended the response (STREAMED: drop the rest)
@@ -312,7 +319,8 @@ class Exchange(Processor):
                 ),
                 *body_chunks(body, end_of_stream=end_of_stream),
             ]
-        changed = decision.rewritten or body is not decision.body
+        # the engine is asked for the stream's usage (strip_usage): the body differs
+        changed = decision.rewritten or decision.strip_usage or body is not decision.body
         return [
             body_replacement(
                 body if changed or self.request_mode == STREAMED else None,
@@ -358,6 +366,8 @@ class Exchange(Processor):
         self.streaming = headers.get("content-type", "").startswith("text/event-stream")
         if self.life is not None:
             self.life.answered(self.status, self.streaming, self.options.max_usage_scan_bytes)
+            if self.streaming and self.life.decision.strip_usage:
+                self.usage_filter = UsageEventFilter(self.life.chunk)
             if self.status == 503:
                 self._check_unreachable(request)
         if request.response_headers.end_of_stream:
@@ -536,6 +546,10 @@ class Exchange(Processor):
 
     def _rewrite(self, chunk: bytes, eos: bool) -> bytes | None:
         """The bytes to pass on now; None while a JSON body is held for its rewrite."""
+        if self.usage_filter is not None:  # streaming: the events the client asked for
+            chunk = self.usage_filter.stream_chunk(chunk)
+            if eos:
+                chunk += self.usage_filter.flush()
         if self.rewriter is None:
             return chunk
         if self.streaming:
