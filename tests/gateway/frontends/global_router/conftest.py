@@ -51,6 +51,7 @@ class FakeCluster:
     # each with its `finish_reason` key, as vLLM streams them)
     stream_mode: str = "ok"
     hits: Counter[str] = field(default_factory=Counter)
+    bodies: list[dict[str, Any]] = field(default_factory=list)  # the requests, as sent
     cancelled_at: list[float] = field(default_factory=list)  # loop times of seen cancels
     runner: web.AppRunner | None = None
     port: int = 0
@@ -114,6 +115,7 @@ class FakeCluster:
 
     async def _answer(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
+        self.bodies.append(body)
         self.hits[request.headers.get("x-gateway-inference-objective", "")] += 1
         if self.answer_delay_s:
             await asyncio.sleep(self.answer_delay_s)
