@@ -7,11 +7,16 @@ cluster comes next after an attempt that ends before a byte reached the client i
 `AttemptPlan`'s call (core/request/attempts.py, shared with the fleet simulator): a
 refused connection drains the cluster and moves on, a drain
 while waiting moves on, a 429/503 refusal moves on; a timeout or a broken answer is
-never retried (the cluster may be generating it: 504 / 502). Once a byte has reached
-the client nothing is retried. A streamed answer is relayed by the shared `StreamRelay`
-(core/request/relay.py, as `igw serve` does): a stream that breaks ends with the SSE
-error event, one silent for `streamIdleTimeoutMs` between chunks ends the same way and
-drains the cluster. Either counts as a failed attempt in the cluster's error score.
+never retried (the cluster may be generating it: 504 / 502). A streamed answer is
+relayed by the shared `StreamRelay` (core/request/relay.py, as `igw serve` does). Once a
+byte has reached the client only a continuation follows (tier 2 of resume on break,
+docs/migration.md): a stream that breaks (reset, closed, the cluster gateway's SSE error
+event) or stays silent for `streamIdleTimeoutMs` between chunks is, by the plan's
+`after_break`, a failed attempt in the cluster's error score (a stalled cluster is
+drained), and where the config's `migration` is on and the request can be resumed, the
+core's `Resumer` (core/request/resume.py, tier 1's own) re-issues it with the text
+delivered to the next-ranked routable cluster not tried yet and splices it into the
+client's stream (`_resumer`, `_continue`); otherwise it ends with the SSE error event.
 Token limits follow each answer with the gateway's one token budget (core/request/
 budget.py, as `igw serve`): counted as it streams, ended with the rate-limit SSE error
 event when the window is full, and settled once from the answer's `usage` (the one usage
