@@ -45,7 +45,8 @@ class FakeCluster:
     answer_delay_s: float = 0.0  # a pause before any answer
     status_delay_s: float = 0.0  # a slow status answer (ordering tests)
     # how a stream goes: ok | stall (first chunk, then hang_s of silence) | break (first
-    # chunk, then the connection is cut) | slow (a chunk every 0.2 s, 30 of them) |
+    # chunk, then the connection is cut) | error_event (first chunk, then the gateway's SSE
+    # error event and the end) | slow (a chunk every 0.2 s, 30 of them) |
     # split_usage (the usage event split across two writes) | responses (the Responses
     # API's `response.completed` event carries the usage) | long (200 one-token chunks,
     # each with its `finish_reason` key, as vLLM streams them)
@@ -81,6 +82,12 @@ class FakeCluster:
         mode = self.stream_mode
         if mode == "stall":
             await asyncio.sleep(self.hang_s)
+        elif mode == "error_event":  # a cluster gateway that could not go on itself
+            await response.write(
+                b'data: {"error": {"message": "broke", "code": "stream_broken"}}\n\n'
+            )
+            await response.write_eof()
+            return response
         elif mode == "break":
             assert request.transport is not None
             request.transport.abort()  # a chunked body cut short: the client sees it broken

@@ -106,14 +106,18 @@ async def test_a_stalled_stream_ends_with_an_sse_error_and_drains_the_cluster(
         assert status == 200 and headers["x-igw-cluster"] == "a"
 
 
-@pytest.mark.parametrize(("mode", "reason"), [("stall", "stall"), ("break", "connection")])
+@pytest.mark.parametrize(
+    ("mode", "reason"),
+    [("stall", "stall"), ("break", "connection"), ("error_event", "error_event")],
+)
 async def test_a_broken_stream_resumes_on_the_next_cluster(
     fake_clusters: list[FakeCluster], mode: str, reason: str
 ) -> None:
-    """Tier 2 (`migration` on, the default): b's stream breaks or stalls after its first
-    chunk; the continuation (the prompt plus the text delivered, one token fewer) goes
-    to the next-ranked cluster and is spliced in: no error event, the stream ends with
-    [DONE], one migration counted with tier 2; a stalled b is still drained."""
+    """Tier 2 (`migration` on, the default): b's stream breaks, stalls or ends with its
+    SSE error event after its first chunk; the continuation (the prompt plus the text
+    delivered, one token fewer) goes to the next-ranked cluster and is spliced in: no
+    error event, the stream ends with [DONE], one migration counted with tier 2; a
+    stalled b is still drained."""
     a, b, _ = fake_clusters
     b.stream_mode, b.hang_s = mode, 20.0
     cfg = config(fake_clusters, streamIdleTimeoutMs=400, **SLOW_POLLS)
