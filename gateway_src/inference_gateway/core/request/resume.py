@@ -32,8 +32,8 @@ One home for the rule, used by any data plane that relays a stream (`igw serve`:
 * `Resumer.stream`: the one seam. It wraps the first upstream's chunks; when they break
   (the source raises, no chunk for `idle_timeout_s`, or the model server's SSE error
   event) and the request may be resumed, it asks the data plane's `open_next` for the
-  continuation on the next pod or cluster (at most `max_resumes` times, each within `deadline_s`
-  of the break) and goes on with it; otherwise it raises what broke, and the relay ends
+  continuation on the next pod or cluster (at most `max_resumes` times, each within
+  `deadline_s` of the break) and goes on with it; otherwise it raises what broke, and the relay ends
   the stream as before. Token budgets count the chunks as they are relayed and settle
   from the spliced `usage`, so they are charged once.
 
