@@ -5,9 +5,10 @@ through the official `openai` SDK; the cluster serving the most of them is kille
 (its `igw serve` and its pod, SIGKILL) mid-stream. Every request ends with a
 `finish_reason` and no error; its text is byte for byte the same request's unbroken text
 (asked of the surviving pod directly); one `id`, one `model`, one role delta, and `usage`
-counts the prompt once and each completion token once. `igw global`'s /metrics counts
-each broken stream once as resumed, with `tier="2"`. Bounded: one load of 10 requests,
-every wait under a deadline.
+counts the prompt once and each completion token once, as does the router's token budget
+(a real `redis-server` holds it). `igw global`'s /metrics counts each broken stream once
+as resumed, with `tier="2"`. Bounded: one load of 10 requests, every wait under a
+deadline.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import pytest
 import yaml
 
 from inference_gateway.emulator.tokens import count_tokens, render_chat
+from inference_gateway.shared_store.local_server import LocalRedis
 from tests.e2e.serve_process import free_port, write_endpoints
 from tests.e2e.test_global_fleet import Proc, processes, wait_ready
 from tests.e2e.test_stream_migration import (
@@ -32,6 +34,7 @@ from tests.e2e.test_stream_migration import (
     messages,
     metric_sum,
     pods,
+    remaining_tokens,
     stream_one,
     until_healthy,
 )
@@ -54,8 +57,11 @@ def cluster_gateway(tmp: Path, name: str, pod_port: int) -> Proc:
     return Proc(args, free_port(), tmp / f"{name}.log")
 
 
-def router_config(gateways: dict[str, Proc]) -> dict[str, Any]:
+def router_config(gateways: dict[str, Proc], store: str) -> dict[str, Any]:
     return {
+        "store": {"url": store, "timeoutMs": 1000},
+        # a token budget that never refuses here, read for what it was charged
+        "rateLimits": {"rules": [{"tokensPerMinute": 10_000_000}], "windowS": 600},
         "homeRegion": "r1",
         "pollIntervalMs": 200,
         "staleAfterMs": 1000,
@@ -88,13 +94,13 @@ async def unbroken_texts(port: int) -> list[str]:
 
 
 async def test_a_cluster_killed_mid_stream_is_resumed_on_the_next(tmp_path: Path) -> None:
-    with pods(tmp_path, [], []) as pod_procs, processes() as procs:
+    with pods(tmp_path, [], []) as pod_procs, LocalRedis() as redis, processes() as procs:
         pod_ports = [p.port for p in pod_procs]  # type: ignore[attr-defined]
         await until_healthy(pod_ports)
         expected = await unbroken_texts(pod_ports[1])
         gateways = {n: cluster_gateway(tmp_path, n, pod_ports[i]) for i, n in enumerate(CLUSTERS)}
         path = tmp_path / "global.yaml"
-        path.write_text(yaml.safe_dump(router_config(gateways)))
+        path.write_text(yaml.safe_dump(router_config(gateways, redis.url)))
         front = Proc(["global", "--config", str(path)], free_port(), tmp_path / "global.log")
         async with aiohttp.ClientSession() as session:
             for p in [*gateways.values(), front]:
@@ -114,6 +120,7 @@ async def test_a_cluster_killed_mid_stream_is_resumed_on_the_next(tmp_path: Path
         api = openai.AsyncOpenAI(
             base_url=front.url + "/v1", api_key="unused", max_retries=0, timeout=120
         )
+        remaining_before, probe_total = await remaining_tokens(api)
         outcomes = [Outcome() for _ in range(REQUESTS)]
         tasks = [
             asyncio.create_task(stream_one(api, i, outcomes[i], CLUSTER, TOKENS))
@@ -136,7 +143,14 @@ async def test_a_cluster_killed_mid_stream_is_resumed_on_the_next(tmp_path: Path
         gateways[victim].kill()  # the whole cluster: its gateway and its pod
         pod_procs[index].kill()
         await asyncio.wait_for(asyncio.gather(*tasks), timeout=180)
+        await asyncio.sleep(1.0)  # the router writes each settlement in the background
+        remaining_after, _ = await remaining_tokens(api)
         await api.close()
+        # the router's token budget settled each request once: its prompt and its tokens
+        charged = remaining_before - remaining_after - probe_total
+        assert charged == sum(
+            count_tokens(render_chat(messages(i))) + TOKENS for i in range(REQUESTS)
+        )
 
         broken = [o for o in outcomes if o.pod == victim]
         assert broken, "no stream was on the cluster that failed"
