@@ -1,19 +1,21 @@
 """Resume on break at tier 2 (issue 33's must-hold, docs/migration.md): `igw global` in
 front of two real cluster gateways (`igw serve`, each over its own `igw emulate` pod, all
 real processes); 10 concurrent streamed chat requests of 300 tokens at temperature 0
-through the official `openai` SDK; the cluster serving the most of them is killed whole
-(its `igw serve` and its pod, SIGKILL) mid-stream. Every request ends with a
-`finish_reason` and no error; its text is byte for byte the same request's unbroken text
-(asked of the surviving pod directly); one `id`, one `model`, one role delta, and `usage`
-counts the prompt once and each completion token once, as does the router's token budget
-(a real `redis-server` holds it). `igw global`'s /metrics counts each broken stream once
-as resumed, with `tier="2"`. Bounded: one load of 10 requests, every wait under a
-deadline.
+through the official `openai` SDK; the cluster serving the most of them is lost whole
+mid-stream, its `igw serve` and its pod killed (SIGKILL) or stopped (SIGSTOP: a stall
+past `streamIdleTimeoutMs`). Every request ends with a `finish_reason` and no error; its
+text is byte for byte the same request's unbroken text (asked of the surviving pod
+directly); one `id`, one `model`, one role delta, and `usage` counts the prompt once and
+each completion token once, as does the router's token budget (a real `redis-server`
+holds it). `igw global`'s /metrics counts each broken stream once as resumed, with
+`tier="2"` and the break's reason. Bounded: one load of 10 requests per fault, every
+wait under a deadline.
 """
 
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 from collections import Counter
 from pathlib import Path
@@ -67,6 +69,7 @@ def router_config(gateways: dict[str, Proc], store: str) -> dict[str, Any]:
         "staleAfterMs": 1000,
         "rampS": 0,
         "clusters": [{"name": n, "region": "r1", "endpoint": g.url} for n, g in gateways.items()],
+        "streamIdleTimeoutMs": 1000,  # a stopped cluster is a stall within a second
         "migration": {"deadlineMs": 10_000},
     }
 
@@ -93,7 +96,10 @@ async def unbroken_texts(port: int) -> list[str]:
     return list(texts)
 
 
-async def test_a_cluster_killed_mid_stream_is_resumed_on_the_next(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("fault", "reason"), [("kill", "connection"), ("stop", "stall")])
+async def test_a_cluster_lost_mid_stream_is_resumed_on_the_next(
+    tmp_path: Path, fault: str, reason: str
+) -> None:
     with pods(tmp_path, [], []) as pod_procs, LocalRedis() as redis, processes() as procs:
         pod_ports = [p.port for p in pod_procs]  # type: ignore[attr-defined]
         await until_healthy(pod_ports)
@@ -140,9 +146,15 @@ async def test_a_cluster_killed_mid_stream_is_resumed_on_the_next(tmp_path: Path
             f"http://127.0.0.1:{pod_ports[index]}", "vllm:num_requests_running"
         )
         assert running == serving[victim], "the pod finished before the fault"
-        gateways[victim].kill()  # the whole cluster: its gateway and its pod
-        pod_procs[index].kill()
+        # the whole cluster, its gateway and its pod: killed, or stopped (a black hole:
+        # a stall past streamIdleTimeoutMs)
+        sent = signal.SIGKILL if fault == "kill" else signal.SIGSTOP
+        gateway = gateways[victim].process
+        assert gateway is not None
+        gateway.send_signal(sent)
+        pod_procs[index].send_signal(sent)
         await asyncio.wait_for(asyncio.gather(*tasks), timeout=180)
+        gateways[victim].kill()  # a stopped one too
         await asyncio.sleep(1.0)  # the router writes each settlement in the background
         remaining_after, _ = await remaining_tokens(api)
         await api.close()
@@ -165,8 +177,10 @@ async def test_a_cluster_killed_mid_stream_is_resumed_on_the_next(tmp_path: Path
         total = "igw_request_migrations_total"
         resumed = await metric_sum(front.url, total, 'outcome="resumed"')
         assert resumed == len(broken) == await metric_sum(front.url, total, 'tier="2"')
-        assert await metric_sum(front.url, total, 'reason="connection"') == len(broken)
+        assert await metric_sum(front.url, total, f'reason="{reason}"') == len(broken)
         gaps = await metric_sum(front.url, "igw_request_resume_gap_seconds_count")
         assert gaps == len(broken)
         gap_s = await metric_sum(front.url, "igw_request_resume_gap_seconds_sum") / gaps
-        print(f"\ncluster killed: {len(broken)}/{REQUESTS} streams resumed, mean gap {gap_s:.3f} s")
+        print(
+            f"\ncluster {fault}: {len(broken)}/{REQUESTS} streams resumed, mean gap {gap_s:.3f} s"
+        )
