@@ -122,18 +122,25 @@ class Outcome:
     tokens_seen: int = 0
 
 
-async def stream_one(api: openai.AsyncOpenAI, i: int, out: Outcome) -> None:
+async def stream_one(
+    api: openai.AsyncOpenAI,
+    i: int,
+    out: Outcome,
+    where: str = "x-gateway-destination-endpoint",
+    tokens: int = TOKENS,
+) -> None:
+    """Request `i`, streamed, `tokens` long; `out.pod`: what the `where` header names."""
     out.ids, out.models = set(), set()
     try:
         raw = await api.chat.completions.with_raw_response.create(
             model=MODEL,
             messages=messages(i),  # type: ignore[arg-type]
-            max_tokens=TOKENS,
+            max_tokens=tokens,
             temperature=0,
             stream=True,
             stream_options={"include_usage": True},
         )
-        out.pod = raw.headers.get("x-gateway-destination-endpoint", "")
+        out.pod = raw.headers.get(where, "")
         parts = []
         async for chunk in raw.parse():
             out.ids.add(chunk.id)

@@ -7,12 +7,34 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-__all__ = ["GatewayMetrics"]
+__all__ = ["GatewayMetrics", "migration_series"]
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 TOKEN_BUCKETS = (16, 64, 256, 1024, 4096, 16384, 65536)
 # a view is due every scrape interval (50 ms by default); past `staleness_s` (2 s) it is stale
 VIEW_AGE_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1, 2)
+
+
+def migration_series(r: CollectorRegistry) -> tuple[Counter, Histogram]:
+    """Resume on break (docs/migration.md), one definition for `igw serve` (`tier` 1:
+    pods) and `igw global` (`tier` 2: clusters): one count per stream that broke after
+    its first byte and could have been resumed, and the resume gap."""
+    migrations = Counter(
+        "igw_request_migrations_total",
+        "Streams that broke after their first byte, by tier, reason (connection, "
+        "stall, error_event) and outcome (resumed, failed: no target took the "
+        "continuation, exhausted: past the attempts, not_resumable).",
+        ["tier", "reason", "outcome"],
+        registry=r,
+    )
+    gap = Histogram(
+        "igw_request_resume_gap_seconds",
+        "From the last chunk before a stream broke to the first chunk of its continuation.",
+        ["tier"],
+        buckets=LATENCY_BUCKETS,
+        registry=r,
+    )
+    return migrations, gap
 
 
 class GatewayMetrics:
@@ -176,23 +198,7 @@ class GatewayMetrics:
             ["outcome"],
             registry=r,
         )
-        # resume on break (docs/migration.md): one per stream that broke after it started
-        # and could have been resumed; `tier` 1 is igw serve (pods), 2 igw global
-        self.migrations = Counter(
-            "igw_request_migrations_total",
-            "Streams that broke after their first byte, by tier, reason (connection, "
-            "stall, error_event) and outcome (resumed, failed: no pod took the "
-            "continuation, exhausted: past the attempts, not_resumable).",
-            ["tier", "reason", "outcome"],
-            registry=r,
-        )
-        self.resume_gap = Histogram(
-            "igw_request_resume_gap_seconds",
-            "From the last chunk before a stream broke to the first chunk of its continuation.",
-            ["tier"],
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        )
+        self.migrations, self.resume_gap = migration_series(r)  # tier 1
         self._plugin_series: dict[tuple[str, str], Any] = {}
 
     def watch_scrapes(self, store: Any) -> None:

@@ -30,13 +30,16 @@ reads that tree, so "never started, may be retried" is decided here and only her
     * the last attempt's refusal is relayed to the client as it came (its Retry-After
       too); a refusal with another target left is retried.
 
-After the first byte reached the client the plan's word is `after_break` (relay.py ends
-a stream that breaks or stalls with an SSE error event). At tier 1 `igw serve` resumes
-such a stream instead where the config's `migration` allows it (core/request/resume.py:
-which requests can be continued faithfully, and how); each continuation attempt follows
-this plan as a first attempt does (`after_error`). Tier 2 does not resume yet: there
-nothing is retried after the first byte. With no routable cluster at all the client gets
-503 `no_routable_cluster`.
+After the first byte reached the client the plan's word is `after_break`: an answer that
+broke or stalled counts as a failed attempt, a stalled target is drained, and the
+request goes on to the next target (`next_index`) only where the plan resumes
+(`resume`: `igw global`'s config `migration`, tier 2): the continuation, re-issued with
+the text already delivered and spliced into the same client stream, is core/request/
+resume.py's (one implementation for both tiers). Where the plan does not resume, the
+relay ends the stream with an SSE error event (relay.py). At tier 1 `igw serve` arms
+resume.py itself from its config's `migration` and opens each continuation by this
+plan's rules for a first attempt (`after_error`); its plan keeps `resume` off. With no
+routable cluster at all the client gets 503 `no_routable_cluster`.
 
 Behind Envoy the picker only names fallback pods (`PickerOptions.fallbacks`); Envoy's own
 retry policy decides when to use them, and should be set to the same rule
@@ -95,10 +98,13 @@ NO_ROUTABLE = Verdict(False, False, False, 503, "no_routable_cluster")
 @dataclass(frozen=True, slots=True)
 class AttemptPlan:
     """`max_attempts` targets at most per request (`igw global`'s `maxAttempts`; 3 pods
-    for `igw serve`); `refusal_statuses` are the answers that mean "not started here"."""
+    for `igw serve`); `refusal_statuses` are the answers that mean "not started here";
+    `resume`: a stream that breaks after its first byte goes on at the next target."""
 
     max_attempts: int = 3
     refusal_statuses: frozenset[int] = REFUSAL_STATUSES
+
+    resume: bool = False
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
@@ -143,17 +149,13 @@ class AttemptPlan:
             status in self.refusal_statuses, False, status >= 500, status, "cluster_answer"
         )
 
-    @staticmethod
-    def after_break(end: StreamEnd) -> Verdict:
+    def after_break(self, end: StreamEnd) -> Verdict:
         """An answer that broke or stalled (`end`) after its first byte reached the
-        client: counted as a failed attempt, a stalled target drained; never retried
-        (`retry` False), since the client already holds part of the answer.
-
-        Tier 2's word today. Resuming there (DESIGN.md §7, issue 33) answers `retry` True
-        here for the ends it resumes, and the relay re-issues to the next-ranked target
-        with the text already delivered, as tier 1's resume.py does for pods."""
+        client: counted as a failed attempt, a stalled target drained; retried (resumed:
+        the continuation goes to `next_index`) only where the plan resumes, since the
+        client already holds part of the answer and only a continuation can follow it."""
         stalled = end is StreamEnd.STALLED
-        return Verdict(False, stalled, True, 502, end.value)
+        return Verdict(self.resume, stalled, True, 502, end.value)
 
     @staticmethod
     def nothing_routable() -> Verdict:

@@ -1,7 +1,9 @@
 """Resume on break: a streamed answer whose model server fails after it started goes on
-from another pod, spliced into the same client stream (docs/migration.md).
+from another pod (tier 1) or cluster (tier 2), spliced into the same client stream
+(docs/migration.md).
 
-One home for the rule, used by any data plane that relays a stream (`igw serve` today):
+One home for the rule, used by any data plane that relays a stream (`igw serve`: pods,
+`igw global`: clusters; each says only where a continuation goes, `open_next`):
 
 * `unresumable(body, chat)`: which requests cannot be continued faithfully; they keep
   today's end (the relay's SSE error event):
@@ -30,8 +32,8 @@ One home for the rule, used by any data plane that relays a stream (`igw serve` 
 * `Resumer.stream`: the one seam. It wraps the first upstream's chunks; when they break
   (the source raises, no chunk for `idle_timeout_s`, or the model server's SSE error
   event) and the request may be resumed, it asks the data plane's `open_next` for the
-  continuation on the next pod (at most `max_resumes` times, each within `deadline_s`
-  of the break) and goes on with it; otherwise it raises what broke, and the relay ends
+  continuation on the next pod or cluster (at most `max_resumes` times, each within
+  `deadline_s` of the break) and goes on with it; otherwise it raises what broke, and the relay ends
   the stream as before. Token budgets count the chunks as they are relayed and settle
   from the spliced `usage`, so they are charged once.
 

@@ -6,7 +6,8 @@
     staleAfterMs: 3000               # no good status for this long → drained
     rampS: 30                        # a returning cluster's share grows over this window
     firstByteTimeoutMs: 60000        # a stream without its first chunk this long: 504
-    streamIdleTimeoutMs: 30000       # a started stream silent this long: SSE error, drained
+    streamIdleTimeoutMs: 30000       # a started stream silent this long: stalled, drained
+    migration: {enabled: true, maxResumes: 2, deadlineMs: 30000}   # resume a broken stream
     drainFile: /var/run/igw/drained  # planned drains without a store (igw global drain)
     latencyBudgetMs: 2000            # cost profile: clusters slower than this are skipped
     sheddableObjectives: [batch]     # x-gateway-inference-objective values routed by cost
@@ -60,7 +61,12 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from inference_gateway.config.spec import TracingSpec, format_validation_error, read_yaml
+from inference_gateway.config.spec import (
+    MigrationSpec,
+    TracingSpec,
+    format_validation_error,
+    read_yaml,
+)
 from inference_gateway.core.scheduling.cluster_choice import ProfileName
 from inference_gateway.errors import ConfigError
 from inference_gateway.shared_store.client import StoreSpec
@@ -262,8 +268,15 @@ class GlobalRouterSpec(_Spec):
         default=30_000,
         ge=100,
         le=600_000,
-        description="Longest silence between two chunks of a started stream: it ends with "
-        "an SSE error event and the cluster is drained.",
+        description="Longest silence between two chunks of a started stream: the cluster "
+        "is drained and the stream resumed on the next cluster (`migration`), else it ends "
+        "with an SSE error event.",
+    )
+    migration: MigrationSpec = Field(
+        default_factory=MigrationSpec,
+        description="Resume on break at tier 2 (docs/migration.md): a stream that breaks "
+        "after its first byte goes on at the next-ranked cluster. Its stall is "
+        "`streamIdleTimeoutMs` above.",
     )
     drain_file: str | None = Field(
         default=None, description="Planned drain set when no store is configured (a file)."
@@ -296,6 +309,17 @@ class GlobalRouterSpec(_Spec):
         if self.routing is not None and self.routing.weights and "latency" in self.profiles:
             raise ValueError(
                 "routing.weights and profiles.latency both set the latency profile; keep one"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _one_stall(self) -> GlobalRouterSpec:
+        """One silence defines a stalled cluster here, `streamIdleTimeoutMs`: the
+        migration section's own (igw serve's, for pods) is refused, not ignored."""
+        if "stream_idle_timeout_ms" in self.migration.model_fields_set:
+            raise ValueError(
+                "migration.streamIdleTimeoutMs: igw global's stall is streamIdleTimeoutMs "
+                "(set that)"
             )
         return self
 

@@ -2,7 +2,7 @@
 
 Prometheus names (stable; dashboards and alarms read them):
 
-    igw_global_routing_decisions_total{cluster,profile,attempt}   first | retry
+    igw_global_routing_decisions_total{cluster,profile,attempt}   first | retry | resume
     igw_global_failover_events_total{cluster,reason}   status_stale | status_timeout |
                                                         status_invalid | connect_failed |
                                                         stream_stalled
@@ -17,6 +17,8 @@ Prometheus names (stable; dashboards and alarms read them):
     igw_global_cluster_saturation{cluster}              from its /status
     igw_global_cluster_cost_per_million_tokens{cluster}
     igw_store_up{component}, igw_store_fallback_total{component}   (shared_store/client.py)
+    igw_request_migrations_total{tier="2",reason,outcome}, igw_request_resume_gap_seconds
+        {tier="2"}: streams resumed on the next cluster (telemetry/metrics.py, as igw serve)
 
 The EMF side writes, every interval, `telemetry.emf.fleet_record` with the deltas of the
 three counters the CDK fleet alarms read (`FLEET_METRICS`: RoutingDecisions,
@@ -43,7 +45,7 @@ from inference_gateway.telemetry.emf import (
     emf_record,
     fleet_record,
 )
-from inference_gateway.telemetry.metrics import LATENCY_BUCKETS
+from inference_gateway.telemetry.metrics import LATENCY_BUCKETS, migration_series
 
 __all__ = ["CLUSTER_HEALTH_METRICS", "FleetEmfEmitter", "GlobalMetrics"]
 
@@ -62,7 +64,8 @@ class GlobalMetrics:
         self.registry = r = registry or CollectorRegistry()
         self.decisions = Counter(
             "igw_global_routing_decisions_total",
-            "Requests sent to a cluster, by profile and attempt (first or retry).",
+            "Requests sent to a cluster, by profile and attempt (first, retry, or resume: "
+            "a broken stream's continuation).",
             ["cluster", "profile", "attempt"],
             registry=r,
         )
@@ -78,6 +81,7 @@ class GlobalMetrics:
             ["scope"],
             registry=r,
         )
+        self.migrations, self.resume_gap = migration_series(r)  # tier 2
         self.requests = Counter(
             "igw_global_requests_total",
             "Answers relayed from a cluster; cross_region when outside the client's region.",

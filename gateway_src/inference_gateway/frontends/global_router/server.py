@@ -7,11 +7,16 @@ cluster comes next after an attempt that ends before a byte reached the client i
 `AttemptPlan`'s call (core/request/attempts.py, shared with the fleet simulator): a
 refused connection drains the cluster and moves on, a drain
 while waiting moves on, a 429/503 refusal moves on; a timeout or a broken answer is
-never retried (the cluster may be generating it: 504 / 502). Once a byte has reached
-the client nothing is retried. A streamed answer is relayed by the shared `StreamRelay`
-(core/request/relay.py, as `igw serve` does): a stream that breaks ends with the SSE
-error event, one silent for `streamIdleTimeoutMs` between chunks ends the same way and
-drains the cluster. Either counts as a failed attempt in the cluster's error score.
+never retried (the cluster may be generating it: 504 / 502). A streamed answer is
+relayed by the shared `StreamRelay` (core/request/relay.py, as `igw serve` does). Once a
+byte has reached the client only a continuation follows (tier 2 of resume on break,
+docs/migration.md): a stream that breaks (reset, closed, the cluster gateway's SSE error
+event) or stays silent for `streamIdleTimeoutMs` between chunks is, by the plan's
+`after_break`, a failed attempt in the cluster's error score (a stalled cluster is
+drained), and where the config's `migration` is on and the request can be resumed, the
+core's `Resumer` (core/request/resume.py, tier 1's own) re-issues it with the text
+delivered to the next-ranked routable cluster not tried yet and splices it into the
+client's stream (`_resumer`, `_continue`); otherwise it ends with the SSE error event.
 Token limits follow each answer with the gateway's one token budget (core/request/
 budget.py, as `igw serve`): counted as it streams, ended with the rate-limit SSE error
 event when the window is full, and settled once from the answer's `usage` (the one usage
@@ -47,7 +52,8 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -71,6 +77,7 @@ from inference_gateway.core.request.relay import (
     is_event_stream,
     stream_error_event,
 )
+from inference_gateway.core.request.resume import BreakReason, Resumer, unresumable
 from inference_gateway.core.request.sse import UsageEventFilter, ask_for_usage
 from inference_gateway.core.request.usage import UsageScanner, total_tokens
 from inference_gateway.core.scheduling.cluster_choice import (
@@ -131,6 +138,55 @@ class _Skip(Exception):
         self.failure, self.detail = failure, detail
 
 
+@dataclass(slots=True)
+class _Serving:
+    """The cluster serving a stream now (`index` in the request's ranking, `made`
+    attempts so far): a continuation moves it on. `booked`: its break is counted."""
+
+    state: ClusterState
+    cross: str
+    index: int
+    made: int
+    booked: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _Resume:
+    """What a continuation is sent with: the request's path, the body sent (`body`),
+    headers, trace and ranking, and the clusters tried (the decision log's)."""
+
+    path: str
+    body: bytes
+    headers: dict[str, str]
+    trace: RequestTrace
+    model: str
+    traits: RequestTraits
+    choice: Choice[ClusterState]
+    tried: list[str]
+    client_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class _ClusterStream:
+    """A cluster's streamed answer as resume.py reads it: its chunks (`first` already
+    read), and `release` (the connection back to the pool at its end, else closed)."""
+
+    upstream: aiohttp.ClientResponse
+    first: bytes
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        if self.first:
+            yield self.first
+        async for chunk in self.upstream.content.iter_any():
+            yield chunk
+
+    def release(self) -> None:
+        if self.upstream.content.at_eof():
+            self.upstream.release()
+        else:
+            self.upstream.close()
+
+
 class GlobalRouter:
     def __init__(
         self,
@@ -142,8 +198,12 @@ class GlobalRouter:
         self.spec = spec
         self.metrics = metrics or GlobalMetrics()
         self.registry = ClusterRegistry(spec, self.metrics)
-        self.plan = AttemptPlan(spec.max_attempts)
+        migration = spec.migration
+        self.plan = AttemptPlan(
+            spec.max_attempts, resume=migration.enabled and migration.max_resumes > 0
+        )
         self.relay = StreamRelay(spec.stream_idle_timeout_ms / 1000)
+        self.resuming_relay = StreamRelay()  # the Resumer watches the silences itself
         self.limiter: GlobalRateLimiter | None = None
         self._settling: set[asyncio.Task[None]] = set()  # token settlements being written
         self._stores: list[Redis] = []  # every client this router opened, closed at cleanup
@@ -323,6 +383,7 @@ class GlobalRouter:
                 trace,
                 body["model"],
                 strip_usage=asked is not None,
+                client_body=body,
             )
         finally:
             if budget is not None:
@@ -340,6 +401,7 @@ class GlobalRouter:
         model: str = "",
         *,
         strip_usage: bool = False,
+        client_body: Mapping[str, Any] | None = None,
     ) -> tuple[web.StreamResponse, int | None]:
         assert self._session is not None
         trace = trace or RequestTrace(self.tracing, request.headers, request.path)
@@ -376,6 +438,7 @@ class GlobalRouter:
                 tried_clusters,
                 model,
                 strip_usage=strip_usage,
+                client_body=client_body,
             )
         finally:
             if explanation is not None:
@@ -400,6 +463,7 @@ class GlobalRouter:
         model: str,
         *,
         strip_usage: bool = False,
+        client_body: Mapping[str, Any] | None = None,
     ) -> tuple[web.StreamResponse, int | None]:
         """Try the ranked clusters in turn (module docstring)."""
         headers = {"content-type": "application/json"}
@@ -450,8 +514,28 @@ class GlobalRouter:
                     index = after
                     continue
                 cross = "true" if state.spec.region != traits.home_region else "false"
+                serving = _Serving(state, cross, index, made)
+                resume = _Resume(
+                    request.path,
+                    raw,
+                    headers,
+                    trace,
+                    model,
+                    traits,
+                    choice,
+                    tried_clusters,
+                    request.headers.get("x-request-id", ""),
+                )
                 result = await self._relay(
-                    request, upstream, first, state, cross, started, extra, budget, strip_usage
+                    request,
+                    upstream,
+                    first,
+                    serving,
+                    started,
+                    extra,
+                    budget,
+                    strip_usage,
+                    self._resumer(resume, serving, client_body, stream),
                 )
                 complete = True
                 return result
@@ -521,18 +605,21 @@ class GlobalRouter:
         request: web.Request,
         upstream: aiohttp.ClientResponse,
         first: bytes,
-        state: ClusterState,
-        cross: str,
+        serving: _Serving,
         started: float,
         extra: dict[str, str],
         budget: TokenBudget | None = None,
         strip_usage: bool = False,
+        resumer: Resumer | None = None,
     ) -> tuple[web.StreamResponse, int | None]:
-        """Relay an answer whose first byte is in (`first`): nothing is retried from here.
-        `budget` follows its tokens: a stream that outgrows the client's window ends with
-        the rate-limit SSE error event, a whole answer larger than what is left is a 429.
-        `strip_usage`: the usage event was asked for by the router, not the client: it
-        is read, not relayed."""
+        """Relay an answer whose first byte is in (`first`): no new attempt from here,
+        but a stream that breaks is resumed on the next cluster (`resumer`, core/request/
+        resume.py; `_continue`) when the request can be, else it ends with the SSE error
+        event. `budget` follows its tokens: a stream that outgrows the client's window
+        ends with the rate-limit SSE error event, a whole answer larger than what is left
+        is a 429. `strip_usage`: the usage event was asked for by the router, not the
+        client: it is read, not relayed."""
+        state, cross = serving.state, serving.cross
         name = state.name
         status = upstream.status
         content_type = upstream.headers.get("content-type", "application/json")
@@ -574,15 +661,26 @@ class GlobalRouter:
         except ConnectionError:
             return response, None
         own = UsageEventFilter(None if usage is None else usage.feed) if strip_usage else None
-        relayed = await self.relay.pump(
-            upstream.content.iter_any(),
-            response,
-            first=first,
-            transform=None if own is None else own.stream_chunk,
-            flush=None if own is None else own.flush,
-            sent=None if usage is None else usage.feed,
-            admit=None if budget is None or status != 200 else budget.admit,
-        )
+        relay = self.relay
+        chunks: AsyncIterator[bytes] = upstream.content.iter_any()
+        resumed = None
+        if resumer is not None and status == 200:
+            resumed = resumer.stream(_ClusterStream(upstream, first).chunks())
+            relay, chunks, first = self.resuming_relay, resumed, b""
+        try:
+            relayed = await relay.pump(
+                chunks,
+                response,
+                first=first,
+                transform=None if own is None else own.stream_chunk,
+                flush=None if own is None else own.flush,
+                sent=None if usage is None else usage.feed,
+                admit=None if budget is None or status != 200 else budget.admit,
+            )
+        finally:
+            if resumed is not None:
+                await resumed.aclose()  # releases its continuations' connections
+        state, cross = serving.state, serving.cross  # the cluster that served the end
         end = relayed.end
         if end is StreamEnd.OVER_LIMIT:  # the window is full: no byte past the limit
             if not relayed.started:  # the headers went out with `prepare`: end it as an event
@@ -591,8 +689,10 @@ class GlobalRouter:
                     await response.write_eof()
             self._ended(state, cross, str(status), failed=False)
             return response, None
+        if end in (StreamEnd.BROKEN, StreamEnd.STALLED) and serving.booked:
+            return response, None  # counted by `_continue`, where no cluster took it on
         if end in (StreamEnd.BROKEN, StreamEnd.STALLED) and self.plan.after_break(end).drain:
-            self.registry.drain(name, "stream_stalled")
+            self.registry.drain(state.name, "stream_stalled")
         if end is not StreamEnd.CLIENT_LEFT:
             failed = end is not StreamEnd.COMPLETE or status >= 500
             code = str(status) if end is StreamEnd.COMPLETE else end.value
@@ -600,6 +700,114 @@ class GlobalRouter:
         if end is not StreamEnd.COMPLETE or usage is None:
             return response, None
         return response, _tokens(usage)
+
+    def _resumer(
+        self,
+        resume: _Resume,
+        serving: _Serving,
+        client_body: Mapping[str, Any] | None,
+        stream: bool,
+    ) -> Resumer | None:
+        """The request's resume on break at tier 2 (None: the plan does not resume, or
+        the request cannot be resumed faithfully: resume.py `unresumable`)."""
+        chat = resume.path == "/v1/chat/completions"
+        if (
+            not self.plan.resume
+            or not stream
+            or client_body is None
+            or unresumable(client_body, chat) is not None
+        ):
+            return None
+
+        async def open_next(body: bytes, reason: str) -> _ClusterStream | None:
+            return await self._continue(resume, serving, body, reason)
+
+        internal = new_internal_id()  # the request's, in its log lines
+
+        def report(reason: str, outcome: str, gap_s: float | None) -> None:
+            self.metrics.migrations.labels("2", reason, outcome).inc()
+            if gap_s is not None:
+                self.metrics.resume_gap.labels("2").observe(gap_s)
+            log.warning(
+                "request %s (x-request-id %s): a cluster's stream broke (%s): %s; its end "
+                "is on cluster %s",
+                internal,
+                resume.client_id,
+                reason,
+                outcome if gap_s is None else f"resumed after {gap_s:.3f} s",
+                serving.state.name,
+            )
+
+        migration = self.spec.migration
+        return Resumer(
+            resume.body,
+            chat,
+            open_next,
+            report,
+            idle_timeout_s=self.spec.stream_idle_timeout_ms / 1000,
+            max_resumes=migration.max_resumes,
+            deadline_s=migration.deadline_ms / 1000,
+        )
+
+    async def _continue(
+        self, resume: _Resume, serving: _Serving, body: bytes, reason: str
+    ) -> _ClusterStream | None:
+        """The cluster serving the stream broke (`reason`): the plan's `after_break`
+        says what it learns (a failed attempt; drained if it stalled) and whether the
+        request goes on; the continuation (`body`, resume.py) goes to the next-ranked
+        routable cluster not tried yet (`next_index`), each attempt read by the plan as
+        a first attempt is (`_open`: refused or drained moves on, a timeout ends it)."""
+        end = StreamEnd.STALLED if reason == BreakReason.STALL else StreamEnd.BROKEN
+        verdict = self.plan.after_break(end)
+        broken = serving.state
+        if verdict.drain:
+            self.registry.drain(broken.name, "stream_stalled")
+        self._ended(broken, serving.cross, end.value, failed=verdict.failed)
+        serving.booked = True
+        resume.trace.attempt_ended(error=end.value)
+        if not verdict.retry:
+            return None
+        plan, ranked, choice = self.plan, resume.choice.ranked, resume.choice
+        index = plan.next_index(ranked, serving.index, serving.made, _routable)
+        while index is not None:
+            state = ranked[index]
+            name = state.name
+            self.metrics.decisions.labels(name, choice.profile, "resume").inc()
+            serving.made += 1
+            resume.tried.append(name)
+            url = urlsplit(state.spec.base_url)
+            resume.trace.attempt(
+                name, url.hostname or "", url.port or 0, resume.model, resume.headers,
+                {"igw.cluster": name},
+            )  # fmt: skip
+            try:
+                upstream, first = await self._open(
+                    state, resume.path, body, resume.headers, stream=True
+                )
+            except _Skip as skip:
+                resume.trace.attempt_ended(error=skip.failure.value)
+                failed = plan.after_failure(skip.failure)
+                self.registry.learn(name, failed, skip.failure.value)
+                log.info("cluster %s: continuation %s (%s)", name, skip.failure.value, skip.detail)
+                index = (
+                    plan.next_index(ranked, index, serving.made, _routable)
+                    if failed.retry
+                    else None
+                )
+                continue
+            if upstream.status == 200 and is_event_stream(upstream.headers.get("content-type", "")):
+                cross = "true" if state.spec.region != resume.traits.home_region else "false"
+                serving.state, serving.cross, serving.index = state, cross, index
+                serving.booked = False
+                return _ClusterStream(upstream, first)
+            answer = plan.after_status(upstream.status)
+            resume.trace.attempt_ended(upstream.status)
+            self.registry.learn(name, answer, str(upstream.status))
+            upstream.close()
+            index = (
+                plan.next_index(ranked, index, serving.made, _routable) if answer.retry else None
+            )
+        return None
 
     def _first_byte(self, state: ClusterState, cross: str, ttft: float) -> None:
         self.metrics.ttft.labels(state.name, cross).observe(ttft)

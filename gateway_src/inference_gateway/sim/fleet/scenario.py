@@ -37,7 +37,8 @@ what happens to the clusters when:
 Unknown keys are errors and every problem names its field, as everywhere. The router
 keys are `igw global`'s own (validated by `GlobalRouterSpec`); the ones the simulation
 sets itself (`clusters`, `homeRegion`, `profile`, `sheddableObjectives`, `store`) and
-the ones it does not simulate (`rateLimits`, `drainFile`) are refused there.
+the ones it does not simulate (`rateLimits`, `drainFile`, `migration`: tier 2's resume
+on break) are refused there.
 """
 
 from __future__ import annotations
@@ -66,7 +67,8 @@ __all__ = [
 
 FLEET_DIR = "fleet"  # shipped fleet scenarios: scenarios/fleet/NAME.yaml
 SET_BY_SIMULATION = ("clusters", "homeRegion", "profile", "sheddableObjectives", "store")
-NOT_SIMULATED = ("rateLimits", "drainFile")  # planned drains are drain/undrain events
+# planned drains are drain/undrain events; a broken stream is not resumed (issue 33)
+NOT_SIMULATED = ("rateLimits", "drainFile", "migration")
 SHEDDABLE_OBJECTIVE = "sheddable"  # a sheddable request's objective in the simulation
 
 

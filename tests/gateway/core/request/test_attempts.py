@@ -82,16 +82,22 @@ def test_targets_are_bounded() -> None:
 
 
 @pytest.mark.parametrize(("end", "drain"), [(StreamEnd.BROKEN, False), (StreamEnd.STALLED, True)])
-def test_nothing_is_retried_after_a_break(end: StreamEnd, drain: bool) -> None:
-    """The migration seam's rule today: a broken or stalled answer is a failed attempt,
-    never a second one (the client holds part of it); a stalled target is drained."""
-    verdict = AttemptPlan().after_break(end)
+@pytest.mark.parametrize("resume", [False, True])
+def test_after_a_break_only_a_resuming_plan_goes_on(
+    end: StreamEnd, drain: bool, resume: bool
+) -> None:
+    """The migration seam: a broken or stalled answer is a failed attempt and a stalled
+    target is drained, whichever the tier; the request goes on to the next target (its
+    continuation) only where the plan resumes (tier 2 with `migration` on). The default
+    plan (tier 1's, which resumes in resume.py itself) never retries after a break."""
+    verdict = AttemptPlan(resume=resume).after_break(end)
     assert (verdict.retry, verdict.drain, verdict.failed, verdict.code) == (
-        False,
+        resume,
         drain,
         True,
         end.value,
     )
+    assert not AttemptPlan().after_break(end).retry
 
 
 def test_next_index_skips_the_unroutable_and_stops_at_max_attempts() -> None:

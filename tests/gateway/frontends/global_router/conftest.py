@@ -45,12 +45,14 @@ class FakeCluster:
     answer_delay_s: float = 0.0  # a pause before any answer
     status_delay_s: float = 0.0  # a slow status answer (ordering tests)
     # how a stream goes: ok | stall (first chunk, then hang_s of silence) | break (first
-    # chunk, then the connection is cut) | slow (a chunk every 0.2 s, 30 of them) |
+    # chunk, then the connection is cut) | error_event (first chunk, then the gateway's SSE
+    # error event and the end) | slow (a chunk every 0.2 s, 30 of them) |
     # split_usage (the usage event split across two writes) | responses (the Responses
     # API's `response.completed` event carries the usage) | long (200 one-token chunks,
     # each with its `finish_reason` key, as vLLM streams them)
     stream_mode: str = "ok"
     hits: Counter[str] = field(default_factory=Counter)
+    bodies: list[dict[str, Any]] = field(default_factory=list)  # the requests, as sent
     cancelled_at: list[float] = field(default_factory=list)  # loop times of seen cancels
     runner: web.AppRunner | None = None
     port: int = 0
@@ -80,6 +82,12 @@ class FakeCluster:
         mode = self.stream_mode
         if mode == "stall":
             await asyncio.sleep(self.hang_s)
+        elif mode == "error_event":  # a cluster gateway that could not go on itself
+            await response.write(
+                b'data: {"error": {"message": "broke", "code": "stream_broken"}}\n\n'
+            )
+            await response.write_eof()
+            return response
         elif mode == "break":
             assert request.transport is not None
             request.transport.abort()  # a chunked body cut short: the client sees it broken
@@ -114,6 +122,7 @@ class FakeCluster:
 
     async def _answer(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
+        self.bodies.append(body)
         self.hits[request.headers.get("x-gateway-inference-objective", "")] += 1
         if self.answer_delay_s:
             await asyncio.sleep(self.answer_delay_s)

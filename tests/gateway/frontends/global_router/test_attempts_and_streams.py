@@ -16,12 +16,14 @@ from typing import Any
 
 import aiohttp
 import orjson
+import pytest
 
 from inference_gateway.shared_store.local_server import LocalRedis
 
 from .conftest import FakeCluster, running_router
 
 SLOW_POLLS = {"pollIntervalMs": 30_000, "staleAfterMs": 60_000}  # only the test drains
+NO_RESUME = {"migration": {"enabled": False}}  # what a broken stream does unresumed
 
 
 def config(clusters: list[FakeCluster], **extra: Any) -> dict[str, Any]:
@@ -85,10 +87,11 @@ async def test_a_stalled_stream_ends_with_an_sse_error_and_drains_the_cluster(
     fake_clusters: list[FakeCluster],
 ) -> None:
     """A stream that started and went silent (a black-holed cluster) ends within
-    streamIdleTimeoutMs with the SSE error event; the cluster is drained (item 4)."""
+    streamIdleTimeoutMs with the SSE error event where it is not resumed; the cluster
+    is drained (item 4)."""
     b = fake_clusters[1]
     b.stream_mode, b.hang_s = "stall", 20.0
-    cfg = config(fake_clusters, streamIdleTimeoutMs=400, **SLOW_POLLS)
+    cfg = config(fake_clusters, streamIdleTimeoutMs=400, **SLOW_POLLS, **NO_RESUME)
     async with running_router(cfg) as (url, router), aiohttp.ClientSession() as s:
         loop = asyncio.get_running_loop()
         started = loop.time()
@@ -103,6 +106,34 @@ async def test_a_stalled_stream_ends_with_an_sse_error_and_drains_the_cluster(
         assert status == 200 and headers["x-igw-cluster"] == "a"
 
 
+@pytest.mark.parametrize(
+    ("mode", "reason"),
+    [("stall", "stall"), ("break", "connection"), ("error_event", "error_event")],
+)
+async def test_a_broken_stream_resumes_on_the_next_cluster(
+    fake_clusters: list[FakeCluster], mode: str, reason: str
+) -> None:
+    """Tier 2 (`migration` on, the default): b's stream breaks, stalls or ends with its
+    SSE error event after its first chunk; the continuation (the prompt plus the text
+    delivered, one token fewer) goes to the next-ranked cluster and is spliced in: no
+    error event, the stream ends with [DONE], one migration counted with tier 2; a
+    stalled b is still drained."""
+    a, b, _ = fake_clusters
+    b.stream_mode, b.hang_s = mode, 20.0
+    cfg = config(fake_clusters, streamIdleTimeoutMs=400, **SLOW_POLLS)
+    async with running_router(cfg) as (url, router), aiohttp.ClientSession() as s:
+        status, headers, raw = await post(s, url, stream=True)
+        assert status == 200 and headers["x-igw-cluster"] == "b"
+        assert b'"error"' not in raw and raw.endswith(b"data: [DONE]\n\n")
+        assert raw.count(b'"hi"') == 2  # b's first chunk, then a's (spliced)
+        continued = a.bodies[-1]
+        assert continued["prompt"] == "hello" + "hi" and continued["max_tokens"] == 4
+        assert router.registry.states["b"].routable is (mode != "stall")
+        migrations = router.metrics.migrations.labels("2", reason, "resumed")
+        assert migrations._value.get() == 1
+        assert router.metrics.decisions.labels("a", "latency", "resume")._value.get() == 1
+
+
 async def test_a_cluster_that_breaks_every_stream_is_penalised(
     fake_clusters: list[FakeCluster],
 ) -> None:
@@ -113,7 +144,8 @@ async def test_a_cluster_that_breaks_every_stream_is_penalised(
     b.stream_mode = "break"
     b.status = {**b.status, "saturation": 0.0, "queue": {}}
     a.status = {**a.status, "saturation": 0.6, "queue": {"standard": 6}}
-    async with running_router(config(fake_clusters, **SLOW_POLLS)) as (url, router):
+    cfg = config(fake_clusters, **SLOW_POLLS, **NO_RESUME)
+    async with running_router(cfg) as (url, router):
         async with aiohttp.ClientSession() as s:
             served: Counter[str] = Counter()
             for _ in range(40):

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from inference_gateway.cli.main import main
+from inference_gateway.config.spec import MigrationSpec
 from inference_gateway.errors import ConfigError
 from inference_gateway.frontends.global_router import parse_router_config
 
@@ -37,6 +38,11 @@ CLUSTER = {"name": "a", "region": "r1", "endpoint": "http://127.0.0.1:1", "hourl
         ),
         ({"clusters": [CLUSTER], "store": {"url": "http://x"}}, "store.url"),
         ([CLUSTER], "<root>: expected a mapping"),
+        ({"clusters": [CLUSTER], "migration": {"maxResumes": 11}}, "migration.maxResumes"),
+        (
+            {"clusters": [CLUSTER], "migration": {"streamIdleTimeoutMs": 5000}},
+            "migration.streamIdleTimeoutMs: igw global's stall is streamIdleTimeoutMs",
+        ),
     ],
 )
 def test_bad_config_names_the_field(data: object, problem: str) -> None:
@@ -69,6 +75,19 @@ def test_valid_config_keeps_defaults() -> None:
     spec = parse_router_config({"clusters": [CLUSTER], "profiles": {"cost": {"cost": 9}}})
     assert spec.poll_interval_ms == 1000 and spec.profile == "latency"
     assert spec.weights("cost").cost == 9 and spec.weights("latency").proximity == 3
+    assert spec.migration == MigrationSpec()  # tier 2 resumes unless told not to
+    assert spec.migration.enabled and spec.migration.max_resumes == 2
+
+
+def test_migration_is_the_gateway_configs_own_model() -> None:
+    """Tier 2's `migration` section is tier 1's model (one definition), read from the
+    router's file in the file's camelCase."""
+    spec = parse_router_config(
+        {"clusters": [CLUSTER], "migration": {"enabled": False, "maxResumes": 1, "deadlineMs": 500}}
+    )
+    assert type(spec.migration) is MigrationSpec
+    assert (spec.migration.enabled, spec.migration.max_resumes) == (False, 1)
+    assert spec.migration.deadline_ms == 500
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,186 @@
+"""Resume on break at tier 2 (issue 33's must-hold, docs/migration.md): `igw global` in
+front of two real cluster gateways (`igw serve`, each over its own `igw emulate` pod, all
+real processes); 10 concurrent streamed chat requests of 300 tokens at temperature 0
+through the official `openai` SDK; the cluster serving the most of them is lost whole
+mid-stream, its `igw serve` and its pod killed (SIGKILL) or stopped (SIGSTOP: a stall
+past `streamIdleTimeoutMs`). Every request ends with a `finish_reason` and no error; its
+text is byte for byte the same request's unbroken text (asked of the surviving pod
+directly); one `id`, one `model`, one role delta, and `usage` counts the prompt once and
+each completion token once, as does the router's token budget (a real `redis-server`
+holds it). `igw global`'s /metrics counts each broken stream once as resumed, with
+`tier="2"` and the break's reason. Bounded: one load of 10 requests per fault, every
+wait under a deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import openai
+import pytest
+import yaml
+
+from inference_gateway.emulator.tokens import count_tokens, render_chat
+from inference_gateway.shared_store.local_server import LocalRedis
+from tests.e2e.serve_process import free_port, write_endpoints
+from tests.e2e.test_global_fleet import Proc, processes, wait_ready
+from tests.e2e.test_stream_migration import (
+    MODEL,
+    Outcome,
+    messages,
+    metric_sum,
+    pods,
+    remaining_tokens,
+    stream_one,
+    until_healthy,
+)
+
+pytestmark = pytest.mark.slow
+REQUESTS = 10
+TOKENS = 300
+CLUSTERS = ("c1", "c2")
+CLUSTER = "x-igw-cluster"
+SERVE_CONFIG = {"scrape": {"intervalMs": 100, "stalenessMs": 3000, "timeoutMs": 500}}
+
+
+def cluster_gateway(tmp: Path, name: str, pod_port: int) -> Proc:
+    """`igw serve` for cluster `name` over its one pod."""
+    endpoints = write_endpoints(tmp / f"{name}-endpoints.yaml", [pod_port])
+    config = tmp / f"{name}-config.yaml"
+    config.write_text(yaml.safe_dump(SERVE_CONFIG))
+    args = ["serve", "--endpoints", str(endpoints), "--config", str(config)]
+    args += ["--emf-cluster", name]
+    return Proc(args, free_port(), tmp / f"{name}.log")
+
+
+def router_config(gateways: dict[str, Proc], store: str) -> dict[str, Any]:
+    return {
+        "store": {"url": store, "timeoutMs": 1000},
+        # a token budget that never refuses here, read for what it was charged
+        "rateLimits": {"rules": [{"tokensPerMinute": 10_000_000}], "windowS": 600},
+        "homeRegion": "r1",
+        "pollIntervalMs": 200,
+        "staleAfterMs": 1000,
+        "rampS": 0,
+        "clusters": [{"name": n, "region": "r1", "endpoint": g.url} for n, g in gateways.items()],
+        "streamIdleTimeoutMs": 1000,  # a stopped cluster is a stall within a second
+        "migration": {"deadlineMs": 10_000},
+    }
+
+
+async def unbroken_texts(port: int) -> list[str]:
+    """Each request's text, asked of one healthy pod directly (temperature 0)."""
+    api = openai.AsyncOpenAI(
+        base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0
+    )
+
+    async def one(i: int) -> str:
+        reply = await api.chat.completions.create(
+            model=MODEL,
+            messages=messages(i),  # type: ignore[arg-type]
+            max_tokens=TOKENS,
+            temperature=0,
+        )
+        content = reply.choices[0].message.content
+        assert content is not None and count_tokens(content) == TOKENS
+        return content
+
+    texts = await asyncio.gather(*(one(i) for i in range(REQUESTS)))
+    await api.close()
+    return list(texts)
+
+
+@pytest.mark.parametrize(("fault", "reason"), [("kill", "connection"), ("stop", "stall")])
+async def test_a_cluster_lost_mid_stream_is_resumed_on_the_next(
+    tmp_path: Path, fault: str, reason: str
+) -> None:
+    with pods(tmp_path, [], []) as pod_procs, LocalRedis() as redis, processes() as procs:
+        pod_ports = [p.port for p in pod_procs]  # type: ignore[attr-defined]
+        await until_healthy(pod_ports)
+        expected = await unbroken_texts(pod_ports[1])
+        gateways = {n: cluster_gateway(tmp_path, n, pod_ports[i]) for i, n in enumerate(CLUSTERS)}
+        path = tmp_path / "global.yaml"
+        path.write_text(yaml.safe_dump(router_config(gateways, redis.url)))
+        front = Proc(["global", "--config", str(path)], free_port(), tmp_path / "global.log")
+        async with aiohttp.ClientSession() as session:
+            for p in [*gateways.values(), front]:
+                procs.append(p)
+                p.start()
+            for g in gateways.values():
+                await wait_ready(session, g, "/status")
+            await wait_ready(session, front, "/health")
+            deadline = time.monotonic() + 30  # every cluster polled and routable
+            while True:
+                async with session.get(front.url + "/health") as r:
+                    if len((await r.json())["clusters"]) == len(CLUSTERS):
+                        break
+                assert time.monotonic() < deadline, "the clusters did not become routable"
+                await asyncio.sleep(0.1)
+
+        api = openai.AsyncOpenAI(
+            base_url=front.url + "/v1", api_key="unused", max_retries=0, timeout=120
+        )
+        remaining_before, probe_total = await remaining_tokens(api)
+        outcomes = [Outcome() for _ in range(REQUESTS)]
+        tasks = [
+            asyncio.create_task(stream_one(api, i, outcomes[i], CLUSTER, TOKENS))
+            for i in range(REQUESTS)
+        ]
+        deadline = time.monotonic() + 60
+        while not all(o.tokens_seen for o in outcomes):  # every stream started
+            assert time.monotonic() < deadline, "the streams did not start"
+            assert not any(t.done() for t in tasks), [o.error for o in outcomes]
+            await asyncio.sleep(0.05)
+        # `Outcome.pod` holds the answering cluster here (x-igw-cluster)
+        serving = Counter(o.pod for o in outcomes)
+        victim = serving.most_common(1)[0][0]
+        index = CLUSTERS.index(victim)
+        # the fault must find every one of its streams mid-answer on the pod
+        running = await metric_sum(
+            f"http://127.0.0.1:{pod_ports[index]}", "vllm:num_requests_running"
+        )
+        assert running == serving[victim], "the pod finished before the fault"
+        # the whole cluster, its gateway and its pod: killed, or stopped (a black hole:
+        # a stall past streamIdleTimeoutMs)
+        sent = signal.SIGKILL if fault == "kill" else signal.SIGSTOP
+        gateway = gateways[victim].process
+        assert gateway is not None
+        gateway.send_signal(sent)
+        pod_procs[index].send_signal(sent)
+        await asyncio.wait_for(asyncio.gather(*tasks), timeout=180)
+        gateways[victim].kill()  # a stopped one too
+        await asyncio.sleep(1.0)  # the router writes each settlement in the background
+        remaining_after, _ = await remaining_tokens(api)
+        await api.close()
+        # the router's token budget settled each request once: its prompt and its tokens
+        charged = remaining_before - remaining_after - probe_total
+        assert charged == sum(
+            count_tokens(render_chat(messages(i))) + TOKENS for i in range(REQUESTS)
+        )
+
+        broken = [o for o in outcomes if o.pod == victim]
+        assert broken, "no stream was on the cluster that failed"
+        for i, o in enumerate(outcomes):
+            assert o.error is None, (i, o.error)
+            assert o.finish == "length", (i, o.finish)
+            assert o.text == expected[i], (i, len(o.text), len(expected[i]))
+            assert len(o.ids or ()) == 1 and o.models == {MODEL}, (o.ids, o.models)
+            assert o.roles == 1
+            assert o.prompt_tokens == count_tokens(render_chat(messages(i)))
+            assert o.completion_tokens == TOKENS
+        total = "igw_request_migrations_total"
+        resumed = await metric_sum(front.url, total, 'outcome="resumed"')
+        assert resumed == len(broken) == await metric_sum(front.url, total, 'tier="2"')
+        assert await metric_sum(front.url, total, f'reason="{reason}"') == len(broken)
+        gaps = await metric_sum(front.url, "igw_request_resume_gap_seconds_count")
+        assert gaps == len(broken)
+        gap_s = await metric_sum(front.url, "igw_request_resume_gap_seconds_sum") / gaps
+        print(
+            f"\ncluster {fault}: {len(broken)}/{REQUESTS} streams resumed, mean gap {gap_s:.3f} s"
+        )
