@@ -271,7 +271,9 @@ async def resume(
     await asyncio.gather(killer(), *(client(c) for c in range(args.concurrency)))
     gaps: list[float] = []
     retried: set[int] = set()
+    per_kill: list[int] = []  # resumed streams per kill
     for at, address in kills:
+        before = len(gaps)
         for i, s in enumerate(streams):
             in_flight = s.sent < at and (s.end is None or s.end > at) and s.pod == address
             if not in_flight:
@@ -281,6 +283,7 @@ async def resume(
                 gaps.append(gap)
             elif not started:
                 retried.add(i)
+        per_kill.append(len(gaps) - before)
     fresh = [t for i, s in enumerate(streams) if i not in retried and (t := s.ttft) is not None]
     failed = [s for s in streams if s.error is not None or not s.finish]
     gap_p99, ttft_p99 = quantile(gaps, 0.99), quantile(fresh, 0.99)
@@ -291,6 +294,7 @@ async def resume(
         "failed": len(failed),
         "errors": sorted({s.error or "no finish_reason" for s in failed})[:5],
         "resumed_streams": len(gaps),
+        "resumed_per_kill": per_kill,
         "retried_before_first_token": len(retried),
         "resume_gap_p50_ms": quantile(gaps, 0.5) * 1e3,
         "resume_gap_p99_ms": gap_p99 * 1e3,
@@ -381,7 +385,7 @@ def print_tables(r: dict[str, Any]) -> None:
     print(f"\nA pod killed mid-stream, {b['kills']} times (migration on)")
     print(f"  requests {b['requests']}, failed {b['failed']} {b['errors'] or ''}")
     print(
-        f"  resumed streams {b['resumed_streams']}, "
+        f"  resumed streams {b['resumed_streams']} {b['resumed_per_kill']}, "
         f"retried before their first token {b['retried_before_first_token']}"
     )
     print(f"  {'figure':24} {'p50 ms':>9} {'p99 ms':>9}")
