@@ -9,6 +9,7 @@ from typing import Any
 import pydantic
 import pytest
 
+from inference_gateway.cli.main import main
 from inference_gateway.emulator.engine import EngineRequest
 from inference_gateway.sim.capacity import fleet_capacity
 from inference_gateway.sim.driver import run_policy
@@ -93,3 +94,14 @@ def test_a_failure_names_a_pod_of_the_fleet() -> None:
     base["faults"]["failures"][0]["pod"] = "h100-9"
     with pytest.raises(pydantic.ValidationError, match="no pod 'h100-9'"):
         Scenario.model_validate(base)
+
+
+def test_igw_simulate_prints_what_became_of_the_streams(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["simulate", "spot-reclaims", "--duration", "40", "--policies", "gateway"]) == 0
+    out = capsys.readouterr().out
+    table = out[out.index("pod failures") :]
+    row = next(line for line in table.splitlines() if line.startswith("gateway"))
+    pods_lost, _, mid_stream, resumed = row.split()[1:5]
+    assert pods_lost == "1" and mid_stream == "0" and int(resumed) > 0
