@@ -57,6 +57,10 @@ OVERHEAD_TIMEOUT_S["envoy_path"] = 420
 # decision latency (bench/scale.py: six points of seconds each)
 OVERHEAD_SCRIPTS += ["scale"]
 OVERHEAD_TIMEOUT_S["scale"] = 300
+# resume on break (issue 33): a pod killed mid-stream under igw serve, the resume gap
+# against a fresh TTFT at the same load; migration on vs off when nothing breaks
+OVERHEAD_SCRIPTS += ["migration"]
+OVERHEAD_TIMEOUT_S["migration"] = 180
 DEFAULT_OVERHEAD_TIMEOUT_S = 120
 
 

@@ -224,6 +224,11 @@ class Engine:
         self._finish(request, now)
         return True
 
+    def requests(self) -> list[EngineRequest]:
+        """Every request on the pod: queued, prefilling or decoding (a pod that is lost
+        loses them all: `sim.faults`)."""
+        return [*self.waiting, *self.prefilling, *self._decoding.values()]
+
     def advance(self, now: float) -> None:
         """Finish every step that ends at or before `now`, starting the next ones."""
         while self.busy_until is not None and self.busy_until <= now:

@@ -35,6 +35,23 @@ LEGEND = (
     "per million output tokens."
 )
 
+# a scenario with pod failures (`sim.faults`): what became of the streams on the lost pods
+FAULT_COLUMNS = [
+    ("pod_failures", "pods\nlost"),
+    ("requests_lost", "req\nlost"),
+    ("lost_mid_stream", "lost\nmid-stream"),
+    ("requests_resumed", "req\nresumed"),
+    ("reprefill_gpu_s", "re-prefill\nGPU-s"),
+    ("resume_gap_p50_s", "gap\np50"),
+    ("resume_gap_p99_s", "gap\np99"),
+]
+FAULT_LEGEND = (
+    "req lost: streams cut by a lost pod and not resumed, and requests that had no token "
+    "yet (igw serve answers those 502); re-prefill GPU-s: GPU seconds the continuations "
+    "spent prefilling the prompt and the tokens delivered again; gap: from the break to the "
+    "continuation's first token, in seconds."
+)
+
 
 def policy_names() -> list[str]:
     """Every name `--policies` takes, with the two parameterised forms."""
@@ -148,11 +165,22 @@ def print_table(result: dict[str, Any], duration_s: float, console: Any = None) 
         ],
         legend=LEGEND,
     )
+    rows = result["policies"]
+    if any("pod_failures" in row for row in rows.values()):
+        print_table(
+            console or Console(),
+            "pod failures",
+            [Column("policy", text=True), *(Column(label) for _, label in FAULT_COLUMNS)],
+            [[name, *(_fmt(row[key]) for key, _ in FAULT_COLUMNS)] for name, row in rows.items()],
+            legend=FAULT_LEGEND,
+        )
 
 
 def _fmt(value: float | int) -> str:
     if isinstance(value, int):
         return f"{value:,}"
+    if value != value:  # NaN: no figure (no stream was resumed)
+        return "-"
     if value < 10:
         return f"{value:.3f}"
     return f"{value:.1f}" if value < 1000 else f"{value:,.0f}"

@@ -16,6 +16,7 @@ from typing import Any
 
 from inference_gateway.emulator.engine import EngineRequest
 from inference_gateway.sim.disagg import PrefillLeg, Split, Transfers
+from inference_gateway.sim.faults import FaultInjector
 from inference_gateway.sim.kv_feed import FleetKVFeed, SimClock
 from inference_gateway.sim.metrics import Observer
 from inference_gateway.sim.pods import SimPod, build_fleet, scrape
@@ -25,7 +26,7 @@ from inference_gateway.sim.workload import Sessions, SimRequest, generate, share
 
 __all__ = ["EventHeap", "run_policy"]
 
-ENGINE, SCRAPE, ARRIVAL, FOLLOW_UP, KV_READ = 0, 1, 2, 3, 4
+ENGINE, SCRAPE, ARRIVAL, FOLLOW_UP, KV_READ, FAULT = 0, 1, 2, 3, 4, 5
 DRAIN_FACTOR = 4.0  # stop waiting for stragglers after this many scenario durations
 
 
@@ -59,6 +60,7 @@ class _Listener:
         self.policy: Policy | None = None
         self.follow_up: Callable[[SimRequest, float], None] | None = None
         self.transfers: Transfers | None = None
+        self.faults: FaultInjector | None = None
 
     def on_first_token(self, request: EngineRequest, time: float) -> None:
         tag = request.tag
@@ -67,6 +69,8 @@ class _Listener:
         sim, pod = tag
         assert self.policy is not None
         self.policy.on_first_token(sim, pod, time - request.arrival, time)
+        if self.faults is not None:
+            self.faults.first_token(sim, pod, time)
 
     def on_finish(self, request: EngineRequest, time: float) -> None:
         tag = request.tag
@@ -81,10 +85,11 @@ class _Listener:
         assert self.policy is not None and request.first_token_time is not None
         if self.transfers is not None:
             self.transfers.finished(sim.request_id)
+        first, tokens = request.first_token_time, request.output_tokens
+        if self.faults is not None:  # a resumed stream: its client's first token and all
+            first, tokens = self.faults.finished(sim, first, tokens)
         # TTFT counts from the client's arrival, so time queued in the gateway counts too
-        self.observer.on_finish(
-            sim.t, request.first_token_time, time, request.output_tokens, sim.priority
-        )
+        self.observer.on_finish(sim.t, first, time, tokens, sim.priority)
         self.policy.on_finished(sim, pod, time)
         if sim.session >= 0 and self.follow_up is not None:
             self.follow_up(sim, time)
@@ -127,6 +132,11 @@ def run_policy(
         for pod in pods:
             scrape(pod, 0.0)
         push(interval, SCRAPE, None)
+    faults = None
+    if scenario.faults is not None:
+        faults = listener.faults = FaultInjector(scenario.faults, pods)
+        for at, down, pod in faults.events(scenario.duration_s):
+            push(at, FAULT, (down, pod))
     deadline = scenario.duration_s * DRAIN_FACTOR
     next_progress = 0.0
 
@@ -182,6 +192,18 @@ def run_policy(
         if busy is not None and busy != before:
             push(busy, ENGINE, pod)
 
+    def lose(faults: FaultInjector, pod: SimPod, t: float) -> None:
+        """The pod is lost: its streams that had a token go on elsewhere (resume on), the
+        rest end (`sim.faults`)."""
+        continuations, lost = faults.fail(pod, t)
+        for sim in [*continuations, *lost]:
+            policy.on_finished(sim, pod, t)  # its attempt on the lost pod ended
+        for sim in lost:
+            if sim.session >= 0 and sessions:
+                sessions[0].end(sim)
+        for sim in continuations:
+            dispatch(sim, policy.route(sim, t), t)
+
     pump = kv_feed.pump
     while events:
         t, kind, payload = events.pop()
@@ -191,6 +213,13 @@ def run_policy(
         pump(t)
         if kind == FOLLOW_UP:
             dispatch(payload, policy.route(payload, t), t)
+        elif kind == FAULT:
+            assert faults is not None
+            down, pod = payload
+            if not down:
+                faults.recover(pod)
+                continue
+            lose(faults, pod, t)
         elif kind == KV_READ:
             assert transfers is not None
             decode_request, decode = transfers.arrived(payload)
@@ -207,7 +236,8 @@ def run_policy(
                 dispatch_all(drain(t), t)
         elif kind == SCRAPE:
             for pod in pods:
-                scrape(pod, t)
+                if not pod.down:  # a lost pod answers no scrape
+                    scrape(pod, t)
             if drain is not None:
                 dispatch_all(drain(t), t)
             if t < scenario.duration_s or any(not p.engine.idle for p in pods):
@@ -227,4 +257,6 @@ def run_policy(
     )
     if transfers is not None:
         report.update(transfers.report())
+    if faults is not None:
+        report.update(faults.report())
     return report

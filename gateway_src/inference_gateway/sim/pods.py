@@ -24,6 +24,7 @@ class SimPod:
     kv_feed: FleetKVFeed | None = None  # the pods' KV events, for subscribing pickers
     # the scenario's P/D split (the same object on every pod; None: no split)
     split: Disaggregation | None = None
+    down: bool = False  # lost (`sim.faults`): no scrape answers, no router picks it
 
 
 def pool_profile(pool: PoolSpec) -> PodProfile:

@@ -62,9 +62,10 @@ class _Baseline:
         self.random = random.Random(seed)
 
     def candidates(self, request: SimRequest) -> list[SimPod]:
-        if request.adapter is None:
+        """The pods that serve the request and are up (a lost pod refuses connections)."""
+        if request.adapter is None and not any(p.down for p in self.pods):
             return self.pods
-        return [p for p in self.pods if _serves(p, request)]
+        return [p for p in self.pods if not p.down and _serves(p, request)]
 
     def on_first_token(self, request: SimRequest, pod: SimPod, ttft: float, now: float) -> None:
         return None
@@ -83,6 +84,8 @@ class RoundRobin(_Baseline):
 
     def route(self, request: SimRequest, now: float) -> SimPod | None:
         pods = self.candidates(request)
+        if not pods:
+            return None
         pod = pods[self._next % len(pods)]
         self._next += 1
         return pod
@@ -90,7 +93,8 @@ class RoundRobin(_Baseline):
 
 class RandomPolicy(_Baseline):
     def route(self, request: SimRequest, now: float) -> SimPod | None:
-        return self.random.choice(self.candidates(request))
+        pods = self.candidates(request)
+        return self.random.choice(pods) if pods else None
 
 
 class LeastOutstanding(_Baseline):
@@ -102,8 +106,10 @@ class LeastOutstanding(_Baseline):
         self.outstanding = [0] * len(pods)
 
     def route(self, request: SimRequest, now: float) -> SimPod | None:
-        out, rnd = self.outstanding, self.random.random
-        pod = min(self.candidates(request), key=lambda p: (out[p.index], rnd()))
+        out, rnd, pods = self.outstanding, self.random.random, self.candidates(request)
+        if not pods:
+            return None
+        pod = min(pods, key=lambda p: (out[p.index], rnd()))
         out[pod.index] += 1
         return pod
 

@@ -155,6 +155,25 @@ class Disaggregation(_Spec):
     non_cached_tokens: int = Field(default=512, ge=0)
 
 
+class PodFailure(_Spec):
+    """A pod lost mid-run (a spot reclaim, an OOM kill, a node gone without a drain): at
+    `at_s` its engine and every request on it are gone; `down_s` later its replacement,
+    empty, takes traffic again."""
+
+    at_s: float = Field(ge=0)
+    pod: str = Field(min_length=1, description="the pod's name, POOL-REPLICA (h100-0)")
+    down_s: float = Field(default=60, gt=0)
+
+
+class Faults(_Spec):
+    """Pod failures on the virtual clock (`sim.faults`), and whether the gateway resumes
+    a stream that broke after its first token on another pod (docs/migration.md; false:
+    each such stream is lost, as before resume on break)."""
+
+    failures: list[PodFailure] = Field(min_length=1)
+    resume: bool = True
+
+
 class Scenario(_Spec):
     name: str
     description: str = ""
@@ -164,6 +183,7 @@ class Scenario(_Spec):
     fleet: list[PoolSpec] = Field(min_length=1)
     workload: Workload
     disaggregation: Disaggregation | None = None
+    faults: Faults | None = None
     policies: list[str] = Field(
         default_factory=lambda: ["gateway", "round-robin", "upstream-default", "oracle"]
     )
@@ -193,6 +213,18 @@ class Scenario(_Spec):
                     f"disaggregation.prefill.{name}: {count} prefill pods of {pools[name]}: "
                     "keep at least one of each role"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _faults_fit(self) -> Scenario:
+        if self.faults is None:
+            return self
+        if self.disaggregation is not None:
+            raise ValueError("faults: not simulated with a P/D split (disaggregation)")
+        names = {f"{pool.name}-{i}" for pool in self.fleet for i in range(pool.replicas)}
+        for n, failure in enumerate(self.faults.failures):
+            if failure.pod not in names:
+                raise ValueError(f"faults.failures[{n}].pod: no pod {failure.pod!r} in fleet")
         return self
 
 

@@ -1,0 +1,162 @@
+"""Pod failures on the virtual clock, and the gateway's resume on break (issue 33).
+
+A scenario's `faults` (`scenario.Faults`) lists pods lost mid-run, spot-reclaim style:
+at `at_s` the pod's engine and every request on it are gone, and `down_s` later an
+empty replacement takes traffic again. While it is down the pod answers no scrape (a
+router that scrapes sees it stale, as the gateway sees a pod whose connection failed:
+the scheduler's filter skips it) and the baselines skip it (a refused connection).
+
+What becomes of the requests it held, as `igw serve` answers them (docs/migration.md):
+
+* a stream that had its first token is **resumed** when `faults.resume` holds: the
+  request goes to the pod the policy picks now (the break marks the lost pod, so it is
+  never the one) with the tokens delivered appended to its prompt and its `max_tokens`
+  less them. Its cost is the re-prefill of prompt plus delivered tokens on the new pod
+  (`reprefill_gpu_s`: that prefill alone by the new pod's roofline, times its GPUs; a
+  prefix-cache hit on the new pod makes the real cost smaller). The client's TTFT stays
+  its first token's; the resume gap runs from the break (the last token before it, within
+  one decode step) to the continuation's first token. Without `resume` it is **lost**
+  (the SSE error event).
+* a request with no token yet is **lost before its first token**: `igw serve` answers a
+  stream that broke before its first byte with a 502 (the attempt plan retries only a
+  pod that never took the request), resume or not.
+
+A continuation goes through the policy like a new request (a gateway policy admits it
+again; `igw serve` sends it to the next pod without a second admission): a continuation
+the policy refuses counts as rejected. Not simulated with a P/D split (the scenario
+refuses the pair).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from inference_gateway.emulator.engine import Engine
+from inference_gateway.sim.pods import SimPod
+from inference_gateway.sim.scenario import Faults
+from inference_gateway.sim.workload import SimRequest
+
+__all__ = ["FaultInjector"]
+
+
+@dataclass(slots=True)
+class _Broken:
+    """A resumed stream as its client sees it: its first token, the tokens it had at the
+    last break, when that break was."""
+
+    first_token: float
+    delivered: int
+    broke_at: float
+
+
+@dataclass(slots=True)
+class FaultInjector:
+    """One run's failures: when each pod goes down and comes back, what the requests it
+    held become, and the figures of the report."""
+
+    faults: Faults
+    pods: list[SimPod]
+    failed: int = 0
+    lost_mid_stream: int = 0
+    lost_before_first_token: int = 0
+    resumed: int = 0
+    reprefill_gpu_s: float = 0.0
+    gaps: list[float] = field(default_factory=list)
+    _broken: dict[int, _Broken] = field(default_factory=dict)
+
+    def events(self, until: float) -> list[tuple[float, bool, SimPod]]:
+        """(time, down, pod): the loss and the replacement of each failure before
+        `until` (a scenario cut short, `--duration`, has only those of its span)."""
+        by_name = {p.endpoint.name: p for p in self.pods}
+        out: list[tuple[float, bool, SimPod]] = []
+        for failure in self.faults.failures:
+            if failure.at_s >= until:
+                continue
+            pod = by_name[failure.pod]
+            out += [(failure.at_s, True, pod), (failure.at_s + failure.down_s, False, pod)]
+        return out
+
+    def recover(self, pod: SimPod) -> None:
+        """The replacement is up: the next scrape sees it fresh."""
+        pod.down = False
+
+    def fail(self, pod: SimPod, now: float) -> tuple[list[SimRequest], list[SimRequest]]:
+        """The pod is lost with every request on it; its engine is replaced by an empty
+        one (down until `recover`). Returns (the continuations to route, the requests
+        lost), each request with the pod it was on already let go of by the caller's
+        policy (`Policy.on_finished`)."""
+        if pod.down:
+            return [], []
+        old = pod.engine
+        old.advance(now)  # every step that ended by now was delivered
+        held = old.requests()
+        sink = pod.kv_feed.sink(pod.endpoint.name) if pod.kv_feed is not None else None
+        pod.engine = Engine(old.profile, listener=old.listener, kv_sink=sink)
+        pod.down = True
+        pod.endpoint.stale = True
+        self.failed += 1
+        continuations: list[SimRequest] = []
+        lost: list[SimRequest] = []
+        for request in held:
+            sim: SimRequest = request.tag[0]
+            earlier = self._broken.pop(sim.request_id, None)
+            if request.first_token_time is None and earlier is None:
+                self.lost_before_first_token += 1
+                lost.append(sim)
+                continue
+            if not self.faults.resume:
+                self.lost_mid_stream += 1
+                lost.append(sim)
+                continue
+            generated = request.generated(old.clock)
+            first = earlier.first_token if earlier is not None else request.first_token_time
+            delivered = (earlier.delivered if earlier is not None else 0) + generated
+            assert first is not None
+            # a continuation lost before its first token: the silence began earlier
+            since = now if earlier is None or earlier.broke_at > now else earlier.broke_at
+            self._broken[sim.request_id] = _Broken(first, delivered, since)
+            continuations.append(
+                dataclasses.replace(
+                    sim,
+                    prompt_tokens=sim.prompt_tokens + generated,
+                    output_tokens=max(1, sim.output_tokens - generated),
+                )
+            )
+        return continuations, lost
+
+    def first_token(self, sim: SimRequest, pod: SimPod, now: float) -> None:
+        """A continuation's first token: the gap closes, its re-prefill is counted."""
+        broken = self._broken.get(sim.request_id)
+        if broken is None or broken.broke_at > now:
+            return
+        self.resumed += 1
+        self.gaps.append(now - broken.broke_at)
+        n = sim.prompt_tokens
+        prefill_s = pod.engine.step_time(n, n * (n - 1) / 2, 0, 0.0)
+        self.reprefill_gpu_s += prefill_s * pod.profile.tp
+        broken.broke_at = float("inf")  # closed: a later break opens it again
+
+    def finished(self, sim: SimRequest, first_token: float, tokens: int) -> tuple[float, int]:
+        """The client's first token and tokens for the request that ended (a resumed
+        one: its first token before the break, and every token delivered)."""
+        broken = self._broken.pop(sim.request_id, None)
+        if broken is None:
+            return first_token, tokens
+        return broken.first_token, broken.delivered + tokens
+
+    def report(self) -> dict[str, Any]:
+        gaps = np.asarray(self.gaps) if self.gaps else np.asarray([np.nan])
+        return {
+            "pod_failures": self.failed,
+            "requests_lost": self.lost_mid_stream + self.lost_before_first_token,
+            "lost_mid_stream": self.lost_mid_stream,
+            "lost_before_first_token": self.lost_before_first_token,
+            "requests_resumed": self.resumed,
+            "reprefill_gpu_s": round(self.reprefill_gpu_s, 6),
+            "resume_gap_p50_s": round(float(np.percentile(gaps, 50)), 6),
+            "resume_gap_p99_s": round(float(np.percentile(gaps, 99)), 6),
+        }
