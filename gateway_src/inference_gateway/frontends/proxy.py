@@ -503,8 +503,10 @@ class Gateway:
         tried: set[str],
         reason: str,
     ) -> UpstreamResponse | None:
-        """Open the continuation on the next-ranked pod not tried yet (the one that broke
-        is not picked again until a fresh scrape, unless it sent an error event). Each
+        """Open the continuation on the best pod not tried yet, ranked at the break
+        (`Director.rerank`: the pool as it is now, the continuations picked meanwhile
+        counted, so one lost pod's streams spread); the one that broke is not picked
+        again until a fresh scrape, unless it sent an error event. Each
         continuation attempt follows the attempt plan as a first attempt does: only one
         no engine started goes on to the next pod; a silent one (`Failure.TIMEOUT`: it may
         be generating) ends the resume."""
@@ -513,9 +515,7 @@ class Gateway:
             life.attempt_failed()
         else:
             life.unreachable()
-        for endpoint in life.decision.ranked:
-            if endpoint.hostport in tried:
-                continue
+        for endpoint in self.director.rerank(life.decision, tried):
             tried.add(endpoint.hostport)
             life.picked(endpoint)
             pending = self.upstream.post(endpoint.address, endpoint.port, path, body, headers)

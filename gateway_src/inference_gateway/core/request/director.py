@@ -33,7 +33,7 @@ import logging
 import math
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -611,6 +611,25 @@ class Director:
         refusal = refusals.queue_timeout(str(error), error.retry_after_s, extra, empty=error.empty)
         self.child(self.metrics.rejected, client_model, refusal.code).inc()
         return refusal
+
+    def rerank(self, decision: Decision, exclude: Collection[str]) -> list[Endpoint]:
+        """Where a broken stream's continuation may go now (resume.py): the request ranked
+        again over its pool as it stands at the break, minus the pods in `exclude` (tried
+        already). The ranking made at admission is stale by then: a pod that came back is
+        missing from it, and the continuations of one lost pod would all land on its
+        next pod and prefill there together; ranked afresh, each continuation picked
+        meanwhile counts in the scorers (`on_picked`), so they spread. Empty when no pod
+        is left; the request's explanation keeps the admission's ranking."""
+        candidates = [
+            e
+            for e in self.state.router.candidates(decision.route, self.endpoints())
+            if e.hostport not in exclude
+        ]
+        llm = dataclasses.replace(decision.llm, explanation=None)
+        try:
+            return self.scheduler.schedule(llm, candidates) if candidates else []
+        except NoEndpointError:
+            return []
 
     def _rank(
         self, state: RoutingState, llm: LLMRequest, route: Route, endpoints: list[Endpoint]
