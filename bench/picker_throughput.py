@@ -68,8 +68,12 @@ async def serve(
     recent: int | None = None,
 ) -> None:
     from inference_gateway.assembly.picker import build_picker
-    from inference_gateway.core.scheduling.config_checks import parse_config
     from inference_gateway.core.scheduling.types import Endpoint
+
+    try:
+        from inference_gateway.core.scheduling.config_checks import parse_config
+    except ImportError:  # a --baseline-src tree from before config/ became schema only
+        from inference_gateway.config.spec import parse_config  # type: ignore[attr-defined,no-redef]
 
     endpoints = [Endpoint(f"pod-{i}", f"10.0.0.{i + 1}", 8000, pool="p") for i in range(pods)]
     models = json.dumps({"data": [{"id": MODEL}]})

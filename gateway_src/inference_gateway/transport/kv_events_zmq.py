@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -63,6 +64,7 @@ MAX_MESSAGE_BYTES = 4 << 20  # vLLM sends ~5 bytes a computed token: 800k tokens
 MAX_SOCKETS = 1 << 15  # sockets the shared context may open: 10,000 pods and their replays
 RCVHWM = 8  # messages queued per socket: at most 32 MiB per pod (RCVHWM x the cap)
 RECONNECT_MIN_MS, RECONNECT_MAX_MS = 200, 10_000
+_MONITORS = itertools.count()  # a unique inproc name per socket monitor (_subscribe)
 
 
 @dataclass(frozen=True)
@@ -175,7 +177,12 @@ class KVEventSubscriber:
         ending of the connection goes unseen)."""
         sock = self._socket(zmq.SUB)
         sock.setsockopt(zmq.SUBSCRIBE, b"")
-        monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        # pyzmq names a monitor's inproc endpoint after the socket's file descriptor,
+        # which the next socket may reuse before libzmq's reaper has unbound the closed
+        # socket's monitor ("Address already in use"): each monitor gets its own name
+        monitor = sock.get_monitor_socket(
+            zmq.EVENT_DISCONNECTED, addr=f"inproc://igw-kv-events-monitor-{next(_MONITORS)}"
+        )
         try:
             sock.connect(stream.publisher.address)
         except zmq.ZMQError as error:

@@ -267,3 +267,18 @@ def test_the_shared_context_takes_sockets_for_a_thousand_pods_and_more() -> None
     feed = IndexFeed(lambda: [], lambda: None)
     KVEventSubscriber(feed.publishers, feed)
     assert zmq.asyncio.Context.instance().get(zmq.MAX_SOCKETS) >= 2 * 1024 + 64
+
+
+def test_a_stream_opened_again_at_once_gets_its_monitor() -> None:
+    """A reconnecting stream closes its SUB socket and opens a new one at once, which
+    takes the same file descriptor back. pyzmq's default monitor address is named after
+    that descriptor, and libzmq unbinds a closed socket's monitor in its reaper thread,
+    later: the new monitor's bind then failed with "Address already in use" (34 of 300
+    cycles here), ending that pod's stream task. Each monitor has its own name now."""
+    feed = IndexFeed(lambda: [], lambda: None)
+    subscriber = KVEventSubscriber(feed.publishers, feed)
+    publisher = kv_events_zmq.Publisher("pod-0", "tcp://127.0.0.1:1")
+    for _ in range(300):
+        stream = kv_events_zmq._Stream(publisher)
+        assert subscriber._subscribe(stream)
+        kv_events_zmq._close_sockets(stream.sock, stream.monitor)
