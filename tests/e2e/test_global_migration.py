@@ -38,6 +38,7 @@ from tests.e2e.test_stream_migration import (
     pods,
     remaining_tokens,
     stream_one,
+    unbroken_texts,
     until_healthy,
 )
 
@@ -74,28 +75,6 @@ def router_config(gateways: dict[str, Proc], store: str) -> dict[str, Any]:
     }
 
 
-async def unbroken_texts(port: int) -> list[str]:
-    """Each request's text, asked of one healthy pod directly (temperature 0)."""
-    api = openai.AsyncOpenAI(
-        base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0
-    )
-
-    async def one(i: int) -> str:
-        reply = await api.chat.completions.create(
-            model=MODEL,
-            messages=messages(i),  # type: ignore[arg-type]
-            max_tokens=TOKENS,
-            temperature=0,
-        )
-        content = reply.choices[0].message.content
-        assert content is not None and count_tokens(content) == TOKENS
-        return content
-
-    texts = await asyncio.gather(*(one(i) for i in range(REQUESTS)))
-    await api.close()
-    return list(texts)
-
-
 @pytest.mark.parametrize(("fault", "reason"), [("kill", "connection"), ("stop", "stall")])
 async def test_a_cluster_lost_mid_stream_is_resumed_on_the_next(
     tmp_path: Path, fault: str, reason: str
@@ -103,7 +82,7 @@ async def test_a_cluster_lost_mid_stream_is_resumed_on_the_next(
     with pods(tmp_path, [], []) as pod_procs, LocalRedis() as redis, processes() as procs:
         pod_ports = [p.port for p in pod_procs]  # type: ignore[attr-defined]
         await until_healthy(pod_ports)
-        expected = await unbroken_texts(pod_ports[1])
+        expected = await unbroken_texts(pod_ports[1], REQUESTS, TOKENS)
         gateways = {n: cluster_gateway(tmp_path, n, pod_ports[i]) for i, n in enumerate(CLUSTERS)}
         path = tmp_path / "global.yaml"
         path.write_text(yaml.safe_dump(router_config(gateways, redis.url)))

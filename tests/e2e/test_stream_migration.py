@@ -86,7 +86,7 @@ async def until_healthy(ports: list[int], within_s: float = 30) -> None:
                 await asyncio.sleep(0.1)
 
 
-async def unbroken_texts(port: int) -> list[str]:
+async def unbroken_texts(port: int, requests: int = REQUESTS, tokens: int = TOKENS) -> list[str]:
     """Each request's text, asked of one healthy pod directly (temperature 0)."""
     api = openai.AsyncOpenAI(
         base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0
@@ -96,14 +96,14 @@ async def unbroken_texts(port: int) -> list[str]:
         reply = await api.chat.completions.create(
             model=MODEL,
             messages=messages(i),
-            max_tokens=TOKENS,
+            max_tokens=tokens,
             temperature=0,  # type: ignore[arg-type]
         )
         content = reply.choices[0].message.content
-        assert content is not None and count_tokens(content) == TOKENS
+        assert content is not None and count_tokens(content) == tokens
         return content
 
-    texts = await asyncio.gather(*(one(i) for i in range(REQUESTS)))
+    texts = await asyncio.gather(*(one(i) for i in range(requests)))
     await api.close()
     return list(texts)
 
