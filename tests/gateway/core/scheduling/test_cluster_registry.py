@@ -9,8 +9,8 @@ import json
 
 import pytest
 
+from inference_gateway.config.global_router import parse_router_config
 from inference_gateway.core.scheduling.cluster_registry import ClusterRegistry, ClusterStatus
-from inference_gateway.frontends.global_router import parse_router_config
 from inference_gateway.telemetry.global_metrics import FleetEmfEmitter, GlobalMetrics
 
 SPEC = parse_router_config(
