@@ -92,7 +92,7 @@ def test_config_is_one_the_router_accepts(prod, west):
     """The rendered file parsed by `igw global`'s own loader: unknown keys there are
     errors, so a key the router does not know (such as `rateLimitStore` before it
     existed) fails here."""
-    from inference_gateway.frontends.global_router import config as router
+    from inference_gateway.config import global_router as router
 
     spec = router.parse_router_config(
         _filled_config(west, "rediss://master.x.usw2.cache.amazonaws.com:6380/0")

@@ -43,11 +43,11 @@ from aiohttp import web
 
 from inference_gateway.assembly.serve import build_gateway
 from inference_gateway.core.request.prompt_cost import prompt_estimate
+from inference_gateway.core.scheduling.cluster_registry import ClusterStatus
 from inference_gateway.core.scheduling.types import Endpoint
 from inference_gateway.emulator.fleet import EmulatedFleet
 from inference_gateway.frontends.auth import Authenticator, Identity
 from inference_gateway.frontends.global_router import build_global_router, parse_router_config
-from inference_gateway.frontends.global_router.clusters import ClusterStatus
 from inference_gateway.shared_store.local_server import LocalRedis, free_port
 
 pytestmark = pytest.mark.slow

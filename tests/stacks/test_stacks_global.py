@@ -329,7 +329,7 @@ def test_failover_alarm_reads_what_the_router_itself_writes(prod_synth: Synth) -
     """The record `igw global` writes (its FleetEmfEmitter over its own Prometheus
     counters), after a failover: the alarm's metric must be in it with a count of 1. The
     fleet record is the first line; per-cluster records follow it."""
-    from inference_gateway.frontends.global_router import metrics
+    from inference_gateway.telemetry import global_metrics as metrics
 
     fleet = metrics.GlobalMetrics()
     out = io.StringIO()

@@ -73,7 +73,7 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
-    from inference_gateway.frontends.global_router.config import load_router_config
+    from inference_gateway.config.global_router import load_router_config
     from inference_gateway.frontends.global_router.server import (
         build_global_router,
         runner_settings,
@@ -226,7 +226,7 @@ async def _answering(urls: list[str]) -> list[bool]:
     import aiohttp
     from pydantic import ValidationError
 
-    from inference_gateway.frontends.global_router.clusters import MAX_STATUS_BYTES, ClusterStatus
+    from inference_gateway.core.scheduling.cluster_registry import MAX_STATUS_BYTES, ClusterStatus
 
     timeout = aiohttp.ClientTimeout(total=STATUS_PROBE_TIMEOUT_S)
 

@@ -152,7 +152,7 @@ def _load_fleet_scenario(path: Path, _: set[str] | None) -> object:
 
 
 def _load_global(path: Path, _: set[str] | None) -> object:
-    from inference_gateway.frontends.global_router.config import load_router_config
+    from inference_gateway.config.global_router import load_router_config
 
     return load_router_config(path)
 
@@ -184,8 +184,8 @@ def _load_manifests(path: Path, _: set[str] | None) -> Manifests:
     picker's Kubernetes mode) and the configs mounted from ConfigMaps (`igw picker
     --config`, `igw global --config`). A ConfigMap value that is an External Secrets
     template (`{{ … }}`) is the Secret's source, not a config, and is left out."""
+    from inference_gateway.config.global_router import parse_router_config
     from inference_gateway.core.scheduling.config_checks import parse_config
-    from inference_gateway.frontends.global_router.config import parse_router_config
 
     out = Manifests(set(), [], [])
     problems: list[str] = []

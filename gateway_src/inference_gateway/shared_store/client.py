@@ -1,14 +1,15 @@
 """One async Redis-protocol client from a URL, and the store's health state.
 
-`StoreSpec` says where the store is (`redis://` or `rediss://` for TLS, as ElastiCache
-Valkey with in-transit encryption wants), who we are (`username`, a password read from an
-environment variable so no secret sits in a config file) and how long one round trip may
-take. `connect` builds the client with a bounded pool (a burst of requests shares
-`maxConnections` sockets instead of opening one each) and one retry, only for a socket
-the server had closed (`ConnectionError`: a store that restarted leaves every pooled
-connection dead, and the first burst after it would otherwise fall back to local counting
-once per stale socket); never after a timeout, so a request on the hot path waits for at
-most one round trip, then the caller uses its local view.
+`StoreSpec` (its schema, `config/store.py`) says where the store is (`redis://` or
+`rediss://` for TLS, as ElastiCache Valkey with in-transit encryption wants), who we are
+(`username`, a password read from an environment variable so no secret sits in a config
+file) and how long one round trip may take. `connect` builds the client with a bounded
+pool (a burst of requests shares `maxConnections` sockets instead of opening one each)
+and one retry, only for a socket the server had closed (`ConnectionError`: a store that
+restarted leaves every pooled connection dead, and the first burst after it would
+otherwise fall back to local counting once per stale socket); never after a timeout, so
+a request on the hot path waits for at most one round trip, then the caller uses its
+local view.
 
 `StoreHealth` is that decision in one place. Every store call is wrapped in `call`: a
 failure flips the state to "local fallback" (gauge `igw_store_up` 0, one warning line),
@@ -33,14 +34,14 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from pydantic.alias_generators import to_camel
+from pydantic import ValidationError
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
+from inference_gateway.config.store import StoreSpec
 from inference_gateway.errors import ConfigError, InferenceGatewayError
 
 __all__ = ["StoreHealth", "StoreSpec", "StoreUnavailable", "connect", "store_from_flag"]
@@ -49,31 +50,6 @@ PASSWORD_ENV = "IGW_STORE_PASSWORD"  # the password of a store given by `--store
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-class StoreSpec(BaseModel):
-    """Where the shared store is and how to reach it; unknown keys are errors."""
-
-    model_config = ConfigDict(
-        extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True
-    )
-
-    url: str = Field(description="redis://host:port/db or rediss://… (TLS).")
-    username: str | None = None
-    password_env: str | None = Field(
-        default=None, description="Environment variable that holds the password (AUTH)."
-    )
-    ca_file: str | None = Field(default=None, description="CA bundle for rediss:// (TLS).")
-    timeout_ms: int = Field(default=250, gt=0, le=10_000)
-    max_connections: int = Field(default=64, ge=1, le=10_000, description="Per replica.")
-    retry_ms: int = Field(default=1000, gt=0, le=60_000, description="Probe period when down.")
-
-    @field_validator("url")
-    @classmethod
-    def _redis_scheme(cls, url: str) -> str:
-        if not url.startswith(("redis://", "rediss://")):
-            raise ValueError("must start with redis:// or rediss:// (TLS)")
-        return url
 
 
 def store_from_flag(url: str | None, source: str = "--store") -> StoreSpec | None:

@@ -41,11 +41,10 @@ import asyncio
 import time
 from dataclasses import dataclass
 
-from pydantic import BaseModel, ConfigDict, Field
-from pydantic.alias_generators import to_camel
 from redis.asyncio import Redis
 
 from inference_gateway.config.spec import RateLimitSpec
+from inference_gateway.config.store import GlobalRateLimitSpec
 from inference_gateway.core.traffic import retry_after
 from inference_gateway.core.traffic.ratelimit import (
     DEFAULT_MAX_TOKENS,
@@ -217,23 +216,6 @@ return 1
 )
 
 DEFAULT_LEASE_S = 3600.0  # a reservation's life: the gateway's maximum request lifetime
-
-
-class GlobalRateLimitSpec(BaseModel):
-    """The global limits; `rules` have the gateway's `RateLimitSpec` shape, their
-    per-minute numbers counting per `windowS` (60 by default, a minute)."""
-
-    model_config = ConfigDict(
-        extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True
-    )
-
-    rules: list[RateLimitSpec] = Field(default_factory=list)
-    window_s: float = Field(default=60.0, gt=0, le=3600)
-    slots: int = Field(default=60, ge=1, le=600)
-    fallback_replicas: int = Field(
-        default=1, ge=1, description="Replicas sharing the limit when each falls back locally."
-    )
-    key_prefix: str = Field(default="igw", pattern=r"^[A-Za-z0-9_.:-]{1,64}$")
 
 
 @dataclass(frozen=True, slots=True)

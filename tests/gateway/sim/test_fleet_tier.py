@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from inference_gateway.cli.main import main
-from inference_gateway.frontends.global_router.clusters import ClusterRegistry
+from inference_gateway.core.scheduling.cluster_registry import ClusterRegistry
 from inference_gateway.sim.fleet.runner import simulate_fleet
 from inference_gateway.sim.fleet.scenario import (
     FleetScenario,

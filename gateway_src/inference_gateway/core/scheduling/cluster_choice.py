@@ -3,8 +3,9 @@
 The rule beside the tier-1 scheduler (which pod of a cluster), so both of its drivers
 run this one: `igw global` (`frontends/global_router/server.py`) and the simulator's
 fleet tier (`sim/fleet/tier.py`). It reads a cluster through `Candidate` and the router's
-config through `Rules`, which the global router's `ClusterState` and `GlobalRouterSpec`
-are, so the core knows neither the router's polling nor its config file.
+config through `Rules`, which the registry's `ClusterState` (`cluster_registry.py`) and
+`GlobalRouterSpec` (`config/global_router.py`) are, so the rule needs neither the
+registry nor the config file to be tested.
 
 Signals, each in [0, 1] (1 = best), weighted by the profile (`WeightsSpec`):
 
@@ -43,8 +44,9 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Generic, Literal, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
+from inference_gateway.config.global_router import ProfileName
 from inference_gateway.core.scheduling.types import PodMetrics
 
 __all__ = [
@@ -61,8 +63,6 @@ __all__ = [
 ]
 
 ERROR_RATE_BEHIND = 0.5  # a cluster failing this share of attempts goes behind the rest
-
-ProfileName = Literal["latency", "cost"]
 
 
 class Weights(Protocol):

@@ -1,14 +1,18 @@
 """Tier 2: the global router over cluster gateways (`igw global`).
 
-config    the YAML file: clusters, profiles and weights, store, rate limits
-clusters  heartbeats (GET /status), drain on failure, ramp-back, held-request retries
+clusters  the status poller (GET /status of every cluster) that feeds the registry
 drains    the operator's planned drain set (store or file): igw global drain / undrain
-choice    filters and weighted scoring across clusters and regions
+requests  the router's request helpers: authentication, latency budget
+explain   igw.route's ranking with every signal behind it
 server    the OpenAI-compatible front: rate limit, forward, retry before streaming
-metrics   Prometheus series and CloudWatch EMF fleet records
+
+What the router shares with the simulator's fleet tier lives outside this room: its
+config (`config/global_router.py`), its cluster registry (health, drain, ramp-back:
+`core/scheduling/cluster_registry.py`) and choice (`core/scheduling/cluster_choice.py`),
+and its metrics (`telemetry/global_metrics.py`).
 """
 
-from inference_gateway.frontends.global_router.config import (
+from inference_gateway.config.global_router import (
     GlobalRouterSpec,
     load_router_config,
     parse_router_config,

@@ -1,7 +1,7 @@
 """Planned drains: the operator's set of clusters every router keeps out while it runs.
 
 `igw global drain CLUSTER|--region R` / `undrain` write the set; every `igw global`
-replica reads it once per poll interval (`ClusterRegistry.poll_once`) and applies it with
+replica reads it once per poll interval (`ClusterPoller.poll_once`) and applies it with
 `ClusterRegistry.set_planned`: a listed cluster is drained at once, a lifted one ramps
 back over `rampS`. No DNS change and no router restart is needed, so a router never
 hands a returning cluster its full share at once.
@@ -29,7 +29,7 @@ from pathlib import Path
 
 from redis.asyncio import Redis
 
-from inference_gateway.frontends.global_router.config import GlobalRouterSpec
+from inference_gateway.config.global_router import GlobalRouterSpec
 from inference_gateway.shared_store.client import StoreHealth, StoreUnavailable
 
 __all__ = ["PlannedDrains", "drain_key", "read_drain_file", "write_drain_file"]

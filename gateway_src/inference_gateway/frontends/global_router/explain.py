@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from inference_gateway.config.global_router import GlobalRouterSpec, WeightsSpec
 from inference_gateway.core.scheduling.cluster_choice import (
     ERROR_RATE_BEHIND,
     Choice,
@@ -16,8 +17,7 @@ from inference_gateway.core.scheduling.cluster_choice import (
     cost_basis,
     score,
 )
-from inference_gateway.frontends.global_router.clusters import ClusterState
-from inference_gateway.frontends.global_router.config import GlobalRouterSpec, WeightsSpec
+from inference_gateway.core.scheduling.cluster_registry import ClusterState
 
 __all__ = ["SIGNALS", "TOP", "explain_choice"]
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from inference_gateway.config.global_router import AuthSpec
 from inference_gateway.frontends.auth import Authenticator, JwtSettings, load_api_keys
-from inference_gateway.frontends.global_router.config import AuthSpec
 
 __all__ = ["budget_s", "build_authenticator"]
 

@@ -63,6 +63,8 @@ from aiohttp import web
 from prometheus_client import generate_latest
 from redis.asyncio import Redis
 
+from inference_gateway.config.global_router import GlobalRouterSpec
+from inference_gateway.config.store import StoreSpec
 from inference_gateway.core.request import refusals
 from inference_gateway.core.request.attempts import AttemptPlan, Failure
 from inference_gateway.core.request.body import api_key_of, output_bound, parse_body
@@ -86,18 +88,18 @@ from inference_gateway.core.scheduling.cluster_choice import (
     RequestTraits,
     rank_clusters,
 )
+from inference_gateway.core.scheduling.cluster_registry import ClusterRegistry, ClusterState
 from inference_gateway.core.traffic import retry_after
 from inference_gateway.frontends.auth import admit
 from inference_gateway.frontends.explain_http import add_decisions_routes
-from inference_gateway.frontends.global_router.clusters import ClusterRegistry, ClusterState
-from inference_gateway.frontends.global_router.config import GlobalRouterSpec
+from inference_gateway.frontends.global_router.clusters import ClusterPoller
 from inference_gateway.frontends.global_router.drains import PlannedDrains
 from inference_gateway.frontends.global_router.explain import explain_choice
-from inference_gateway.frontends.global_router.metrics import FleetEmfEmitter, GlobalMetrics
 from inference_gateway.frontends.global_router.requests import budget_s, build_authenticator
 from inference_gateway.frontends.http_errors import error_response, render
-from inference_gateway.shared_store.client import StoreHealth, StoreSpec, connect
+from inference_gateway.shared_store.client import StoreHealth, connect
 from inference_gateway.shared_store.ratelimit import GlobalRateLimiter
+from inference_gateway.telemetry.global_metrics import FleetEmfEmitter, GlobalMetrics
 from inference_gateway.telemetry.request_trace import RequestTrace
 from inference_gateway.telemetry.tracing import Tracing
 from inference_gateway.transport.aiohttp_errors import OUTBOUND_ERRORS, translate
@@ -198,6 +200,7 @@ class GlobalRouter:
         self.spec = spec
         self.metrics = metrics or GlobalMetrics()
         self.registry = ClusterRegistry(spec, self.metrics)
+        self.poller = ClusterPoller(self.registry)  # feeds it: GET /status of each cluster
         migration = spec.migration
         self.plan = AttemptPlan(
             spec.max_attempts, resume=migration.enabled and migration.max_resumes > 0
@@ -216,7 +219,7 @@ class GlobalRouter:
         elif redis is not None and health is not None:
             self.limiter = GlobalRateLimiter(spec.rate_limits, redis, health)
         if redis is not None or spec.drain_file is not None:
-            self.registry.planned = PlannedDrains(spec, redis, health).current
+            self.poller.planned = PlannedDrains(spec, redis, health).current
         self.auth = build_authenticator(spec.auth)
         if self.auth is not None:  # igw_auth_refusals_total, as igw serve and igw auth
             self.metrics.registry.register(self.auth.refusals_collector())
@@ -262,10 +265,10 @@ class GlobalRouter:
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0), timeout=timeout, auto_decompress=False
         )
-        await self.registry.start()
+        await self.poller.start()
 
     async def _cleanup(self, app: web.Application) -> None:
-        await self.registry.stop()
+        await self.poller.stop()
         if self._session is not None:
             await self._session.close()
         if self._settling:  # the last answers' settlements, written in the background

@@ -6,7 +6,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-import inference_gateway.frontends.global_router.clusters as clusters_module
+import inference_gateway.core.scheduling.cluster_registry as cluster_registry
 from inference_gateway.sim.capacity import PROBE_REQUESTS, fleet_capacity
 from inference_gateway.sim.fleet.scenario import FleetScenario, cluster_hourly_usd
 from inference_gateway.sim.fleet.tier import FleetTier
@@ -45,7 +45,7 @@ def simulate_fleet(
     results: dict[str, Any] = {}
     # the registry logs every drain and return, as it should in a router; in a
     # simulation those are the report's events, so its log stays quiet for the run
-    registry_log = logging.getLogger(clusters_module.__name__)
+    registry_log = logging.getLogger(cluster_registry.__name__)
     was_disabled, registry_log.disabled = registry_log.disabled, True
     try:
         for name in names:

@@ -50,10 +50,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from inference_gateway.config.global_router import ClusterSpec, GlobalRouterSpec
 from inference_gateway.config.spec import format_validation_error
 from inference_gateway.core.scheduling.cluster_choice import ProfileName
 from inference_gateway.errors import ConfigError
-from inference_gateway.frontends.global_router.config import ClusterSpec, GlobalRouterSpec
 from inference_gateway.sim.policies import make_policy
 from inference_gateway.sim.scenario import PoolSpec, TraceArrival, Workload
 

@@ -2,7 +2,7 @@
 
 Each cluster is a fleet of emulated pods with its own gateway policy in front (the same
 `make_policy` policies as a single-cluster run, admission included). One global router
-per client region runs `igw global`'s own `ClusterRegistry` (heartbeats, drain,
+per client region runs `igw global`'s own `ClusterRegistry` (the core's, heartbeats, drain,
 ramp-back; its clock is the virtual one) and `rank_clusters` (its random draw from a
 seeded generator), so what is measured here is the code that routes in production.
 
@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from inference_gateway.config.global_router import GlobalRouterSpec
 from inference_gateway.config.spec import GatewayConfigSpec
 from inference_gateway.core.request.attempts import AttemptPlan, Failure
 from inference_gateway.core.scheduling.cluster_choice import (
@@ -54,11 +55,9 @@ from inference_gateway.core.scheduling.cluster_choice import (
     mean_kv_usage,
     rank_clusters,
 )
+from inference_gateway.core.scheduling.cluster_registry import ClusterRegistry, ClusterStatus
 from inference_gateway.core.traffic.flow_control import BANDS, FlowController
 from inference_gateway.emulator.engine import EngineRequest
-from inference_gateway.frontends.global_router.clusters import ClusterRegistry, ClusterStatus
-from inference_gateway.frontends.global_router.config import GlobalRouterSpec
-from inference_gateway.frontends.global_router.metrics import GlobalMetrics
 from inference_gateway.sim.driver import EventHeap
 from inference_gateway.sim.fleet.report import FleetRecorder
 from inference_gateway.sim.fleet.scenario import (
@@ -70,6 +69,7 @@ from inference_gateway.sim.fleet.scenario import (
 from inference_gateway.sim.pods import SimPod, build_fleet, scrape
 from inference_gateway.sim.policies import DEFERRED, make_policy
 from inference_gateway.sim.workload import SimRequest, generate, prefix_block_ids
+from inference_gateway.telemetry.global_metrics import GlobalMetrics
 
 __all__ = ["FleetTier"]
 

@@ -9,8 +9,8 @@ import random
 import pytest
 
 from inference_gateway.core.scheduling.cluster_choice import RequestTraits, rank_clusters
+from inference_gateway.core.scheduling.cluster_registry import ClusterState, ClusterStatus
 from inference_gateway.frontends.global_router import parse_router_config
-from inference_gateway.frontends.global_router.clusters import ClusterState, ClusterStatus
 from inference_gateway.frontends.global_router.requests import budget_s
 
 SPEC = parse_router_config(

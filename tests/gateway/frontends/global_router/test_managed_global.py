@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
+from inference_gateway.config.global_router import load_router_config
 from inference_gateway.core.scheduling.cluster_choice import RequestTraits, rank_clusters
+from inference_gateway.core.scheduling.cluster_registry import ClusterState, ClusterStatus
 from inference_gateway.errors import ConfigError
 from inference_gateway.frontends.global_router import parse_router_config
-from inference_gateway.frontends.global_router.clusters import ClusterState, ClusterStatus
-from inference_gateway.frontends.global_router.config import load_router_config
 
 EXAMPLE = Path(__file__).parents[4] / "examples" / "managed" / "global.yaml"
 ARN = "arn:aws:sagemaker:{region}:111111111111:cluster/{id}"

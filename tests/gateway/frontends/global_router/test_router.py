@@ -173,12 +173,12 @@ async def test_a_status_sent_before_a_drain_does_not_revive_the_cluster(
     slow_polls = config(fake_clusters, pollIntervalMs=30_000, staleAfterMs=60_000)
     async with running_router(slow_polls) as (_, router):
         a.status_delay_s = 0.4
-        poll = asyncio.ensure_future(router.registry.poll_once())
+        poll = asyncio.ensure_future(router.poller.poll_once())
         await asyncio.sleep(0.15)  # the poll is on its way: a request finds a refusing
         router.registry.drain("a", "connect_failed")
         await poll  # its good answer left before the drain: dropped
         assert not router.registry.states["a"].routable
-        await router.registry.poll_once()  # a status sent after the drain brings it back
+        await router.poller.poll_once()  # a status sent after the drain brings it back
         assert router.registry.states["a"].routable
 
 

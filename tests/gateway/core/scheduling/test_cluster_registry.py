@@ -9,9 +9,9 @@ import json
 
 import pytest
 
-from inference_gateway.frontends.global_router import parse_router_config
-from inference_gateway.frontends.global_router.clusters import ClusterRegistry, ClusterStatus
-from inference_gateway.frontends.global_router.metrics import FleetEmfEmitter, GlobalMetrics
+from inference_gateway.config.global_router import parse_router_config
+from inference_gateway.core.scheduling.cluster_registry import ClusterRegistry, ClusterStatus
+from inference_gateway.telemetry.global_metrics import FleetEmfEmitter, GlobalMetrics
 
 SPEC = parse_router_config(
     {

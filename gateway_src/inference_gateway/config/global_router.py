@@ -49,7 +49,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -67,10 +67,8 @@ from inference_gateway.config.spec import (
     format_validation_error,
     read_yaml,
 )
-from inference_gateway.core.scheduling.cluster_choice import ProfileName
+from inference_gateway.config.store import GlobalRateLimitSpec, StoreSpec
 from inference_gateway.errors import ConfigError
-from inference_gateway.shared_store.client import StoreSpec
-from inference_gateway.shared_store.ratelimit import GlobalRateLimitSpec
 
 __all__ = [
     "AuthSpec",
@@ -80,11 +78,15 @@ __all__ = [
     "JwtSpec",
     "ManagedRouting",
     "ManagedRoutingWeights",
+    "ProfileName",
     "WeightsSpec",
     "cross_field_problems",
     "load_router_config",
     "parse_router_config",
 ]
+
+#: The scoring profiles (`core/scheduling/cluster_choice.py` weighs a cluster by one).
+ProfileName = Literal["latency", "cost"]
 
 
 class _Spec(BaseModel):
