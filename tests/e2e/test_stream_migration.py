@@ -86,6 +86,19 @@ async def until_healthy(ports: list[int], within_s: float = 30) -> None:
                 await asyncio.sleep(0.1)
 
 
+def assert_spliced_whole(outcomes: list[Outcome], expected: list[str], tokens: int) -> None:
+    """Every stream ended as the unbroken one would: no error, its finish reason, the
+    same text, one id, one model, one role delta, and usage counting each token once."""
+    for i, o in enumerate(outcomes):
+        assert o.error is None, (i, o.error)
+        assert o.finish == "length", (i, o.finish)
+        assert o.text == expected[i], (i, len(o.text), len(expected[i]))
+        assert len(o.ids or ()) == 1 and o.models == {MODEL}, (o.ids, o.models)
+        assert o.roles == 1
+        assert o.prompt_tokens == count_tokens(render_chat(messages(i)))
+        assert o.completion_tokens == tokens
+
+
 async def unbroken_texts(port: int, requests: int = REQUESTS, tokens: int = TOKENS) -> list[str]:
     """Each request's text, asked of one healthy pod directly (temperature 0)."""
     api = openai.AsyncOpenAI(
@@ -233,14 +246,7 @@ async def run_with_fault(tmp_path: Path, fault: str) -> None:
             )
             broken = [o for o in outcomes if o.pod.endswith(f":{victim_port}")]
             assert broken, "no stream was on the pod that failed"
-            for i, o in enumerate(outcomes):
-                assert o.error is None, (i, o.error)
-                assert o.finish == "length", (i, o.finish)
-                assert o.text == expected[i], (i, len(o.text), len(expected[i]))
-                assert len(o.ids or ()) == 1 and o.models == {MODEL}, (o.ids, o.models)
-                assert o.roles == 1
-                assert o.prompt_tokens == count_tokens(render_chat(messages(i)))
-                assert o.completion_tokens == TOKENS
+            assert_spliced_whole(outcomes, expected, TOKENS)
             url, total = served.url, "igw_request_migrations_total"
             resumed = await metric_sum(url, total, 'outcome="resumed"')
             assert resumed == len(broken) == await metric_sum(url, total)
