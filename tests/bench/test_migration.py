@@ -23,7 +23,14 @@ def test_the_gap_is_the_silence_that_spans_the_break() -> None:
 
 def test_a_tiny_run_resumes_every_broken_stream_and_reports_both_phases() -> None:
     args = argparse.Namespace(
-        pods=3, concurrency=3, tokens=120, rounds=2, kills=1, settle_s=0.5, json=True
+        pods=3,
+        concurrency=3,
+        tokens=120,
+        prompt_tokens=200,
+        rounds=2,
+        kills=1,
+        settle_s=0.5,
+        json=True,
     )
     result = asyncio.run(migration.run(args))
     overhead, resume = result["overhead"], result["resume"]

@@ -37,10 +37,13 @@ def test_pods_of_one_gpu_class_share_what_one_of_them_measured() -> None:
     """Issue 24: a speed learned per pod fell as its pod filled while identical idle pods
     kept the prior and were never picked again; pods of one GPU class now learn one
     figure, so an H100 that took no traffic predicts with what its twin measured, and
-    a pod of another class, or one without a class label, keeps its own."""
+    a pod of another class keeps its own. Pods without a class label share their pool's
+    figure (`test_unlabelled_pods_of_one_pool_do_not_herd`), so an unlabelled pod of
+    another pool keeps its own."""
     scorer = build()
     busy, twin, a10g = pod("busy", "H100"), pod("twin", "H100"), pod("a10g", "A10G")
     alone, other = pod("alone", None), pod("other", None)
+    other.pool = "another-pool"
     request = LLMRequest("new", "m", prompt_tokens=1000)
     for endpoint in (twin, a10g):  # known to the scorer before any measurement
         scorer.predict(request, endpoint)
@@ -56,6 +59,25 @@ def test_pods_of_one_gpu_class_share_what_one_of_them_measured() -> None:
     )
     assert scorer.predict(request, alone) == pytest.approx(0.5, rel=0.2)
     assert scorer.predict(request, other) == before
+
+
+def test_unlabelled_pods_of_one_pool_do_not_herd() -> None:
+    """Three unlabelled pods of one pool, requests sent one at a time, each answered
+    before the next (no backlog anywhere): when each unlabelled pod learned alone, the
+    first pod picked measured a speed better than the prior the others kept and won
+    every request after (27 of 27 streams on one pod through `igw serve`); sharing the
+    pool's figure, the pods predict alike, and the first pod's measurement moves all
+    three."""
+    scorer = build()
+    pods = [pod(f"p{i}", None) for i in range(3)]
+    for endpoint in pods:
+        endpoint.pool = "pool"
+    request = LLMRequest("new", "m", prompt_tokens=1000)
+    before = scorer.predict(request, pods[1])
+    observe(scorer, pods[0], ttft_s=0.02, n=20)  # faster than the default prior
+    predictions = {scorer.predict(request, p) for p in pods}
+    assert len(predictions) == 1
+    assert predictions.pop() < before
 
 
 def test_under_eviction_pressure_a_request_stays_with_the_pod_that_holds_its_context() -> None:

@@ -9,7 +9,8 @@ Per pod, predicted TTFT = `seconds_per_token × (backlog + own uncached tokens)`
   (`Endpoint.peer_prefill_tokens`, `Endpoint.peer_requests`);
 * own uncached tokens: the prompt minus the blocks the prefix index says the pod holds;
 * seconds_per_token: learned online per GPU class (the pods sharing one `igw.dev/gpu`
-  label learn one figure; a pod without the label learns alone) from observed TTFTs, as
+  label learn one figure; the pods of one pool without the label learn one figure too)
+  from observed TTFTs, as
   a decayed ratio of sums Σ ttft / Σ tokens-ahead-at-dispatch. It starts from a prior:
   the seconds per token of the GPU class in `gpu_seconds_per_token` (default: the table
   routing ships, `core/scheduling/gpu_priors.py`), else the fleet average.
@@ -38,7 +39,11 @@ pod's TTFT grows less than its tokens ahead), so a per-pod figure fell as its po
 from the H100 prior of 3.6e-5 s to 0.7e-5 s on the first H100 picked, while the idle
 H100s kept the prior and, picked no more, never learned otherwise: two of eight pods
 served every session, 30 running requests on one. Identical GPUs share the measurement,
-so load, not a luckier estimate, decides between them.
+so load, not a luckier estimate, decides between them. Pods without the label herded the
+same way when each learned alone (`igw serve --endpoints` over three unlabelled emulated
+H100s: 27 of 27 streams on the first pod picked, so one pod's loss broke every stream);
+a pool is most often one Deployment on one kind of GPU, so its unlabelled pods share one
+figure, and a pool that mixes GPUs labels them (the shipped render does).
 """
 
 from __future__ import annotations
@@ -110,11 +115,12 @@ class PredictedTTFTScorer:
         model = self._pods.get(endpoint.name)
         if model is None:
             gpu = endpoint.labels.get(GPU_LABEL, "")
-            speed = self._speeds.get(gpu) if gpu else None
+            speed_class = gpu or f"unlabelled pods of pool {endpoint.pool!r}"
+            speed = self._speeds.get(speed_class)
             if speed is not None:
                 model = self._pods[endpoint.name] = _PodModel(speed)
                 return model
-            prior = self.priors.get(gpu)
+            prior = self.priors.get(gpu) if gpu else None
             if prior is None:
                 known = [m.seconds_per_token for m in self._pods.values()]
                 prior = (
@@ -122,8 +128,7 @@ class PredictedTTFTScorer:
                 )
             weight = self.params.prior_weight * self._mean_prompt
             speed = _Speed(prior * weight, weight)
-            if gpu:
-                self._speeds[gpu] = speed
+            self._speeds[speed_class] = speed
             model = self._pods[endpoint.name] = _PodModel(speed)
         return model
 
