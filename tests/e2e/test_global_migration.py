@@ -3,7 +3,9 @@ front of two real cluster gateways (`igw serve`, each over its own `igw emulate`
 real processes); 10 concurrent streamed chat requests of 300 tokens at temperature 0
 through the official `openai` SDK; the cluster serving the most of them is lost whole
 mid-stream, its `igw serve` and its pod killed (SIGKILL) or stopped (SIGSTOP: a stall
-past `streamIdleTimeoutMs`). Every request ends with a `finish_reason` and no error; its
+past `streamIdleTimeoutMs`), or only its pod is killed while its `igw serve` lives on with
+migration off, so the failure inside the cluster reaches tier 2 as the cluster gateway's
+SSE error event (the cluster has no other pod: tier 1 could not resume it either). Every request ends with a `finish_reason` and no error; its
 text is byte for byte the same request's unbroken text (asked of the surviving pod
 directly); one `id`, one `model`, one role delta, and `usage` counts the prompt once and
 each completion token once, as does the router's token budget (a real `redis-server`
@@ -50,11 +52,11 @@ CLUSTER = "x-igw-cluster"
 SERVE_CONFIG = {"scrape": {"intervalMs": 100, "stalenessMs": 3000, "timeoutMs": 500}}
 
 
-def cluster_gateway(tmp: Path, name: str, pod_port: int) -> Proc:
-    """`igw serve` for cluster `name` over its one pod."""
+def cluster_gateway(tmp: Path, name: str, pod_port: int, *, migration: bool = True) -> Proc:
+    """`igw serve` for cluster `name` over its one pod (`migration`: tier 1 on)."""
     endpoints = write_endpoints(tmp / f"{name}-endpoints.yaml", [pod_port])
     config = tmp / f"{name}-config.yaml"
-    config.write_text(yaml.safe_dump(SERVE_CONFIG))
+    config.write_text(yaml.safe_dump({**SERVE_CONFIG, "migration": {"enabled": migration}}))
     args = ["serve", "--endpoints", str(endpoints), "--config", str(config)]
     args += ["--emf-cluster", name]
     return Proc(args, free_port(), tmp / f"{name}.log")
@@ -75,7 +77,10 @@ def router_config(gateways: dict[str, Proc], store: str) -> dict[str, Any]:
     }
 
 
-@pytest.mark.parametrize(("fault", "reason"), [("kill", "connection"), ("stop", "stall")])
+@pytest.mark.parametrize(
+    ("fault", "reason"),
+    [("kill", "connection"), ("stop", "stall"), ("pod-kill", "error_event")],
+)
 async def test_a_cluster_lost_mid_stream_is_resumed_on_the_next(
     tmp_path: Path, fault: str, reason: str
 ) -> None:
@@ -83,7 +88,11 @@ async def test_a_cluster_lost_mid_stream_is_resumed_on_the_next(
         pod_ports = [p.port for p in pod_procs]  # type: ignore[attr-defined]
         await until_healthy(pod_ports)
         expected = await unbroken_texts(pod_ports[1], REQUESTS, TOKENS)
-        gateways = {n: cluster_gateway(tmp_path, n, pod_ports[i]) for i, n in enumerate(CLUSTERS)}
+        tier_1 = fault != "pod-kill"
+        gateways = {
+            n: cluster_gateway(tmp_path, n, pod_ports[i], migration=tier_1)
+            for i, n in enumerate(CLUSTERS)
+        }
         path = tmp_path / "global.yaml"
         path.write_text(yaml.safe_dump(router_config(gateways, redis.url)))
         front = Proc(["global", "--config", str(path)], free_port(), tmp_path / "global.log")
@@ -126,11 +135,12 @@ async def test_a_cluster_lost_mid_stream_is_resumed_on_the_next(
         )
         assert running == serving[victim], "the pod finished before the fault"
         # the whole cluster, its gateway and its pod: killed, or stopped (a black hole:
-        # a stall past streamIdleTimeoutMs)
-        sent = signal.SIGKILL if fault == "kill" else signal.SIGSTOP
+        # a stall past streamIdleTimeoutMs); or its pod alone, killed
+        sent = signal.SIGSTOP if fault == "stop" else signal.SIGKILL
         gateway = gateways[victim].process
         assert gateway is not None
-        gateway.send_signal(sent)
+        if fault != "pod-kill":
+            gateway.send_signal(sent)
         pod_procs[index].send_signal(sent)
         await asyncio.wait_for(asyncio.gather(*tasks), timeout=180)
         gateways[victim].kill()  # a stopped one too
