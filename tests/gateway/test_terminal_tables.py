@@ -88,6 +88,8 @@ def _fleet(console: Console) -> None:
                      "unanswered": 0, "rejected": 0},
         "ttft_p50_s": 0.056, "ttft_p99_s": 0.439, "tpot_p50_s": 0.01, "tpot_p99_s": 0.034,
         "cross_region": {"served": 3448, "ttft_p99_s": 0.758},
+        "requests_resumed": 299, "reprefill_gpu_s": 17.982, "resume_gap_p50_s": 1.249,
+        "resume_gap_p99_s": 7.209, "lost_before_first_token": 0,
         "cost": {"per_million_tokens": 1.522, "attributed_per_million_tokens": 0.476,
                  "by_cluster": {"use1-a": {"sheddable_share": 0.0}}},
         "events": [{"at_s": 120.5, "action": "kill", "target": "us-east-1",
