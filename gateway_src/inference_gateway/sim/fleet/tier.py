@@ -32,14 +32,16 @@ ranking, each try read as a first attempt, within `maxAttempts`, `maxResumes` an
 `deadlineMs`; without it, or with no cluster left, the stream is lost. What became of
 the cut streams (lost, resumed, re-prefill GPU seconds, the resume gap) is counted by
 the single-cluster simulator's `sim.faults.StreamLedger`. A restored cluster starts cold
-(new pods, new gateway state). A `drain` / `undrain` event is `igw global drain/undrain`: the operator's
-drain set changes, and every router applies it at once (`ClusterRegistry.set_planned`; a
-real router reads the set before its next poll, within `pollIntervalMs`): the cluster
-leaves the rankings without a failover event, requests held there without a first token
-are retried, and streams already running finish (the cluster stays up). An undrain
-admits the cluster again, ramping over `rampS`. Every message between a router and a
-cluster takes half the region
-pair's round trip (`network`), so cross-region traffic pays it in TTFT. The global
+(new pods, new gateway state).
+
+A `drain` / `undrain` event is `igw global drain/undrain`: the operator's drain set
+changes, and every router applies it at once (`ClusterRegistry.set_planned`; a real
+router reads the set before its next poll, within `pollIntervalMs`): the cluster leaves
+the rankings without a failover event, requests held there without a first token are
+retried, and streams already running finish (the cluster stays up). An undrain admits
+the cluster again, ramping over `rampS`. Every message between a router and a cluster
+takes half the region pair's round trip (`network`), so cross-region traffic pays it in
+TTFT. The global
 routers themselves stay up (a region's clients are assumed to keep reaching theirs).
 Events run on the single-cluster simulator's one event heap (`driver.EventHeap`).
 """
