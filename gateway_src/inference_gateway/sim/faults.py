@@ -69,6 +69,7 @@ class StreamLedger:
     resumed: int = 0
     reprefill_gpu_s: float = 0.0
     gaps: list[float] = field(default_factory=list)
+    breaks: list[float] = field(default_factory=list)  # when each gap of `gaps` opened
     _broken: dict[int, _Broken] = field(default_factory=dict)
 
     def cut(
@@ -117,6 +118,7 @@ class StreamLedger:
             return
         self.resumed += 1
         self.gaps.append(now - broken.broke_at)
+        self.breaks.append(broken.broke_at)
         n = sim.prompt_tokens
         prefill_s = pod.engine.step_time(n, n * (n - 1) / 2, 0, 0.0)
         self.reprefill_gpu_s += prefill_s * pod.profile.tp

@@ -78,6 +78,9 @@ def test_with_migration_no_started_stream_is_lost_and_without_it_they_are(
     ]
     assert all(e["lost_started"] > 0 for e in no["events"][:2])
     assert [e["lost_started"] for e in yes["events"][:2]] == [0, 0]
+    resumed = [e["resumed"] for e in yes["events"][:2]]  # by the kill that cut them
+    assert min(resumed) > 0 and sum(resumed) == yes["requests_resumed"]
+    assert [e["resumed"] for e in no["events"][:2]] == [0, 0]
 
 
 def test_a_resumed_answer_reaches_its_client_whole(monkeypatch: pytest.MonkeyPatch) -> None:

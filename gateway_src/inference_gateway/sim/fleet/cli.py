@@ -145,6 +145,7 @@ def _events(console: Any, profile: str, report: dict[str, Any]) -> None:
                 _f(e.get("failover_s")) if kill else "",
                 _f(e.get("last_retry_s")) if kill else "",
                 str(e["lost_started"]) if kill else "",
+                str(e["resumed"]) if kill else "",
                 str(e["retried_and_served"]) if kill else "",
                 _f(e["retried_ttft_max_s"]) if kill else "",
                 _f(p99["before"]),
@@ -152,7 +153,7 @@ def _events(console: Any, profile: str, report: dict[str, Any]) -> None:
                 _f(p99["after"]),
             ]
         )
-    headers = ("failover\ns", "last\nretry s", "lost", "retried", "retried\nmax TTFT",
+    headers = ("failover\ns", "last\nretry s", "lost", "resumed", "retried", "retried\nmax TTFT",
                "before", "during", "after")  # fmt: skip
     print_table(
         console,

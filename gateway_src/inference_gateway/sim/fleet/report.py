@@ -106,6 +106,7 @@ class FleetRecorder:
     # the report ----------------------------------------------------------------------
 
     def report(self, routers: dict[str, Any], ledger: StreamLedger) -> dict[str, Any]:
+        resumes = list(zip(ledger.breaks, ledger.gaps, strict=True))  # (break, gap) each
         ttft = [row[1] for row in self.served]
         tpot = [
             t
@@ -140,7 +141,7 @@ class FleetRecorder:
                 # retry follows its request's first ranking, so it does not count)
                 "while_home_in": sum(1 for a in self.attempts if a[2] and a[3] and not a[4]),
             },
-            "events": [self._event(i) for i in range(len(self.events))],
+            "events": [self._event(i, resumes) for i in range(len(self.events))],
             "share": self._share(),
             "cost": self._cost(),
             "failover_events": {
@@ -161,7 +162,7 @@ class FleetRecorder:
             **ledger.report(),
         }
 
-    def _event(self, i: int) -> dict[str, Any]:
+    def _event(self, i: int, resumes: list[tuple[float, float]]) -> dict[str, Any]:
         event, names, t = self.events[i]
         end = self.events[i + 1][2] if i + 1 < len(self.events) else self.scenario.duration_s
         start = self.events[i - 1][2] if i > 0 else 0.0
@@ -201,6 +202,9 @@ class FleetRecorder:
             retried = [row[1] for row in self.served if row[7] is not None and t <= row[7] < upto]
             out["retried_and_served"] = len(retried)
             out["retried_ttft_max_s"] = round(max(retried), 6) if retried else None
+            gaps = [gap for broke, gap in resumes if t <= broke < upto]
+            out["resumed"] = len(gaps)
+            out["resume_gap_p99_s"] = _p(gaps, 99)
             out["unanswered"] = sum(
                 1 for _, o, when in self.failed if o == "unanswered" and t <= when < upto
             )
