@@ -607,6 +607,12 @@ class MigrationSpec(Spec):
         "may be resumed; past it the pod counts as stalled and the stream is resumed.",
     )
 
+    @property
+    def resumes(self) -> bool:
+        """Whether a broken stream is resumed at all: on, with a continuation allowed (one
+        reading for `igw serve`, `igw global` and the fleet simulator)."""
+        return self.enabled and self.max_resumes > 0
+
 
 class GatewayConfigSpec(Spec):
     """`InferenceGatewayConfig.spec`: models, pools, scheduling, flow control, limits."""

@@ -462,8 +462,7 @@ class Gateway:
         client_body = life.decision.llm.prompt_body
         chat = path == "/v1/chat/completions"
         if (
-            not spec.enabled
-            or spec.max_resumes < 1
+            not spec.resumes
             or not isinstance(client_body, dict)
             or unresumable(client_body, chat) is not None
         ):

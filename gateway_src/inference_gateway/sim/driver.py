@@ -70,7 +70,7 @@ class _Listener:
         assert self.policy is not None
         self.policy.on_first_token(sim, pod, time - request.arrival, time)
         if self.faults is not None:
-            self.faults.first_token(sim, pod, time)
+            self.faults.ledger.first_token(sim, pod, time)
 
     def on_finish(self, request: EngineRequest, time: float) -> None:
         tag = request.tag
@@ -87,7 +87,7 @@ class _Listener:
             self.transfers.finished(sim.request_id)
         first, tokens = request.first_token_time, request.output_tokens
         if self.faults is not None:  # a resumed stream: its client's first token and all
-            first, tokens = self.faults.finished(sim, first, tokens)
+            first, tokens = self.faults.ledger.finished(sim, first, tokens)
         # TTFT counts from the client's arrival, so time queued in the gateway counts too
         self.observer.on_finish(sim.t, first, time, tokens, sim.priority)
         self.policy.on_finished(sim, pod, time)

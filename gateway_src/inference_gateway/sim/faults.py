@@ -25,6 +25,10 @@ A continuation goes through the policy like a new request (a gateway policy admi
 again; `igw serve` sends it to the next pod without a second admission): a continuation
 the policy refuses counts as rejected. Not simulated with a P/D split (the scenario
 refuses the pair).
+
+The account of what became of the cut streams (lost, resumed, re-prefill, gap) is
+`StreamLedger`, one for both tiers: the fleet simulator keeps the same one for the streams
+of a lost cluster, resumed as `igw global` resumes them (`fleet/tier.py`).
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from inference_gateway.sim.pods import SimPod
 from inference_gateway.sim.scenario import Faults
 from inference_gateway.sim.workload import SimRequest
 
-__all__ = ["FaultInjector"]
+__all__ = ["FaultInjector", "StreamLedger"]
 
 
 @dataclass(slots=True)
@@ -54,19 +58,102 @@ class _Broken:
 
 
 @dataclass(slots=True)
-class FaultInjector:
-    """One run's failures: when each pod goes down and comes back, what the requests it
-    held become, and the figures of the report."""
+class StreamLedger:
+    """What became of the streams that failures cut, and what resuming them cost: one
+    account for both tiers, a single cluster's lost pods (`FaultInjector`, as `igw serve`
+    resumes) and the fleet's lost clusters (`fleet.tier`, as `igw global` does), so both
+    reports count lost, resumed, re-prefill and the gap the same way."""
 
-    faults: Faults
-    pods: list[SimPod]
-    failed: int = 0
     lost_mid_stream: int = 0
     lost_before_first_token: int = 0
     resumed: int = 0
     reprefill_gpu_s: float = 0.0
     gaps: list[float] = field(default_factory=list)
+    breaks: list[float] = field(default_factory=list)  # when each gap of `gaps` opened
     _broken: dict[int, _Broken] = field(default_factory=dict)
+
+    def cut(
+        self, sim: SimRequest, first_token: float | None, generated: int, now: float, *,
+        resume: bool,
+    ) -> SimRequest | None:  # fmt: skip
+        """`sim`'s attempt is cut at `now` (`first_token`: the attempt's first token, None
+        before it; `generated`: the tokens it produced). Returns the continuation to route:
+        the tokens delivered appended to the prompt, the tokens to generate less them;
+        None when the request is lost (counted: before its first token, or mid-stream
+        without `resume`). A continuation cut before its own first token is cut again:
+        its silence began at the earlier break."""
+        earlier = self._broken.pop(sim.request_id, None)
+        if first_token is None and earlier is None:
+            self.lost_before_first_token += 1
+            return None
+        if not resume:
+            self.lost_mid_stream += 1
+            return None
+        first = earlier.first_token if earlier is not None else first_token
+        delivered = (earlier.delivered if earlier is not None else 0) + generated
+        assert first is not None
+        since = now if earlier is None or earlier.broke_at > now else earlier.broke_at
+        self._broken[sim.request_id] = _Broken(first, delivered, since)
+        return dataclasses.replace(
+            sim,
+            prompt_tokens=sim.prompt_tokens + generated,
+            output_tokens=max(1, sim.output_tokens - generated),
+        )
+
+    def give_up(self, sim: SimRequest) -> None:
+        """A continuation no target took (none left, or none answered in time): its
+        stream ends with the SSE error event, lost mid-stream."""
+        self._broken.pop(sim.request_id, None)
+        self.lost_mid_stream += 1
+
+    def never_started(self) -> None:
+        """A request a failure dropped before its first token, that no other target
+        answered either (tier 2 retries such a request; tier 1 counts it in `cut`)."""
+        self.lost_before_first_token += 1
+
+    def first_token(self, sim: SimRequest, pod: SimPod, now: float) -> None:
+        """A continuation's first token: the gap closes, its re-prefill is counted."""
+        broken = self._broken.get(sim.request_id)
+        if broken is None or broken.broke_at > now:
+            return
+        self.resumed += 1
+        self.gaps.append(now - broken.broke_at)
+        self.breaks.append(broken.broke_at)
+        n = sim.prompt_tokens
+        prefill_s = pod.engine.step_time(n, n * (n - 1) / 2, 0, 0.0)
+        self.reprefill_gpu_s += prefill_s * pod.profile.tp
+        broken.broke_at = float("inf")  # closed: a later break opens it again
+
+    def finished(self, sim: SimRequest, first_token: float, tokens: int) -> tuple[float, int]:
+        """The client's first token and tokens for the request that ended (a resumed
+        one: its first token before the break, and every token delivered)."""
+        broken = self._broken.pop(sim.request_id, None)
+        if broken is None:
+            return first_token, tokens
+        return broken.first_token, broken.delivered + tokens
+
+    def report(self) -> dict[str, Any]:
+        gaps = np.asarray(self.gaps) if self.gaps else np.asarray([np.nan])
+        return {
+            "requests_lost": self.lost_mid_stream + self.lost_before_first_token,
+            "lost_mid_stream": self.lost_mid_stream,
+            "lost_before_first_token": self.lost_before_first_token,
+            "requests_resumed": self.resumed,
+            "reprefill_gpu_s": round(self.reprefill_gpu_s, 6),
+            "resume_gap_p50_s": round(float(np.percentile(gaps, 50)), 6),
+            "resume_gap_p99_s": round(float(np.percentile(gaps, 99)), 6),
+        }
+
+
+@dataclass(slots=True)
+class FaultInjector:
+    """One run's pod failures: when each pod goes down and comes back, and what the
+    requests it held become (`ledger`, with the figures of the report)."""
+
+    faults: Faults
+    pods: list[SimPod]
+    failed: int = 0
+    ledger: StreamLedger = field(default_factory=StreamLedger)
 
     def events(self, until: float) -> list[tuple[float, bool, SimPod]]:
         """(time, down, pod): the loss and the replacement of each failure before
@@ -103,60 +190,18 @@ class FaultInjector:
         lost: list[SimRequest] = []
         for request in held:
             sim: SimRequest = request.tag[0]
-            earlier = self._broken.pop(sim.request_id, None)
-            if request.first_token_time is None and earlier is None:
-                self.lost_before_first_token += 1
-                lost.append(sim)
-                continue
-            if not self.faults.resume:
-                self.lost_mid_stream += 1
-                lost.append(sim)
-                continue
-            generated = request.generated(old.clock)
-            first = earlier.first_token if earlier is not None else request.first_token_time
-            delivered = (earlier.delivered if earlier is not None else 0) + generated
-            assert first is not None
-            # a continuation lost before its first token: the silence began earlier
-            since = now if earlier is None or earlier.broke_at > now else earlier.broke_at
-            self._broken[sim.request_id] = _Broken(first, delivered, since)
-            continuations.append(
-                dataclasses.replace(
-                    sim,
-                    prompt_tokens=sim.prompt_tokens + generated,
-                    output_tokens=max(1, sim.output_tokens - generated),
-                )
+            continuation = self.ledger.cut(
+                sim,
+                request.first_token_time,
+                request.generated(old.clock),
+                now,
+                resume=self.faults.resume,
             )
+            if continuation is None:
+                lost.append(sim)
+            else:
+                continuations.append(continuation)
         return continuations, lost
 
-    def first_token(self, sim: SimRequest, pod: SimPod, now: float) -> None:
-        """A continuation's first token: the gap closes, its re-prefill is counted."""
-        broken = self._broken.get(sim.request_id)
-        if broken is None or broken.broke_at > now:
-            return
-        self.resumed += 1
-        self.gaps.append(now - broken.broke_at)
-        n = sim.prompt_tokens
-        prefill_s = pod.engine.step_time(n, n * (n - 1) / 2, 0, 0.0)
-        self.reprefill_gpu_s += prefill_s * pod.profile.tp
-        broken.broke_at = float("inf")  # closed: a later break opens it again
-
-    def finished(self, sim: SimRequest, first_token: float, tokens: int) -> tuple[float, int]:
-        """The client's first token and tokens for the request that ended (a resumed
-        one: its first token before the break, and every token delivered)."""
-        broken = self._broken.pop(sim.request_id, None)
-        if broken is None:
-            return first_token, tokens
-        return broken.first_token, broken.delivered + tokens
-
     def report(self) -> dict[str, Any]:
-        gaps = np.asarray(self.gaps) if self.gaps else np.asarray([np.nan])
-        return {
-            "pod_failures": self.failed,
-            "requests_lost": self.lost_mid_stream + self.lost_before_first_token,
-            "lost_mid_stream": self.lost_mid_stream,
-            "lost_before_first_token": self.lost_before_first_token,
-            "requests_resumed": self.resumed,
-            "reprefill_gpu_s": round(self.reprefill_gpu_s, 6),
-            "resume_gap_p50_s": round(float(np.percentile(gaps, 50)), 6),
-            "resume_gap_p99_s": round(float(np.percentile(gaps, 99)), 6),
-        }
+        return {"pod_failures": self.failed, **self.ledger.report()}

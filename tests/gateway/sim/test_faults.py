@@ -83,10 +83,11 @@ def test_a_resumed_answer_reaches_its_client_whole() -> None:
     delivered = cont.prompt_tokens - 500
     assert 0 < delivered < 400 and cont.output_tokens == 400 - delivered
     assert pods[0].engine is not engine and pods[0].engine.requests() == []
-    faults.first_token(cont, pods[1], 1.2)
-    assert faults.resumed == 1 and faults.gaps == [pytest.approx(0.2)]
-    assert faults.reprefill_gpu_s > 0
-    assert faults.finished(cont, 1.2, cont.output_tokens) == (first, 400)
+    ledger = faults.ledger
+    ledger.first_token(cont, pods[1], 1.2)
+    assert ledger.resumed == 1 and ledger.gaps == [pytest.approx(0.2)]
+    assert ledger.reprefill_gpu_s > 0
+    assert ledger.finished(cont, 1.2, cont.output_tokens) == (first, 400)
 
 
 def test_a_failure_names_a_pod_of_the_fleet() -> None:

@@ -129,14 +129,22 @@ def test_no_request_that_had_not_started_is_lost(two_regions: dict[str, Any]) ->
 
 
 def test_without_retries_the_dropped_requests_would_be_lost() -> None:
-    """The same run with maxAttempts 1 loses requests: the retry is what saves them."""
+    """The same run with maxAttempts 1 loses requests: the retry is what saves them. Each
+    is a request a dead cluster dropped before its first token (`lost_before_first_token`,
+    as the single-cluster report counts those of a lost pod)."""
     one = scenario(router={**TWO_REGIONS["router"], "maxAttempts": 1})
-    q = simulate_fleet(one)["profiles"]["latency"]["requests"]
+    report = simulate_fleet(one)["profiles"]["latency"]
+    q = report["requests"]
     assert q["unanswered"] > 0
+    assert report["lost_before_first_token"] == q["unanswered"]
+    assert report["requests_lost"] == q["unanswered"] + q["lost_started"]
 
 
 def test_traffic_crosses_regions_only_when_the_home_region_is_out() -> None:
-    tier = FleetTier(scenario(), "latency", simulate_fleet_capacity())
+    """Migration off: r1's streams resumed on c3 at the region loss would saturate it,
+    and a saturated home cluster rightly sends r2's clients to r1 once it is back."""
+    router = {**TWO_REGIONS["router"], "migration": {"enabled": False}}
+    tier = FleetTier(scenario(router=router), "latency", simulate_fleet_capacity())
     report = tier.run()
     assert isinstance(tier.routers["r1"].registry, ClusterRegistry)  # igw global's own
     assert report["cross_region"]["served"] > 0
@@ -299,6 +307,8 @@ def test_cost_mode_moves_away_when_the_cheap_cluster_saturates() -> None:
         ({"router": {"profile": "cost"}}, "router.profile"),
         ({"router": {"staleAfterMs": -1}}, "router.staleAfterMs"),
         ({"router": {"drainFile": "/tmp/drained"}}, "router.drainFile"),
+        ({"router": {"migration": {"maxResumes": 99}}}, "router.migration.maxResumes"),
+        ({"router": {"migration": {"streamIdleTimeoutMs": 5000}}}, "migration.streamIdleTimeoutMs"),
         ({"client_regions": {"r9": 1}}, "client_regions.r9"),
         ({"clusters": [{**TWO_REGIONS["clusters"][0], "gpu": "H100"}]}, "clusters[0].gpu"),
         ({"clusters": [{**TWO_REGIONS["clusters"][0], "name": "C_1"}]}, "clusters[0].name"),
@@ -350,7 +360,12 @@ def test_cli_text_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
 
 def test_shipped_fleet_scenarios_load() -> None:
     names = shipped_fleet_scenarios()
-    assert {"fleet-two-regions", "fleet-cost-shaping", "fleet-planned-drain"} <= set(names)
+    assert {
+        "fleet-two-regions",
+        "fleet-cost-shaping",
+        "fleet-planned-drain",
+        "fleet-cluster-loss",
+    } <= set(names)
     for name in names:
         assert load_fleet_scenario(name).name == name
     assert load_fleet_scenario("fleet-cost-shaping").profiles == ["latency", "cost"]

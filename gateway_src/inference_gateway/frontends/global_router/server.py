@@ -201,10 +201,7 @@ class GlobalRouter:
         self.metrics = metrics or GlobalMetrics()
         self.registry = ClusterRegistry(spec, self.metrics)
         self.poller = ClusterPoller(self.registry)  # feeds it: GET /status of each cluster
-        migration = spec.migration
-        self.plan = AttemptPlan(
-            spec.max_attempts, resume=migration.enabled and migration.max_resumes > 0
-        )
+        self.plan = AttemptPlan(spec.max_attempts, resume=spec.migration.resumes)
         self.relay = StreamRelay(spec.stream_idle_timeout_ms / 1000)
         self.resuming_relay = StreamRelay()  # the Resumer watches the silences itself
         self.limiter: GlobalRateLimiter | None = None

@@ -12,6 +12,13 @@ from inference_gateway.sim.fleet.scenario import load_fleet_scenario
 
 __all__ = ["run_fleet"]
 
+RESUME_LEGEND = (
+    "resumed: streams a lost cluster cut after their first token that went on at the next "
+    "cluster (the router's `migration`, docs/migration.md); re-prefill GPU s: GPU seconds "
+    "the continuations spent prefilling the prompt and the tokens delivered again; resume "
+    "gap: from the break to the continuation's first token at the router, in seconds."
+)
+
 
 def run_fleet(args: argparse.Namespace) -> int:
     from inference_gateway.sim.fleet.runner import simulate_fleet
@@ -36,7 +43,8 @@ def run_fleet(args: argparse.Namespace) -> int:
 
 
 def _f(value: float | None, digits: int = 3) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
+    """A figure, or "-" for none (None; NaN: no stream was resumed, no gap to measure)."""
+    return "-" if value is None or value != value else f"{value:.{digits}f}"
 
 
 def print_fleet(result: dict[str, Any], console: Any = None) -> None:
@@ -74,7 +82,12 @@ def print_fleet(result: dict[str, Any], console: Any = None) -> None:
         ("served", lambda r: r["requests"]["served"]),
         ("  of them retried off a dead cluster", lambda r: r["requests"]["retried_and_served"]),
         ("lost after their first token", lambda r: r["requests"]["lost_started"]),
+        ("resumed on another cluster", lambda r: r["requests_resumed"]),
+        ("  re-prefill GPU s", lambda r: _f(r["reprefill_gpu_s"], 1)),
+        ("  resume gap p50 s", lambda r: _f(r["resume_gap_p50_s"])),
+        ("  resume gap p99 s", lambda r: _f(r["resume_gap_p99_s"])),
         ("unanswered (never started)", lambda r: r["requests"]["unanswered"]),
+        ("  of them dropped by a lost cluster", lambda r: r["lost_before_first_token"]),
         ("rejected by a cluster's admission", lambda r: r["requests"]["rejected"]),
         ("TTFT p50 s", lambda r: _f(r["ttft_p50_s"])),
         ("TTFT p99 s", lambda r: _f(r["ttft_p99_s"])),
@@ -94,6 +107,7 @@ def print_fleet(result: dict[str, Any], console: Any = None) -> None:
         "per router profile",
         [Column("", text=True), *(Column(name) for name in profiles)],
         [[label, *(str(cell(r)) for r in profiles.values())] for label, cell in rows],
+        legend=RESUME_LEGEND,
     )
     for name, r in result["profiles"].items():
         if r["events"]:
@@ -131,6 +145,7 @@ def _events(console: Any, profile: str, report: dict[str, Any]) -> None:
                 _f(e.get("failover_s")) if kill else "",
                 _f(e.get("last_retry_s")) if kill else "",
                 str(e["lost_started"]) if kill else "",
+                str(e["resumed"]) if kill else "",
                 str(e["retried_and_served"]) if kill else "",
                 _f(e["retried_ttft_max_s"]) if kill else "",
                 _f(p99["before"]),
@@ -138,7 +153,7 @@ def _events(console: Any, profile: str, report: dict[str, Any]) -> None:
                 _f(p99["after"]),
             ]
         )
-    headers = ("failover\ns", "last\nretry s", "lost", "retried", "retried\nmax TTFT",
+    headers = ("failover\ns", "last\nretry s", "lost", "resumed", "retried", "retried\nmax TTFT",
                "before", "during", "after")  # fmt: skip
     print_table(
         console,

@@ -8,11 +8,20 @@ Definitions (docs/global-router.md, "Simulating the fleet"):
   ranking their request got on arrival (`server._forward`), so one ranked before the
   drain can still try the dead cluster later (a black hole: after a read timeout).
 * **requests**: `served`; `retried_and_served` (served after a dead cluster dropped or
-  refused an attempt); `lost_started` (the cluster died after the first token: the
-  stream breaks); `unanswered` (no cluster could take it: every attempt was refused, or
+  refused an attempt); `lost_started` (the cluster died after the first token and the
+  stream was not resumed: migration off, or no cluster took the continuation);
+  `unanswered` (no cluster could take it: every attempt was refused, or
   nothing was routable); `rejected` (the last cluster's admission answered 429/503:
   load shedding, not a failure of the tier); `unfinished` (still open when the run
   stopped, `DRAIN_FACTOR` durations after the start).
+* **cluster_failures** (clusters killed) and the single-cluster report's fault fields
+  (`sim.faults.StreamLedger`): `requests_lost` = `lost_mid_stream` (= `lost_started`) +
+  `lost_before_first_token` (a dead cluster dropped it before its first token and no
+  other cluster answered it: part of `unanswered`), `requests_resumed`,
+  `reprefill_gpu_s` (each continuation's prompt and delivered tokens prefilled alone on
+  the pod that took it), `resume_gap_p50_s` / `resume_gap_p99_s` (from the break, the
+  last token's arrival at the router, to the continuation's first token there).
+  A resumed request's TTFT is its first token's; its E2E and tokens span the break.
 * **ttft_p99_s** per event window, by arrival time: `before` = since the previous event,
   `during` = the event's first `window_s` (a restore or an undrain: its `rampS`), `after` =
   from there to the next event. TTFT is what the client sees: network included.
@@ -35,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from inference_gateway.core.request.latency import time_per_output_token
+from inference_gateway.sim.faults import StreamLedger
 from inference_gateway.sim.fleet.scenario import FleetEvent, FleetScenario
 
 __all__ = ["FleetRecorder"]
@@ -70,7 +80,9 @@ class FleetRecorder:
         cross = cluster.region != req.router.region
         self.attempts.append((now, cluster.name, cross, home_in, req.attempt > 0))
 
-    def on_served(self, req: Any, cluster: Any, seen: float) -> None:
+    def on_served(self, req: Any, cluster: Any, seen: float, tokens: int) -> None:
+        """`tokens`: every output token its client got (a resumed stream's from before
+        the break too)."""
         sim = req.sim
         self.served.append(
             (
@@ -79,7 +91,7 @@ class FleetRecorder:
                 seen - sim.t,
                 cluster.name,
                 cluster.region != req.router.region,
-                sim.output_tokens,
+                tokens,
                 sim.priority,
                 req.refused_at,
             )
@@ -93,7 +105,8 @@ class FleetRecorder:
 
     # the report ----------------------------------------------------------------------
 
-    def report(self, routers: dict[str, Any]) -> dict[str, Any]:
+    def report(self, routers: dict[str, Any], ledger: StreamLedger) -> dict[str, Any]:
+        resumes = list(zip(ledger.breaks, ledger.gaps, strict=True))  # (break, gap) each
         ttft = [row[1] for row in self.served]
         tpot = [
             t
@@ -128,7 +141,7 @@ class FleetRecorder:
                 # retry follows its request's first ranking, so it does not count)
                 "while_home_in": sum(1 for a in self.attempts if a[2] and a[3] and not a[4]),
             },
-            "events": [self._event(i) for i in range(len(self.events))],
+            "events": [self._event(i, resumes) for i in range(len(self.events))],
             "share": self._share(),
             "cost": self._cost(),
             "failover_events": {
@@ -142,9 +155,14 @@ class FleetRecorder:
                 )
                 for region, r in routers.items()
             },
+            # what became of the streams the kills cut: the single-cluster report's fields
+            "cluster_failures": sum(
+                len(names) for e, names, _ in self.events if e.action == "kill"
+            ),
+            **ledger.report(),
         }
 
-    def _event(self, i: int) -> dict[str, Any]:
+    def _event(self, i: int, resumes: list[tuple[float, float]]) -> dict[str, Any]:
         event, names, t = self.events[i]
         end = self.events[i + 1][2] if i + 1 < len(self.events) else self.scenario.duration_s
         start = self.events[i - 1][2] if i > 0 else 0.0
@@ -174,15 +192,19 @@ class FleetRecorder:
             out["failover_s"] = round(last - t, 6)
             last_retry = max((a[0] for a in dead if a[4]), default=None)
             out["last_retry_s"] = None if last_retry is None else round(last_retry - t, 6)
-            out["lost_started"] = sum(
-                1 for _, o, when in self.failed if o == "lost_started" and when == t
-            )
-            # a retry belongs to the latest kill before it, however late it came
+            # a retry (or a lost continuation) belongs to the latest kill before it,
+            # however late it came
             later_kills = [e[2] for e in self.events[i + 1 :] if e[0].action == "kill"]
             upto = later_kills[0] if later_kills else math.inf
+            out["lost_started"] = sum(
+                1 for _, o, when in self.failed if o == "lost_started" and t <= when < upto
+            )
             retried = [row[1] for row in self.served if row[7] is not None and t <= row[7] < upto]
             out["retried_and_served"] = len(retried)
             out["retried_ttft_max_s"] = round(max(retried), 6) if retried else None
+            gaps = [gap for broke, gap in resumes if t <= broke < upto]
+            out["resumed"] = len(gaps)
+            out["resume_gap_p99_s"] = _p(gaps, 99)
             out["unanswered"] = sum(
                 1 for _, o, when in self.failed if o == "unanswered" and t <= when < upto
             )

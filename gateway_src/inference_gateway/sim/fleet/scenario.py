@@ -9,6 +9,7 @@ what happens to the clusters when:
     duration_s: 240
     scrape_interval_ms: 50          # each cluster gateway scrapes its pods this often
     router: {pollIntervalMs: 1000, staleAfterMs: 3000, rampS: 30}   # igw global's keys
+                                    # (migration: {enabled: false} loses cut streams)
     network:                        # round trips, added once to every TTFT
       in_region_rtt_ms: 1
       cross_region_rtt_ms: 65       # any pair of regions not in `links`
@@ -37,8 +38,9 @@ what happens to the clusters when:
 Unknown keys are errors and every problem names its field, as everywhere. The router
 keys are `igw global`'s own (validated by `GlobalRouterSpec`); the ones the simulation
 sets itself (`clusters`, `homeRegion`, `profile`, `sheddableObjectives`, `store`) and
-the ones it does not simulate (`rateLimits`, `drainFile`, `migration`: tier 2's resume
-on break) are refused there.
+the ones it does not simulate (`rateLimits`, `drainFile`) are refused there. `migration`
+is tier 2's resume on break, as in `igw global` (on unless `enabled: false`): a stream a
+killed cluster cut goes on at the next cluster (`tier.py`, docs/migration.md).
 """
 
 from __future__ import annotations
@@ -67,8 +69,8 @@ __all__ = [
 
 FLEET_DIR = "fleet"  # shipped fleet scenarios: scenarios/fleet/NAME.yaml
 SET_BY_SIMULATION = ("clusters", "homeRegion", "profile", "sheddableObjectives", "store")
-# planned drains are drain/undrain events; a broken stream is not resumed (issue 33)
-NOT_SIMULATED = ("rateLimits", "drainFile", "migration")
+# planned drains are drain/undrain events
+NOT_SIMULATED = ("rateLimits", "drainFile")
 SHEDDABLE_OBJECTIVE = "sheddable"  # a sheddable request's objective in the simulation
 
 

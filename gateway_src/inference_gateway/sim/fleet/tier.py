@@ -23,16 +23,25 @@ The router sees a cluster only the way `igw global` does:
   cluster's work on an abandoned attempt goes on, but its answer is dropped.
 
 A killed cluster's gateway answers nothing more: requests it held that had not streamed
-a token are dropped with the connection and retried elsewhere; those that had are lost
-(the stream breaks after its first byte). A restored cluster starts cold (new pods, new
-gateway state). A `drain` / `undrain` event is `igw global drain/undrain`: the operator's
-drain set changes, and every router applies it at once (`ClusterRegistry.set_planned`; a
-real router reads the set before its next poll, within `pollIntervalMs`): the cluster
-leaves the rankings without a failover event, requests held there without a first token
-are retried, and streams already running finish (the cluster stays up). An undrain
-admits the cluster again, ramping over `rampS`. Every message between a router and a
-cluster takes half the region
-pair's round trip (`network`), so cross-region traffic pays it in TTFT. The global
+a token are dropped with the connection and retried elsewhere; a stream that had breaks
+after its first byte (`_cut`). Where the router's `migration` is on (`igw global`'s
+default) the router resumes it as `server._continue` does, once it sees the break (one
+way later; in a black hole at `streamIdleTimeoutMs`): the continuation, the delivered
+tokens appended to the prompt, goes to the next routable cluster of the request's
+ranking, each try read as a first attempt, within `maxAttempts`, `maxResumes` and
+`deadlineMs`; without it, or with no cluster left, the stream is lost. What became of
+the cut streams (lost, resumed, re-prefill GPU seconds, the resume gap) is counted by
+the single-cluster simulator's `sim.faults.StreamLedger`. A restored cluster starts cold
+(new pods, new gateway state).
+
+A `drain` / `undrain` event is `igw global drain/undrain`: the operator's drain set
+changes, and every router applies it at once (`ClusterRegistry.set_planned`; a real
+router reads the set before its next poll, within `pollIntervalMs`): the cluster leaves
+the rankings without a failover event, requests held there without a first token are
+retried, and streams already running finish (the cluster stays up). An undrain admits
+the cluster again, ramping over `rampS`. Every message between a router and a cluster
+takes half the region pair's round trip (`network`), so cross-region traffic pays it in
+TTFT. The global
 routers themselves stay up (a region's clients are assumed to keep reaching theirs).
 Events run on the single-cluster simulator's one event heap (`driver.EventHeap`).
 """
@@ -50,6 +59,7 @@ from typing import Any
 from inference_gateway.config.global_router import GlobalRouterSpec
 from inference_gateway.config.spec import GatewayConfigSpec
 from inference_gateway.core.request.attempts import AttemptPlan, Failure
+from inference_gateway.core.request.relay import StreamEnd
 from inference_gateway.core.scheduling.cluster_choice import (
     RequestTraits,
     mean_kv_usage,
@@ -59,6 +69,7 @@ from inference_gateway.core.scheduling.cluster_registry import ClusterRegistry, 
 from inference_gateway.core.traffic.flow_control import BANDS, FlowController
 from inference_gateway.emulator.engine import EngineRequest
 from inference_gateway.sim.driver import EventHeap
+from inference_gateway.sim.faults import StreamLedger
 from inference_gateway.sim.fleet.report import FleetRecorder
 from inference_gateway.sim.fleet.scenario import (
     SHEDDABLE_OBJECTIVE,
@@ -91,7 +102,10 @@ class FleetRequest:
     at: str | None = None  # the cluster the current attempt waits on or streams from
     hold_key: int | None = None
     sent_at: float = 0.0
-    first_token: float | None = None  # when the client saw it
+    first_token: float | None = None  # when the client saw it (a continuation's: still it)
+    streaming: bool = False  # the current attempt's first token came
+    resumes: int = 0  # continuations opened (`migration.maxResumes` at most)
+    dropped: bool = False  # a dead cluster dropped or swallowed one of its attempts
     refused_at: float | None = None  # last time a dead cluster dropped it
 
 
@@ -141,7 +155,7 @@ class Incarnation:
         if self.alive:
             req, pod = request.tag
             self.policy.on_first_token(req.sim, pod, time - request.arrival, time)
-            self.tier.first_token(req, self.cluster, time)
+            self.tier.first_token(req, self.cluster, pod, time)
 
     def on_finish(self, request: EngineRequest, time: float) -> None:
         if self.alive:
@@ -236,7 +250,8 @@ class FleetTier:
     def __post_init__(self) -> None:
         scenario = self.scenario
         self.spec = router_spec(scenario, self.profile, self.capacity_tokens_per_s)
-        self.plan = AttemptPlan(self.spec.max_attempts)  # `igw global`'s own
+        # `igw global`'s own, resuming a broken stream where its `migration` says so
+        self.plan = AttemptPlan(self.spec.max_attempts, resume=self.spec.migration.resumes)
         self.clusters = {
             c.name: SimCluster(c, self.spec.clusters[i].hourly_cost_usd)
             for i, c in enumerate(scenario.clusters)
@@ -250,6 +265,7 @@ class FleetTier:
         self._region_cdf = list(itertools.accumulate(shares.values()))
         self._region_random = random.Random(scenario.seed ^ 0xC11E47)
         self.recorder = FleetRecorder(scenario, self.profile, self.clusters, self.spec.ramp_s)
+        self.ledger = StreamLedger()  # what became of the streams the kills cut
         self.open = 0  # requests not yet done
         self.planned: set[str] = set()  # the operator's drain set (`igw global drain`)
 
@@ -316,7 +332,7 @@ class FleetTier:
                     self.later(t + poll_s, POLL, None)
             else:
                 self.fleet_event(payload)
-        return self.recorder.report(self.routers)
+        return self.recorder.report(self.routers, self.ledger)
 
     # ------------------------------------------------------------------ requests
 
@@ -343,12 +359,12 @@ class FleetTier:
         name = req.attempts[req.index]
         cluster = self.clusters[name]
         router = req.router
-        router.metrics.decisions.labels(
-            name, self.spec.profile, "first" if req.attempt == 0 else "retry"
-        ).inc()
+        attempt = "resume" if req.first_token is not None else "retry" if req.attempt else "first"
+        router.metrics.decisions.labels(name, self.spec.profile, attempt).inc()
         req.sent_at = self.now
         req.seq += 1
         req.at = name
+        req.streaming = False
         seq = req.seq
         req.hold_key = router.registry.hold(
             name, lambda: self.later(self.now, MESSAGE, self._current(req, seq, self._drained))
@@ -367,7 +383,7 @@ class FleetTier:
         first token (a drain, a timeout and a refusal can race for one attempt)."""
 
         def run() -> None:
-            if req.seq == seq and req.at is not None and req.first_token is None:
+            if req.seq == seq and req.at is not None and not req.streaming:
                 then(req)
 
         return run
@@ -391,6 +407,7 @@ class FleetTier:
         if req.at != cluster.name:
             return  # the router gave this attempt up on the way (a drain)
         if live is None:
+            req.dropped = True
             refused = self._current(req, seq, self._refused)
             if cluster.silent:  # no answer: the connect timeout fails it
                 at = max(self.now, req.sent_at + self.spec.connect_timeout_ms / 1000)
@@ -459,23 +476,32 @@ class FleetTier:
     def _reply(self, req: FleetRequest, cluster: SimCluster, then: Callable[[], None]) -> None:
         self._reply_to(req.router, cluster, then)
 
-    def first_token(self, req: FleetRequest, cluster: SimCluster, time: float) -> None:
-        if req.at != cluster.name or req.first_token is not None:
+    def first_token(self, req: FleetRequest, cluster: SimCluster, pod: SimPod, time: float) -> None:
+        """The current attempt's first token reaches the router one way later; a
+        continuation's closes the resume gap (`server._continue` feeds no first-byte
+        EWMA: its TTFT is a re-prefill's, not a fresh request's)."""
+        if req.at != cluster.name or req.streaming:
             return  # an attempt the router gave up: its answer is dropped
         seen = time + self.one_way(req.router, cluster)
-        req.first_token = seen
+        req.streaming = True
         registry = req.router.registry
         if req.hold_key is not None:
             registry.release(cluster.name, req.hold_key)
             req.hold_key = None
-        registry.observe_ttft(cluster.name, seen - req.sent_at)
+        if req.first_token is None:
+            req.first_token = seen
+            registry.observe_ttft(cluster.name, seen - req.sent_at)
+        else:
+            self.ledger.first_token(req.sim, pod, seen)
 
     def finished(self, req: FleetRequest, cluster: SimCluster, time: float) -> None:
         if req.at != cluster.name:
             return  # an attempt the router gave up
         self.open -= 1
         self._answered(req, cluster, "200", failed=False)
-        self.recorder.on_served(req, cluster, time + self.one_way(req.router, cluster))
+        assert req.first_token is not None
+        _, tokens = self.ledger.finished(req.sim, req.first_token, req.sim.output_tokens)
+        self.recorder.on_served(req, cluster, time + self.one_way(req.router, cluster), tokens)
 
     def _answered(self, req: FleetRequest, cluster: SimCluster, code: str, *, failed: bool) -> None:
         """`server._ended`: an answer relayed to its end, counted and learnt once."""
@@ -518,8 +544,11 @@ class FleetTier:
         verdict = self.plan.after_status(status)
         index = self._next_index(req) if verdict.retry else None
         if index is None:
-            self.open -= 1
             self._answered(req, cluster, str(status), failed=verdict.failed)
+            if req.first_token is not None:  # a continuation: the stream ends
+                self._lose_stream(req)
+                return
+            self.open -= 1
             self.recorder.on_failed(req, "rejected", self.now)
             return
         req.router.registry.learn(cluster.name, verdict, str(status))
@@ -540,7 +569,14 @@ class FleetTier:
         self._send(req)
 
     def _fail(self, req: FleetRequest, outcome: str, status: int) -> None:
+        """The request ends unanswered (`status`); a continuation's stream ends with
+        the SSE error event instead (its 200 went out with the first token)."""
+        if req.first_token is not None:
+            self._lose_stream(req)
+            return
         self.open -= 1
+        if req.dropped:  # a lost cluster had it before its first token
+            self.ledger.never_started()
         req.router.metrics.failed.labels(str(status)).inc()
         self.recorder.on_failed(req, outcome, self.now)
 
@@ -604,36 +640,96 @@ class FleetTier:
                 router.registry.set_planned(self.planned)
         self.recorder.on_event(event, changed, self.now)
 
-    def _stream_lost(self, req: FleetRequest, cluster: SimCluster, silent: bool) -> None:
-        """What the router learns from a started stream the cluster lost (`server._relay`
-        with the shared relay): a cut one breaks one way later (`stream_broken`); in a
-        black hole it goes silent and ends at `streamIdleTimeoutMs` (`stream_stalled`,
-        which drains the cluster). Either is a failure in the cluster's error score."""
-        if not silent:
-            learn = partial(self._answered, req, cluster, "stream_broken", failed=True)
-            self._reply(req, cluster, learn)
-            return
-
-        def stalled() -> None:
-            req.router.registry.drain(cluster.name, "stream_stalled")
-            self._answered(req, cluster, "stream_stalled", failed=True)
-
-        self.later(self.now + self.spec.stream_idle_timeout_ms / 1000, MESSAGE, stalled)
-
     def _kill(self, cluster: SimCluster, *, silent: bool) -> None:
         """The cluster's gateway and pods stop. `silent` (a black hole): nothing answers
         any more, so held requests wait for the router's read timeout; otherwise their
-        connections drop at once and the router learns one way later."""
+        connections drop at once and the router learns one way later. A stream already
+        running breaks (`_cut`)."""
         live = cluster.live
         assert live is not None
+        generated: dict[FleetRequest, int] = {}  # each running attempt's tokens so far
+        for pod in live.pods:
+            engine = pod.engine
+            engine.advance(self.now)  # every step that ended by now was delivered
+            for request in engine.requests():
+                generated[request.tag[0]] = request.generated(engine.clock)
         live.alive = False
         cluster.live, cluster.silent = None, silent
         for req in list(live.requests.values()):
-            if req.first_token is not None:  # streaming: the stream breaks
-                self.open -= 1
-                self.recorder.on_failed(req, "lost_started", self.now)
-                self._stream_lost(req, cluster, silent)
-            elif not silent:  # the connection drops before an answer: the router retries
-                self._reply(req, cluster, self._current(req, req.seq, self._refused))
-            # silent: the request waits for the drain or its first-byte timeout (_send)
+            if req.streaming:
+                self._cut(req, cluster, generated.get(req, 0), silent)
+            else:  # no first token yet: the connection drops, the router retries it
+                req.dropped = True
+                if not silent:
+                    self._reply(req, cluster, self._current(req, req.seq, self._refused))
+                # silent: the request waits for the drain or its first-byte timeout (_send)
         live.requests.clear()
+
+    def _cut(self, req: FleetRequest, cluster: SimCluster, generated: int, silent: bool) -> None:
+        """A running stream breaks with its cluster. Where the router resumes
+        (`migration`, within `maxResumes`), the continuation (the delivered tokens
+        appended to the prompt, `sim.faults.StreamLedger`) waits for the router to see
+        the break; otherwise the stream is lost."""
+        resume = self.plan.resume and req.resumes < self.spec.migration.max_resumes
+        # the last chunk before the break reached the router by then (within one step)
+        broke_at = self.now + self.one_way(req.router, cluster)
+        assert req.first_token is not None
+        continuation = self.ledger.cut(req.sim, req.first_token, generated, broke_at, resume=resume)
+        if continuation is None:
+            self.open -= 1
+            self.recorder.on_failed(req, "lost_started", self.now)
+        else:
+            req.sim = continuation
+        self._stream_lost(req, cluster, silent, resume=continuation is not None)
+
+    def _stream_lost(
+        self, req: FleetRequest, cluster: SimCluster, silent: bool, *, resume: bool
+    ) -> None:
+        """What the router learns from a started stream the cluster lost (`server._relay`
+        with the shared relay, `server._continue` with the Resumer): a cut one breaks one
+        way later (`stream_broken`); in a black hole it goes silent and ends at
+        `streamIdleTimeoutMs` (`stream_stalled`). The attempt plan's `after_break` says
+        what that means: a failure in the cluster's error score, a stalled cluster
+        drained, and (`resume`) the continuation to the next cluster."""
+        end = StreamEnd.STALLED if silent else StreamEnd.BROKEN
+
+        def broke() -> None:
+            verdict = self.plan.after_break(end)
+            if verdict.drain:
+                req.router.registry.drain(cluster.name, "stream_stalled")
+            self._answered(req, cluster, end.value, failed=verdict.failed)
+            if resume:
+                self._resume(req, verdict.retry)
+
+        if silent:
+            self.later(self.now + self.spec.stream_idle_timeout_ms / 1000, MESSAGE, broke)
+        else:
+            self._reply(req, cluster, broke)
+
+    def _resume(self, req: FleetRequest, retry: bool) -> None:
+        """`server._continue`: the continuation goes to the next routable cluster of the
+        request's ranking not tried yet (within `maxAttempts`), each try read as a first
+        attempt (`_send`: refused or drained moves on, silent past `firstByteTimeoutMs`
+        ends it); past `migration.deadlineMs` from the break without a first token the
+        resume ends (the Resumer's deadline)."""
+        index = self._next_index(req) if retry else None
+        if index is None:
+            self._lose_stream(req)
+            return
+        req.resumes += 1
+        resumes = req.resumes
+
+        def past_deadline() -> None:
+            if req.resumes == resumes and req.at is not None and not req.streaming:
+                self._give_up(req)
+                self._lose_stream(req)
+
+        self.later(self.now + self.spec.migration.deadline_ms / 1000, MESSAGE, past_deadline)
+        self._retry(req, index)
+
+    def _lose_stream(self, req: FleetRequest) -> None:
+        """No cluster took the continuation: the client's stream ends with the SSE error
+        event, the request lost after its first token."""
+        self.ledger.give_up(req.sim)
+        self.open -= 1
+        self.recorder.on_failed(req, "lost_started", self.now)
