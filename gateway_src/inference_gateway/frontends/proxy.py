@@ -510,10 +510,7 @@ class Gateway:
         no engine started goes on to the next pod; a silent one (`Failure.TIMEOUT`: it may
         be generating) ends the resume."""
         assert self.upstream is not None
-        if reason == BreakReason.ERROR_EVENT:
-            life.attempt_failed()
-        else:
-            life.unreachable()
+        life.broke(error_event=reason == BreakReason.ERROR_EVENT)
         for endpoint in self.director.rerank(life.decision, tried):
             tried.add(endpoint.hostport)
             life.picked(endpoint)

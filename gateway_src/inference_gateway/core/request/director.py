@@ -619,15 +619,25 @@ class Director:
         missing from it, and the continuations of one lost pod would all land on its
         next pod and prefill there together; ranked afresh, each continuation picked
         meanwhile counts in the scorers (`on_picked`), so they spread. Empty when no pod
-        is left; the request's explanation keeps the admission's ranking."""
+        is left; the request's explanation keeps the admission's ranking.
+
+        A continuation is a whole request (no prefill leg, no `kv_transfer_params`:
+        resume.py), so with a P/D split it is ranked as a decode-only request is
+        (`_rank`): by the handler's `aggregatedProfile` where it names one (pods of
+        either role), else by the decode profile (decode pods only)."""
         candidates = [
             e
             for e in self.state.router.candidates(decision.route, self.endpoints())
             if e.hostport not in exclude
         ]
-        llm = dataclasses.replace(decision.llm, explanation=None)
+        if not candidates:
+            return []
+        llm = dataclasses.replace(decision.llm, explanation=None, prefill_pod=None)
+        whole = self.scheduler.schedule_aggregated(llm, candidates)
+        if whole:
+            return whole
         try:
-            return self.scheduler.schedule(llm, candidates) if candidates else []
+            return self.scheduler.schedule(llm, candidates)
         except NoEndpointError:
             return []
 

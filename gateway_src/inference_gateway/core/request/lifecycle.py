@@ -5,6 +5,7 @@ ext_proc picker); the data plane only reports what happened:
 
     picked(pod) ─┬─ attempt_failed() / unreachable() ─ picked(next pod) ...
                  └─ answered(status) ─ first_byte() ─ chunk(bytes)* ─ finished()
+                                                      └─ broke() ─ picked(next pod) ...
     at any point: cancelled(reason)     (client gone, upstream broke, lifetime over)
 
 and the lifecycle alone does the bookkeeping: the scheduler's per-pod state (`on_picked`,
@@ -179,6 +180,20 @@ class RequestLifecycle:
         if self.endpoint is not None:
             self.director.connection_failed(self.endpoint)
         self.attempt_failed()
+
+    def broke(self, *, error_event: bool) -> None:
+        """The picked pod's stream broke after it started and a continuation is sought
+        (core/request/resume.py): this attempt's bookkeeping ends (a pod that sent an
+        error event may be picked again; one whose connection broke or went silent not
+        until a fresh scrape, as `unreachable`). A continuation is a whole request: it
+        carries no P/D `kv_transfer_params` (`resume.continuation`), so the pod it goes
+        to prefills the prompt itself and its bookkeeping says so, as when a prefill
+        leg fails."""
+        if error_event:
+            self.attempt_failed()
+        else:
+            self.unreachable()
+        self.decision.llm.prefill_pod = None
 
     def answered(
         self, status: int, streaming: bool, usage_scan_bytes: int = USAGE_SCAN_BYTES

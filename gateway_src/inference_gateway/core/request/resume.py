@@ -24,7 +24,12 @@ One home for the rule, used by any data plane that relays a stream (`igw serve`:
   vLLM's OpenAI server continues one: chat: the messages plus an assistant message with
   the text so far, `continue_final_message: true`, `add_generation_prompt: false`;
   completions: the prompt plus the text so far; `max_tokens` / `max_completion_tokens`
-  (and `min_tokens`) less the tokens delivered; every sampling parameter as sent.
+  (and `min_tokens`) less the tokens delivered; every sampling parameter as sent. A
+  P/D decode leg's `kv_transfer_params` are dropped: its prefill pod freed the prompt's
+  blocks once the decode pod read them, and vLLM's NixlConnector only logs a second
+  read of freed blocks (`_get_new_notifs`: "Potentially invalid KV blocks for
+  unrecognized request"), whatever they hold by then. A continuation is a whole request,
+  prefilled where it lands (docs/migration.md, "P/D").
 * `Splicer`: rewrites the continuation's events into the client's stream: the first
   stream's `id`, `model` and `created`, no second role delta, and a `usage` with the
   prompt counted once (the continuation's prompt less the tokens it re-reads) and every
@@ -59,6 +64,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from inference_gateway.core.request.pd_body import KV_TRANSFER_PARAMS
 from inference_gateway.errors import UpstreamError, UpstreamTimeout
 
 __all__ = [
@@ -229,7 +235,7 @@ _BOUNDS = ("max_tokens", "max_completion_tokens")
 
 def continuation(body: dict[str, Any], delivered: Delivered, chat: bool) -> dict[str, Any] | None:
     """The body that continues the answer (None: nothing is left to generate)."""
-    out = {k: v for k, v in body.items() if k != "kv_transfer_params"}  # for the first prompt
+    out = {k: v for k, v in body.items() if k != KV_TRANSFER_PARAMS}  # stale: module docstring
     for name in _BOUNDS:
         bound = body.get(name)
         if isinstance(bound, int) and not isinstance(bound, bool):

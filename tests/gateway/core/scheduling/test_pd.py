@@ -61,12 +61,12 @@ def pd_config(non_cached_tokens: int = 512, **extra: Any) -> dict[str, Any]:
     }
 
 
-def pod(name: str, role: str | None, waiting: int = 0) -> Endpoint:
+def pod(name: str, role: str | None, waiting: int = 0, port: int | None = None) -> Endpoint:
     labels = {} if role is None else {ROLE_LABEL: role}
     return Endpoint(
         name,
         "10.0.0.1",
-        8000 + len(name),
+        8000 + len(name) if port is None else port,
         pool="pool",
         labels=labels,
         metrics=PodMetrics(waiting=waiting),
@@ -284,3 +284,52 @@ async def test_a_whole_request_is_ranked_over_both_roles_by_the_aggregated_profi
         assert life.decision.prefill == []
         assert life.decision.ranked[0].name == first, aggregated
         life.finished()
+
+
+async def test_a_broken_decode_legs_continuation_is_whole_on_another_decode_pod() -> None:
+    """A decode pod's stream broke after it started: the continuation carries no
+    `kv_transfer_params` (resume.py), so it is ranked over the decode pods left (never
+    a prefill pod: they hold no decode role) and the pod it goes to counts the whole
+    prompt as its own prefill, not the one token of a decode leg."""
+    pods = [pod("p0", "prefill", port=1), pod("d0", "decode", port=2)]
+    pods.append(pod("d1", "decode", waiting=2, port=3))
+    config = GatewayConfigSpec.model_validate({**pd_config(0), "flowControl": OPEN})
+    d = Director(lambda: pods, Scheduler(config), RoutingState.build(config))
+    pending = d.begin(intake(3000), {})
+    assert d.offer(pending)
+    life = d.start(pending)
+    p0, d0, d1 = pods
+    assert life.decision.prefill[0] is p0 and life.decision.ranked[0] is d0
+    life.prefill_picked(p0)
+    life.prefill_ended(0.4)
+    life.picked(d0)
+    assert d0.prefill_tokens == 1  # a decode leg
+    life.first_byte()
+    life.broke(error_event=False)
+    assert (d0.inflight, life.decision.llm.remote_prefill) == (0, False)
+    ranked = d.rerank(life.decision, {d0.hostport})
+    assert ranked == [d1]
+    life.picked(d1)
+    assert (d1.inflight, d1.prefill_tokens) == (1, 3000)
+    life.finished()
+    assert (d1.inflight, d1.prefill_tokens) == (0, 0)
+    assert d.rerank(life.decision, {d0.hostport, d1.hostport}) == []  # no decode pod left
+
+
+async def test_with_an_aggregated_profile_a_continuation_may_go_to_a_prefill_pod() -> None:
+    """With the handler's `aggregatedProfile`, a continuation is ranked as any whole
+    request is, over pods of either role: the last decode pod lost, it resumes on the
+    prefill pod (a kv_both engine serves whole requests)."""
+    pods = [pod("p0", "prefill", port=1), pod("d0", "decode", port=2)]
+    config = pd_config(0)
+    config["plugins"][3]["parameters"] = {"aggregatedProfile": "prefill"}
+    spec = GatewayConfigSpec.model_validate({**config, "flowControl": OPEN})
+    d = Director(lambda: pods, Scheduler(spec), RoutingState.build(spec))
+    pending = d.begin(intake(3000), {})
+    assert d.offer(pending)
+    life = d.start(pending)
+    assert life.decision.prefill == [pods[0]] and life.decision.ranked[0] is pods[1]
+    life.picked(pods[1])
+    life.broke(error_event=True)
+    assert d.rerank(life.decision, {pods[1].hostport}) == [pods[0]]
+    life.finished()
