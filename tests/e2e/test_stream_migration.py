@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -174,6 +174,33 @@ async def stream_one(
         out.error = f"{type(error).__name__}: {error}"
 
 
+def header_port(pod: str) -> int:
+    """The port of a destination header's `ip:port`."""
+    return int(pod.rsplit(":", 1)[1])
+
+
+async def busiest_mid_answer(
+    outcomes: list[Outcome],
+    tasks: list[asyncio.Task[None]],
+    port_of: Callable[[str], int] = header_port,
+) -> tuple[Counter[str], str]:
+    """Once every stream has its first token: the streams per target (`Outcome.pod`)
+    and the target serving the most, with every one of its streams still mid-answer on
+    its pod (`port_of` the target), as the fault must find them (a client on a loaded
+    machine may lag the pod, the rest of an answer already waiting in socket buffers)."""
+    deadline = time.monotonic() + 60
+    while not all(o.tokens_seen for o in outcomes):  # every stream started
+        assert time.monotonic() < deadline, "the streams did not start"
+        assert not any(t.done() for t in tasks), [o.error for o in outcomes]
+        await asyncio.sleep(0.05)
+    serving = Counter(o.pod for o in outcomes)
+    busiest = serving.most_common(1)[0][0]
+    port = port_of(busiest)
+    running = await metric_sum(f"http://127.0.0.1:{port}", "vllm:num_requests_running")
+    assert running == serving[busiest], "the pod finished before the fault"
+    return serving, busiest
+
+
 async def metric_sum(url: str, name: str, label: str = "") -> float:
     """The sum of the samples of `name` on a /metrics page whose labels hold `label`."""
     async with aiohttp.ClientSession() as session, session.get(url + "/metrics") as r:
@@ -219,21 +246,8 @@ async def run_with_fault(tmp_path: Path, fault: str) -> None:
             if fault == "error_event":
                 victim_port = ports[0]
             else:
-                deadline = time.monotonic() + 60
-                while not all(o.tokens_seen for o in outcomes):  # every stream started
-                    assert time.monotonic() < deadline, "the streams did not start"
-                    assert not any(t.done() for t in tasks), [o.error for o in outcomes]
-                    await asyncio.sleep(0.05)
-                serving = Counter(o.pod for o in outcomes)
-                busiest = serving.most_common(1)[0][0]
-                victim_port = int(busiest.rsplit(":", 1)[1])
-                # the fault must find every one of its streams mid-answer on the pod (a
-                # client on a loaded machine may lag the pod, the rest of an answer
-                # already waiting in socket buffers)
-                running = await metric_sum(
-                    f"http://127.0.0.1:{victim_port}", "vllm:num_requests_running"
-                )
-                assert running == serving[busiest], "the pod finished before the fault"
+                _, busiest = await busiest_mid_answer(outcomes, tasks)
+                victim_port = header_port(busiest)
                 victim = procs[ports.index(victim_port)]
                 victim.send_signal(signal.SIGKILL if fault == "kill" else signal.SIGSTOP)
             await asyncio.wait_for(asyncio.gather(*tasks), timeout=180)
