@@ -114,10 +114,13 @@ class UpstreamError(InferenceGatewayError):
 
 class UpstreamConnectError(UpstreamError):
     """The request never reached the engine: the TCP connection failed (refused,
-    unreachable, timed out) or closed before any byte of an answer."""
+    unreachable, timed out) or closed before any byte of an answer. `sent`: it closed
+    after the request was written, so the engine may have taken it (and a P/D decode
+    leg may have read its prompt's blocks: core/request/pd_body.py `for_next_pod`)."""
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, *, sent: bool = False) -> None:
         super().__init__(message, before_response=True)
+        self.sent = sent
 
 
 class UpstreamTimeout(UpstreamError):

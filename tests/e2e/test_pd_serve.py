@@ -95,6 +95,56 @@ async def test_a_prefill_pod_killed_mid_leg_ends_in_an_aggregated_answer(
         await client.close()
 
 
+async def test_a_decode_pod_lost_before_its_answer_is_retried_whole(
+    gateway_on: Callable[..., Any],
+) -> None:
+    """A non-streamed P/D request's decode pod, having read the prompt's blocks, stops as
+    a crash would before its answer: the connection closed before any byte, so the
+    attempt plan retries on the other decode pod, without the prefill pod's
+    `kv_transfer_params` (pd_body.py `for_next_pod`): the blocks were read and freed, and
+    a second read of them is what vLLM only logs. The other pod prefills the prompt
+    itself: it tries no read."""
+    fleet_spec = pd_fleet()
+    fleet_spec["pods"][1]["replicas"] = 2  # decode-0, decode-1
+    config = parse_config(pd_config(non_cached_tokens=0))
+    async with EmulatedFleet(fleet_spec) as fleet, gateway_on(fleet, config=config) as served:
+        url, gateway, _ = served
+        client = openai.AsyncOpenAI(
+            base_url=url + "/v1", api_key="unused", max_retries=0, timeout=60
+        )
+        task = asyncio.create_task(
+            client.chat.completions.create(
+                model=MODEL,
+                messages=[{"role": "user", "content": "tok " * 3000}],
+                max_tokens=2000,
+            )
+        )
+        decoders = {name: pod_app(fleet, name) for name in ("decode-0", "decode-1")}
+        deadline = time.monotonic() + 20
+        while True:  # the decode leg has read its blocks and is generating
+            taken = [
+                name
+                for name, app in decoders.items()
+                if app.disagg is not None
+                and app.disagg.pulls == 1
+                and app.driver.engine.snapshot().num_running == 1
+            ]
+            if taken:
+                break
+            assert not task.done() and time.monotonic() < deadline, "no decode leg ran"
+            await asyncio.sleep(0.02)
+        (lost,) = taken
+        await fleet.stop_pod(lost)
+        async with asyncio.timeout(60):  # never a hang
+            reply = await task
+        assert reply.usage is not None and reply.usage.completion_tokens == 2000
+        (other,) = set(decoders) - {lost}
+        disagg = decoders[other].disagg
+        assert disagg is not None and (disagg.pulls, disagg.pull_failures) == (0, 0)
+        assert legs(gateway) == {"ok": 1.0}  # one prefill leg, not a second
+        await client.close()
+
+
 async def test_a_clients_kv_transfer_params_never_reach_a_pod(
     gateway_on: Callable[..., Any],
 ) -> None:

@@ -34,7 +34,9 @@ P/D (a decision with `prefill` pods): the prefill leg runs first on the best pre
 pod (frontends/pd_exchange.py, shared with `igw pd-sidecar`), and the decode leg is the
 request above, its body carrying the prefill pod's `kv_transfer_params`; a failed
 prefill leg leaves the body as the client sent it, served aggregated. A client's own
-`kv_transfer_params` never reach a pod (core/request/pd_body.py).
+`kv_transfer_params` never reach a pod, and a prefill pod's are read once: a decode leg
+retried after its pod may have taken it, and a broken stream's continuation, are served
+whole where they land (core/request/pd_body.py `for_next_pod`, resume.py).
 
 Traces (telemetry/request_trace.py): the request's server span continues the caller's
 `traceparent`, admission and scheduling are spans with the decision explained, and each
@@ -72,7 +74,7 @@ from inference_gateway.core.request.lifecycle import (
     STREAM_BROKEN,
     RequestLifecycle,
 )
-from inference_gateway.core.request.pd_body import without_client_params
+from inference_gateway.core.request.pd_body import for_next_pod, without_client_params
 from inference_gateway.core.request.relay import (
     StreamEnd,
     StreamRelay,
@@ -311,6 +313,10 @@ class Gateway:
                 if failure is Failure.TIMEOUT:  # the engine may be generating: 504
                     return self._timeout(life, headers, error)
                 if endpoint is not last and self.plan.after_failure(failure).retry:
+                    retried = for_next_pod(body, error)  # a decode leg's params read once
+                    if retried is not body:
+                        body = retried
+                        life.whole_from_here()
                     continue
                 break
             except BaseException:

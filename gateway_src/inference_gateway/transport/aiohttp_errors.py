@@ -10,7 +10,7 @@ retried" for both tiers from one tree:
     connect timed out (`ConnectionTimeoutError`)        UpstreamConnectError
     any other timeout (`SocketTimeoutError`, a read)    UpstreamTimeout
     connection refused, reset or closed before the      UpstreamConnectError
-      status line (`answered` False)
+      status line (`answered` False)                    (`sent` unless the connect failed)
     anything else, or after the status line             UpstreamError (broken)
 """
 
@@ -35,5 +35,8 @@ def translate(error: BaseException, *, answered: bool) -> UpstreamError:
     if isinstance(error, TimeoutError):
         return UpstreamTimeout(detail, before_response=not answered)
     if not answered and isinstance(error, aiohttp.ClientConnectionError | OSError):
-        return UpstreamConnectError(detail)
+        # past the connect, the request may have been written: `sent`
+        return UpstreamConnectError(
+            detail, sent=not isinstance(error, aiohttp.ClientConnectorError)
+        )
     return UpstreamError(detail)

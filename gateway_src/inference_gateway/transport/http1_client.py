@@ -372,7 +372,8 @@ class _Connection(asyncio.Protocol):
         reason = f" ({exc!r})" if exc else ""
         if not self.got_bytes:
             return UpstreamConnectError(
-                f"the model server closed the connection before answering{reason}"
+                f"the model server closed the connection before answering{reason}",
+                sent=True,  # written: called only once a request was sent
             )
         where = "in the headers" if self.response is None else "mid-body"
         return UpstreamError(f"the model server's answer was cut off {where}{reason}")

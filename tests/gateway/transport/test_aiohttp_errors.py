@@ -73,7 +73,7 @@ def free_port() -> int:
 
 async def test_nothing_listening_is_never_started() -> None:
     error = await attempt(f"http://127.0.0.1:{free_port()}/v1/completions")
-    assert isinstance(error, UpstreamConnectError)
+    assert isinstance(error, UpstreamConnectError) and not error.sent
     assert AttemptPlan().failure_of(error) is Failure.REFUSED
 
 
@@ -81,6 +81,7 @@ async def test_a_close_before_the_status_line_is_never_started() -> None:
     async with peer(closes_at_once) as url:
         error = await attempt(url)
     assert isinstance(error, UpstreamConnectError)
+    assert error.sent  # written: the engine may have taken it (pd_body.py `for_next_pod`)
     assert AttemptPlan().after_error(error).retry
 
 
@@ -103,4 +104,4 @@ async def test_a_body_cut_after_the_status_line_is_broken() -> None:
 def test_a_connect_timeout_is_never_started(answered: bool) -> None:
     """aiohttp's connect timeout is a timeout too, but nothing was sent: never started."""
     error = translate(aiohttp.ConnectionTimeoutError("connect"), answered=answered)
-    assert isinstance(error, UpstreamConnectError)
+    assert isinstance(error, UpstreamConnectError) and not error.sent

@@ -235,6 +235,7 @@ async def test_refused_connection(upstream: Upstream) -> None:
     with pytest.raises(UpstreamConnectError) as caught:
         await upstream.post("127.0.0.1", port, "/", b"{}", {}).response()
     assert caught.value.before_response
+    assert not caught.value.sent  # nothing reached the pod
 
 
 async def test_no_answer_times_out(upstream: Upstream) -> None:
@@ -277,6 +278,8 @@ async def test_broken_heads_fail_before_the_response(
         assert caught.value.before_response is no_byte
         # never reached the engine ⇔ UpstreamConnectError (the caller may try another pod)
         assert isinstance(caught.value, UpstreamConnectError) is no_byte
+        # ... though the request was written: the engine may have taken it (pd_body.py)
+        assert getattr(caught.value, "sent", True)
 
 
 @pytest.mark.parametrize(

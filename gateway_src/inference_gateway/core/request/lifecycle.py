@@ -187,12 +187,18 @@ class RequestLifecycle:
         error event may be picked again; one whose connection broke or went silent not
         until a fresh scrape, as `unreachable`). A continuation is a whole request: it
         carries no P/D `kv_transfer_params` (`resume.continuation`), so the pod it goes
-        to prefills the prompt itself and its bookkeeping says so, as when a prefill
-        leg fails."""
+        to prefills the prompt itself (`whole_from_here`), as when a prefill leg
+        fails."""
         if error_event:
             self.attempt_failed()
         else:
             self.unreachable()
+        self.whole_from_here()
+
+    def whole_from_here(self) -> None:
+        """The request goes on without its prefill leg's KV (pd_body.py `for_next_pod`,
+        a continuation): the next pod picked prefills the prompt itself, and its
+        bookkeeping says so."""
         self.decision.llm.prefill_pod = None
 
     def answered(

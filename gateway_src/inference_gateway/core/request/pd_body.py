@@ -26,6 +26,9 @@ A client's own `kv_transfer_params` are hostile: they could name another client'
 blocks (`remote_block_ids`, `remote_request_id`) or make the decode pod dial any host
 (`remote_host`, `remote_port`). They are dropped from every body before a leg is built
 (`strip_client_params`), so only params a prefill pod answered ever reach a decode pod.
+A prefill pod's params are read once: a decode leg that goes on to another pod after
+its pod may have read them (`for_next_pod`), and a broken stream's continuation
+(resume.py), go without them.
 
 A prefill pod's params are checked too (`checked_params`): a compromised or broken pod
 could otherwise steer the decode pod, which dials `remote_host:remote_port` for the
@@ -55,7 +58,7 @@ from typing import Any
 
 import orjson
 
-from inference_gateway.errors import InferenceGatewayError
+from inference_gateway.errors import InferenceGatewayError, UpstreamConnectError, UpstreamError
 
 __all__ = [
     "KV_TRANSFER_PARAMS",
@@ -67,6 +70,7 @@ __all__ = [
     "BadParams",
     "checked_params",
     "decode_body",
+    "for_next_pod",
     "prefill_body",
     "prefill_params",
     "strip_client_params",
@@ -119,6 +123,20 @@ def without_client_params(raw: bytes) -> bytes:
         return raw
     del body[KV_TRANSFER_PARAMS]
     return orjson.dumps(body)
+
+
+def for_next_pod(raw: bytes, error: UpstreamError) -> bytes:
+    """The decode leg's body for the next pod after its attempt failed with `error`
+    before any answer byte: as it was when the pod never got the request (a refused
+    connection, a failed write), whole (`without_client_params`: no `kv_transfer_params`)
+    when the connection closed after the request was written. That pod may have read
+    the prompt's blocks, which the prefill pod frees once read, and vLLM's NixlConnector
+    only logs a second read of freed blocks (`_get_new_notifs`), whatever they hold by
+    then: the next pod prefills the prompt itself (docs/migration.md, "With a P/D
+    split")."""
+    if isinstance(error, UpstreamConnectError) and not error.sent:
+        return raw
+    return without_client_params(raw)
 
 
 def prefill_body(body: dict[str, Any]) -> dict[str, Any]:

@@ -19,11 +19,13 @@ import pytest
 
 from inference_gateway.core.request.pd_body import (
     decode_body,
+    for_next_pod,
     prefill_body,
     prefill_params,
     strip_client_params,
     without_client_params,
 )
+from inference_gateway.errors import UpstreamConnectError, UpstreamError
 
 TOY_PROXY_PARAMS = {
     "do_remote_decode": True,
@@ -139,3 +141,20 @@ def test_bodies_without_the_field_pass_unchanged(raw: bytes) -> None:
 )
 def test_the_prefill_answers_params(answer: bytes, params: dict[str, Any] | None) -> None:
     assert prefill_params(answer) == params
+
+
+def test_a_decode_leg_goes_to_the_next_pod_whole_once_its_pod_may_have_read_the_blocks() -> None:
+    """Refused (the pod never got it): the params stay, the next pod reads the blocks.
+    Closed after the request was written, or any other failure: the pod may have read
+    them (the prefill pod frees blocks once read), so the next pod prefills itself."""
+    params = {"do_remote_prefill": True, "remote_block_ids": [1, 2], "remote_port": 8000}
+    leg = orjson.dumps({"model": "m", "messages": [], "kv_transfer_params": params})
+    refused = UpstreamConnectError("connect to 10.0.0.1:8000 failed")
+    assert for_next_pod(leg, refused) is leg
+    for taken in (
+        UpstreamConnectError("closed before answering", sent=True),
+        UpstreamError("cut off mid-body"),
+    ):
+        assert orjson.loads(for_next_pod(leg, taken)) == {"model": "m", "messages": []}
+    aggregated = orjson.dumps({"model": "m", "messages": []})
+    assert for_next_pod(aggregated, UpstreamError("x")) is aggregated
