@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from inference_gateway.emulator.engine import EngineRequest
+from inference_gateway.emulator.engine import Engine, EngineRequest
 from inference_gateway.emulator.kvtransfer import link_gbytes_per_s, transfer_seconds
 from inference_gateway.emulator.profiles import BLOCK_SIZE
 from inference_gateway.sim.pods import SimPod
@@ -62,6 +62,7 @@ class PrefillLeg:
     split: Split
     hashes: tuple[int, ...]
     sent: float
+    kept_by: Engine | None = None  # the prefill engine holding the blocks (a pod lost since: gone)
 
 
 def prompt_blocks(request: SimRequest) -> tuple[int, ...]:
@@ -81,7 +82,8 @@ class Transfers:
 
     def __init__(self, schedule: Callable[[float, PrefillLeg], None]) -> None:
         self.schedule = schedule  # the driver's event queue: the read completes then
-        self.pinned: dict[int, tuple[SimPod, tuple[int, ...]]] = {}
+        # request → the decode engine holding its read blocks (a lost pod's: let go with it)
+        self.pinned: dict[int, tuple[Engine, tuple[int, ...]]] = {}
         self.legs = 0
         self.fallbacks = 0  # reads that did not fit: prefilled on the decode pod
 
@@ -96,7 +98,9 @@ class Transfers:
     def prefilled(self, leg: PrefillLeg, now: float) -> None:
         """The prefill leg ended: keep its blocks, read them after the transfer time."""
         prefill, decode = leg.split.prefill, leg.split.decode
-        if not prefill.engine.pool.try_acquire(leg.hashes, 0):
+        if prefill.engine.pool.try_acquire(leg.hashes, 0):
+            leg.kept_by = prefill.engine
+        else:
             leg.hashes = ()  # nothing kept: nothing to read
         link = link_gbytes_per_s(prefill.profile.instance, None, decode.profile.instance, None)
         seconds = transfer_seconds(len(leg.hashes), decode.profile.model.kv_bytes_per_token, link)
@@ -106,13 +110,12 @@ class Transfers:
         """The read completed: the decode leg and its pod, for the driver to submit."""
         request, decode = leg.request, leg.split.decode
         hashes = leg.hashes
-        if hashes:
-            leg.split.prefill.engine.pool.release(hashes, 0)
+        if self.let_go(leg):
             if decode.engine.pool.try_acquire(hashes, 0):
-                self.pinned[request.request_id] = (decode, hashes)
+                self.pinned[request.request_id] = (decode.engine, hashes)
             else:
                 self.fallbacks += 1
-        else:
+        else:  # nothing kept, or the prefill pod was lost with them: the read fails
             self.fallbacks += 1
         engine_request = EngineRequest(
             request.request_id,
@@ -124,11 +127,20 @@ class Transfers:
         )
         return engine_request, decode
 
+    def let_go(self, leg: PrefillLeg) -> bool:
+        """The prefill pod lets the leg's kept blocks go (read, or never to be: its decode
+        pod was lost); False when it holds none (nothing kept, or the pod was lost)."""
+        kept, leg.kept_by = leg.kept_by, None
+        if kept is None or kept is not leg.split.prefill.engine:
+            return False
+        kept.pool.release(leg.hashes, 0)
+        return True
+
     def finished(self, request_id: int) -> None:
         pinned = self.pinned.pop(request_id, None)
         if pinned is not None:
-            pod, hashes = pinned
-            pod.engine.pool.release(hashes, 0)
+            engine, hashes = pinned
+            engine.pool.release(hashes, 0)
 
     def report(self) -> dict[str, Any]:
         return {"prefill_legs": self.legs, "kv_read_fallbacks": self.fallbacks}

@@ -158,10 +158,13 @@ def run_policy(
             if request.session >= 0 and sessions:
                 sessions[0].end(request)
             return
-        if type(pod) is Split:  # its prefill leg first (`disagg`)
-            assert transfers is not None, "a P/D pick on a fleet without a split"
-            submit(pod.prefill, transfers.start(request, pod, t), t)
-            return
+        if type(pod) is Split:
+            if faults is not None and faults.ledger.continues(request):
+                pod = whole(request, pod, t)  # a continuation: no prefill leg (`sim.faults`)
+            else:  # its prefill leg first (`disagg`)
+                assert transfers is not None, "a P/D pick on a fleet without a split"
+                submit(pod.prefill, transfers.start(request, pod, t), t)
+                return
         assert isinstance(pod, SimPod)
         hashes = shared_blocks(request)
         engine_request = EngineRequest(
@@ -192,10 +195,25 @@ def run_policy(
         if busy is not None and busy != before:
             push(busy, ENGINE, pod)
 
+    def whole(request: SimRequest, split: Split, t: float) -> SimPod:
+        """`request` goes on without its prefill leg, whole on its decode pod: the leg
+        ends in the policy's bookkeeping as one that failed."""
+        ended = getattr(policy, "on_prefill_finished", None)
+        if ended is not None:
+            ended(request, split.prefill, None, t)
+        return split.decode
+
+    def reroute(request: SimRequest, decode: SimPod, t: float) -> None:
+        """Its decode pod was lost before the request reached it: routed again."""
+        assert faults is not None  # only a fault loses a pod
+        faults.rerouted += 1
+        policy.on_finished(request, decode, t)
+        dispatch(request, policy.route(request, t), t)
+
     def lose(faults: FaultInjector, pod: SimPod, t: float) -> None:
-        """The pod is lost: its streams that had a token go on elsewhere (resume on), the
-        rest end (`sim.faults`)."""
-        continuations, lost = faults.fail(pod, t)
+        """The pod is lost: its streams that had a token go on elsewhere (resume on), its
+        prefill legs are served whole by their decode pods, the rest end (`sim.faults`)."""
+        continuations, lost, legs = faults.fail(pod, t)
         for sim in [*continuations, *lost]:
             policy.on_finished(sim, pod, t)  # its attempt on the lost pod ended
         for sim in lost:
@@ -203,6 +221,12 @@ def run_policy(
                 sessions[0].end(sim)
         for sim in continuations:
             dispatch(sim, policy.route(sim, t), t)
+        for leg in legs:
+            decode = whole(leg.request, leg.split, t)
+            if decode.down:
+                reroute(leg.request, decode, t)
+            else:
+                dispatch(leg.request, decode, t)
 
     pump = kv_feed.pump
     while events:
@@ -222,7 +246,12 @@ def run_policy(
             lose(faults, pod, t)
         elif kind == KV_READ:
             assert transfers is not None
-            decode_request, decode = transfers.arrived(payload)
+            leg: PrefillLeg = payload
+            if leg.split.decode.down:  # lost during the leg or the transfer
+                transfers.let_go(leg)
+                reroute(leg.request, leg.split.decode, t)
+                continue
+            decode_request, decode = transfers.arrived(leg)
             submit(decode, decode_request, t)
         elif kind == ENGINE:
             engine = payload.engine

@@ -23,8 +23,16 @@ What becomes of the requests it held, as `igw serve` answers them (docs/migratio
 
 A continuation goes through the policy like a new request (a gateway policy admits it
 again; `igw serve` sends it to the next pod without a second admission): a continuation
-the policy refuses counts as rejected. Not simulated with a P/D split (the scenario
-refuses the pair).
+the policy refuses counts as rejected.
+
+With a P/D split (docs/migration.md, "With a P/D split"): a continuation is a whole
+request, served on the decode pod the policy picks, without a prefill leg (the driver
+asks `StreamLedger.continues`); a prefill leg its pod held is **retried whole** on its
+request's decode pod (`prefill_legs_retried`: `igw serve`'s failed prefill leg); a KV
+read from a lost prefill pod fails and the decode pod prefills itself (the transfers'
+fallback); a decode pod lost before the read routes the request again
+(`requests_rerouted`; `igw serve` retries the next-ranked decode pod, which reads the
+same blocks).
 
 The account of what became of the cut streams (lost, resumed, re-prefill, gap) is
 `StreamLedger`, one for both tiers: the fleet simulator keeps the same one for the streams
@@ -40,6 +48,7 @@ from typing import Any
 import numpy as np
 
 from inference_gateway.emulator.engine import Engine
+from inference_gateway.sim.disagg import PrefillLeg
 from inference_gateway.sim.pods import SimPod
 from inference_gateway.sim.scenario import Faults
 from inference_gateway.sim.workload import SimRequest
@@ -111,6 +120,11 @@ class StreamLedger:
         answered either (tier 2 retries such a request; tier 1 counts it in `cut`)."""
         self.lost_before_first_token += 1
 
+    def continues(self, sim: SimRequest) -> bool:
+        """Whether `sim` is a cut stream's continuation (P/D: a whole request, no prefill
+        leg, as `igw serve` sends one)."""
+        return sim.request_id in self._broken
+
     def first_token(self, sim: SimRequest, pod: SimPod, now: float) -> None:
         """A continuation's first token: the gap closes, its re-prefill is counted."""
         broken = self._broken.get(sim.request_id)
@@ -154,6 +168,8 @@ class FaultInjector:
     pods: list[SimPod]
     failed: int = 0
     ledger: StreamLedger = field(default_factory=StreamLedger)
+    prefill_legs_retried: int = 0  # P/D: legs a lost prefill pod held, served whole
+    rerouted: int = 0  # P/D: requests whose decode pod was lost before they got there
 
     def events(self, until: float) -> list[tuple[float, bool, SimPod]]:
         """(time, down, pod): the loss and the replacement of each failure before
@@ -171,13 +187,16 @@ class FaultInjector:
         """The replacement is up: the next scrape sees it fresh."""
         pod.down = False
 
-    def fail(self, pod: SimPod, now: float) -> tuple[list[SimRequest], list[SimRequest]]:
+    def fail(
+        self, pod: SimPod, now: float
+    ) -> tuple[list[SimRequest], list[SimRequest], list[PrefillLeg]]:
         """The pod is lost with every request on it; its engine is replaced by an empty
         one (down until `recover`). Returns (the continuations to route, the requests
-        lost), each request with the pod it was on already let go of by the caller's
-        policy (`Policy.on_finished`)."""
+        lost, the prefill legs to retry whole on their decode pods), each request with
+        the pod it was on already let go of by the caller's policy
+        (`Policy.on_finished`)."""
         if pod.down:
-            return [], []
+            return [], [], []
         old = pod.engine
         old.advance(now)  # every step that ended by now was delivered
         held = old.requests()
@@ -188,7 +207,12 @@ class FaultInjector:
         self.failed += 1
         continuations: list[SimRequest] = []
         lost: list[SimRequest] = []
+        legs: list[PrefillLeg] = []
         for request in held:
+            if type(request.tag) is PrefillLeg:  # before any token: served whole instead
+                self.prefill_legs_retried += 1
+                legs.append(request.tag)
+                continue
             sim: SimRequest = request.tag[0]
             continuation = self.ledger.cut(
                 sim,
@@ -201,7 +225,12 @@ class FaultInjector:
                 lost.append(sim)
             else:
                 continuations.append(continuation)
-        return continuations, lost
+        return continuations, lost, legs
 
     def report(self) -> dict[str, Any]:
-        return {"pod_failures": self.failed, **self.ledger.report()}
+        return {
+            "pod_failures": self.failed,
+            **self.ledger.report(),
+            "prefill_legs_retried": self.prefill_legs_retried,
+            "requests_rerouted": self.rerouted,
+        }

@@ -226,9 +226,10 @@ class GatewayPolicy:
             life.first_byte()
 
     def on_prefill_finished(
-        self, request: SimRequest, pod: SimPod, ttft: float, now: float
+        self, request: SimRequest, pod: SimPod, ttft: float | None, now: float
     ) -> None:
-        """A `Split`'s prefill leg answered (its one token: its TTFT on the prefill pod)."""
+        """A `Split`'s prefill leg answered (its one token: its TTFT on the prefill pod),
+        or never will (None: its pod was lost, or the request goes on whole)."""
         life = self._lives.get(request.request_id)
         if life is not None:
             self.clock.now = now

@@ -238,7 +238,7 @@ class Replicated:
         return out
 
     def on_prefill_finished(
-        self, request: SimRequest, pod: SimPod, ttft: float, now: float
+        self, request: SimRequest, pod: SimPod, ttft: float | None, now: float
     ) -> None:
         i = self._owner.get(request.request_id)
         ended = getattr(self.replicas[i], "on_prefill_finished", None) if i is not None else None

@@ -219,8 +219,6 @@ class Scenario(_Spec):
     def _faults_fit(self) -> Scenario:
         if self.faults is None:
             return self
-        if self.disaggregation is not None:
-            raise ValueError("faults: not simulated with a P/D split (disaggregation)")
         names = {f"{pool.name}-{i}" for pool in self.fleet for i in range(pool.replicas)}
         for n, failure in enumerate(self.faults.failures):
             if failure.pod not in names:

@@ -77,8 +77,8 @@ def test_a_resumed_answer_reaches_its_client_whole() -> None:
     engine.advance(1.0)
     first = engine.requests()[0].first_token_time
     assert first is not None  # decoding when the pod is lost
-    continuations, lost = faults.fail(pods[0], 1.0)
-    assert lost == [] and len(continuations) == 1 and pods[0].down
+    continuations, lost, legs = faults.fail(pods[0], 1.0)
+    assert lost == [] == legs and len(continuations) == 1 and pods[0].down
     (cont,) = continuations
     delivered = cont.prompt_tokens - 500
     assert 0 < delivered < 400 and cont.output_tokens == 400 - delivered
@@ -106,3 +106,47 @@ def test_igw_simulate_prints_what_became_of_the_streams(
     row = next(line for line in table.splitlines() if line.startswith("gateway"))
     pods_lost, _, mid_stream, resumed = row.split()[1:5]
     assert pods_lost == "1" and mid_stream == "0" and int(resumed) > 0
+
+
+def split_fleet_with_faults() -> Scenario:
+    """5 H100 pods split 3 prefill (h100-0 .. h100-2) + 2 decode, every request P/D
+    (`gateway-pd-always`); a decode pod lost, then a prefill pod (at this seed: streams
+    resumed, a prefill leg retried and a request rerouted, each at least once)."""
+    return Scenario.model_validate(
+        {
+            "name": "pd-faults",
+            "seed": 5,
+            "duration_s": 40,
+            "fleet": [{"name": "h100", "gpu": "H100", "model": "llama-3.1-8b", "replicas": 5}],
+            "disaggregation": {"prefill": {"h100": 3}, "non_cached_tokens": 0},
+            "workload": {
+                "arrival": {"kind": "poisson", "rate_rps": 6},
+                "prompt_tokens": {"dist": "lognormal", "median": 3000, "sigma": 0.3},
+                "output_tokens": {"dist": "lognormal", "median": 400, "sigma": 0.3},
+            },
+            "faults": {
+                "failures": [
+                    {"at_s": 12, "pod": "h100-3", "down_s": 10},
+                    {"at_s": 25, "pod": "h100-0", "down_s": 10},
+                ]
+            },
+            "policies": ["gateway-pd-always"],
+        }
+    )
+
+
+def test_with_a_p_d_split_lost_streams_resume_whole_and_lost_prefill_legs_are_retried() -> None:
+    """A decode pod's started streams resume whole on a decode pod (no second prefill
+    leg), a lost prefill pod's legs are served whole by their decode pods, a request
+    whose decode pod was lost before it got there is routed again, and no stream is
+    lost: every prefill leg is an admitted request's one leg, or a reroute's."""
+    scenario = split_fleet_with_faults()
+    report = run(scenario, "gateway-pd-always")
+    assert report["pod_failures"] == 2 and report["rejected"] == 0
+    admitted = report["completed"] + report["requests_lost"]
+    assert report["prefill_legs"] == admitted + report["requests_rerouted"]
+    assert report["lost_mid_stream"] == 0 and report["requests_resumed"] > 0
+    assert report["prefill_legs_retried"] > 0 and report["requests_rerouted"] > 0
+    off = run(with_resume(scenario, False), "gateway-pd-always")
+    assert off["lost_mid_stream"] > 0 and off["requests_resumed"] == 0
+    assert report["completed"] > off["completed"]
