@@ -3,7 +3,8 @@ in front of one prefill pod and two decode pods, each its own `igw emulate` proc
 started as vLLM's NixlConnector pods are (`--kv-transfer-config`) and labelled with
 llm-d's role label; every request goes P/D (`nonCachedTokens: 0`). 12 concurrent
 streamed chat requests of 1,000 tokens at temperature 0 through the official `openai`
-SDK; the decode pod serving the most of them is killed (SIGKILL) mid-stream.
+SDK; the decode pod serving the most of them is killed (SIGKILL) or stopped (SIGSTOP: a
+stall past the stream idle timeout) mid-stream.
 
 Every request ends with a `finish_reason` and no error, its text byte for byte the same
 request's unbroken text, one `usage` counting the prompt once and each token once, and
@@ -13,11 +14,13 @@ counters (`vllm:request_success_total`): the surviving decode pod finished its o
 streams and every broken one, the prefill pod only its 12 prefill legs (1 token each):
 a continuation carries no `kv_transfer_params` (the prefill pod freed the blocks once
 they were read) and is served aggregated on a decode pod, never on a prefill pod and
-never with a second prefill leg (`igw_pd_prefill_legs_total` stays at 12 + the probes).
+never with a second prefill leg (`igw_pd_prefill_legs_total`: the 12 and the probe's).
 
-A prefill pod lost before the first token is today's fallback, already covered by
-test_pd_serve.py (`test_a_prefill_pod_killed_mid_leg_ends_in_an_aggregated_answer`).
-Bounded: one load of 12 requests, each wait under a deadline.
+A prefill pod lost before the first token is today's fallback, covered by
+test_pd_serve.py (`test_a_prefill_pod_killed_mid_leg_ends_in_an_aggregated_answer`), as
+is a decode pod lost before its answer's first byte
+(`test_a_decode_pod_lost_before_its_answer_is_retried_whole`).
+Bounded: one load of 12 requests per fault, each wait under a deadline.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from inference_gateway.emulator.tokens import count_tokens, render_chat
 from tests.e2e.pd_shapes import NIXL, ROLE, pd_config
 from tests.e2e.serve_process import igw_serve
 from tests.e2e.test_stream_migration import (
+    REASONS,
     Outcome,
     assert_spliced_whole,
     busiest_mid_answer,
@@ -69,8 +73,9 @@ async def finished(port: int) -> float:
     return await metric_sum(f"http://127.0.0.1:{port}", FINISHED, 'finished_reason="length"')
 
 
+@pytest.mark.parametrize("fault", ["kill", "stall"])
 async def test_a_lost_decode_pods_streams_resume_on_the_other_decode_pod(
-    tmp_path: Path,
+    tmp_path: Path, fault: str
 ) -> None:
     nixl = ["--kv-transfer-config", orjson.dumps(NIXL).decode()]
     with pods(tmp_path, nixl, nixl, nixl) as procs:
@@ -97,7 +102,8 @@ async def test_a_lost_decode_pods_streams_resume_on_the_other_decode_pod(
             victim_port = header_port(busiest)
             decode_ports = {f"127.0.0.1:{port}" for port in ports[1:]}
             assert set(serving) <= decode_ports, serving  # streams come from decode pods
-            procs[ports.index(victim_port)].send_signal(signal.SIGKILL)
+            victim = procs[ports.index(victim_port)]
+            victim.send_signal(signal.SIGKILL if fault == "kill" else signal.SIGSTOP)
             await asyncio.wait_for(asyncio.gather(*tasks), timeout=180)
             # where the continuations went: the other decode pod, aggregated; the
             # prefill pod ran one prefill leg per request, no more
@@ -121,3 +127,5 @@ async def test_a_lost_decode_pods_streams_resume_on_the_other_decode_pod(
             total = "igw_request_migrations_total"
             assert await metric_sum(url, total, 'outcome="resumed"') == broken
             assert await metric_sum(url, total) == broken
+            reason = REASONS[fault]
+            assert await metric_sum(url, total, f'reason="{reason}"') == broken
