@@ -1,17 +1,18 @@
 """Resume on break at tier 2 (issue 33's must-hold, docs/migration.md): `igw global` in
-front of two real cluster gateways (`igw serve`, each over its own `igw emulate` pod, all
-real processes); 10 concurrent streamed chat requests of 300 tokens at temperature 0
+front of two real cluster gateways (`igw serve`, each over its own `igw emulate` pod,
+all real processes); 10 concurrent streamed chat requests of 300 tokens at temperature 0
 through the official `openai` SDK; the cluster serving the most of them is lost whole
 mid-stream, its `igw serve` and its pod killed (SIGKILL) or stopped (SIGSTOP: a stall
-past `streamIdleTimeoutMs`), or only its pod is killed while its `igw serve` lives on with
-migration off, so the failure inside the cluster reaches tier 2 as the cluster gateway's
-SSE error event (the cluster has no other pod: tier 1 could not resume it either). Every request ends with a `finish_reason` and no error; its
-text is byte for byte the same request's unbroken text (asked of the surviving pod
-directly); one `id`, one `model`, one role delta, and `usage` counts the prompt once and
-each completion token once, as does the router's token budget (a real `redis-server`
-holds it). `igw global`'s /metrics counts each broken stream once as resumed, with
-`tier="2"` and the break's reason. Bounded: one load of 10 requests per fault, every
-wait under a deadline.
+past `streamIdleTimeoutMs`), or only its pod is killed while its `igw serve` lives on
+with migration off, so the failure inside the cluster reaches tier 2 as the cluster
+gateway's SSE error event (the cluster has no other pod: tier 1 could not resume it
+either). Every request ends with a `finish_reason` and no error; its text is byte for
+byte the same request's unbroken text (asked of the surviving pod directly); one `id`,
+one `model`, one role delta, and `usage` counts the prompt once and each completion
+token once, as does the router's token budget (a real `redis-server` holds it).
+`igw global`'s /metrics counts each broken stream once as resumed, with `tier="2"` and
+the break's reason. Bounded: one load of 10 requests per fault, every wait under a
+deadline.
 """
 
 from __future__ import annotations
