@@ -45,6 +45,16 @@ FAULT_COLUMNS = [
     ("resume_gap_p50_s", "gap\np50"),
     ("resume_gap_p99_s", "gap\np99"),
 ]
+# and with a P/D split (`disaggregation`): what became of the legs
+PD_FAULT_COLUMNS = [
+    ("prefill_legs_retried", "legs\nretried"),
+    ("requests_rerouted", "req\nrerouted"),
+]
+PD_FAULT_LEGEND = (
+    " legs retried: prefill legs a lost prefill pod held, served whole by their decode "
+    "pods; req rerouted: requests whose decode pod was lost before the KV read, routed "
+    "again."
+)
 FAULT_LEGEND = (
     "req lost: streams cut by a lost pod and not resumed, and requests that had no token "
     "yet (igw serve answers those 502); re-prefill GPU-s: GPU seconds the continuations "
@@ -167,12 +177,14 @@ def print_table(result: dict[str, Any], duration_s: float, console: Any = None) 
     )
     rows = result["policies"]
     if any("pod_failures" in row for row in rows.values()):
+        split = any("prefill_legs" in row for row in rows.values())
+        columns = FAULT_COLUMNS + (PD_FAULT_COLUMNS if split else [])
         print_table(
             console or Console(),
             "pod failures",
-            [Column("policy", text=True), *(Column(label) for _, label in FAULT_COLUMNS)],
-            [[name, *(_fmt(row[key]) for key, _ in FAULT_COLUMNS)] for name, row in rows.items()],
-            legend=FAULT_LEGEND,
+            [Column("policy", text=True), *(Column(label) for _, label in columns)],
+            [[name, *(_fmt(row[key]) for key, _ in columns)] for name, row in rows.items()],
+            legend=FAULT_LEGEND + (PD_FAULT_LEGEND if split else ""),
         )
 
 

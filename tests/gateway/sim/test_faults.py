@@ -4,10 +4,12 @@ request is accounted for either way; a resumed answer reaches its client whole."
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pydantic
 import pytest
+import yaml
 
 from inference_gateway.cli.main import main
 from inference_gateway.emulator.engine import EngineRequest
@@ -150,3 +152,18 @@ def test_with_a_p_d_split_lost_streams_resume_whole_and_lost_prefill_legs_are_re
     off = run(with_resume(scenario, False), "gateway-pd-always")
     assert off["lost_mid_stream"] > 0 and off["requests_resumed"] == 0
     assert report["completed"] > off["completed"]
+
+
+def test_igw_simulate_prints_what_became_of_the_legs_with_a_split(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "pd-faults.yaml"
+    path.write_text(yaml.safe_dump(split_fleet_with_faults().model_dump(mode="json")))
+    assert main(["simulate", str(path), "--policies", "gateway-pd-always"]) == 0
+    out = capsys.readouterr().out
+    table = out[out.index("pod failures") :]
+    assert "rerouted" in table and "legs retried" in table
+    # the last columns (a narrow terminal wraps the table: the last row of the policy)
+    row = [line for line in table.splitlines() if line.startswith("gateway-pd-always")][-1]
+    retried, rerouted = (int(cell) for cell in row.split()[-2:])
+    assert retried > 0 and rerouted > 0
