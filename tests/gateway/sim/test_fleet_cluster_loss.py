@@ -6,6 +6,7 @@ two-region test fleet (60 s of simulated time) and the shipped `fleet-cluster-lo
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -169,3 +170,30 @@ def test_the_shipped_cluster_loss_scenario(capsys: pytest.CaptureFixture[str]) -
     row = next(line for line in out.splitlines() if "resumed on another cluster" in line)
     assert int(row.split()[-1].strip("│ ")) == report["requests_resumed"]
     assert "resume gap p99 s" in out
+
+
+def test_a_lost_clusters_continuations_spread_over_the_survivors(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`fleet-cluster-loss`'s first kill cuts use1-a's streams at once: ranked at the
+    break with what the router sent since each status counted (`cluster_choice.load`),
+    their continuations fill use1-b, the home survivor, only as far as they fill usw2-a,
+    where the arrival ranking sent every one to use1-b (its next cluster)."""
+    fleet = load_fleet_scenario("fleet-cluster-loss")
+    kill, restore = fleet.events[0].at_s, fleet.events[1].at_s
+    capacity = simulate_fleet(fleet.model_copy(update={"duration_s": 1.0, "events": []}))
+    tier = FleetTier(fleet, "latency", capacity["capacity_rps"])
+    landed: Counter[str] = Counter()  # the first kill's continuations, by cluster
+    send = tier._send
+
+    def on_send(req: FleetRequest) -> None:
+        if req.first_token is not None and kill <= tier.now < restore:
+            landed[req.attempts[req.index]] += 1
+        send(req)
+
+    monkeypatch.setattr(tier, "_send", on_send)
+    report = tier.run()
+    first = report["events"][0]
+    assert first["resumed"] == landed.total() > 60
+    assert set(landed) == {"use1-b", "usw2-a"}
+    assert min(landed.values()) >= landed.total() / 3

@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from inference_gateway.cli.main import main
-from inference_gateway.core.scheduling.cluster_registry import ClusterRegistry
+from inference_gateway.core.scheduling.cluster_choice import ERROR_RATE_BEHIND
+from inference_gateway.core.scheduling.cluster_registry import ClusterRegistry, ClusterState
 from inference_gateway.sim.fleet.runner import simulate_fleet
 from inference_gateway.sim.fleet.scenario import (
     FleetScenario,
@@ -20,7 +21,7 @@ from inference_gateway.sim.fleet.scenario import (
     parse_fleet_scenario,
     shipped_fleet_scenarios,
 )
-from inference_gateway.sim.fleet.tier import FleetTier
+from inference_gateway.sim.fleet.tier import FleetRequest, FleetTier
 
 RTT_S = 0.062
 TWO_REGIONS: dict[str, Any] = {
@@ -140,17 +141,39 @@ def test_without_retries_the_dropped_requests_would_be_lost() -> None:
     assert report["requests_lost"] == q["unanswered"] + q["lost_started"]
 
 
-def test_traffic_crosses_regions_only_when_the_home_region_is_out() -> None:
+def test_traffic_crosses_regions_when_the_home_region_is_out_or_loaded() -> None:
     """Migration off: r1's streams resumed on c3 at the region loss would saturate it,
-    and a saturated home cluster rightly sends r2's clients to r1 once it is back."""
+    and a saturated home cluster rightly sends r2's clients to r1 once it is back.
+    While its home region is in, a new request crosses only when the router's home
+    clusters hold requests it sent since their last status and that have no first byte
+    yet (the load a burst between two polls adds, `cluster_choice.load`), or are placed
+    behind for their errors (a restored cluster's lost streams): a stale status alone
+    never sends a request across, and such crossings are few beside the region loss's."""
+
+    def behind(state: ClusterState) -> bool:
+        status = state.status
+        return status is None or status.readyPods == 0 or state.error_rate >= ERROR_RATE_BEHIND
+
     router = {**TWO_REGIONS["router"], "migration": {"enabled": False}}
     tier = FleetTier(scenario(router=router), "latency", simulate_fleet_capacity())
+    loaded: list[bool] = []  # per first attempt across while home was in: home loaded
+    attempt = tier.recorder.on_attempt
+
+    def on_attempt(req: FleetRequest, cluster: Any, now: float, home_in: bool) -> None:
+        if cluster.region != req.router.region and home_in and req.attempt == 0:
+            home = [s for s in req.router.registry.routable() if s.spec.region == req.router.region]
+            loaded.append(all(s.sent_requests > 0 or behind(s) for s in home))
+        attempt(req, cluster, now, home_in)
+
+    tier.recorder.on_attempt = on_attempt  # type: ignore[method-assign]
     report = tier.run()
     assert isinstance(tier.routers["r1"].registry, ClusterRegistry)  # igw global's own
     assert report["cross_region"]["served"] > 0
-    assert report["cross_region"]["while_home_in"] == 0
-    crossed = [t for t, _, cross, *_ in tier.recorder.attempts if cross]
-    assert min(crossed) >= 30  # nothing crossed before the region died
+    assert len(loaded) == report["cross_region"]["while_home_in"]
+    assert all(loaded)
+    assert report["cross_region"]["while_home_in"] <= 0.1 * report["cross_region"]["served"]
+    crossed = [t for t, _, cross, home_in, _ in tier.recorder.attempts if cross and not home_in]
+    assert min(crossed) >= 30  # nothing crossed for want of a home cluster before it died
     # the network shows in TTFT: every cross-region answer took at least one round trip
     cross_ttft = [row[1] for row in tier.recorder.served if row[4]]
     assert min(cross_ttft) >= RTT_S

@@ -20,11 +20,31 @@ Signals, each in [0, 1] (1 = best), weighted by the profile (`WeightsSpec`):
                 throughput, which makes a busy expensive cluster look cheap); on the
                 hourly cost of the whole cluster while any candidate has no capacity set
 
+Load the status cannot show yet: a status is up to `pollIntervalMs` old, and the
+requests this router sent since (`Candidate.sent_requests`: sent since the cluster's last
+status, no first byte yet; the registry counts them) are in neither its saturation nor
+its queue. Each counts as one more request waiting at one of its ready pods: `queued`
+plus one, and saturation plus 1 / (ready pods × `POD_QUEUE`), the queue depth that fills
+a pod at a cluster gateway's default (`SaturationSpec.queue_threshold`, upstream's 5).
+So a burst between two polls (a lost cluster's streams resumed together, or new
+requests) spreads over the clusters by their ready pods and headroom as the statuses
+would have shown it, where each request would otherwise take the cluster that looked
+best at the poll; the picker's `Endpoint.sent_requests` does the same for pods between
+scrapes. Both signals, the full clusters' place (1. below) and the `cost` profile's
+headroom test (2.) read this load (`load`).
+
 Order of choice:
-1. Routable clusters only (registry); clusters without a ready pod go last, and before
+1. Routable clusters only (registry), less those in `exclude` (a broken stream's
+   continuation is ranked at the break over the clusters as they are then, less those
+   its request tried: both drivers' `_continue` / `_resume`, as tier 1's
+   `Director.rerank`); clusters without a ready pod go last, and before
    them clusters whose error rate is `ERROR_RATE_BEHIND` or more (a cluster that fails
    most of what it takes, e.g. one that breaks every stream while reporting no load,
-   must not win on its empty queue).
+   must not win on its empty queue), and before those the full ones (saturation, with
+   what was sent since the status, 1 or more: the cluster gateway would queue the
+   request), least saturated first: a request waits out a full cluster's queue, which
+   no weight of proximity (a round trip) or cost outweighs, and a burst larger than
+   every cluster's headroom spreads over them by their ready pods.
 2. `cost` profile (asked for, or sheddable traffic): clusters that meet the latency budget
    (the request's `x-igw-latency-budget-ms`, else the config's; against the first-byte
    EWMA this router measured, unknown counts as meeting it) AND have
@@ -42,11 +62,12 @@ streaming.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
 from inference_gateway.config.global_router import ProfileName
+from inference_gateway.config.spec import SaturationSpec
 from inference_gateway.core.scheduling.types import PodMetrics
 
 __all__ = [
@@ -57,12 +78,14 @@ __all__ = [
     "RequestTraits",
     "Rules",
     "cost_basis",
+    "load",
     "mean_kv_usage",
     "rank_clusters",
     "score",
 ]
 
 ERROR_RATE_BEHIND = 0.5  # a cluster failing this share of attempts goes behind the rest
+POD_QUEUE = SaturationSpec().queue_threshold  # waiting requests that fill a pod (default)
 
 
 class Weights(Protocol):
@@ -127,6 +150,8 @@ class Candidate(Protocol):
     def error_rate(self) -> float: ...
     @property
     def ttft_ewma_s(self) -> float | None: ...
+    @property
+    def sent_requests(self) -> int: ...
     def ramp_fraction(self, now: float, ramp_s: float) -> float: ...
     def cost_per_million(self) -> float | None: ...
 
@@ -157,6 +182,14 @@ class Choice(Generic[C]):
     profile: ProfileName
 
 
+def load(state: Candidate, status: Load) -> tuple[float, float]:
+    """(saturation, queued) of `state` as the choice weighs them: its `status` plus the
+    requests this router sent since it (module docstring)."""
+    sent = state.sent_requests
+    ready = max(1, status.readyPods)
+    return status.saturation + sent / (ready * POD_QUEUE), status.queued + sent
+
+
 def _cost_key(state: Candidate, at_capacity: bool) -> float:
     if at_capacity:
         cost = state.cost_per_million()
@@ -175,9 +208,10 @@ def score(
     if status is None:
         return 0.0
     ready = max(1, status.readyPods)
+    saturation, queued = load(state, status)
     signals = (
-        (weights.kv_headroom, max(0.0, 1.0 - min(1.0, status.saturation))),
-        (weights.queue, 1.0 / (1.0 + status.queued / ready)),
+        (weights.kv_headroom, max(0.0, 1.0 - min(1.0, saturation))),
+        (weights.queue, 1.0 / (1.0 + queued / ready)),
         (weights.proximity, 1.0 if state.spec.region == traits.home_region else 0.0),
         (weights.errors, 1.0 - state.error_rate),
     )
@@ -202,27 +236,34 @@ def rank_clusters(
     traits: RequestTraits,
     now: float,
     rng: Callable[[], float] = random.random,
+    exclude: Collection[str] = (),
 ) -> Choice[C]:
+    """The clusters of `routable` not named in `exclude`, best first (module docstring)."""
+    routable = [s for s in routable if s.name not in exclude]
     profile: ProfileName = "cost" if traits.sheddable else traits.profile
     weights = spec.weights(profile)
     cheapest, at_capacity = cost_basis(routable)
     budget_s = traits.latency_budget_s or spec.latency_budget_ms / 1000
 
-    def tier(state: Candidate) -> int:
+    def tier(state: Candidate) -> tuple[int, float]:
+        """(group, then within it) of "Order of choice" 1 and 2."""
         status = state.status
         if status is None or status.readyPods == 0:
-            return 3
+            return 4, 0.0
         if state.error_rate >= ERROR_RATE_BEHIND:
-            return 2
+            return 3, 0.0
+        saturation = load(state, status)[0]
+        if saturation >= 1:
+            return 2, saturation
         if profile != "cost":
-            return 0
+            return 0, 0.0
         fast = state.ttft_ewma_s is None or state.ttft_ewma_s <= budget_s
-        return 0 if fast and status.saturation < spec.saturation_max else 1
+        return (0 if fast and saturation < spec.saturation_max else 1), 0.0
 
     scored = sorted(
         routable,
         key=lambda s: (
-            tier(s),
+            *tier(s),
             -score(s, traits, weights, cheapest, at_capacity),
             s.spec.priority,
             s.name,

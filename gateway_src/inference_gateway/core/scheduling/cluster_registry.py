@@ -23,6 +23,15 @@ see). Requests waiting for a cluster's first byte register a callback with `hold
 drain calls them at once, so the server retries them elsewhere instead of waiting for
 a timeout (nothing has reached their clients, so nothing is lost).
 
+What this router sent since a cluster's last status: a status is up to `pollIntervalMs`
+old, so a burst of requests (the continuations of a lost cluster's streams, or new
+requests between two polls) would all go to the cluster that looked best at the poll.
+Each `hold` taken since the last good status and not yet released (the request has no
+first byte yet) counts in `ClusterState.sent_requests`, as the picker's
+`Endpoint.sent_requests` counts what it dispatched since the last scrape; a good status
+starts the count again (what was sent before it is in its load by then), and the choice
+folds it into the cluster's load (`cluster_choice.load`).
+
 A planned drain (`set_planned`: the operator's drain set, read from the store or a file)
 drains at once and keeps the cluster out whatever its status says; lifting it ramps the
 cluster back from zero over `rampS`, like a return. Planned drains are not failover
@@ -90,6 +99,7 @@ class ClusterState:
     epoch: int = 0  # bumped by every drain: a status sent under an older epoch is stale
     planned: bool = False  # in the operator's drain set: out whatever its status says
     held: dict[int, Callable[[], None]] = field(default_factory=dict)  # waiting for byte 1
+    unseen: set[int] = field(default_factory=set)  # keys of `held` taken since the status
     ttft_ewma_s: float | None = None  # passive: first-byte latency seen by this router
     error_ewma: float = 0.0  # passive: share of this router's attempts that failed
     error_seen_at: float = 0.0  # when error_ewma was last brought up to date (decay)
@@ -103,6 +113,12 @@ class ClusterState:
     @property
     def name(self) -> str:
         return self.spec.name
+
+    @property
+    def sent_requests(self) -> int:
+        """Requests this router sent since the last good status and still waiting for
+        their first byte: load the status cannot show yet (module docstring)."""
+        return len(self.unseen)
 
     def ramp_fraction(self, now: float, ramp_s: float) -> float:
         if not self.routable:
@@ -150,6 +166,7 @@ class ClusterRegistry:
 
     def _release_held(self, state: ClusterState) -> None:
         held, state.held = state.held, {}
+        state.unseen.clear()
         for retry in held.values():
             retry()
 
@@ -157,11 +174,16 @@ class ClusterRegistry:
         """Register a request waiting for `name`'s first byte; `on_drain` runs (once) if
         the cluster is drained meanwhile. Returns the key for `release`."""
         key = next(self._held_keys)
-        self.states[name].held[key] = on_drain
+        state = self.states[name]
+        state.held[key] = on_drain
+        state.unseen.add(key)
         return key
 
     def release(self, name: str, key: int) -> None:
-        self.states[name].held.pop(key, None)
+        """The request's first byte came, or it left the cluster before one."""
+        state = self.states[name]
+        state.held.pop(key, None)
+        state.unseen.discard(key)
 
     def heartbeat(self, name: str, status: ClusterStatus, epoch: int | None = None) -> None:
         """A good status. `epoch`: the cluster's epoch when the poll was sent; an answer
@@ -172,6 +194,7 @@ class ClusterRegistry:
             return
         now = self.clock()
         state.status, state.last_ok = status, now
+        state.unseen.clear()  # what was sent before it is in its load now
         if not state.routable and not state.planned:
             self._admit(state, now)
         self.metrics.saturation.labels(name).set(status.saturation)

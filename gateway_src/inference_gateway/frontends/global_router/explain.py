@@ -15,6 +15,7 @@ from inference_gateway.core.scheduling.cluster_choice import (
     Choice,
     RequestTraits,
     cost_basis,
+    load,
     score,
 )
 from inference_gateway.core.scheduling.cluster_registry import ClusterState
@@ -68,6 +69,9 @@ def _placement(state: ClusterState, now: float, ramp_s: float) -> str:
         return "behind: no ready pod"
     if state.error_rate >= ERROR_RATE_BEHIND:
         return f"behind: error rate {state.error_rate:.2f}"
+    saturation = load(state, status)[0]  # with what this router sent since the status
+    if saturation >= 1:
+        return f"behind: full (saturation {saturation:.2f})"
     fraction = state.ramp_fraction(now, ramp_s)
     if fraction < 1:
         return f"ramping: {fraction:.2f} of its share"

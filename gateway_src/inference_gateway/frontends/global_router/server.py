@@ -15,8 +15,11 @@ event) or stays silent for `streamIdleTimeoutMs` between chunks is, by the plan'
 `after_break`, a failed attempt in the cluster's error score (a stalled cluster is
 drained), and where the config's `migration` is on and the request can be resumed, the
 core's `Resumer` (core/request/resume.py, tier 1's own) re-issues it with the text
-delivered to the next-ranked routable cluster not tried yet and splices it into the
-client's stream (`_resumer`, `_continue`); otherwise it ends with the SSE error event.
+delivered to the best routable cluster not tried yet, ranked at the break, and splices
+it into the client's stream (`_resumer`, `_continue`); otherwise it ends with the SSE
+error event. Every ranking counts what this router sent since each cluster's last
+status (`ClusterState.sent_requests`), so a burst (a lost cluster's continuations, or
+new requests between two polls) spreads.
 Token limits follow each answer with the gateway's one token budget (core/request/
 budget.py, as `igw serve`): counted as it streams, ended with the rate-limit SSE error
 event when the window is full, and settled once from the answer's `usage` (the one usage
@@ -52,7 +55,7 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -142,12 +145,11 @@ class _Skip(Exception):
 
 @dataclass(slots=True)
 class _Serving:
-    """The cluster serving a stream now (`index` in the request's ranking, `made`
-    attempts so far): a continuation moves it on. `booked`: its break is counted."""
+    """The cluster serving a stream now (`made` attempts so far): a continuation moves
+    it on. `booked`: its break is counted."""
 
     state: ClusterState
     cross: str
-    index: int
     made: int
     booked: bool = False
 
@@ -155,7 +157,8 @@ class _Serving:
 @dataclass(frozen=True, slots=True)
 class _Resume:
     """What a continuation is sent with: the request's path, the body sent (`body`),
-    headers, trace and ranking, and the clusters tried (the decision log's)."""
+    headers, trace and traits (it is ranked at the break), and the clusters tried (the
+    decision log's)."""
 
     path: str
     body: bytes
@@ -163,7 +166,6 @@ class _Resume:
     trace: RequestTrace
     model: str
     traits: RequestTraits
-    choice: Choice[ClusterState]
     tried: list[str]
     client_id: str
 
@@ -312,9 +314,14 @@ class GlobalRouter:
         sheddable = objective is not None and objective in self.spec.sheddable_objectives
         return RequestTraits(region, profile, sheddable, budget_s(headers.get(BUDGET_HEADER)))
 
-    def _ranked(self, traits: RequestTraits) -> Choice[ClusterState]:
+    def _ranked(self, traits: RequestTraits, exclude: Collection[str] = ()) -> Choice[ClusterState]:
         return rank_clusters(
-            self.spec, self.registry.routable(), traits, time.monotonic(), self._rng.random
+            self.spec,
+            self.registry.routable(),
+            traits,
+            time.monotonic(),
+            self._rng.random,
+            exclude,
         )
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
@@ -514,7 +521,7 @@ class GlobalRouter:
                     index = after
                     continue
                 cross = "true" if state.spec.region != traits.home_region else "false"
-                serving = _Serving(state, cross, index, made)
+                serving = _Serving(state, cross, made)
                 resume = _Resume(
                     request.path,
                     raw,
@@ -522,7 +529,6 @@ class GlobalRouter:
                     trace,
                     model,
                     traits,
-                    choice,
                     tried_clusters,
                     request.headers.get("x-request-id", ""),
                 )
@@ -754,9 +760,12 @@ class GlobalRouter:
     ) -> _ClusterStream | None:
         """The cluster serving the stream broke (`reason`): the plan's `after_break`
         says what it learns (a failed attempt; drained if it stalled) and whether the
-        request goes on; the continuation (`body`, resume.py) goes to the next-ranked
-        routable cluster not tried yet (`next_index`), each attempt read by the plan as
-        a first attempt is (`_open`: refused or drained moves on, a timeout ends it)."""
+        request goes on; the continuation (`body`, resume.py) goes to the best routable
+        cluster not tried yet, ranked at the break (`rank_clusters` over the clusters as
+        they are now, each continuation sent meanwhile counted in its cluster's load,
+        so a lost cluster's streams spread, as tier 1's `Director.rerank`), then down
+        that ranking (`next_index`), each attempt read by the plan as a first attempt
+        is (`_open`: refused or drained moves on, a timeout ends it)."""
         end = StreamEnd.STALLED if reason == BreakReason.STALL else StreamEnd.BROKEN
         verdict = self.plan.after_break(end)
         broken = serving.state
@@ -767,8 +776,9 @@ class GlobalRouter:
         resume.trace.attempt_ended(error=end.value)
         if not verdict.retry:
             return None
-        plan, ranked, choice = self.plan, resume.choice.ranked, resume.choice
-        index = plan.next_index(ranked, serving.index, serving.made, _routable)
+        plan, choice = self.plan, self._ranked(resume.traits, resume.tried)
+        ranked = choice.ranked
+        index = plan.next_index(ranked, -1, serving.made, _routable)
         while index is not None:
             state = ranked[index]
             name = state.name
@@ -797,7 +807,7 @@ class GlobalRouter:
                 continue
             if upstream.status == 200 and is_event_stream(upstream.headers.get("content-type", "")):
                 cross = "true" if state.spec.region != resume.traits.home_region else "false"
-                serving.state, serving.cross, serving.index = state, cross, index
+                serving.state, serving.cross = state, cross
                 serving.booked = False
                 return _ClusterStream(upstream, first)
             answer = plan.after_status(upstream.status)

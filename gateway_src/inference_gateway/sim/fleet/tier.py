@@ -3,8 +3,10 @@
 Each cluster is a fleet of emulated pods with its own gateway policy in front (the same
 `make_policy` policies as a single-cluster run, admission included). One global router
 per client region runs `igw global`'s own `ClusterRegistry` (the core's, heartbeats, drain,
-ramp-back; its clock is the virtual one) and `rank_clusters` (its random draw from a
-seeded generator), so what is measured here is the code that routes in production.
+ramp-back, and the requests sent since each cluster's last status, held through `hold`
+as `server._open` holds them; its clock is the virtual one) and `rank_clusters` (its
+random draw from a seeded generator), so what is measured here is the code that routes
+in production.
 
 The router sees a cluster only the way `igw global` does:
 
@@ -27,8 +29,8 @@ a token are dropped with the connection and retried elsewhere; a stream that had
 after its first byte (`_cut`). Where the router's `migration` is on (`igw global`'s
 default) the router resumes it as `server._continue` does, once it sees the break (one
 way later; in a black hole at `streamIdleTimeoutMs`): the continuation, the delivered
-tokens appended to the prompt, goes to the next routable cluster of the request's
-ranking, each try read as a first attempt, within `maxAttempts`, `maxResumes` and
+tokens appended to the prompt, goes to the best routable cluster not tried yet, ranked
+at the break (`_resume`), each try read as a first attempt, within `maxAttempts`, `maxResumes` and
 `deadlineMs`; without it, or with no cluster left, the stream is lost. What became of
 the cut streams (lost, resumed, re-prefill GPU seconds, the resume gap) is counted by
 the single-cluster simulator's `sim.faults.StreamLedger`. A restored cluster starts cold
@@ -95,7 +97,9 @@ class FleetRequest:
 
     sim: SimRequest
     router: SimRouter
-    attempts: list[str]  # the ranking on arrival; retries skip clusters drained since
+    traits: RequestTraits
+    attempts: list[str]  # the ranking on arrival (a continuation's: at the break)
+    tried: list[str] = field(default_factory=list)  # every cluster an attempt went to
     attempt: int = 0  # attempts made before the current one
     index: int = 0  # the current attempt's place in `attempts`
     seq: int = 0  # bumped per attempt: a callback of an earlier attempt is stale
@@ -223,9 +227,13 @@ class SimRouter:
         self.registry = ClusterRegistry(spec, self.metrics, clock=clock)
         self.random = random.Random(seed)
 
-    def rank(self, traits: RequestTraits, now: float) -> list[str]:
-        """The clusters to try, in order (`igw global`'s own ranking)."""
-        choice = rank_clusters(self.spec, self.registry.routable(), traits, now, self.random.random)
+    def rank(
+        self, traits: RequestTraits, now: float, exclude: list[str] | None = None
+    ) -> list[str]:
+        """The clusters to try, in order (`igw global`'s own ranking), less `exclude`."""
+        choice = rank_clusters(
+            self.spec, self.registry.routable(), traits, now, self.random.random, exclude or ()
+        )
         return [s.name for s in choice.ranked]
 
     def home_full(self, now: float) -> bool:
@@ -347,7 +355,7 @@ class FleetTier:
             router.region, self.spec.profile, sheddable and bool(self.spec.sheddable_objectives)
         )
         attempts = router.rank(traits, self.now)
-        req = FleetRequest(sim, router, attempts)
+        req = FleetRequest(sim, router, traits, attempts)
         self.open += 1
         self.recorder.on_arrival(req)
         if not attempts:
@@ -364,6 +372,7 @@ class FleetTier:
         req.sent_at = self.now
         req.seq += 1
         req.at = name
+        req.tried.append(name)
         req.streaming = False
         seq = req.seq
         req.hold_key = router.registry.hold(
@@ -556,8 +565,8 @@ class FleetTier:
         self._retry(req, index)
 
     def _next_index(self, req: FleetRequest) -> int | None:
-        """The plan's next cluster of the arrival ranking (still routable, within
-        `maxAttempts`)."""
+        """The plan's next cluster of the request's ranking (made on arrival; a
+        continuation's at the break), still routable, within `maxAttempts`."""
         states = req.router.registry.states
         return self.plan.next_index(
             req.attempts, req.index, req.attempt + 1, lambda name: states[name].routable
@@ -707,11 +716,16 @@ class FleetTier:
             self._reply(req, cluster, broke)
 
     def _resume(self, req: FleetRequest, retry: bool) -> None:
-        """`server._continue`: the continuation goes to the next routable cluster of the
-        request's ranking not tried yet (within `maxAttempts`), each try read as a first
-        attempt (`_send`: refused or drained moves on, silent past `firstByteTimeoutMs`
-        ends it); past `migration.deadlineMs` from the break without a first token the
-        resume ends (the Resumer's deadline)."""
+        """`server._continue`: the continuation goes to the best routable cluster not
+        tried yet, ranked at the break (the clusters as they are then, what the router
+        sent since each one's status counted, so a lost cluster's streams spread), then
+        down that ranking (within `maxAttempts`), each try read as a first attempt
+        (`_send`: refused or drained moves on, silent past `firstByteTimeoutMs` ends it);
+        past `migration.deadlineMs` from the break without a first token the resume
+        ends (the Resumer's deadline)."""
+        if retry:
+            req.attempts = req.router.rank(req.traits, self.now, req.tried)
+            req.index = -1
         index = self._next_index(req) if retry else None
         if index is None:
             self._lose_stream(req)

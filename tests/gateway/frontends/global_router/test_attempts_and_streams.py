@@ -134,6 +134,38 @@ async def test_a_broken_stream_resumes_on_the_next_cluster(
         assert router.metrics.decisions.labels("a", "latency", "resume")._value.get() == 1
 
 
+async def test_a_lost_clusters_continuations_spread_by_load(
+    fake_clusters: list[FakeCluster],
+) -> None:
+    """12 streams on b break together; each continuation is ranked at the break with
+    those sent before it and still waiting for their first byte counted in its cluster's
+    load (`cluster_choice.load`), so they fill a, the home survivor, only until c, the
+    remote one, scores higher, instead of all taking a (the arrival ranking's next). a and
+    c (two pods each, half full) answer after 0.5 s, so the continuations wait for their
+    first bytes together; b (40 idle pods) has room for all 12 streams first."""
+    a, b, c = fake_clusters
+    b.stream_mode = "break"
+    b.status = {**b.status, "readyPods": 40, "saturation": 0.0}
+    for survivor in (a, c):
+        survivor.status = {**survivor.status, "saturation": 0.5}
+        survivor.answer_delay_s = 0.5
+    cfg = config(fake_clusters, **SLOW_POLLS)
+    async with running_router(cfg) as (url, router), aiohttp.ClientSession() as s:
+        answers = await asyncio.wait_for(
+            asyncio.gather(*(post(s, url, stream=True) for _ in range(12))), 10
+        )
+        for status, headers, raw in answers:
+            assert status == 200 and headers["x-igw-cluster"] == "b"
+            assert b'"error"' not in raw and raw.endswith(b"data: [DONE]\n\n")
+        resumed = {
+            n: router.metrics.decisions.labels(n, "latency", "resume")._value.get()
+            for n in ("a", "c")
+        }
+        assert sum(resumed.values()) == 12
+        assert min(resumed.values()) >= 3, resumed
+        assert all(not state.unseen for state in router.registry.states.values())
+
+
 async def test_a_cluster_that_breaks_every_stream_is_penalised(
     fake_clusters: list[FakeCluster],
 ) -> None:
@@ -168,11 +200,13 @@ async def test_cost_mode_uses_cost_at_capacity_not_current_throughput(
 ) -> None:
     """a and c ($98.3/h) are busy with latency traffic, so their *current* cost per token
     is low; b ($60/h, the same capacity) is idle. At capacity b is cheaper per generated token, so
-    >= 90 % of the sheddable requests go there while it meets the budget (item 6)."""
+    >= 90 % of the sheddable requests go there while it meets the budget (item 6). b has
+    room for the whole burst (40 ready pods): the router counts what it sent since b's
+    status (`cluster_choice.load`), and a two-pod b would fill past `saturationMax`."""
     a, b, c = fake_clusters
     a.status = {**a.status, "tokensPerSecond": 4000.0, "saturation": 0.3}
     c.status = {**c.status, "tokensPerSecond": 4000.0, "saturation": 0.3}
-    b.status = {**b.status, "tokensPerSecond": 40.0, "saturation": 0.05}
+    b.status = {**b.status, "tokensPerSecond": 40.0, "saturation": 0.05, "readyPods": 40}
     cfg = config(fake_clusters, sheddableObjectives=["batch"], latencyBudgetMs=2000)
     for cluster, hourly in zip(cfg["clusters"], (98.3, 60.0, 98.3), strict=True):
         cluster.update(hourlyCostUsd=hourly, capacityTokensPerSecond=5000)
