@@ -50,6 +50,7 @@ from inference_gateway.envoyproxy.settings import (
     GatewaySettings,
     PoolRoute,
     ResponseOverride,
+    StatusRoute,
 )
 
 from .auth import Authentication
@@ -158,6 +159,7 @@ def envoy_settings(env: EnvironmentSpec) -> GatewaySettings:
         circuit_breaker=CircuitBreaker(limit, limit, limit, 16),
         response_override=ResponseOverride(),
         picker_circuit_breaker=limit,
+        status=StatusRoute(backend=Address(PICKER, METRICS_PORT), route=STATUS_ROUTE),
     )
 
 
@@ -363,7 +365,7 @@ class GatewayChart(Chart):
             kind="HTTPRoute",
             name=STATUS_ROUTE,
             **config,
-            body={"spec": _status_route_spec()},
+            body={"spec": _status_route_spec(envoy_settings(env))},
         )
 
 
@@ -458,19 +460,29 @@ def route_names(env: EnvironmentSpec) -> list[str]:
 STATUS_ROUTE = f"{GATEWAY}-status-route"
 
 
-def _status_route_spec() -> dict[str, Any]:
+def _status_route_spec(settings: GatewaySettings) -> dict[str, Any]:
     """`GET /status` to the picker's metrics port: the cluster's heartbeat for `igw
     global` (frontends/status.py). Exact path and method only, so `/metrics` and the
-    rest of that port stay inside the cluster."""
+    rest of that port stay inside the cluster. From `envoy_settings`, as the bootstrap
+    the tests run renders it."""
+    status = settings.status
+    assert status is not None
     return {
         "parentRefs": [{"name": GATEWAY, "sectionName": LISTENER}],
         "rules": [
             {
-                "matches": [{"path": {"type": "Exact", "value": "/status"}, "method": "GET"}],
-                "backendRefs": [
-                    {"group": "", "kind": "Service", "name": PICKER, "port": METRICS_PORT}
+                "matches": [
+                    {"path": {"type": "Exact", "value": status.path}, "method": status.method}
                 ],
-                "timeouts": {"request": "5s"},
+                "backendRefs": [
+                    {
+                        "group": "",
+                        "kind": "Service",
+                        "name": status.backend.host,
+                        "port": status.backend.port,
+                    }
+                ],
+                "timeouts": {"request": f"{status.timeout_s:g}s"},
             }
         ],
     }

@@ -28,7 +28,6 @@ import openai
 import pytest
 import yaml
 
-from inference_gateway.emulator.tokens import count_tokens, render_chat
 from inference_gateway.shared_store.local_server import LocalRedis
 from tests.e2e.serve_process import free_port, write_endpoints
 from tests.e2e.test_global_fleet import Proc, processes, wait_ready
@@ -36,7 +35,7 @@ from tests.e2e.test_stream_migration import (
     Outcome,
     assert_spliced_whole,
     busiest_mid_answer,
-    messages,
+    charge,
     metric_sum,
     pods,
     remaining_tokens,
@@ -63,7 +62,8 @@ def cluster_gateway(tmp: Path, name: str, pod_port: int, *, migration: bool = Tr
     return Proc(args, free_port(), tmp / f"{name}.log")
 
 
-def router_config(gateways: dict[str, Proc], store: str) -> dict[str, Any]:
+def router_config(endpoints: dict[str, str], store: str) -> dict[str, Any]:
+    """`igw global` over the clusters of `endpoints` (name → URL), all in one region."""
     return {
         "store": {"url": store, "timeoutMs": 1000},
         # a token budget that never refuses here, read for what it was charged
@@ -72,10 +72,34 @@ def router_config(gateways: dict[str, Proc], store: str) -> dict[str, Any]:
         "pollIntervalMs": 200,
         "staleAfterMs": 1000,
         "rampS": 0,
-        "clusters": [{"name": n, "region": "r1", "endpoint": g.url} for n, g in gateways.items()],
+        "clusters": [{"name": n, "region": "r1", "endpoint": url} for n, url in endpoints.items()],
         "streamIdleTimeoutMs": 1000,  # a stopped cluster is a stall within a second
         "migration": {"deadlineMs": 10_000},
     }
+
+
+async def until_routable(session: aiohttp.ClientSession, front: Proc, clusters: int) -> None:
+    """Once `igw global` answers, until it has polled `clusters` clusters routable."""
+    await wait_ready(session, front, "/health")
+    deadline = time.monotonic() + 30
+    while True:
+        async with session.get(front.url + "/health") as r:
+            if len((await r.json())["clusters"]) == clusters:
+                return
+        assert time.monotonic() < deadline, "the clusters did not become routable"
+        await asyncio.sleep(0.1)
+
+
+async def assert_resumed_at_tier_2(url: str, broken: int, reason: str) -> float:
+    """`igw global`'s /metrics counted each of the `broken` streams once, resumed at tier
+    2 for `reason`, each with its resume gap; the mean gap in seconds."""
+    total = "igw_request_migrations_total"
+    resumed = await metric_sum(url, total, 'outcome="resumed"')
+    assert resumed == broken == await metric_sum(url, total, 'tier="2"')
+    assert await metric_sum(url, total, f'reason="{reason}"') == broken
+    gaps = await metric_sum(url, "igw_request_resume_gap_seconds_count")
+    assert gaps == broken
+    return await metric_sum(url, "igw_request_resume_gap_seconds_sum") / gaps
 
 
 @pytest.mark.parametrize(
@@ -95,7 +119,8 @@ async def test_a_cluster_lost_mid_stream_is_resumed_on_the_next(
             for i, n in enumerate(CLUSTERS)
         }
         path = tmp_path / "global.yaml"
-        path.write_text(yaml.safe_dump(router_config(gateways, redis.url)))
+        endpoints = {n: g.url for n, g in gateways.items()}
+        path.write_text(yaml.safe_dump(router_config(endpoints, redis.url)))
         front = Proc(["global", "--config", str(path)], free_port(), tmp_path / "global.log")
         async with aiohttp.ClientSession() as session:
             for p in [*gateways.values(), front]:
@@ -103,14 +128,7 @@ async def test_a_cluster_lost_mid_stream_is_resumed_on_the_next(
                 p.start()
             for g in gateways.values():
                 await wait_ready(session, g, "/status")
-            await wait_ready(session, front, "/health")
-            deadline = time.monotonic() + 30  # every cluster polled and routable
-            while True:
-                async with session.get(front.url + "/health") as r:
-                    if len((await r.json())["clusters"]) == len(CLUSTERS):
-                        break
-                assert time.monotonic() < deadline, "the clusters did not become routable"
-                await asyncio.sleep(0.1)
+            await until_routable(session, front, len(CLUSTERS))
 
         api = openai.AsyncOpenAI(
             base_url=front.url + "/v1", api_key="unused", max_retries=0, timeout=120
@@ -141,20 +159,12 @@ async def test_a_cluster_lost_mid_stream_is_resumed_on_the_next(
         await api.close()
         # the router's token budget settled each request once: its prompt and its tokens
         charged = remaining_before - remaining_after - probe_total
-        assert charged == sum(
-            count_tokens(render_chat(messages(i))) + TOKENS for i in range(REQUESTS)
-        )
+        assert charged == charge(REQUESTS, TOKENS)
 
         broken = [o for o in outcomes if o.pod == victim]
         assert broken, "no stream was on the cluster that failed"
         assert_spliced_whole(outcomes, expected, TOKENS)
-        total = "igw_request_migrations_total"
-        resumed = await metric_sum(front.url, total, 'outcome="resumed"')
-        assert resumed == len(broken) == await metric_sum(front.url, total, 'tier="2"')
-        assert await metric_sum(front.url, total, f'reason="{reason}"') == len(broken)
-        gaps = await metric_sum(front.url, "igw_request_resume_gap_seconds_count")
-        assert gaps == len(broken)
-        gap_s = await metric_sum(front.url, "igw_request_resume_gap_seconds_sum") / gaps
+        gap_s = await assert_resumed_at_tier_2(front.url, len(broken), reason)
         print(
             f"\ncluster {fault}: {len(broken)}/{REQUESTS} streams resumed, mean gap {gap_s:.3f} s"
         )

@@ -33,7 +33,6 @@ import openai
 import orjson
 import pytest
 
-from inference_gateway.emulator.tokens import count_tokens, render_chat
 from tests.e2e.pd_shapes import NIXL, ROLE, pd_config
 from tests.e2e.serve_process import igw_serve
 from tests.e2e.test_stream_migration import (
@@ -41,8 +40,8 @@ from tests.e2e.test_stream_migration import (
     Outcome,
     assert_spliced_whole,
     busiest_mid_answer,
+    charge,
     header_port,
-    messages,
     metric_sum,
     pods,
     remaining_tokens,
@@ -121,9 +120,7 @@ async def test_a_lost_decode_pods_streams_resume_on_the_other_decode_pod(
             # each stream whole, as the unbroken one; the budget charged once
             assert_spliced_whole(outcomes, expected, TOKENS)
             charged = remaining_before - remaining_after - probe_total
-            assert charged == sum(
-                count_tokens(render_chat(messages(i))) + TOKENS for i in range(REQUESTS)
-            )
+            assert charged == charge(REQUESTS, TOKENS)
             total = "igw_request_migrations_total"
             assert await metric_sum(url, total, 'outcome="resumed"') == broken
             assert await metric_sum(url, total) == broken

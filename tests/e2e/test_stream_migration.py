@@ -99,6 +99,12 @@ def assert_spliced_whole(outcomes: list[Outcome], expected: list[str], tokens: i
         assert o.completion_tokens == tokens
 
 
+def charge(requests: int = REQUESTS, tokens: int = TOKENS) -> int:
+    """What a token budget settles for requests `0..requests-1` answered `tokens` long:
+    each prompt once and each completion token once, however often a stream broke."""
+    return sum(count_tokens(render_chat(messages(i))) + tokens for i in range(requests))
+
+
 async def unbroken_texts(port: int, requests: int = REQUESTS, tokens: int = TOKENS) -> list[str]:
     """Each request's text, asked of one healthy pod directly (temperature 0)."""
     api = openai.AsyncOpenAI(
@@ -255,9 +261,7 @@ async def run_with_fault(tmp_path: Path, fault: str) -> None:
             remaining_after, _ = await remaining_tokens(api)
             await api.close()
             charged = remaining_before - remaining_after - probe_total
-            assert charged == sum(
-                count_tokens(render_chat(messages(i))) + TOKENS for i in range(REQUESTS)
-            )
+            assert charged == charge()
             broken = [o for o in outcomes if o.pod.endswith(f":{victim_port}")]
             assert broken, "no stream was on the pod that failed"
             assert_spliced_whole(outcomes, expected, TOKENS)

@@ -5,8 +5,8 @@ the config Envoy Gateway v1.5 + Envoy AI Gateway v0.4 would give Envoy for an
 environment; the committed tree (`gitops/environments/<env>/rendered/`) is what they
 would actually read. This test reads the tree, not the chart code, and fails where the
 two disagree: pools and their pickers, ports, route timeouts, processing modes, message
-timeouts, fail-closed, circuit breakers and the picker-outage override. The upstream
-rules each comparison relies on:
+timeouts, fail-closed, circuit breakers, the picker-outage override and the `/status`
+heartbeat route. The upstream rules each comparison relies on:
 
 * ai-gateway v0.4.0 `internal/extensionserver/inferencepool.go`: one picker ext_proc per
   InferencePool to `endpointPickerRef` (`<svc>.<ns>.svc:<port>`), SEND everywhere, body
@@ -18,7 +18,10 @@ rules each comparison relies on:
 * gateway v1.5.0 `internal/xds/translator/extproc.go` (processing mode, message
   timeout, failOpen), `route.go` (timeouts.request → route timeout), `cluster.go`
   (circuitBreaker → thresholds), `custom_response.go` (responseOverride), and the
-  privileged-port shift of a Gateway listener (P → P + 10000).
+  privileged-port shift of a Gateway listener (P → P + 10000); an HTTPRoute `method`
+  is matched as the `:method` header, and a route to a Service gets that Service's
+  port as its cluster; `post_translate_modify.go` patchVirtualHostWithInferencePool
+  disables every picker filter on a route whose backend is no pool.
 """
 
 from __future__ import annotations
@@ -119,35 +122,30 @@ def disagreements(docs: list[Doc], bootstrap: Doc) -> list[str]:
         if authority != f"{ref['name']}.{ns}.svc:{ref['port']['number']}":
             out.append(f"pool {name}: picker authority {authority}")
 
-    # HTTPRoutes to pools: matches, timeouts, clusters, per-route picker enablement
+    # HTTPRoutes: timeouts and per-route picker enablement; a pool's matches and its
+    # ORIGINAL_DST cluster, or a Service's (the `/status` heartbeat) exact path, method
+    # and port
     for route in _by_kind(docs, "HTTPRoute"):
         (rule,) = route["spec"]["rules"]
         (backend,) = rule["backendRefs"]
-        if backend.get("kind") != "InferencePool":
-            continue
         name, ns = route["metadata"]["name"], route["metadata"]["namespace"]
         mine = [r for r in routes if r["name"].startswith(f"httproute/{ns}/{name}/rule/0/")]
-        models = sorted(
-            h["value"] for m in rule["matches"] for h in m.get("headers", []) if h["type"]
-        )
-        got = sorted(
-            h["string_match"]["exact"] for r in mine for h in r["match"].get("headers", [])
-        )
-        if got != models:
-            out.append(f"route {name}: models {got} != {models}")
+        if not mine:
+            out.append(f"route {name}: not in the bootstrap")
+        to_pool = backend.get("kind") == "InferencePool"
+        own = {picker_filter_name(backend["name"], ns)} if to_pool else set()
         timeout = _seconds(rule["timeouts"]["request"])
         for r in mine:
             if _seconds(r["route"]["timeout"]) != timeout:
                 out.append(f"route {name}: timeout {r['route']['timeout']} != {timeout}s")
             disabled = {k for k, v in r["typed_per_filter_config"].items() if v.get("disabled")}
-            if disabled != picker_filters - {picker_filter_name(backend["name"], ns)}:
+            if disabled != picker_filters - own:
                 out.append(f"route {name}: disabled pickers {sorted(disabled)}")
-        if not mine:
-            out.append(f"route {name}: not in the bootstrap")
         cluster = clusters.get(route_cluster_name(ns, name), {})
-        header = cluster.get("original_dst_lb_config", {}).get("http_header_name")
-        if (cluster.get("type"), header) != ("ORIGINAL_DST", "x-gateway-destination-endpoint"):
-            out.append(f"route {name}: cluster {cluster.get('type')} on {header}")
+        if to_pool:
+            out += _pool_route(name, rule, mine, cluster)
+        else:
+            out += _service_route(name, rule, backend, mine, cluster)
 
     # the body-based router's EnvoyExtensionPolicy
     for policy in _by_kind(docs, "EnvoyExtensionPolicy"):
@@ -227,6 +225,40 @@ def disagreements(docs: list[Doc], bootstrap: Doc) -> list[str]:
     return out
 
 
+def _pool_route(name: str, rule: Doc, mine: list[Doc], cluster: Doc) -> list[str]:
+    """A route to a pool: its model matches, its cluster ORIGINAL_DST on the header."""
+    out: list[str] = []
+    models = sorted(h["value"] for m in rule["matches"] for h in m.get("headers", []) if h["type"])
+    got = sorted(h["string_match"]["exact"] for r in mine for h in r["match"].get("headers", []))
+    if got != models:
+        out.append(f"route {name}: models {got} != {models}")
+    header = cluster.get("original_dst_lb_config", {}).get("http_header_name")
+    if (cluster.get("type"), header) != ("ORIGINAL_DST", "x-gateway-destination-endpoint"):
+        out.append(f"route {name}: cluster {cluster.get('type')} on {header}")
+    return out
+
+
+def _service_route(name: str, rule: Doc, backend: Doc, mine: list[Doc], cluster: Doc) -> list[str]:
+    """A route to a Service (the heartbeat): an exact path with its method as the
+    `:method` header, the inference routes' override off, its cluster the Service's port."""
+    out: list[str] = []
+    for r, m in zip(mine, rule["matches"], strict=False):
+        want = {
+            "path": m["path"]["value"],
+            "headers": [{"name": ":method", "string_match": {"exact": m["method"]}}],
+        }
+        if m["path"]["type"] != "Exact" or r["match"] != want:
+            out.append(f"route {name}: match {r['match']} != {m}")
+        if any("custom_response" in k for k in r["typed_per_filter_config"]):
+            out.append(f"route {name}: the inference routes' override is on")
+    endpoints = cluster.get("load_assignment", {}).get("endpoints", [{}])
+    address = endpoints[0].get("lb_endpoints", [{}])[0].get("endpoint", {}).get("address")
+    socket = {"socket_address": {"address": backend["name"], "port_value": backend["port"]}}
+    if address != socket:
+        out.append(f"route {name}: backend {address} != {backend}")
+    return out
+
+
 @pytest.fixture(params=ENVS)
 def env_tree(request: pytest.FixtureRequest, gitops_dir: Path) -> tuple[list[Doc], Doc]:
     name = str(request.param)
@@ -243,6 +275,16 @@ def test_the_tree_and_the_bootstrap_agree(env_tree: tuple[list[Doc], Doc]) -> No
 @pytest.mark.parametrize(
     ("kind", "edit", "says"),
     [
+        (
+            "HTTPRoute/igw-status-route",
+            lambda d: d["spec"]["rules"][0]["backendRefs"][0].update(port=1),
+            "backend",
+        ),
+        (
+            "HTTPRoute/igw-status-route",
+            lambda d: d["spec"]["rules"][0]["matches"][0].update(method="POST"),
+            "match",
+        ),
         (
             "HTTPRoute",
             lambda d: d["spec"]["rules"][0].update(timeouts={"request": "30s"}),
@@ -274,14 +316,25 @@ def test_the_tree_and_the_bootstrap_agree(env_tree: tuple[list[Doc], Doc]) -> No
             "body modes",
         ),
     ],
-    ids=["route-timeout", "picker-port", "bbr-mode", "bbr-timeout", "override", "pool-mode"],
+    ids=[
+        "status-port",
+        "status-method",
+        "route-timeout",
+        "picker-port",
+        "bbr-mode",
+        "bbr-timeout",
+        "override",
+        "pool-mode",
+    ],
 )
 def test_a_changed_tree_is_caught(
     env_tree: tuple[list[Doc], Doc], kind: str, edit: Any, says: str
 ) -> None:
+    """`kind`: the first document of that kind, or `Kind/name` that one."""
     docs, bootstrap = env_tree
     docs = copy.deepcopy(docs)
-    edit(next(d for d in docs if d.get("kind") == kind))
+    kind, _, name = kind.partition("/")
+    edit(next(d for d in docs if d.get("kind") == kind and name in ("", d["metadata"]["name"])))
     assert any(says in line for line in disagreements(docs, bootstrap))
 
 

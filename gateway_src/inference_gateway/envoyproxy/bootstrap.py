@@ -16,7 +16,9 @@ Chain of one inference request: listener → HCM filters, in Envoy Gateway's ord
     body-based router ext_proc → custom_response → picker ext_proc (one per pool) → router
 
 then the route of the pool the model header names → that pool's ORIGINAL_DST cluster,
-which connects to the `x-gateway-destination-endpoint` the picker set.
+which connects to the `x-gateway-destination-endpoint` the picker set. `GET /status` (the
+heartbeat `igw global` polls) takes its own route, every picker filter off, to the
+picker's metrics port.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from inference_gateway.envoyproxy.settings import (
     GatewaySettings,
     PoolRoute,
     ResponseOverride,
+    StatusRoute,
     Tracing,
 )
 
@@ -112,7 +115,7 @@ def render_round_robin(settings: GatewaySettings, pods: list[Address]) -> dict[s
     ext_proc, each route's cluster the pods themselves, round robin. (Envoy Gateway's own
     default for a Service backend is least request; `demo.envoy.least_request_bootstrap`
     derives that one from this.) For benchmarks and the demo's comparison."""
-    plain = replace(settings, bbr=None, response_override=None)
+    plain = replace(settings, bbr=None, response_override=None, status=None)
     bootstrap = render(plain)
     hcm = bootstrap["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
     config = hcm["typed_config"]
@@ -410,10 +413,13 @@ def _route_config(s: GatewaySettings) -> dict[str, Any]:
     routes: list[dict[str, Any]] = []
     for route in s.routes:
         routes += _routes(s, route)
-    # Envoy Gateway sorts a listener's routes (one per match) most specific first: header
-    # matches before the `/v1` catch-all, even when both are matches of one rule
-    # (gateway v1.5.0 `internal/xds/translator` sortXdsIRRoutes).
-    routes.sort(key=lambda r: not r["match"].get("headers"))
+    if s.status is not None:
+        routes.append(_status_route(s, s.status))
+    # Envoy Gateway sorts a listener's routes (one per match) most specific first: an
+    # exact path before a prefix, header matches before the `/v1` catch-all, even when
+    # both are matches of one rule (gateway v1.5.0 `internal/xds/translator`
+    # sortXdsIRRoutes, Gateway API's match precedence).
+    routes.sort(key=lambda r: ("path" not in r["match"], not r["match"].get("headers")))
     name = f"{s.namespace}/{s.gateway}/{s.listener}"
     return {
         "name": name,
@@ -462,6 +468,37 @@ def _routes(s: GatewaySettings, route: PoolRoute) -> list[dict[str, Any]]:
     ]
 
 
+def _status_route(s: GatewaySettings, status: StatusRoute) -> dict[str, Any]:
+    """The heartbeat's HTTPRoute: an exact path and a method (Envoy Gateway matches an
+    HTTPRoute `method` as the `:method` header), to its Service's cluster."""
+    enabled = {"@type": FILTER_CONFIG, "config": {}}
+    per_filter: dict[str, Any] = {}
+    if s.bbr is not None:  # the EnvoyExtensionPolicy targets the Gateway: every route
+        per_filter[bbr_filter_name(s.namespace, s.bbr_policy)] = enabled
+    # post_translate_modify.go patchVirtualHostWithInferencePool: a route whose backend is
+    # no pool has every pool's picker filter disabled. The BackendTrafficPolicy (the
+    # custom response) targets the pools' routes only, so it stays off here.
+    namespaces = {r.pool: r.namespace for r in s.routes}
+    for pool, namespace in namespaces.items():
+        per_filter[picker_filter_name(pool, namespace)] = {
+            "@type": EXT_PROC_PER_ROUTE,
+            "disabled": True,
+        }
+    return {
+        "name": f"httproute/{s.namespace}/{status.route}/rule/0/match/0/*",
+        "match": {
+            "path": status.path,
+            "headers": [{"name": ":method", "string_match": {"exact": status.method}}],
+        },
+        "route": {
+            "cluster": route_cluster_name(s.namespace, status.route),
+            "timeout": _duration(status.timeout_s),
+            "idle_timeout": _duration(max(3600.0, status.timeout_s)),
+        },
+        "typed_per_filter_config": per_filter,
+    }
+
+
 # --- clusters ----------------------------------------------------------------------------
 
 
@@ -475,6 +512,8 @@ def _clusters(s: GatewaySettings) -> list[dict[str, Any]]:
             clusters.append(_picker_cluster(s, route))
     if s.bbr is not None:
         clusters.append(_bbr_cluster(s, s.bbr))
+    if s.status is not None:
+        clusters.append(_status_cluster(s, s.status))
     if s.tracing is not None:
         clusters.append(_tracing_cluster(s.tracing.collector))
     return clusters
@@ -550,6 +589,21 @@ def _bbr_cluster(s: GatewaySettings, bbr: Address) -> dict[str, Any]:
         "load_assignment": _assignment(name, bbr),
         "typed_extension_protocol_options": _http2_options(),
         "circuit_breakers": {"thresholds": [_thresholds(s.circuit_breaker)]},
+    }
+
+
+def _status_cluster(s: GatewaySettings, status: StatusRoute) -> dict[str, Any]:
+    """Envoy Gateway's cluster for the heartbeat route's Service backend (gateway v1.5.0
+    `cluster.go`: least request, 10 s connect, HTTP/1.1 as the Service's port has no
+    `appProtocol`), no thresholds (no BackendTrafficPolicy targets the route)."""
+    name = route_cluster_name(s.namespace, status.route)
+    return {
+        "name": name,
+        "type": "STATIC" if _is_ip(status.backend.host) else "STRICT_DNS",
+        "lb_policy": "LEAST_REQUEST",
+        "connect_timeout": "10s",
+        "load_assignment": _assignment(name, status.backend),
+        "per_connection_buffer_limit_bytes": BUFFER_LIMIT,
     }
 
 

@@ -16,6 +16,7 @@ __all__ = [
     "GatewaySettings",
     "PoolRoute",
     "ResponseOverride",
+    "StatusRoute",
     "Tracing",
 ]
 
@@ -58,6 +59,21 @@ class PoolRoute:
     #: `aigateway.envoyproxy.io/processing-body-mode`: "duplex" (default) or "buffered"
     body_mode: str = "duplex"
     catch_all: bool = False
+
+
+@dataclass(frozen=True)
+class StatusRoute:
+    """The HTTPRoute `igw-status-route`: `GET /status` (that exact path and method, nothing
+    else of the port) to a Service that is not a pool, the picker's metrics port, where it
+    answers the cluster's heartbeat for `igw global` (docs/global-router.md, "The
+    heartbeat"). No policy but the body-based router's targets it (the inference routes'
+    BackendTrafficPolicy and SecurityPolicy name their routes)."""
+
+    backend: Address
+    route: str = "igw-status-route"
+    path: str = "/status"
+    method: str = "GET"
+    timeout_s: float = 5.0
 
 
 #: OpenAI's error shape (`{"error": {message, type, param, code}}`) for a 500 that Envoy
@@ -126,6 +142,8 @@ class GatewaySettings:
     access_log: str | None = None
     #: EnvoyProxy telemetry.tracing (None: no tracing, Envoy Gateway's default)
     tracing: Tracing | None = None
+    #: the heartbeat's HTTPRoute (the charts always have one; None: no `/status` route)
+    status: StatusRoute | None = None
 
     def pools(self) -> list[str]:
         """The distinct pools, in route order (one picker filter each)."""

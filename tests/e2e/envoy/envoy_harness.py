@@ -7,6 +7,10 @@ the renderer a test holds against the GitOps tree):
     openai SDK → Envoy (listener :0) → ext_proc `igw bbr` → ext_proc `igw picker` (TLS,
     HTTP/2, one filter per pool) → ORIGINAL_DST on x-gateway-destination-endpoint → pod
 
+and, as the rendered tree's `igw-status-route`, `GET /status` through Envoy to the
+picker's metrics port (the heartbeat `igw global` polls; `--emf-cluster` in
+`picker_args` names the cluster there).
+
 The picker and the body-based router are real `igw` processes (so a test can SIGKILL or
 SIGTERM them and start them again on the same port); the pods are an in-process
 `EmulatedFleet` (`stop_pod` / `start_pod`). Envoy writes one JSON line per request to an
@@ -27,6 +31,7 @@ import socket
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +40,12 @@ import yaml
 
 from inference_gateway.emulator.fleet import EmulatedFleet
 from inference_gateway.envoyproxy.process import EnvoyProcess
-from inference_gateway.envoyproxy.settings import Address, GatewaySettings, PoolRoute
+from inference_gateway.envoyproxy.settings import (
+    Address,
+    GatewaySettings,
+    PoolRoute,
+    StatusRoute,
+)
 
 __all__ = ["CONFIG", "FLEET", "EnvoyStack", "IgwProcess", "free_port", "routes_from_config"]
 
@@ -298,6 +308,7 @@ class EnvoyStack:
             "listener_port": 0,
             "picker_tls": self.tls,
             "access_log": str(self.folder / "access.log"),
+            "status": StatusRoute(backend=Address("127.0.0.1", self.metrics_port)),
         }
         values.update(self.settings_overrides)
         return GatewaySettings(**values)
@@ -315,11 +326,17 @@ class EnvoyStack:
             return []
         return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
-    async def wait_access_log(self, count: int, timeout_s: float = 10.0) -> list[dict[str, Any]]:
+    async def wait_access_log(
+        self,
+        count: int,
+        timeout_s: float = 10.0,
+        where: Callable[[dict[str, Any]], bool] = lambda line: True,
+    ) -> list[dict[str, Any]]:
+        """The lines once `count` of them are `where`'s, or at `timeout_s`: all of them."""
         deadline = time.monotonic() + timeout_s
         while True:
             lines = self.access_log()
-            if len(lines) >= count or time.monotonic() > deadline:
+            if sum(map(where, lines)) >= count or time.monotonic() > deadline:
                 return lines
             await asyncio.sleep(0.1)
 

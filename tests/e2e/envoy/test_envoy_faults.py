@@ -1,5 +1,5 @@
-"""Faults through real Envoy 1.40: the picker dies and comes back, a pod dies, a client
-goes away mid-stream.
+"""Faults through real Envoy 1.40: the picker dies and comes back, a pod dies (before an
+answer, or mid-stream), a client goes away mid-stream.
 
 The picker's ext_proc filter fails closed (AI Gateway v0.4 `inferencepool.go`:
 `FailureModeAllow: false`), so while the picker is down Envoy itself answers 500; the
@@ -19,6 +19,9 @@ import openai
 import orjson
 import pytest
 from envoy_harness import EnvoyStack
+
+from inference_gateway.envoyproxy.bootstrap import route_cluster_name
+from tests.e2e.test_stream_migration import metric_sum
 
 CHAT = "/v1/chat/completions"
 
@@ -98,6 +101,51 @@ async def test_a_killed_pod_stops_being_picked(envoy_stack: Callable[..., EnvoyS
         failed = [line for line in lines if line["code"] != 200]
         assert all(line["upstream"] == dead and "UF" in line["flags"] for line in failed)
         assert all(line["upstream"] != dead for line in lines[-20:])
+
+
+async def test_a_pod_killed_mid_stream_ends_the_clients_stream(
+    envoy_stack: Callable[..., EnvoyStack],
+) -> None:
+    """No tier 2 in front (docs/migration.md, "Behind Envoy"): Envoy cannot start another
+    upstream request once it sent the response headers, so a pod that dies mid-answer
+    ends the client's stream. Over HTTP/1.1 Envoy closes the connection before the
+    chunked body's end, which the `openai` SDK raises as `APIConnectionError`: the text
+    so far is all the client gets, with no `finish_reason`. Envoy logs the request as
+    reset after its response started and counts the pod's connection closed with a
+    request active. Behind `igw global` the same break is resumed
+    (test_envoy_global_migration.py)."""
+    async with envoy_stack() as stack:
+        assert stack.fleet is not None and stack.envoy is not None
+        pods = stack.fleet.pods
+        client = stack.client()
+        stream = await client.chat.completions.create(  # type: ignore[call-overload]
+            **chat(max_tokens=400), temperature=0, stream=True
+        )
+        deltas: list[str] = []
+        finish = None
+        with pytest.raises(openai.APIConnectionError) as caught:
+            async for chunk in stream:
+                for choice in chunk.choices:
+                    deltas.append(choice.delta.content or "")
+                    finish = finish or choice.finish_reason
+                if len(deltas) == 20:  # mid-answer: the pod serving it is killed
+                    running = {
+                        name: await metric_sum(pod.url, "vllm:num_requests_running")
+                        for name, pod in pods.items()
+                    }
+                    (serving,) = [name for name, n in running.items() if n == 1]
+                    await stack.fleet.stop_pod(serving)
+        assert "incomplete chunked read" in str(caught.value.__cause__)
+        assert finish is None and len(deltas) >= 20 and "".join(deltas)
+        await client.close()
+        lines = await stack.wait_access_log(1, where=lambda line: line["model"] is not None)
+        (line,) = [line for line in lines if line["model"] is not None]
+        assert line["code"] == 200, line
+        assert line["details"].startswith("upstream_reset_after_response_started"), line
+        assert line["upstream"] == stack.pod_address(serving)
+        cluster = f"cluster.{route_cluster_name('default', 'plain-route')}."
+        stats = await stack.envoy.stats(cluster)
+        assert stats[cluster + "upstream_cx_destroy_remote_with_active_rq"] == 1
 
 
 async def test_a_client_that_disconnects_mid_stream_frees_the_path(
