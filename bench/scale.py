@@ -1,34 +1,68 @@
-"""Scale: what one picker replica costs as the fleet grows (a benchmark, not a test).
+"""Scale: what the picker costs as the fleet grows, one replica or several (a benchmark).
 
 A synthetic fleet of N pods (32, 128, 512, 1,024 by default) serves real-size vLLM
 `/metrics` pages (vLLM V1's families with their histograms, ~48 KB, `scrape_cost.
 vllm_page`) that change on every scrape, from ONE process: a raw asyncio protocol on N
 loopback ports, each port one pod of pool `pool-<i % P>` serving model `model-<pool>`.
-Its CPU is measured beside the picker's (`fleet_cores`, and µs per page it served), which
-is how to check the fleet costs little next to the figures it drives.
+Each pod also publishes vLLM KV events on its own ZMQ PUB socket (the picker finds it by
+the pod's `igw.dev/kv-events` label and subscribes one SUB socket a pod, as in
+production), `--kv-events-per-s` a pod in `--kv-batch-hz` batches a second, each batch
+one `[topic, seq, msgpack]` message as vLLM's `ZmqEventPublisher` sends it
+(`protocols/vllm/kv_events`): one block an event, stores until the pod holds
+`--kv-held` blocks, then a `BlockRemoved` for every `BlockStored` (decode at a full
+cache). The default, 200 events a pod-second, is a pod decoding 1,600 tokens a second
+(32 streams at 50 tokens/s, a moderately loaded H100 serving an 8B model): it fills
+1,600 / 16 = 100 blocks a second and, its cache full, evicts as many, and vLLM emits
+one event per block in decode (a `BlockStored` per request that filled a block in a
+step, a `BlockRemoved` per evicted block). vLLM sends one message per engine step that
+changed the cache (20-50 a second when busy); 10 batches a second is fewer, larger
+messages, so the picker's per-message cost is understated by that factor (the ingest
+figure below says it per batch). The fleet's CPU over the window is measured beside
+the picker's (`fleet_cores`, µs per page served; events on against off at the same
+point in `kv_ingest`), which is how to check the fleet costs little next to the
+figures it drives.
 
-The picker is the real one (`build_picker`: endpoint store, HTTP scrape client, KV-event
-subscriber, director and scheduler) in its own process, with P pools and P models in one
-config. Decisions go through the ext_proc exchange the gRPC server feeds (the protobuf
-messages Envoy sends, in process: the Envoy path is measured by `envoy_path.py`), at a
-fixed rate spread over the models; each request is answered at once so nothing piles up.
-Per point it reports:
+The picker is the real one (`build_core` + `PickerServer`: endpoint store, HTTP scrape
+client, KV-event subscriber, director and scheduler with the default profile's precise
+prefix scorer) in its own process, with P pools and P models in one config. A point
+may run R replicas (own processes) sharing the dispatch view through a real
+`redis-server` (`shared_store.local_server.LocalRedis`; each replica's
+`shared_store.dispatch.DispatchShare`, as `igw picker --store`), each scraping every pod
+and subscribing to every pod's events itself, as deployed. Every replica warms (every
+pod routable, heard from, every peer seen), then all measure the same window.
+Decisions go through the ext_proc exchange the gRPC server feeds (the protobuf messages
+Envoy sends, in process: the Envoy path is measured by `envoy_path.py`) at a fixed
+total rate spread over the models and split evenly over the replicas; each request is
+answered at once so nothing piles up. Per point (summed over replicas where marked Σ,
+the worst replica's otherwise; `per_replica` has each one's):
 
-* `picker_cores`: the picker process's CPU over the window / wall time (scraping,
-  decisions, the event loop; the request driver's own protobuf building is in it too);
-* `rss_mib`: the picker's resident memory at the end of the window;
+* `picker_cores` (Σ): the picker processes' CPU over the window / wall time (scraping,
+  KV events, decisions, the event loop; the request driver's own protobuf building too);
+* `rss_mib` (Σ): resident memory at the end of the window;
 * `view_age_p50_ms` / `view_age_max_ms`: every 20 ms, the oldest view of a routable pod
   (`EndpointStore.max_view_age_s`, the `igw_scrape_view_age_max_seconds` gauge); the
-  issue's must-hold is max <= 100 ms;
-* `decision_p50_ms` / `decision_p99_ms`: wall time of the request-body step (admission,
-  scheduling, the reply message), the step a client waits on;
+  issue's must-hold is max <= 100 ms; `peer_view_age_*_ms` (replicas): the age of the
+  other replicas' dispatch counts (time since the last exchange with the store);
+* `decision_p50_ms` / `decision_p99_ms`: over every replica's decisions, wall time of
+  the request-body step (admission, scheduling, the reply message), what a client waits on;
 * `interval_ms`: the scrape interval the store settled on under its CPU budget
-  (`--scrape-cores`, default the shipped quarter of a core).
+  (`--scrape-cores`, default the shipped quarter of a core);
+* `kv_events_per_s` (Σ): events applied to the replicas' KV indexes; `kv_kept_share`:
+  that over what the fleet published to them (below 1: the picker fell behind and its
+  SUB sockets dropped at their high-water mark); `kv_pairs`, `kv_lost`, `kv_index_mib`
+  and `kv_bytes_per_pair`: one replica's index as it reports itself
+  (`KVBlockIndex.nbytes`, every array it holds, per (block, holder) pair it keeps, the
+  lost blocks' one each; a small index is mostly its fixed arrays: the full-cache figure
+  is `kv_events.py`'s);
+* `fleet_cores`, `store_cores`: the fleet's and redis-server's CPU over the window.
 
-KV events are subscribed (one SUB socket a pod, as in production) but the synthetic pods
-publish none. Points last seconds: the machine is shared, the figures indicative.
+`kv_ingest`, for each point whose twin without events ran too (`.../0`): the extra
+picker CPU per 1,000 events ingested and per batch (socket, decode, index), and the
+fleet's cores with and without events. Points last seconds: the machine is shared (the
+1-minute load average is reported), the figures indicative.
 
-Run: `.venv/bin/python bench/scale.py [--json] [--seconds S] [--pods 32,128,512,1024]`.
+Run: `.venv/bin/python bench/scale.py [--json] [--seconds S]
+[--points pods/pools/rate[/replicas[/kv-events-per-s]],...] [--kv-events-per-s N]`.
 """
 
 from __future__ import annotations

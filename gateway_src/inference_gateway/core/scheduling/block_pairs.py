@@ -153,8 +153,8 @@ class BlockPairs:
     def nbytes(self) -> int:
         """Bytes the pairs take: every bucket's two arrays (their allocated buffers, the
         slack of their growth included) and the two lists of buckets."""
-        arrays = itertools.chain(self._keys, self._ids)
-        return sys.getsizeof(self._keys) + sys.getsizeof(self._ids) + sum(map(sys.getsizeof, arrays))
+        lists = sys.getsizeof(self._keys) + sys.getsizeof(self._ids)
+        return lists + sum(map(sys.getsizeof, itertools.chain(self._keys, self._ids)))
 
     def holders(self, h: int) -> list[int]:
         """The ids holding `h` (empty when none)."""
