@@ -55,7 +55,7 @@ OVERHEAD_SCRIPTS += ["envoy_path"]
 OVERHEAD_TIMEOUT_S["envoy_path"] = 420
 # the picker over a synthetic fleet of 32-1,024 pods publishing KV events, 1-100 pools, one
 # replica or 2 and 4 sharing a redis-server: cores, RSS, view age, decision latency, KV
-# ingest (bench/scale.py: twelve points of seconds each, warm-up bounded per point)
+# ingest (bench/scale.py: sixteen points of seconds each, warm-up bounded per point)
 OVERHEAD_SCRIPTS += ["scale"]
 OVERHEAD_TIMEOUT_S["scale"] = 600
 # resume on break (issue 33): a pod killed mid-stream under igw serve, the resume gap

@@ -88,9 +88,14 @@ sys.path.insert(0, str(HERE.parent / "gateway_src"))
 
 from scrape_cost import vllm_page  # noqa: E402
 
+# pods/pools/rate[/replicas[/KV events a pod-second]]: one replica over 32-1,024 pods;
+# KV events off and on (the ingest pairs); 1, 2 and 4 replicas at 128 pods with events,
+# and at 1,024 without them: one replica cannot keep up with 1,024 pods' events on this
+# 2-core machine, and two or four then starve each other's scrapes (docs/sizing.md)
 DEFAULT_POINTS = (
     "32/1/100,128/1/100,512/1/100,1024/1/100,1024/10/500,1024/100/500"
-    ",128/1/0/1/0,128/1/0,1024/1/0/1/0,1024/1/0,1024/10/500/2,1024/10/500/4"
+    ",128/1/0/1/0,128/1/0,1024/1/0/1/0,1024/1/0"
+    ",128/10/500,128/10/500/2,128/10/500/4,1024/10/500/1/0,1024/10/500/2/0,1024/10/500/4/0"
 )
 KV_EVENTS_PER_S = 200.0  # per pod (see the module docstring)
 KV_BATCH_HZ = 10.0
