@@ -391,6 +391,7 @@ def _run_picker(point: dict[str, Any]) -> dict[str, Any]:
         await loop.run_in_executor(None, sys.stdin.readline)  # the parent's `go`
         ages: list[float] = []
         peer_ages: list[float] = []
+        peers: list[float] = []
         decisions: list[float] = []
         failed = 0
 
@@ -399,6 +400,7 @@ def _run_picker(point: dict[str, Any]) -> dict[str, Any]:
                 ages.append(store.max_view_age_s())
                 if share is not None:
                     peer_ages.append(time.monotonic() - share.exchanged)
+                    peers.append(share.peers)
                 await asyncio.sleep(SAMPLE_S)
 
         async def decide(n: int) -> None:
@@ -454,7 +456,7 @@ def _run_picker(point: dict[str, Any]) -> dict[str, Any]:
             "decision_s": decisions,  # merged over replicas by the parent, then dropped
         }
         if share is not None:
-            figures["peers"] = share.peers
+            figures["peers"] = _quantile(peers, 0.5)  # during the window (not as others end)
             figures["peer_view_age_p50_ms"] = round(_quantile(peer_ages, 0.5) * 1000, 1)
             figures["peer_view_age_max_ms"] = round(max(peer_ages, default=0.0) * 1000, 1)
         await picker.stop(grace_s=0)
