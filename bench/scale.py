@@ -147,7 +147,7 @@ def _serve_fleet(ports_path: str, count: int, pools: int, events: dict[str, floa
             server = await loop.create_server(lambda m=model: Pod(m), "127.0.0.1", 0)
             ports.append(server.sockets[0].getsockname()[1])
         publishers: list[zmq.Socket[bytes]] = []
-        publishing = None  # the task (held: the loop keeps only a weak reference)
+        publishing = None
         if events["per_s"] > 0:
             context = zmq.Context()
             context.set(zmq.MAX_SOCKETS, count + 64)  # libzmq's default of 1,023 is short
@@ -159,8 +159,8 @@ def _serve_fleet(ports_path: str, count: int, pools: int, events: dict[str, floa
             publishing = loop.create_task(_publish(publishers, events))
         addresses = [sock.getsockopt_string(zmq.LAST_ENDPOINT) for sock in publishers]
         Path(ports_path).write_text(json.dumps({"ports": ports, "events": addresses}))
-        await asyncio.Event().wait()
-        assert publishing is None or not publishing.done()
+        # the publisher never returns: a failure in it ends the fleet, as it should
+        await (publishing if publishing is not None else asyncio.Event().wait())
 
     uvloop.run(main())
 
@@ -291,7 +291,7 @@ def _run_picker(point: dict[str, Any]) -> dict[str, Any]:
     from inference_gateway.core.scheduling.types import Endpoint
     from inference_gateway.frontends.extproc.picker import Exchange, PickerOptions
     from inference_gateway.frontends.extproc.wire import header_map
-    from inference_gateway.shared_store.dispatch import DispatchShare
+    from inference_gateway.shared_store.dispatch import for_director
 
     ports, pools, rate, addresses = point["ports"], point["pools"], point["rate"], point["events"]
     endpoints = [
@@ -338,28 +338,10 @@ def _run_picker(point: dict[str, Any]) -> dict[str, Any]:
         response_body=pb.HttpBody(body=b'{"usage": {"completion_tokens": 5}}', end_of_stream=True)
     )
 
-    class TimedShare(DispatchShare):
-        """The shared dispatch view, remembering when it last exchanged with the store."""
-
-        exchanged = float("-inf")
-
-        async def exchange_once(self) -> bool:
-            ok = await super().exchange_once()
-            if ok:
-                self.exchanged = time.monotonic()
-            return ok
-
     async def main() -> dict[str, Any]:
         core = build_core(endpoints, config)
-        share = None
-        if point["store"]:
-            director = core.director
-            share = TimedShare(
-                point["store"],
-                director.endpoints,
-                lambda: {pool: gate.controller for pool, gate in director.gates.items()},
-                registry=director.metrics.registry,
-            )  # `shared_store.dispatch.for_director`, with its exchanges timed
+        # the shared dispatch view, as `igw picker --store` adds it
+        share = for_director(point["store"], core.director) if point["store"] else None
         picker = PickerServer(
             core,
             host="127.0.0.1",
@@ -613,23 +595,18 @@ def main(argv: list[str] | None = None) -> int:
         "--points", default=DEFAULT_POINTS,
         help="pods/pools/req-per-s[/replicas[/kv-events-per-s]], comma-separated",
     )  # fmt: skip
-    parser.add_argument(
-        "--scrape-cores", type=float, default=None,
-        help="the store's scrape CPU budget in cores (default: the shipped 0.25)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--kv-events-per-s", type=float, default=KV_EVENTS_PER_S,
-        help="KV events each pod publishes a second, where a point does not say "
-        f"(default {KV_EVENTS_PER_S:g}: see the module docstring)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--kv-batch-hz", type=float, default=KV_BATCH_HZ,
-        help="batches each pod sends a second (its events split among them)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--kv-held", type=int, default=KV_HELD,
-        help="blocks each pod holds before it evicts one per block stored",
-    )  # fmt: skip
+    for flag, kind, default, text in (
+        ("--scrape-cores", float, None,
+         "the store's scrape CPU budget in cores (default: the shipped 0.25)"),
+        ("--kv-events-per-s", float, KV_EVENTS_PER_S,
+         "KV events each pod publishes a second, where a point does not say "
+         f"(default {KV_EVENTS_PER_S:g}: see the module docstring)"),
+        ("--kv-batch-hz", float, KV_BATCH_HZ,
+         "batches each pod sends a second (its events split among them)"),
+        ("--kv-held", int, KV_HELD,
+         "blocks each pod holds before it evicts one per block stored"),
+    ):  # fmt: skip
+        parser.add_argument(flag, type=kind, default=default, help=text)
     parser.add_argument("--fleet-child", help=argparse.SUPPRESS)
     parser.add_argument("--count", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--pools", type=int, help=argparse.SUPPRESS)
