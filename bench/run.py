@@ -53,10 +53,11 @@ OVERHEAD_TIMEOUT_S["gateway_overhead"] = 240  # open loop, picker, closed loop (
 # demo's fleet and trace through Envoy + picker and Envoy round robin (bench/envoy_path.py)
 OVERHEAD_SCRIPTS += ["envoy_path"]
 OVERHEAD_TIMEOUT_S["envoy_path"] = 420
-# one picker over a synthetic fleet of 32-1,024 pods and 1-100 pools: cores, RSS, view age,
-# decision latency (bench/scale.py: six points of seconds each)
+# the picker over a synthetic fleet of 32-1,024 pods publishing KV events, 1-100 pools, one
+# replica or 2 and 4 sharing a redis-server: cores, RSS, view age, decision latency, KV
+# ingest (bench/scale.py: sixteen points of seconds each, warm-up bounded per point)
 OVERHEAD_SCRIPTS += ["scale"]
-OVERHEAD_TIMEOUT_S["scale"] = 300
+OVERHEAD_TIMEOUT_S["scale"] = 600
 # resume on break (issue 33): a pod killed mid-stream under igw serve, the resume gap
 # against a fresh TTFT at the same load; migration on vs off when nothing breaks
 OVERHEAD_SCRIPTS += ["migration"]

@@ -1,5 +1,6 @@
 """bench/scale.py runs end to end on a tiny fleet: the synthetic pods' pages change on
-every scrape, and one point reports every figure the sizing guide reads."""
+every scrape, their KV events are vLLM's wire format, and one point (one replica, or
+two sharing a real redis-server) reports every figure the sizing guide reads."""
 
 from __future__ import annotations
 
@@ -7,9 +8,13 @@ import sys
 import urllib.request
 from pathlib import Path
 
+import zmq
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 import scale
+
+from inference_gateway.protocols.vllm.kv_events import BlockRemoved, BlockStored, decode_batch
 
 
 def test_the_fleet_serves_a_real_size_page_that_changes_and_its_pools_model() -> None:
@@ -19,6 +24,36 @@ def test_the_fleet_serves_a_real_size_page_that_changes_and_its_pools_model() ->
         models = urllib.request.urlopen(f"{base}/v1/models", timeout=10).read()
     assert len(pages[0]) > 40_000 and pages[0] != pages[1]  # no unchanged-page shortcut
     assert b"vllm:num_requests_waiting" in pages[0] and b'"model-1"' in models
+    assert fleet.addresses == []  # no events asked: no publishers
+
+
+def test_each_pod_publishes_kv_events_as_vllm_does_storing_then_evicting() -> None:
+    """[topic, 8-byte sequence, msgpack batch], one block an event, rising sequences;
+    stores only until the pod holds `held` blocks, then one eviction per store."""
+    context = zmq.Context()
+    try:
+        with scale.Fleet(2, 1, per_s=40, batch_hz=10, held=6) as fleet:
+            sub = context.socket(zmq.SUB)
+            sub.setsockopt(zmq.LINGER, 0)
+            sub.setsockopt(zmq.SUBSCRIBE, b"")
+            sub.connect(fleet.addresses[1])
+            messages = []
+            for _ in range(6):  # bounded: each wait at most 5 s
+                assert sub.poll(5000), "no KV events from the pod"
+                messages.append(sub.recv_multipart())
+            sub.close()
+    finally:
+        context.term()
+    seqs = [int.from_bytes(m[1], "big") for m in messages]
+    assert all(len(m) == 3 and m[0] == b"" and len(m[1]) == 8 for m in messages)
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+    events = [e for m in messages for e in decode_batch(m[2]).events]
+    assert all(len(e.block_hashes) == 1 for e in events)
+    assert len(events) == 4 * len(messages)  # 40 a second in 10 batches
+    stored = [e for e in events if isinstance(e, BlockStored)]
+    removed = [e.block_hashes[0] for e in events if isinstance(e, BlockRemoved)]
+    assert stored[0].block_size == 16 and len(stored[0].token_ids) == 16
+    assert removed and set(removed) <= {e.block_hashes[0] for e in stored} | set(removed)
 
 
 def test_one_point_reports_the_pickers_figures() -> None:
@@ -28,3 +63,21 @@ def test_one_point_reports_the_pickers_figures() -> None:
     assert figures["picker_cores"] > 0 and figures["rss_mib"] > 20
     assert 0 < figures["view_age_max_ms"] < 2000  # views are fresh: the pods answer
     assert figures["fleet_cores"] >= 0 and figures["rounds_per_s"] > 0
+    assert figures["kv_events_per_s"] == 0 and figures["kv_bytes_per_pair"] is None
+
+
+def test_two_replicas_share_the_store_and_ingest_every_pods_kv_events() -> None:
+    events = {"per_s": 50.0, "batch_hz": 10.0, "held": 16}
+    figures = scale.run_point(4, 2, 40, 1.5, None, replicas=2, events=events)
+    each = figures["per_replica"]
+    assert figures["replicas"] == 2 and len(each) == 2 and figures["warm"]
+    assert all(r["peers"] == 1 and r["decisions"] >= 20 for r in each)
+    assert figures["decisions"] == sum(r["decisions"] for r in each)
+    assert figures["failed_decisions"] == 0 and figures["ready_pods"] == 4
+    assert figures["picker_cores"] == round(sum(r["picker_cores"] for r in each), 3)
+    assert 0 < figures["peer_view_age_max_ms"] < 1000  # the 5 ms exchange runs
+    # every replica hears every pod: 4 pods x 50 events a second, a share dropped at most
+    assert all(100 <= r["kv_events_per_s"] <= 260 for r in each)
+    assert all(r["kv_pairs"] >= 4 * 16 for r in each)  # each pod fills to `held`
+    assert 12 <= figures["kv_bytes_per_pair"] < 2000  # a tiny index: fixed arrays dominate
+    assert figures["fleet_cores"] > 0 and figures["store_cores"] > 0

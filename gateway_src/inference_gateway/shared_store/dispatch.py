@@ -172,6 +172,7 @@ class DispatchShare:
         self.exchange = self.redis.register_script(EXCHANGE_LUA)
         self.up: bool | None = None  # None until the first exchange
         self.peers = 0
+        self.exchanged = float("-inf")  # monotonic time of the last exchange that worked
         registry = registry if registry is not None else CollectorRegistry()
         self.up_gauge = Gauge(
             "igw_dispatch_store_up",
@@ -253,6 +254,7 @@ class DispatchShare:
             else:
                 peers.append(decoded)
         self._apply(peers, now)
+        self.exchanged = time.monotonic()
         if self.up is not True:
             log.info(
                 "dispatch store reachable: sharing the dispatch view with %d other replica(s)",

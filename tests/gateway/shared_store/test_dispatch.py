@@ -156,15 +156,18 @@ async def test_store_outage_falls_back_to_the_local_view_and_recovers(
         redis_server.stop()
         await _until(lambda: b.share.up is False)
         assert b.metric("igw_dispatch_store_up") == 0
+        last = b.share.exchanged  # the last exchange that worked: it stays put while down
+        assert time.monotonic() - 5 < last < time.monotonic()
         assert all(e.peer_requests == 0 for e in b.endpoints)  # local view only
         # still serving on the local view
         assert (await b.dispatch(1))[0].endpoint is not None
         await asyncio.sleep(0.6)  # a retry or two more, each failing
+        assert b.share.exchanged == last
         down = [r for r in caplog.records if "unreachable" in r.getMessage()]
         assert len(down) == 2  # one line per replica, not one per failed exchange
         redis_server.start()
         await _until(lambda: b.share.up is True and sum(e.peer_requests for e in b.endpoints) == 2)
-    assert b.metric("igw_dispatch_store_up") == 1
+    assert b.metric("igw_dispatch_store_up") == 1 and b.share.exchanged > last
     assert any("reachable: sharing" in r.getMessage() for r in caplog.records)
     assert b.metric("igw_dispatch_store_errors_total", kind="unreachable") >= 1
 
@@ -239,6 +242,7 @@ async def test_an_unreachable_store_at_start_leaves_the_replica_on_its_local_vie
     await replica.share.start()
     try:
         assert replica.share.up is False and replica.metric("igw_dispatch_store_up") == 0
+        assert replica.share.exchanged == float("-inf")  # never exchanged
         assert (await replica.dispatch(1))[0].endpoint is not None
     finally:
         await replica.share.stop()

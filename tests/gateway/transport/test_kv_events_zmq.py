@@ -12,7 +12,8 @@ scheduler and its endpoints).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from inference_gateway.core.scheduling import Endpoint, LLMRequest, PodMetrics, 
 from inference_gateway.emulator.kv_publisher import parse_kv_events_config
 from inference_gateway.emulator.profiles import pod_profile
 from inference_gateway.emulator.server import EmulatedPod
+from inference_gateway.protocols.vllm.kv_events import KVEventBatch, encode_batch
 from inference_gateway.transport import kv_events_zmq
 from inference_gateway.transport.kv_events_zmq import KVEventSubscriber
 
@@ -282,3 +284,52 @@ def test_a_stream_opened_again_at_once_gets_its_monitor() -> None:
         stream = kv_events_zmq._Stream(publisher)
         assert subscriber._subscribe(stream)
         kv_events_zmq._close_sockets(stream.sock, stream.monitor)
+
+
+async def test_stopping_behind_many_busy_publishers_takes_one_turn_not_one_a_pod(
+    tmp_path: Path,
+) -> None:
+    """Each pod's task was cancelled and awaited in turn, each wait a full turn of a loop
+    busy with the other pods' backlogs: 1,024 publishing pods took a minute to stop
+    (`bench/scale.py`), past a pod's grace period. All are cancelled at once now."""
+    pods, backlog, work_s = 64, 400, 0.003  # a turn: up to 64 messages of 3 ms
+
+    class Slow:
+        def batch(self, pod: str, view: object) -> Iterator[None]:
+            time.sleep(work_s)  # the index's work on one batch, held on the loop
+            return iter(())
+
+        def restarted(self, pod: str) -> None: ...
+
+        def gone(self, pod: str) -> None: ...
+
+    context = zmq.Context()
+    pubs = []
+    try:
+        for i in range(pods):
+            pub = context.socket(zmq.PUB)
+            pub.setsockopt(zmq.LINGER, 0)
+            pub.bind(f"ipc://{tmp_path}/pod-{i}")
+            pubs.append(pub)
+        names = [
+            kv_events_zmq.Publisher(f"pod-{i}", f"ipc://{tmp_path}/pod-{i}") for i in range(pods)
+        ]
+        subscriber = KVEventSubscriber(lambda: names, Slow())
+        await subscriber.start()
+        await asyncio.sleep(0.5)  # connected (a message before that is dropped: no matter)
+        payload = encode_batch(KVEventBatch(ts=0.0, events=[]))
+        for seq in range(backlog):  # more than the whole test could read
+            for pub in pubs:
+                pub.send_multipart((b"", seq.to_bytes(8, "big"), payload))
+        await asyncio.sleep(0.3)  # every stream busy with its backlog
+        started = time.monotonic()
+        await subscriber.stop()
+        took = time.monotonic() - started
+    finally:
+        for pub in pubs:
+            pub.close()
+        context.term()
+    assert subscriber.pods() == []
+    assert took < 1.0, (
+        f"stop took {took:.1f} s (one turn a pod: about {pods * pods * work_s:.0f} s)"
+    )

@@ -20,7 +20,9 @@ hashes and the picker's own pass through the same mask, so they still meet.
 
 from __future__ import annotations
 
+import itertools
 import random
+import sys
 from array import array
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
@@ -147,6 +149,12 @@ class BlockPairs:
 
     def has(self, h: int, holder: int) -> bool:
         return self._find(h, holder)[2] >= 0
+
+    def nbytes(self) -> int:
+        """Bytes the pairs take: every bucket's two arrays (their allocated buffers, the
+        slack of their growth included) and the two lists of buckets."""
+        lists = sys.getsizeof(self._keys) + sys.getsizeof(self._ids)
+        return lists + sum(map(sys.getsizeof, itertools.chain(self._keys, self._ids)))
 
     def holders(self, h: int) -> list[int]:
         """The ids holding `h` (empty when none)."""

@@ -66,6 +66,7 @@ the likely cause: block size, hash algorithm or seed, or the token ids themselve
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from array import array
 from collections import deque
@@ -375,6 +376,17 @@ class KVBlockIndex:
     def evicted(self) -> int:
         """Lost blocks remembered now (the memory the lost set costs, in entries)."""
         return self._lost.count
+
+    def pairs(self) -> int:
+        """(block, holder) pairs held now, the lost blocks' included (one each)."""
+        return self._pairs.size
+
+    def nbytes(self) -> int:
+        """Bytes the index's per-block state takes: the pairs' arrays and every holder's
+        log, the lost set's included (what grows with the cache; the per-pod records and
+        the checks are bounded by the pods' count). `bench/scale.py` reads it per pair."""
+        logs = sum(sys.getsizeof(state.log) for state in self._pods.values())
+        return self._pairs.nbytes() + logs + sys.getsizeof(self._lost.log)
 
     def expect(self, pod: str) -> None:
         """The picker just sent `pod` blocks it does not hold: events should follow."""

@@ -212,3 +212,26 @@ def test_hostile_hashes_and_unknown_pods_cost_no_more_than_the_bound() -> None:
     assert index.refused == 1 and index.blocks("small") == 0
     index.forget("ghost")
     assert index._pairs.size == 0  # nothing left behind by the pods that left
+
+
+def test_nbytes_reads_what_tracemalloc_sees_grow_with_the_pairs() -> None:
+    """The index's own reading of its memory (what `bench/scale.py` reports per pair)
+    agrees with every byte Python allocated for it, lost blocks included."""
+    import tracemalloc
+
+    rnd = random.Random(3)
+    first = [rnd.getrandbits(64) for _ in range(20_000)]  # made outside what is traced
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        index = KVBlockIndex()
+        for p in range(3):
+            index.set_capacity(f"pod-{p}", 20_000)
+            index.stored(f"pod-{p}", first if p == 0 else (rnd.getrandbits(64) for _ in first))
+        index.removed("pod-0", first[:500])  # held nowhere else: remembered as lost
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert index.pairs() == 60_000 and index.evicted() == 500
+    assert 12 * index.pairs() < index.nbytes() <= 64 * index.pairs()
+    assert abs(index.nbytes() - grown) < 0.1 * grown
