@@ -40,6 +40,7 @@ FAULT_COLUMNS = [
     ("pod_failures", "pods\nlost"),
     ("requests_lost", "req\nlost"),
     ("lost_mid_stream", "lost\nmid-stream"),
+    ("retried_before_first_token", "retried\nwhole"),
     ("requests_resumed", "req\nresumed"),
     ("reprefill_gpu_s", "re-prefill\nGPU-s"),
     ("resume_gap_p50_s", "gap\np50"),
@@ -56,8 +57,9 @@ PD_FAULT_LEGEND = (
     "again."
 )
 FAULT_LEGEND = (
-    "req lost: streams cut by a lost pod and not resumed, and requests that had no token "
-    "yet (igw serve answers those 502); re-prefill GPU-s: GPU seconds the continuations "
+    "req lost: streams cut by a lost pod and not resumed, and, without resume, requests "
+    "that had no token yet (igw serve answers those 502); retried whole: with resume, "
+    "those sent again whole to another pod; re-prefill GPU-s: GPU seconds the continuations "
     "spent prefilling the prompt and the tokens delivered again; gap: from the break to the "
     "continuation's first token, in seconds."
 )

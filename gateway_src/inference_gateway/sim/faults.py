@@ -17,9 +17,10 @@ What becomes of the requests it held, as `igw serve` answers them (docs/migratio
   its first token's; the resume gap runs from the break (the last token before it, within
   one decode step) to the continuation's first token. Without `resume` it is **lost**
   (the SSE error event).
-* a request with no token yet is **lost before its first token**: `igw serve` answers a
-  stream that broke before its first byte with a 502 (the attempt plan retries only a
-  pod that never took the request), resume or not.
+* a request with no token yet is **retried whole** when `faults.resume` holds: `igw
+  serve` sends a request whose pod broke before any byte reached the client to the next
+  pod as it was sent (core/request/resume.py, outcome `retried`); without `resume` it is
+  **lost before its first token** (a 502).
 
 A continuation goes through the policy like a new request (a gateway policy admits it
 again; `igw serve` sends it to the next pod without a second admission): a continuation
@@ -75,11 +76,13 @@ class StreamLedger:
 
     lost_mid_stream: int = 0
     lost_before_first_token: int = 0
+    retried_whole: int = 0  # tier 1: cut before their first token, sent again whole
     resumed: int = 0
     reprefill_gpu_s: float = 0.0
     gaps: list[float] = field(default_factory=list)
     breaks: list[float] = field(default_factory=list)  # when each gap of `gaps` opened
     _broken: dict[int, _Broken] = field(default_factory=dict)
+    _whole: set[int] = field(default_factory=set)  # retried whole, not answered yet
 
     def cut(
         self, sim: SimRequest, first_token: float | None, generated: int, now: float, *,
@@ -88,13 +91,18 @@ class StreamLedger:
         """`sim`'s attempt is cut at `now` (`first_token`: the attempt's first token, None
         before it; `generated`: the tokens it produced). Returns the continuation to route:
         the tokens delivered appended to the prompt, the tokens to generate less them;
-        None when the request is lost (counted: before its first token, or mid-stream
-        without `resume`). A continuation cut before its own first token is cut again:
-        its silence began at the earlier break."""
+        the request itself when it had no token yet and `resume` holds (sent again
+        whole); None when the request is lost (counted: before its first token, or
+        mid-stream, without `resume`). A continuation cut before its own first token is
+        cut again: its silence began at the earlier break."""
         earlier = self._broken.pop(sim.request_id, None)
         if first_token is None and earlier is None:
-            self.lost_before_first_token += 1
-            return None
+            if not resume:
+                self.lost_before_first_token += 1
+                return None
+            self.retried_whole += 1
+            self._whole.add(sim.request_id)
+            return sim
         if not resume:
             self.lost_mid_stream += 1
             return None
@@ -122,8 +130,8 @@ class StreamLedger:
 
     def continues(self, sim: SimRequest) -> bool:
         """Whether `sim` is a cut stream's continuation (P/D: a whole request, no prefill
-        leg, as `igw serve` sends one)."""
-        return sim.request_id in self._broken
+        leg, as `igw serve` sends one), or a request sent again whole (the same)."""
+        return sim.request_id in self._broken or sim.request_id in self._whole
 
     def first_token(self, sim: SimRequest, pod: SimPod, now: float) -> None:
         """A continuation's first token: the gap closes, its re-prefill is counted."""
@@ -141,6 +149,7 @@ class StreamLedger:
     def finished(self, sim: SimRequest, first_token: float, tokens: int) -> tuple[float, int]:
         """The client's first token and tokens for the request that ended (a resumed
         one: its first token before the break, and every token delivered)."""
+        self._whole.discard(sim.request_id)
         broken = self._broken.pop(sim.request_id, None)
         if broken is None:
             return first_token, tokens
@@ -152,6 +161,7 @@ class StreamLedger:
             "requests_lost": self.lost_mid_stream + self.lost_before_first_token,
             "lost_mid_stream": self.lost_mid_stream,
             "lost_before_first_token": self.lost_before_first_token,
+            "retried_before_first_token": self.retried_whole,
             "requests_resumed": self.resumed,
             "reprefill_gpu_s": round(self.reprefill_gpu_s, 6),
             "resume_gap_p50_s": round(float(np.percentile(gaps, 50)), 6),

@@ -15,7 +15,7 @@ from inference_gateway.cli.main import main
 from inference_gateway.emulator.engine import EngineRequest
 from inference_gateway.sim.capacity import fleet_capacity
 from inference_gateway.sim.driver import run_policy
-from inference_gateway.sim.faults import FaultInjector
+from inference_gateway.sim.faults import FaultInjector, StreamLedger
 from inference_gateway.sim.pods import build_fleet
 from inference_gateway.sim.scenario import (
     Faults,
@@ -92,6 +92,19 @@ def test_a_resumed_answer_reaches_its_client_whole() -> None:
     assert ledger.finished(cont, 1.2, cont.output_tokens) == (first, 400)
 
 
+def test_a_request_cut_before_its_first_token_is_sent_again_whole_with_resume() -> None:
+    """`igw serve` sends a request whose pod broke before any byte reached the client to
+    the next pod as it was sent (outcome `retried`); without resume it answers 502."""
+    sim = SimRequest(t=0.0, prompt_tokens=500, output_tokens=400, request_id=9)
+    on, off = StreamLedger(), StreamLedger()
+    assert on.cut(sim, None, 0, 1.0, resume=True) == sim and on.continues(sim)
+    assert on.retried_whole == 1 and on.lost_before_first_token == 0
+    assert on.finished(sim, 1.5, 400) == (1.5, 400) and not on.continues(sim)
+    assert off.cut(sim, None, 0, 1.0, resume=False) is None
+    assert off.lost_before_first_token == 1 and off.retried_whole == 0
+    assert on.report()["retried_before_first_token"] == 1
+
+
 def test_a_failure_names_a_pod_of_the_fleet() -> None:
     base = load_scenario("spot-reclaims").model_dump()
     base["faults"]["failures"][0]["pod"] = "h100-9"
@@ -106,8 +119,9 @@ def test_igw_simulate_prints_what_became_of_the_streams(
     out = capsys.readouterr().out
     table = out[out.index("pod failures") :]
     row = next(line for line in table.splitlines() if line.startswith("gateway"))
-    pods_lost, _, mid_stream, resumed = row.split()[1:5]
+    pods_lost, _, mid_stream, _, resumed = row.split()[1:6]
     assert pods_lost == "1" and mid_stream == "0" and int(resumed) > 0
+    assert "retried whole" in " ".join(table.split())  # the column, read in the legend
 
 
 def split_fleet_with_faults() -> Scenario:
@@ -162,7 +176,8 @@ def test_igw_simulate_prints_what_became_of_the_legs_with_a_split(
     assert main(["simulate", str(path), "--policies", "gateway-pd-always"]) == 0
     out = capsys.readouterr().out
     table = out[out.index("pod failures") :]
-    assert "rerouted" in table and "legs retried" in table
+    legend = " ".join(table.split())  # the legend wraps with the terminal
+    assert "req rerouted" in legend and "legs retried" in legend
     # the last columns (a narrow terminal wraps the table: the last row of the policy)
     row = [line for line in table.splitlines() if line.startswith("gateway-pd-always")][-1]
     retried, rerouted = (int(cell) for cell in row.split()[-2:])

@@ -38,9 +38,13 @@ One home for the rule, used by any data plane that relays a stream (`igw serve`:
   (the source raises, no chunk for `idle_timeout_s`, or the model server's SSE error
   event) and the request may be resumed, it asks the data plane's `open_next` for the
   continuation on the next pod or cluster (at most `max_resumes` times, each within
-  `deadline_s` of the break) and goes on with it; otherwise it raises what broke, and the relay ends
-  the stream as before. Token budgets count the chunks as they are relayed and settle
-  from the spliced `usage`, so they are charged once.
+  `deadline_s` of the break) and goes on with it; otherwise it raises what broke, and the
+  relay ends the stream as before. A pod that broke before any byte of its answer was
+  relayed (it sent its headers and died in the prefill) is not resumed but asked again:
+  the next pod gets the request whole (`retried`; a P/D decode leg without its
+  `kv_transfer_params`), unless it went silent (a stall before the first byte: it may
+  be generating). Token budgets count the chunks as they are relayed and settle from the
+  spliced `usage`, so they are charged once.
 
 Tokens delivered are counted one per content event: vLLM's default `--stream-interval`
 of 1 (a pod streaming several tokens an event under-counts them, and the continuation's
@@ -64,7 +68,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from inference_gateway.core.request.pd_body import KV_TRANSFER_PARAMS
+from inference_gateway.core.request.pd_body import KV_TRANSFER_PARAMS, without_client_params
 from inference_gateway.errors import UpstreamError, UpstreamTimeout
 
 __all__ = [
@@ -400,7 +404,16 @@ class Resumer:
                 except Exception as error:
                     reason = _reason(error)
                     if not self._size:
-                        raise  # nothing sent: the data plane's own retry rule answers it
+                        if reason == BreakReason.STALL or resumes >= self.max_resumes:
+                            raise  # silent before its first byte: it may be generating
+                        resumes += 1
+                        opened = await self._open(self._whole(), reason)
+                        self.report(reason, "retried" if opened else "failed", None)
+                        if opened is None:
+                            raise
+                        self._opened.append(opened)
+                        chunks = aiter(opened.chunks())
+                        continue
                     delivered = self._read()
                     body = self._continuation(delivered)
                     if body is None or resumes >= self.max_resumes:
@@ -442,6 +455,12 @@ class Resumer:
         if not isinstance(body, dict) or unresumable(body, self.chat) is not None:
             return None
         return continuation(body, delivered, self.chat)
+
+    def _whole(self) -> bytes:
+        """The request as sent, for a pod that broke before any byte of it was relayed:
+        sent again whole, without a P/D decode leg's `kv_transfer_params` (the broken pod
+        may have read the prompt's blocks, `continuation`)."""
+        return without_client_params(self.body)
 
     async def _open(self, body: bytes, reason: str) -> Continuation | None:
         try:

@@ -206,12 +206,40 @@ async def test_resumer_turns_an_error_event_into_a_break_and_gives_up_when_bound
             got.append(part)
     assert b"error" not in b"".join(got)  # the pod's event never reaches the client
     assert reports == [("error_event", "failed")]
-    # nothing sent yet: not the resumer's to answer (the data plane's retry rule is)
-    quiet = Resumer(orjson.dumps(CHAT), True, open_next, lambda r, o, g: reports.append((r, o)))
-    with pytest.raises(ConnectionResetError):
-        async for _ in quiet.stream(chunks_of(then=ConnectionResetError())):
+
+
+async def test_a_pod_lost_before_any_byte_was_relayed_gets_the_request_again_whole() -> None:
+    """The pod answered its headers and died before its first chunk (a crash during the
+    prefill): the client has nothing, so the next pod gets the request as it was sent,
+    less a P/D decode leg's `kv_transfer_params` (the dead pod may have read the blocks),
+    counted `retried` with no gap. Silent before the first byte instead (a stall), the
+    pod may be generating: not sent again (the data plane answers 504)."""
+    bodies: list[bytes] = []
+    reports: list[tuple[str, str, float | None]] = []
+
+    async def open_next(body: bytes, reason: str) -> Opened:
+        bodies.append(body)
+        return Opened(chunk(role=True), chunk(" a", finish="length"))
+
+    sent = orjson.dumps({**CHAT, "kv_transfer_params": {"remote_block_ids": [1]}})
+    resumer = Resumer(sent, True, open_next, lambda r, o, g: reports.append((r, o, g)))
+    stream = resumer.stream(chunks_of(then=ConnectionResetError()))
+    out = b"".join([c async for c in stream])
+    await stream.aclose()
+    assert [orjson.loads(b) for b in bodies] == [CHAT]  # whole: no assistant message
+    assert reports == [("connection", "retried", None)]
+    assert Delivered.read(out, chat=True).text == " a"
+
+    async def silent() -> AsyncIterator[bytes]:
+        await asyncio.sleep(30)  # prefilling, or hung: the gateway cannot tell
+        yield chunk(" never")
+
+    quiet = Resumer(sent, True, open_next, lambda r, o, g: reports.append((r, o, g)))
+    quiet.idle_timeout_s = 0.05
+    with pytest.raises(TimeoutError):
+        async for _ in quiet.stream(silent()):
             pass
-    assert len(reports) == 1
+    assert len(bodies) == 1 and len(reports) == 1
 
 
 async def test_a_long_stream_is_kept_as_its_text() -> None:
