@@ -34,7 +34,7 @@ read beside it).
 Every stream must end with a `finish_reason` and no error; failures are counted.
 
     python bench/migration.py [--json] [--pods 6] [--concurrency 18] [--tokens 300]
-        [--prompt-tokens 1000] [--rounds 4] [--kills 3]
+        [--prompt-tokens 1000] [--rounds 4] [--kills 5]
 
 A benchmark, not a test: pods, gateways and client share the machine's cores; the load
 average is reported. With few kills the p99 is the worst gap seen.
@@ -437,7 +437,7 @@ def main() -> int:
     parser.add_argument("--tokens", type=int, default=300)
     parser.add_argument("--prompt-tokens", type=int, default=1000, help="about, per request")
     parser.add_argument("--rounds", type=int, default=4, help="requests per client, phase 1")
-    parser.add_argument("--kills", type=int, default=3)
+    parser.add_argument("--kills", type=int, default=5)
     parser.add_argument("--settle-s", type=float, default=1.5, help="wait around each kill")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
