@@ -32,14 +32,13 @@ from inference_gateway.shared_store.local_server import LocalRedis
 from tests.e2e.serve_process import free_port, write_endpoints
 from tests.e2e.test_global_fleet import Proc, processes, wait_ready
 from tests.e2e.test_stream_migration import (
-    Outcome,
     assert_spliced_whole,
     busiest_mid_answer,
     charge,
     metric_sum,
     pods,
     remaining_tokens,
-    stream_one,
+    start_streams,
     unbroken_texts,
     until_healthy,
 )
@@ -134,11 +133,7 @@ async def test_a_cluster_lost_mid_stream_is_resumed_on_the_next(
             base_url=front.url + "/v1", api_key="unused", max_retries=0, timeout=120
         )
         remaining_before, probe_total = await remaining_tokens(api)
-        outcomes = [Outcome() for _ in range(REQUESTS)]
-        tasks = [
-            asyncio.create_task(stream_one(api, i, outcomes[i], CLUSTER, TOKENS))
-            for i in range(REQUESTS)
-        ]
+        outcomes, tasks = start_streams(api, REQUESTS, CLUSTER, TOKENS)
         # `Outcome.pod` holds the answering cluster here (x-igw-cluster)
         _, victim = await busiest_mid_answer(
             outcomes, tasks, lambda cluster: pod_ports[CLUSTERS.index(cluster)]

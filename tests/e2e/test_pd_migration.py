@@ -37,7 +37,6 @@ from tests.e2e.pd_shapes import NIXL, ROLE, pd_config
 from tests.e2e.serve_process import igw_serve
 from tests.e2e.test_stream_migration import (
     REASONS,
-    Outcome,
     assert_spliced_whole,
     busiest_mid_answer,
     charge,
@@ -45,7 +44,7 @@ from tests.e2e.test_stream_migration import (
     metric_sum,
     pods,
     remaining_tokens,
-    stream_one,
+    start_streams,
     unbroken_texts,
     until_healthy,
 )
@@ -92,11 +91,7 @@ async def test_a_lost_decode_pods_streams_resume_on_the_other_decode_pod(
             )
             remaining_before, probe_total = await remaining_tokens(api)
             before = [await finished(port) for port in ports]  # the pods' counts from here
-            outcomes = [Outcome() for _ in range(REQUESTS)]
-            tasks = [
-                asyncio.create_task(stream_one(api, i, outcomes[i], tokens=TOKENS))
-                for i in range(REQUESTS)
-            ]
+            outcomes, tasks = start_streams(api, REQUESTS, tokens=TOKENS)
             serving, busiest = await busiest_mid_answer(outcomes, tasks)
             victim_port = header_port(busiest)
             decode_ports = {f"127.0.0.1:{port}" for port in ports[1:]}

@@ -180,6 +180,20 @@ async def stream_one(
         out.error = f"{type(error).__name__}: {error}"
 
 
+def start_streams(
+    api: openai.AsyncOpenAI,
+    requests: int = REQUESTS,
+    where: str = "x-gateway-destination-endpoint",
+    tokens: int = TOKENS,
+) -> tuple[list[Outcome], list[asyncio.Task[None]]]:
+    """`requests` concurrent `stream_one` calls (request `i` is stream `i`), started now."""
+    outcomes = [Outcome() for _ in range(requests)]
+    tasks = [
+        asyncio.create_task(stream_one(api, i, outcomes[i], where, tokens)) for i in range(requests)
+    ]
+    return outcomes, tasks
+
+
 def header_port(pod: str) -> int:
     """The port of a destination header's `ip:port`."""
     return int(pod.rsplit(":", 1)[1])
@@ -246,8 +260,7 @@ async def run_with_fault(tmp_path: Path, fault: str) -> None:
                 base_url=served.url + "/v1", api_key="unused", max_retries=0, timeout=120
             )
             remaining_before, probe_total = await remaining_tokens(api)
-            outcomes = [Outcome() for _ in range(REQUESTS)]
-            tasks = [asyncio.create_task(stream_one(api, i, outcomes[i])) for i in range(REQUESTS)]
+            outcomes, tasks = start_streams(api)
             victim_port: int | None = None
             if fault == "error_event":
                 victim_port = ports[0]

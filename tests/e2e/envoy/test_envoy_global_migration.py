@@ -45,13 +45,12 @@ from tests.e2e.test_global_migration import (
 )
 from tests.e2e.test_stream_migration import (
     MODEL,
-    Outcome,
     assert_spliced_whole,
     busiest_mid_answer,
     charge,
     pods,
     remaining_tokens,
-    stream_one,
+    start_streams,
     unbroken_texts,
     until_healthy,
 )
@@ -116,11 +115,7 @@ async def test_a_pod_killed_behind_envoy_is_resumed_on_the_next_cluster(tmp_path
                 base_url=front.url + "/v1", api_key="unused", max_retries=0, timeout=120
             )
             remaining_before, probe_total = await remaining_tokens(api)
-            outcomes = [Outcome() for _ in range(REQUESTS)]
-            tasks = [
-                asyncio.create_task(stream_one(api, i, outcomes[i], CLUSTER, TOKENS))
-                for i in range(REQUESTS)
-            ]
+            outcomes, tasks = start_streams(api, REQUESTS, CLUSTER, TOKENS)
             ports = {"c1": c1_pod, "c2": c2_pod}
             _, victim = await busiest_mid_answer(outcomes, tasks, ports.__getitem__)
             assert victim == "c1", "the streams went to c2, not through Envoy"
