@@ -249,20 +249,12 @@ class KVEventSubscriber:
         poller = zmq.asyncio.Poller()
         poller.register(sock, zmq.POLLIN)
         poller.register(monitor, zmq.POLLIN)
-        # what the socket holds once it polls ready (at most RCVHWM messages) is read
-        # from the same libzmq socket directly, without a poll and a future per message;
-        # a backlog is still read one message per turn of the loop
-        direct: zmq.Socket[bytes] = zmq.Socket.shadow(sock.underlying)
         while True:
             ready = dict(await poller.poll())
             if sock in ready:
-                for _ in range(RCVHWM):
-                    try:
-                        frames = direct.recv_multipart(zmq.NOBLOCK, copy=False)
-                    except zmq.Again:
-                        break
-                    await self._handle(stream, [f.buffer for f in frames])
-                    await asyncio.sleep(0)
+                frames = await sock.recv_multipart(copy=False)
+                await self._handle(stream, [f.buffer for f in frames])
+                await asyncio.sleep(0)  # a backlog is read one message per turn
             elif monitor in ready:
                 await monitor.recv_multipart()
                 return
