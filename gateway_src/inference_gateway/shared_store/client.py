@@ -41,6 +41,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
+from inference_gateway.background import pending_cancels, raise_if_cancelled_since
 from inference_gateway.config.store import StoreSpec
 from inference_gateway.errors import ConfigError, InferenceGatewayError
 
@@ -157,13 +158,16 @@ class StoreHealth:
         """Run one store operation; `StoreUnavailable` when down or when it fails."""
         if not self.up and self.clock() < self._next_probe:
             raise StoreUnavailable(f"{self.name}: store down, using the local view")
+        cancels_before = pending_cancels()
         try:
             # a deadline in the caller's task (no task per call, as `wait_for` makes)
             async with asyncio.timeout(self.deadline_s):
                 result = await operation()
         except (RedisError, OSError, TimeoutError) as error:
+            raise_if_cancelled_since(cancels_before, error)  # a cancel is no store failure
             self._down(error)
             raise StoreUnavailable(f"{self.name}: {error}") from error
+        raise_if_cancelled_since(cancels_before)
         if not self.up:
             self.up = True
             self.up_gauge.set(1)

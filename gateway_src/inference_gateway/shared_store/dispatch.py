@@ -36,7 +36,7 @@ from typing import Any
 import orjson
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from inference_gateway.background import cancel_and_wait
+from inference_gateway.background import cancel_and_wait, pending_cancels, raise_if_cancelled_since
 from inference_gateway.core.scheduling.shared_view import (
     PUBLISH_INTERVAL_S,
     DispatchCounts,
@@ -209,12 +209,9 @@ class DispatchShare:
         await self.redis.aclose()
 
     async def run(self) -> None:
-        task = asyncio.current_task()
         while True:
             started = time.monotonic()
             await self.exchange_once()
-            if task is not None and task.cancelling():
-                raise asyncio.CancelledError  # a cancel the client swallowed mid-command
             period = self.interval_s if self.up else RETRY_S
             await asyncio.sleep(max(0.0, period - (time.monotonic() - started)))
 
@@ -233,6 +230,7 @@ class DispatchShare:
         """Publish, read the others, apply; on a store failure fall back to the local view."""
         now = time.monotonic()
         entry = self.own_entry(now)
+        cancels_before = pending_cancels()
         try:
             async with asyncio.timeout(self.timeout_s):
                 raw = await self.exchange(
@@ -240,12 +238,10 @@ class DispatchShare:
                     args=[self.replica_id, entry, int(self.ttl_s * 1000), self.prefix],
                 )
         except self.failures as error:
-            task = asyncio.current_task()
-            if task is not None and task.cancelling():
-                # the client turns a cancel in mid-command into a connection error
-                raise asyncio.CancelledError from error
+            raise_if_cancelled_since(cancels_before, error)  # a cancel is no store failure
             self._local_view(error)
             return False
+        raise_if_cancelled_since(cancels_before)
         peers = []
         for item in raw[:MAX_PEERS]:
             decoded = decode_entry(item)

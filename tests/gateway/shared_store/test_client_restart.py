@@ -25,7 +25,9 @@ async def _burst(health: StoreHealth, redis: Redis, n: int = 20) -> list[BaseExc
 
 
 async def test_first_burst_after_a_restart_uses_the_store(redis_server: LocalRedis) -> None:
-    spec = StoreSpec(url=redis_server.url, retry_ms=100)
+    # a wide round-trip bound: what is tested is the dead sockets, and a loaded CI
+    # machine once took more than the default 250 ms to connect 20 new ones
+    spec = StoreSpec(url=redis_server.url, retry_ms=100, timeout_ms=2000)
     redis = connect(spec)
     health = StoreHealth("restart", retry_s=0.1, registry=CollectorRegistry())
     try:
