@@ -31,10 +31,19 @@ read beside it).
    plan retries them). The bar: resume gap p99 at most 1.5x fresh TTFT p99. The gateway's
    own `igw_request_resume_gap_seconds` (count and mean) is read beside it.
 
+3. **A cluster is lost whole mid-stream** (`cluster_loss`, tier 2; `--cluster-kills`
+   times, 0 leaves it out): the pods split into two clusters, each behind its own `igw
+   serve` (tier 1 on), `igw global` in front of both (its defaults: migration on). The
+   cluster serving the most streams mid-answer (by the `x-igw-cluster` header) loses
+   its gateway and every pod (SIGKILL), then comes back on the same ports. The same
+   figures as phase 2, against the fresh TTFT of the same loop, and `igw global`'s own
+   histogram. A lost cluster is half the fleet here: its streams all re-prefill on the
+   other half at once, so this gap is mostly the survivors' queue, not the router's.
+
 Every stream must end with a `finish_reason` and no error; failures are counted.
 
     python bench/migration.py [--json] [--pods 6] [--concurrency 18] [--tokens 300]
-        [--prompt-tokens 1000] [--rounds 4] [--kills 5]
+        [--prompt-tokens 1000] [--rounds 4] [--kills 5] [--cluster-kills 3]
 
 A benchmark, not a test: pods, gateways and client share the machine's cores; the load
 average is reported. With few kills the p99 is the worst gap seen.
@@ -51,6 +60,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -115,8 +125,11 @@ class Pod:
             self.process.wait(timeout=10)
 
 
-def start_serve(folder: Path, name: str, pods: list[Pod], migration: bool) -> tuple[Any, int]:
-    """`igw serve` over the pods in its own process (its CPU is its own)."""
+def start_serve(
+    folder: Path, name: str, pods: list[Pod], migration: bool, port: int | None = None
+) -> tuple[Any, int]:
+    """`igw serve` over the pods in its own process (its CPU is its own), on `port` when
+    given (a cluster gateway started again where `igw global` knows it)."""
     endpoints = [
         {"name": p.name, "address": "127.0.0.1", "port": p.port, "labels": {"igw.dev/pool": "p"}}
         for p in pods
@@ -124,11 +137,54 @@ def start_serve(folder: Path, name: str, pods: list[Pod], migration: bool) -> tu
     (folder / f"{name}-endpoints.yaml").write_text(yaml.safe_dump({"endpoints": endpoints}))
     config = {"scrape": SCRAPE, "migration": {"enabled": migration}}
     (folder / f"{name}-config.yaml").write_text(yaml.safe_dump(config))
-    port = free_port()
+    port = port or free_port()
     argv = [sys.executable, "-m", "inference_gateway.cli.main", "serve", "--port", str(port)]
     argv += ["--endpoints", str(folder / f"{name}-endpoints.yaml")]
     argv += ["--config", str(folder / f"{name}-config.yaml"), "--debug-destination-headers"]
     with (folder / f"{name}.log").open("ab") as out:
+        process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=out)
+    return process, port
+
+
+class Cluster:
+    """A cluster for tier 2: its own pods and its `igw serve` (tier 1 on), lost whole (the
+    gateway and every pod killed) and started again on the same ports."""
+
+    def __init__(self, folder: Path, name: str, pods: list[Pod]) -> None:
+        self.folder, self.name, self.pods = folder, name, pods
+        self.port = free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        self.process, _ = start_serve(self.folder, self.name, self.pods, True, self.port)
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+        for pod in self.pods:
+            pod.kill()
+
+
+def start_global(folder: Path, clusters: list[Cluster]) -> tuple[Any, int]:
+    """`igw global` over the clusters, one region, resume on break at tier 2 on (its
+    defaults: a stall is 30 s of silence; a killed cluster resets its streams at once)."""
+    config = {
+        "homeRegion": "r1",
+        "pollIntervalMs": 100,
+        "staleAfterMs": 1000,
+        "rampS": 0,
+        "clusters": [{"name": c.name, "region": "r1", "endpoint": c.url} for c in clusters],
+    }
+    (folder / "global.yaml").write_text(yaml.safe_dump(config))
+    port = free_port()
+    argv = [sys.executable, "-m", "inference_gateway.cli.main", "global", "--port", str(port)]
+    argv += ["--config", str(folder / "global.yaml")]
+    with (folder / "global.log").open("ab") as out:
         process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=out)
     return process, port
 
@@ -149,14 +205,20 @@ def body(i: int, tokens: int, prompt_tokens: int) -> bytes:
     )
 
 
-async def stream(session: aiohttp.ClientSession, url: str, data: bytes, out: Stream) -> None:
-    """Send one request and time its content events."""
+#: the response header that names where a stream runs: tier 1's pod, tier 2's cluster
+POD_HEADER, CLUSTER_HEADER = "x-gateway-destination-endpoint", "x-igw-cluster"
+
+
+async def stream(
+    session: aiohttp.ClientSession, url: str, data: bytes, out: Stream, where: str = POD_HEADER
+) -> None:
+    """Send one request and time its content events; `out.pod` is the `where` header."""
     pending = b""
     try:
         async with session.post(
             url + "/v1/chat/completions", data=data, headers={"content-type": "application/json"}
         ) as response:
-            out.pod = response.headers.get("x-gateway-destination-endpoint", "")
+            out.pod = response.headers.get(where, "")
             if response.status != 200:
                 out.error = f"HTTP {response.status}"
                 return
@@ -242,13 +304,58 @@ async def overhead(
     return figures
 
 
+@dataclass
+class Target:
+    """What a kill takes out: a pod (tier 1) or a whole cluster (tier 2). `address` is
+    how a stream's `where` header names it; `ready`: the URLs that answer once it is
+    back."""
+
+    address: str
+    kill: Callable[[], None]
+    start: Callable[[], None]
+    ready: list[str]
+
+
+def pod_targets(pods: list[Pod]) -> list[Target]:
+    return [
+        Target(f"127.0.0.1:{p.port}", p.kill, p.start, [f"http://127.0.0.1:{p.port}/health"])
+        for p in pods
+    ]
+
+
+def cluster_targets(clusters: list[Cluster]) -> list[Target]:
+    def start(c: Cluster) -> Callable[[], None]:
+        def again() -> None:
+            for pod in c.pods:
+                pod.start()
+            c.start()
+
+        return again
+
+    return [
+        Target(
+            c.name,
+            c.kill,
+            start(c),
+            [f"http://127.0.0.1:{p.port}/health" for p in c.pods] + [c.url + "/status"],
+        )
+        for c in clusters
+    ]
+
+
 async def resume(
-    session: aiohttp.ClientSession, url: str, pods: list[Pod], args: Any
+    session: aiohttp.ClientSession,
+    url: str,
+    targets: list[Target],
+    args: Any,
+    kills: int,
+    where: str = POD_HEADER,
 ) -> dict[str, Any]:
-    """Phase 2: the closed loop through the migration-on gateway, a pod killed `--kills`
-    times mid-stream and started again."""
+    """The closed loop through a migration-on gateway, the busiest target killed `kills`
+    times mid-stream and started again: phase 2 with pods behind `igw serve`, phase 3
+    with clusters behind `igw global`."""
     streams: list[Stream] = []
-    kills: list[tuple[float, str]] = []  # (when, the pod's host:port)
+    killed: list[tuple[float, str]] = []  # (when, the target's address)
     done = asyncio.Event()
 
     async def client(c: int) -> None:
@@ -257,16 +364,15 @@ async def resume(
         while not done.is_set():
             out = Stream("on", time.monotonic())
             streams.append(out)
-            await stream(
-                session, url, body(50_000 + c * 1000 + r, args.tokens, args.prompt_tokens), out
-            )
+            data = body(50_000 + c * 1000 + r, args.tokens, args.prompt_tokens)
+            await stream(session, url, data, out, where)
             r += 1
 
     moved: set[int] = set()  # streams a kill moved off the pod their headers named
 
-    def on_pod(address: str, at: float) -> list[int]:
-        """The streams in flight at `at` on the pod at `address` (a stream a kill resumed
-        elsewhere keeps its first pod's header but is not on that pod any more)."""
+    def on_target(address: str, at: float) -> list[int]:
+        """The streams in flight at `at` on the target at `address` (a stream a kill
+        resumed elsewhere keeps its first header but is not there any more)."""
         return [
             i
             for i, s in enumerate(streams)
@@ -277,26 +383,24 @@ async def resume(
 
     async def killer() -> None:
         try:
-            for _ in range(args.kills):
+            for _ in range(kills):
                 await asyncio.sleep(args.settle_s)
-                # the pod with the most streams mid-answer (a first token seen, no end)
+                # the target with the most streams mid-answer (a first token seen, no end)
                 now = time.monotonic()
                 running = {
-                    f"127.0.0.1:{p.port}": sum(
-                        1 for i in on_pod(f"127.0.0.1:{p.port}", now) if streams[i].times
-                    )
-                    for p in pods
+                    t.address: sum(1 for i in on_target(t.address, now) if streams[i].times)
+                    for t in targets
                 }
-                pod = max(pods, key=lambda p: (running[f"127.0.0.1:{p.port}"], -pods.index(p)))
-                address = f"127.0.0.1:{pod.port}"
+                target = max(targets, key=lambda t: (running[t.address], -targets.index(t)))
                 at = time.monotonic()
-                pod.kill()
-                kills.append((at, address))
-                hit.append(on_pod(address, at))
+                target.kill()
+                killed.append((at, target.address))
+                hit.append(on_target(target.address, at))
                 moved.update(hit[-1])
                 await asyncio.sleep(args.settle_s)  # the broken streams go on elsewhere
-                pod.start()
-                await wait_ready(session, f"http://127.0.0.1:{pod.port}/health")
+                target.start()
+                for ready in target.ready:
+                    await wait_ready(session, ready)
             await asyncio.sleep(args.settle_s)
         finally:
             done.set()
@@ -305,7 +409,7 @@ async def resume(
     gaps: list[float] = []
     retried: set[int] = set()
     per_kill: list[int] = []  # resumed streams per kill
-    for (at, _), broken in zip(kills, hit, strict=True):
+    for (at, _), broken in zip(killed, hit, strict=True):
         before = len(gaps)
         for i in broken:
             s = streams[i]
@@ -320,7 +424,7 @@ async def resume(
     gap_p99, ttft_p99 = quantile(gaps, 0.99), quantile(fresh, 0.99)
     ratio = gap_p99 / ttft_p99 if fresh and gaps else float("nan")
     return {
-        "kills": len(kills),
+        "kills": len(killed),
         "requests": len(streams),
         "failed": len(failed),
         "errors": sorted({s.error or "no finish_reason" for s in failed})[:5],
@@ -346,11 +450,36 @@ async def metric(session: aiohttp.ClientSession, url: str, name: str) -> float:
     )
 
 
+async def gateway_gaps(session: aiohttp.ClientSession, url: str) -> dict[str, float]:
+    """The gateway's own resume-gap histogram (count, mean) and migrations counted."""
+    count = await metric(session, url, "igw_request_resume_gap_seconds_count")
+    total = await metric(session, url, "igw_request_resume_gap_seconds_sum")
+    return {
+        "count": count,
+        "mean_ms": total / count * 1e3 if count else float("nan"),
+        "migrations_total": await metric(session, url, "igw_request_migrations_total"),
+    }
+
+
+async def until_routable(session: aiohttp.ClientSession, url: str, clusters: int) -> None:
+    """Once `igw global` answers, until it has polled `clusters` clusters routable."""
+    await wait_ready(session, url + "/health")
+    deadline = time.monotonic() + 60
+    while True:
+        async with session.get(url + "/health") as response:
+            if len((await response.json())["clusters"]) == clusters:
+                return
+        if time.monotonic() > deadline:
+            raise RuntimeError("the clusters did not become routable in 60 s")
+        await asyncio.sleep(0.1)
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     load_before = os.getloadavg()[0]
     folder = Path(tempfile.mkdtemp(prefix="igw-migration-"))
     pods = [Pod(f"pod-{i}", folder / f"pod-{i}.log") for i in range(args.pods)]
     gateways: dict[str, Any] = {}
+    clusters: list[Cluster] = []
     try:
         for pod in pods:
             pod.start()
@@ -368,20 +497,34 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             pids = {name: process.pid for name, (process, _) in gateways.items()}
             started = time.monotonic()
             nothing_breaks = await overhead(session, urls, pids, args)
-            broken = await resume(session, urls["on"], pods, args)
-            count = await metric(session, urls["on"], "igw_request_resume_gap_seconds_count")
-            total = await metric(session, urls["on"], "igw_request_resume_gap_seconds_sum")
-            resumed = await metric(session, urls["on"], "igw_request_migrations_total")
-            broken["gateway_resume_gap"] = {
-                "count": count,
-                "mean_ms": total / count * 1e3 if count else float("nan"),
-                "migrations_total": resumed,
-            }
+            broken = await resume(session, urls["on"], pod_targets(pods), args, args.kills)
+            broken["gateway_resume_gap"] = await gateway_gaps(session, urls["on"])
+            for process, _ in gateways.values():  # phase 3 has gateways of its own
+                process.kill()
+                process.wait(timeout=10)
+            clusters_lost = None
+            if args.cluster_kills:
+                half = len(pods) // 2
+                clusters = [
+                    Cluster(folder, "c1", pods[:half]),
+                    Cluster(folder, "c2", pods[half:]),
+                ]
+                for cluster in clusters:
+                    cluster.start()
+                gateways["global"] = start_global(folder, clusters)
+                front = f"http://127.0.0.1:{gateways['global'][1]}"
+                await until_routable(session, front, len(clusters))
+                targets = cluster_targets(clusters)
+                kills = args.cluster_kills
+                clusters_lost = await resume(session, front, targets, args, kills, CLUSTER_HEADER)
+                clusters_lost["gateway_resume_gap"] = await gateway_gaps(session, front)
             wall = time.monotonic() - started
     finally:
         for process, _ in gateways.values():
             process.kill()
             process.wait(timeout=10)
+        for cluster in clusters:
+            cluster.kill()
         for pod in pods:
             pod.kill()
     return {
@@ -391,6 +534,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "prompt_tokens": args.prompt_tokens,
         "overhead": nothing_breaks,
         "resume": broken,
+        "cluster_loss": clusters_lost,
         "wall_s": wall,
         "load_average": [load_before, os.getloadavg()[0]],
         "cpus": os.cpu_count(),
@@ -416,6 +560,18 @@ def print_tables(r: dict[str, Any]) -> None:
         print(f"  {key} p50 on-off, 95% CI  [{low:+.2f}, {high:+.2f}] ms")
     print(f"  within noise: {'yes' if o['within_noise'] else 'NO'}")
     print(f"\nA pod killed mid-stream, {b['kills']} times (migration on)")
+    print_resume(b)
+    if r["cluster_loss"] is not None:
+        c = r["cluster_loss"]
+        print(
+            f"\nA cluster lost whole mid-stream (its igw serve and its {r['pods'] // 2} pods "
+            f"killed), {c['kills']} times, behind igw global (tier 2)"
+        )
+        print_resume(c)
+
+
+def print_resume(b: dict[str, Any]) -> None:
+    """One kill phase's table."""
     print(f"  requests {b['requests']}, failed {b['failed']} {b['errors'] or ''}")
     print(
         f"  resumed streams {b['resumed_streams']} {b['resumed_per_kill']}, "
@@ -438,6 +594,9 @@ def main() -> int:
     parser.add_argument("--prompt-tokens", type=int, default=1000, help="about, per request")
     parser.add_argument("--rounds", type=int, default=4, help="requests per client, phase 1")
     parser.add_argument("--kills", type=int, default=5)
+    parser.add_argument(
+        "--cluster-kills", type=int, default=3, help="phase 3, tier 2 (0: leave it out)"
+    )
     parser.add_argument("--settle-s", type=float, default=1.5, help="wait around each kill")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()

@@ -1,6 +1,7 @@
 """bench/migration.py runs end to end at a tiny size: both gateways answer every request
-when nothing breaks, and a killed pod's streams are resumed, each gap seen by the client
-also counted by the gateway's own histogram."""
+when nothing breaks, a killed pod's streams are resumed, and so are a lost cluster's
+behind `igw global`, each gap seen by the client also counted by the gateway's own
+histogram."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ def test_a_tiny_run_resumes_every_broken_stream_and_reports_both_phases() -> Non
         prompt_tokens=200,
         rounds=2,
         kills=1,
+        cluster_kills=1,
         settle_s=0.5,
         json=True,
     )
@@ -43,3 +45,8 @@ def test_a_tiny_run_resumes_every_broken_stream_and_reports_both_phases() -> Non
     # the gateway resumed what the client saw resumed (and counted it as a migration)
     assert histogram["count"] >= resume["resumed_streams"]
     assert histogram["migrations_total"] == histogram["count"]
+    # tier 2: a cluster lost whole behind `igw global`, its streams resumed on the other
+    lost = result["cluster_loss"]
+    assert lost["kills"] == 1 and lost["failed"] == 0, lost["errors"]
+    assert lost["resumed_streams"] >= 1 and lost["resume_gap_p99_ms"] > 0
+    assert lost["gateway_resume_gap"]["count"] >= lost["resumed_streams"]
