@@ -14,6 +14,7 @@ wait under a deadline.
 from __future__ import annotations
 
 import asyncio
+import re
 import signal
 import subprocess
 import sys
@@ -290,6 +291,12 @@ async def run_with_fault(tmp_path: Path, fault: str) -> None:
             # the gateway's own count of output tokens (what a token budget settles from)
             counted = await metric_sum(url, "inference_objective_output_tokens_sum")
             assert counted == REQUESTS * TOKENS + 2  # and the two probes' one token
+            # one log line a migration, naming where the stream's end ran: the other pod
+            served.process.terminate()
+            logged = await asyncio.wait_for(served.stderr_text(), timeout=30)
+            ends = re.findall(r"resumed after [\d.]+ s; its end is on pod (pod-\d)", logged)
+            survivor = f"pod-{1 - ports.index(victim_port)}"
+            assert ends == [survivor] * len(broken), logged[-3000:]
 
 
 @pytest.mark.parametrize("fault", ["kill", "stall", "error_event"])

@@ -481,12 +481,15 @@ class Gateway:
             self._series(self.metrics.migrations, "1", reason, outcome).inc()
             if gap_s is not None:
                 self._series(self.metrics.resume_gap, "1").observe(gap_s)
+            serving = life.endpoint  # the continuation's pod once resumed (as tier 2 names
+            # its cluster): where a lost pod's streams went, read from the log
             log.warning(
-                "request %s (x-request-id %s): the model server stream broke (%s): %s",
+                "request %s (x-request-id %s): the model server stream broke (%s): %s%s",
                 life.id,
                 life.client_id,
                 reason,
                 outcome if gap_s is None else f"resumed after {gap_s:.3f} s",
+                f"; its end is on pod {serving.name}" if serving and gap_s is not None else "",
             )
 
         return Resumer(
