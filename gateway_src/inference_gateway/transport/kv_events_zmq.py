@@ -39,7 +39,6 @@ own truth, so replicas agree without sharing it through the store.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 from collections.abc import Callable, Iterable
@@ -50,6 +49,7 @@ import msgspec
 import zmq
 import zmq.asyncio
 
+from inference_gateway.background import cancel_and_wait
 from inference_gateway.protocols.vllm.kv_events import BatchView, decode_view
 
 __all__ = ["KVEventConsumer", "KVEventSubscriber", "Publisher"]
@@ -147,10 +147,7 @@ class KVEventSubscriber:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
         # every stream's task cancelled at once, then awaited together: one by one, each
         # wait was a turn of a loop busy with the others' backlogs (1,024 publishing
         # pods took a minute to stop, bench/scale.py)
@@ -220,10 +217,7 @@ class KVEventSubscriber:
 
     async def _close(self, pod: str, *, gone: bool = True) -> None:
         stream = self._streams.pop(pod)
-        if stream.task is not None:
-            stream.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await stream.task
+        await cancel_and_wait(stream.task)
         _close_sockets(stream.sock, stream.monitor)
         if gone:
             self.consumer.gone(pod)
