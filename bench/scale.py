@@ -44,7 +44,15 @@ the worst replica's otherwise; `per_replica` has each one's):
   issue's must-hold is max <= 100 ms; `peer_view_age_*_ms` (replicas): the age of the
   other replicas' dispatch counts (time since the last exchange with the store);
 * `decision_p50_ms` / `decision_p99_ms`: over every replica's decisions, wall time of
-  the request-body step (admission, scheduling, the reply message), what a client waits on;
+  the request-body step (admission, scheduling, the reply message);
+* `decision_wait_p50_ms` / `decision_wait_p99_ms`: from each request's due time (the
+  driver's schedule) to its decision: what a client waits on, the loop's backlog and
+  collector pauses included, which the step's own time cannot show;
+* `gc_full_per_s`, `gc_pause_max_ms`, `gc_share`: the cyclic collector's full
+  collections a second, its longest pause of any generation and its share of the
+  window (`gc.callbacks`). The picker freezes its startup heap once it serves, as `igw
+  picker` does (`cli/process.py` `freeze_startup_heap`); `--no-freeze` runs it as it ran
+  before, for a side-by-side;
 * `interval_ms`: the scrape interval the store settled on under its CPU budget
   (`--scrape-cores`, default the shipped quarter of a core);
 * `kv_events_per_s` (Σ): events applied to the replicas' KV indexes; `kv_kept_share`:
@@ -62,7 +70,8 @@ fleet's cores with and without events. Points last seconds: the machine is share
 1-minute load average is reported), the figures indicative.
 
 Run: `.venv/bin/python bench/scale.py [--json] [--seconds S]
-[--points pods/pools/rate[/replicas[/kv-events-per-s]],...] [--kv-events-per-s N]`.
+[--points pods/pools/rate[/replicas[/kv-events-per-s]],...] [--kv-events-per-s N]
+[--no-freeze]`.
 """
 
 from __future__ import annotations
@@ -70,6 +79,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import json
 import os
 import select
@@ -286,6 +296,7 @@ def _run_picker(point: dict[str, Any]) -> dict[str, Any]:
 
     from inference_gateway.assembly.core import build_core
     from inference_gateway.assembly.picker import PickerServer
+    from inference_gateway.cli.process import freeze_startup_heap
     from inference_gateway.config.spec import GatewayConfigSpec
     from inference_gateway.core.scheduling.kv_index import KVBlockIndex
     from inference_gateway.core.scheduling.types import Endpoint
@@ -353,6 +364,8 @@ def _run_picker(point: dict[str, Any]) -> dict[str, Any]:
         if point["scrape_cores"] is not None:
             store.max_cpu_fraction = point["scrape_cores"]
         await picker.start()
+        if point["freeze"]:
+            freeze_startup_heap()  # as `igw picker` does once it serves
         loop = asyncio.get_running_loop()
         index = picker.director.scheduler.kv_index
         assert isinstance(index, KVBlockIndex)
@@ -375,6 +388,16 @@ def _run_picker(point: dict[str, Any]) -> dict[str, Any]:
         peer_ages: list[float] = []
         peers: list[float] = []
         decisions: list[float] = []
+        waits: list[float] = []  # from each request's due time: what a client waits on
+        pauses: list[tuple[int, float]] = []  # (generation, seconds) of each collection
+        collecting: list[float] = []
+
+        def on_gc(phase: str, info: dict[str, int]) -> None:
+            if phase == "start":
+                collecting[:] = [time.perf_counter()]
+            elif collecting:
+                pauses.append((info["generation"], time.perf_counter() - collecting[0]))
+
         failed = 0
 
         async def sample() -> None:
@@ -392,6 +415,7 @@ def _run_picker(point: dict[str, Any]) -> dict[str, Any]:
             started = time.perf_counter()
             await exchange.handle(bodies[n % pools])
             decisions.append(time.perf_counter() - started)
+            waits.append(time.monotonic() - (wall0 + n / rate))
             if exchange.life is None:
                 failed += 1
                 return
@@ -399,6 +423,7 @@ def _run_picker(point: dict[str, Any]) -> dict[str, Any]:
             await exchange.handle(answer)
 
         sampler = loop.create_task(sample())
+        gc.callbacks.append(on_gc)
         cpu0, wall0 = time.process_time(), time.monotonic()
         scrapes0, events0 = store.scrapes, index.events
         tasks, n, gap = [], 0, 1.0 / rate if rate else 0.0
@@ -412,6 +437,8 @@ def _run_picker(point: dict[str, Any]) -> dict[str, Any]:
                 await asyncio.sleep(0.05)
         await asyncio.gather(*tasks)
         cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
+        gc.callbacks.remove(on_gc)
+        full = [d for generation, d in pauses if generation == 2]
         sampler.cancel()
         rounds, events = store.scrapes - scrapes0, index.events - events0
         figures = {
@@ -422,6 +449,9 @@ def _run_picker(point: dict[str, Any]) -> dict[str, Any]:
             "decision_p50_ms": round(_quantile(decisions, 0.5) * 1000, 3),
             "decision_p99_ms": round(_quantile(decisions, 0.99) * 1000, 3),
             "decisions": len(decisions),
+            "gc_full_per_s": round(len(full) / wall, 2),
+            "gc_pause_max_ms": round(max((d for _, d in pauses), default=0.0) * 1000, 1),
+            "gc_share": round(sum(d for _, d in pauses) / wall, 3),
             "failed_decisions": failed,
             "rounds_per_s": round(rounds / wall, 2),
             "interval_ms": round(store.current_interval_s * 1000, 1),
@@ -436,6 +466,7 @@ def _run_picker(point: dict[str, Any]) -> dict[str, Any]:
             else None,
             "kv_gaps": subscriber.gaps,
             "decision_s": decisions,  # merged over replicas by the parent, then dropped
+            "wait_s": waits,  # likewise
         }
         if share is not None:
             figures["peers"] = _quantile(peers, 0.5)  # during the window (not as others end)
@@ -501,7 +532,8 @@ def _end(child: subprocess.Popen[str]) -> None:
 
 SUMMED = ("picker_cores", "rss_mib", "decisions", "failed_decisions", "kv_events_per_s")
 WORST = ("view_age_p50_ms", "view_age_max_ms", "interval_ms", "kv_bytes_per_pair",
-         "peer_view_age_p50_ms", "peer_view_age_max_ms", "kv_index_mib")  # fmt: skip
+         "peer_view_age_p50_ms", "peer_view_age_max_ms", "kv_index_mib", "gc_full_per_s",
+         "gc_pause_max_ms", "gc_share")  # fmt: skip
 
 
 def run_point(
@@ -512,6 +544,7 @@ def run_point(
     cores: float | None,
     replicas: int = 1,
     events: dict[str, float] | None = None,
+    freeze: bool = True,
 ) -> Any:
     """One point: the fleet (publishing `events`, see `Fleet`), `replicas` pickers at
     `rate / replicas` decisions a second each, sharing a real redis-server when more
@@ -534,12 +567,14 @@ def run_point(
 
         point = {"ports": fleet.ports, "events": fleet.addresses, "pools": pools,
                  "rate": rate / replicas, "seconds": seconds, "scrape_cores": cores,
-                 "store": redis.url if redis else None, "replicas": replicas}  # fmt: skip
+                 "store": redis.url if redis else None, "replicas": replicas,
+                 "freeze": freeze}  # fmt: skip
         each = _replicas(point, replicas, seconds + 120 + 30 * replicas, go)
         wall = time.monotonic() - cpu0["wall"]
         fleet_cpu = _cpu_s(fleet.proc.pid) - cpu0["fleet"]
         store_cpu = _cpu_s(redis.process.pid) - cpu0["store"] if redis and redis.process else 0.0
     decisions = sorted(d for r in each for d in r.pop("decision_s"))
+    waits = sorted(d for r in each for d in r.pop("wait_s"))
     figures: dict[str, Any] = {k: v for k, v in each[0].items() if k not in SUMMED + WORST}
     for key in SUMMED:
         figures[key] = round(sum(r[key] for r in each), 3)
@@ -549,6 +584,8 @@ def run_point(
             figures[key] = max(values) if values else None
     figures["decision_p50_ms"] = round(_quantile(decisions, 0.5) * 1000, 3)
     figures["decision_p99_ms"] = round(_quantile(decisions, 0.99) * 1000, 3)
+    figures["decision_wait_p50_ms"] = round(_quantile(waits, 0.5) * 1000, 3)
+    figures["decision_wait_p99_ms"] = round(_quantile(waits, 0.99) * 1000, 3)
     figures["replicas"] = replicas
     figures["kv_events_per_pod_s"] = per_s = events["per_s"]
     figures["kv_events_per_batch"] = per_s / events["batch_hz"] if per_s else 0.0
@@ -607,6 +644,10 @@ def main(argv: list[str] | None = None) -> int:
          "blocks each pod holds before it evicts one per block stored"),
     ):  # fmt: skip
         parser.add_argument(flag, type=kind, default=default, help=text)
+    parser.add_argument(
+        "--no-freeze", dest="freeze", action="store_false",
+        help="leave the picker's startup heap to the collector (as igw picker ran before)",
+    )  # fmt: skip
     parser.add_argument("--fleet-child", help=argparse.SUPPRESS)
     parser.add_argument("--count", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--pools", type=int, help=argparse.SUPPRESS)
@@ -635,6 +676,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     result: dict[str, Any] = {
         "scrape_cores": args.scrape_cores,
+        "freeze": args.freeze,
         "kv_batch_hz": args.kv_batch_hz,
         "kv_held": args.kv_held,
         "load_1min_start": round(os.getloadavg()[0], 2),
@@ -646,7 +688,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr, flush=True)  # fmt: skip
         events = {"per_s": per_s, "batch_hz": args.kv_batch_hz, "held": args.kv_held}
         result["points"][key] = run_point(
-            pods, pools, rate, args.seconds, args.scrape_cores, replicas, events
+            pods, pools, rate, args.seconds, args.scrape_cores, replicas, events, args.freeze
         )
     result["kv_ingest"] = kv_ingest(result["points"])
     result["load_1min"] = round(os.getloadavg()[0], 2)
@@ -654,13 +696,15 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result))
         return 0
     print("pods/pools/rps/replicas/kv  picker cores  RSS MiB  view age p50/max ms"
-          "  decision p50/p99 ms  interval ms  fleet cores  KV ev/s  KV B/pair"
-          "  store view age max ms")  # fmt: skip
+          "  decision p50/p99 ms  wait p50/p99 ms  full GCs/s, max pause ms"
+          "  interval ms  fleet cores  KV ev/s  KV B/pair  store view age max ms")  # fmt: skip
     for key, r in result["points"].items():
         print(
             f"{key:26s} {r['picker_cores']:12.2f} {r['rss_mib']:8.0f} "
             f"{r['view_age_p50_ms']:9.0f} / {r['view_age_max_ms']:<8.0f} "
             f"{r['decision_p50_ms']:8.2f} / {r['decision_p99_ms']:<8.2f} "
+            f"{r['decision_wait_p50_ms']:6.2f} / {r['decision_wait_p99_ms']:<7.2f} "
+            f"{r['gc_full_per_s']:8.2f}, {r['gc_pause_max_ms']:<8.1f} "
             f"{r['interval_ms']:11.0f}  {r['fleet_cores']:11.2f}  {r['kv_events_per_s']:7.0f}"
             f"  {r['kv_bytes_per_pair'] or '-':>9}  {r.get('peer_view_age_max_ms', '-')}"
         )

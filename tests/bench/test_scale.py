@@ -60,6 +60,11 @@ def test_one_point_reports_the_pickers_figures() -> None:
     figures = scale.run_point(4, 2, 20, 1.0, None)
     assert figures["ready_pods"] == 4 and figures["failed_decisions"] == 0
     assert figures["decisions"] >= 10 and figures["decision_p99_ms"] > 0
+    # a request waits from when it was due: its decision and whatever the loop ran first
+    assert figures["decision_wait_p50_ms"] >= figures["decision_p50_ms"]
+    assert figures["decision_wait_p99_ms"] >= figures["decision_p99_ms"]
+    assert figures["gc_full_per_s"] >= 0 and 0 <= figures["gc_share"] < 1
+    assert figures["gc_pause_max_ms"] >= 0
     assert figures["picker_cores"] > 0 and figures["rss_mib"] > 20
     assert 0 < figures["view_age_max_ms"] < 2000  # views are fresh: the pods answer
     assert figures["fleet_cores"] >= 0 and figures["rounds_per_s"] > 0

@@ -20,7 +20,7 @@ import ssl
 from pathlib import Path
 from typing import Any
 
-from inference_gateway.cli.process import start_server_process
+from inference_gateway.cli.process import freeze_startup_heap, start_server_process
 from inference_gateway.transport.ports import DEFAULTS
 
 __all__ = [
@@ -406,6 +406,7 @@ async def _serve(args: argparse.Namespace) -> int:
 
     stopped = stop_signals("igw picker")  # SIGTERM, SIGINT and SIGHUP alike (transport/signals.py)
     await picker.start()
+    freeze_startup_heap()
     tls = " (TLS)" if server.get("credentials") or server.get("ssl_context") else ""
     print(
         f"igw picker: ext_proc on {args.host}:{picker.port}{tls}, "

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import gc
 import sys
 from typing import Any
 
@@ -12,6 +11,7 @@ from inference_gateway.cli.picker import add_cluster_arguments, add_store_argume
 from inference_gateway.cli.process import (
     add_drain_argument,
     add_slow_client_arguments,
+    freeze_startup_heap,
     positive_seconds,
     start_server_process,
 )
@@ -128,8 +128,4 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _freeze_startup_objects(app: object) -> None:
-    """Move everything built at startup (modules, config, the app) out of the cyclic
-    garbage collector's reach: its collections then scan only per-request objects,
-    instead of pausing requests for milliseconds to re-scan the whole heap."""
-    gc.collect()
-    gc.freeze()
+    freeze_startup_heap()  # aiohttp's on_startup wants a coroutine
