@@ -35,8 +35,8 @@ def freeze_startup_heap() -> None:
     without it `igw picker` over 1,024 pods paused its loop 57-111 ms at every full
     collection, about one every 0.7 s (`bench/scale.py`'s GC figures), a wait that no
     timing inside the loop shows but that every request arriving then sits out.
-    Objects alive now are never collected as cycles later; what a server builds at
-    startup lives as long as it does."""
+    Objects alive now are never collected as cycles later: most of them live as long as
+    the server, and a pod or config replaced later leaves only its few startup cycles."""
     gc.collect()
     gc.freeze()
 
