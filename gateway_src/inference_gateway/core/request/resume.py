@@ -407,12 +407,11 @@ class Resumer:
                         if reason == BreakReason.STALL or resumes >= self.max_resumes:
                             raise  # silent before its first byte: it may be generating
                         resumes += 1
-                        opened = await self._open(self._whole(), reason)
-                        self.report(reason, "retried" if opened else "failed", None)
-                        if opened is None:
+                        source = await self._open(self._whole(), reason)
+                        self.report(reason, "retried" if source else "failed", None)
+                        if source is None:
                             raise
-                        self._opened.append(opened)
-                        chunks = aiter(opened.chunks())
+                        chunks = source
                         continue
                     delivered = self._read()
                     body = self._continuation(delivered)
@@ -421,12 +420,11 @@ class Resumer:
                         self.report(reason, outcome, None)
                         raise
                     resumes += 1
-                    opened = await self._open(orjson.dumps(body), reason)
-                    if opened is None:
+                    source = await self._open(orjson.dumps(body), reason)
+                    if source is None:
                         self.report(reason, "failed", None)
                         raise
-                    self._opened.append(opened)
-                    chunks, gap_from = aiter(opened.chunks()), last_at
+                    chunks, gap_from = source, last_at
                     # as of the break: the splicer's counts must not grow with the rest
                     splicer = Splicer(dataclasses.replace(delivered, parts=[]), self.chat)
         finally:
@@ -462,12 +460,18 @@ class Resumer:
         may have read the prompt's blocks, `continuation`)."""
         return without_client_params(self.body)
 
-    async def _open(self, body: bytes, reason: str) -> Continuation | None:
+    async def _open(self, body: bytes, reason: str) -> AsyncIterator[bytes] | None:
+        """`body` on the next pod or cluster within the deadline: its chunks (released
+        when the stream ends), or None when none took it."""
         try:
             async with asyncio.timeout(self.deadline_s):
-                return await self.open_next(body, reason)
+                opened = await self.open_next(body, reason)
         except TimeoutError:
             return None
+        if opened is None:
+            return None
+        self._opened.append(opened)
+        return aiter(opened.chunks())
 
     def _keep(self, chunk: bytes) -> None:
         """Keep a relayed chunk; past `FOLD_BYTES` unread, read the whole events in (a
