@@ -47,7 +47,7 @@ OVERHEAD_SCRIPTS += ["kv_events"]  # KV-event ingest CPU, index memory, precise 
 OVERHEAD_TIMEOUT_S = {"kv_events": 240}  # old and new index side by side, ~115k-token picks
 OVERHEAD_SCRIPTS += ["kv_events_hostile"]  # a hostile KV-event publisher: /health and RSS
 OVERHEAD_TIMEOUT_S["simulator_speed"] = 400  # one simulated hour plus a side-by-side slice
-OVERHEAD_TIMEOUT_S["scrape_cost"] = 240  # six idle pickers (4, 32, 128 pods; current and legacy)
+OVERHEAD_TIMEOUT_S["scrape_cost"] = 300  # nine idle pickers (4, 32, 128 pods; three paths)
 OVERHEAD_TIMEOUT_S["gateway_overhead"] = 240  # open loop, picker, closed loop (3 paths)
 # the in-cluster path through real Envoy 1.40: five paths side by side, 3 repeats, and the
 # demo's fleet and trace through Envoy + picker and Envoy round robin (bench/envoy_path.py)

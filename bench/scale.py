@@ -2,7 +2,9 @@
 
 A synthetic fleet of N pods (32, 128, 512, 1,024 by default) serves real-size vLLM
 `/metrics` pages (vLLM V1's families with their histograms, ~48 KB, `scrape_cost.
-vllm_page`) that change on every scrape, from ONE process: a raw asyncio protocol on N
+vllm_page`), and the ~1 KB of it the picker asks vLLM for (`/metrics/?name[]=…`, as
+prometheus_client renders it: `scrape_cost.Pages`), both changing on every scrape, from
+ONE process: a raw asyncio protocol on N
 loopback ports, each port one pod of pool `pool-<i % P>` serving model `model-<pool>`.
 Each pod also publishes vLLM KV events on its own ZMQ PUB socket (the picker finds it by
 the pod's `igw.dev/kv-events` label and subscribes one SUB socket a pod, as in
@@ -53,6 +55,9 @@ the worst replica's otherwise; `per_replica` has each one's):
   window (`gc.callbacks`). The picker freezes its startup heap once it serves, as `igw
   picker` does (`cli/process.py` `freeze_startup_heap`); `--no-freeze` runs it as it ran
   before, for a side-by-side;
+* the picker asks the pods for the families routing reads (`/metrics/?name[]=…`, as it
+  asks vLLM); `--whole-pages` has it read every page whole, as it does a pod that does
+  not filter (SGLang, vLLM with several API servers), for a side-by-side;
 * `interval_ms`: the scrape interval the store settled on under its CPU budget
   (`--scrape-cores`, default the shipped quarter of a core);
 * `kv_events_per_s` (Σ): events applied to the replicas' KV indexes; `kv_kept_share`:
@@ -71,7 +76,7 @@ fleet's cores with and without events. Points last seconds: the machine is share
 
 Run: `.venv/bin/python bench/scale.py [--json] [--seconds S]
 [--points pods/pools/rate[/replicas[/kv-events-per-s]],...] [--kv-events-per-s N]
-[--no-freeze]`.
+[--no-freeze] [--whole-pages]`.
 """
 
 from __future__ import annotations
@@ -96,7 +101,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "gateway_src"))
 
-from scrape_cost import vllm_page  # noqa: E402
+from scrape_cost import Pages  # noqa: E402
 
 # pods/pools/rate[/replicas[/KV events a pod-second]]: one replica over 32-1,024 pods;
 # KV events off and on (the ingest pairs); 1, 2 and 4 replicas at 128 pods with events,
@@ -122,9 +127,7 @@ def _serve_fleet(ports_path: str, count: int, pools: int, events: dict[str, floa
     import uvloop
     import zmq
 
-    head, _, tail = vllm_page().partition("process_cpu_seconds_total ")
-    tail = tail.partition("\n")[2]
-    served = [0]
+    pages = Pages()
 
     class Pod(asyncio.Protocol):
         def __init__(self, model: bytes) -> None:
@@ -138,11 +141,8 @@ def _serve_fleet(ports_path: str, count: int, pools: int, events: dict[str, floa
             self.buffer += data
             while (end := self.buffer.find(b"\r\n\r\n")) >= 0:
                 request, self.buffer = self.buffer[:end], self.buffer[end + 4 :]
-                if b" /v1/models " in request.split(b"\r\n", 1)[0]:
-                    body = self.model
-                else:  # a counter moves on every page: no "unchanged page" shortcut
-                    served[0] += 1
-                    body = f"{head}process_cpu_seconds_total {served[0]}\n{tail}".encode()
+                line = request.split(b"\r\n", 1)[0]
+                body = self.model if b" /v1/models " in line else pages.body(line)
                 self.transport.write(
                     b"HTTP/1.1 200 OK\r\ncontent-type: text/plain; version=0.0.4\r\n"
                     b"content-length: %d\r\n\r\n%s" % (len(body), body)
@@ -305,6 +305,10 @@ def _run_picker(point: dict[str, Any]) -> dict[str, Any]:
     from inference_gateway.shared_store.dispatch import for_director
 
     ports, pools, rate, addresses = point["ports"], point["pools"], point["rate"], point["events"]
+    if point["whole_pages"]:  # as from pods that do not filter their page
+        from inference_gateway.core.endpoints import store as store_module
+
+        store_module.FILTERED_PATHS = {}  # type: ignore[attr-defined]
     endpoints = [
         Endpoint(
             name=f"pod-{i}",
@@ -545,6 +549,7 @@ def run_point(
     replicas: int = 1,
     events: dict[str, float] | None = None,
     freeze: bool = True,
+    whole_pages: bool = False,
 ) -> Any:
     """One point: the fleet (publishing `events`, see `Fleet`), `replicas` pickers at
     `rate / replicas` decisions a second each, sharing a real redis-server when more
@@ -568,7 +573,7 @@ def run_point(
         point = {"ports": fleet.ports, "events": fleet.addresses, "pools": pools,
                  "rate": rate / replicas, "seconds": seconds, "scrape_cores": cores,
                  "store": redis.url if redis else None, "replicas": replicas,
-                 "freeze": freeze}  # fmt: skip
+                 "freeze": freeze, "whole_pages": whole_pages}  # fmt: skip
         each = _replicas(point, replicas, seconds + 120 + 30 * replicas, go)
         wall = time.monotonic() - cpu0["wall"]
         fleet_cpu = _cpu_s(fleet.proc.pid) - cpu0["fleet"]
@@ -648,6 +653,10 @@ def main(argv: list[str] | None = None) -> int:
         "--no-freeze", dest="freeze", action="store_false",
         help="leave the picker's startup heap to the collector (as igw picker ran before)",
     )  # fmt: skip
+    parser.add_argument(
+        "--whole-pages", action="store_true",
+        help="read every pod's page whole, as from pods that do not filter",
+    )  # fmt: skip
     parser.add_argument("--fleet-child", help=argparse.SUPPRESS)
     parser.add_argument("--count", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--pools", type=int, help=argparse.SUPPRESS)
@@ -677,6 +686,7 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {
         "scrape_cores": args.scrape_cores,
         "freeze": args.freeze,
+        "whole_pages": args.whole_pages,
         "kv_batch_hz": args.kv_batch_hz,
         "kv_held": args.kv_held,
         "load_1min_start": round(os.getloadavg()[0], 2),
@@ -688,7 +698,15 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr, flush=True)  # fmt: skip
         events = {"per_s": per_s, "batch_hz": args.kv_batch_hz, "held": args.kv_held}
         result["points"][key] = run_point(
-            pods, pools, rate, args.seconds, args.scrape_cores, replicas, events, args.freeze
+            pods,
+            pools,
+            rate,
+            args.seconds,
+            args.scrape_cores,
+            replicas,
+            events,
+            args.freeze,
+            args.whole_pages,
         )
     result["kv_ingest"] = kv_ingest(result["points"])
     result["load_1min"] = round(os.getloadavg()[0], 2)

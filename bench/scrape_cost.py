@@ -4,13 +4,16 @@
    histogram buckets, `vllm/v1/metrics/loggers.py`, plus the process, Python and
    HTTP-instrumentator families a vLLM server also exports), parsed by the gateway's
    vLLM adapter and, side by side in the same process, by the general Prometheus text
-   parser the adapter used before (`prometheus_client.parser`, kept below as the baseline).
+   parser the adapter used before (`prometheus_client.parser`, kept below as the baseline);
+   and the pod's side: prometheus_client rendering the whole page against the families
+   the picker asks vLLM for (`/metrics/?name[]=…`, `adapters.FILTERED_PATHS`).
 2. Idle CPU: one process runs `igw picker` (`build_picker`, no traffic) over N pods that
    serve that page from another process, and reports the core fraction it used and the
-   scrape interval the store settled on. `--path legacy` runs the same picker with the
-   pre-change parts (the general parser, aiohttp's client, a fixed interval) for a side by
-   side figure in the same run. Every page differs from the last (a counter moves on each
-   request), so no "unchanged page" shortcut flatters the figure.
+   scrape interval the store settled on. Side by side in the same run: `current` (pods
+   that filter, as vLLM does), `whole` (the same picker over pods that do not: every
+   scrape reads the whole page) and `legacy` (the pre-change parts: the general parser,
+   aiohttp's client, a fixed interval, whole pages). Every page differs from the last (a
+   value moves on each request), so no "unchanged page" shortcut flatters the figure.
 
 Run: `.venv/bin/python bench/scrape_cost.py [--json] [--seconds S] [--pods 4,32,128]`.
 Pods, picker and this driver share the machine's cores: compare figures of one run.
@@ -190,9 +193,10 @@ def vllm_page(*, lora: bool = False, tick: int = 0) -> str:
 # ---------------------------------------------------------------- the pre-change parts
 
 
-def legacy_parse(text: str, engine: str = "vllm") -> Any:
+def legacy_parse(text: str, engine: str = "vllm", layout: Any = None) -> Any:
     """The adapter as it was before this benchmark existed: every family of the page
-    through the general Prometheus text parser. The baseline, nothing routes with it."""
+    through the general Prometheus text parser (`layout`, the current adapter's, unused).
+    The baseline, nothing routes with it."""
     from prometheus_client.parser import text_string_to_metric_families
 
     from inference_gateway.core.endpoints.adapters import ENGINES
@@ -267,14 +271,92 @@ def parse_cost(repeat: int) -> dict[str, Any]:
             row[f"{label}_us"] = round((time.process_time() - start) / runs * 1e6, 1)
         row["speedup"] = round(row["legacy_us"] / max(row["adapter_us"], 0.01), 1)
         out["lora" if lora else "plain"] = row
+    out["render"] = render_cost(repeat)
     return out
+
+
+def render_cost(repeat: int) -> dict[str, Any]:
+    """The pod's side of one scrape: prometheus_client rendering the page's families,
+    the whole page (`/metrics`) against the picker's filtered one (`/metrics/?name[]=…`,
+    the restricted registry vLLM's ASGI mount serves)."""
+    from prometheus_client import generate_latest
+
+    registry = page_registry(vllm_page())
+    restricted = registry.restricted_registry(filtered_names())
+    row: dict[str, Any] = {}
+    for label, target in (("whole", registry), ("filtered", restricted)):
+        runs = max(20, repeat // 10)
+        start = time.process_time()
+        for _ in range(runs):
+            body = generate_latest(target)
+        row[f"{label}_us"] = round((time.process_time() - start) / runs * 1e6, 1)
+        row[f"{label}_bytes"] = len(body)
+    row["ratio"] = round(row["whole_us"] / max(row["filtered_us"], 0.01), 1)
+    return row
 
 
 # ---------------------------------------------------------------- 2. idle CPU
 
 
+def page_registry(page: str) -> Any:
+    """`page`'s families in a prometheus_client registry whose names are known, as vLLM's
+    registered metrics are (what `restricted_registry` needs)."""
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.parser import text_string_to_metric_families
+
+    families = list(text_string_to_metric_families(page))
+
+    class Families:
+        def collect(self) -> Any:
+            return iter(families)
+
+        describe = collect
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Families())  # type: ignore[arg-type]
+    return registry
+
+
+def filtered_names() -> list[str]:
+    """The sample names the picker's filtered scrape asks vLLM for."""
+    from urllib.parse import parse_qs, urlsplit
+
+    from inference_gateway.core.endpoints.adapters import FILTERED_PATHS
+
+    return parse_qs(urlsplit(FILTERED_PATHS["vllm"]).query)["name[]"]
+
+
+class Pages:
+    """What a synthetic vLLM pod answers: `/metrics` whole (`vllm_page`, a counter that
+    moves on every scrape) and `/metrics/?name[]=…` (the picker's `FILTERED_PATHS`) as
+    prometheus_client's restricted registry renders those families of the same page,
+    its KV gauge moving on every scrape. No "unchanged page" shortcut flatters either."""
+
+    def __init__(self) -> None:
+        from prometheus_client import generate_latest
+
+        page = vllm_page()
+        self.head, _, tail = page.partition("process_cpu_seconds_total ")
+        self.tail = tail.partition("\n")[2]
+        registry = page_registry(page)
+        filtered = generate_latest(registry.restricted_registry(filtered_names())).decode()  # type: ignore[arg-type]
+        kv = filtered.index("vllm:kv_cache_usage_perc{")
+        value = filtered.index("} ", kv) + 2
+        self.filtered_head = filtered[:value]
+        self.filtered_tail = filtered[filtered.index("\n", value) :]
+        self.served = 0
+
+    def body(self, request_line: bytes) -> bytes:
+        """The body for a GET of a metrics page (`request_line`: its first line)."""
+        self.served += 1
+        if b" /metrics/?" in request_line:
+            usage = self.served % 1000 / 1000
+            return f"{self.filtered_head}{usage}{self.filtered_tail}".encode()
+        return f"{self.head}process_cpu_seconds_total {self.served}\n{self.tail}".encode()
+
+
 def _serve_pods(ports_fd_path: str, count: int) -> None:
-    """Child process: `count` pods on loopback serving the page; writes the ports."""
+    """Child process: `count` pods on loopback serving the pages; writes the ports."""
     try:
         import uvloop
 
@@ -282,9 +364,7 @@ def _serve_pods(ports_fd_path: str, count: int) -> None:
     except ImportError:
         pass
     models = json.dumps({"object": "list", "data": [{"id": MODEL, "object": "model"}]}).encode()
-    head, _, tail = vllm_page().partition("process_cpu_seconds_total ")
-    tail = tail.partition("\n")[2]
-    counter = [0]
+    pages = Pages()
 
     class Pod(asyncio.Protocol):
         def connection_made(self, transport: Any) -> None:
@@ -295,11 +375,8 @@ def _serve_pods(ports_fd_path: str, count: int) -> None:
             self.buffer += data
             while (end := self.buffer.find(b"\r\n\r\n")) >= 0:
                 request, self.buffer = self.buffer[:end], self.buffer[end + 4 :]
-                if b" /v1/models " in request.split(b"\r\n", 1)[0]:
-                    body = models
-                else:
-                    counter[0] += 1
-                    body = f"{head}process_cpu_seconds_total {counter[0]}\n{tail}".encode()
+                line = request.split(b"\r\n", 1)[0]
+                body = models if b" /v1/models " in line else pages.body(line)
                 self.transport.write(
                     b"HTTP/1.1 200 OK\r\ncontent-type: text/plain; version=0.0.4\r\n"
                     b"content-length: %d\r\n\r\n%s" % (len(body), body)
@@ -329,6 +406,8 @@ def _run_picker(ports: list[int], seconds: float, path: str) -> dict[str, Any]:
         for i, p in enumerate(ports)
     ]
     kwargs: dict[str, Any] = {}
+    if path in ("whole", "legacy"):  # pods that do not filter: every scrape reads the page
+        store_module.FILTERED_PATHS = {}  # type: ignore[attr-defined]
     if path == "legacy":
         store_module.parse_metrics = legacy_parse  # type: ignore[attr-defined]
         kwargs["fetch"] = legacy_fetch()
@@ -372,7 +451,12 @@ def idle_cpu(pods: int, seconds: float, path: str) -> dict[str, Any]:
             timeout=seconds + 60,
             check=True,
         )
-    return json.loads(child.stdout.strip().splitlines()[-1])
+    row: dict[str, Any] = json.loads(child.stdout.strip().splitlines()[-1])
+    # the shipped paths must keep every pod routable, or the figure measures failures (the
+    # legacy path's general parser cannot keep up at 1,024 pods: its `ready` says so)
+    if row["ready_pods"] != pods and path != "legacy":
+        raise RuntimeError(f"{path}: {row['ready_pods']} of {pods} pods ready after the window")
+    return row
 
 
 class _PodFleet:
@@ -408,7 +492,11 @@ def main() -> int:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--seconds", type=float, default=4.0, help="idle window per case")
     parser.add_argument("--pods", default="4,32,128", help="pod counts for the idle CPU")
-    parser.add_argument("--paths", default="current,legacy", help="current and/or legacy")
+    parser.add_argument(
+        "--paths",
+        default="current,whole,legacy",
+        help="current (filtered pages), whole (pods that do not filter), legacy (pre-change parts)",
+    )
     parser.add_argument("--repeat", type=int, default=2000, help="parses timed per parser")
     parser.add_argument("--pods-child", help=argparse.SUPPRESS)
     parser.add_argument("--count", type=int, help=argparse.SUPPRESS)
@@ -435,6 +523,12 @@ def main() -> int:
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
+    render = result["parse"].pop("render")
+    print(
+        f"pod side, prometheus_client render: whole {render['whole_bytes']} B "
+        f"{render['whole_us']:.1f} µs, filtered {render['filtered_bytes']} B "
+        f"{render['filtered_us']:.1f} µs ({render['ratio']}x)"
+    )
     for kind, row in result["parse"].items():
         print(
             f"parse {kind:5s} page {row['page_bytes']:6d} B: legacy {row['legacy_us']:8.1f} µs, "

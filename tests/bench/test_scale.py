@@ -7,14 +7,23 @@ from __future__ import annotations
 import sys
 import urllib.request
 from pathlib import Path
+from urllib.parse import unquote
 
 import zmq
+from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 import scale
 
+from inference_gateway.core.endpoints.adapters import (
+    FILTERED_PATHS,
+    parse_metrics,
+    routing_families_present,
+)
 from inference_gateway.protocols.vllm.kv_events import BlockRemoved, BlockStored, decode_batch
+
+FILTERED_NAMES = [unquote(p) for p in FILTERED_PATHS["vllm"].split("?", 1)[1].split("&")]
 
 
 def test_the_fleet_serves_a_real_size_page_that_changes_and_its_pools_model() -> None:
@@ -25,6 +34,29 @@ def test_the_fleet_serves_a_real_size_page_that_changes_and_its_pools_model() ->
     assert len(pages[0]) > 40_000 and pages[0] != pages[1]  # no unchanged-page shortcut
     assert b"vllm:num_requests_waiting" in pages[0] and b'"model-1"' in models
     assert fleet.addresses == []  # no events asked: no publishers
+
+
+def test_the_fleet_serves_the_filtered_page_the_picker_asks_vllm_for() -> None:
+    """`/metrics/?name[]=…` is the restricted registry's rendering of the same page (six
+    gauges, ~1 KB), changing on every scrape too, and parses to the whole page's figures
+    but the moving KV gauge."""
+    with scale.Fleet(2, 1) as fleet:
+        base = f"http://127.0.0.1:{fleet.ports[0]}"
+        filtered = [
+            urllib.request.urlopen(base + FILTERED_PATHS["vllm"], timeout=10).read().decode()
+            for _ in range(2)
+        ]
+        whole = urllib.request.urlopen(f"{base}/metrics", timeout=10).read().decode()
+    assert filtered[0] != filtered[1] and len(filtered[0]) < 2_000
+    assert routing_families_present(filtered[0], "vllm")
+    families = {f.name for f in text_string_to_metric_families(filtered[0])}
+    assert families <= {n.removeprefix("name[]=") for n in FILTERED_NAMES} and len(families) >= 4
+    seen, full = parse_metrics(filtered[0]), parse_metrics(whole)
+    assert (seen.waiting, seen.running, seen.num_gpu_blocks) == (
+        full.waiting,
+        full.running,
+        full.num_gpu_blocks,
+    )
 
 
 def test_each_pod_publishes_kv_events_as_vllm_does_storing_then_evicting() -> None:

@@ -134,6 +134,15 @@ def test_a_bad_flag_is_one_line_with_the_way_to_help(capsys: pytest.CaptureFixtu
     )
 
 
+def _stop(proc: subprocess.Popen[str]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 @pytest.mark.parametrize("command", ["serve", "global"])
 def test_listening_is_said_once_the_port_takes_connections(
     command: str, files: dict[str, Path]
@@ -157,12 +166,25 @@ def test_listening_is_said_once_the_port_takes_connections(
         with socket.create_connection(("127.0.0.1", port), timeout=5):
             pass
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        _stop(proc)
+
+
+def test_the_picker_says_metrics_off_when_its_metrics_port_is_0(files: dict[str, Path]) -> None:
+    """`--metrics-port 0` disables the metrics listener; the line said "metrics on :0"."""
+    args = ["picker", "--endpoints", str(files["endpoints"]), "--grpc-port", "0"]
+    proc = subprocess.Popen(
+        [*IGW, *args, "--metrics-port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()  # bounded: the picker starts or exits
+        assert line.startswith("igw picker: ext_proc on 127.0.0.1:"), line
+        assert line.rstrip().endswith(", metrics off"), line
+    finally:
+        _stop(proc)
 
 
 def test_default_ports_are_the_commands_and_miss_the_neighbours() -> None:

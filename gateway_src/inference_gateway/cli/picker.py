@@ -408,11 +408,8 @@ async def _serve(args: argparse.Namespace) -> int:
     await picker.start()
     freeze_startup_heap()
     tls = " (TLS)" if server.get("credentials") or server.get("ssl_context") else ""
-    print(
-        f"igw picker: ext_proc on {args.host}:{picker.port}{tls}, "
-        f"metrics on :{picker.metrics_bound}",
-        flush=True,
-    )
+    metrics = f"metrics on :{picker.metrics_bound}" if picker.metrics_bound else "metrics off"
+    print(f"igw picker: ext_proc on {args.host}:{picker.port}{tls}, {metrics}", flush=True)
     await stopped
     await picker.drain(args.drain_timeout)
     await picker.stop(grace_s=1)

@@ -20,7 +20,9 @@ and generation tokens when it finishes, not step by step; totals agree once requ
 
 Gauges are read from an `EngineSnapshot` when scraped, so a scrape sees the engine as
 of its last committed step. A custom collector on a per-pod `CollectorRegistry` keeps
-many pods in one process apart and emits no `_created` series.
+many pods in one process apart and emits no `_created` series. It describes its
+families, as vLLM's registered metrics are, so `render(names)` serves prometheus_client's
+own `restricted_registry`: what vLLM's `/metrics/?name[]=…` answers.
 """
 
 from __future__ import annotations
@@ -116,17 +118,39 @@ class PodMetrics:
         self.finished[getattr(request.tag, "finish_reason", "stop")] += 1
         self.e2e.observe(time - request.arrival)
 
-    def render(self) -> bytes:
-        return generate_latest(self.registry)
+    def render(self, names: Sequence[str] = ()) -> bytes:
+        """The page; only the samples called `names` when any are given."""
+        registry = self.registry.restricted_registry(names) if names else self.registry
+        return generate_latest(registry)
+
+
+_DESCRIBED = EngineSnapshot(
+    num_waiting=0,
+    num_running=0,
+    kv_usage=0.0,
+    running_adapters=(),
+    waiting_adapters=(),
+    max_loras=1,
+    num_gpu_blocks=0,
+    block_size=0,
+    prefix_cache_queries=0,
+    prefix_cache_hits=0,
+)
 
 
 class _PodCollector(Collector):
     def __init__(self, metrics: PodMetrics) -> None:
         self.m = metrics
 
+    def describe(self) -> Iterator[Metric]:
+        """Every family `collect` may yield (LoRA's too), for the registry's name index."""
+        return self._families(_DESCRIBED)
+
     def collect(self) -> Iterator[Metric]:
+        return self._families(self.m.snapshot())
+
+    def _families(self, snap: EngineSnapshot) -> Iterator[Metric]:
         m = self.m
-        snap = m.snapshot()
         model = [m.model_name]
 
         def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:

@@ -244,6 +244,7 @@ class PodApp:
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/health", self.health)
         app.router.add_get("/metrics", self.metrics_handler)
+        app.router.add_get("/metrics/", self.metrics_handler)
         if self.disagg is not None:
             app.router.add_post(READ_PATH, self.disagg.read)
         return app
@@ -254,8 +255,13 @@ class PodApp:
         return web.Response(status=200)
 
     async def metrics_handler(self, request: web.Request) -> web.Response:
+        """vLLM's two routes: `/metrics`, the instrumentator's whole page, and `/metrics/`,
+        prometheus_client's ASGI app, which serves only the samples named by `name[]`
+        (`adapters.FILTERED_PATHS` says where upstream does this)."""
         self.driver.sync()
-        return web.Response(body=self.metrics.render(), headers={"Content-Type": PROMETHEUS_TEXT})
+        names = request.query.getall("name[]", []) if request.path == "/metrics/" else []
+        page = self.metrics.render(names)
+        return web.Response(body=page, headers={"Content-Type": PROMETHEUS_TEXT})
 
     async def models(self, request: web.Request) -> web.Response:
         base = self.served_model_name

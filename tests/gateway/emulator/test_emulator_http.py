@@ -10,7 +10,7 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from inference_gateway.core.endpoints.adapters import parse_metrics
+from inference_gateway.core.endpoints.adapters import FILTERED_PATHS, parse_metrics
 from inference_gateway.emulator.server import EmulatedPod
 
 VLLM_NAMES = {
@@ -138,6 +138,45 @@ async def test_metrics_parse_with_vllm_names_and_move_with_load(pod: EmulatedPod
     )  # sql's second request reuses the first's blocks
     assert value(done, "vllm:num_requests_running") == 0
     assert value(done, "vllm:kv_cache_usage_perc") == 0
+
+
+async def test_the_filtered_page_is_vllms_name_filter_and_parses_like_the_whole(
+    pod: EmulatedPod,
+) -> None:
+    """vLLM's `/metrics/` is prometheus_client's ASGI app, serving only the samples named
+    by `name[]`; its exact `/metrics` is the instrumentator's whole page, whatever the
+    query (vllm/entrypoints/serve/instrumentator/metrics.py). The picker's filtered path
+    (`adapters.FILTERED_PATHS`) gets the routing families and nothing else, and parses
+    to what the whole page says."""
+    url = f"{pod.url}/v1/chat/completions"
+    async with aiohttp.ClientSession() as session:
+        busy = asyncio.create_task(session.post(url, json=chat("x " * 500, 200, model="sql")))
+        await wait_for(session, pod, running=1)
+        async with session.get(pod.url + FILTERED_PATHS["vllm"]) as response:
+            assert response.status == 200
+            assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+            filtered = await response.text()
+        async with session.get(f"{pod.url}/metrics?name[]=vllm:num_requests_running") as response:
+            whole = await response.text()
+        async with session.get(f"{pod.url}/metrics/") as response:
+            unnamed = await response.text()
+        (await busy).release()
+    names = {f.name for f in text_string_to_metric_families(filtered)}
+    assert names == {
+        "vllm:num_requests_waiting",
+        "vllm:num_requests_running",
+        "vllm:kv_cache_usage_perc",
+        "vllm:gpu_cache_usage_perc",
+        "vllm:lora_requests_info",
+        "vllm:cache_config_info",
+    }
+    assert len(filtered) * 4 < len(whole), (len(filtered), len(whole))
+    assert {f.name for f in text_string_to_metric_families(unnamed)} >= set(VLLM_NAMES)
+    assert {f.name for f in text_string_to_metric_families(whole)} >= set(VLLM_NAMES)
+    seen, full = parse_metrics(filtered), parse_metrics(whole)
+    assert seen.running == full.running == 1
+    assert (seen.kv_usage, seen.running_adapters) == (full.kv_usage, full.running_adapters)
+    assert (seen.num_gpu_blocks, seen.max_loras) == (full.num_gpu_blocks, full.max_loras) != (0, 0)
 
 
 async def test_metrics_pass_promtool(pod: EmulatedPod) -> None:

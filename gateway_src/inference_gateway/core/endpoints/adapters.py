@@ -20,6 +20,16 @@ only the sample lines it needs with `str.find` (a C scan of the page) and parses
 few lines, in microseconds. Lines it does not need are not validated; a needed line
 that does not parse is a `ValueError`, so the scrape fails and the pod goes stale
 rather than routing on a guess.
+
+vLLM can send only those families: its `/metrics/` (trailing slash) is prometheus_client's
+ASGI app (vllm/entrypoints/serve/instrumentator/metrics.py mounts `make_asgi_app` under
+`^/metrics(?P<path>.*)$`, after the instrumentator's own exact `/metrics` route), which
+honours `name[]` query parameters by serving `registry.restricted_registry(names)`
+(prometheus_client `exposition._bake_output`). `FILTERED_PATHS` asks for exactly the
+sample names this module reads: ~1 KB instead of ~48 KB, rendered by the pod for a
+fraction of the whole page's cost. In multiprocess mode (vLLM with several API servers,
+SGLang always) the restricted registry knows no names and the answer is empty; such a
+pod is read whole (`routing_families_present`).
 """
 
 from __future__ import annotations
@@ -27,10 +37,17 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterator
+from urllib.parse import quote
 
 from inference_gateway.core.scheduling.types import PodMetrics
 
-__all__ = ["ENGINES", "PageLayout", "parse_metrics"]
+__all__ = [
+    "ENGINES",
+    "FILTERED_PATHS",
+    "PageLayout",
+    "parse_metrics",
+    "routing_families_present",
+]
 
 ENGINES = {
     "vllm": {
@@ -56,6 +73,19 @@ ENGINES = {
 }
 LORA_INFO = "vllm:lora_requests_info"
 CACHE_INFO = {"vllm": "vllm:cache_config_info", "sglang": "sglang:cache_config_info"}
+
+
+def _filtered_path(engine: str) -> str:
+    """`/metrics/?name[]=…` for every sample name `parse_metrics` reads (all of them
+    gauges: a gauge's one sample name is its family's)."""
+    names = [*ENGINES[engine]["waiting"], *ENGINES[engine]["running"], *ENGINES[engine]["kv"]]
+    names += [LORA_INFO, CACHE_INFO[engine]]
+    return "/metrics/?" + "&".join("name%5B%5D=" + quote(name, safe="") for name in names)
+
+
+#: Where an engine serves only the families routing reads; an engine not named here is
+#: read whole from `/metrics`.
+FILTERED_PATHS = {"vllm": _filtered_path("vllm")}
 
 # one `name="value"` pair of a label block; values may hold escaped quotes (text format 0.0.4)
 _LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
@@ -205,6 +235,15 @@ def _parse_labels(block: str, line: str) -> dict[str, str]:
         labels[match.group(1)] = value
         pos = match.end()
     return labels
+
+
+def routing_families_present(text: str, engine: str) -> bool:
+    """Whether `text` has the queue and running families: a filtered answer without them
+    comes from a server that does not filter (multiprocess mode: an empty page)."""
+    names = ENGINES[engine]
+    return all(
+        any("# TYPE " + name + " " in text for name in names[key]) for key in ("waiting", "running")
+    )
 
 
 def _first(text: str, names: list[str], layout: PageLayout | None) -> float:

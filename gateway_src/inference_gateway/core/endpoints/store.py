@@ -17,6 +17,12 @@ bookkeeping here plus the client's writes and answer parsing (thread CPU time), 
 Request traffic in the same process then never counts, however steady. Otherwise it is
 the process CPU of each cycle, the lowest of the recent ones. A page equal to the pod's
 previous one (an idle engine's) is not parsed again.
+
+Where the engine can filter its page (`adapters.FILTERED_PATHS`: vLLM), a scrape asks
+for only the families routing reads. A pod whose filtered answer lacks them (an empty
+page in prometheus_client's multiprocess mode) or fails while its whole page answers (a
+server without the route) is read whole from `/metrics`, and asked for the filtered page
+again `FILTER_RECHECK` rounds later (a pod can be replaced by another build).
 """
 
 from __future__ import annotations
@@ -30,7 +36,12 @@ from collections.abc import Awaitable, Callable
 import orjson
 
 from inference_gateway.background import cancel_and_wait
-from inference_gateway.core.endpoints.adapters import PageLayout, parse_metrics
+from inference_gateway.core.endpoints.adapters import (
+    FILTERED_PATHS,
+    PageLayout,
+    parse_metrics,
+    routing_families_present,
+)
 from inference_gateway.core.scheduling.types import Endpoint, PodMetrics
 
 __all__ = ["EndpointStore", "Fetch"]
@@ -44,6 +55,7 @@ COST_WINDOW = 20  # cycles whose lowest cost is taken as the scrape cost
 # picker on uvloop: 2.2-3.0 at 4-128 pods
 LOOP_OVERHEAD = 2.5
 HYSTERESIS = 0.2  # relative saving before a stretched interval shrinks (and is re-logged)
+FILTER_RECHECK = 200  # rounds a pod read whole waits before its filtered page is tried again
 
 
 class EndpointStore:
@@ -85,6 +97,8 @@ class EndpointStore:
         self.scrapes = 0
         self.connection_failures = 0  # reports that marked a pod down
         self._failed: dict[Endpoint, float] = {}  # pod -> when a data plane saw it fail
+        self._filtered_path = FILTERED_PATHS.get(engine)
+        self._whole_since: dict[Endpoint, int] = {}  # pod read whole -> since which round
         self._task: asyncio.Task[None] | None = None
 
     def ready(self) -> list[Endpoint]:
@@ -126,6 +140,9 @@ class EndpointStore:
         if failed and len(failed) > len(self.endpoints):  # pods were removed: forget theirs
             current = set(self.endpoints)
             self._failed = failed = {e: t for e, t in failed.items() if e in current}
+        if len(self._whole_since) > len(self.endpoints):
+            current = set(self.endpoints)
+            self._whole_since = {e: n for e, n in self._whole_since.items() if e in current}
         for e in self.endpoints:
             e.stale = now - e.scraped_at > self.staleness_s or e in failed
 
@@ -135,7 +152,7 @@ class EndpointStore:
         try:
             async with asyncio.timeout(self.timeout_s):
                 started = self.clock()
-                text = await fetch(endpoint, "/metrics")
+                text = await self._page(fetch, endpoint)
                 parsing = time.thread_time()
                 metrics = self._parse(endpoint, text)
                 self._own_s += time.thread_time() - parsing
@@ -153,6 +170,33 @@ class EndpointStore:
             del self._failed[endpoint]
             log.info("pod %s answers scrapes again: back in rotation", endpoint.name)
         endpoint.record_scrape(metrics, started)
+
+    async def _page(self, fetch: Fetch, endpoint: Endpoint) -> str:
+        """The pod's metrics page: filtered where the engine and the pod allow, else whole."""
+        path = self._filtered_path
+        since = self._whole_since.get(endpoint)
+        if path is None or (since is not None and self.scrapes - since < FILTER_RECHECK):
+            return await fetch(endpoint, "/metrics")
+        try:
+            text = await fetch(endpoint, path)
+            if routing_families_present(text, self.engine):
+                self._whole_since.pop(endpoint, None)
+                return text
+            why = "its answer lacks the routing families (a multiprocess registry?)"
+        except Exception as error:  # a pod down fails the whole page too, below
+            why = f"it failed: {error!r}"
+        text = await fetch(endpoint, "/metrics")
+        if since is None:  # said once a store at INFO: a whole fleet may be old vLLMs
+            log.log(
+                logging.DEBUG if self._whole_since else logging.INFO,
+                "pod %s does not filter its metrics page (%s): read whole, asked again "
+                "every %d rounds",
+                endpoint.name,
+                why,
+                FILTER_RECHECK,
+            )
+        self._whole_since[endpoint] = self.scrapes
+        return text
 
     def _parse(self, endpoint: Endpoint, text: str) -> PodMetrics:
         """The page's metrics, parsed again only when it differs from the last one (a
