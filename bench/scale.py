@@ -58,6 +58,8 @@ the worst replica's otherwise; `per_replica` has each one's):
 * the picker asks the pods for the families routing reads (`/metrics/?name[]=…`, as it
   asks vLLM); `--whole-pages` has it read every page whole, as it does a pod that does
   not filter (SGLang, vLLM with several API servers), for a side-by-side;
+* a scrape round's fetches are spread over most of the interval (`EndpointStore.run`);
+  `--burst-rounds` starts them together, as before, for a side-by-side;
 * `interval_ms`: the scrape interval the store settled on under its CPU budget
   (`--scrape-cores`, default the shipped quarter of a core);
 * `kv_events_per_s` (Σ): events applied to the replicas' KV indexes; `kv_kept_share`:
@@ -76,7 +78,7 @@ fleet's cores with and without events. Points last seconds: the machine is share
 
 Run: `.venv/bin/python bench/scale.py [--json] [--seconds S]
 [--points pods/pools/rate[/replicas[/kv-events-per-s]],...] [--kv-events-per-s N]
-[--no-freeze] [--whole-pages]`.
+[--no-freeze] [--whole-pages] [--burst-rounds]`.
 """
 
 from __future__ import annotations
@@ -367,6 +369,8 @@ def _run_picker(point: dict[str, Any]) -> dict[str, Any]:
         store, subscriber = picker.store, picker.collaborators[-1]
         if point["scrape_cores"] is not None:
             store.max_cpu_fraction = point["scrape_cores"]
+        if point["burst_rounds"]:
+            store.spread = 0.0  # every round's scrapes start together, as before
         await picker.start()
         if point["freeze"]:
             freeze_startup_heap()  # as `igw picker` does once it serves
@@ -550,6 +554,7 @@ def run_point(
     events: dict[str, float] | None = None,
     freeze: bool = True,
     whole_pages: bool = False,
+    burst_rounds: bool = False,
 ) -> Any:
     """One point: the fleet (publishing `events`, see `Fleet`), `replicas` pickers at
     `rate / replicas` decisions a second each, sharing a real redis-server when more
@@ -573,7 +578,8 @@ def run_point(
         point = {"ports": fleet.ports, "events": fleet.addresses, "pools": pools,
                  "rate": rate / replicas, "seconds": seconds, "scrape_cores": cores,
                  "store": redis.url if redis else None, "replicas": replicas,
-                 "freeze": freeze, "whole_pages": whole_pages}  # fmt: skip
+                 "freeze": freeze, "whole_pages": whole_pages,
+                 "burst_rounds": burst_rounds}  # fmt: skip
         each = _replicas(point, replicas, seconds + 120 + 30 * replicas, go)
         wall = time.monotonic() - cpu0["wall"]
         fleet_cpu = _cpu_s(fleet.proc.pid) - cpu0["fleet"]
@@ -657,6 +663,10 @@ def main(argv: list[str] | None = None) -> int:
         "--whole-pages", action="store_true",
         help="read every pod's page whole, as from pods that do not filter",
     )  # fmt: skip
+    parser.add_argument(
+        "--burst-rounds", action="store_true",
+        help="start each scrape round's fetches together (as before the spread)",
+    )  # fmt: skip
     parser.add_argument("--fleet-child", help=argparse.SUPPRESS)
     parser.add_argument("--count", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--pools", type=int, help=argparse.SUPPRESS)
@@ -687,6 +697,7 @@ def main(argv: list[str] | None = None) -> int:
         "scrape_cores": args.scrape_cores,
         "freeze": args.freeze,
         "whole_pages": args.whole_pages,
+        "burst_rounds": args.burst_rounds,
         "kv_batch_hz": args.kv_batch_hz,
         "kv_held": args.kv_held,
         "load_1min_start": round(os.getloadavg()[0], 2),
@@ -707,6 +718,7 @@ def main(argv: list[str] | None = None) -> int:
             events,
             args.freeze,
             args.whole_pages,
+            args.burst_rounds,
         )
     result["kv_ingest"] = kv_ingest(result["points"])
     result["load_1min"] = round(os.getloadavg()[0], 2)

@@ -23,6 +23,10 @@ for only the families routing reads. A pod whose filtered answer lacks them (an 
 page in prometheus_client's multiprocess mode) or fails while its whole page answers (a
 server without the route) is read whole from `/metrics`, and asked for the filtered page
 again `FILTER_RECHECK` rounds later (a pod can be replaced by another build).
+
+A round's scrapes start in slices of `SLICE_PODS` pods spread over half the interval
+(`run`), not all at once: on the one event loop that also decides, a thousand pages
+coming back together held every request that arrived behind them.
 """
 
 from __future__ import annotations
@@ -56,6 +60,8 @@ COST_WINDOW = 20  # cycles whose lowest cost is taken as the scrape cost
 LOOP_OVERHEAD = 2.5
 HYSTERESIS = 0.2  # relative saving before a stretched interval shrinks (and is re-logged)
 FILTER_RECHECK = 200  # rounds a pod read whole waits before its filtered page is tried again
+SPREAD = 0.5  # share of the interval a round's scrapes are spread over (`EndpointStore.run`)
+SLICE_PODS = 32  # pods whose scrapes start together in a spread round (a few ms of pages)
 
 
 class EndpointStore:
@@ -100,6 +106,7 @@ class EndpointStore:
         self._filtered_path = FILTERED_PATHS.get(engine)
         self._whole_since: dict[Endpoint, int] = {}  # pod read whole -> since which round
         self._task: asyncio.Task[None] | None = None
+        self.spread = SPREAD  # 0: a round's scrapes start together
 
     def ready(self) -> list[Endpoint]:
         return [e for e in self.endpoints if not e.stale]
@@ -130,10 +137,21 @@ class EndpointStore:
             out.setdefault(e.pool, []).append(e)
         return out
 
-    async def scrape_once(self) -> None:
-        """Scrape every pod concurrently, then re-mark staleness."""
+    async def scrape_once(self, spread_s: float = 0.0) -> None:
+        """Scrape every pod concurrently, then re-mark staleness. `spread_s` > 0: the
+        pods in slices of `SLICE_PODS`, slice k starting `k / slices` of the way through
+        it, not all at once (see `run`)."""
         with_models = self.scrapes % self.models_every == 0
-        await asyncio.gather(*(self._scrape(e, with_models) for e in self.endpoints))
+        endpoints = self.endpoints
+        slices = [endpoints[i : i + SLICE_PODS] for i in range(0, len(endpoints), SLICE_PODS)]
+        if spread_s > 0 and len(slices) > 1:
+            loop = asyncio.get_running_loop()
+            start, step = loop.time(), spread_s / len(slices)
+            await asyncio.gather(
+                *(self._slice(s, with_models, start + k * step) for k, s in enumerate(slices))
+            )
+        else:
+            await asyncio.gather(*(self._scrape(e, with_models) for e in endpoints))
         self.scrapes += 1
         now = self.clock()
         failed = self._failed
@@ -145,6 +163,13 @@ class EndpointStore:
             self._whole_since = {e: n for e, n in self._whole_since.items() if e in current}
         for e in self.endpoints:
             e.stale = now - e.scraped_at > self.staleness_s or e in failed
+
+    async def _slice(self, endpoints: list[Endpoint], with_models: bool, at: float) -> None:
+        """Scrape `endpoints` together at loop time `at`."""
+        delay = at - asyncio.get_running_loop().time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        await asyncio.gather(*(self._scrape(e, with_models) for e in endpoints))
 
     async def _scrape(self, endpoint: Endpoint, with_models: bool) -> None:
         fetch = self.fetch
@@ -220,11 +245,23 @@ class EndpointStore:
         return (self._fetch_cpu() + self._own_s) * LOOP_OVERHEAD
 
     async def run(self) -> None:
+        """Scrape rounds every interval in force. A round's scrapes are spread over
+        `SPREAD` of that interval: started together, a round's pages all came back
+        together, and a request arriving behind a thousand of them waited for the whole
+        batch to be read (`docs/sizing.md`, "What a request waits"). Each pod is still
+        scraped once an interval, so its view is no older. Slices of `SLICE_PODS` pods
+        keep the loop's turns and timers few (one a pod cost 20-50 % more CPU). A round
+        that overran its interval (a loop saturated by KV events, where each slice's
+        timer and answers wait a long turn and a spread round only lasts longer) is
+        followed by one started at once."""
         spent = self.spent_s()
+        overran = False
         while True:
             started = self.clock()
-            await self.scrape_once()
-            await asyncio.sleep(max(0.0, self.current_interval_s - (self.clock() - started)))
+            await self.scrape_once(0.0 if overran else self.current_interval_s * self.spread)
+            took = self.clock() - started
+            overran = took > self.current_interval_s
+            await asyncio.sleep(max(0.0, self.current_interval_s - took))
             now = self.spent_s()
             self.adapt(now - spent)  # the whole cycle: the round and whatever it left to do
             spent = now

@@ -10,7 +10,7 @@ import logging
 
 import pytest
 
-from inference_gateway.core.endpoints.store import COST_WINDOW, EndpointStore
+from inference_gateway.core.endpoints.store import COST_WINDOW, SLICE_PODS, SPREAD, EndpointStore
 from inference_gateway.core.scheduling.types import Endpoint
 from inference_gateway.telemetry.metrics import GatewayMetrics
 
@@ -170,3 +170,101 @@ async def test_the_config_sets_the_scrape_cpu_budget_and_a_reload_changes_it() -
     assert core.store.max_cpu_fraction == 1.0
     with pytest.raises(ValueError):
         GatewayConfigSpec.model_validate({"scrape": {"cpuBudgetCores": 0}})
+
+
+async def started_at(pods_count: int, spread: float) -> tuple[list[float], EndpointStore]:
+    """When each pod's scrape began in the running store's second round (loop time)."""
+    rounds: list[dict[str, float]] = [{}, {}]
+    loop = asyncio.get_running_loop()
+    store: EndpointStore
+
+    async def fetch(endpoint: Endpoint, path: str) -> str:
+        if path != "/v1/models" and store.scrapes < 2:
+            rounds[store.scrapes].setdefault(endpoint.name, loop.time())
+        return PAGE if path != "/v1/models" else '{"data": [{"id": "m"}]}'
+
+    store = EndpointStore(pods(pods_count), fetch, interval_s=0.1, max_cpu_fraction=None)
+    store.spread = spread
+    store.start()
+    try:
+        async with asyncio.timeout(10):
+            while store.scrapes < 2:
+                await asyncio.sleep(0.01)
+    finally:
+        await store.stop()
+    return [rounds[1][e.name] for e in store.endpoints], store
+
+
+async def test_a_rounds_scrapes_are_spread_over_the_interval_in_slices() -> None:
+    """A round's pages all came back together, and a decision queued behind a thousand
+    of them waited for all (bench/scale.py: wait p99 66 ms at 1,024 pods, 4 ms spread).
+    Spread: slices of SLICE_PODS start `SPREAD` of the interval apart in all, each pod
+    once a round; the bounds are lower ones (a timer never fires early), load-proof."""
+    starts, store = await started_at(3 * SLICE_PODS, SPREAD)
+    first = min(starts)
+    slices = [starts[k * SLICE_PODS : (k + 1) * SLICE_PODS] for k in range(3)]
+    step = 0.1 * SPREAD / 3
+    for k, chunk in enumerate(slices):
+        assert min(chunk) - first >= k * step - 0.002, (k, min(chunk) - first)
+    assert max(slices[0]) < min(slices[1]), "a slice starts together, before the next"
+    assert all(not e.stale for e in store.endpoints)
+
+
+async def turns_per_round(
+    count: int, spread: float, rounds: int, overrun: int | None = None
+) -> list[int]:
+    """How many turns of the event loop each round's scrapes took to start (a ticker
+    counts the turns; a spread round's slices start many turns apart). Round `overrun`
+    takes a second of the store's clock: longer than its interval."""
+    loop = asyncio.get_running_loop()
+    turn, offset = [0], [0.0]
+
+    def tick() -> None:
+        turn[0] += 1
+        ticker[0] = loop.call_soon(tick)
+
+    ticker = [loop.call_soon(tick)]
+    turns: list[dict[str, int]] = [{} for _ in range(rounds)]
+
+    async def fetch(endpoint: Endpoint, path: str) -> str:
+        if path == "/v1/models":
+            return '{"data": [{"id": "m"}]}'
+        if store.scrapes < rounds:
+            turns[store.scrapes].setdefault(endpoint.name, turn[0])
+            if store.scrapes == overrun and len(turns[overrun]) == 1:
+                offset[0] += 1.0
+        return PAGE
+
+    store = EndpointStore(
+        pods(count),
+        fetch,
+        interval_s=0.1,
+        max_cpu_fraction=None,
+        staleness_s=60.0,
+        clock=lambda: loop.time() + offset[0],
+    )
+    store.spread = spread
+    store.start()
+    try:
+        async with asyncio.timeout(10):
+            while store.scrapes < rounds:
+                await asyncio.sleep(0.01)
+    finally:
+        await store.stop()
+        ticker[0].cancel()
+    assert all(len(t) == count for t in turns)
+    return [max(t.values()) - min(t.values()) for t in turns]
+
+
+async def test_with_no_spread_a_round_starts_together() -> None:
+    assert all(spread <= 1 for spread in await turns_per_round(3 * SLICE_PODS, 0.0, 2))
+
+
+async def test_a_round_that_overran_its_interval_is_followed_by_one_started_at_once() -> None:
+    """Saturated by KV events, a loop's every turn is long: a spread round then only
+    lasted longer (bench/scale.py: views up to 0.78 s old against 0.54), so after a
+    round that overran, the next starts at once; the one after spreads again."""
+    first, overran, after, again = await turns_per_round(3 * SLICE_PODS, SPREAD, 4, overrun=1)
+    assert first > 1 and overran > 1, "spread rounds"
+    assert after <= 1, "started at once after the overrun"
+    assert again > 1, "spread again"
