@@ -39,6 +39,17 @@ def store_with(cpu: Cpu, cost_s: float, count: int = 4, **kwargs: object) -> End
     return EndpointStore(pods(count), fetch, interval_s=0.05, cpu_clock=cpu, **kwargs)  # type: ignore[arg-type]
 
 
+async def run_rounds(store: EndpointStore, rounds: int, *, timeout_s: float) -> None:
+    """Run the store's own loop until `rounds` rounds are done (bounded), then stop it."""
+    store.start()
+    try:
+        async with asyncio.timeout(timeout_s):
+            while store.scrapes < rounds:
+                await asyncio.sleep(0.01)
+    finally:
+        await store.stop()
+
+
 def interval_metric(metrics: GatewayMetrics) -> float | None:
     return metrics.registry.get_sample_value("igw_scrape_interval_seconds")
 
@@ -51,13 +62,7 @@ async def test_an_expensive_round_stretches_the_interval_and_says_so(
     metrics = GatewayMetrics()
     metrics.watch_scrapes(store)
     with caplog.at_level(logging.WARNING):
-        store.start()
-        try:
-            async with asyncio.timeout(5):
-                while store.scrapes < 2:
-                    await asyncio.sleep(0.01)
-        finally:
-            await store.stop()
+        await run_rounds(store, 2, timeout_s=5)
     # 80 ms of CPU a round within a quarter of a core: one round every 320 ms
     assert store.current_interval_s == pytest.approx(0.32)
     assert interval_metric(metrics) == pytest.approx(0.32)
@@ -185,13 +190,7 @@ async def started_at(pods_count: int, spread: float) -> tuple[list[float], Endpo
 
     store = EndpointStore(pods(pods_count), fetch, interval_s=0.1, max_cpu_fraction=None)
     store.spread = spread
-    store.start()
-    try:
-        async with asyncio.timeout(10):
-            while store.scrapes < 2:
-                await asyncio.sleep(0.01)
-    finally:
-        await store.stop()
+    await run_rounds(store, 2, timeout_s=10)
     return [rounds[1][e.name] for e in store.endpoints], store
 
 
@@ -244,13 +243,9 @@ async def turns_per_round(
         clock=lambda: loop.time() + offset[0],
     )
     store.spread = spread
-    store.start()
     try:
-        async with asyncio.timeout(10):
-            while store.scrapes < rounds:
-                await asyncio.sleep(0.01)
+        await run_rounds(store, rounds, timeout_s=10)
     finally:
-        await store.stop()
         ticker[0].cancel()
     assert all(len(t) == count for t in turns)
     return [max(t.values()) - min(t.values()) for t in turns]
