@@ -250,6 +250,30 @@ async def test_a_message_over_the_size_cap_is_never_received(tmp_path: Path) -> 
         assert f.index.matches([900]) == {} and f.subscriber.reconnects == 1
 
 
+async def test_bursts_are_read_whole_and_a_lone_batch_after_one_still_wakes_the_reader(
+    tmp_path: Path,
+) -> None:
+    """After a message the reader polls without waiting and reads on while batches are
+    queued; only an empty socket sends it back to the waiting poll. A burst of as many
+    batches as the socket queues is read whole, and a lone batch after each burst, the
+    socket gone quiet, still wakes it (no wakeup lost between the two polls)."""
+    async with fleet(tmp_path) as f:
+        peer = f.pod("pod-0", replay=False)
+        await f.subscriber.sync()
+        await f.joined("pod-0")
+        for burst in range(3):
+            first = 1000 * (burst + 1)
+            blocks = list(range(first, first + kv_events_zmq.RCVHWM))
+            for block in blocks:
+                peer.publish(stored([block]))
+            assert await wait_for(lambda held=blocks: f.holds("pod-0", held)), burst
+            await asyncio.sleep(0.2)  # quiet: the reader waits in its poll
+            lone = first + 999
+            peer.publish(stored([lone]))
+            assert await wait_for(lambda lone=lone: f.holds("pod-0", [lone])), burst
+        assert f.subscriber.gaps == 0
+
+
 async def test_a_restart_clears_the_pod(tmp_path: Path) -> None:
     async with fleet(tmp_path) as f:
         peer = f.pod("pod-0", replay=False)
