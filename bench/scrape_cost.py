@@ -281,8 +281,10 @@ def render_cost(repeat: int) -> dict[str, Any]:
     the restricted registry vLLM's ASGI mount serves)."""
     from prometheus_client import generate_latest
 
+    from inference_gateway.core.endpoints.adapters import FILTERED_NAMES
+
     registry = page_registry(vllm_page())
-    restricted = registry.restricted_registry(filtered_names())
+    restricted = registry.restricted_registry(FILTERED_NAMES["vllm"])
     row: dict[str, Any] = {}
     for label, target in (("whole", registry), ("filtered", restricted)):
         runs = max(20, repeat // 10)
@@ -317,15 +319,6 @@ def page_registry(page: str) -> Any:
     return registry
 
 
-def filtered_names() -> list[str]:
-    """The sample names the picker's filtered scrape asks vLLM for."""
-    from urllib.parse import parse_qs, urlsplit
-
-    from inference_gateway.core.endpoints.adapters import FILTERED_PATHS
-
-    return parse_qs(urlsplit(FILTERED_PATHS["vllm"]).query)["name[]"]
-
-
 class Pages:
     """What a synthetic vLLM pod answers: `/metrics` whole (`vllm_page`, a counter that
     moves on every scrape) and `/metrics/?name[]=…` (the picker's `FILTERED_PATHS`) as
@@ -335,11 +328,13 @@ class Pages:
     def __init__(self) -> None:
         from prometheus_client import generate_latest
 
+        from inference_gateway.core.endpoints.adapters import FILTERED_NAMES
+
         page = vllm_page()
         self.head, _, tail = page.partition("process_cpu_seconds_total ")
         self.tail = tail.partition("\n")[2]
         registry = page_registry(page)
-        filtered = generate_latest(registry.restricted_registry(filtered_names())).decode()  # type: ignore[arg-type]
+        filtered = generate_latest(registry.restricted_registry(FILTERED_NAMES["vllm"])).decode()
         kv = filtered.index("vllm:kv_cache_usage_perc{")
         value = filtered.index("} ", kv) + 2
         self.filtered_head = filtered[:value]

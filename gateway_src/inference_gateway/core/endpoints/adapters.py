@@ -43,6 +43,7 @@ from inference_gateway.core.scheduling.types import PodMetrics
 
 __all__ = [
     "ENGINES",
+    "FILTERED_NAMES",
     "FILTERED_PATHS",
     "PageLayout",
     "parse_metrics",
@@ -75,17 +76,21 @@ LORA_INFO = "vllm:lora_requests_info"
 CACHE_INFO = {"vllm": "vllm:cache_config_info", "sglang": "sglang:cache_config_info"}
 
 
-def _filtered_path(engine: str) -> str:
-    """`/metrics/?name[]=…` for every sample name `parse_metrics` reads (all of them
-    gauges: a gauge's one sample name is its family's)."""
-    names = [*ENGINES[engine]["waiting"], *ENGINES[engine]["running"], *ENGINES[engine]["kv"]]
-    names += [LORA_INFO, CACHE_INFO[engine]]
-    return "/metrics/?" + "&".join("name%5B%5D=" + quote(name, safe="") for name in names)
+def _routing_names(engine: str) -> list[str]:
+    """Every sample name `parse_metrics` reads (all of them gauges: a gauge's one sample
+    name is its family's)."""
+    names = ENGINES[engine]
+    return [*names["waiting"], *names["running"], *names["kv"], LORA_INFO, CACHE_INFO[engine]]
 
 
-#: Where an engine serves only the families routing reads; an engine not named here is
-#: read whole from `/metrics`.
-FILTERED_PATHS = {"vllm": _filtered_path("vllm")}
+#: The sample names a filtered scrape asks for, by engine that can filter.
+FILTERED_NAMES = {"vllm": _routing_names("vllm")}
+#: Where such an engine serves only those (`/metrics/?name[]=…`); an engine not named
+#: here is read whole from `/metrics`.
+FILTERED_PATHS = {
+    engine: "/metrics/?" + "&".join("name%5B%5D=" + quote(name, safe="") for name in names)
+    for engine, names in FILTERED_NAMES.items()
+}
 
 # one `name="value"` pair of a label block; values may hold escaped quotes (text format 0.0.4)
 _LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')

@@ -143,8 +143,8 @@ class EndpointStore:
         it, not all at once (see `run`)."""
         with_models = self.scrapes % self.models_every == 0
         endpoints = self.endpoints
-        slices = [endpoints[i : i + SLICE_PODS] for i in range(0, len(endpoints), SLICE_PODS)]
-        if spread_s > 0 and len(slices) > 1:
+        if spread_s > 0 and len(endpoints) > SLICE_PODS:
+            slices = [endpoints[i : i + SLICE_PODS] for i in range(0, len(endpoints), SLICE_PODS)]
             loop = asyncio.get_running_loop()
             start, step = loop.time(), spread_s / len(slices)
             await asyncio.gather(
