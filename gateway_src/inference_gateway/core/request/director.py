@@ -317,6 +317,11 @@ class Director:
             )
         return gate
 
+    def sweep_idle(self) -> None:
+        """Drop the rate-limit buckets that went idle, traffic or not: every gauge read
+        does, and the picker's health loop, so a replica nobody scrapes lets go too."""
+        self.state.limiter.sweep(time.monotonic())
+
     def refresh_gauges(self, pools: Mapping[str, list[Endpoint]]) -> None:
         """Pool gauges, computed when `/metrics` is read (which also sweeps idle
         rate-limit buckets): ready pods, mean KV use and queue, and the autoscaling
@@ -334,7 +339,7 @@ class Director:
         treats such a pool as saturated: `FlowController.saturation`.) A pool gone
         from the config and from discovery has its series removed."""
         metrics = self.metrics
-        self.state.limiter.sweep(time.monotonic())  # idle buckets go, traffic or not
+        self.sweep_idle()
         config = self.state.config
         # a pool without a gate yet is measured at the configured (or default) thresholds;
         # building the default config on every read cost ~0.3 ms of each /metrics
