@@ -158,6 +158,35 @@ async def test_the_oldest_routable_view_is_exported() -> None:
     assert store.endpoints[1].stale and age("igw_scrape_view_age_max_seconds") == 0.0
 
 
+@pytest.mark.parametrize("spread_s", [0.0, 0.02])
+async def test_a_pod_that_never_answers_is_cut_at_the_timeout_and_holds_no_other(
+    spread_s: float,
+) -> None:
+    """A pod whose scrape never answers costs its round `timeout_s`, not more: the round
+    ends, the pods that answered are fresh, the silent one is not, and its fetch was
+    cancelled (nothing of it outlives the round), in a burst round and a spread one."""
+    cancelled: list[str] = []
+
+    async def fetch(endpoint: Endpoint, path: str) -> str:
+        if endpoint.name == "pod-1" and path != "/v1/models":
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                cancelled.append(endpoint.name)
+                raise
+        return PAGE if path != "/v1/models" else '{"data": [{"id": "m"}]}'
+
+    store = EndpointStore(pods(3 * SLICE_PODS), fetch, timeout_s=0.2)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    async with asyncio.timeout(5):
+        await store.scrape_once(spread_s)
+    assert 0.2 <= loop.time() - started < 2.0
+    assert cancelled == ["pod-1"]
+    assert [e.name for e in store.endpoints if e.metrics is None] == ["pod-1"]
+    assert [e.name for e in store.endpoints if e.stale] == ["pod-1"]
+
+
 async def test_the_config_sets_the_scrape_cpu_budget_and_a_reload_changes_it() -> None:
     """`scrape.cpuBudgetCores` (default a quarter of a core) is the store's budget, at
     build and at every reload."""
