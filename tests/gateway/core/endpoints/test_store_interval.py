@@ -10,7 +10,13 @@ import logging
 
 import pytest
 
-from inference_gateway.core.endpoints.store import COST_WINDOW, SLICE_PODS, SPREAD, EndpointStore
+from inference_gateway.core.endpoints.store import (
+    COST_WINDOW,
+    OVERRUN,
+    SLICE_PODS,
+    SPREAD,
+    EndpointStore,
+)
 from inference_gateway.core.scheduling.types import Endpoint
 from inference_gateway.telemetry.metrics import GatewayMetrics
 
@@ -158,6 +164,32 @@ async def test_the_oldest_routable_view_is_exported() -> None:
     assert store.endpoints[1].stale and age("igw_scrape_view_age_max_seconds") == 0.0
 
 
+async def test_each_pods_model_list_is_read_again_every_n_rounds_a_share_each_round() -> None:
+    """Every pod's `/v1/models` is read again once every `models_every` rounds, but a
+    share of the pods each round, never all in one: at 1,024 pods a round that read
+    every model list doubled its requests, overran, and the rounds started at once after
+    it left views 35-48 ms late (bench/scale.py, a scrape trace)."""
+    read: list[list[str]] = []
+
+    async def fetch(endpoint: Endpoint, path: str) -> str:
+        if path == "/v1/models":
+            read[-1].append(endpoint.name)
+            return '{"data": [{"id": "m"}]}'
+        return PAGE
+
+    store = EndpointStore(pods(8), fetch, models_every=4)
+    for _ in range(9):
+        read.append([])
+        await store.scrape_once()
+    assert len(read[0]) == 8, "a pod without a model list is asked at once"
+    for first in (1, 5):  # two cycles of four rounds
+        cycle = read[first : first + 4]
+        assert [len(names) for names in cycle] == [2, 2, 2, 2]
+        assert sorted(name for names in cycle for name in names) == sorted(
+            e.name for e in store.endpoints
+        )
+
+
 @pytest.mark.parametrize("spread_s", [0.0, 0.02])
 async def test_a_pod_that_never_answers_is_cut_at_the_timeout_and_holds_no_other(
     spread_s: float,
@@ -239,11 +271,16 @@ async def test_a_rounds_scrapes_are_spread_over_the_interval_in_slices() -> None
 
 
 async def turns_per_round(
-    count: int, spread: float, rounds: int, overrun: int | None = None
+    count: int,
+    spread: float,
+    rounds: int,
+    overrun: int | None = None,
+    overrun_s: float = 1.0,
+    interval_s: float = 0.1,
 ) -> list[int]:
     """How many turns of the event loop each round's scrapes took to start (a ticker
     counts the turns; a spread round's slices start many turns apart). Round `overrun`
-    takes a second of the store's clock: longer than its interval."""
+    takes `overrun_s` more of the store's clock."""
     loop = asyncio.get_running_loop()
     turn, offset = [0], [0.0]
 
@@ -260,13 +297,13 @@ async def turns_per_round(
         if store.scrapes < rounds:
             turns[store.scrapes].setdefault(endpoint.name, turn[0])
             if store.scrapes == overrun and len(turns[overrun]) == 1:
-                offset[0] += 1.0
+                offset[0] += overrun_s
         return PAGE
 
     store = EndpointStore(
         pods(count),
         fetch,
-        interval_s=0.1,
+        interval_s=interval_s,
         max_cpu_fraction=None,
         staleness_s=60.0,
         clock=lambda: loop.time() + offset[0],
@@ -292,3 +329,17 @@ async def test_a_round_that_overran_its_interval_is_followed_by_one_started_at_o
     assert first > 1 and overran > 1, "spread rounds"
     assert after <= 1, "started at once after the overrun"
     assert again > 1, "spread again"
+
+
+async def test_a_round_just_past_its_interval_is_followed_by_a_spread_one() -> None:
+    """Started at once, every answer of a round queues behind the others: where scraping
+    takes most of the interval such a round runs past it too, and the next, and so on
+    (a trace at 1,024 pods: twelve in a row, views renewed 40-75 ms late). So only a
+    round past `OVERRUN` intervals is followed by one started at once."""
+    # three slices 0.12 s apart (a timer never fires early): the round takes at least
+    # 0.24 + 0.18 s, past its 0.4 s interval, and under 1.5 of it unless 0.18 s late
+    assert OVERRUN >= 1.5
+    turns = await turns_per_round(
+        3 * SLICE_PODS, SPREAD, 3, overrun=1, overrun_s=0.18, interval_s=0.4
+    )
+    assert all(t > 1 for t in turns), turns
