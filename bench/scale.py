@@ -183,7 +183,11 @@ async def _publish(socks: list[Any], events: dict[str, float]) -> None:
     is decode's at a full cache: a `BlockStored` of the one block a request just filled
     (its 16 token ids, its parent the pod's previous block) and a `BlockRemoved` of the
     one evicted for it (vLLM's `BlockPool` emits one per evicted block), alternating
-    once the pod holds `held` blocks (stores only until then), hashes distinct per pod."""
+    once the pod holds `held` blocks (stores only until then), hashes distinct per pod.
+    Each pod publishes on its own phase with its own sequence numbers, as engines on their
+    own clocks do: all 1,024 pods' batches in the same instant (as this fleet sent them
+    until 2026-12-07) held the picker's loop ~100 ms at once, once a second at one event
+    a pod-second, and no real fleet steps in lockstep."""
     import zmq
 
     from inference_gateway.core.scheduling.block_pairs import MASK64
@@ -200,13 +204,20 @@ async def _publish(socks: list[Any], events: dict[str, float]) -> None:
     tokens = list(range(16))  # the index reads no token ids of a pod that matches
     held: list[deque[int]] = [deque() for _ in socks]
     made = [0] * len(socks)
-    owed, tick, sent = 0.0, loop.time(), 0
+    # each pod's engine steps on its own clock: its batches owe events from its own phase
+    # (at under one event a batch, pods take turns), its sequence numbers are its own, and
+    # a period's batches go out in slices spread over it, not all at the one instant
+    owed = [i / len(socks) for i in range(len(socks))]
+    sent = [0] * len(socks)
+    tick = loop.time()
     while True:
-        owed += per_batch
-        n, owed = int(owed), owed - int(owed)
-        now, seq = time.time(), sent.to_bytes(8, "big")  # one a batch, as vLLM's
-        sent += n > 0
+        now = time.time()
         for i, sock in enumerate(socks):
+            if i and i % PUBLISH_SLICE == 0:
+                await asyncio.sleep(max(0.0, tick + period * i / len(socks) - loop.time()))
+            owed[i] += per_batch
+            n = int(owed[i])
+            owed[i] -= n
             pod, batch = held[i], []
             for _ in range(n):
                 if len(pod) >= keep and (made[i] + len(batch)) % 2:
@@ -219,10 +230,15 @@ async def _publish(socks: list[Any], events: dict[str, float]) -> None:
             if batch:
                 payload = encode_batch(KVEventBatch(ts=now, events=batch, data_parallel_rank=0))
                 made[i] += len(batch)
+                seq = sent[i].to_bytes(8, "big")  # one a batch, as vLLM's
+                sent[i] += 1
                 with contextlib.suppress(zmq.Again):  # PUB drops at its high-water mark
                     sock.send_multipart((b"", seq, payload), zmq.NOBLOCK)
         tick += period
         await asyncio.sleep(max(0.0, tick - loop.time()))
+
+
+PUBLISH_SLICE = 32  # pods whose KV-event batches go out together (`_publish`)
 
 
 def _cpu_s(pid: int) -> float:
