@@ -28,6 +28,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("xdist_group") is not None:
             continue
-        path = PurePosixPath(item.path.relative_to(root).as_posix())
+        try:
+            path = PurePosixPath(item.path.relative_to(root).as_posix())
+        except ValueError:  # a test file outside tests/, named on the command line
+            path = PurePosixPath(item.path.as_posix())
         group = ONE_WORKER.get(path.parts[0], path.as_posix())
         item.add_marker(pytest.mark.xdist_group(name=group))
