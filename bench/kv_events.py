@@ -33,12 +33,16 @@ import subprocess
 import sys
 import time
 import tracemalloc
+from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gateway_src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from scale import decode_events
 
 from inference_gateway.config.spec import GatewayConfigSpec
 from inference_gateway.core.scheduling import Endpoint, LLMRequest, PodMetrics, Scheduler
@@ -123,22 +127,16 @@ def payloads(n_batches: int, rnd: random.Random) -> tuple[list[bytes], int]:
 
 
 def decode_payloads(n_batches: int, per_batch: int = 20, held: int = 256) -> list[bytes]:
-    """Decode at a full cache, as bench/scale.py's fleet publishes it: one block an
-    event, a `BlockStored` of the block a request just filled and a `BlockRemoved` of
-    the one evicted for it, alternating once the pod holds `held` blocks."""
+    """Decode at a full cache, as bench/scale.py's fleet publishes it (`scale.
+    decode_events`: one block an event, stores and evictions alternating once a pod
+    holds `held` blocks), `per_batch` events a batch, the batches dealt over `PODS` pods."""
     out: list[bytes] = []
-    pods: list[list[int]] = [[] for _ in range(PODS)]
-    made = 0
+    pods: list[deque[int]] = [deque() for _ in range(PODS)]
+    made = [0] * PODS
     for seq in range(n_batches):
-        pod, events = pods[seq % PODS], []
-        for k in range(per_batch):
-            if len(pod) >= held and k % 2:
-                events.append(BlockRemoved([pod.pop(0)], "GPU"))
-            else:
-                made += 1
-                h = made * 0x9E3779B97F4A7C15 & MASK64
-                events.append(BlockStored([h], pod[-1] if pod else None, [0] * 16, 16, None, "GPU"))
-                pod.append(h)
+        p = seq % PODS
+        events = decode_events(p, pods[p], made[p], per_batch, held)
+        made[p] += per_batch
         out.append(encode_batch(KVEventBatch(ts=time.time(), events=events, data_parallel_rank=0)))
     return out
 

@@ -105,6 +105,12 @@ sys.path.insert(0, str(HERE.parent / "gateway_src"))
 
 from scrape_cost import Pages  # noqa: E402
 
+from inference_gateway.core.scheduling.block_pairs import MASK64  # noqa: E402
+from inference_gateway.protocols.vllm.kv_events import (  # noqa: E402
+    BlockRemoved,
+    BlockStored,
+)
+
 # pods/pools/rate[/replicas[/KV events a pod-second]]: one replica over 32-1,024 pods;
 # KV events off and on (the ingest pairs); 1, 2 and 4 replicas at 128 pods with events,
 # and at 1,024 without them: one replica cannot keep up with 1,024 pods' events on this
@@ -179,29 +185,19 @@ def _serve_fleet(ports_path: str, count: int, pools: int, events: dict[str, floa
 
 async def _publish(socks: list[Any], events: dict[str, float]) -> None:
     """Every pod's KV events, `per_s` a second in `batch_hz` batches a second each, as
-    vLLM's `ZmqEventPublisher` sends them (`[topic "", seq, msgpack batch]`). The shape
-    is decode's at a full cache: a `BlockStored` of the one block a request just filled
-    (its 16 token ids, its parent the pod's previous block) and a `BlockRemoved` of the
-    one evicted for it (vLLM's `BlockPool` emits one per evicted block), alternating
-    once the pod holds `held` blocks (stores only until then), hashes distinct per pod.
+    vLLM's `ZmqEventPublisher` sends them (`[topic "", seq, msgpack batch]`), in the
+    shape of decode at a full cache (`decode_events`).
     Each pod publishes on its own phase with its own sequence numbers, as engines on their
     own clocks do: all 1,024 pods' batches in the same instant (as this fleet sent them
     until 2026-12-07) held the picker's loop ~100 ms at once, once a second at one event
     a pod-second, and no real fleet steps in lockstep."""
     import zmq
 
-    from inference_gateway.core.scheduling.block_pairs import MASK64
-    from inference_gateway.protocols.vllm.kv_events import (
-        BlockRemoved,
-        BlockStored,
-        KVEventBatch,
-        encode_batch,
-    )
+    from inference_gateway.protocols.vllm.kv_events import KVEventBatch, encode_batch
 
     loop = asyncio.get_running_loop()
     per_batch, period = events["per_s"] / events["batch_hz"], 1 / events["batch_hz"]
     keep = events["held"]
-    tokens = list(range(16))  # the index reads no token ids of a pod that matches
     held: list[deque[int]] = [deque() for _ in socks]
     made = [0] * len(socks)
     # each pod's engine steps on its own clock: its batches owe events from its own phase
@@ -218,15 +214,7 @@ async def _publish(socks: list[Any], events: dict[str, float]) -> None:
             owed[i] += per_batch
             n = int(owed[i])
             owed[i] -= n
-            pod, batch = held[i], []
-            for _ in range(n):
-                if len(pod) >= keep and (made[i] + len(batch)) % 2:
-                    batch.append(BlockRemoved([pod.popleft()], "GPU"))
-                else:
-                    h = (((i + 1) << 40) + made[i] + len(batch)) * 0x9E3779B97F4A7C15 & MASK64
-                    parent = pod[-1] if pod else None
-                    batch.append(BlockStored([h], parent, tokens, 16, None, "GPU"))
-                    pod.append(h)
+            batch = decode_events(i, held[i], made[i], n, keep)
             if batch:
                 payload = encode_batch(KVEventBatch(ts=now, events=batch, data_parallel_rank=0))
                 made[i] += len(batch)
@@ -239,6 +227,28 @@ async def _publish(socks: list[Any], events: dict[str, float]) -> None:
 
 
 PUBLISH_SLICE = 32  # pods whose KV-event batches go out together (`_publish`)
+DECODE_TOKENS = list(range(16))  # the index reads no token ids of a pod that matches
+
+
+def decode_events(
+    pod: int, held: deque[int], made: int, n: int, keep: int
+) -> list[BlockStored | BlockRemoved]:
+    """Pod `pod`'s next `n` events in decode at a full cache, its `made` before them:
+    a `BlockStored` of the one block a request just filled (its parent the pod's last
+    block, hashes distinct per pod) and a `BlockRemoved` of the one evicted for it
+    (vLLM's `BlockPool` emits one per evicted block), alternating once the pod holds
+    `keep` blocks (`held`, oldest first; stores only until then). The fleet publishes
+    this, and bench/kv_events.py times its ingest."""
+    batch: list[BlockStored | BlockRemoved] = []
+    for k in range(made, made + n):
+        if len(held) >= keep and k % 2:
+            batch.append(BlockRemoved([held.popleft()], "GPU"))
+        else:
+            h = (((pod + 1) << 40) + k) * 0x9E3779B97F4A7C15 & MASK64
+            parent = held[-1] if held else None
+            batch.append(BlockStored([h], parent, DECODE_TOKENS, 16, None, "GPU"))
+            held.append(h)
+    return batch
 
 
 def _cpu_s(pid: int) -> float:
