@@ -357,3 +357,44 @@ async def test_stopping_behind_many_busy_publishers_takes_one_turn_not_one_a_pod
     assert took < 1.0, (
         f"stop took {took:.1f} s (one turn a pod: about {pods * pods * work_s:.0f} s)"
     )
+
+
+async def test_closed_streams_leave_the_context_able_to_connect(tmp_path: Path) -> None:
+    """A stream is closed when its pod leaves and when its connection is opened again.
+    Closing a monitored socket before stopping its monitor left libzmq's I/O thread, which
+    every socket of the context shares, waiting for ever to hand a monitor event to a
+    closed PAIR (zeromq/libzmq#3575; the shutdown order is zeromq/pyzmq#1554): after
+    1 to 7 such closes no socket of the context connected again, so every later pod went
+    unheard (here: the next tests' streams, "pod-0 never heard"). 20 pods are heard,
+    their streams closed and the pods gone; a 21st is still heard."""
+    context = zmq.asyncio.Context()  # its own: a broken one must not deafen other tests
+    feed = IndexFeed(lambda: [], lambda: None)
+    subscriber = KVEventSubscriber(lambda: [], feed, context=context)
+    plain: zmq.Context[zmq.Socket[bytes]] = zmq.Context()  # the pods'
+
+    def heard(stream: kv_events_zmq._Stream, pub: zmq.Socket[bytes]) -> bool:
+        assert stream.sock is not None
+        sock: zmq.Socket[bytes] = zmq.Socket.shadow(stream.sock.underlying)
+        for _ in range(100):  # 2 s
+            pub.send_multipart((b"", b"\0" * 8, b""))
+            if sock.poll(20):
+                return True
+        return False
+
+    try:
+        for pod in range(21):
+            pub = plain.socket(zmq.PUB)
+            pub.setsockopt(zmq.LINGER, 0)
+            pub.bind(f"ipc://{tmp_path}/pod-{pod}")
+            stream = kv_events_zmq._Stream(
+                kv_events_zmq.Publisher(f"pod-{pod}", f"ipc://{tmp_path}/pod-{pod}")
+            )
+            assert subscriber._subscribe(stream)
+            try:
+                assert heard(stream, pub), f"pod {pod + 1} never heard"
+            finally:
+                kv_events_zmq._close_sockets(stream.sock, stream.monitor)
+                pub.close()  # the pod gone too
+    finally:
+        plain.destroy(linger=0)
+        context.destroy(linger=0)
