@@ -16,6 +16,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -357,6 +358,161 @@ async def test_stopping_behind_many_busy_publishers_takes_one_turn_not_one_a_pod
     assert took < 1.0, (
         f"stop took {took:.1f} s (one turn a pod: about {pods * pods * work_s:.0f} s)"
     )
+
+
+class Recorder:
+    """A consumer that notes each slice of work it is given, and each pod it forgets."""
+
+    def __init__(self, slices: int = 1, work_s: float = 0.0) -> None:
+        self.slices, self.work_s = slices, work_s
+        self.log: list[tuple[str, str]] = []
+
+    def batch(self, pod: str, view: object) -> Iterator[None]:
+        for _ in range(self.slices):
+            time.sleep(self.work_s)  # the index's work on a slice, held on the loop
+            self.log.append(("slice", pod))
+            yield
+
+    def restarted(self, pod: str) -> None: ...
+
+    def gone(self, pod: str) -> None:
+        self.log.append(("gone", pod))
+
+
+def publishers(context: zmq.Context[zmq.Socket[bytes]], tmp_path: Path, n: int) -> list[Any]:
+    pubs = []
+    for i in range(n):
+        pub = context.socket(zmq.PUB)
+        pub.setsockopt(zmq.LINGER, 0)
+        pub.bind(f"ipc://{tmp_path}/pod-{i}")
+        pubs.append(pub)
+    return pubs
+
+
+async def test_one_task_reads_every_pod_and_a_backlog_waits_its_turn(tmp_path: Path) -> None:
+    """The subscriber reads all its sockets from one task, whatever the pods (a task and
+    a poller a pod cost about 100 µs a message in pyzmq's futures), and takes one
+    message a pod in turn: a pod's lone batch, sent after 16 pods' full backlogs, is
+    applied within about one round of them, not behind all of them."""
+    pods, backlog = 16, kv_events_zmq.RCVHWM
+    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    pubs = publishers(context, tmp_path, pods + 1)
+    names = [
+        kv_events_zmq.Publisher(f"pod-{i}", f"ipc://{tmp_path}/pod-{i}") for i in range(pods + 1)
+    ]
+    recorder = Recorder(work_s=0.003)
+    subscriber = KVEventSubscriber(lambda: names, recorder)
+    try:
+        tasks_before = len(asyncio.all_tasks())
+        await subscriber.sync()
+        assert len(asyncio.all_tasks()) - tasks_before == 1, "one reader for every pod"
+        payload = encode_batch(KVEventBatch(ts=0.0, events=[]))
+        for attempt in range(50):  # until every subscription has reached its PUB socket
+            for pub in pubs:
+                pub.send_multipart((b"", attempt.to_bytes(8, "big"), payload))
+            await asyncio.sleep(0.05)
+            if {pod for _, pod in recorder.log} == {n.pod for n in names}:
+                break
+        assert await wait_for(lambda: not subscriber._ready)
+        recorder.log.clear()
+        for seq in range(100, 100 + backlog):
+            for pub in pubs[:pods]:
+                pub.send_multipart((b"", seq.to_bytes(8, "big"), payload))
+        pubs[pods].send_multipart((b"", (100).to_bytes(8, "big"), payload))
+        lone = f"pod-{pods}"
+        assert await wait_for(lambda: len(recorder.log) == pods * backlog + 1)
+        turn = recorder.log.index(("slice", lone))
+        assert turn <= 2 * pods + 1, f"the lone batch waited behind {turn} others"
+    finally:
+        await subscriber.stop()
+        for pub in pubs:
+            pub.close()
+        context.term()
+
+
+async def test_a_pod_gone_mid_batch_gets_no_slice_after_it_is_forgotten(tmp_path: Path) -> None:
+    """A batch is applied in slices, the loop given back between them; the pod leaves
+    (its publisher no longer named) while one is under way: the consumer forgets it
+    and is given no slice of it after that."""
+    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    (pub,) = publishers(context, tmp_path, 1)
+    names = [kv_events_zmq.Publisher("pod-0", f"ipc://{tmp_path}/pod-0")]
+    recorder = Recorder(slices=10_000)
+    subscriber = KVEventSubscriber(lambda: names, recorder)
+    try:
+        await subscriber.sync()
+        payload = encode_batch(KVEventBatch(ts=0.0, events=[]))
+        for seq in range(50):  # until the subscription has reached the PUB socket
+            pub.send_multipart((b"", seq.to_bytes(8, "big"), payload))
+            if await wait_for(lambda: len(recorder.log) > 10, 0.05):
+                break
+        names.clear()
+        await subscriber.sync()
+        await asyncio.sleep(0.05)  # room for more slices, were any still coming
+        assert ("gone", "pod-0") in recorder.log
+        assert recorder.log[-1] == ("gone", "pod-0"), recorder.log[-3:]
+        assert subscriber.pods() == []
+    finally:
+        await subscriber.stop()
+        pub.close()
+        context.term()
+
+
+async def test_a_backlog_is_read_many_messages_a_turn_of_a_busy_loop(tmp_path: Path) -> None:
+    """The reader gives the loop back once its share of a turn is spent, not after every
+    message: behind a loop whose every turn holds other work (scrapes, requests), a
+    message a turn kept 5-10k of 200k events a second at 1,024 pods (bench/scale.py).
+    64 pods' full backlogs (512 messages) are read in far fewer turns than messages."""
+    pods, backlog = 64, kv_events_zmq.RCVHWM
+    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    pubs = publishers(context, tmp_path, pods)
+    names = [kv_events_zmq.Publisher(f"pod-{i}", f"ipc://{tmp_path}/pod-{i}") for i in range(pods)]
+    recorder = Recorder()
+    subscriber = KVEventSubscriber(lambda: names, recorder)
+    turns = 0
+
+    async def busy() -> None:  # a turn of the loop with other work in it
+        nonlocal turns
+        while True:
+            turns += 1
+            time.sleep(0.0005)
+            await asyncio.sleep(0)
+
+    other = asyncio.get_running_loop().create_task(busy())
+    try:
+        await subscriber.sync()
+        payload = encode_batch(KVEventBatch(ts=0.0, events=[]))
+        for attempt in range(50):  # until every subscription has reached its PUB socket
+            for pub in pubs:
+                pub.send_multipart((b"", attempt.to_bytes(8, "big"), payload))
+            await asyncio.sleep(0.05)
+            if len({pod for _, pod in recorder.log}) == pods:
+                break
+        assert len({pod for _, pod in recorder.log}) == pods, (
+            len({pod for _, pod in recorder.log}),
+            len(recorder.log),
+            turns,
+        )
+        assert await wait_for(lambda: not subscriber._ready)
+        await asyncio.sleep(0.1)  # nothing more in flight
+        recorder.log.clear()
+        for seq in range(100, 100 + backlog):
+            for pub in pubs:
+                pub.send_multipart((b"", seq.to_bytes(8, "big"), payload))
+        await asyncio.sleep(0.05)  # queued at the sockets (the loop busy meanwhile)
+        turns = 0
+        assert await wait_for(lambda: len(recorder.log) == pods * backlog), (
+            len(recorder.log),
+            subscriber.gaps,
+            len(subscriber._ready),
+        )
+        assert turns < pods * backlog / 2, f"{turns} turns for {pods * backlog} messages"
+    finally:
+        other.cancel()
+        await subscriber.stop()
+        for pub in pubs:
+            pub.close()
+        context.term()
 
 
 async def test_closed_streams_leave_the_context_able_to_connect(tmp_path: Path) -> None:
