@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from openai_clients import openai_clients_closed  # noqa: F401  (autouse)
 
 from inference_gateway.assembly.serve import app_runner, build_gateway
 from inference_gateway.core.scheduling.types import Endpoint

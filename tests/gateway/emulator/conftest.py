@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
+from openai_clients import openai_clients_closed  # noqa: F401  (autouse)
 
 from inference_gateway.emulator.profiles import pod_profile
 from inference_gateway.emulator.server import EmulatedPod
