@@ -554,3 +554,32 @@ async def test_closed_streams_leave_the_context_able_to_connect(tmp_path: Path) 
     finally:
         plain.destroy(linger=0)
         context.destroy(linger=0)
+
+
+async def test_a_socket_that_fails_is_opened_again_and_the_others_read_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One task reads every pod's socket, so an error from one socket must not end it:
+    the failing pod's stream is opened again and heard, the other pod is heard meanwhile."""
+    async with fleet(tmp_path) as f:
+        a, b = f.pod("a", replay=False), f.pod("b", replay=False)
+        await f.subscriber.sync()
+        await f.joined("a")
+        await f.joined("b")
+        receive = zmq.Socket.recv_multipart
+        failed: list[str] = []
+
+        def fail_once_for_a(sock: zmq.Socket[bytes], *args: Any, **kwargs: Any) -> Any:
+            stream = f.subscriber._streams.get("a")
+            if not failed and stream is not None and sock is stream.sock:
+                failed.append("a")
+                raise zmq.ZMQError(zmq.EFSM)
+            return receive(sock, *args, **kwargs)
+
+        monkeypatch.setattr(zmq.Socket, "recv_multipart", fail_once_for_a)
+        a.publish(stored([31]))
+        assert await wait_for(lambda: failed == ["a"])
+        b.publish(stored([41]))
+        assert await wait_for(lambda: f.holds("b", [41]))
+        assert f.subscriber.reconnects == 1
+        await f.joined("a")  # heard again on its new socket
