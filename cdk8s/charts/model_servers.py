@@ -72,6 +72,10 @@ HTTP_PORT = 8000
 #: vLLM's KV-event publisher (`--kv-events-config`), which the picker's precise prefix
 #: scorer subscribes to on each pod's IP (its `events_port` default).
 KV_EVENTS_PORT = 5557
+#: vLLM's replay ROUTER (`replay_endpoint`), which the scorer asks for the batches a gap
+#: lost (its `replay_port`, set by charts/tokenizers.py): the port vLLM's own example
+#: subscriber uses (examples/online_serving/kv_events_subscriber.py)
+KV_REPLAY_PORT = 5558
 #: vLLM's NONE_HASH seed: the picker reproduces the pods' block hashes with the same
 #: value (the scorer's `hash_seed` default).
 KV_HASH_SEED = "0"
@@ -80,6 +84,7 @@ KV_EVENTS_CONFIG = json.dumps(
         "enable_kv_cache_events": True,
         "publisher": "zmq",
         "endpoint": f"tcp://*:{KV_EVENTS_PORT}",
+        "replay_endpoint": f"tcp://*:{KV_REPLAY_PORT}",
         "topic": "kv-events",
     },
     separators=(",", ":"),
@@ -353,6 +358,7 @@ def _pod(
     ports = [container_port("http", vllm_port(role), protocol="TCP")]
     if server.enable_prefix_caching:
         ports.append(container_port("kv-events", KV_EVENTS_PORT, protocol="TCP"))
+        ports.append(container_port("kv-replay", KV_REPLAY_PORT, protocol="TCP"))
     vllm = k8s.Container(
         name="vllm",
         image=image,

@@ -18,7 +18,7 @@ from envspec.environment import EnvironmentSpec
 from . import peers
 from .base import Wave, labels, object_meta
 from .kube import k8s
-from .model_servers import HTTP_PORT, KV_EVENTS_PORT
+from .model_servers import HTTP_PORT, KV_EVENTS_PORT, KV_REPLAY_PORT
 
 __all__ = ["NetworkPoliciesChart"]
 
@@ -30,8 +30,8 @@ class NetworkPoliciesChart(Chart):
         model_servers = [
             peers.allow([envoy, picker], HTTP_PORT),
             peers.allow([prometheus], HTTP_PORT),
-            # the picker's SUB sockets to each pod's KV-event publisher
-            peers.allow([picker], KV_EVENTS_PORT),
+            # the picker's SUB sockets to each pod's KV-event publisher, and its replays
+            peers.allow([picker], KV_EVENTS_PORT, KV_REPLAY_PORT),
         ]
         vllm = {"app.kubernetes.io/name": "vllm"}
         policies: dict[str, tuple[dict[str, str], list[k8s.NetworkPolicyIngressRule]]] = {

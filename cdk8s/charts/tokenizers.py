@@ -34,7 +34,7 @@ from envspec.workloads import ModelServerSpec
 
 from .base import gateway_image
 from .kube import k8s
-from .model_servers import KV_HASH_SEED, hf_token_secret
+from .model_servers import KV_HASH_SEED, KV_REPLAY_PORT, hf_token_secret
 from .workloads import container_security_context, empty_dir, env_value, mount, resources
 
 __all__ = [
@@ -119,6 +119,7 @@ def precise_prefix_parameters(env: EnvironmentSpec) -> dict[str, Any] | None:
         "blockSize": first.block_size,
         "hashAlgo": first.prefix_caching_hash_algo,
         "hashSeed": KV_HASH_SEED,
+        "replayPort": KV_REPLAY_PORT,  # the model servers' replay_endpoint
         "tokenizer": "none",  # a model no server here serves: no precise hashes
         "models": models,
     }

@@ -287,7 +287,7 @@ class TestModelServers:
             "--enable-prefix-caching",
             "--kv-events-config",
             '{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:5557",'
-            '"topic":"kv-events"}',
+            '"replay_endpoint":"tcp://*:5558","topic":"kv-events"}',
             "--block-size", "16", "--prefix-caching-hash-algo", "sha256",
             "--enable-lora", "--max-loras", "2",
             "--lora-modules", "sql-lora=Kawon/llama3.1-food-finetune_v14_r8",
@@ -297,6 +297,7 @@ class TestModelServers:
         # hash seed (core/scheduling/plugins/precise_prefix.py), the seed vLLM reads
         assert {"name": "PYTHONHASHSEED", "value": "0"} in container["env"]
         assert {"name": "kv-events", "containerPort": 5557, "protocol": "TCP"} in container["ports"]
+        assert {"name": "kv-replay", "containerPort": 5558, "protocol": "TCP"} in container["ports"]
 
     def test_vllm_names_its_user_for_a_uid_without_passwd_entry(self, synth, dev_env):
         """The pod runs as uid 10001, which the vllm/vllm-openai image's /etc/passwd lacks.
@@ -535,7 +536,8 @@ def test_network_policies_let_only_the_gateway_in(synth, dev_env):
     )
     assert sources[1] == {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "igw-picker"}}}
     assert models[0]["ports"] == [{"protocol": "TCP", "port": 8000}]
-    assert models[2] == {"from": [sources[1]], "ports": [{"protocol": "TCP", "port": 5557}]}
+    kv_ports = [{"protocol": "TCP", "port": 5557}, {"protocol": "TCP", "port": 5558}]
+    assert models[2] == {"from": [sources[1]], "ports": kv_ports}  # events and replays
     # each component's own policy comes with it (charts/component.py), selecting its pods
     picker_docs = synth(PickerChart, dev_env)
     picker_policy = one(picker_docs, "NetworkPolicy", "igw-picker")["spec"]

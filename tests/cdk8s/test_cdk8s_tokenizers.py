@@ -11,6 +11,7 @@ model the pods load, at their revision, with their token, and mounted into the p
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from typing import Any
 
@@ -64,6 +65,13 @@ def test_the_scorer_hashes_as_every_rendered_vllm_pod_does(rendered: dict[str, l
             assert params["hashAlgo"] == flag(args, "--prefix-caching-hash-algo"), env
             seed = {e["name"]: e.get("value") for e in vllm["env"]}["PYTHONHASHSEED"]
             assert params["hashSeed"] == seed, env
+            # the scorer asks each pod's replay ROUTER where vLLM binds it, on a port the pod
+            # exposes (the NetworkPolicy's side: test_cdk8s_charts)
+            events = json.loads(flag(args, "--kv-events-config") or "{}")
+            replay_port = int(events["replay_endpoint"].rsplit(":", 1)[1])
+            assert params["replayPort"] == replay_port, env
+            ports = {(p["containerPort"], p["protocol"]) for p in vllm["ports"]}
+            assert (replay_port, "TCP") in ports, env
             served = flag(args, "--served-model-name")
             assert served in params["models"], env
             modules = args[args.index("--lora-modules") + 1 :] if "--lora-modules" in args else []

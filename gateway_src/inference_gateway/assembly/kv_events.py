@@ -7,9 +7,11 @@ reload may swap it; the index is kept across reloads) and subscribes only while 
 has a precise prefix scorer: each endpoint of the store is a publisher at its label
 `igw.dev/kv-events` (the scorer's `events_label`, a full endpoint) or
 `tcp://ADDRESS:events_port`, replaying from its label `igw.dev/kv-events-replay` when it
-has one. At every sync it also bounds each pod's index by the capacity its latest scrape
-reports (`vllm:cache_config_info{num_gpu_blocks}`), so a pod is held to its own size
-whether or not it is ever picked.
+has one, else from `tcp://ADDRESS:replay_port` when the scorer names that port (the
+model-server chart sets vLLM's `replay_endpoint` and the port). At every sync it also
+bounds each pod's index by the capacity its latest scrape reports
+(`vllm:cache_config_info{num_gpu_blocks}`), so a pod is held to its own size whether or
+not it is ever picked.
 """
 
 from __future__ import annotations
@@ -62,7 +64,10 @@ class IndexFeed:
             if metrics is not None and metrics.num_gpu_blocks:
                 index.set_capacity(e.name, metrics.num_gpu_blocks)
             address = e.labels.get(params.events_label) or f"tcp://{e.address}:{params.events_port}"
-            out.append(Publisher(e.name, address, e.labels.get(REPLAY_LABEL) or None))
+            replay = e.labels.get(REPLAY_LABEL) or (
+                f"tcp://{e.address}:{params.replay_port}" if params.replay_port else None
+            )
+            out.append(Publisher(e.name, address, replay))
         return out
 
     # the consumer (`transport.kv_events_zmq.KVEventConsumer`)

@@ -96,6 +96,23 @@ async def test_picker_indexes_what_the_pod_reports_and_scores_it(tmp_path: Path)
         await pod.stop()
 
 
+def test_a_pod_is_replayed_from_its_label_else_from_the_scorers_replay_port() -> None:
+    """The model-server chart binds vLLM's `replay_endpoint` on one port for every pod
+    and sets the scorer's `replayPort` (charts/tokenizers.py): each pod is asked there,
+    unless its label names its own endpoint; with no port and no label it has none."""
+    scheduler = Scheduler(GatewayConfigSpec())
+    assert scheduler.precise is not None
+    plain = Endpoint("plain", "10.0.0.7", 8000)
+    labelled = Endpoint("labelled", "10.0.0.8", 8000, labels={REPLAY_LABEL: "tcp://r:1"})
+    feed = IndexFeed(lambda: [plain, labelled], lambda: scheduler)
+    assert [(p.address, p.replay) for p in feed.publishers()] == [
+        ("tcp://10.0.0.7:5557", None),
+        ("tcp://10.0.0.8:5557", "tcp://r:1"),
+    ]
+    scheduler.precise.params = scheduler.precise.params.model_copy(update={"replay_port": 5558})
+    assert [p.replay for p in feed.publishers()] == ["tcp://10.0.0.7:5558", "tcp://r:1"]
+
+
 class Fleet:
     """vLLM-shaped publishers and the subscriber `igw serve` would run over them."""
 

@@ -92,6 +92,9 @@ class PrecisePrefixParams(Params):
     stale_after_s: float = 2.0  # no event this long after sending new blocks: fall back
     events_port: int = 5557  # where pods publish (--kv-events-config endpoint port)
     events_label: str = "igw.dev/kv-events"  # a pod label with its full endpoint wins
+    # where pods answer replays (--kv-events-config replay_endpoint port); none: only a
+    # pod whose label igw.dev/kv-events-replay names its endpoint is asked after a gap
+    replay_port: int | None = Field(default=None, ge=1, le=65535)
 
 
 def _cache_salt(body: Mapping[str, Any]) -> str | None:
