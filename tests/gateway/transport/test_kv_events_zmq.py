@@ -328,55 +328,6 @@ def test_a_stream_opened_again_at_once_gets_its_monitor() -> None:
         kv_events_zmq._close_sockets(stream.sock, stream.monitor)
 
 
-async def test_stopping_behind_many_busy_publishers_takes_one_turn_not_one_a_pod(
-    tmp_path: Path,
-) -> None:
-    """Each pod's task was cancelled and awaited in turn, each wait a full turn of a loop
-    busy with the other pods' backlogs: 1,024 publishing pods took a minute to stop
-    (`bench/scale.py`), past a pod's grace period. All are cancelled at once now."""
-    pods, backlog, work_s = 64, 400, 0.003  # a turn: up to 64 messages of 3 ms
-
-    class Slow:
-        def batch(self, pod: str, view: object) -> Iterator[None]:
-            time.sleep(work_s)  # the index's work on one batch, held on the loop
-            return iter(())
-
-        def restarted(self, pod: str) -> None: ...
-
-        def gone(self, pod: str) -> None: ...
-
-    context = zmq.Context()
-    pubs = []
-    try:
-        for i in range(pods):
-            pub = context.socket(zmq.PUB)
-            pub.setsockopt(zmq.LINGER, 0)
-            pub.bind(f"ipc://{tmp_path}/pod-{i}")
-            pubs.append(pub)
-        names = [
-            kv_events_zmq.Publisher(f"pod-{i}", f"ipc://{tmp_path}/pod-{i}") for i in range(pods)
-        ]
-        subscriber = KVEventSubscriber(lambda: names, Slow())
-        await subscriber.start()
-        await asyncio.sleep(0.5)  # connected (a message before that is dropped: no matter)
-        payload = encode_batch(KVEventBatch(ts=0.0, events=[]))
-        for seq in range(backlog):  # more than the whole test could read
-            for pub in pubs:
-                pub.send_multipart((b"", seq.to_bytes(8, "big"), payload))
-        await asyncio.sleep(0.3)  # every stream busy with its backlog
-        started = time.monotonic()
-        await subscriber.stop()
-        took = time.monotonic() - started
-    finally:
-        for pub in pubs:
-            pub.close()
-        context.term()
-    assert subscriber.pods() == []
-    assert took < 1.0, (
-        f"stop took {took:.1f} s (one turn a pod: about {pods * pods * work_s:.0f} s)"
-    )
-
-
 class Recorder:
     """A consumer that notes each slice of work it is given, and each pod it forgets."""
 
@@ -406,9 +357,68 @@ def publishers(context: zmq.Context[zmq.Socket[bytes]], tmp_path: Path, n: int) 
     return pubs
 
 
+async def until_every_pod_heard(pubs: list[Any], recorder: Recorder) -> set[str]:
+    """Publish from every PUB socket until the recorder has a batch of each pod (a SUB
+    misses what is published before its subscription reaches the PUB): the pods heard."""
+    payload = encode_batch(KVEventBatch(ts=0.0, events=[]))
+    heard: set[str] = set()
+    for attempt in range(50):
+        for pub in pubs:
+            pub.send_multipart((b"", attempt.to_bytes(8, "big"), payload))
+        await asyncio.sleep(0.05)
+        heard = {pod for _, pod in recorder.log}
+        if len(heard) == len(pubs):
+            break
+    return heard
+
+
+async def test_stopping_behind_many_busy_publishers_takes_one_turn_not_one_a_pod(
+    tmp_path: Path,
+) -> None:
+    """Each pod's task was cancelled and awaited in turn, each wait a full turn of a loop
+    busy with the other pods' backlogs: 1,024 publishing pods took a minute to stop
+    (`bench/scale.py`), past a pod's grace period. All are cancelled at once now."""
+    pods, backlog, work_s = 64, 400, 0.003  # a turn: up to 64 messages of 3 ms
+
+    class Slow:
+        def batch(self, pod: str, view: object) -> Iterator[None]:
+            time.sleep(work_s)  # the index's work on one batch, held on the loop
+            return iter(())
+
+        def restarted(self, pod: str) -> None: ...
+
+        def gone(self, pod: str) -> None: ...
+
+    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    pubs = publishers(context, tmp_path, pods)
+    try:
+        names = [
+            kv_events_zmq.Publisher(f"pod-{i}", f"ipc://{tmp_path}/pod-{i}") for i in range(pods)
+        ]
+        subscriber = KVEventSubscriber(lambda: names, Slow())
+        await subscriber.start()
+        await asyncio.sleep(0.5)  # connected (a message before that is dropped: no matter)
+        payload = encode_batch(KVEventBatch(ts=0.0, events=[]))
+        for seq in range(backlog):  # more than the whole test could read
+            for pub in pubs:
+                pub.send_multipart((b"", seq.to_bytes(8, "big"), payload))
+        await asyncio.sleep(0.3)  # every stream busy with its backlog
+        started = time.monotonic()
+        await subscriber.stop()
+        took = time.monotonic() - started
+    finally:
+        for pub in pubs:
+            pub.close()
+        context.term()
+    assert subscriber.pods() == []
+    assert took < 1.0, (
+        f"stop took {took:.1f} s (one turn a pod: about {pods * pods * work_s:.0f} s)"
+    )
+
+
 async def test_one_task_reads_every_pod_and_a_backlog_waits_its_turn(tmp_path: Path) -> None:
     """The subscriber reads all its sockets from one task, whatever the pods (a task and
-    a poller a pod cost about 100 µs a message in pyzmq's futures), and takes one
+    a poller a pod cost about 75 µs a message in pyzmq's futures), and takes one
     message a pod in turn: a pod's lone batch, sent after 16 pods' full backlogs, is
     applied within about one round of them, not behind all of them."""
     pods, backlog = 16, kv_events_zmq.RCVHWM
@@ -423,13 +433,8 @@ async def test_one_task_reads_every_pod_and_a_backlog_waits_its_turn(tmp_path: P
         tasks_before = len(asyncio.all_tasks())
         await subscriber.sync()
         assert len(asyncio.all_tasks()) - tasks_before == 1, "one reader for every pod"
+        await until_every_pod_heard(pubs, recorder)
         payload = encode_batch(KVEventBatch(ts=0.0, events=[]))
-        for attempt in range(50):  # until every subscription has reached its PUB socket
-            for pub in pubs:
-                pub.send_multipart((b"", attempt.to_bytes(8, "big"), payload))
-            await asyncio.sleep(0.05)
-            if {pod for _, pod in recorder.log} == {n.pod for n in names}:
-                break
         assert await wait_for(lambda: not subscriber._ready)
         recorder.log.clear()
         for seq in range(100, 100 + backlog):
@@ -498,18 +503,8 @@ async def test_a_backlog_is_read_many_messages_a_turn_of_a_busy_loop(tmp_path: P
     other = asyncio.get_running_loop().create_task(busy())
     try:
         await subscriber.sync()
+        assert len(await until_every_pod_heard(pubs, recorder)) == pods
         payload = encode_batch(KVEventBatch(ts=0.0, events=[]))
-        for attempt in range(50):  # until every subscription has reached its PUB socket
-            for pub in pubs:
-                pub.send_multipart((b"", attempt.to_bytes(8, "big"), payload))
-            await asyncio.sleep(0.05)
-            if len({pod for _, pod in recorder.log}) == pods:
-                break
-        assert len({pod for _, pod in recorder.log}) == pods, (
-            len({pod for _, pod in recorder.log}),
-            len(recorder.log),
-            turns,
-        )
         assert await wait_for(lambda: not subscriber._ready)
         await asyncio.sleep(0.1)  # nothing more in flight
         recorder.log.clear()
