@@ -23,7 +23,7 @@ __all__ = [
     "HeaderDecoder",
     "Ration",
     "frame",
-    "only_indexed",
+    "keeps_table",
     "parse_grpc_timeout",
     "status_block",
     "stream_window",
@@ -45,6 +45,7 @@ DEFAULT_WINDOW = 65_535
 DEFAULT_FRAME = 16_384
 DEFAULT_MAX_MESSAGE = 4 * 2**20  # gRPC's own default receive limit
 HEADER_TABLE_SIZE = 4_096  # the HPACK table we let the peer use (the protocol default)
+CACHED_BLOCKS, CACHED_BLOCK_BYTES = 64, 1_024  # a connection's decoded header blocks kept
 KEEPALIVE_PING = b"igw-kpal"
 DRAIN_PING = b"igw-drai"  # the PING between a graceful drain's two GOAWAYs
 
@@ -179,10 +180,15 @@ FRAME_HEAD = struct.Struct(">BHBBL")  # length as 1 + 2 bytes, type, flags, stre
 class HeaderDecoder:
     """A connection's HPACK decoder with a cache of decoded blocks shared between calls.
 
-    A gRPC client's headers repeat per call, and after the first call its encoder sends
-    them as indexed fields only (8 bytes, `hpack` ≈ 40 us to decode). Such a block cannot
-    change the dynamic table, so its meaning holds until a block that can does: those
-    clear the cache. The dicts it returns are shared: read them, never change them.
+    A gRPC client's headers repeat per call. After its first call grpc-go's encoder sends
+    them as indexed fields only (8 bytes, `hpack` ≈ 40 us to decode); Envoy 1.40's sends
+    `:path` and `:authority` as literals without indexing on every ext_proc stream (the
+    same 46 bytes each time, Huffman-coded: a quarter of `igw bbr`'s CPU went to decoding
+    them). Neither kind of block changes the dynamic table (`keeps_table`), so its
+    meaning holds until a block that can does: those clear the cache. Blocks over
+    `CACHED_BLOCK_BYTES` are not kept, and the cache holds at most `CACHED_BLOCKS`, so a
+    peer's distinct blocks cost it no more than that. The dicts it returns are shared:
+    read them, never change them.
     """
 
     __slots__ = ("cache", "decoder")
@@ -204,8 +210,8 @@ class HeaderDecoder:
         except HPACKError:
             return None
         headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in fields}
-        if only_indexed(block):
-            if len(cache) >= 64:
+        if len(block) <= CACHED_BLOCK_BYTES and keeps_table(block):
+            if len(cache) >= CACHED_BLOCKS:
                 cache.clear()
             cache[block] = headers
         else:
@@ -213,16 +219,47 @@ class HeaderDecoder:
         return headers
 
 
-def only_indexed(block: bytes) -> bool:
-    """Whether an HPACK block holds indexed fields only (RFC 7541 6.1): no literal and
-    no table size update, so decoding it leaves the dynamic table as it was."""
+def keeps_table(block: bytes) -> bool:
+    """Whether decoding an HPACK block leaves the dynamic table as it was (RFC 7541 6):
+    it holds indexed fields and literals without indexing only, no literal with
+    incremental indexing and no table size update. Literals marked never-indexed (6.2.3,
+    values the peer calls sensitive) and blocks cut short count as changing it, so they
+    are never cached."""
     i, size = 0, len(block)
-    while i < size:
-        if not block[i] & 0x80:
+    while 0 <= i < size:
+        first = block[i]
+        if first & 0x80:  # 6.1 indexed field: a 7-bit prefix index
+            i = _integer(block, i, 0x7F)[1]
+        elif first & 0xF0:  # 6.2.1 incremental indexing, 6.2.3 never indexed, 6.3 size update
             return False
-        if block[i] & 0x7F == 0x7F:  # the index goes on in continuation bytes
-            i += 1
-            while i < size and block[i] & 0x80:
-                i += 1
-        i += 1
-    return True
+        else:  # 6.2.2 without indexing: a 4-bit prefix name index, 0 for a literal name
+            name_index, i = _integer(block, i, 0x0F)
+            if name_index == 0:
+                i = _after_string(block, i)
+            i = _after_string(block, i)
+    return i == size
+
+
+def _integer(block: bytes, i: int, mask: int) -> tuple[int, int]:
+    """The prefix integer (RFC 7541 5.1) at `i` and the offset after it; (-1, -1) when
+    the block ends inside it or it runs past 2^28 (no field of ours is that long)."""
+    value, i = block[i] & mask, i + 1
+    if value < mask:
+        return value, i
+    shift = 0
+    while i < len(block) and shift <= 21:
+        byte = block[i]
+        value += (byte & 0x7F) << shift
+        i, shift = i + 1, shift + 7
+        if not byte & 0x80:
+            return value, i
+    return -1, -1
+
+
+def _after_string(block: bytes, i: int) -> int:
+    """The offset after the string literal (RFC 7541 5.2) at `i`; -1 if it is cut short."""
+    if not 0 <= i < len(block):
+        return -1
+    length, start = _integer(block, i, 0x7F)
+    end = start + length
+    return end if 0 <= start <= end <= len(block) else -1

@@ -19,7 +19,11 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hpack import Decoder, Encoder
 
 from inference_gateway.frontends.extproc.wire import BODY_CHUNK_BYTES
-from inference_gateway.transport.h2_frames import HeaderDecoder, only_indexed
+from inference_gateway.transport.h2_frames import (
+    CACHED_BLOCK_BYTES,
+    HeaderDecoder,
+    keeps_table,
+)
 from inference_gateway.transport.http2_server import (
     Call,
     GrpcCode,
@@ -284,10 +288,10 @@ async def test_header_cache_follows_the_dynamic_table() -> None:
     decoder = HeaderDecoder(65_536)
     encoder = Encoder()
     first = encoder.encode([(":path", "/a"), ("x-id", "1")])
-    assert not only_indexed(first)
+    assert not keeps_table(first)
     assert decoder.decode(first) == {":path": "/a", "x-id": "1"}
     again = encoder.encode([(":path", "/a"), ("x-id", "1")])
-    assert only_indexed(again)
+    assert keeps_table(again)
     assert decoder.decode(again) is decoder.decode(again)  # cached
     assert decoder.decode(encoder.encode([("x-id", "2")])) == {"x-id": "2"}  # table grows
     assert decoder.cache == {}
@@ -295,14 +299,57 @@ async def test_header_cache_follows_the_dynamic_table() -> None:
     assert decoder.decode(shifted) == {":path": "/a", "x-id": "1"}
 
 
+def _literal(name_index: int, value: bytes, name: bytes = b"") -> bytes:
+    """RFC 7541 6.2.2, literal without indexing, lengths under 127, no Huffman."""
+    head = bytes([name_index]) + (bytes([len(name)]) + name if name_index == 0 else b"")
+    return head + bytes([len(value)]) + value
+
+
+ENVOY_PATH = b"/envoy.service.ext_proc.v3.ExternalProcessor/Process"
+# The shape Envoy 1.40's ext_proc client sends on every stream: `:method POST` indexed,
+# `:path` and `:authority` as literals without indexing (seen on the wire through
+# bench/envoy_path.py; there Huffman-coded and with its other headers indexed).
+ENVOY_BLOCK = b"\x83" + _literal(4, ENVOY_PATH) + _literal(1, b"127.0.0.1:9002")
+
+
+def test_envoys_literal_headers_are_decoded_once() -> None:
+    """A block of literals without indexing leaves the table as it was, so it is
+    cached like an indexed one; one that names a header never to index is not kept, nor
+    is one over the size bound."""
+    decoder = HeaderDecoder(65_536)
+    headers = decoder.decode(ENVOY_BLOCK)
+    assert headers == {
+        ":method": "POST",
+        ":path": ENVOY_PATH.decode(),
+        ":authority": "127.0.0.1:9002",
+    }
+    assert decoder.decode(ENVOY_BLOCK) is headers
+    sensitive = b"\x83\x10\x0dauthorization\x06secret"
+    assert decoder.decode(sensitive) == {":method": "POST", "authorization": "secret"}
+    assert sensitive not in decoder.cache
+    long = _literal(0, b"v" * 120, b"x-a") * (CACHED_BLOCK_BYTES // 120 + 1)
+    assert keeps_table(long)
+    assert decoder.decode(long) is not None
+    assert long not in decoder.cache
+
+
 @pytest.mark.parametrize(
-    ("block", "indexed"),
+    ("block", "keeps"),
     [
         (b"\x86\x83\xc3", True),
         (b"\xff\x80\x01\x82", True),  # index 255 in continuation bytes, then index 2
-        (b"\xff\x49\x40", False),  # index 200, then a literal
+        (ENVOY_BLOCK, True),
+        (_literal(0, b"v", b"x-a"), True),  # a literal name too
+        (b"\x0f\x2f" + bytes([0x7F, 0x01]) + b"v" * 128, True),  # long index and length
+        (b"\xff\x49\x40", False),  # index 200, then a literal with incremental indexing
         (b"\x3f\xe1\x1f", False),  # a table size update
+        (b"\x10\x01a\x01b", False),  # never indexed
+        (ENVOY_BLOCK[:-1], False),  # the value cut short
+        (b"\x04", False),  # the value missing
+        (b"\x00\x05ab", False),  # the name cut short
+        (b"\xff\x80", False),  # the index cut short
+        (b"\x04\x7f" + b"\xff" * 8, False),  # a length past 2^28
     ],
 )
-def test_only_indexed(block: bytes, indexed: bool) -> None:
-    assert only_indexed(block) is indexed
+def test_keeps_table(block: bytes, keeps: bool) -> None:
+    assert keeps_table(block) is keeps
