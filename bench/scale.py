@@ -52,9 +52,10 @@ the worst replica's otherwise; `per_replica` has each one's):
   collector pauses included, which the step's own time cannot show;
 * `gc_full_per_s`, `gc_pause_max_ms`, `gc_share`: the cyclic collector's full
   collections a second, its longest pause of any generation and its share of the
-  window (`gc.callbacks`). The picker freezes its startup heap once it serves, as `igw
-  picker` does (`cli/process.py` `freeze_startup_heap`); `--no-freeze` runs it as it ran
-  before, for a side-by-side;
+  window (`gc.callbacks`). The picker sets the collector up once it serves, as `igw
+  picker` does (`cli/process.py` `settle_collector`: its startup heap frozen, young
+  collections every 10,000 allocations); `--stock-collector` runs it with CPython's
+  settings, as it ran before, for a side-by-side;
 * the picker asks the pods for the families routing reads (`/metrics/?name[]=…`, as it
   asks vLLM); `--whole-pages` has it read every page whole, as it does a pod that does
   not filter (SGLang, vLLM with several API servers), for a side-by-side;
@@ -78,7 +79,7 @@ fleet's cores with and without events. Points last seconds: the machine is share
 
 Run: `.venv/bin/python bench/scale.py [--json] [--seconds S]
 [--points pods/pools/rate[/replicas[/kv-events-per-s]],...] [--kv-events-per-s N]
-[--no-freeze] [--whole-pages] [--burst-rounds]`.
+[--stock-collector] [--whole-pages] [--burst-rounds]`.
 """
 
 from __future__ import annotations
@@ -330,7 +331,7 @@ def _run_picker(point: dict[str, Any]) -> dict[str, Any]:
 
     from inference_gateway.assembly.core import build_core
     from inference_gateway.assembly.picker import PickerServer
-    from inference_gateway.cli.process import freeze_startup_heap
+    from inference_gateway.cli.process import settle_collector
     from inference_gateway.config.spec import GatewayConfigSpec
     from inference_gateway.core.scheduling.kv_index import KVBlockIndex
     from inference_gateway.core.scheduling.types import Endpoint
@@ -404,8 +405,8 @@ def _run_picker(point: dict[str, Any]) -> dict[str, Any]:
         if point["burst_rounds"]:
             store.spread = 0.0  # every round's scrapes start together, as before
         await picker.start()
-        if point["freeze"]:
-            freeze_startup_heap()  # as `igw picker` does once it serves
+        if point["settle_collector"]:
+            settle_collector()  # as `igw picker` does once it serves
         loop = asyncio.get_running_loop()
         index = picker.director.scheduler.kv_index
         assert isinstance(index, KVBlockIndex)
@@ -587,7 +588,7 @@ def run_point(
     cores: float | None,
     replicas: int = 1,
     events: dict[str, float] | None = None,
-    freeze: bool = True,
+    settle: bool = True,
     whole_pages: bool = False,
     burst_rounds: bool = False,
 ) -> Any:
@@ -613,7 +614,7 @@ def run_point(
         point = {"ports": fleet.ports, "events": fleet.addresses, "pools": pools,
                  "rate": rate / replicas, "seconds": seconds, "scrape_cores": cores,
                  "store": redis.url if redis else None, "replicas": replicas,
-                 "freeze": freeze, "whole_pages": whole_pages,
+                 "settle_collector": settle, "whole_pages": whole_pages,
                  "burst_rounds": burst_rounds}  # fmt: skip
         each = _replicas(point, replicas, seconds + 120 + 30 * replicas, go)
         wall = time.monotonic() - cpu0["wall"]
@@ -691,8 +692,8 @@ def main(argv: list[str] | None = None) -> int:
     ):  # fmt: skip
         parser.add_argument(flag, type=kind, default=default, help=text)
     parser.add_argument(
-        "--no-freeze", dest="freeze", action="store_false",
-        help="leave the picker's startup heap to the collector (as igw picker ran before)",
+        "--stock-collector", dest="settle", action="store_false",
+        help="CPython's collector settings in the picker, no freeze (as igw picker ran before)",
     )  # fmt: skip
     parser.add_argument(
         "--whole-pages", action="store_true",
@@ -730,7 +731,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     result: dict[str, Any] = {
         "scrape_cores": args.scrape_cores,
-        "freeze": args.freeze,
+        "settle_collector": args.settle,
         "whole_pages": args.whole_pages,
         "burst_rounds": args.burst_rounds,
         "kv_batch_hz": args.kv_batch_hz,
@@ -751,7 +752,7 @@ def main(argv: list[str] | None = None) -> int:
             args.scrape_cores,
             replicas,
             events,
-            args.freeze,
+            args.settle,
             args.whole_pages,
             args.burst_rounds,
         )

@@ -1,13 +1,16 @@
-"""`igw serve` and `igw picker` freeze their startup heap once they serve
-(cli/process.py `freeze_startup_heap`).
+"""`igw serve` and `igw picker` set the cyclic collector up once they serve
+(cli/process.py `settle_collector`): the startup heap frozen, the young generation
+collected every `YOUNG_THRESHOLD` allocations.
 
 A full collection re-scans every object the collector tracks. `igw picker` over 1,024
 pods paused its loop for 57-111 ms at each one, about one every 0.7 s, and every
 request that arrived in the pause waited it out (`bench/scale.py`, "wait" and "max
-pause"). Frozen, the startup heap is out of those scans. The servers run here as users
-start them, each in its own process. A `sitecustomize` on their path marks each
-`gc.freeze` call on stderr, so the test sees the call in the real process and where it
-falls against the line that says the server is up.
+pause"). Frozen, the startup heap is out of those scans; with young collections rarer,
+a pod's view no longer outlives enough of them to reach the oldest generation. The
+servers run here as users start them, each in its own process. A `sitecustomize` on
+their path marks each `gc.freeze` and `gc.set_threshold` call on stderr, so the test
+sees the calls in the real process and where they fall against the line that says the
+server is up.
 """
 
 from __future__ import annotations
@@ -20,36 +23,44 @@ from pathlib import Path
 
 import pytest
 
-from inference_gateway.cli.process import freeze_startup_heap
+from inference_gateway.cli.process import YOUNG_THRESHOLD, settle_collector
 
 IGW = [sys.executable, "-m", "inference_gateway.cli"]
 MARK = "test-startup-heap: gc.freeze"
+THRESHOLD_MARK = "test-startup-heap: gc.set_threshold"
 SITECUSTOMIZE = f"""
 import gc, sys
-_freeze = gc.freeze
+_freeze, _set_threshold = gc.freeze, gc.set_threshold
 def _marked():
     sys.stderr.write("{MARK}\\n")
     sys.stderr.flush()
     _freeze()
-gc.freeze = _marked
+def _threshold_marked(*thresholds):
+    sys.stderr.write("{THRESHOLD_MARK} " + " ".join(map(str, thresholds)) + "\\n")
+    sys.stderr.flush()
+    _set_threshold(*thresholds)
+gc.freeze, gc.set_threshold = _marked, _threshold_marked
 """
 
 
-def test_the_helper_freezes_what_exists() -> None:
-    before = gc.get_freeze_count()
+def test_the_helper_freezes_what_exists_and_collects_the_young_less_often() -> None:
+    before, thresholds = gc.get_freeze_count(), gc.get_threshold()
     startup: list[list[int]] = [[] for _ in range(100)]  # tracked, and outlive the call
     try:
-        freeze_startup_heap()
+        settle_collector()
         assert gc.get_freeze_count() >= before + len(startup)
+        assert gc.get_threshold() == (YOUNG_THRESHOLD, *thresholds[1:])
+        assert thresholds[0] < YOUNG_THRESHOLD  # CPython's default is 700
     finally:
         gc.unfreeze()
+        gc.set_threshold(*thresholds)
 
 
 @pytest.mark.parametrize(
     ("command", "ready"),
     [("serve", "igw serve: listening on"), ("picker", "igw picker: ext_proc on")],
 )
-def test_each_server_freezes_its_heap_once_it_serves(
+def test_each_server_settles_its_collector_once_it_serves(
     tmp_path: Path, command: str, ready: str
 ) -> None:
     (tmp_path / "sitecustomize.py").write_text(SITECUSTOMIZE)
@@ -80,5 +91,8 @@ def test_each_server_freezes_its_heap_once_it_serves(
             rest, _ = proc.communicate()
     lines += rest.splitlines()
     assert lines.count(MARK) == 1, lines
+    set_young = f"{THRESHOLD_MARK} {YOUNG_THRESHOLD} 10 10"  # CPython's older thresholds
+    assert lines.count(set_young) == 1, lines
     up = next(i for i, line in enumerate(lines) if line.startswith(ready))
     assert lines.index(MARK) < up, lines  # frozen by the time it says it serves
+    assert lines.index(set_young) < up, lines

@@ -20,7 +20,7 @@ import ssl
 from pathlib import Path
 from typing import Any
 
-from inference_gateway.cli.process import freeze_startup_heap, start_server_process
+from inference_gateway.cli.process import settle_collector, start_server_process
 from inference_gateway.transport.ports import DEFAULTS
 
 __all__ = [
@@ -406,7 +406,7 @@ async def _serve(args: argparse.Namespace) -> int:
 
     stopped = stop_signals("igw picker")  # SIGTERM, SIGINT and SIGHUP alike (transport/signals.py)
     await picker.start()
-    freeze_startup_heap()
+    settle_collector()
     tls = " (TLS)" if server.get("credentials") or server.get("ssl_context") else ""
     metrics = f"metrics on :{picker.metrics_bound}" if picker.metrics_bound else "metrics off"
     print(f"igw picker: ext_proc on {args.host}:{picker.port}{tls}, {metrics}", flush=True)

@@ -11,8 +11,8 @@ from inference_gateway.cli.picker import add_cluster_arguments, add_store_argume
 from inference_gateway.cli.process import (
     add_drain_argument,
     add_slow_client_arguments,
-    freeze_startup_heap,
     positive_seconds,
+    settle_collector,
     start_server_process,
 )
 from inference_gateway.frontends.pd_exchange import PREFILL_TIMEOUT_S
@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
         share = for_director(args.store, gateway.director)
         app.on_startup.append(lambda _: share.start())
         app.on_cleanup.append(lambda _: share.stop())
-    app.on_startup.append(_freeze_startup_objects)
+    app.on_startup.append(_settle_collector)
     auth = ", authentication on" if args.api_keys or args.jwt_issuer else ""
 
     def listening(port: int) -> None:
@@ -127,5 +127,5 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _freeze_startup_objects(app: object) -> None:
-    freeze_startup_heap()  # aiohttp's on_startup wants a coroutine
+async def _settle_collector(app: object) -> None:
+    settle_collector()  # aiohttp's on_startup wants a coroutine
