@@ -40,15 +40,16 @@ def settle_collector() -> None:
       that every request arriving then sits out. Objects alive now are never collected
       as cycles later: most live as long as the server, and a pod or config replaced
       later leaves only its few startup cycles.
-    * **Collect the young generation every `YOUNG_THRESHOLD` allocations**, not
-      CPython's 700. At 700, young collections ran about 30 times a second over the
-      objects of scrapes and requests in flight, and a pod's view, kept one scrape
-      interval, outlived two of them: it went to the oldest generation, whose growth
-      brought a full collection every 4 s (15-18 ms). At 10,000 (100 pools, 500 req/s):
-      the collector's share of the loop 2.0-2.2 % against 0.3-0.4 %, no full collection
-      in 8 s, longest pause 15-18 against 7-10 ms, requests' wait p99 4.1-5.3 against
-      3.1-3.9 ms. Garbage in cycles waits longer for its collection, at most that many
-      objects more. The older generations keep CPython's thresholds."""
+    * **Collect the young generation every `YOUNG_THRESHOLD` allocations** (of tracked
+      objects, net of those freed), not CPython's 700. At 700, young collections ran
+      about 30 times a second over the objects of scrapes and requests in flight, and a
+      pod's view, kept one scrape interval, outlived two of them: it went to the oldest
+      generation, whose growth brought a full collection every 4 s (15-18 ms). 700
+      against 10,000 (100 pools, 500 req/s): the collector's share of the loop 2.0-2.2 %
+      against 0.3-0.4 %, a full collection every 4 s against none in 8 s, longest pause
+      15-18 against 7-10 ms, requests' wait p99 4.1-5.3 against 3.1-3.9 ms. Garbage in
+      cycles waits longer for its collection, at most that many objects more. The older
+      generations keep CPython's thresholds."""
     gc.collect()
     gc.freeze()
     _, middle, old = gc.get_threshold()
