@@ -182,13 +182,13 @@ class HeaderDecoder:
 
     A gRPC client's headers repeat per call. After its first call grpc-go's encoder sends
     them as indexed fields only (8 bytes, `hpack` ≈ 40 us to decode); Envoy 1.40's sends
-    `:path` and `:authority` as literals without indexing on every ext_proc stream (the
-    same 46 bytes each time, Huffman-coded: a quarter of `igw bbr`'s CPU went to decoding
-    them). Neither kind of block changes the dynamic table (`keeps_table`), so its
-    meaning holds until a block that can does: those clear the cache. Blocks over
-    `CACHED_BLOCK_BYTES` are not kept, and the cache holds at most `CACHED_BLOCKS`, so a
-    peer's distinct blocks cost it no more than that. The dicts it returns are shared:
-    read them, never change them.
+    `:path` as a literal without indexing, Huffman-coded, on every ext_proc stream, its
+    other seven fields indexed (the same 46 bytes each time: a quarter of `igw bbr`'s CPU
+    went to decoding them). Neither kind of block changes the dynamic table
+    (`keeps_table`), so its meaning holds until a block that can does: those clear the
+    cache. Blocks over `CACHED_BLOCK_BYTES` are not kept, and the cache holds at most
+    `CACHED_BLOCKS`, so a peer's distinct blocks cost it no more than that. The dicts it
+    returns are shared: read them, never change them.
     """
 
     __slots__ = ("cache", "decoder")

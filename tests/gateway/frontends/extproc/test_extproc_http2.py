@@ -306,9 +306,10 @@ def _literal(name_index: int, value: bytes, name: bytes = b"") -> bytes:
 
 
 ENVOY_PATH = b"/envoy.service.ext_proc.v3.ExternalProcessor/Process"
-# The shape Envoy 1.40's ext_proc client sends on every stream: `:method POST` indexed,
-# `:path` and `:authority` as literals without indexing (seen on the wire through
-# bench/envoy_path.py; there Huffman-coded and with its other headers indexed).
+# The shape Envoy 1.40's ext_proc client sends on every stream (read off the wire through
+# bench/envoy_path.py): `:method POST` indexed, `:path` a literal without indexing (there
+# Huffman-coded), the other fields indexed; `:authority` is a literal here too, so that
+# the block holds two.
 ENVOY_BLOCK = b"\x83" + _literal(4, ENVOY_PATH) + _literal(1, b"127.0.0.1:9002")
 
 
