@@ -105,7 +105,12 @@ class Core:
         scrape settings of the store, and a static list's pools (a reload may move pods
         between pools by the config's selectors)."""
         spec = config or GatewayConfigSpec()
-        self.director.reload(RoutingState.build(config, rewrites))
+        state = RoutingState.build(config, rewrites)
+        if self.static_pools is not None:
+            # pods may move between pools: a new list, so no router keeps stale groups
+            assign_pools(self.store.endpoints, spec.pools, self.static_pools)
+            self.store.endpoints = [*self.store.endpoints]
+        self.director.reload(state)
         current = getattr(self.director.scheduler, "config", None)
         if self.policy == "gateway" and (
             current is None or _scheduling(current) != _scheduling(spec)
@@ -113,8 +118,6 @@ class Core:
             self.director.scheduler = self._scheduler(spec)
         self.config = spec
         _scrape_settings(self.store, spec)
-        if self.static_pools is not None:
-            assign_pools(self.store.endpoints, spec.pools, self.static_pools)
         log.info("%s, rewrites %s", self._describe(config), "on" if rewrites else "off")
 
     def _describe(self, config: GatewayConfigSpec | None) -> str:

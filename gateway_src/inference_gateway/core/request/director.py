@@ -683,12 +683,7 @@ class Director:
 def _fail_open(state: RoutingState, route: Route) -> bool:
     """Whether the route's pool is `FailOpen`: with no fresh pod it picks at random
     rather than holding or refusing the request."""
-    config = state.config
-    return bool(
-        config
-        and route.pool
-        and any(p.name == route.pool and p.failure_mode == "FailOpen" for p in config.pools)
-    )
+    return route.pool in state.router.fail_open_pools
 
 
 def _allowed(hint: list[str] | None, endpoints: list[Endpoint]) -> frozenset[str] | None:
