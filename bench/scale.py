@@ -49,7 +49,11 @@ the worst replica's otherwise; `per_replica` has each one's):
   the request-body step (admission, scheduling, the reply message);
 * `decision_wait_p50_ms` / `decision_wait_p99_ms`: from each request's due time (the
   driver's schedule) to its decision: what a client waits on, the loop's backlog and
-  collector pauses included, which the step's own time cannot show;
+  collector pauses included, which the step's own time cannot show. Requests arrive as
+  a client's do, on a descriptor: another process (`Pacer`) writes a byte a request
+  at its due time to a pipe the picker's loop reads, so the loop sees each the moment
+  it is free, not at the next millisecond of libuv's timers (which an in-process
+  `asyncio.sleep` driver added to every wait);
 * `gc_full_per_s`, `gc_pause_max_ms`, `gc_share`: the cyclic collector's full
   collections a second, its longest pause of any generation and its share of the
   window (`gc.callbacks`). The picker sets the collector up once it serves, as `igw
@@ -125,6 +129,7 @@ KV_EVENTS_PER_S = 200.0  # per pod (see the module docstring)
 KV_BATCH_HZ = 10.0
 KV_HELD = 256
 SAMPLE_S = 0.02  # how often the view age is sampled
+PACER_START_S = 1.0  # the pacer's first request is due this long after it is started
 
 
 # ---------------------------------------------------------------- the fleet process
@@ -463,22 +468,22 @@ def _run_picker(point: dict[str, Any]) -> dict[str, Any]:
             await exchange.handle(answer_heads)
             await exchange.handle(answer)
 
+        tasks: list[asyncio.Task[None]] = []
+
+        def arrived() -> None:
+            tasks.append(loop.create_task(decide(len(tasks))))
+
+        wall0 = time.monotonic() + PACER_START_S
+        pacer = Pacer(rate, point["seconds"], wall0, arrived) if rate else None
+        await asyncio.sleep(max(0.0, wall0 - time.monotonic()))
         sampler = loop.create_task(sample())
         gc.callbacks.append(on_gc)
-        cpu0, wall0 = time.process_time(), time.monotonic()
+        cpu0 = time.process_time()
         scrapes0, events0 = store.scrapes, index.events
-        tasks, n = [], 0
-        while (now := time.monotonic()) - wall0 < point["seconds"]:
-            if rate:
-                while n < (now - wall0) * rate:
-                    tasks.append(loop.create_task(decide(n)))
-                    n += 1
-                # until the next request is due, not a fixed period: sleeping a whole
-                # period after each wake held every request up to a period (2 ms at 500
-                # req/s) before it was even issued, a wait that was the driver's own
-                await asyncio.sleep(max(0.0, wall0 + n / rate - time.monotonic()))
-            else:
-                await asyncio.sleep(0.05)
+        if pacer is not None:
+            await pacer.ended()
+        else:
+            await asyncio.sleep(point["seconds"])
         await asyncio.gather(*tasks)
         cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
         gc.callbacks.remove(on_gc)
@@ -520,6 +525,65 @@ def _run_picker(point: dict[str, Any]) -> dict[str, Any]:
         return figures
 
     return uvloop.run(main())
+
+
+PACER = """
+import os, sys, time
+rate, seconds, wall0 = map(float, sys.argv[1:])
+for n in range(round(rate * seconds)):
+    due = wall0 + n / rate - time.monotonic()
+    if due > 0:
+        time.sleep(due)
+    os.write(1, b"x")
+"""
+
+
+class Pacer:
+    """Requests due at `wall0 + n / rate` for `seconds`, each a byte another process
+    writes to a pipe at its due time (`time.sleep`: tens of microseconds late, where
+    an in-process `asyncio.sleep` driver is up to a millisecond late, libuv's timers
+    being in milliseconds); `arrived()` is called once a byte, when the loop reads it,
+    as a picker's loop reads a client's request off its socket. The pacer's CPU is the
+    client's, not the picker's. `time.monotonic` is one clock for both processes."""
+
+    def __init__(
+        self, rate: float, seconds: float, wall0: float, arrived: Callable[[], None]
+    ) -> None:
+        self.arrived = arrived
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", PACER, repr(rate), repr(seconds), repr(wall0)],
+            stdout=subprocess.PIPE,
+        )
+        assert self.process.stdout is not None
+        self.fd = self.process.stdout.fileno()
+        os.set_blocking(self.fd, False)
+        self.loop = asyncio.get_running_loop()
+        self._ended = self.loop.create_future()
+        self.loop.add_reader(self.fd, self._readable)
+
+    def _readable(self) -> None:
+        try:
+            data = os.read(self.fd, 65536)
+        except BlockingIOError:
+            return
+        if not data:  # the pacer wrote its last and exited
+            self.loop.remove_reader(self.fd)
+            if not self._ended.done():
+                self._ended.set_result(None)
+            return
+        for _ in range(len(data)):
+            self.arrived()
+
+    async def ended(self) -> None:
+        try:
+            await self._ended
+        finally:
+            self.loop.remove_reader(self.fd)
+            if self.process.poll() is None:
+                self.process.kill()
+            self.process.wait(timeout=10)
+            assert self.process.stdout is not None
+            self.process.stdout.close()
 
 
 def _replicas(

@@ -116,3 +116,25 @@ def test_two_replicas_share_the_store_and_ingest_every_pods_kv_events() -> None:
     assert all(r["kv_pairs"] >= 4 * 16 for r in each)  # each pod fills to `held`
     assert 12 <= figures["kv_bytes_per_pair"] < 2000  # a tiny index: fixed arrays dominate
     assert figures["fleet_cores"] > 0 and figures["store_cores"] > 0
+
+
+def test_the_pacer_issues_each_request_at_or_after_its_due_time_from_another_process() -> None:
+    """Requests arrive on a pipe another process writes at their due times (the driver's
+    wait no longer holds libuv's millisecond timers): all of them, none before its time,
+    and in the client's process, not the picker's."""
+    import asyncio
+    import os
+    import time
+
+    async def run() -> tuple[list[float], float, int]:
+        arrivals: list[float] = []
+        wall0 = time.monotonic() + scale.PACER_START_S
+        pacer = scale.Pacer(200.0, 0.5, wall0, lambda: arrivals.append(time.monotonic()))
+        pid = pacer.process.pid
+        await pacer.ended()
+        return arrivals, wall0, pid
+
+    arrivals, wall0, pid = asyncio.run(run())
+    assert pid != os.getpid()
+    assert len(arrivals) == 100
+    assert all(at >= wall0 + n / 200.0 for n, at in enumerate(arrivals))
