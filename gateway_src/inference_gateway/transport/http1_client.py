@@ -293,7 +293,12 @@ class _Connection(asyncio.Protocol):
     def send(self, head: bytes, body: bytes) -> None:
         assert self.transport is not None
         self.state = _HEAD
-        self.parser = httptools.HttpResponseParser(self)
+        if self.parser is None:
+            # one parser a connection: a connection is reused only after an answer
+            # llhttp read to its end (`finish`), where it expects the next one, and a
+            # parser a request (with its bound callbacks) was six objects more for
+            # every young collection to walk
+            self.parser = httptools.HttpResponseParser(self)
         self.head_bytes = 0
         self.until_close = False
         self.got_bytes = False

@@ -108,6 +108,37 @@ async def test_content_length_answer_and_keep_alive_reuse(upstream: Upstream) ->
         assert "content-length: 8\r\n" in head
 
 
+async def test_one_parser_reads_every_framing_in_turn_on_a_kept_connection(
+    upstream: Upstream,
+) -> None:
+    """A kept connection keeps its llhttp parser (`_Connection.send`): after a chunked
+    answer with trailers, a 103 before a 200, a 204 and a Content-Length answer, each read
+    to its end, the next one on the same connection and parser is read whole."""
+    replies = [
+        b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nab\r\n0\r\nt: x\r\n\r\n",
+        b"HTTP/1.1 103 Early Hints\r\nlink: </a>\r\n\r\n" + answer(b"cd"),
+        b"HTTP/1.1 204 No Content\r\n\r\n",
+        answer(b"ef"),
+        b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\ngh\r\n0\r\n\r\n",
+    ]
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        for reply in replies:
+            await read_request(reader)
+            writer.write(reply)
+        await reader.read()
+
+    async with Pod(script) as pod:
+        bodies, parsers = [], set()
+        for _ in replies:
+            response = await upstream.post("127.0.0.1", pod.port, "/", b"{}", {}).response()
+            parsers.add(id(response._connection().parser))
+            bodies.append(await response.read())
+            response.release()
+        assert bodies == [b"ab", b"cd", b"", b"ef", b"gh"]
+        assert pod.connections == 1 and len(parsers) == 1
+
+
 CHUNKED = (
     b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
     b"d\r\ndata: first\n\n\r\n"
