@@ -123,3 +123,17 @@ def test_two_requests_with_one_request_id_are_both_answered() -> None:
     log.record("igw-2", "same", "", {"n": 2})
     assert [r["n"] for r in log.find("same")] == [2, 1]
     assert DecisionLog(0).find("same") == [] and len(DecisionLog(0)) == 0
+
+
+def test_the_ring_holds_nothing_the_collector_keeps_walking() -> None:
+    """Kept records are plain tuples of strings, a float and bytes, which CPython's
+    collector stops tracking at its first look (a NamedTuple it would walk in every
+    collection for as long as the ring keeps it: 10,000 of them at the default)."""
+    import gc
+
+    log = DecisionLog(100, expand=dict)
+    for i in range(100):
+        log.record(f"igw-{i}", f"req-{i}", f"{i:032x}", {"n": i})
+    gc.collect()
+    assert not any(gc.is_tracked(kept) for kept in log._ring)
+    assert [r.internal_id for r in log][-1] == "igw-99"  # read back as `Record`s
