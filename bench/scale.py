@@ -604,17 +604,20 @@ def _replicas(
     with contextlib.ExitStack() as stack:
         for r in range(replicas):
             err = stack.enter_context(tempfile.TemporaryFile())
+            # the figures (hundreds of KB with every wait) come back in a file: read off
+            # the child's stdout they came back cut at 128 KiB, once in about 15 runs
+            figures = stack.enter_context(tempfile.NamedTemporaryFile(suffix=".json"))
             child = subprocess.Popen(
                 [sys.executable, __file__, "--picker-child"],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
             )  # fmt: skip
             stack.callback(_end, child)
             assert child.stdin is not None
-            child.stdin.write(json.dumps({**point, "replica": r}) + "\n")
+            child.stdin.write(json.dumps({**point, "replica": r, "figures": figures.name}) + "\n")
             child.stdin.flush()
-            children.append((child, err))
+            children.append((child, err, figures.name))
         deadline = time.monotonic() + timeout_s
-        for child, err in children:
+        for child, err, _ in children:
             assert child.stdout is not None
             wait = max(0.0, deadline - time.monotonic())
             ready, _, _ = select.select([child.stdout], [], [], wait)
@@ -622,22 +625,22 @@ def _replicas(
                 err.seek(0)
                 raise RuntimeError(f"picker child not ready: {err.read()[-2000:].decode()}")
         go()
-        for child, _ in children:
+        for child, _, _ in children:
             assert child.stdin is not None
             child.stdin.write("go\n")
             child.stdin.flush()
         out = []
-        for child, err in children:
+        for child, err, path in children:
             assert child.stdout is not None
             try:
                 line = child.stdout.readline()
                 child.wait(timeout=max(1.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 line = ""
-            if child.returncode != 0 or not line:
+            if child.returncode != 0 or line.strip() != "done":
                 err.seek(0)
                 raise RuntimeError(f"picker child failed: {err.read()[-2000:].decode()}")
-            out.append(json.loads(line))
+            out.append(json.loads(Path(path).read_text()))
         return out
 
 
@@ -786,7 +789,9 @@ def main(argv: list[str] | None = None) -> int:
         _serve_fleet(args.fleet_child, args.count, args.pools, json.loads(args.fleet_events))
         return 0
     if args.picker_child:
-        print(json.dumps(_run_picker(json.loads(sys.stdin.readline()))), flush=True)
+        point = json.loads(sys.stdin.readline())
+        Path(point["figures"]).write_text(json.dumps(_run_picker(point)))
+        print("done", flush=True)
         return 0
     try:
         points = []
