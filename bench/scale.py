@@ -575,8 +575,7 @@ class Pacer:
             data = os.read(self.fd, 65536)
         except BlockingIOError:
             return
-        if not data:  # the pacer wrote its last and exited
-            self.loop.remove_reader(self.fd)
+        if not data:  # the pacer wrote its last and exited (`ended` stops the reading)
             if not self._ended.done():
                 self._ended.set_result(None)
             return

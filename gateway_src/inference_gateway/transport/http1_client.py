@@ -161,7 +161,11 @@ class _Connection(asyncio.Protocol):
         self.idle_since = 0.0
         self.keep_alive = True
         self.state = _IDLE
-        self.parser: httptools.HttpResponseParser | None = None
+        # one parser for the connection's life: it is reused only after an answer llhttp
+        # read to its end (`finish`), where llhttp expects the next one; a parser a
+        # request (with its bound callbacks) was six objects more for every young
+        # collection to walk
+        self.parser = httptools.HttpResponseParser(self)
         self.head_bytes = 0
         self.headers: dict[str, str] = {}
         self.informational = False
@@ -203,7 +207,6 @@ class _Connection(asyncio.Protocol):
         self.got_bytes = True
         if state == _HEAD:
             self.head_bytes += len(data)
-        assert self.parser is not None
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserCallbackError as error:
@@ -251,7 +254,6 @@ class _Connection(asyncio.Protocol):
         headers[key] = f"{headers[key]}, {text}" if key in headers else text
 
     def on_headers_complete(self) -> None:
-        assert self.parser is not None
         status = self.parser.get_status_code()
         self.informational = status < 200
         if self.informational:  # skip informational answers (103 Early Hints)
@@ -293,12 +295,6 @@ class _Connection(asyncio.Protocol):
     def send(self, head: bytes, body: bytes) -> None:
         assert self.transport is not None
         self.state = _HEAD
-        if self.parser is None:
-            # one parser a connection: a connection is reused only after an answer
-            # llhttp read to its end (`finish`), where it expects the next one, and a
-            # parser a request (with its bound callbacks) was six objects more for
-            # every young collection to walk
-            self.parser = httptools.HttpResponseParser(self)
         self.head_bytes = 0
         self.until_close = False
         self.got_bytes = False
