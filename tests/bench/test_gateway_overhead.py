@@ -1,0 +1,54 @@
+"""bench/gateway_overhead.py: the open loop reports the zero-delay pod's own CPU per answer
+(an aiohttp server that only answers), and the table against vllm-router sets it beside
+what issue 32's CPU bar leaves `igw serve`."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+import gateway_overhead
+
+
+def _result(router_cpu: float, serve_cpu: float, pod_cpu: float) -> dict[str, object]:
+    proxy = {
+        "rate_rps": 200.0,
+        "added_p50_ms": 0.8,
+        "added_p99_ms": 0.6,
+        "gateway_cpu_ms_per_request": serve_cpu,
+        "pod_cpu_ms_per_request": pod_cpu,
+        "vllm_router": {"added_p50_ms": 0.5, "added_p99_ms": 0.7, "cpu_ms_per_request": router_cpu},
+    }
+    paths = {
+        "gateway": {"cpu_ms_per_request": 0.2, "rps": 4_000.0},
+        "vllm-router": {"cpu_ms_per_request": 0.05, "rps": 9_000.0},
+    }
+    return {"proxy": proxy, "closed_loop": {"paths": paths}}
+
+
+def test_the_table_sets_the_pods_answer_beside_what_the_cpu_bar_leaves() -> None:
+    v = gateway_overhead.versus_vllm_router(_result(router_cpu=0.25, serve_cpu=0.7, pod_cpu=0.18))
+    assert v["floor"] == {
+        "cpu_bar_ms_per_request": pytest.approx(0.30),  # 1.2 x vllm-router's 0.25
+        "aiohttp_answer_cpu_ms_per_request": 0.18,
+    }
+    f = v["figures"]
+    assert f["open_loop_cpu_ms_per_request"]["ratio"] == pytest.approx(2.8)
+    assert f["open_loop_cpu_ms_per_request"]["held"] is False
+    assert f["open_loop_added_p50_ms"]["held"] is False  # 0.8 against 0.5
+    assert f["open_loop_added_p99_ms"]["held"] is True  # 0.6 against 0.7
+    assert f["closed_loop_rps"]["held"] is None  # no bar
+
+
+def test_the_open_loop_measures_the_pods_cpu_per_answer() -> None:
+    """A short real run (pod and `igw serve` as processes on loopback): the pod answered
+    every path's requests, so its CPU per answer is a finite figure of its own."""
+    p = asyncio.run(gateway_overhead.proxy_overhead(requests=60, rate=100.0))
+    assert math.isfinite(p["pod_cpu_ms_per_request"]) and p["pod_cpu_ms_per_request"] >= 0
+    assert p["pod_cpu_ms_per_request"] < 50  # per answer, not the loop's total
