@@ -219,6 +219,35 @@ async def test_a_pod_that_never_answers_is_cut_at_the_timeout_and_holds_no_other
     assert [e.name for e in store.endpoints if e.stale] == ["pod-1"]
 
 
+@pytest.mark.parametrize(("spread_s", "timers"), [(0.0, 1), (0.02, 6)])
+async def test_scrapes_started_together_share_one_deadline_timer(
+    spread_s: float, timers: int
+) -> None:
+    """The scrapes of a burst round, or of one slice, start together and so share one
+    deadline: one timer, not one (and a `Timeout`) a scrape, which at 1,024 pods cost
+    about 5 % of an idle picker's CPU. A spread round of three slices schedules one
+    timer to start each slice and one deadline each (the first slice starts at once)."""
+    loop = asyncio.get_running_loop()
+    scheduled: list[float] = []
+    call_at = loop.call_at
+
+    def counting_call_at(when, callback, *args, context=None):  # type: ignore[no-untyped-def]
+        scheduled.append(when)
+        return call_at(when, callback, *args, context=context)
+
+    async def fetch(endpoint: Endpoint, path: str) -> str:
+        return PAGE if path != "/v1/models" else '{"data": [{"id": "m"}]}'
+
+    store = EndpointStore(pods(3 * SLICE_PODS), fetch, timeout_s=5)
+    loop.call_at = counting_call_at  # type: ignore[method-assign]
+    try:
+        await store.scrape_once(spread_s)
+    finally:
+        del loop.call_at
+    assert len(scheduled) <= timers
+    assert all(e.metrics is not None for e in store.endpoints)
+
+
 async def test_the_config_sets_the_scrape_cpu_budget_and_a_reload_changes_it() -> None:
     """`scrape.cpuBudgetCores` (default a quarter of a core) is the store's budget, at
     build and at every reload."""
