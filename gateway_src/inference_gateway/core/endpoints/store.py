@@ -190,8 +190,8 @@ class EndpointStore:
             async with asyncio.timeout(self.timeout_s):
                 await asyncio.gather(*(self._scrape(e, models) for e, models in jobs))
         except TimeoutError:
-            log.debug("scrapes of %d pods ran past %.1f s: the unanswered were cut", len(jobs),
-                      self.timeout_s)  # fmt: skip
+            cut = "scrapes of %d pods ran past %.1f s: the unanswered were cut"
+            log.debug(cut, len(jobs), self.timeout_s)
 
     async def _scrape(self, endpoint: Endpoint, with_models: bool) -> None:
         """One pod's page (and model list where asked), under its caller's deadline."""

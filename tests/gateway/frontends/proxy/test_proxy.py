@@ -245,6 +245,38 @@ async def test_scrape_fetch_decodes_text_and_refuses_errors() -> None:
         await fetch.close()
 
 
+async def test_a_silent_pod_costs_the_scrape_round_its_deadline_and_its_connection() -> None:
+    """Through the real scrape client: a pod that accepts and never answers is cut at the
+    store's deadline (one a slice of scrapes), its view not renewed and its connection
+    closed, not kept for the next round; the answering pod's view is fresh."""
+    from inference_gateway.core.endpoints.store import EndpointStore
+
+    hung_up = asyncio.Event()
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()  # until the scraper gives up and closes
+        hung_up.set()
+        writer.close()
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    silent_port = server.sockets[0].getsockname()[1]
+    fetch = ScrapeClient(timeout_s=5.0)  # the client's own read timeout would come later
+    async with server, pod(lambda request: web.Response(), waiting=1) as (port, _):
+        endpoints = [Endpoint("quiet", "127.0.0.1", silent_port)]
+        endpoints.append(Endpoint("pod", "127.0.0.1", port))
+        store = EndpointStore(endpoints, fetch, timeout_s=0.3)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        async with asyncio.timeout(5):
+            await store.scrape_once()
+        assert 0.3 <= loop.time() - started < 2.0
+        assert endpoints[0].metrics is None and endpoints[1].metrics is not None
+        assert endpoints[1].metrics.waiting == 1
+        async with asyncio.timeout(1):
+            await hung_up.wait()  # the cut scrape's connection is closed, not kept
+        await fetch.close()
+
+
 async def test_a_refused_pod_is_not_picked_again_until_a_fresh_scrape() -> None:
     """Passive failure detection (the endpoint store's one rule, shared with the picker):
     the first refused connection takes the pod out of rotation at once, not when its
