@@ -111,7 +111,7 @@ async def test_content_length_answer_and_keep_alive_reuse(upstream: Upstream) ->
 async def test_one_parser_reads_every_framing_in_turn_on_a_kept_connection(
     upstream: Upstream,
 ) -> None:
-    """A kept connection keeps its llhttp parser (`_Connection.send`): after a chunked
+    """A kept connection keeps the llhttp parser it was made with: after a chunked
     answer with trailers, a 103 before a 200, a 204 and a Content-Length answer, each read
     to its end, the next one on the same connection and parser is read whole."""
     replies = [
