@@ -34,7 +34,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -47,7 +46,14 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests" / "e2e" / "envoy"))
 
 from envoy_harness import IgwProcess, free_port  # noqa: E402
-from gateway_overhead import BODY, MODEL, process_cpu_s, start_gateway, wait_ready  # noqa: E402
+from gateway_overhead import (  # noqa: E402
+    BODY,
+    MODEL,
+    process_cpu_s,
+    scratch_folder,
+    start_gateway,
+    wait_ready,
+)
 
 from inference_gateway.envoyproxy.bootstrap import render_round_robin  # noqa: E402
 from inference_gateway.envoyproxy.process import EnvoyProcess  # noqa: E402
@@ -76,7 +82,11 @@ def settings(picker: int, bbr: int | None, log: str | None = None) -> GatewaySet
 
 
 async def overhead(rate: float, requests: int, repeats: int) -> dict[str, Any]:
-    folder = Path(tempfile.mkdtemp(prefix="igw-envoy-bench-"))
+    with scratch_folder("igw-envoy-bench-") as folder:
+        return await _overhead(folder, rate, requests, repeats)
+
+
+async def _overhead(folder: Path, rate: float, requests: int, repeats: int) -> dict[str, Any]:
     pod_port = free_port()
     pod = subprocess.Popen(
         [sys.executable, str(HERE / "gateway_overhead.py"), "--serve-pod", str(pod_port)]

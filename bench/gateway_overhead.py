@@ -46,13 +46,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
+import contextlib
 import os
 import random
+import shutil
 import socket
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +112,31 @@ def zero_delay_pod() -> web.Application:
 _HANDED_OUT: set[int] = set()
 
 
+@contextlib.contextmanager
+def scratch_folder(prefix: str) -> Iterator[Path]:
+    """A folder for one run's configs and its processes' logs (stop them inside the
+    block): removed when the run ends, kept and named on stderr when it ends in an error,
+    for the logs that say why. Each run left one behind in the temp folder before."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield folder
+    except BaseException:
+        print(
+            f"{prefix.rstrip('-')}: the run failed; its configs and logs are in {folder}",
+            file=sys.stderr,
+        )
+        raise
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def folder_until_exit(prefix: str) -> Path:
+    """A folder for the files of a process its caller stops later (a config it reads at
+    start and on change): removed when this interpreter exits."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, folder, True)
+    return folder
+
+
 def free_port() -> int:
     """A port free now and not handed out before in this run: the processes bind theirs
     only once started, so the kernel may offer a port twice in between."""
@@ -144,7 +173,7 @@ def start_gateway(
     none, the built-in defaults); `src`: a source tree whose `gateway_src` it runs instead
     of this one."""
     port = free_port()
-    folder = Path(tempfile.mkdtemp(prefix="igw-overhead-"))
+    folder = folder_until_exit("igw-overhead-")
     (folder / "endpoints.yaml").write_text(
         f"endpoints: [{{name: pod-0, address: 127.0.0.1, port: {pod_port}}}]\n"
     )

@@ -58,7 +58,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -72,7 +71,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gateway_overhead import free_port, process_cpu_s, wait_ready
+from gateway_overhead import free_port, process_cpu_s, scratch_folder, wait_ready
 
 MODEL = "llama-3.1-8b"
 RESUME_BAR = 1.5  # issue 33: resume gap p99 <= 1.5x a fresh request's TTFT p99
@@ -475,8 +474,12 @@ async def until_routable(session: aiohttp.ClientSession, url: str, clusters: int
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
+    with scratch_folder("igw-migration-") as folder:
+        return await _run(folder, args)
+
+
+async def _run(folder: Path, args: argparse.Namespace) -> dict[str, Any]:
     load_before = os.getloadavg()[0]
-    folder = Path(tempfile.mkdtemp(prefix="igw-migration-"))
     pods = [Pod(f"pod-{i}", folder / f"pod-{i}.log") for i in range(args.pods)]
     gateways: dict[str, Any] = {}
     clusters: list[Cluster] = []

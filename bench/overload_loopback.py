@@ -16,10 +16,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -33,6 +31,10 @@ import yaml
 from inference_gateway.sim.capacity import pod_capacity
 from inference_gateway.sim.scenario import Fixed, PoissonArrival, PoolSpec, Workload
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from gateway_overhead import free_port, scratch_folder, wait_ready
+
 PODS = 2
 PROMPT_TOKENS = 2000
 OUTPUT_TOKENS = 16
@@ -43,12 +45,6 @@ BANDS = {
 }
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def capacity_rps() -> float:
     workload = Workload(
         arrival=PoissonArrival(kind="poisson", load=1.0),
@@ -57,18 +53,6 @@ def capacity_rps() -> float:
     )
     pool = PoolSpec(name="h100", gpu="H100", model="llama-3.1-8b", replicas=PODS)
     return pod_capacity(pool, workload, 1) * PODS
-
-
-async def wait_ready(session: aiohttp.ClientSession, url: str) -> None:
-    for _ in range(300):
-        try:
-            async with session.get(url) as r:
-                if r.status == 200:
-                    return
-        except aiohttp.ClientError:
-            pass
-        await asyncio.sleep(0.2)
-    raise RuntimeError(f"{url} did not come up")
 
 
 async def drive(url: str, rate: float, seconds: float, seed: int) -> dict[str, Any]:
@@ -122,7 +106,11 @@ async def drive(url: str, rate: float, seconds: float, seed: int) -> dict[str, A
 
 
 async def run(seconds: float) -> dict[str, Any]:
-    folder = Path(tempfile.mkdtemp(prefix="igw-overload-"))
+    with scratch_folder("igw-overload-") as folder:
+        return await _run(folder, seconds)
+
+
+async def _run(folder: Path, seconds: float) -> dict[str, Any]:
     base = free_port()
     (folder / "fleet.yaml").write_text(
         yaml.safe_dump(

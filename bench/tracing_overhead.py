@@ -31,7 +31,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -52,7 +51,7 @@ NO_LOG = "tracing: {explain: {recent: 0}}\n"
 
 
 def start_receiver() -> tuple[subprocess.Popen[bytes], int]:
-    folder = Path(tempfile.mkdtemp(prefix="igw-otlp-"))
+    folder = overhead.folder_until_exit("igw-otlp-")
     port_file = folder / "port"
     child = subprocess.Popen([sys.executable, __file__, "--receive", str(port_file)])
     for _ in range(300):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import subprocess
 import sys
 from pathlib import Path
 
@@ -52,3 +53,43 @@ def test_the_open_loop_measures_the_pods_cpu_per_answer() -> None:
     p = asyncio.run(gateway_overhead.proxy_overhead(requests=60, rate=100.0))
     assert math.isfinite(p["pod_cpu_ms_per_request"]) and p["pod_cpu_ms_per_request"] >= 0
     assert p["pod_cpu_ms_per_request"] < 50  # per answer, not the loop's total
+
+
+def test_a_run_that_ends_well_leaves_no_folder_and_a_failed_one_says_where_its_logs_are(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The benchmarks' scratch folders (configs, their processes' logs) went to the temp
+    folder and stayed, one a run and one a test run."""
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    with gateway_overhead.scratch_folder("igw-bench-") as folder:
+        (folder / "pod.log").write_text("fine\n")
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(RuntimeError), gateway_overhead.scratch_folder("igw-bench-") as folder:
+        (folder / "pod.log").write_text("why it failed\n")
+        raise RuntimeError("the pod did not come up")
+    assert (folder / "pod.log").read_text() == "why it failed\n"
+    assert str(folder) in capsys.readouterr().err
+
+
+def test_a_config_folder_for_a_running_process_goes_when_the_interpreter_exits(
+    tmp_path: Path,
+) -> None:
+    """`start_gateway`'s config folder must outlive the call (the gateway reads and watches
+    it), so it is removed at exit."""
+    script = (
+        "import sys, tempfile; sys.path.insert(0, sys.argv[1]); tempfile.tempdir = sys.argv[2]\n"
+        "import gateway_overhead\n"
+        "folder = gateway_overhead.folder_until_exit('igw-overhead-')\n"
+        "(folder / 'config.yaml').write_text('{}')\n"
+        "print(folder)\n"
+    )
+    bench = Path(gateway_overhead.__file__).parent
+    ran = subprocess.run(
+        [sys.executable, "-c", script, str(bench), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert ran.stdout.strip().startswith(str(tmp_path))
+    assert list(tmp_path.iterdir()) == []

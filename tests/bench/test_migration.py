@@ -10,6 +10,8 @@ import asyncio
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 import migration
@@ -22,7 +24,10 @@ def test_the_gap_is_the_silence_that_spans_the_break() -> None:
     assert stream.ttft == 1.0
 
 
-def test_a_tiny_run_resumes_every_broken_stream_and_reports_both_phases() -> None:
+def test_a_tiny_run_resumes_every_broken_stream_and_reports_both_phases(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))  # the run's logs go, it ended well
     args = argparse.Namespace(
         pods=3,
         concurrency=3,
@@ -50,3 +55,4 @@ def test_a_tiny_run_resumes_every_broken_stream_and_reports_both_phases() -> Non
     assert lost["kills"] == 1 and lost["failed"] == 0, lost["errors"]
     assert lost["resumed_streams"] >= 1 and lost["resume_gap_p99_ms"] > 0
     assert lost["gateway_resume_gap"]["count"] >= lost["resumed_streams"]
+    assert list(tmp_path.iterdir()) == []
