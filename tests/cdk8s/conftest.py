@@ -19,6 +19,8 @@ sys.path.insert(0, str(Path(__file__).parent))  # rendered_schemas, beside this 
 os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20,22")
 
+from chart_app import chart_app
+
 from cdk8s import Chart, Testing
 from charts.app import synth_tree
 from envspec.argocd_manifests import PATCHED_KUSTOMIZATION
@@ -35,7 +37,7 @@ def dev_env() -> EnvironmentSpec:
 @pytest.fixture(scope="session")
 def synth() -> Callable[..., list[Doc]]:
     def run(chart: type[Chart], env: EnvironmentSpec) -> list[Doc]:
-        return list(Testing.synth(chart(Testing.app(), "test", env=env)))  # type: ignore[call-arg]
+        return list(Testing.synth(chart(chart_app(), "test", env=env)))  # type: ignore[call-arg]
 
     return run
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from chart_app import chart_app
 
 import cdk8s
 from charts.base import Wave, labels
@@ -19,7 +20,7 @@ SELECTOR = {"app.kubernetes.io/name": "demo", "app.kubernetes.io/instance": "dem
 
 
 def _synth(**overrides: Any) -> dict[str, Doc]:
-    chart = cdk8s.Chart(cdk8s.Testing.app(), "test", disable_resource_name_hashes=True)
+    chart = cdk8s.Chart(chart_app(), "test", disable_resource_name_hashes=True)
     params: dict[str, Any] = {
         "name": "demo",
         "namespace": "igw",

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
+from chart_app import chart_app
 
 import cdk8s
 from charts.app import GITOPS_DIR
@@ -49,7 +50,7 @@ def prod() -> EnvironmentSpec:
 
 
 def _synth(env: EnvironmentSpec, region: str) -> dict[str, Doc]:
-    chart = GlobalRouterChart(cdk8s.Testing.app(), "test", env=env, region=region)
+    chart = GlobalRouterChart(chart_app(), "test", env=env, region=region)
     return {d["kind"]: d for d in cdk8s.Testing.synth(chart)}
 
 
@@ -210,7 +211,7 @@ def test_one_folder_per_region_only_where_enabled(tmp_path):
 
 def test_a_region_outside_the_environment_is_refused(prod):
     with pytest.raises(ValueError, match="eu-west-1 is not a region"):
-        GlobalRouterChart(cdk8s.Testing.app(), "x", env=prod, region="eu-west-1")
+        GlobalRouterChart(chart_app(), "x", env=prod, region="eu-west-1")
 
 
 def test_router_config_function_matches_the_rendered_template(prod, west):
@@ -235,7 +236,7 @@ def test_committed_region_folders_match_a_fresh_synth(rendered_root: Path):
 
 
 def _picker_env(env: EnvironmentSpec) -> dict[str, Doc]:
-    docs = cdk8s.Testing.synth(PickerChart(cdk8s.Testing.app(), "picker", env=env))
+    docs = cdk8s.Testing.synth(PickerChart(chart_app(), "picker", env=env))
     (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
     container, *_sidecars = deployment["spec"]["template"]["spec"]["containers"]
     return {e["name"]: e for e in container["env"]}
