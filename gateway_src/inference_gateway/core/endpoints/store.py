@@ -31,7 +31,10 @@ again `FILTER_RECHECK` rounds later (a pod can be replaced by another build).
 
 A round's scrapes start in slices of `SLICE_PODS` pods spread over most of the interval
 (`SPREAD`, `run`), not all at once: on the one event loop that also decides, a thousand
-pages coming back together held every request that arrived behind them.
+pages coming back together held every request that arrived behind them. The next round
+starts an interval later whether or not every answer is in: a scrape still out goes on
+under its deadline and its pod is left out of rounds until it ends, so one slow pod ages
+its own view, not every pod's.
 """
 
 from __future__ import annotations
@@ -113,6 +116,8 @@ class EndpointStore:
         self._whole_since: dict[Endpoint, int] = {}  # pod read whole -> since which round
         self._task: asyncio.Task[None] | None = None
         self.spread = SPREAD  # 0: a round's scrapes start together
+        self._in_flight: dict[Endpoint, object] = {}  # pod -> its scrape's slice (`_together`)
+        self._left: set[asyncio.Task[None]] = set()  # slices a round stopped waiting for
 
     def ready(self) -> list[Endpoint]:
         return [e for e in self.endpoints if not e.stale]
@@ -143,10 +148,12 @@ class EndpointStore:
             out.setdefault(e.pool, []).append(e)
         return out
 
-    async def scrape_once(self, spread_s: float = 0.0) -> None:
+    async def scrape_once(self, spread_s: float = 0.0, answers_by: float | None = None) -> None:
         """Scrape every pod concurrently, then re-mark staleness. `spread_s` > 0: the
         pods in slices of `SLICE_PODS`, slice k starting `k / slices` of the way through
-        it, not all at once (see `run`).
+        it, not all at once (see `run`). `answers_by` (loop time): once every slice has
+        started, wait for answers until then only; the scrapes still out go on under
+        their deadline, and their pods are left out of rounds until they end (`run`).
 
         Each pod's model list is read again every `models_every` rounds, a share of the
         pods each round: read for every pod in one round, it doubled that round's
@@ -154,13 +161,31 @@ class EndpointStore:
         rounds started at once after it left views 35-48 ms late on their answers."""
         every, phase = self.models_every, self.scrapes % self.models_every
         jobs = [(e, i % every == phase) for i, e in enumerate(self.endpoints)]
+        loop = asyncio.get_running_loop()
         if spread_s > 0 and len(jobs) > SLICE_PODS:
             slices = [jobs[i : i + SLICE_PODS] for i in range(0, len(jobs), SLICE_PODS)]
-            loop = asyncio.get_running_loop()
-            start, step = loop.time(), spread_s / len(slices)
-            await asyncio.gather(*(self._slice(s, start + k * step) for k, s in enumerate(slices)))
         else:
-            await self._together(jobs)
+            slices = [jobs]
+        start, step = loop.time(), spread_s / len(slices)
+        started: list[asyncio.Task[None]] = []
+        try:
+            for k, chunk in enumerate(slices):
+                delay = start + k * step - loop.time()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                started.append(loop.create_task(self._together(chunk)))
+            wait_s = None if answers_by is None else answers_by - loop.time()
+            if wait_s is None or wait_s > 0:
+                await asyncio.wait(started, timeout=wait_s)
+        except BaseException:
+            for task in started:
+                task.cancel()
+            raise
+        finally:
+            for task in started:
+                if not task.done():  # `stop` ends them
+                    self._left.add(task)
+                    task.add_done_callback(self._left.discard)
         self.scrapes += 1
         now = self.clock()
         failed = self._failed
@@ -173,50 +198,58 @@ class EndpointStore:
         for e in self.endpoints:
             e.stale = now - e.scraped_at > self.staleness_s or e in failed
 
-    async def _slice(self, jobs: list[tuple[Endpoint, bool]], at: float) -> None:
-        """Scrape the pods of `jobs` (with their model lists where marked) together at
-        loop time `at`."""
-        delay = at - asyncio.get_running_loop().time()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        await self._together(jobs)
-
     async def _together(self, jobs: list[tuple[Endpoint, bool]]) -> None:
-        """Scrape `jobs` at once, under one deadline `timeout_s` away: they start
-        together, so one timer serves them all (a timer and a `Timeout` a scrape were
-        about 5 % of an idle picker's CPU at 1,024 pods). A scrape still running at the
-        deadline is cancelled and leaves its pod's view as it was."""
+        """Scrape `jobs` (with their model lists where marked) at once, under one
+        deadline `timeout_s` away: they start together, so one timer serves them all (a
+        timer and a `Timeout` a scrape were about 5 % of an idle picker's CPU at 1,024
+        pods). A scrape still running at the deadline is cancelled and leaves its pod's
+        view as it was. A pod whose last scrape has not ended is left out: one request
+        at a time reaches a pod from its store."""
+        in_flight = self._in_flight
+        jobs = [job for job in jobs if job[0] not in in_flight]
+        mark = object()  # this slice's claim on its pods: each scrape gives it up as it ends
+        for e, _ in jobs:
+            in_flight[e] = mark
         try:
             async with asyncio.timeout(self.timeout_s):
-                await asyncio.gather(*(self._scrape(e, models) for e, models in jobs))
+                await asyncio.gather(*(self._scrape(e, models, mark) for e, models in jobs))
         except TimeoutError:
             cut = "scrapes of %d pods ran past %.1f s: the unanswered were cut"
             log.debug(cut, len(jobs), self.timeout_s)
+        finally:  # a scrape cancelled before it began never ran to give its pod up
+            for e, _ in jobs:
+                if in_flight.get(e) is mark:
+                    del in_flight[e]
 
-    async def _scrape(self, endpoint: Endpoint, with_models: bool) -> None:
-        """One pod's page (and model list where asked), under its caller's deadline."""
+    async def _scrape(self, endpoint: Endpoint, with_models: bool, mark: object) -> None:
+        """One pod's page (and model list where asked), under its caller's deadline; then
+        the pod is given up by its slice's `mark` (`_together`)."""
         fetch = self.fetch
         assert fetch is not None, "a store without a fetch is fed by its driver"
         try:
-            started = self.clock()
-            text = await self._page(fetch, endpoint)
-            parsing = time.perf_counter()  # one synchronous step: see `spent_s`
-            metrics = self._parse(endpoint, text)
-            self._own_s += time.perf_counter() - parsing
-            if with_models or not endpoint.models:
-                text = await fetch(endpoint, "/v1/models")
-                body = orjson.loads(text)
-                endpoint.models = frozenset(m["id"] for m in body.get("data", []))
-        except Exception as error:  # a dead pod must not stop the loop
-            log.debug("scrape of %s failed: %r", endpoint.name, error)
-            return
-        failed_at = self._failed.get(endpoint)
-        if failed_at is not None:
-            if started <= failed_at:  # began before the failure: says nothing about now
+            try:
+                started = self.clock()
+                text = await self._page(fetch, endpoint)
+                parsing = time.perf_counter()  # one synchronous step: see `spent_s`
+                metrics = self._parse(endpoint, text)
+                self._own_s += time.perf_counter() - parsing
+                if with_models or not endpoint.models:
+                    text = await fetch(endpoint, "/v1/models")
+                    body = orjson.loads(text)
+                    endpoint.models = frozenset(m["id"] for m in body.get("data", []))
+            except Exception as error:  # a dead pod must not stop the loop
+                log.debug("scrape of %s failed: %r", endpoint.name, error)
                 return
-            del self._failed[endpoint]
-            log.info("pod %s answers scrapes again: back in rotation", endpoint.name)
-        endpoint.record_scrape(metrics, started)
+            failed_at = self._failed.get(endpoint)
+            if failed_at is not None:
+                if started <= failed_at:  # began before the failure: says nothing about now
+                    return
+                del self._failed[endpoint]
+                log.info("pod %s answers scrapes again: back in rotation", endpoint.name)
+            endpoint.record_scrape(metrics, started)
+        finally:
+            if self._in_flight.get(endpoint) is mark:
+                del self._in_flight[endpoint]
 
     async def _page(self, fetch: Fetch, endpoint: Endpoint) -> str:
         """The pod's metrics page: filtered where the engine and the pod allow, else whole."""
@@ -292,15 +325,24 @@ class EndpointStore:
         where scraping takes most of the interval it ran past it too, and the next, and
         so on (a scrape trace at 1,024 pods on a full core: twelve such rounds in a row,
         each pod's view renewed 40-75 ms after its scrape began, against about 1 ms
-        spread)."""
+        spread).
+
+        A round waits for answers until the interval is over, not for the last one: it
+        waited for its slowest, so one pod slow to answer (an API server busy
+        tokenizing) held every pod's next scrape; among 32 pods, one answering in 400 ms
+        left the others' views up to 406 ms old at a 50 ms interval, one that never
+        answered up to its 1 s deadline. The slices still out go on (`_together` leaves
+        their pods out of later rounds), and `stop` ends them."""
         spent = self.spent_s()
         overran = False
+        loop = asyncio.get_running_loop()
         while True:
-            started = self.clock()
-            await self.scrape_once(0.0 if overran else self.current_interval_s * self.spread)
+            started, interval = self.clock(), self.current_interval_s
+            answers_by = loop.time() + interval
+            await self.scrape_once(0.0 if overran else interval * self.spread, answers_by)
             took = self.clock() - started
-            overran = took > self.current_interval_s * OVERRUN
-            await asyncio.sleep(max(0.0, self.current_interval_s - took))
+            overran = took > interval * OVERRUN
+            await asyncio.sleep(max(0.0, interval - took))
             now = self.spent_s()
             self.adapt(now - spent)  # the whole cycle: the round and whatever it left to do
             spent = now
@@ -348,3 +390,5 @@ class EndpointStore:
     async def stop(self) -> None:
         await cancel_and_wait(self._task)
         self._task = None
+        for task in list(self._left):  # no scrape outlives the store's loop
+            await cancel_and_wait(task)

@@ -372,3 +372,46 @@ async def test_a_round_just_past_its_interval_is_followed_by_a_spread_one() -> N
         3 * SLICE_PODS, SPREAD, 3, overrun=1, overrun_s=0.18, interval_s=0.4
     )
     assert all(t > 1 for t in turns), turns
+
+
+async def test_a_slow_pod_holds_back_neither_the_others_rounds_nor_the_stores_stop() -> None:
+    """Rounds start an interval apart whether or not a round's slowest answer is in: a
+    pod slow to answer (its API server busy) held every round until it answered or its
+    deadline came, and every pod's view aged with it. The slow pod is not asked again
+    while its scrape is out, and `stop` ends that scrape (nothing outlives the store)."""
+    loop = asyncio.get_running_loop()
+    asked = {f"pod-{i}": 0 for i in range(4)}
+    cancelled: list[str] = []
+
+    async def fetch(endpoint: Endpoint, path: str) -> str:
+        if path == "/v1/models":
+            return '{"data": [{"id": "m"}]}'
+        asked[endpoint.name] += 1
+        if endpoint.name == "pod-1" and asked["pod-1"] > 1:  # slow from its second scrape
+            try:
+                await asyncio.sleep(5.0)
+            except asyncio.CancelledError:
+                cancelled.append(endpoint.name)
+                raise
+        return PAGE
+
+    store = EndpointStore(
+        pods(4), fetch, interval_s=0.05, timeout_s=3.0, staleness_s=10.0, max_cpu_fraction=None
+    )
+    store.start()
+    ages: list[float] = []
+    try:
+        async with asyncio.timeout(10):
+            while asked["pod-1"] < 2:
+                await asyncio.sleep(0.01)
+            until = loop.time() + 1.0
+            while loop.time() < until:
+                await asyncio.sleep(0.02)
+                now = store.clock()
+                ages.append(max(now - e.scraped_at for e in store.endpoints if e.name != "pod-1"))
+    finally:
+        await store.stop()
+    assert max(ages) < 0.5, f"the other pods' views aged with the slow pod's: {max(ages):.2f} s"
+    assert asked["pod-1"] == 2, "asked again while its scrape was out"
+    assert min(asked[name] for name in ("pod-0", "pod-2", "pod-3")) >= 5
+    assert cancelled == ["pod-1"]
