@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-__all__ = ["cancel_and_wait", "pending_cancels", "raise_if_cancelled_since"]
+__all__ = ["Stragglers", "cancel_and_wait", "pending_cancels", "raise_if_cancelled_since"]
 
 
 async def cancel_and_wait(task: asyncio.Task[None] | None) -> None:
@@ -16,6 +16,47 @@ async def cancel_and_wait(task: asyncio.Task[None] | None) -> None:
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
+
+
+class Stragglers:
+    """Tasks a round stopped waiting for (a slow pod's scrape, a slow cluster's status
+    poll): they run on under their own deadlines while the next round starts on time, and
+    `stop` ends them, so none outlives its owner. Used by the endpoint store and the
+    global router's cluster poller."""
+
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    async def wait(self, tasks: list[asyncio.Task[None]], until: float | None) -> None:
+        """Wait for `tasks` until loop time `until` (None: until they all end) and keep
+        those still running; cancelled meanwhile, cancel them all."""
+        try:
+            wait_s = None if until is None else until - asyncio.get_running_loop().time()
+            if tasks and (wait_s is None or wait_s > 0):
+                await asyncio.wait(tasks, timeout=wait_s)
+        except BaseException:
+            self.cancel(tasks)
+            raise
+        self._keep(tasks)
+
+    def cancel(self, tasks: list[asyncio.Task[None]]) -> None:
+        """Cancel `tasks`, kept until they have ended."""
+        for task in tasks:
+            task.cancel()
+        self._keep(tasks)
+
+    def _keep(self, tasks: list[asyncio.Task[None]]) -> None:
+        for task in tasks:
+            if not task.done():
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+
+    async def stop(self) -> None:
+        for task in list(self._tasks):
+            await cancel_and_wait(task)
 
 
 def pending_cancels() -> int:

@@ -47,7 +47,7 @@ from collections.abc import Awaitable, Callable
 
 import orjson
 
-from inference_gateway.background import cancel_and_wait
+from inference_gateway.background import Stragglers, cancel_and_wait
 from inference_gateway.core.endpoints.adapters import (
     FILTERED_PATHS,
     PageLayout,
@@ -117,7 +117,7 @@ class EndpointStore:
         self._task: asyncio.Task[None] | None = None
         self.spread = SPREAD  # 0: a round's scrapes start together
         self._in_flight: dict[Endpoint, object] = {}  # pod -> its scrape's slice (`_together`)
-        self._left: set[asyncio.Task[None]] = set()  # slices a round stopped waiting for
+        self._left = Stragglers()  # slices a round stopped waiting for
 
     def ready(self) -> list[Endpoint]:
         return [e for e in self.endpoints if not e.stale]
@@ -151,9 +151,9 @@ class EndpointStore:
     async def scrape_once(self, spread_s: float = 0.0, answers_by: float | None = None) -> None:
         """Scrape every pod concurrently, then re-mark staleness. `spread_s` > 0: the
         pods in slices of `SLICE_PODS`, slice k starting `k / slices` of the way through
-        it, not all at once (see `run`). `answers_by` (loop time): once every slice has
-        started, wait for answers until then only; the scrapes still out go on under
-        their deadline, and their pods are left out of rounds until they end (`run`).
+        it, not all at once (see `run`). `answers_by` (loop time; the loop's rounds): once
+        every slice has started, wait for answers until then only; the scrapes still out
+        go on under their deadline, and their pods are left out of rounds until they end.
 
         Each pod's model list is read again every `models_every` rounds, a share of the
         pods each round: read for every pod in one round, it doubled that round's
@@ -173,19 +173,11 @@ class EndpointStore:
                 delay = start + k * step - loop.time()
                 if delay > 0:
                     await asyncio.sleep(delay)
-                started.append(loop.create_task(self._together(chunk)))
-            wait_s = None if answers_by is None else answers_by - loop.time()
-            if wait_s is None or wait_s > 0:
-                await asyncio.wait(started, timeout=wait_s)
+                started.append(loop.create_task(self._together(chunk, answers_by is not None)))
         except BaseException:
-            for task in started:
-                task.cancel()
+            self._left.cancel(started)
             raise
-        finally:
-            for task in started:
-                if not task.done():  # `stop` ends them
-                    self._left.add(task)
-                    task.add_done_callback(self._left.discard)
+        await self._left.wait(started, answers_by)  # `stop` ends those still out
         self.scrapes += 1
         now = self.clock()
         failed = self._failed
@@ -198,15 +190,17 @@ class EndpointStore:
         for e in self.endpoints:
             e.stale = now - e.scraped_at > self.staleness_s or e in failed
 
-    async def _together(self, jobs: list[tuple[Endpoint, bool]]) -> None:
+    async def _together(self, jobs: list[tuple[Endpoint, bool]], skip_out: bool) -> None:
         """Scrape `jobs` (with their model lists where marked) at once, under one
         deadline `timeout_s` away: they start together, so one timer serves them all (a
         timer and a `Timeout` a scrape were about 5 % of an idle picker's CPU at 1,024
         pods). A scrape still running at the deadline is cancelled and leaves its pod's
-        view as it was. A pod whose last scrape has not ended is left out: one request
-        at a time reaches a pod from its store."""
+        view as it was. `skip_out` (the loop's rounds): a pod whose last scrape has not
+        ended is left out, so a slow pod gets one request at a time from the loop; an
+        explicit scrape (at start, of pods discovery just added) asks every pod."""
         in_flight = self._in_flight
-        jobs = [job for job in jobs if job[0] not in in_flight]
+        if skip_out:
+            jobs = [job for job in jobs if job[0] not in in_flight]
         mark = object()  # this slice's claim on its pods: each scrape gives it up as it ends
         for e, _ in jobs:
             in_flight[e] = mark
@@ -390,5 +384,4 @@ class EndpointStore:
     async def stop(self) -> None:
         await cancel_and_wait(self._task)
         self._task = None
-        for task in list(self._left):  # no scrape outlives the store's loop
-            await cancel_and_wait(task)
+        await self._left.stop()  # no scrape outlives the store's loop

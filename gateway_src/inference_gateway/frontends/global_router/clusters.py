@@ -10,6 +10,12 @@ is dropped by the registry). A status is hostile input like any other: at most
 (`connect_failed`), times out (`status_timeout`, `statusTimeoutMs`) or answers something
 that is not a valid status (`status_invalid`) drains the cluster instead of crashing the
 router.
+
+A round waits for answers until the next round is due, not for its slowest: a poll still
+out goes on under `statusTimeoutMs` and its cluster is not asked again until it ends, so
+one slow cluster's status is late, not every cluster's. Waiting for the slowest, a
+cluster gateway slow to answer held every other cluster's status as long, at the moment
+traffic fails over to them.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from dataclasses import dataclass, field
 import aiohttp
 from pydantic import ValidationError
 
-from inference_gateway.background import cancel_and_wait
+from inference_gateway.background import Stragglers, cancel_and_wait
 from inference_gateway.core.scheduling.cluster_registry import (
     MAX_STATUS_BYTES,
     ClusterRegistry,
@@ -41,15 +47,41 @@ class ClusterPoller:
     planned: Callable[[], Awaitable[frozenset[str]]] | None = None  # the drain set (drains.py)
     _session: aiohttp.ClientSession | None = field(default=None, init=False)
     _task: asyncio.Task[None] | None = field(default=None, init=False)
+    _asked: dict[str, asyncio.Task[None]] = field(default_factory=dict, init=False)  # polls out
+    _left: Stragglers = field(default_factory=Stragglers, init=False)
 
-    async def poll_once(self) -> None:
+    async def poll_once(self, answers_by: float | None = None) -> None:
+        """Ask every cluster for its status and wait for the answers. `answers_by` (loop
+        time; the loop's rounds, `_run`): wait until then only, and leave out the
+        clusters whose poll is still out; the polls out go on."""
         registry = self.registry
         if self.planned is not None:  # first, so a planned cluster is never admitted
             registry.set_planned(await self.planned())
-        await asyncio.gather(*(self._poll(s) for s in registry.states.values()))
+        loop, asked = asyncio.get_running_loop(), self._asked
+        polls = []
+        for state in registry.states.values():
+            if answers_by is None or state.name not in asked:
+                poll = asked[state.name] = loop.create_task(self._poll(state))
+                poll.add_done_callback(self._ended)  # one cancelled before it began too
+                polls.append(poll)
+        await self._left.wait(polls, answers_by)  # `stop` ends those still out
         registry.check_staleness()
 
+    def _ended(self, poll: asyncio.Task[None]) -> None:
+        """A cluster may be asked again once its poll has ended."""
+        for name, out in self._asked.items():
+            if out is poll:
+                del self._asked[name]
+                return
+
     async def _poll(self, state: ClusterState) -> None:
+        try:
+            await self._ask(state)
+        finally:  # at once, not at the done callback's turn: the next round may be due
+            if self._asked.get(state.name) is asyncio.current_task():
+                del self._asked[state.name]
+
+    async def _ask(self, state: ClusterState) -> None:
         assert self._session is not None
         timeout = aiohttp.ClientTimeout(total=self.registry.spec.status_timeout_ms / 1000)
         epoch = state.epoch
@@ -80,9 +112,10 @@ class ClusterPoller:
     async def _run(self) -> None:
         interval = self.registry.spec.poll_interval_ms / 1000
         clock = self.registry.clock
+        loop = asyncio.get_running_loop()
         while True:
             started = clock()
-            await self.poll_once()
+            await self.poll_once(loop.time() + interval)
             await asyncio.sleep(max(0.0, interval - (clock() - started)))
 
     async def start(self) -> None:
@@ -93,6 +126,7 @@ class ClusterPoller:
     async def stop(self) -> None:
         await cancel_and_wait(self._task)
         self._task = None
+        await self._left.stop()  # no poll outlives the poller (nor its session)
         if self._session is not None:
             await self._session.close()
             self._session = None

@@ -52,6 +52,7 @@ class FakeCluster:
     # each with its `finish_reason` key, as vLLM streams them)
     stream_mode: str = "ok"
     hits: Counter[str] = field(default_factory=Counter)
+    status_polls: int = 0  # /status requests received
     bodies: list[dict[str, Any]] = field(default_factory=list)  # the requests, as sent
     cancelled_at: list[float] = field(default_factory=list)  # loop times of seen cancels
     runner: web.AppRunner | None = None
@@ -62,6 +63,7 @@ class FakeCluster:
         return f"http://127.0.0.1:{self.port}"
 
     async def _status(self, request: web.Request) -> web.Response:
+        self.status_polls += 1
         if self.status_delay_s:
             await asyncio.sleep(self.status_delay_s)
         if self.status_body is not None:

@@ -424,3 +424,26 @@ async def test_a_drain_racing_a_first_byte_timeout_is_harmless() -> None:
             await asyncio.sleep(5)
     _end_now(waiting, loop)  # a second drain after expiry: nothing happens
     assert waiting.expired()
+
+
+async def test_a_slow_cluster_delays_its_own_status_not_the_others(
+    fake_clusters: list[FakeCluster],
+) -> None:
+    """A poll round waits for answers until the next is due, not for its slowest: a
+    cluster gateway slow to answer its status held every other cluster's poll as long.
+    The slow one is not asked again while its poll is out, and `stop` ends that poll."""
+    a = fake_clusters[0]
+    settings = config(fake_clusters, statusTimeoutMs=5_000, staleAfterMs=10_000)
+    async with running_router(settings) as (_, router):
+        loop = asyncio.get_running_loop()
+        a.status_delay_s = 1.5
+        polls_before = a.status_polls
+        ages: list[float] = []
+        until = loop.time() + 1.2
+        while loop.time() < until:
+            await asyncio.sleep(0.05)
+            now = router.registry.clock()
+            ages.append(max(now - router.registry.states[n].last_ok for n in ("b", "c")))
+        assert max(ages) < 0.6, f"b and c waited for a's status: {max(ages):.2f} s"
+        assert a.status_polls - polls_before <= 1, "asked again while its poll was out"
+    assert not router.poller._left, "a poll outlived the router"
