@@ -63,6 +63,8 @@ OVERHEAD_TIMEOUT_S["scale"] = 600
 # migration on vs off when nothing breaks
 OVERHEAD_SCRIPTS += ["migration"]
 OVERHEAD_TIMEOUT_S["migration"] = 300
+# a slow or silent pod among 32: the other pods' view age against none slow (bench/slow_pod.py)
+OVERHEAD_SCRIPTS += ["slow_pod"]
 DEFAULT_OVERHEAD_TIMEOUT_S = 120
 
 
