@@ -86,10 +86,15 @@ ANSWER = orjson.dumps(
 )
 
 
-def zero_delay_pod() -> web.Application:
+def zero_delay_pod(metrics_delay_s: float = 0.0) -> web.Application:
+    """`metrics_delay_s`: `/metrics` answers that late (below 0: never; bench/slow_pod.py)."""
     app = web.Application()
 
     async def metrics(_: web.Request) -> web.Response:
+        if metrics_delay_s < 0:
+            await asyncio.Event().wait()
+        elif metrics_delay_s:
+            await asyncio.sleep(metrics_delay_s)
         return web.Response(text=METRICS)
 
     async def models(_: web.Request) -> web.Response:

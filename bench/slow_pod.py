@@ -1,7 +1,7 @@
 """A slow pod among many: how old the other pods' views get (a benchmark, not a test).
 
-`--pods` pods on loopback (one aiohttp process) answer a small vLLM page at once, except
-pod 0 in two of the three cases, side by side in one run:
+`--pods` zero-delay pods on loopback (one aiohttp process) answer a small vLLM page at
+once, except pod 0 in two of the three cases, side by side in one run:
 
 * `none`: no pod is slow (the reference);
 * `slow`: pod 0 answers `/metrics` after `--slow-ms` (an API server busy tokenizing);
@@ -34,38 +34,24 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gateway_overhead import free_port, wait_ready
+from gateway_overhead import free_port, wait_ready, zero_delay_pod
 
 from inference_gateway.assembly.core import ScrapeClient
 from inference_gateway.core.endpoints.store import EndpointStore
 from inference_gateway.core.scheduling.types import Endpoint
 
-PAGE = "vllm:num_requests_waiting 0\nvllm:num_requests_running 0\nvllm:kv_cache_usage_perc 0\n"
 NEVER = -1.0  # pod 0's delay when it never answers
 CASES = {"none": 0.0, "slow": None, "silent": NEVER}  # None: --slow-ms
 
 
 def serve_pods(ports: list[int], delay_s: float) -> None:
-    """Child: one aiohttp app a port; pod 0 answers `/metrics` after `delay_s` (never when
-    negative)."""
+    """Child: a zero-delay pod a port (`gateway_overhead.zero_delay_pod`); pod 0 answers
+    `/metrics` after `delay_s` (never when negative)."""
     from aiohttp import web
 
     async def main() -> None:
         for i, port in enumerate(ports):
-            app = web.Application()
-
-            async def metrics(_: web.Request, slow: bool = i == 0) -> web.Response:
-                if slow and delay_s < 0:
-                    await asyncio.Event().wait()
-                if slow and delay_s > 0:
-                    await asyncio.sleep(delay_s)
-                return web.Response(text=PAGE)
-
-            async def models(_: web.Request) -> web.Response:
-                return web.json_response({"object": "list", "data": [{"id": "m"}]})
-
-            app.router.add_get("/metrics", metrics)
-            app.router.add_get("/v1/models", models)
+            app = zero_delay_pod(delay_s if i == 0 else 0.0)
             runner = web.AppRunner(app, access_log=None)
             await runner.setup()
             await web.TCPSite(runner, "127.0.0.1", port).start()

@@ -21,6 +21,7 @@ traffic fails over to them.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -62,26 +63,18 @@ class ClusterPoller:
         for state in registry.states.values():
             if answers_by is None or state.name not in asked:
                 poll = asked[state.name] = loop.create_task(self._poll(state))
-                poll.add_done_callback(self._ended)  # one cancelled before it began too
+                poll.add_done_callback(functools.partial(self._ended, state.name))
                 polls.append(poll)
         await self._left.wait(polls, answers_by)  # `stop` ends those still out
         registry.check_staleness()
 
-    def _ended(self, poll: asyncio.Task[None]) -> None:
-        """A cluster may be asked again once its poll has ended."""
-        for name, out in self._asked.items():
-            if out is poll:
-                del self._asked[name]
-                return
+    def _ended(self, name: str, poll: asyncio.Task[None]) -> None:
+        """The loop may ask `name` again once its poll has ended (cancelled before it
+        began too); a later explicit poll's entry stays."""
+        if self._asked.get(name) is poll:
+            del self._asked[name]
 
     async def _poll(self, state: ClusterState) -> None:
-        try:
-            await self._ask(state)
-        finally:  # at once, not at the done callback's turn: the next round may be due
-            if self._asked.get(state.name) is asyncio.current_task():
-                del self._asked[state.name]
-
-    async def _ask(self, state: ClusterState) -> None:
         assert self._session is not None
         timeout = aiohttp.ClientTimeout(total=self.registry.spec.status_timeout_ms / 1000)
         epoch = state.epoch
